@@ -1,0 +1,93 @@
+#include "common/layout.h"
+
+#include <set>
+
+namespace eps {
+
+size_t DTypeSize(DType d) { return d == DType::kInt64 ? 8 : 4; }
+
+const char* TensorKindName(TensorKind k) {
+  switch (k) {
+    case TensorKind::kParameter: return "parameter";
+    case TensorKind::kBuffer: return "buffer";
+    case TensorKind::kLoss: return "loss";
+  }
+  return "unknown";
+}
+
+int64_t TensorSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+TensorSpec LossTensor() { return {"__loss__", TensorKind::kLoss, DType::kFloat32, {1}}; }
+
+std::vector<ChunkId> Layout::ChunksOf(ShardId shard) const {
+  std::vector<ChunkId> out;
+  for (const Chunk& c : chunks) {
+    if (c.shard == shard) out.push_back(c.id);
+  }
+  return out;
+}
+
+int64_t Layout::NumParameters() const {
+  int64_t n = 0;
+  for (const TensorSpec& t : tensors) {
+    if (t.kind == TensorKind::kParameter) n += t.numel();
+  }
+  return n;
+}
+
+StatusOr<Layout> MakeLayout(std::vector<TensorSpec> tensors, uint32_t num_shards, int64_t chunk_elems) {
+  if (num_shards == 0) return InvalidArgument("a layout needs at least one shard");
+  if (chunk_elems <= 0) return InvalidArgument("chunk_elems must be positive");
+  if (tensors.empty()) return InvalidArgument("a model needs at least one tensor");
+  constexpr int64_t kMaxElems = int64_t{1} << 40;
+  std::set<std::string> names;
+  int losses = 0;
+  for (const TensorSpec& t : tensors) {
+    if (t.name.empty() || !names.insert(t.name).second) {
+      return InvalidArgument("tensor name '" + t.name + "' is empty or repeated");
+    }
+    if (t.shape.size() > 8) return InvalidArgument("tensor " + t.name + " has more than 8 dimensions");
+    int64_t n = 1;
+    for (int64_t d : t.shape) {
+      if (d <= 0 || d > kMaxElems || n > kMaxElems / d) {
+        return InvalidArgument("tensor " + t.name + " has an invalid shape");
+      }
+      n *= d;
+    }
+    if (t.kind == TensorKind::kParameter && t.dtype != DType::kFloat32) {
+      return InvalidArgument("parameter " + t.name + " is not float32");
+    }
+    if (t.kind == TensorKind::kLoss && (++losses > 1 || n != 1 || t.dtype != DType::kFloat32)) {
+      return InvalidArgument("a layout holds at most one float32 loss tensor of one element");
+    }
+  }
+  Layout layout;
+  layout.tensors = std::move(tensors);
+  layout.num_shards = num_shards;
+  std::vector<uint64_t> load(num_shards, 0);
+  for (uint32_t ti = 0; ti < layout.tensors.size(); ++ti) {
+    const TensorSpec& t = layout.tensors[ti];
+    const int64_t n = t.numel();
+    for (int64_t off = 0; off < n; off += chunk_elems) {
+      Chunk c;
+      c.id = ChunkId(static_cast<uint32_t>(layout.chunks.size()));
+      c.tensor = ti;
+      c.offset = off;
+      c.numel = std::min(chunk_elems, n - off);
+      uint32_t best = 0;
+      for (uint32_t s = 1; s < num_shards; ++s) {
+        if (load[s] < load[best]) best = s;
+      }
+      c.shard = ShardId(best);
+      load[best] += layout.ChunkBytes(c);
+      layout.chunks.push_back(c);
+    }
+  }
+  return layout;
+}
+
+}  // namespace eps

@@ -1,0 +1,68 @@
+// The model layout: which tensors a job trains and how they are cut into chunks
+// spread over the server shards. Every process derives the same chunk map from
+// the same inputs with MakeLayout, so only the tensor list travels.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/status.h"
+
+namespace eps {
+
+enum class TensorKind : uint8_t {
+  kParameter = 0,  // reduced along the tree, then updated by the optimizer
+  kBuffer = 1,     // model buffer (BatchNorm stats): VW 0's value of step t becomes step t+1's
+  kLoss = 2,       // one float per VW, reduced along the tree and reported, never optimized
+};
+
+enum class DType : uint8_t { kFloat32 = 0, kInt64 = 1 };
+
+size_t DTypeSize(DType d);
+const char* TensorKindName(TensorKind k);
+
+struct TensorSpec {
+  std::string name;
+  TensorKind kind = TensorKind::kParameter;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+
+  int64_t numel() const;
+  friend bool operator==(const TensorSpec& a, const TensorSpec& b) {
+    return a.name == b.name && a.kind == b.kind && a.dtype == b.dtype && a.shape == b.shape;
+  }
+};
+
+struct Chunk {
+  ChunkId id;
+  uint32_t tensor = 0;   // index into Layout::tensors
+  int64_t offset = 0;    // first element within the tensor
+  int64_t numel = 0;
+  ShardId shard;
+  size_t bytes(const std::vector<TensorSpec>& tensors) const {
+    return static_cast<size_t>(numel) * DTypeSize(tensors[tensor].dtype);
+  }
+};
+
+struct Layout {
+  std::vector<TensorSpec> tensors;  // parameters in model order, then buffers, then the loss
+  std::vector<Chunk> chunks;        // by id: chunks[i].id == i
+  uint32_t num_shards = 0;
+
+  size_t ChunkBytes(const Chunk& c) const { return c.bytes(tensors); }
+  std::vector<ChunkId> ChunksOf(ShardId shard) const;
+  int64_t NumParameters() const;  // elements of all kParameter tensors
+};
+
+// Validates the tensor list (names unique and non-empty, shapes positive, fp32
+// parameters, at most one loss tensor of one element) and cuts every tensor into
+// chunks of at most `chunk_elems` elements; each chunk goes to the shard with the
+// fewest bytes so far (lowest id on ties).
+StatusOr<Layout> MakeLayout(std::vector<TensorSpec> tensors, uint32_t num_shards, int64_t chunk_elems);
+
+// The loss pseudo-tensor every job carries: one float per VW.
+TensorSpec LossTensor();
+
+}  // namespace eps

@@ -1,0 +1,123 @@
+#include "common/tree.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace eps {
+
+std::string Block::ToString() const {
+  return "[" + std::to_string(lo) + "," + std::to_string(hi()) + ")";
+}
+
+uint32_t TreeWidth(uint32_t n) {
+  uint32_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+static bool IsPowerOfTwo(uint32_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+bool IsTreeNode(const Block& b, uint32_t num_leaves) {
+  if (num_leaves == 0 || !IsPowerOfTwo(b.size) || b.lo % b.size != 0) return false;
+  if (b.lo >= num_leaves) return false;
+  return uint64_t{b.lo} + b.size <= TreeWidth(num_leaves);
+}
+
+std::vector<Block> AlignedBlocks(uint32_t lo, uint32_t hi) {
+  std::vector<Block> out;
+  while (lo < hi) {
+    uint32_t size = lo == 0 ? TreeWidth(hi) : (lo & -lo);  // largest alignment of lo
+    while (size > hi - lo) size >>= 1;
+    out.push_back({lo, size});
+    lo += size;
+  }
+  return out;
+}
+
+void AddRightInto(float* acc, const float* right, size_t n) {
+  for (size_t i = 0; i < n; ++i) acc[i] = acc[i] + right[i];
+}
+
+TreeReducer::TreeReducer(Block root, uint32_t num_leaves, size_t num_elements)
+    : root_(root), num_leaves_(num_leaves), n_(num_elements) {}
+
+uint32_t TreeReducer::PresentLeaves(const Block& b) const {
+  if (b.lo >= num_leaves_) return 0;
+  return std::min(b.hi(), num_leaves_) - b.lo;
+}
+
+bool TreeReducer::Overlaps(const Block& b) const {
+  auto it = nodes_.upper_bound(b.lo);  // first node starting after b.lo
+  if (it != nodes_.end() && it->first < b.hi()) return true;
+  if (it == nodes_.begin()) return false;
+  --it;  // last node starting at or before b.lo
+  return it->first + it->second.first > b.lo;
+}
+
+Status TreeReducer::Add(const Block& b, const float* data, size_t n) {
+  return Add(b, std::vector<float>(data, data + n));
+}
+
+Status TreeReducer::Add(const Block& b, std::vector<float> value) {
+  if (!IsTreeNode(b, num_leaves_) || b.lo < root_.lo || b.hi() > root_.hi()) {
+    return InvalidArgument("block " + b.ToString() + " is not a tree node under " + root_.ToString());
+  }
+  if (value.size() != n_) {
+    return InvalidArgument("block " + b.ToString() + " has " + std::to_string(value.size()) +
+                           " elements, expected " + std::to_string(n_));
+  }
+  if (Overlaps(b)) return AlreadyExists("block " + b.ToString() + " overlaps leaves already counted");
+  counted_ += PresentLeaves(b);
+  Block node = b;
+  // Climb while the sibling is known: absent (all its leaves >= V) or present.
+  while (node.size < root_.size) {
+    const bool is_left = (node.lo / node.size) % 2 == 0;
+    const Block sibling{is_left ? node.lo + node.size : node.lo - node.size, node.size};
+    const Block parent{is_left ? node.lo : sibling.lo, node.size * 2};
+    if (sibling.lo >= num_leaves_) {  // absent right subtree: parent = left
+      node = parent;
+      continue;
+    }
+    auto it = nodes_.find(sibling.lo);
+    if (it == nodes_.end() || it->second.first != sibling.size) break;
+    std::vector<float> other = std::move(it->second.second);
+    nodes_.erase(it);
+    if (is_left) {
+      AddRightInto(value.data(), other.data(), n_);
+    } else {
+      AddRightInto(other.data(), value.data(), n_);
+      value = std::move(other);
+    }
+    node = parent;
+  }
+  nodes_[node.lo] = {node.size, std::move(value)};
+  return OkStatus();
+}
+
+bool TreeReducer::complete() const { return counted_ == PresentLeaves(root_); }
+
+std::vector<Block> TreeReducer::Missing() const {
+  std::vector<Block> out;
+  uint32_t cursor = root_.lo;
+  const uint32_t end = std::min(root_.hi(), num_leaves_);
+  for (const auto& [lo, node] : nodes_) {
+    if (lo > cursor) {
+      for (const Block& b : AlignedBlocks(cursor, std::min(lo, end))) out.push_back(b);
+    }
+    cursor = std::max(cursor, lo + node.first);
+  }
+  if (cursor < end) {
+    for (const Block& b : AlignedBlocks(cursor, end)) out.push_back(b);
+  }
+  return out;
+}
+
+std::vector<float> TreeReducer::TakeResult() {
+  assert(complete());
+  std::vector<float> out = std::move(nodes_.begin()->second.second);
+  nodes_.clear();
+  counted_ = 0;
+  return out;
+}
+
+}  // namespace eps

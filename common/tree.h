@@ -1,0 +1,84 @@
+// The canonical pairwise reduction tree over virtual-worker ids (DESIGN.md,
+// "The consistency contract", rule 5).
+//
+// For V virtual workers the tree is the balanced binary tree over P leaves, P the
+// smallest power of two >= V. Leaves >= V are absent; a node whose right subtree
+// is absent takes its left child's value unchanged; otherwise its value is
+// left + right, in that order. A Block names one node: `size` leaves starting at
+// `lo`, size a power of two and lo a multiple of size.
+//
+// Workers pre-sum the aligned blocks inside their VW range with a TreeReducer
+// rooted at each block; shards reduce the pushed blocks with a TreeReducer rooted
+// at the whole tree. Both go through the same code, so the result has the same
+// bits however the range was cut.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace eps {
+
+struct Block {
+  uint32_t lo = 0;
+  uint32_t size = 0;
+  uint32_t hi() const { return lo + size; }
+  friend bool operator==(const Block& a, const Block& b) { return a.lo == b.lo && a.size == b.size; }
+  std::string ToString() const;
+};
+
+// Smallest power of two >= n (n >= 1).
+uint32_t TreeWidth(uint32_t n);
+
+// True when `b` is a node of the canonical tree over `num_leaves` leaves that
+// holds at least one present leaf.
+bool IsTreeNode(const Block& b, uint32_t num_leaves);
+
+// Cuts [lo, hi) into the fewest aligned blocks, in increasing order of lo.
+std::vector<Block> AlignedBlocks(uint32_t lo, uint32_t hi);
+
+// acc[i] = acc[i] + right[i]: the one addition every tree node uses.
+void AddRightInto(float* acc, const float* right, size_t n);
+
+// Reduces the subtree of the canonical tree (over `num_leaves` leaves) rooted at
+// `root`, from contributions for any of its nodes. Each leaf counts at most once:
+// a contribution that overlaps leaves already counted is refused whole.
+// Memory: at most one buffer per tree level in flight when leaves arrive in order.
+// Not thread-safe.
+class TreeReducer {
+ public:
+  TreeReducer(Block root, uint32_t num_leaves, size_t num_elements);
+
+  // Adds the value of node `b`. InvalidArgument: not a node under root, or wrong
+  // size. AlreadyExists: overlaps leaves already counted (nothing is changed).
+  Status Add(const Block& b, std::vector<float> value);
+  // As Add, copying from `data`.
+  Status Add(const Block& b, const float* data, size_t n);
+
+  bool complete() const;
+  // Present leaves under root not yet counted, as aligned blocks.
+  std::vector<Block> Missing() const;
+  // Number of present leaves counted so far.
+  uint32_t counted() const { return counted_; }
+  // The root's value; only when complete(). Leaves the reducer empty.
+  std::vector<float> TakeResult();
+
+  const Block& root() const { return root_; }
+  size_t num_elements() const { return n_; }
+
+ private:
+  bool Overlaps(const Block& b) const;
+  uint32_t PresentLeaves(const Block& b) const;
+
+  const Block root_;
+  const uint32_t num_leaves_;
+  const size_t n_;
+  uint32_t counted_ = 0;
+  std::map<uint32_t, std::pair<uint32_t, std::vector<float>>> nodes_;  // lo -> (size, value)
+};
+
+}  // namespace eps

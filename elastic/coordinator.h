@@ -1,0 +1,52 @@
+// The coordinator: one per job. It holds the job spec, the shard map, the live
+// workers and their VW ranges (an assignment epoch), and drives the step clock.
+//
+// Workers only need its address: they register, get the spec and the shard
+// addresses, and then ask for a plan before each step (init, train a VW range,
+// evaluate a slice of the test set, or stop). Shards register their address,
+// get the spec and the layout, and report each completed step. At the end the
+// coordinator has the test set evaluated, reads the final parameters from the
+// shards, and writes <run_dir>/result.json.
+//
+// Membership here is static: training starts once `workers` workers have
+// registered, and the VWs are split among them into contiguous ranges.
+// Run() owns the socket and all state: one thread, no locks.
+#pragma once
+
+#include <zmq.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "schema/messages.h"
+
+namespace eps {
+
+struct CoordinatorOptions {
+  JobSpec spec;
+  std::string bind = "tcp://127.0.0.1:0";
+  std::string token;                    // required from every peer when not empty
+  std::string run_dir;                  // result.json goes here
+  uint32_t workers = 1;                 // start training once this many workers registered
+  double epochs = 0;                    // when spec.steps == 0: train this many passes over the data
+  int64_t eval_every = 0;               // evaluate the test set every N steps (0: only at the end)
+  std::chrono::milliseconds startup_timeout{120000};  // shards and workers must show up by then
+  std::chrono::milliseconds step_timeout{120000};     // a step (or an evaluation) must finish by then
+  std::chrono::milliseconds progress_every{1000};     // progress line period
+};
+
+// Checks what can be checked before any process starts: sizes, counts, the data files.
+Status ValidateJobSpec(const JobSpec& spec);
+
+class Coordinator {
+ public:
+  static StatusOr<std::unique_ptr<Coordinator>> Open(const CoordinatorOptions& options, zmq::context_t* context);
+  virtual ~Coordinator() = default;
+  virtual const std::string& endpoint() const = 0;
+  // Runs the job to its end. OK when result.json was written.
+  virtual Status Run(const volatile bool* stop) = 0;
+};
+
+}  // namespace eps

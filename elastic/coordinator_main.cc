@@ -1,0 +1,145 @@
+// eps_coordinator: the coordinator of one job. The job spec comes from flags
+// (or a --flagfile); see examples/*.flags.
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+
+#include "elastic/coordinator.h"
+
+// The job.
+DEFINE_string(job_id, "job", "Name of the job");
+DEFINE_string(model, "mlp", "Model: mlp, cnn or cnn_bn");
+DEFINE_string(data_dir, "/usr/share/datasets/fashion-mnist", "Folder with the Fashion-MNIST IDX files (.gz)");
+DEFINE_uint32(virtual_workers, 8, "V: number of virtual workers (fixed for the job)");
+DEFINE_uint32(batch_per_vw, 32, "Samples per virtual worker per step");
+DEFINE_uint64(seed, 1, "Seed of the data order, the initialization and every random stream");
+DEFINE_int64(steps, 0, "Steps to train (0: use --epochs)");
+DEFINE_double(epochs, 0, "Passes over the training data, when --steps is 0");
+DEFINE_uint32(threads, 1, "Intra-op threads of every worker (part of the bits)");
+DEFINE_int64(train_limit, 0, "Use only the first N training samples (0: all)");
+DEFINE_int64(test_limit, 0, "Evaluate on the first N test samples (0: all, -1: no evaluation)");
+DEFINE_int64(eval_every, 0, "Evaluate the test set every N steps (0: only at the end)");
+DEFINE_uint32(eval_batch, 1000, "Batch size of evaluation");
+// The optimizer.
+DEFINE_string(optimizer, "sgd", "sgd, adam or adamw (sgd covers momentum and Nesterov)");
+DEFINE_double(lr, 0.01, "Learning rate");
+DEFINE_double(momentum, 0, "SGD momentum");
+DEFINE_double(dampening, 0, "SGD dampening");
+DEFINE_bool(nesterov, false, "Nesterov momentum (SGD)");
+DEFINE_double(weight_decay, 0, "L2 penalty (sgd, adam) or decoupled decay (adamw)");
+DEFINE_double(beta1, 0.9, "Adam beta1");
+DEFINE_double(beta2, 0.999, "Adam beta2");
+DEFINE_double(eps, 1e-8, "Adam epsilon");
+DEFINE_string(lr_schedule, "constant", "constant, step or cosine (with --warmup_steps)");
+DEFINE_int64(lr_step_size, 0, "step schedule: steps between decays");
+DEFINE_double(lr_gamma, 0.1, "step schedule: decay factor");
+DEFINE_int64(warmup_steps, 0, "cosine schedule: linear warmup steps");
+DEFINE_double(min_lr, 0, "cosine schedule: final learning rate");
+// The cluster.
+DEFINE_uint32(shards, 1, "Number of server shards");
+DEFINE_int64(chunk_elems, 1 << 20, "Largest chunk of a tensor, in elements");
+DEFINE_uint32(workers, 1, "Start training once this many workers have registered");
+DEFINE_string(bind, "tcp://127.0.0.1:0", "Endpoint to serve on (port 0: any free port)");
+DEFINE_string(run_dir, "", "Folder for result.json");
+DEFINE_string(addr_file, "", "Write the bound endpoint to this file once serving");
+DEFINE_string(token_file, "", "File holding the job's secret token (empty: none)");
+DEFINE_int32(startup_timeout_s, 120, "Shards and workers must register within this time");
+DEFINE_int32(step_timeout_s, 300, "A step or an evaluation must complete within this time");
+
+namespace {
+volatile bool g_stop = false;
+void OnSignal(int) { g_stop = true; }
+
+bool ReadToken(const std::string& path, std::string* token) {
+  token->clear();
+  if (path.empty()) return true;
+  std::ifstream in(path);
+  if (!in) return false;
+  std::getline(in, *token);
+  return !token->empty();
+}
+
+bool WriteAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << text << "\n";
+    if (!out.good()) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("eps_coordinator --flagfile=JOB.flags --run_dir=DIR [--shards=S --workers=W]");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  if (argc > 1) {
+    LOG(ERROR) << "unexpected argument '" << argv[1] << "'";
+    return 2;
+  }
+  eps::CoordinatorOptions o;
+  eps::JobSpec& s = o.spec;
+  s.job_id = FLAGS_job_id;
+  s.model = FLAGS_model;
+  s.data_dir = FLAGS_data_dir;
+  s.virtual_workers = FLAGS_virtual_workers;
+  s.batch_per_vw = FLAGS_batch_per_vw;
+  s.seed = FLAGS_seed;
+  s.steps = FLAGS_steps;
+  s.threads = FLAGS_threads;
+  s.train_limit = FLAGS_train_limit;
+  s.test_limit = FLAGS_test_limit;
+  s.chunk_elems = FLAGS_chunk_elems;
+  s.num_shards = FLAGS_shards;
+  s.eval_batch = FLAGS_eval_batch;
+  s.optimizer.kind = FLAGS_optimizer;
+  s.optimizer.lr = FLAGS_lr;
+  s.optimizer.momentum = FLAGS_momentum;
+  s.optimizer.dampening = FLAGS_dampening;
+  s.optimizer.nesterov = FLAGS_nesterov;
+  s.optimizer.weight_decay = FLAGS_weight_decay;
+  s.optimizer.beta1 = FLAGS_beta1;
+  s.optimizer.beta2 = FLAGS_beta2;
+  s.optimizer.eps = FLAGS_eps;
+  s.optimizer.schedule = FLAGS_lr_schedule;
+  s.optimizer.step_size = FLAGS_lr_step_size;
+  s.optimizer.gamma = FLAGS_lr_gamma;
+  s.optimizer.warmup_steps = FLAGS_warmup_steps;
+  s.optimizer.min_lr = FLAGS_min_lr;
+  o.bind = FLAGS_bind;
+  o.run_dir = FLAGS_run_dir;
+  o.workers = FLAGS_workers;
+  o.epochs = FLAGS_epochs;
+  o.eval_every = FLAGS_eval_every;
+  o.startup_timeout = std::chrono::seconds(FLAGS_startup_timeout_s);
+  o.step_timeout = std::chrono::seconds(FLAGS_step_timeout_s);
+  if (!ReadToken(FLAGS_token_file, &o.token)) {
+    LOG(ERROR) << "cannot read a token from " << FLAGS_token_file;
+    return 2;
+  }
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+
+  zmq::context_t context(1);
+  auto coordinator = eps::Coordinator::Open(o, &context);
+  if (!coordinator.ok()) {
+    LOG(ERROR) << "invalid job: " << coordinator.status().ToString();
+    return 2;
+  }
+  if (!FLAGS_addr_file.empty() && !WriteAtomically(FLAGS_addr_file, (*coordinator)->endpoint())) {
+    LOG(ERROR) << "cannot write " << FLAGS_addr_file;
+    return 2;
+  }
+  eps::Status st = (*coordinator)->Run(&g_stop);
+  if (!st.ok()) {
+    LOG(ERROR) << "job failed: " << st.ToString();
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Starts a whole ElasticPS job on this host: the coordinator, S shards and W
+# workers, on free loopback ports.
+#
+#   launcher/local.sh --job FILE --servers S --workers W --run-dir DIR [-- extra coordinator flags]
+#
+# Logs go to DIR/logs/<process>.log, pid files to DIR/pids/, the coordinator's
+# address to DIR/coordinator.addr, the job's token to DIR/token (mode 0600) and
+# the result to DIR/result.json. Ctrl-C (or SIGTERM) stops every process. Exits
+# 0 only if the job succeeded.
+set -euo pipefail
+
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+bin=${EPS_BIN:-$here/build/bin}
+job="" servers=1 workers=1 run_dir="" extra=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --job) job=$2; shift 2 ;;
+    --servers) servers=$2; shift 2 ;;
+    --workers) workers=$2; shift 2 ;;
+    --run-dir) run_dir=$2; shift 2 ;;
+    --) shift; extra=("$@"); break ;;
+    -h|--help) usage ;;
+    *) echo "local.sh: unknown argument '$1'" >&2; usage ;;
+  esac
+done
+[ -n "$job" ] && [ -n "$run_dir" ] || { echo "local.sh: --job and --run-dir are required" >&2; usage; }
+[ -f "$job" ] || { echo "local.sh: job file '$job' not found" >&2; exit 2; }
+[[ "$servers" =~ ^[1-9][0-9]*$ ]] || { echo "local.sh: --servers must be a positive integer" >&2; exit 2; }
+[[ "$workers" =~ ^[1-9][0-9]*$ ]] || { echo "local.sh: --workers must be a positive integer" >&2; exit 2; }
+for b in coordinator shard worker; do
+  [ -x "$bin/$b" ] || { echo "local.sh: $bin/$b is missing: run scripts/setup.sh" >&2; exit 2; }
+done
+
+mkdir -p "$run_dir/logs" "$run_dir/pids"
+run_dir=$(cd "$run_dir" && pwd)
+job=$(cd "$(dirname "$job")" && pwd)/$(basename "$job")
+rm -f "$run_dir/coordinator.addr" "$run_dir/result.json" "$run_dir"/pids/*.pid
+if [ ! -s "$run_dir/token" ]; then
+  (umask 077; od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > "$run_dir/token")
+fi
+chmod 600 "$run_dir/token"
+
+# Several libtorch processes share this host: no OpenMP spinning.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+
+pids=()
+cleanup() {
+  trap - EXIT INT TERM
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  # Bounded wait for a graceful exit, then force.
+  for _ in $(seq 50); do
+    alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.1
+  done
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'echo "local.sh: interrupted, stopping the job" >&2; exit 130' INT TERM
+
+start() {  # start NAME CMD...: runs in the background, logs and records the pid
+  local name=$1; shift
+  "$@" > "$run_dir/logs/$name.log" 2>&1 &
+  pids+=($!)
+  echo $! > "$run_dir/pids/$name.pid"
+}
+
+start coordinator "$bin/coordinator" --flagfile="$job" --shards="$servers" --workers="$workers" \
+  --run_dir="$run_dir" --addr_file="$run_dir/coordinator.addr" --token_file="$run_dir/token" "${extra[@]}"
+coord_pid=${pids[0]}
+
+# Wait (bounded) for the coordinator to serve, or to fail on a bad job.
+for _ in $(seq 300); do
+  [ -s "$run_dir/coordinator.addr" ] && break
+  kill -0 "$coord_pid" 2>/dev/null || break
+  sleep 0.05
+done
+if [ ! -s "$run_dir/coordinator.addr" ]; then
+  echo "local.sh: the coordinator did not start:" >&2
+  tail -n 20 "$run_dir/logs/coordinator.log" >&2
+  exit 1
+fi
+addr=$(cat "$run_dir/coordinator.addr")
+echo "coordinator at $addr, run dir $run_dir"
+
+for ((s = 0; s < servers; s++)); do
+  start "shard$s" "$bin/shard" --coordinator="$addr" --shard_id=$s --token_file="$run_dir/token"
+done
+for ((w = 0; w < workers; w++)); do
+  start "worker$w" "$bin/worker" --coordinator="$addr" --token_file="$run_dir/token"
+done
+
+# Show the coordinator's progress lines while the job runs.
+tail -n +1 -f "$run_dir/logs/coordinator.log" --pid="$coord_pid" 2>/dev/null | grep --line-buffered -E '^(step|eval|result)' &
+tailer=$!
+rc=0
+wait "$coord_pid" || rc=$?
+wait "$tailer" 2>/dev/null || true
+if [ $rc -ne 0 ]; then
+  echo "local.sh: the job failed (coordinator exit $rc):" >&2
+  grep -hE '^[EF][0-9]{4}' "$run_dir"/logs/*.log | tail -n 10 >&2 || true
+  exit 1
+fi
+[ -s "$run_dir/result.json" ] || { echo "local.sh: no result.json" >&2; exit 1; }
+exit 0

@@ -1,0 +1,79 @@
+// A ZeroMQ socket that speaks Envelopes.
+//
+// Servers (the coordinator, shards) Bind a ROUTER channel and answer peers by
+// the routing id that came with their message; clients Connect a DEALER channel
+// to one server. Chunk bytes are handed to ZeroMQ without a copy (the frame
+// keeps the caller's owner alive until ZeroMQ is done) and received chunks point
+// into the received frames. A message that fails to decode is still returned,
+// with its error, so a server can answer the peer and keep serving.
+// Not thread-safe: one thread owns a channel and its socket.
+#pragma once
+
+#include <zmq.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "schema/codec.h"
+
+namespace eps {
+
+class Channel {
+ public:
+  struct Options {
+    DecodeLimits limits;
+    int linger_ms = 2000;            // how long close() may wait to flush queued messages
+    int64_t max_message_bytes = -1;  // ZeroMQ drops larger incoming messages (-1: no limit)
+  };
+
+  // ROUTER bound to `endpoint` ("tcp://127.0.0.1:0" picks a free port).
+  static StatusOr<std::unique_ptr<Channel>> Bind(zmq::context_t* context, const std::string& endpoint,
+                                                 const Options& options);
+  static StatusOr<std::unique_ptr<Channel>> Bind(zmq::context_t* context, const std::string& endpoint) {
+    return Bind(context, endpoint, Options());
+  }
+  // DEALER connected to `endpoint`. Connecting is asynchronous: errors surface on Send/Receive.
+  static StatusOr<std::unique_ptr<Channel>> Connect(zmq::context_t* context, const std::string& endpoint,
+                                                    const Options& options);
+  static StatusOr<std::unique_ptr<Channel>> Connect(zmq::context_t* context, const std::string& endpoint) {
+    return Connect(context, endpoint, Options());
+  }
+
+  ~Channel();
+
+  // The endpoint as bound or connected, with the real port.
+  const std::string& endpoint() const { return endpoint_; }
+
+  // DEALER: sends to the server.
+  Status Send(const Envelope& envelope);
+  // ROUTER: sends to the peer with routing id `peer`. Unavailable if it is gone.
+  Status SendTo(const std::string& peer, const Envelope& envelope);
+
+  struct Incoming {
+    std::string peer;            // routing id (ROUTER only)
+    StatusOr<Envelope> envelope = InvalidArgument("no message");
+  };
+  // Waits up to `timeout` for one message. DeadlineExceeded when none came;
+  // Aborted when a signal interrupted the wait.
+  StatusOr<Incoming> Receive(std::chrono::milliseconds timeout);
+  // Receives only if a message is ready now.
+  StatusOr<Incoming> TryReceive() { return Receive(std::chrono::milliseconds(0)); }
+
+  zmq::socket_t& socket() { return socket_; }
+
+ private:
+  Channel(zmq::socket_t socket, std::string endpoint, bool router, Options options);
+  Status SendFrames(const std::string* peer, const Envelope& envelope);
+
+  zmq::socket_t socket_;
+  const std::string endpoint_;
+  const bool router_;
+  const Options options_;
+};
+
+// Sends `request` on a DEALER channel and waits up to `timeout` for the reply.
+// An ErrorReply from the server comes back as its Status.
+StatusOr<Envelope> Call(Channel* channel, const Envelope& request, std::chrono::milliseconds timeout);
+
+}  // namespace eps

@@ -1,0 +1,482 @@
+#include "schema/codec.h"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <kj/exception.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "schema/elasticps.capnp.h"
+
+namespace eps {
+namespace {
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+// ---- encoding -------------------------------------------------------------
+
+void SetTensors(capnp::List<wire::TensorSpec>::Builder out, const std::vector<TensorSpec>& tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    auto t = out[i];
+    t.setName(tensors[i].name);
+    t.setKind(static_cast<uint8_t>(tensors[i].kind));
+    t.setDtype(static_cast<uint8_t>(tensors[i].dtype));
+    auto shape = t.initShape(tensors[i].shape.size());
+    for (size_t d = 0; d < tensors[i].shape.size(); ++d) shape.set(d, tensors[i].shape[d]);
+  }
+}
+
+void SetSpec(wire::JobSpec::Builder out, const JobSpec& s) {
+  out.setJobId(s.job_id);
+  out.setModel(s.model);
+  out.setDataDir(s.data_dir);
+  out.setVirtualWorkers(s.virtual_workers);
+  out.setBatchPerVw(s.batch_per_vw);
+  out.setSeed(s.seed);
+  out.setSteps(s.steps);
+  out.setThreads(s.threads);
+  out.setTrainLimit(s.train_limit);
+  out.setTestLimit(s.test_limit);
+  out.setChunkElems(s.chunk_elems);
+  out.setNumShards(s.num_shards);
+  out.setEvalBatch(s.eval_batch);
+  auto o = out.initOptimizer();
+  const OptimizerSpec& p = s.optimizer;
+  o.setKind(p.kind);
+  o.setLr(p.lr);
+  o.setMomentum(p.momentum);
+  o.setDampening(p.dampening);
+  o.setNesterov(p.nesterov);
+  o.setWeightDecay(p.weight_decay);
+  o.setBeta1(p.beta1);
+  o.setBeta2(p.beta2);
+  o.setEps(p.eps);
+  o.setSchedule(p.schedule);
+  o.setStepSize(p.step_size);
+  o.setGamma(p.gamma);
+  o.setWarmupSteps(p.warmup_steps);
+  o.setMinLr(p.min_lr);
+}
+
+// Appends the chunks as frames and records their references.
+void SetChunks(capnp::List<wire::ChunkRef>::Builder out, const std::vector<ChunkBytes>& chunks,
+               std::vector<Frame>* frames) {
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    out[i].setChunk(chunks[i].chunk.value());
+    out[i].setFrame(static_cast<uint32_t>(frames->size() - 1));
+    frames->push_back({chunks[i].data, chunks[i].size, chunks[i].owner});
+  }
+}
+
+// ---- decoding -------------------------------------------------------------
+
+class Reader {
+ public:
+  Reader(const std::vector<Frame>& frames, const DecodeLimits& limits)
+      : frames_(frames), limits_(limits), used_(frames.size(), false) {}
+
+  Status Text(capnp::Text::Reader t, std::string* out) {
+    if (t.size() > limits_.max_text) return InvalidArgument("text field longer than " + std::to_string(limits_.max_text));
+    *out = t.cStr();
+    return OkStatus();
+  }
+
+  template <class L>
+  Status ListSize(const L& list, const char* what) {
+    if (list.size() > limits_.max_list) return InvalidArgument(std::string(what) + " list too long");
+    return OkStatus();
+  }
+
+  Status Tensors(capnp::List<wire::TensorSpec>::Reader in, std::vector<TensorSpec>* out) {
+    EPS_RETURN_IF_ERROR(ListSize(in, "tensors"));
+    out->clear();
+    for (auto t : in) {
+      TensorSpec spec;
+      EPS_RETURN_IF_ERROR(Text(t.getName(), &spec.name));
+      if (t.getKind() > static_cast<uint8_t>(TensorKind::kLoss)) return InvalidArgument("unknown tensor kind");
+      if (t.getDtype() > static_cast<uint8_t>(DType::kInt64)) return InvalidArgument("unknown dtype");
+      spec.kind = static_cast<TensorKind>(t.getKind());
+      spec.dtype = static_cast<DType>(t.getDtype());
+      if (t.getShape().size() > 8) return InvalidArgument("tensor " + spec.name + " has more than 8 dimensions");
+      for (int64_t d : t.getShape()) spec.shape.push_back(d);
+      out->push_back(std::move(spec));
+    }
+    return OkStatus();
+  }
+
+  Status Spec(wire::JobSpec::Reader in, JobSpec* s) {
+    EPS_RETURN_IF_ERROR(Text(in.getJobId(), &s->job_id));
+    EPS_RETURN_IF_ERROR(Text(in.getModel(), &s->model));
+    EPS_RETURN_IF_ERROR(Text(in.getDataDir(), &s->data_dir));
+    s->virtual_workers = in.getVirtualWorkers();
+    s->batch_per_vw = in.getBatchPerVw();
+    s->seed = in.getSeed();
+    s->steps = in.getSteps();
+    s->threads = in.getThreads();
+    s->train_limit = in.getTrainLimit();
+    s->test_limit = in.getTestLimit();
+    s->chunk_elems = in.getChunkElems();
+    s->num_shards = in.getNumShards();
+    s->eval_batch = in.getEvalBatch();
+    auto o = in.getOptimizer();
+    OptimizerSpec& p = s->optimizer;
+    EPS_RETURN_IF_ERROR(Text(o.getKind(), &p.kind));
+    p.lr = o.getLr();
+    p.momentum = o.getMomentum();
+    p.dampening = o.getDampening();
+    p.nesterov = o.getNesterov();
+    p.weight_decay = o.getWeightDecay();
+    p.beta1 = o.getBeta1();
+    p.beta2 = o.getBeta2();
+    p.eps = o.getEps();
+    EPS_RETURN_IF_ERROR(Text(o.getSchedule(), &p.schedule));
+    p.step_size = o.getStepSize();
+    p.gamma = o.getGamma();
+    p.warmup_steps = o.getWarmupSteps();
+    p.min_lr = o.getMinLr();
+    return OkStatus();
+  }
+
+  Status Chunks(capnp::List<wire::ChunkRef>::Reader in, std::vector<ChunkBytes>* out) {
+    EPS_RETURN_IF_ERROR(ListSize(in, "chunks"));
+    out->clear();
+    for (auto ref : in) {
+      const size_t frame = size_t{ref.getFrame()} + 1;  // frame 0 is the envelope
+      if (frame >= frames_.size()) {
+        return InvalidArgument("chunk " + std::to_string(ref.getChunk()) + " names missing frame " +
+                               std::to_string(ref.getFrame()));
+      }
+      if (used_[frame]) return InvalidArgument("frame " + std::to_string(ref.getFrame()) + " referenced twice");
+      used_[frame] = true;
+      const Frame& f = frames_[frame];
+      out->push_back({ChunkId(ref.getChunk()), f.data, f.size, f.owner});
+    }
+    return OkStatus();
+  }
+
+  // Every byte frame must belong to some chunk: stray frames mean a confused peer.
+  Status AllFramesUsed() const {
+    for (size_t i = 1; i < used_.size(); ++i) {
+      if (!used_[i]) return InvalidArgument("frame " + std::to_string(i - 1) + " is not referenced by any chunk");
+    }
+    return OkStatus();
+  }
+
+ private:
+  const std::vector<Frame>& frames_;
+  const DecodeLimits& limits_;
+  std::vector<bool> used_;
+};
+
+Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
+  using W = wire::Envelope::Body;
+  auto b = env.getBody();
+  switch (b.which()) {
+    case W::ERROR: {
+      ErrorReply m;
+      auto in = b.getError();
+      // kOk is no error: Call() would turn it into a success without a reply body.
+      if (in.getCode() == static_cast<uint16_t>(StatusCode::kOk) ||
+          in.getCode() > static_cast<uint16_t>(StatusCode::kInternal)) {
+        return InvalidArgument("unknown error code " + std::to_string(in.getCode()));
+      }
+      m.code = static_cast<StatusCode>(in.getCode());
+      EPS_RETURN_IF_ERROR(r.Text(in.getMessage(), &m.message));
+      *body = std::move(m);
+      return OkStatus();
+    }
+    case W::REGISTER_WORKER: {
+      RegisterWorker m;
+      auto in = b.getRegisterWorker();
+      EPS_RETURN_IF_ERROR(r.Text(in.getHost(), &m.host));
+      m.pid = in.getPid();
+      *body = std::move(m);
+      return OkStatus();
+    }
+    case W::REGISTER_WORKER_REPLY: {
+      RegisterWorkerReply m;
+      auto in = b.getRegisterWorkerReply();
+      m.worker = WorkerId(in.getWorker());
+      EPS_RETURN_IF_ERROR(r.Spec(in.getSpec(), &m.spec));
+      EPS_RETURN_IF_ERROR(r.ListSize(in.getShardAddresses(), "shard addresses"));
+      for (auto a : in.getShardAddresses()) {
+        std::string s;
+        EPS_RETURN_IF_ERROR(r.Text(a, &s));
+        m.shard_addresses.push_back(std::move(s));
+      }
+      *body = std::move(m);
+      return OkStatus();
+    }
+    case W::REGISTER_SHARD: {
+      RegisterShard m;
+      auto in = b.getRegisterShard();
+      m.shard = ShardId(in.getShard());
+      EPS_RETURN_IF_ERROR(r.Text(in.getAddress(), &m.address));
+      *body = std::move(m);
+      return OkStatus();
+    }
+    case W::SHARD_CONFIG: {
+      ShardConfig m;
+      auto in = b.getShardConfig();
+      EPS_RETURN_IF_ERROR(r.Spec(in.getSpec(), &m.spec));
+      EPS_RETURN_IF_ERROR(r.Tensors(in.getTensors(), &m.tensors));
+      *body = std::move(m);
+      return OkStatus();
+    }
+    case W::STEP_REQUEST: {
+      StepRequest m;
+      auto in = b.getStepRequest();
+      m.worker = WorkerId(in.getWorker());
+      m.done_step = Step(in.getDoneStep());
+      EPS_RETURN_IF_ERROR(r.Tensors(in.getTensors(), &m.tensors));
+      m.train_samples = in.getTrainSamples();
+      m.test_samples = in.getTestSamples();
+      *body = std::move(m);
+      return OkStatus();
+    }
+    case W::STEP_PLAN: {
+      StepPlan m;
+      auto in = b.getStepPlan();
+      const auto kind = static_cast<uint16_t>(in.getKind());
+      if (kind > static_cast<uint16_t>(PlanKind::kStop)) return InvalidArgument("unknown plan kind");
+      m.kind = static_cast<PlanKind>(kind);
+      m.step = Step(in.getStep());
+      m.epoch = Epoch(in.getEpoch());
+      m.vw_lo = in.getVwLo();
+      m.vw_hi = in.getVwHi();
+      m.eval_lo = in.getEvalLo();
+      m.eval_hi = in.getEvalHi();
+      if (m.vw_lo > m.vw_hi || m.eval_lo > m.eval_hi) return InvalidArgument("plan with an inverted range");
+      *body = m;
+      return OkStatus();
+    }
+    case W::STEP_DONE: {
+      StepDone m;
+      auto in = b.getStepDone();
+      m.shard = ShardId(in.getShard());
+      m.step = Step(in.getStep());
+      m.has_loss = in.getHasLoss();
+      m.loss = in.getLoss();
+      *body = m;
+      return OkStatus();
+    }
+    case W::PUSH: {
+      Push m;
+      auto in = b.getPush();
+      m.epoch = Epoch(in.getEpoch());
+      m.step = Step(in.getStep());
+      m.block = Block{in.getBlockLo(), in.getBlockSize()};
+      EPS_RETURN_IF_ERROR(r.Chunks(in.getChunks(), &m.chunks));
+      *body = std::move(m);
+      return OkStatus();
+    }
+    case W::PUSH_REPLY: {
+      PushReply m;
+      auto in = b.getPushReply();
+      m.step = Step(in.getStep());
+      m.accepted = in.getAccepted();
+      m.duplicates = in.getDuplicates();
+      *body = m;
+      return OkStatus();
+    }
+    case W::PULL: {
+      Pull m;
+      auto in = b.getPull();
+      m.version = Step(in.getVersion());
+      EPS_RETURN_IF_ERROR(r.ListSize(in.getChunks(), "pull chunks"));
+      for (uint32_t c : in.getChunks()) m.chunks.push_back(ChunkId(c));
+      *body = std::move(m);
+      return OkStatus();
+    }
+    case W::PULL_REPLY: {
+      PullReply m;
+      auto in = b.getPullReply();
+      m.version = Step(in.getVersion());
+      EPS_RETURN_IF_ERROR(r.Chunks(in.getChunks(), &m.chunks));
+      *body = std::move(m);
+      return OkStatus();
+    }
+    case W::EVAL_RESULT: {
+      EvalResult m;
+      auto in = b.getEvalResult();
+      m.worker = WorkerId(in.getWorker());
+      m.version = Step(in.getVersion());
+      m.lo = in.getLo();
+      m.hi = in.getHi();
+      m.correct = in.getCorrect();
+      m.loss_sum = in.getLossSum();
+      *body = m;
+      return OkStatus();
+    }
+    case W::SHUTDOWN: {
+      Shutdown m;
+      EPS_RETURN_IF_ERROR(r.Text(b.getShutdown().getReason(), &m.reason));
+      *body = std::move(m);
+      return OkStatus();
+    }
+  }
+  return InvalidArgument("unknown message kind " + std::to_string(static_cast<int>(b.which())));
+}
+
+}  // namespace
+
+const char* BodyName(const Body& body) {
+  static const char* const kNames[] = {"error",       "registerWorker", "registerWorkerReply", "registerShard",
+                                       "shardConfig", "stepRequest",    "stepPlan",            "stepDone",
+                                       "push",        "pushReply",      "pull",                "pullReply",
+                                       "evalResult",  "shutdown"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == std::variant_size_v<Body>);
+  return kNames[body.index()];
+}
+
+StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
+  auto message = std::make_shared<capnp::MallocMessageBuilder>();
+  auto env = message->initRoot<wire::Envelope>();
+  env.setVersion(wire::PROTOCOL_VERSION);
+  env.setToken(envelope.token);
+  std::vector<Frame> frames(1);
+  auto b = env.initBody();
+  std::visit(
+      Overloaded{
+          [&](const ErrorReply& m) {
+            auto o = b.initError();
+            o.setCode(static_cast<uint16_t>(m.code));
+            o.setMessage(m.message);
+          },
+          [&](const RegisterWorker& m) {
+            auto o = b.initRegisterWorker();
+            o.setHost(m.host);
+            o.setPid(m.pid);
+          },
+          [&](const RegisterWorkerReply& m) {
+            auto o = b.initRegisterWorkerReply();
+            o.setWorker(m.worker.value());
+            SetSpec(o.initSpec(), m.spec);
+            auto a = o.initShardAddresses(m.shard_addresses.size());
+            for (size_t i = 0; i < m.shard_addresses.size(); ++i) a.set(i, m.shard_addresses[i]);
+          },
+          [&](const RegisterShard& m) {
+            auto o = b.initRegisterShard();
+            o.setShard(m.shard.value());
+            o.setAddress(m.address);
+          },
+          [&](const ShardConfig& m) {
+            auto o = b.initShardConfig();
+            SetSpec(o.initSpec(), m.spec);
+            SetTensors(o.initTensors(m.tensors.size()), m.tensors);
+          },
+          [&](const StepRequest& m) {
+            auto o = b.initStepRequest();
+            o.setWorker(m.worker.value());
+            o.setDoneStep(m.done_step.value());
+            SetTensors(o.initTensors(m.tensors.size()), m.tensors);
+            o.setTrainSamples(m.train_samples);
+            o.setTestSamples(m.test_samples);
+          },
+          [&](const StepPlan& m) {
+            auto o = b.initStepPlan();
+            o.setKind(static_cast<wire::StepPlan::Kind>(m.kind));
+            o.setStep(m.step.value());
+            o.setEpoch(m.epoch.value());
+            o.setVwLo(m.vw_lo);
+            o.setVwHi(m.vw_hi);
+            o.setEvalLo(m.eval_lo);
+            o.setEvalHi(m.eval_hi);
+          },
+          [&](const StepDone& m) {
+            auto o = b.initStepDone();
+            o.setShard(m.shard.value());
+            o.setStep(m.step.value());
+            o.setHasLoss(m.has_loss);
+            o.setLoss(m.loss);
+          },
+          [&](const Push& m) {
+            auto o = b.initPush();
+            o.setEpoch(m.epoch.value());
+            o.setStep(m.step.value());
+            o.setBlockLo(m.block.lo);
+            o.setBlockSize(m.block.size);
+            SetChunks(o.initChunks(m.chunks.size()), m.chunks, &frames);
+          },
+          [&](const PushReply& m) {
+            auto o = b.initPushReply();
+            o.setStep(m.step.value());
+            o.setAccepted(m.accepted);
+            o.setDuplicates(m.duplicates);
+          },
+          [&](const Pull& m) {
+            auto o = b.initPull();
+            o.setVersion(m.version.value());
+            auto c = o.initChunks(m.chunks.size());
+            for (size_t i = 0; i < m.chunks.size(); ++i) c.set(i, m.chunks[i].value());
+          },
+          [&](const PullReply& m) {
+            auto o = b.initPullReply();
+            o.setVersion(m.version.value());
+            SetChunks(o.initChunks(m.chunks.size()), m.chunks, &frames);
+          },
+          [&](const EvalResult& m) {
+            auto o = b.initEvalResult();
+            o.setWorker(m.worker.value());
+            o.setVersion(m.version.value());
+            o.setLo(m.lo);
+            o.setHi(m.hi);
+            o.setCorrect(m.correct);
+            o.setLossSum(m.loss_sum);
+          },
+          [&](const Shutdown& m) { b.initShutdown().setReason(m.reason); },
+      },
+      envelope.body);
+  auto flat = std::make_shared<kj::Array<capnp::word>>(capnp::messageToFlatArray(*message));
+  frames[0] = Frame{flat->begin(), flat->size() * sizeof(capnp::word), flat};
+  return frames;
+}
+
+StatusOr<Envelope> Decode(const std::vector<Frame>& frames, const DecodeLimits& limits) {
+  if (frames.empty()) return InvalidArgument("empty message");
+  if (frames.size() > limits.max_frames) return InvalidArgument("too many frames");
+  const Frame& head = frames[0];
+  if (head.size == 0 || head.size % sizeof(capnp::word) != 0) {
+    return InvalidArgument("envelope of " + std::to_string(head.size) + " bytes is not a whole number of words");
+  }
+  if (head.size > limits.max_header_bytes) return InvalidArgument("envelope larger than the limit");
+  // Cap'n Proto reads words in place; copy the (small) envelope only if misaligned.
+  kj::Array<capnp::word> aligned;
+  kj::ArrayPtr<const capnp::word> words;
+  if (reinterpret_cast<uintptr_t>(head.data) % alignof(capnp::word) != 0) {
+    aligned = kj::heapArray<capnp::word>(head.size / sizeof(capnp::word));
+    std::memcpy(aligned.begin(), head.data, head.size);
+    words = aligned.asPtr();
+  } else {
+    words = kj::ArrayPtr<const capnp::word>(static_cast<const capnp::word*>(head.data), head.size / sizeof(capnp::word));
+  }
+  Envelope out;
+  Status status;
+  kj::Maybe<kj::Exception> exception = kj::runCatchingExceptions([&]() {
+    capnp::ReaderOptions options;
+    options.traversalLimitInWords = limits.max_header_bytes / sizeof(capnp::word) * 4;
+    options.nestingLimit = 16;
+    capnp::FlatArrayMessageReader reader(words, options);
+    auto env = reader.getRoot<wire::Envelope>();
+    if (env.getVersion() != wire::PROTOCOL_VERSION) {
+      status = InvalidArgument("protocol version " + std::to_string(env.getVersion()) + ", this build speaks " +
+                               std::to_string(wire::PROTOCOL_VERSION));
+      return;
+    }
+    Reader r(frames, limits);
+    status = r.Text(env.getToken(), &out.token);
+    if (status.ok()) status = DecodeBody(env, r, &out.body);
+    if (status.ok()) status = r.AllFramesUsed();
+  });
+  KJ_IF_MAYBE(e, exception) { return InvalidArgument(std::string("malformed envelope: ") + e->getDescription().cStr()); }
+  if (!status.ok()) return status;
+  return out;
+}
+
+}  // namespace eps

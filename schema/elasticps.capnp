@@ -1,0 +1,173 @@
+# The ElasticPS wire protocol. Every ZeroMQ message is one Envelope (frame 0,
+# a flat Cap'n Proto message) followed by zero or more raw byte frames that
+# carry tensor chunks; a ChunkRef names its frame by index, so tensor bytes are
+# never copied into or out of the Cap'n Proto message.
+#
+# Field numbers only grow; new fields go at the end with defaults.
+@0xf28c856c8d04215e;
+
+$import "/capnp/c++.capnp".namespace("eps::wire");
+
+const protocolVersion :UInt16 = 1;
+
+struct Envelope {
+  version @0 :UInt16;
+  token @1 :Text;     # the job's secret; checked where a job requires one
+  body :union {
+    error @2 :ErrorReply;
+    registerWorker @3 :RegisterWorker;
+    registerWorkerReply @4 :RegisterWorkerReply;
+    registerShard @5 :RegisterShard;
+    shardConfig @6 :ShardConfig;
+    stepRequest @7 :StepRequest;
+    stepPlan @8 :StepPlan;
+    stepDone @9 :StepDone;
+    push @10 :Push;
+    pushReply @11 :PushReply;
+    pull @12 :Pull;
+    pullReply @13 :PullReply;
+    evalResult @14 :EvalResult;
+    shutdown @15 :Shutdown;
+  }
+}
+
+struct ErrorReply {
+  code @0 :UInt16;    # eps::StatusCode
+  message @1 :Text;
+}
+
+struct TensorSpec {
+  name @0 :Text;
+  kind @1 :UInt8;     # eps::TensorKind
+  dtype @2 :UInt8;    # eps::DType
+  shape @3 :List(Int64);
+}
+
+struct OptimizerSpec {
+  kind @0 :Text;      # sgd | adam | adamw
+  lr @1 :Float64;
+  momentum @2 :Float64;
+  dampening @3 :Float64;
+  nesterov @4 :Bool;
+  weightDecay @5 :Float64;
+  beta1 @6 :Float64;
+  beta2 @7 :Float64;
+  eps @8 :Float64;
+  schedule @9 :Text;  # constant | step | cosine
+  stepSize @10 :Int64;
+  gamma @11 :Float64;
+  warmupSteps @12 :Int64;
+  minLr @13 :Float64;
+}
+
+struct JobSpec {
+  jobId @0 :Text;
+  model @1 :Text;
+  dataDir @2 :Text;
+  virtualWorkers @3 :UInt32;
+  batchPerVw @4 :UInt32;
+  seed @5 :UInt64;
+  steps @6 :Int64;
+  threads @7 :UInt32;      # intra-op threads of every worker: part of the bits
+  optimizer @8 :OptimizerSpec;
+  trainLimit @9 :Int64;    # use the first N training samples (0 = all)
+  testLimit @10 :Int64;    # evaluate on the first N test samples (0 = all, -1 = none)
+  chunkElems @11 :Int64;
+  numShards @12 :UInt32;
+  evalBatch @13 :UInt32;
+}
+
+struct RegisterWorker {
+  host @0 :Text;
+  pid @1 :UInt32;
+}
+
+struct RegisterWorkerReply {
+  worker @0 :UInt32;
+  spec @1 :JobSpec;
+  shardAddresses @2 :List(Text);  # index = shard id
+}
+
+struct RegisterShard {
+  shard @0 :UInt32;
+  address @1 :Text;
+}
+
+struct ShardConfig {
+  spec @0 :JobSpec;
+  tensors @1 :List(TensorSpec);   # the chunk map follows from these by MakeLayout
+}
+
+struct StepRequest {
+  worker @0 :UInt32;
+  doneStep @1 :Int64;             # last step this worker finished its part of (-1: none)
+  tensors @2 :List(TensorSpec);   # the worker's model layout (first request only)
+  trainSamples @3 :Int64;         # sizes of the data sets it loaded (first request only)
+  testSamples @4 :Int64;
+}
+
+struct StepPlan {
+  kind @0 :Kind;
+  step @1 :Int64;
+  epoch @2 :UInt64;
+  vwLo @3 :UInt32;                # train: VWs [vwLo, vwHi)
+  vwHi @4 :UInt32;
+  evalLo @5 :Int64;               # eval: test samples [evalLo, evalHi) at version `step`
+  evalHi @6 :Int64;
+  enum Kind {
+    wait @0;                      # nothing to do yet; ask again
+    init @1;                      # push the initial parameters and buffers as version 0
+    train @2;
+    eval @3;
+    stop @4;                      # the job is over: exit 0
+  }
+}
+
+struct StepDone {
+  shard @0 :UInt32;
+  step @1 :Int64;                 # the shard now serves version step+1 (step -1: initialized)
+  loss @2 :Float32;               # mean VW loss of the step, from the shard owning the loss chunk
+  hasLoss @3 :Bool;
+}
+
+struct ChunkRef {
+  chunk @0 :UInt32;
+  frame @1 :UInt32;               # index of the byte frame after the envelope (0 = first)
+}
+
+struct Push {
+  epoch @0 :UInt64;
+  step @1 :Int64;                 # -1: initial values (version 0)
+  blockLo @2 :UInt32;
+  blockSize @3 :UInt32;
+  chunks @4 :List(ChunkRef);
+}
+
+struct PushReply {
+  step @0 :Int64;
+  accepted @1 :UInt32;
+  duplicates @2 :UInt32;
+}
+
+struct Pull {
+  version @0 :Int64;
+  chunks @1 :List(UInt32);        # empty: every chunk the shard owns
+}
+
+struct PullReply {
+  version @0 :Int64;
+  chunks @1 :List(ChunkRef);
+}
+
+struct EvalResult {
+  worker @0 :UInt32;
+  version @1 :Int64;
+  lo @2 :Int64;
+  hi @3 :Int64;
+  correct @4 :Int64;
+  lossSum @5 :Float64;
+}
+
+struct Shutdown {
+  reason @0 :Text;
+}

@@ -1,0 +1,163 @@
+// The C++ value types of every protocol message (schema/elasticps.capnp). Code
+// outside schema/ sees only these; codec.h turns them into frames and back.
+// Plain value types, thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/layout.h"
+#include "common/status.h"
+#include "common/tree.h"
+
+namespace eps {
+
+// Bytes of one tensor chunk. On receive `data` points into a ZeroMQ frame that
+// `owner` keeps alive; on send the caller keeps the bytes alive through `owner`
+// until the channel has handed them to ZeroMQ (which may hold them longer).
+struct ChunkBytes {
+  ChunkId chunk;
+  const void* data = nullptr;
+  size_t size = 0;
+  std::shared_ptr<const void> owner;
+};
+
+struct OptimizerSpec {
+  std::string kind = "sgd";
+  double lr = 0.01;
+  double momentum = 0;
+  double dampening = 0;
+  bool nesterov = false;
+  double weight_decay = 0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  std::string schedule = "constant";
+  int64_t step_size = 0;
+  double gamma = 0.1;
+  int64_t warmup_steps = 0;
+  double min_lr = 0;
+};
+
+// Everything a process needs to know about a job; owned by the coordinator.
+struct JobSpec {
+  std::string job_id;
+  std::string model;
+  std::string data_dir;
+  uint32_t virtual_workers = 0;
+  uint32_t batch_per_vw = 0;
+  uint64_t seed = 0;
+  int64_t steps = 0;
+  uint32_t threads = 1;
+  OptimizerSpec optimizer;
+  int64_t train_limit = 0;  // first N training samples (0: all)
+  int64_t test_limit = 0;   // first N test samples (0: all, -1: no evaluation)
+  int64_t chunk_elems = 1 << 20;
+  uint32_t num_shards = 1;
+  uint32_t eval_batch = 1000;
+};
+
+struct ErrorReply {
+  StatusCode code = StatusCode::kInternal;
+  std::string message;
+  Status ToStatus() const { return Status(code, message); }
+};
+
+struct RegisterWorker {
+  std::string host;
+  uint32_t pid = 0;
+};
+
+struct RegisterWorkerReply {
+  WorkerId worker;
+  JobSpec spec;
+  std::vector<std::string> shard_addresses;  // index = shard id
+};
+
+struct RegisterShard {
+  ShardId shard;
+  std::string address;
+};
+
+struct ShardConfig {
+  JobSpec spec;
+  std::vector<TensorSpec> tensors;  // empty until the first worker reported its model
+};
+
+struct StepRequest {
+  WorkerId worker;
+  Step done_step{-1};
+  std::vector<TensorSpec> tensors;  // the worker's model (first request only)
+  int64_t train_samples = 0;        // data set sizes it loaded (first request only)
+  int64_t test_samples = 0;
+};
+
+enum class PlanKind : uint8_t { kWait = 0, kInit = 1, kTrain = 2, kEval = 3, kStop = 4 };
+
+struct StepPlan {
+  PlanKind kind = PlanKind::kWait;
+  Step step{0};
+  Epoch epoch{0};
+  uint32_t vw_lo = 0, vw_hi = 0;   // train: VWs [vw_lo, vw_hi)
+  int64_t eval_lo = 0, eval_hi = 0; // eval: test samples [eval_lo, eval_hi) at version `step`
+};
+
+struct StepDone {
+  ShardId shard;
+  Step step{-1};  // the shard now serves version step+1
+  bool has_loss = false;
+  float loss = 0;  // mean VW loss of the step
+};
+
+struct Push {
+  Epoch epoch{0};
+  Step step{0};  // -1: initial values, stored as version 0
+  Block block;
+  std::vector<ChunkBytes> chunks;
+};
+
+struct PushReply {
+  Step step{0};
+  uint32_t accepted = 0;
+  uint32_t duplicates = 0;
+};
+
+struct Pull {
+  Step version{0};
+  std::vector<ChunkId> chunks;  // empty: all chunks of the shard
+};
+
+struct PullReply {
+  Step version{0};
+  std::vector<ChunkBytes> chunks;
+};
+
+struct EvalResult {
+  WorkerId worker;
+  Step version{0};
+  int64_t lo = 0, hi = 0;
+  int64_t correct = 0;
+  double loss_sum = 0;
+};
+
+struct Shutdown {
+  std::string reason;
+};
+
+using Body = std::variant<ErrorReply, RegisterWorker, RegisterWorkerReply, RegisterShard, ShardConfig,
+                          StepRequest, StepPlan, StepDone, Push, PushReply, Pull, PullReply, EvalResult,
+                          Shutdown>;
+
+struct Envelope {
+  std::string token;
+  Body body;
+};
+
+// Name of the message kind held by `body`, for logs.
+const char* BodyName(const Body& body);
+
+}  // namespace eps

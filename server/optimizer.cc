@@ -1,0 +1,317 @@
+#include "server/optimizer.h"
+
+#include <cassert>
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+// Bit-exactness needs every rounding spelled out in the source. With -ffp-contract=fast (GCC's
+// default outside ISO C) and FMA available (-march=native, or the "fma" clone below) GCC fuses
+// a multiply into a later add even across statements, e.g. AdamW's p * (1 - lr * wd) into the
+// addcdiv that follows, where libtorch rounds the product first. So contraction is off here and
+// every fused multiply-add is an explicit std::fma. Removing this line makes the AdamW test of
+// tests/optimizer_test.cc fail on an FMA machine.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace eps {
+namespace {
+
+// The loops run once per chunk per step. Without -mfma std::fma is a libm call per element; the
+// "fma" clone inlines it as one instruction and lets GCC vectorize. Both clones compute the same
+// bits: a fused multiply-add is correctly rounded wherever it is computed.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__)
+#define EPS_OPTIMIZER_CLONES __attribute__((target_clones("default", "fma")))
+#else
+#define EPS_OPTIMIZER_CLONES
+#endif
+
+// Scalars as libtorch 1.13's C++ optimizers hand them to ATen: computed in double, then turned into
+// float by the kernel (Scalar::to<float>() for an alpha / value, a wrapped-number tensor cast to
+// the float common dtype for a tensor-scalar mul or div).
+//
+// The per-element formulas mirror ATen's vectorized CPU kernels with FMA (AVX2 / AVX512 builds):
+//   a.add(b, alpha)            -> fma(b, alpha, a)          (ufunc add: vec::fmadd(b, alpha, a))
+//   a.mul(s)                   -> a * s
+//   a.addcmul(b, c, s)         -> fma(s * b, c, a)          (a + s * b * c, contracted by GCC)
+//   a.addcdiv(b, c, s)         -> a + (s * b) / c
+//   a / s, a.sqrt(), a.add(s)  -> a / s, sqrt(a), a + s
+// The scalar tails of those kernels are compiled the same way and fuse too (checked by the test).
+
+struct SgdConstants {
+  bool weight_decay;  // weight_decay != 0, tested in double like libtorch.
+  bool momentum;
+  bool nesterov;
+  float wd;
+  float mom;
+  float one_minus_dampening;
+  float neg_lr;
+};
+
+// torch::optim::SGD::step:
+//   d_p = grad; if (wd != 0) d_p = d_p.add(p, wd);
+//   if (momentum != 0) {
+//     buf = first ? clone(d_p) : buf.mul_(momentum).add_(d_p, 1 - dampening);
+//     d_p = nesterov ? d_p.add(buf, momentum) : buf;
+//   }
+//   p.add_(d_p, -1 * lr);
+EPS_OPTIMIZER_CLONES
+void SgdLoop(const SgdConstants& c, bool first, float* __restrict p, const float* __restrict g,
+             float* __restrict buf, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    float d = g[i];
+    if (c.weight_decay) d = std::fma(p[i], c.wd, d);
+    if (c.momentum) {
+      const float b = first ? d : std::fma(d, c.one_minus_dampening, buf[i] * c.mom);
+      buf[i] = b;
+      d = c.nesterov ? std::fma(b, c.mom, d) : b;
+    }
+    p[i] = std::fma(d, c.neg_lr, p[i]);
+  }
+}
+
+struct AdamConstants {
+  bool l2;         // Adam with weight_decay != 0: grad = grad.add(p, wd).
+  bool decoupled;  // AdamW with weight_decay != 0: p.mul_(1 - lr * wd).
+  float wd;
+  float decay;  // 1 - lr * wd
+  float beta1;
+  float one_minus_beta1;
+  float beta2;
+  float one_minus_beta2;
+  float sqrt_bias_correction2;
+  float eps;
+  float neg_step_size;  // -(lr / bias_correction1)
+};
+
+// torch::optim::Adam::step / AdamW::step (amsgrad off):
+//   AdamW: if (wd != 0) p.mul_(1 - lr * wd);
+//   Adam:  if (wd != 0) grad = grad.add(p, wd);
+//   exp_avg.mul_(beta1).add_(grad, 1 - beta1);
+//   exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+//   denom = (exp_avg_sq.sqrt() / sqrt(bias_correction2)).add_(eps);
+//   p.addcdiv_(exp_avg, denom, -(lr / bias_correction1));
+EPS_OPTIMIZER_CLONES
+void AdamLoop(const AdamConstants& c, float* __restrict p, const float* __restrict g,
+              float* __restrict exp_avg, float* __restrict exp_avg_sq, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    float w = p[i];
+    float grad = g[i];
+    if (c.decoupled) w = w * c.decay;
+    if (c.l2) grad = std::fma(w, c.wd, grad);
+    const float m = std::fma(grad, c.one_minus_beta1, exp_avg[i] * c.beta1);
+    const float scaled = c.one_minus_beta2 * grad;
+    const float v = std::fma(scaled, grad, exp_avg_sq[i] * c.beta2);
+    const float denom = std::sqrt(v) / c.sqrt_bias_correction2 + c.eps;
+    const float update = (c.neg_step_size * m) / denom;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    p[i] = w + update;
+  }
+}
+
+bool Finite(double x) { return std::isfinite(x); }
+
+Status Bad(const std::string& field, const std::string& why) {
+  return InvalidArgument("optimizer option " + field + " " + why);
+}
+
+std::string Num(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.17g", x);
+  return buf;
+}
+
+constexpr double kPi = 3.14159265358979323846;
+
+}  // namespace
+
+Status ValidateOptimizerOptions(const OptimizerOptions& o) {
+  switch (o.kind) {
+    case OptimizerKind::kSgd:
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW:
+      break;
+    default:
+      return Bad("kind", "is not a known optimizer");
+  }
+  if (!Finite(o.lr) || o.lr <= 0) return Bad("lr", "must be finite and > 0, got " + Num(o.lr));
+  if (!Finite(o.weight_decay) || o.weight_decay < 0) {
+    return Bad("weight_decay", "must be finite and >= 0, got " + Num(o.weight_decay));
+  }
+  if (o.kind == OptimizerKind::kSgd) {
+    if (!Finite(o.momentum) || o.momentum < 0) {
+      return Bad("momentum", "must be finite and >= 0, got " + Num(o.momentum));
+    }
+    if (!Finite(o.dampening) || o.dampening < 0 || o.dampening > 1) {
+      return Bad("dampening", "must be in [0, 1], got " + Num(o.dampening));
+    }
+    if (o.nesterov && o.momentum <= 0) return Bad("nesterov", "requires momentum > 0");
+    if (o.nesterov && o.dampening != 0) return Bad("nesterov", "requires dampening == 0");
+  } else {
+    const char* name = OptimizerKindName(o.kind);
+    if (o.momentum != 0) return Bad("momentum", std::string("applies to sgd only, not ") + name);
+    if (o.dampening != 0) return Bad("dampening", std::string("applies to sgd only, not ") + name);
+    if (o.nesterov) return Bad("nesterov", std::string("applies to sgd only, not ") + name);
+    if (!Finite(o.beta1) || o.beta1 < 0 || o.beta1 >= 1) {
+      return Bad("beta1", "must be in [0, 1), got " + Num(o.beta1));
+    }
+    if (!Finite(o.beta2) || o.beta2 < 0 || o.beta2 >= 1) {
+      return Bad("beta2", "must be in [0, 1), got " + Num(o.beta2));
+    }
+    if (!Finite(o.eps) || o.eps <= 0) return Bad("eps", "must be finite and > 0, got " + Num(o.eps));
+  }
+
+  switch (o.schedule) {
+    case ScheduleKind::kConstant:
+      break;
+    case ScheduleKind::kStep:
+      if (o.step_size <= 0) {
+        return Bad("step_size", "must be > 0 for the step schedule, got " + std::to_string(o.step_size));
+      }
+      if (!Finite(o.gamma) || o.gamma <= 0) {
+        return Bad("gamma", "must be finite and > 0 for the step schedule, got " + Num(o.gamma));
+      }
+      break;
+    case ScheduleKind::kCosine:
+      if (o.warmup_steps < 0) {
+        return Bad("warmup_steps", "must be >= 0, got " + std::to_string(o.warmup_steps));
+      }
+      if (o.total_steps <= o.warmup_steps) {
+        return Bad("total_steps", "must be > warmup_steps (" + std::to_string(o.warmup_steps) +
+                                      ") for the cosine schedule, got " + std::to_string(o.total_steps));
+      }
+      if (!Finite(o.min_lr) || o.min_lr < 0 || o.min_lr > o.lr) {
+        return Bad("min_lr", "must be in [0, lr] for the cosine schedule, got " + Num(o.min_lr));
+      }
+      break;
+    default:
+      return Bad("schedule", "is not a known schedule");
+  }
+  if (o.schedule != ScheduleKind::kCosine && o.warmup_steps != 0) {
+    return Bad("warmup_steps", std::string("is only supported by the cosine schedule, not ") +
+                                   ScheduleKindName(o.schedule));
+  }
+  return OkStatus();
+}
+
+StatusOr<OptimizerKind> ParseOptimizerKind(std::string_view name) {
+  if (name == "sgd") return OptimizerKind::kSgd;
+  if (name == "adam") return OptimizerKind::kAdam;
+  if (name == "adamw") return OptimizerKind::kAdamW;
+  return InvalidArgument("unknown optimizer '" + std::string(name) + "' (expected sgd, adam or adamw)");
+}
+
+StatusOr<ScheduleKind> ParseScheduleKind(std::string_view name) {
+  if (name == "constant") return ScheduleKind::kConstant;
+  if (name == "step") return ScheduleKind::kStep;
+  if (name == "cosine") return ScheduleKind::kCosine;
+  return InvalidArgument("unknown lr schedule '" + std::string(name) +
+                         "' (expected constant, step or cosine)");
+}
+
+const char* OptimizerKindName(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kAdam:
+      return "adam";
+    case OptimizerKind::kAdamW:
+      return "adamw";
+  }
+  return "unknown";
+}
+
+const char* ScheduleKindName(ScheduleKind schedule) {
+  switch (schedule) {
+    case ScheduleKind::kConstant:
+      return "constant";
+    case ScheduleKind::kStep:
+      return "step";
+    case ScheduleKind::kCosine:
+      return "cosine";
+  }
+  return "unknown";
+}
+
+double LearningRate(const OptimizerOptions& o, int64_t step) {
+  const int64_t t = step < 0 ? 0 : step;
+  switch (o.schedule) {
+    case ScheduleKind::kConstant:
+      return o.lr;
+    case ScheduleKind::kStep:
+      assert(o.step_size > 0);
+      return o.lr * std::pow(o.gamma, static_cast<double>(t / o.step_size));
+    case ScheduleKind::kCosine: {
+      if (t < o.warmup_steps) {
+        // (t + 1) / warmup is exactly 1 at the last warmup step, so that step gets exactly lr.
+        return o.lr * (static_cast<double>(t + 1) / static_cast<double>(o.warmup_steps));
+      }
+      if (t >= o.total_steps) return o.min_lr;
+      const double progress =
+          static_cast<double>(t - o.warmup_steps) / static_cast<double>(o.total_steps - o.warmup_steps);
+      const double lr = o.min_lr + 0.5 * (o.lr - o.min_lr) * (1.0 + std::cos(kPi * progress));
+      // Rounding can put the step just after warmup a hair above lr; keep the schedule in range.
+      return lr > o.lr ? o.lr : (lr < o.min_lr ? o.min_lr : lr);
+    }
+  }
+  return o.lr;
+}
+
+int NumOptimizerSlots(const OptimizerOptions& o) {
+  if (o.kind == OptimizerKind::kSgd) return o.momentum != 0 ? 1 : 0;
+  return 2;
+}
+
+void ApplyOptimizer(const OptimizerOptions& o, int64_t step, float* params, const float* grad, size_t n,
+                    OptimizerState* state) {
+  assert(step >= 0);
+  assert(state != nullptr);
+  const double lr = LearningRate(o, step);
+  const int slots = NumOptimizerSlots(o);
+  const bool first = !state->initialized;
+  if (first) {
+    // Adam starts from zeros (torch::zeros_like); SGD's buffer is written on the first step.
+    state->slot0.assign(slots >= 1 ? n : 0, 0.0f);
+    state->slot1.assign(slots >= 2 ? n : 0, 0.0f);
+    state->initialized = true;
+  }
+  assert(state->slot0.size() == (slots >= 1 ? n : 0));
+  assert(state->slot1.size() == (slots >= 2 ? n : 0));
+
+  if (o.kind == OptimizerKind::kSgd) {
+    SgdConstants c;
+    c.weight_decay = o.weight_decay != 0;
+    c.momentum = o.momentum != 0;
+    c.nesterov = o.nesterov;
+    c.wd = static_cast<float>(o.weight_decay);
+    c.mom = static_cast<float>(o.momentum);
+    c.one_minus_dampening = static_cast<float>(1 - o.dampening);
+    c.neg_lr = static_cast<float>(-1 * lr);
+    SgdLoop(c, first, params, grad, state->slot0.data(), n);
+    return;
+  }
+
+  // libtorch counts steps from 1 and raises the double betas to that integer (promoted to double).
+  const double count = static_cast<double>(step + 1);
+  const double bias_correction1 = 1 - std::pow(o.beta1, count);
+  const double bias_correction2 = 1 - std::pow(o.beta2, count);
+  AdamConstants c;
+  c.l2 = o.kind == OptimizerKind::kAdam && o.weight_decay != 0;
+  c.decoupled = o.kind == OptimizerKind::kAdamW && o.weight_decay != 0;
+  c.wd = static_cast<float>(o.weight_decay);
+  c.decay = static_cast<float>(1 - lr * o.weight_decay);
+  c.beta1 = static_cast<float>(o.beta1);
+  c.one_minus_beta1 = static_cast<float>(1 - o.beta1);
+  c.beta2 = static_cast<float>(o.beta2);
+  c.one_minus_beta2 = static_cast<float>(1 - o.beta2);
+  c.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bias_correction2));
+  c.eps = static_cast<float>(o.eps);
+  c.neg_step_size = static_cast<float>(-(lr / bias_correction1));
+  AdamLoop(c, params, grad, state->slot0.data(), state->slot1.data(), n);
+}
+
+}  // namespace eps

@@ -1,0 +1,64 @@
+// eps_shard: one parameter-server shard of a job.
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include <csignal>
+
+#include "server/shard.h"
+
+DEFINE_uint32(shard_id, 0, "This shard's id, 0..S-1");
+DEFINE_string(coordinator, "", "The coordinator's endpoint, e.g. tcp://127.0.0.1:5555");
+DEFINE_string(bind, "tcp://127.0.0.1:0", "Endpoint workers connect to (port 0: any free port)");
+DEFINE_string(token_file, "", "File holding the job's secret token (empty: no token)");
+DEFINE_int32(pull_wait_ms, 30000, "How long a pull may wait for its version");
+
+namespace {
+volatile bool g_stop = false;
+void OnSignal(int) { g_stop = true; }
+
+std::string ReadToken(const std::string& path) {
+  if (path.empty()) return "";
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) {
+    LOG(ERROR) << "cannot read token file " << path;
+    std::exit(2);
+  }
+  char buf[256] = {0};
+  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  std::string t(buf, n);
+  while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
+  return t;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("eps_shard --coordinator=ENDPOINT --shard_id=N");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  if (FLAGS_coordinator.empty()) {
+    LOG(ERROR) << "--coordinator is required";
+    return 2;
+  }
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  eps::ShardOptions options;
+  options.shard = eps::ShardId(FLAGS_shard_id);
+  options.coordinator = FLAGS_coordinator;
+  options.bind = FLAGS_bind;
+  options.token = ReadToken(FLAGS_token_file);
+  options.pull_wait = std::chrono::milliseconds(FLAGS_pull_wait_ms);
+  zmq::context_t context(1);
+  auto shard = eps::Shard::Open(options, &context);
+  if (!shard.ok()) {
+    LOG(ERROR) << shard.status().ToString();
+    return 1;
+  }
+  eps::Status st = (*shard)->Run(&g_stop);
+  if (!st.ok()) {
+    LOG(ERROR) << "shard " << FLAGS_shard_id << ": " << st.ToString();
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,240 @@
+#include "server/shard_state.h"
+
+#include <cstring>
+#include <set>
+
+namespace eps {
+namespace {
+
+std::shared_ptr<std::vector<float>> CopyBytes(const void* data, size_t bytes) {
+  auto v = std::make_shared<std::vector<float>>((bytes + 3) / 4);
+  std::memcpy(v->data(), data, bytes);
+  return v;
+}
+
+bool SameSpec(const JobSpec& a, const JobSpec& b) {
+  return a.job_id == b.job_id && a.model == b.model && a.virtual_workers == b.virtual_workers &&
+         a.batch_per_vw == b.batch_per_vw && a.seed == b.seed && a.steps == b.steps &&
+         a.chunk_elems == b.chunk_elems && a.num_shards == b.num_shards;
+}
+
+}  // namespace
+
+StatusOr<OptimizerOptions> OptimizerOptionsFromSpec(const OptimizerSpec& spec, int64_t total_steps) {
+  OptimizerOptions o;
+  EPS_ASSIGN_OR_RETURN(o.kind, ParseOptimizerKind(spec.kind));
+  EPS_ASSIGN_OR_RETURN(o.schedule, ParseScheduleKind(spec.schedule));
+  o.lr = spec.lr;
+  o.momentum = spec.momentum;
+  o.dampening = spec.dampening;
+  o.nesterov = spec.nesterov;
+  o.weight_decay = spec.weight_decay;
+  o.beta1 = spec.beta1;
+  o.beta2 = spec.beta2;
+  o.eps = spec.eps;
+  o.step_size = spec.step_size;
+  o.gamma = spec.gamma;
+  o.warmup_steps = spec.warmup_steps;
+  o.min_lr = spec.min_lr;
+  o.total_steps = total_steps;
+  EPS_RETURN_IF_ERROR(ValidateOptimizerOptions(o));
+  return o;
+}
+
+Status ShardState::Configure(const ShardConfig& config) {
+  if (spec_ && !SameSpec(*spec_, config.spec)) return FailedPrecondition("shard already serves another job spec");
+  if (config.spec.virtual_workers == 0) return InvalidArgument("virtual_workers must be at least 1");
+  if (shard_.value() >= config.spec.num_shards) {
+    return InvalidArgument("shard id " + std::to_string(shard_.value()) + " but the job has " +
+                           std::to_string(config.spec.num_shards) + " shards");
+  }
+  EPS_ASSIGN_OR_RETURN(OptimizerOptions opts, OptimizerOptionsFromSpec(config.spec.optimizer, config.spec.steps));
+  if (config.tensors.empty()) {
+    spec_ = config.spec;
+    optimizer_ = opts;
+    return OkStatus();
+  }
+  EPS_ASSIGN_OR_RETURN(Layout layout, MakeLayout(config.tensors, config.spec.num_shards, config.spec.chunk_elems));
+  if (layout_) {
+    if (layout_->tensors == layout.tensors) return OkStatus();
+    return FailedPrecondition("shard already holds a different model layout");
+  }
+  spec_ = config.spec;
+  optimizer_ = opts;
+  layout_ = std::move(layout);
+  mine_ = layout_->ChunksOf(shard_);
+  slots_.clear();
+  slots_.resize(layout_->chunks.size());
+  ResetBarrier();
+  return OkStatus();
+}
+
+void ShardState::ResetBarrier() {
+  const uint32_t v = spec_->virtual_workers;
+  for (ChunkId id : mine_) {
+    ChunkSlot& s = slots_[id.value()];
+    s.vw0_buffer.reset();
+    s.reducer.reset();
+    if (KindOf(id) != TensorKind::kBuffer) {
+      s.reducer = std::make_unique<TreeReducer>(Block{0, TreeWidth(v)}, v, layout_->chunks[id.value()].numel);
+    }
+  }
+}
+
+Status ShardState::ValidatePush(const Push& push) const {
+  std::set<uint32_t> seen;
+  for (const ChunkBytes& c : push.chunks) {
+    if (c.chunk.value() >= layout_->chunks.size()) {
+      return InvalidArgument("unknown chunk " + std::to_string(c.chunk.value()));
+    }
+    if (layout_->chunks[c.chunk.value()].shard != shard_) {
+      return InvalidArgument("chunk " + std::to_string(c.chunk.value()) + " belongs to shard " +
+                             std::to_string(layout_->chunks[c.chunk.value()].shard.value()));
+    }
+    if (!seen.insert(c.chunk.value()).second) {
+      return InvalidArgument("chunk " + std::to_string(c.chunk.value()) + " appears twice in one push");
+    }
+    if (c.size != BytesOf(c.chunk)) {
+      return InvalidArgument("chunk " + std::to_string(c.chunk.value()) + " has " + std::to_string(c.size) +
+                             " bytes, expected " + std::to_string(BytesOf(c.chunk)));
+    }
+    if (push.step.value() >= 0 && KindOf(c.chunk) == TensorKind::kBuffer && push.block.lo != 0) {
+      return InvalidArgument("buffers come only with the block holding VW 0");
+    }
+  }
+  if (push.step.value() >= 0 && !IsTreeNode(push.block, spec_->virtual_workers)) {
+    return InvalidArgument("block " + push.block.ToString() + " is not a node of the tree over " +
+                           std::to_string(spec_->virtual_workers) + " VWs");
+  }
+  return OkStatus();
+}
+
+StatusOr<ShardState::PushOutcome> ShardState::HandlePush(const Push& push) {
+  if (!layout_) return Unavailable("shard has no model layout yet");
+  EPS_RETURN_IF_ERROR(ValidatePush(push));
+  if (push.step.value() < 0) return HandleInit(push);
+  PushOutcome out;
+  out.reply.step = push.step;
+  if (version_.value() < 0) return Unavailable("shard has no initial values yet");
+  if (push.step < version_) {  // a late or repeated contribution to a finished step
+    out.reply.duplicates = static_cast<uint32_t>(push.chunks.size());
+    duplicates_ += push.chunks.size();
+    return out;
+  }
+  if (push.step > version_) {
+    return Aborted("push for step " + std::to_string(push.step.value()) + " but the shard is at step " +
+                   std::to_string(version_.value()));
+  }
+  for (const ChunkBytes& c : push.chunks) {
+    ChunkSlot& s = slots_[c.chunk.value()];
+    if (KindOf(c.chunk) == TensorKind::kBuffer) {
+      if (s.vw0_buffer) {
+        ++out.reply.duplicates;
+      } else {
+        s.vw0_buffer = CopyBytes(c.data, c.size);
+        ++out.reply.accepted;
+      }
+      continue;
+    }
+    Status st = s.reducer->Add(push.block, static_cast<const float*>(c.data), c.size / sizeof(float));
+    if (st.code() == StatusCode::kAlreadyExists) {
+      ++out.reply.duplicates;
+    } else if (!st.ok()) {
+      return st;  // cannot happen after ValidatePush; reported rather than assumed
+    } else {
+      ++out.reply.accepted;
+    }
+  }
+  duplicates_ += out.reply.duplicates;
+  if (BarrierComplete()) out.completed = ApplyStep();
+  return out;
+}
+
+StatusOr<ShardState::PushOutcome> ShardState::HandleInit(const Push& push) {
+  PushOutcome out;
+  out.reply.step = push.step;
+  for (const ChunkBytes& c : push.chunks) {
+    ChunkSlot& s = slots_[c.chunk.value()];
+    if (version_.value() >= 0 || s.current || KindOf(c.chunk) == TensorKind::kLoss) {
+      ++out.reply.duplicates;
+      continue;
+    }
+    s.current = CopyBytes(c.data, c.size);
+    ++out.reply.accepted;
+  }
+  duplicates_ += out.reply.duplicates;
+  if (version_.value() >= 0) return out;
+  for (ChunkId id : mine_) {
+    if (KindOf(id) != TensorKind::kLoss && !slots_[id.value()].current) return out;
+  }
+  version_ = Step(0);
+  out.completed = StepDone{shard_, Step(-1), false, 0.0f};
+  return out;
+}
+
+bool ShardState::BarrierComplete() const {
+  for (ChunkId id : mine_) {
+    const ChunkSlot& s = slots_[id.value()];
+    if (s.reducer ? !s.reducer->complete() : !s.vw0_buffer) return false;
+  }
+  return true;
+}
+
+StepDone ShardState::ApplyStep() {
+  StepDone done{shard_, version_, false, 0.0f};
+  const float v = static_cast<float>(spec_->virtual_workers);
+  for (ChunkId id : mine_) {
+    ChunkSlot& s = slots_[id.value()];
+    switch (KindOf(id)) {
+      case TensorKind::kParameter: {
+        std::vector<float> grad = s.reducer->TakeResult();
+        for (float& g : grad) g = g / v;
+        auto next = std::make_shared<std::vector<float>>(*s.current);
+        ApplyOptimizer(optimizer_, version_.value(), next->data(), grad.data(), grad.size(), &s.optimizer);
+        s.previous = std::move(s.current);
+        s.current = std::move(next);
+        break;
+      }
+      case TensorKind::kBuffer:
+        s.previous = std::move(s.current);
+        s.current = std::move(s.vw0_buffer);
+        break;
+      case TensorKind::kLoss: {
+        std::vector<float> sum = s.reducer->TakeResult();
+        done.has_loss = true;
+        done.loss = sum[0] / v;
+        break;
+      }
+    }
+  }
+  version_ = Step(version_.value() + 1);
+  ResetBarrier();
+  return done;
+}
+
+StatusOr<PullReply> ShardState::HandlePull(const Pull& pull) const {
+  if (!layout_ || version_.value() < 0 || pull.version > version_) {
+    return Unavailable("version " + std::to_string(pull.version.value()) + " is not ready");
+  }
+  const bool previous = pull.version.value() == version_.value() - 1;
+  if (pull.version != version_ && !previous) {
+    return FailedPrecondition("version " + std::to_string(pull.version.value()) + " is gone; the shard serves " +
+                              std::to_string(version_.value()));
+  }
+  PullReply reply;
+  reply.version = pull.version;
+  const std::vector<ChunkId>& wanted = pull.chunks.empty() ? mine_ : pull.chunks;
+  for (ChunkId id : wanted) {
+    if (id.value() >= layout_->chunks.size() || layout_->chunks[id.value()].shard != shard_) {
+      return InvalidArgument("chunk " + std::to_string(id.value()) + " is not on this shard");
+    }
+    if (KindOf(id) == TensorKind::kLoss) continue;  // the loss has no value to pull
+    const ChunkSlot& s = slots_[id.value()];
+    const Value& v = previous ? s.previous : s.current;
+    if (!v) return FailedPrecondition("version " + std::to_string(pull.version.value()) + " is gone");
+    reply.chunks.push_back({id, v->data(), BytesOf(id), v});
+  }
+  return reply;
+}
+
+}  // namespace eps

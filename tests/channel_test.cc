@@ -1,0 +1,290 @@
+// Tests for the ZeroMQ channel (schema/channel.h): ROUTER/DEALER round trips
+// over tcp and ipc, large chunks byte-exact, errors as Status, timeouts, and a
+// server that survives garbage from a peer. Servers run on a std::async thread
+// that owns its channel; every wait is bounded.
+#include "schema/channel.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <string>
+#include <vector>
+
+namespace eps {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr milliseconds kWait(20000);  // generous: sanitizer builds on a busy machine
+
+Channel::Options TestOptions() {
+  Channel::Options o;
+  o.linger_ms = 0;  // never hold the test up at close
+  return o;
+}
+
+std::unique_ptr<Channel> BindOrDie(zmq::context_t* ctx, const std::string& endpoint) {
+  auto ch = Channel::Bind(ctx, endpoint, TestOptions());
+  EXPECT_TRUE(ch.ok()) << ch.status().ToString();
+  return ch.ok() ? std::move(ch).value() : nullptr;
+}
+
+std::unique_ptr<Channel> ConnectOrDie(zmq::context_t* ctx, const std::string& endpoint) {
+  auto ch = Channel::Connect(ctx, endpoint, TestOptions());
+  EXPECT_TRUE(ch.ok()) << ch.status().ToString();
+  return ch.ok() ? std::move(ch).value() : nullptr;
+}
+
+// Runs `handle` on the next `n` messages the server receives, answering each with
+// what it returns, on a thread of its own. The future holds the first failure.
+std::future<Status> Serve(Channel* server, int n, std::function<Body(const Envelope&)> handle) {
+  return std::async(std::launch::async, [server, n, handle]() -> Status {
+    for (int i = 0; i < n; ++i) {
+      auto in = server->Receive(kWait);
+      if (!in.ok()) return in.status().WithContext("server receive");
+      if (!in->envelope.ok()) return in->envelope.status().WithContext("server decode");
+      EPS_RETURN_IF_ERROR(server->SendTo(in->peer, Envelope{"srv", handle(*in->envelope)}));
+    }
+    return OkStatus();
+  });
+}
+
+Status Await(std::future<Status>& f) {
+  if (f.wait_for(kWait + milliseconds(5000)) != std::future_status::ready) return DeadlineExceeded("server hung");
+  return f.get();
+}
+
+ChunkBytes PatternChunk(uint32_t id, size_t size) {
+  auto bytes = std::make_shared<std::vector<uint8_t>>(size);
+  uint32_t x = 2463534242u + id;
+  for (uint8_t& b : *bytes) {  // xorshift: no period a misplaced copy could hide in
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    b = static_cast<uint8_t>(x);
+  }
+  return ChunkBytes{ChunkId(id), bytes->data(), bytes->size(), bytes};
+}
+
+TEST(Channel, RouterBoundOnPortZeroReportsItsRealPort) {
+  zmq::context_t ctx;
+  auto server = BindOrDie(&ctx, "tcp://127.0.0.1:0");
+  ASSERT_NE(server, nullptr);
+  const std::string ep = server->endpoint();
+  const std::string prefix = "tcp://127.0.0.1:";
+  ASSERT_EQ(ep.compare(0, prefix.size(), prefix), 0) << ep;
+  const std::string port = ep.substr(prefix.size());
+  ASSERT_FALSE(port.empty());
+  EXPECT_EQ(port.find_first_not_of("0123456789"), std::string::npos) << ep;
+  const long p = std::strtol(port.c_str(), nullptr, 10);
+  EXPECT_GT(p, 0);
+  EXPECT_LT(p, 65536);
+
+  // A second channel on port 0 gets a port of its own.
+  auto other = BindOrDie(&ctx, "tcp://127.0.0.1:0");
+  ASSERT_NE(other, nullptr);
+  EXPECT_NE(other->endpoint(), ep);
+}
+
+TEST(Channel, BindOnBadEndpointIsAStatus) {
+  zmq::context_t ctx;
+  auto server = BindOrDie(&ctx, "tcp://127.0.0.1:0");
+  ASSERT_NE(server, nullptr);
+  auto again = Channel::Bind(&ctx, server->endpoint(), TestOptions());  // port taken
+  EXPECT_FALSE(again.ok());
+  EXPECT_FALSE(Channel::Bind(&ctx, "nonsense://x", TestOptions()).ok());
+  EXPECT_FALSE(Channel::Connect(&ctx, "nonsense://x", TestOptions()).ok());
+}
+
+TEST(Channel, CallRoundTripsThroughRouter) {
+  zmq::context_t ctx;
+  auto server = BindOrDie(&ctx, "tcp://127.0.0.1:0");
+  ASSERT_NE(server, nullptr);
+  auto client = ConnectOrDie(&ctx, server->endpoint());
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(client->endpoint(), server->endpoint());
+  auto done = Serve(server.get(), 2, [](const Envelope& e) -> Body {
+    const auto& reg = std::get<RegisterWorker>(e.body);
+    return RegisterShard{ShardId(reg.pid), e.token + "/" + reg.host};
+  });
+  for (uint32_t pid : {7u, 8u}) {
+    auto reply = Call(client.get(), Envelope{"tok", RegisterWorker{"host-a", pid}}, kWait);
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    EXPECT_EQ(reply->token, "srv");
+    const auto* shard = std::get_if<RegisterShard>(&reply->body);
+    ASSERT_NE(shard, nullptr) << BodyName(reply->body);
+    EXPECT_EQ(shard->shard, ShardId(pid));
+    EXPECT_EQ(shard->address, "tok/host-a");
+  }
+  EXPECT_TRUE(Await(done).ok());
+}
+
+TEST(Channel, SixteenMebibyteChunkArrivesByteExactBothWays) {
+  zmq::context_t ctx;
+  auto server = BindOrDie(&ctx, "tcp://127.0.0.1:0");
+  ASSERT_NE(server, nullptr);
+  auto client = ConnectOrDie(&ctx, server->endpoint());
+  ASSERT_NE(client, nullptr);
+  const ChunkBytes big = PatternChunk(3, 16 << 20);
+  const ChunkBytes small = PatternChunk(4, 100);  // below the copy threshold
+  // The server checks what came in and sends the received frames straight back.
+  auto done = std::async(std::launch::async, [&]() -> Status {
+    auto in = server->Receive(kWait);
+    if (!in.ok()) return in.status();
+    if (!in->envelope.ok()) return in->envelope.status();
+    const auto* push = std::get_if<Push>(&in->envelope->body);
+    if (push == nullptr || push->chunks.size() != 2) return Internal("not the push that was sent");
+    for (size_t i = 0; i < 2; ++i) {
+      const ChunkBytes& want = i == 0 ? big : small;
+      const ChunkBytes& got = push->chunks[i];
+      if (got.chunk != want.chunk || got.size != want.size || std::memcmp(got.data, want.data, want.size) != 0) {
+        return DataLoss("chunk " + std::to_string(i) + " arrived changed");
+      }
+    }
+    return server->SendTo(in->peer, Envelope{"", PullReply{push->step, push->chunks}});
+  });
+  Push push;
+  push.step = Step(12);
+  push.block = Block{0, 2};
+  push.chunks = {big, small};
+  auto reply = Call(client.get(), Envelope{"t", push}, kWait);
+  ASSERT_TRUE(Await(done).ok());
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  const auto& back = std::get<PullReply>(reply->body);
+  EXPECT_EQ(back.version, Step(12));
+  ASSERT_EQ(back.chunks.size(), 2u);
+  ASSERT_EQ(back.chunks[0].size, big.size);
+  EXPECT_EQ(back.chunks[0].chunk, big.chunk);
+  EXPECT_EQ(std::memcmp(back.chunks[0].data, big.data, big.size), 0);
+  EXPECT_NE(back.chunks[0].data, big.data);  // it came over the wire
+  ASSERT_EQ(back.chunks[1].size, small.size);
+  EXPECT_EQ(std::memcmp(back.chunks[1].data, small.data, small.size), 0);
+}
+
+TEST(Channel, ErrorReplyComesBackAsTheStatusOfCall) {
+  zmq::context_t ctx;
+  auto server = BindOrDie(&ctx, "tcp://127.0.0.1:0");
+  ASSERT_NE(server, nullptr);
+  auto client = ConnectOrDie(&ctx, server->endpoint());
+  ASSERT_NE(client, nullptr);
+  auto done = Serve(server.get(), 2, [](const Envelope& e) -> Body {
+    if (std::get<Shutdown>(e.body).reason == "ok-code") return ErrorReply{StatusCode::kOk, "not an error"};
+    return ErrorReply{StatusCode::kFailedPrecondition, "step 3 is over"};
+  });
+  auto reply = Call(client.get(), Envelope{"t", Shutdown{"x"}}, kWait);
+  ASSERT_FALSE(reply.ok());
+  EXPECT_EQ(reply.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(reply.status().message(), "step 3 is over");
+  // An "error" that claims OK must not pass for a successful reply.
+  auto odd = Call(client.get(), Envelope{"t", Shutdown{"ok-code"}}, kWait);
+  EXPECT_FALSE(odd.ok());
+  EXPECT_TRUE(Await(done).ok());
+}
+
+TEST(Channel, ReceiveWithNothingSentTimesOut) {
+  zmq::context_t ctx;
+  auto server = BindOrDie(&ctx, "tcp://127.0.0.1:0");
+  ASSERT_NE(server, nullptr);
+  auto client = ConnectOrDie(&ctx, server->endpoint());
+  ASSERT_NE(client, nullptr);
+  for (Channel* ch : {server.get(), client.get()}) {
+    auto in = ch->Receive(milliseconds(10));
+    ASSERT_FALSE(in.ok());
+    EXPECT_EQ(in.status().code(), StatusCode::kDeadlineExceeded);
+    auto now = ch->TryReceive();
+    ASSERT_FALSE(now.ok());
+    EXPECT_EQ(now.status().code(), StatusCode::kDeadlineExceeded);
+  }
+  // A Call nobody answers ends at its deadline too.
+  auto reply = Call(client.get(), Envelope{"t", Shutdown{"x"}}, milliseconds(10));
+  ASSERT_FALSE(reply.ok());
+  EXPECT_EQ(reply.status().code(), StatusCode::kDeadlineExceeded);
+}
+
+TEST(Channel, GarbageFromAPeerIsAnIncomingWithAnErrorAndTheRouterKeepsServing) {
+  zmq::context_t ctx;
+  auto server = BindOrDie(&ctx, "tcp://127.0.0.1:0");
+  ASSERT_NE(server, nullptr);
+  zmq::socket_t raw(ctx, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.connect(server->endpoint());
+  const std::string junk = "this is not a capnp message";
+  ASSERT_TRUE(raw.send(zmq::buffer(junk), zmq::send_flags::sndmore));
+  ASSERT_TRUE(raw.send(zmq::buffer(std::string("second part")), zmq::send_flags::none));
+
+  auto in = server->Receive(kWait);
+  ASSERT_TRUE(in.ok()) << in.status().ToString();
+  EXPECT_FALSE(in->peer.empty());
+  ASSERT_FALSE(in->envelope.ok());
+  EXPECT_EQ(in->envelope.status().code(), StatusCode::kInvalidArgument);
+  const std::string garbage_peer = in->peer;
+
+  // The same raw peer now sends a well-formed message: it decodes.
+  auto frames = Encode(Envelope{"t", RegisterWorker{"raw", 1}});
+  ASSERT_TRUE(frames.ok());
+  for (size_t i = 0; i < frames->size(); ++i) {
+    const Frame& f = (*frames)[i];
+    const auto flags = i + 1 < frames->size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+    ASSERT_TRUE(raw.send(zmq::message_t(f.data, f.size), flags));
+  }
+  auto good = server->Receive(kWait);
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  ASSERT_TRUE(good->envelope.ok()) << good->envelope.status().ToString();
+  EXPECT_EQ(good->peer, garbage_peer);
+  EXPECT_EQ(std::get<RegisterWorker>(good->envelope->body).host, "raw");
+
+  // And a proper client is served as usual, with an answer routed back to it.
+  auto client = ConnectOrDie(&ctx, server->endpoint());
+  ASSERT_NE(client, nullptr);
+  auto done = Serve(server.get(), 1, [](const Envelope&) -> Body { return PushReply{Step(1), 2, 3}; });
+  auto reply = Call(client.get(), Envelope{"t", Pull{Step(1), {}}}, kWait);
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ(std::get<PushReply>(reply->body).accepted, 2u);
+  EXPECT_TRUE(Await(done).ok());
+}
+
+TEST(Channel, SendToUnknownPeerIsUnavailable) {
+  zmq::context_t ctx;
+  auto server = BindOrDie(&ctx, "tcp://127.0.0.1:0");
+  ASSERT_NE(server, nullptr);
+  Status s = server->SendTo("no-such-peer", Envelope{"t", Shutdown{"x"}});
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  // The wrong call for the socket kind is refused, not sent.
+  EXPECT_EQ(server->Send(Envelope{"t", Shutdown{"x"}}).code(), StatusCode::kFailedPrecondition);
+  auto client = ConnectOrDie(&ctx, server->endpoint());
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(client->SendTo("x", Envelope{"t", Shutdown{"x"}}).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(Channel, IpcEndpointInTempDirWorks) {
+  char dir_template[] = "/tmp/eps_channel_test_XXXXXX";
+  const char* dir = mkdtemp(dir_template);
+  ASSERT_NE(dir, nullptr);
+  const std::string path = std::string(dir) + "/router.sock";
+  {
+    zmq::context_t ctx;
+    auto server = BindOrDie(&ctx, "ipc://" + path);
+    ASSERT_NE(server, nullptr);
+    EXPECT_EQ(server->endpoint(), "ipc://" + path);
+    auto client = ConnectOrDie(&ctx, server->endpoint());
+    ASSERT_NE(client, nullptr);
+    auto done = Serve(server.get(), 1, [](const Envelope& e) -> Body {
+      return Shutdown{"echo " + std::get<Shutdown>(e.body).reason};
+    });
+    auto reply = Call(client.get(), Envelope{"t", Shutdown{"over ipc"}}, kWait);
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    EXPECT_EQ(std::get<Shutdown>(reply->body).reason, "echo over ipc");
+    EXPECT_TRUE(Await(done).ok());
+  }
+  std::remove(path.c_str());
+  EXPECT_EQ(rmdir(dir), 0);
+}
+
+}  // namespace
+}  // namespace eps

@@ -1,0 +1,578 @@
+// Tests for the wire codec (schema/codec.h): every message kind survives
+// Encode -> Decode with all its fields, chunk bytes are never copied, and any
+// malformed input (garbage, bit flips, truncation, bad frame references, limits)
+// gives a non-OK Status instead of a crash.
+//
+// Envelopes Encode cannot produce (another protocol version, an unknown union
+// tag, a frame named twice) are made by editing an encoded envelope with Cap'n
+// Proto's schema-less AnyStruct API; each edit first checks that it found the
+// field it expects, so a layout change fails the test instead of passing it.
+#include "schema/codec.h"
+
+#include <capnp/any.h>
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace eps {
+namespace {
+
+// ---- building values -------------------------------------------------------
+
+JobSpec FullSpec() {
+  JobSpec s;
+  s.job_id = "job-42";
+  s.model = "resnet-tiny";
+  s.data_dir = "/data/mnist";
+  s.virtual_workers = 13;
+  s.batch_per_vw = 32;
+  s.seed = 0xfeedfacecafebeefULL;
+  s.steps = 1234567890123LL;
+  s.threads = 3;
+  s.optimizer.kind = "adamw";
+  s.optimizer.lr = 0.125;
+  s.optimizer.momentum = 0.875;
+  s.optimizer.dampening = 0.25;
+  s.optimizer.nesterov = true;
+  s.optimizer.weight_decay = 5e-4;
+  s.optimizer.beta1 = 0.8;
+  s.optimizer.beta2 = 0.9875;
+  s.optimizer.eps = 1e-6;
+  s.optimizer.schedule = "cosine";
+  s.optimizer.step_size = 77;
+  s.optimizer.gamma = 0.5;
+  s.optimizer.warmup_steps = 11;
+  s.optimizer.min_lr = 1e-5;
+  s.train_limit = 6000;
+  s.test_limit = -1;
+  s.chunk_elems = 4096;
+  s.num_shards = 5;
+  s.eval_batch = 250;
+  return s;
+}
+
+std::vector<TensorSpec> FullTensors() {
+  return {{"conv.weight", TensorKind::kParameter, DType::kFloat32, {8, 3, 5, 5}},
+          {"bn.num_batches_tracked", TensorKind::kBuffer, DType::kInt64, {}},
+          {"bn.running_var", TensorKind::kBuffer, DType::kFloat32, {8}},
+          {"huge", TensorKind::kParameter, DType::kFloat32, {int64_t{1} << 40, 1, 2, 3, 4, 5, 6, 7}},
+          LossTensor()};
+}
+
+// Chunk bytes with an owner, filled with a pattern that depends on `seed`.
+ChunkBytes MakeChunk(uint32_t id, size_t size, uint8_t seed) {
+  auto bytes = std::make_shared<std::vector<uint8_t>>(size);
+  for (size_t i = 0; i < size; ++i) (*bytes)[i] = static_cast<uint8_t>(seed + i * 31 + (i >> 8));
+  return ChunkBytes{ChunkId(id), bytes->data(), bytes->size(), bytes};
+}
+
+std::vector<Envelope> EveryMessageKind() {
+  std::vector<Envelope> out;
+  out.push_back({"tok-error", ErrorReply{StatusCode::kFailedPrecondition, "step 7 is over"}});
+  out.push_back({"tok-rw", RegisterWorker{"host-a.example", 4242}});
+  out.push_back({"tok-rwr", RegisterWorkerReply{WorkerId(9), FullSpec(), {"tcp://10.0.0.1:5000", "", "ipc:///x"}}});
+  out.push_back({"tok-rs", RegisterShard{ShardId(3), "tcp://10.0.0.2:6000"}});
+  out.push_back({"tok-sc", ShardConfig{FullSpec(), FullTensors()}});
+  out.push_back({"tok-sr", StepRequest{WorkerId(5), Step(-1), FullTensors()}});
+  StepPlan plan;
+  plan.kind = PlanKind::kEval;
+  plan.step = Step(99);
+  plan.epoch = Epoch(0x1234567890ULL);
+  plan.vw_lo = 3;
+  plan.vw_hi = 11;
+  plan.eval_lo = 100;
+  plan.eval_hi = 20000;
+  out.push_back({"tok-plan", plan});
+  out.push_back({"tok-done", StepDone{ShardId(2), Step(17), true, 2.71828f}});
+  Push push;
+  push.epoch = Epoch(6);
+  push.step = Step(-1);
+  push.block = Block{8, 4};
+  push.chunks = {MakeChunk(0, 1000, 1), MakeChunk(7, 4, 2), MakeChunk(3, 0, 3), MakeChunk(12, 1 << 16, 4)};
+  out.push_back({"tok-push", push});
+  out.push_back({"tok-pr", PushReply{Step(41), 5, 2}});
+  out.push_back({"tok-pull", Pull{Step(8), {ChunkId(1), ChunkId(5), ChunkId(4000000000u)}}});
+  out.push_back({"tok-pullr", PullReply{Step(8), {MakeChunk(1, 300, 5), MakeChunk(5, 70000, 6)}}});
+  out.push_back({"tok-eval", EvalResult{WorkerId(4), Step(30), 1000, 2000, 987, 123.5}});
+  out.push_back({"", Shutdown{"job finished"}});
+  return out;
+}
+
+// ---- comparing values ------------------------------------------------------
+
+void ExpectSameSpec(const JobSpec& a, const JobSpec& b) {
+  EXPECT_EQ(a.job_id, b.job_id);
+  EXPECT_EQ(a.model, b.model);
+  EXPECT_EQ(a.data_dir, b.data_dir);
+  EXPECT_EQ(a.virtual_workers, b.virtual_workers);
+  EXPECT_EQ(a.batch_per_vw, b.batch_per_vw);
+  EXPECT_EQ(a.seed, b.seed);
+  EXPECT_EQ(a.steps, b.steps);
+  EXPECT_EQ(a.threads, b.threads);
+  EXPECT_EQ(a.train_limit, b.train_limit);
+  EXPECT_EQ(a.test_limit, b.test_limit);
+  EXPECT_EQ(a.chunk_elems, b.chunk_elems);
+  EXPECT_EQ(a.num_shards, b.num_shards);
+  EXPECT_EQ(a.eval_batch, b.eval_batch);
+  const OptimizerSpec& p = a.optimizer;
+  const OptimizerSpec& q = b.optimizer;
+  EXPECT_EQ(p.kind, q.kind);
+  EXPECT_EQ(p.lr, q.lr);
+  EXPECT_EQ(p.momentum, q.momentum);
+  EXPECT_EQ(p.dampening, q.dampening);
+  EXPECT_EQ(p.nesterov, q.nesterov);
+  EXPECT_EQ(p.weight_decay, q.weight_decay);
+  EXPECT_EQ(p.beta1, q.beta1);
+  EXPECT_EQ(p.beta2, q.beta2);
+  EXPECT_EQ(p.eps, q.eps);
+  EXPECT_EQ(p.schedule, q.schedule);
+  EXPECT_EQ(p.step_size, q.step_size);
+  EXPECT_EQ(p.gamma, q.gamma);
+  EXPECT_EQ(p.warmup_steps, q.warmup_steps);
+  EXPECT_EQ(p.min_lr, q.min_lr);
+}
+
+void ExpectSameChunks(const std::vector<ChunkBytes>& sent, const std::vector<ChunkBytes>& got) {
+  ASSERT_EQ(sent.size(), got.size());
+  for (size_t i = 0; i < sent.size(); ++i) {
+    EXPECT_EQ(sent[i].chunk, got[i].chunk);
+    ASSERT_EQ(sent[i].size, got[i].size);
+    if (sent[i].size > 0) {
+      EXPECT_EQ(std::memcmp(sent[i].data, got[i].data, sent[i].size), 0) << "chunk " << i;
+    }
+    EXPECT_NE(got[i].owner, nullptr) << "decoded chunk " << i << " keeps nothing alive";
+  }
+}
+
+void ExpectSameBody(const Body& sent, const Body& got) {
+  ASSERT_EQ(sent.index(), got.index()) << BodyName(sent) << " came back as " << BodyName(got);
+  std::visit(
+      [&](const auto& a) {
+        using T = std::decay_t<decltype(a)>;
+        const T& b = std::get<T>(got);
+        if constexpr (std::is_same_v<T, ErrorReply>) {
+          EXPECT_EQ(a.code, b.code);
+          EXPECT_EQ(a.message, b.message);
+        } else if constexpr (std::is_same_v<T, RegisterWorker>) {
+          EXPECT_EQ(a.host, b.host);
+          EXPECT_EQ(a.pid, b.pid);
+        } else if constexpr (std::is_same_v<T, RegisterWorkerReply>) {
+          EXPECT_EQ(a.worker, b.worker);
+          ExpectSameSpec(a.spec, b.spec);
+          EXPECT_EQ(a.shard_addresses, b.shard_addresses);
+        } else if constexpr (std::is_same_v<T, RegisterShard>) {
+          EXPECT_EQ(a.shard, b.shard);
+          EXPECT_EQ(a.address, b.address);
+        } else if constexpr (std::is_same_v<T, ShardConfig>) {
+          ExpectSameSpec(a.spec, b.spec);
+          EXPECT_EQ(a.tensors, b.tensors);
+        } else if constexpr (std::is_same_v<T, StepRequest>) {
+          EXPECT_EQ(a.worker, b.worker);
+          EXPECT_EQ(a.done_step, b.done_step);
+          EXPECT_EQ(a.tensors, b.tensors);
+        } else if constexpr (std::is_same_v<T, StepPlan>) {
+          EXPECT_EQ(a.kind, b.kind);
+          EXPECT_EQ(a.step, b.step);
+          EXPECT_EQ(a.epoch, b.epoch);
+          EXPECT_EQ(a.vw_lo, b.vw_lo);
+          EXPECT_EQ(a.vw_hi, b.vw_hi);
+          EXPECT_EQ(a.eval_lo, b.eval_lo);
+          EXPECT_EQ(a.eval_hi, b.eval_hi);
+        } else if constexpr (std::is_same_v<T, StepDone>) {
+          EXPECT_EQ(a.shard, b.shard);
+          EXPECT_EQ(a.step, b.step);
+          EXPECT_EQ(a.has_loss, b.has_loss);
+          EXPECT_EQ(a.loss, b.loss);
+        } else if constexpr (std::is_same_v<T, Push>) {
+          EXPECT_EQ(a.epoch, b.epoch);
+          EXPECT_EQ(a.step, b.step);
+          EXPECT_EQ(a.block, b.block);
+          ExpectSameChunks(a.chunks, b.chunks);
+        } else if constexpr (std::is_same_v<T, PushReply>) {
+          EXPECT_EQ(a.step, b.step);
+          EXPECT_EQ(a.accepted, b.accepted);
+          EXPECT_EQ(a.duplicates, b.duplicates);
+        } else if constexpr (std::is_same_v<T, Pull>) {
+          EXPECT_EQ(a.version, b.version);
+          EXPECT_EQ(a.chunks, b.chunks);
+        } else if constexpr (std::is_same_v<T, PullReply>) {
+          EXPECT_EQ(a.version, b.version);
+          ExpectSameChunks(a.chunks, b.chunks);
+        } else if constexpr (std::is_same_v<T, EvalResult>) {
+          EXPECT_EQ(a.worker, b.worker);
+          EXPECT_EQ(a.version, b.version);
+          EXPECT_EQ(a.lo, b.lo);
+          EXPECT_EQ(a.hi, b.hi);
+          EXPECT_EQ(a.correct, b.correct);
+          EXPECT_EQ(a.loss_sum, b.loss_sum);
+        } else if constexpr (std::is_same_v<T, Shutdown>) {
+          EXPECT_EQ(a.reason, b.reason);
+        } else {
+          static_assert(!sizeof(T), "a Body alternative has no comparison");
+        }
+      },
+      sent);
+}
+
+const std::vector<ChunkBytes>* ChunksOf(const Body& body) {
+  if (const auto* p = std::get_if<Push>(&body)) return &p->chunks;
+  if (const auto* p = std::get_if<PullReply>(&body)) return &p->chunks;
+  return nullptr;
+}
+
+// ---- frames as a peer would deliver them -------------------------------------
+
+// A frame whose bytes live in their own heap block of exactly the frame's size,
+// starting `misalign` bytes into an 8-aligned allocation, so ASan sees any read
+// past the end and the decoder sees unaligned headers.
+Frame OwnedFrame(const void* data, size_t size, size_t misalign = 0) {
+  auto block = std::shared_ptr<uint8_t[]>(new uint8_t[size + misalign]);
+  if (size > 0) std::memcpy(block.get() + misalign, data, size);
+  const uint8_t* start = block.get() + misalign;
+  return Frame{start, size, std::shared_ptr<const void>(block, start)};
+}
+
+std::vector<Frame> CopyFrames(const std::vector<Frame>& frames, size_t header_misalign = 0) {
+  std::vector<Frame> out;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    out.push_back(OwnedFrame(frames[i].data, frames[i].size, i == 0 ? header_misalign : 0));
+  }
+  return out;
+}
+
+std::vector<Frame> EncodeOrDie(const Envelope& e) {
+  auto frames = Encode(e);
+  EXPECT_TRUE(frames.ok()) << frames.status().ToString();
+  return frames.ok() ? std::move(frames).value() : std::vector<Frame>{};
+}
+
+void ExpectInvalid(const std::vector<Frame>& frames, const std::string& message_part,
+                   const DecodeLimits& limits = DecodeLimits()) {
+  auto decoded = Decode(frames, limits);
+  ASSERT_FALSE(decoded.ok()) << "decoded a malformed message as " << BodyName(decoded->body);
+  EXPECT_EQ(decoded.status().code(), StatusCode::kInvalidArgument) << decoded.status().ToString();
+  EXPECT_NE(decoded.status().message().find(message_part), std::string::npos)
+      << "'" << decoded.status().message() << "' does not mention '" << message_part << "'";
+}
+
+// An encoded envelope opened for editing with the schema-less API.
+class RawEnvelope {
+ public:
+  explicit RawEnvelope(const Frame& head) {
+    kj::Array<capnp::word> words = kj::heapArray<capnp::word>(head.size / sizeof(capnp::word));
+    std::memcpy(words.begin(), head.data, head.size);
+    capnp::FlatArrayMessageReader reader(words);
+    message_.getRoot<capnp::AnyPointer>().set(reader.getRoot<capnp::AnyPointer>());
+  }
+  capnp::AnyStruct::Builder root() { return message_.getRoot<capnp::AnyStruct>(); }
+  // Envelope field `version` (UInt16 at data byte 0) and the body's union tag (UInt16 at byte 2).
+  uint16_t Get16(size_t byte) {
+    auto data = root().getDataSection();
+    return static_cast<uint16_t>(data[byte] | (data[byte + 1] << 8));
+  }
+  void Set16(size_t byte, uint16_t v) {
+    auto data = root().getDataSection();
+    data[byte] = static_cast<uint8_t>(v);
+    data[byte + 1] = static_cast<uint8_t>(v >> 8);
+  }
+  // The body struct (pointer 1 of the envelope; pointer 0 is the token).
+  capnp::AnyStruct::Builder body() { return root().getPointerSection()[1].getAs<capnp::AnyStruct>(); }
+  Frame Flat() {
+    auto flat = std::make_shared<kj::Array<capnp::word>>(capnp::messageToFlatArray(message_));
+    return Frame{flat->begin(), flat->size() * sizeof(capnp::word), flat};
+  }
+
+ private:
+  capnp::MallocMessageBuilder message_;
+};
+
+constexpr uint16_t kShutdownTag = 13;  // Envelope.body: shutdown @15 is the 14th member (tag 13)
+constexpr uint16_t kPushTag = 8;       // push @10
+
+// ---- round trips ------------------------------------------------------------
+
+TEST(Codec, EveryMessageKindRoundTripsWithAllFields) {
+  const std::vector<Envelope> messages = EveryMessageKind();
+  ASSERT_EQ(messages.size(), std::variant_size_v<Body>);
+  for (const Envelope& sent : messages) {
+    SCOPED_TRACE(BodyName(sent.body));
+    const std::vector<Frame> frames = EncodeOrDie(sent);
+    ASSERT_FALSE(frames.empty());
+    const auto* chunks = ChunksOf(sent.body);
+    EXPECT_EQ(frames.size(), 1 + (chunks ? chunks->size() : 0));
+
+    // As encoded, and as a peer delivers it: fresh buffers, the header unaligned.
+    for (size_t misalign : {0, 1, 3, 4, 7}) {
+      const std::vector<Frame> wire = CopyFrames(frames, misalign);
+      auto got = Decode(wire);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_EQ(got->token, sent.token);
+      ExpectSameBody(sent.body, got->body);
+      if (const auto* got_chunks = ChunksOf(got->body)) {
+        // Received chunks point into their frames, in order: never a copy.
+        for (size_t i = 0; i < got_chunks->size(); ++i) {
+          EXPECT_EQ((*got_chunks)[i].data, wire[i + 1].data) << "chunk " << i;
+          EXPECT_EQ((*got_chunks)[i].owner, wire[i + 1].owner) << "chunk " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(Codec, EncodeHandsChunkBytesThroughWithoutCopying) {
+  Push push;
+  push.block = Block{0, 1};
+  push.chunks = {MakeChunk(4, 8 << 20, 9), MakeChunk(5, 1 << 20, 10), MakeChunk(6, 16, 11)};
+  const std::vector<Frame> frames = EncodeOrDie({"t", push});
+  ASSERT_EQ(frames.size(), 4u);
+  for (size_t i = 0; i < push.chunks.size(); ++i) {
+    EXPECT_EQ(frames[i + 1].data, push.chunks[i].data);
+    EXPECT_EQ(frames[i + 1].size, push.chunks[i].size);
+    EXPECT_EQ(frames[i + 1].owner, push.chunks[i].owner);
+  }
+  auto got = Decode(frames);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  const auto& chunks = std::get<Push>(got->body).chunks;
+  ASSERT_EQ(chunks.size(), 3u);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    EXPECT_EQ(chunks[i].data, push.chunks[i].data);
+    EXPECT_EQ(chunks[i].chunk, push.chunks[i].chunk);
+  }
+  // The header owns its bytes: it outlives the Envelope it was encoded from.
+  EXPECT_NE(frames[0].owner, nullptr);
+  EXPECT_EQ(frames[0].size % 8, 0u);
+}
+
+// ---- malformed input ---------------------------------------------------------
+
+TEST(Codec, EmptyFrameListIsInvalid) { ExpectInvalid({}, "empty"); }
+
+TEST(Codec, HeaderThatIsNotWholeWordsIsInvalid) {
+  std::vector<Frame> frames = EncodeOrDie({"t", Shutdown{"bye"}});
+  for (size_t size : {size_t{0}, size_t{1}, size_t{7}, frames[0].size - 4, frames[0].size + 3}) {
+    std::vector<uint8_t> bytes(size, 0);
+    std::memcpy(bytes.data(), frames[0].data, std::min(size, frames[0].size));
+    ExpectInvalid({OwnedFrame(bytes.data(), bytes.size())}, "words");
+  }
+}
+
+TEST(Codec, OtherProtocolVersionIsRefused) {
+  const std::vector<Frame> frames = EncodeOrDie({"t", Shutdown{"bye"}});
+  RawEnvelope raw(frames[0]);
+  ASSERT_EQ(raw.Get16(0), 1) << "the version field moved";
+  ASSERT_EQ(raw.Get16(2), kShutdownTag) << "the union tag moved";
+  for (uint16_t version : {0, 2, 0xffff}) {
+    raw.Set16(0, version);
+    ExpectInvalid({raw.Flat()}, "protocol version");
+  }
+  raw.Set16(0, 1);  // the edit itself is harmless
+  auto ok = Decode({raw.Flat()});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(std::get<Shutdown>(ok->body).reason, "bye");
+}
+
+TEST(Codec, UnknownMessageKindIsRefused) {
+  const std::vector<Frame> frames = EncodeOrDie({"t", Shutdown{"bye"}});
+  RawEnvelope raw(frames[0]);
+  ASSERT_EQ(raw.Get16(2), kShutdownTag);
+  for (uint16_t tag : {14, 99, 0xffff}) {
+    raw.Set16(2, tag);
+    ExpectInvalid({raw.Flat()}, "unknown message kind");
+  }
+}
+
+TEST(Codec, UnknownEnumValuesAndInvertedRangesAreRefused) {
+  auto tensors = FullTensors();
+  tensors[0].kind = static_cast<TensorKind>(3);
+  ExpectInvalid(EncodeOrDie({"t", ShardConfig{FullSpec(), tensors}}), "tensor kind");
+  tensors = FullTensors();
+  tensors[1].dtype = static_cast<DType>(2);
+  ExpectInvalid(EncodeOrDie({"t", StepRequest{WorkerId(1), Step(0), tensors}}), "dtype");
+  tensors = FullTensors();
+  tensors[2].shape = std::vector<int64_t>(9, 1);
+  ExpectInvalid(EncodeOrDie({"t", StepRequest{WorkerId(1), Step(0), tensors}}), "dimensions");
+
+  StepPlan plan;
+  plan.kind = static_cast<PlanKind>(5);
+  ExpectInvalid(EncodeOrDie({"t", plan}), "plan kind");
+  plan.kind = PlanKind::kTrain;
+  plan.vw_lo = 4;
+  plan.vw_hi = 3;
+  ExpectInvalid(EncodeOrDie({"t", plan}), "inverted");
+  plan.vw_lo = 0;
+  plan.eval_lo = 10;
+  plan.eval_hi = 9;
+  ExpectInvalid(EncodeOrDie({"t", plan}), "inverted");
+
+  ExpectInvalid(EncodeOrDie({"t", ErrorReply{static_cast<StatusCode>(12), "x"}}), "error code");
+  // An error that says OK would turn into a successful Call without a reply.
+  ExpectInvalid(EncodeOrDie({"t", ErrorReply{StatusCode::kOk, "x"}}), "error code");
+}
+
+TEST(Codec, ChunkNamingAMissingFrameIsInvalid) {
+  Push push;
+  push.chunks = {MakeChunk(1, 1000, 1), MakeChunk(2, 1000, 2)};
+  std::vector<Frame> frames = EncodeOrDie({"t", push});
+  ASSERT_EQ(frames.size(), 3u);
+  frames.pop_back();
+  ExpectInvalid(frames, "missing frame");
+  frames.resize(1);
+  ExpectInvalid(frames, "missing frame");
+}
+
+TEST(Codec, FrameReferencedTwiceIsInvalid) {
+  Push push;
+  push.chunks = {MakeChunk(0xA1B2, 64, 1), MakeChunk(0xA1B3, 64, 2)};
+  const std::vector<Frame> frames = EncodeOrDie({"t", push});
+  RawEnvelope raw(frames[0]);
+  ASSERT_EQ(raw.Get16(2), kPushTag);
+  // Push.chunks is pointer 0 of the Push; ChunkRef is {chunk: UInt32, frame: UInt32}.
+  auto refs = raw.body().getPointerSection()[0].getAs<capnp::AnyList>().as<capnp::List<capnp::AnyStruct>>();
+  ASSERT_EQ(refs.size(), 2u);
+  auto second = refs[1].getDataSection();
+  ASSERT_EQ(second[0] | (second[1] << 8), 0xA1B3) << "ChunkRef.chunk moved";
+  ASSERT_EQ(second[4], 1) << "ChunkRef.frame moved";
+  second[4] = 0;  // both chunks now name frame 0
+  std::vector<Frame> edited = frames;
+  edited[0] = raw.Flat();
+  ExpectInvalid(edited, "referenced twice");
+  // Referencing each frame once is fine, and an extra frame no chunk names is not.
+  second[4] = 1;
+  edited[0] = raw.Flat();
+  ASSERT_TRUE(Decode(edited).ok());
+}
+
+TEST(Codec, FrameNoChunkReferencesIsInvalid) {
+  Push push;
+  push.chunks = {MakeChunk(1, 1000, 1)};
+  std::vector<Frame> frames = EncodeOrDie({"t", push});
+  frames.push_back(OwnedFrame("extra", 5));
+  ExpectInvalid(frames, "not referenced");
+
+  std::vector<Frame> shutdown = EncodeOrDie({"t", Shutdown{"bye"}});
+  shutdown.push_back(OwnedFrame("", 0));
+  ExpectInvalid(shutdown, "not referenced");
+}
+
+TEST(Codec, DecodeLimitsAreEnforced) {
+  const Envelope config{"t", ShardConfig{FullSpec(), FullTensors()}};
+  const std::vector<Frame> frames = EncodeOrDie(config);
+  DecodeLimits limits;
+  limits.max_header_bytes = frames[0].size;
+  EXPECT_TRUE(Decode(frames, limits).ok());
+  limits.max_header_bytes = frames[0].size - 8;
+  ExpectInvalid(frames, "larger than the limit", limits);
+
+  // Text: the token and text deep inside a message.
+  limits = DecodeLimits();
+  limits.max_text = 10;
+  EXPECT_TRUE(Decode(EncodeOrDie({"0123456789", Shutdown{"0123456789"}}), limits).ok());
+  ExpectInvalid(EncodeOrDie({"0123456789a", Shutdown{"x"}}), "text", limits);
+  ExpectInvalid(EncodeOrDie({"t", Shutdown{"0123456789a"}}), "text", limits);
+  ExpectInvalid(EncodeOrDie({"t", RegisterWorkerReply{WorkerId(1), JobSpec(), {"tcp://127.0.0.1:1"}}}), "text",
+                limits);
+  JobSpec spec;
+  spec.optimizer.schedule = "cosine-with-restarts";
+  ExpectInvalid(EncodeOrDie({"t", ShardConfig{spec, {}}}), "text", limits);
+  auto tensors = FullTensors();
+  tensors[0].name = "a.very.long.tensor.name";
+  spec = JobSpec();
+  spec.optimizer.schedule = "step";
+  ExpectInvalid(EncodeOrDie({"t", ShardConfig{spec, tensors}}), "text", limits);
+
+  // Lists.
+  limits = DecodeLimits();
+  limits.max_list = 2;
+  EXPECT_TRUE(Decode(EncodeOrDie({"t", Pull{Step(0), {ChunkId(1), ChunkId(2)}}}), limits).ok());
+  ExpectInvalid(EncodeOrDie({"t", Pull{Step(0), {ChunkId(1), ChunkId(2), ChunkId(3)}}}), "too long", limits);
+  ExpectInvalid(EncodeOrDie({"t", StepRequest{WorkerId(1), Step(0), FullTensors()}}), "too long", limits);
+  ExpectInvalid(EncodeOrDie({"t", RegisterWorkerReply{WorkerId(1), JobSpec(), {"a", "b", "c"}}}), "too long", limits);
+
+  // Frames.
+  Push push;
+  push.chunks = {MakeChunk(1, 10, 1), MakeChunk(2, 10, 2)};
+  limits = DecodeLimits();
+  limits.max_frames = 3;
+  EXPECT_TRUE(Decode(EncodeOrDie({"t", push}), limits).ok());
+  push.chunks.push_back(MakeChunk(3, 10, 3));
+  ExpectInvalid(EncodeOrDie({"t", push}), "too many frames", limits);
+  limits.max_list = 2;
+  limits.max_frames = 100;
+  ExpectInvalid(EncodeOrDie({"t", push}), "too long", limits);
+}
+
+// Every answer to hostile bytes is InvalidArgument; nothing crashes, nothing
+// reads outside the frames (ASan), nothing reads unaligned words (UBSan).
+void ExpectDecodeSurvives(const std::vector<Frame>& frames, int* accepted) {
+  auto got = Decode(frames);
+  if (got.ok()) {
+    ++*accepted;
+    EXPECT_LT(got->body.index(), std::variant_size_v<Body>);
+  } else {
+    EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument) << got.status().ToString();
+    EXPECT_FALSE(got.status().message().empty());
+  }
+}
+
+TEST(CodecFuzz, RandomBytesGiveStatusNotCrash) {
+  std::mt19937_64 rng(1234);
+  int accepted = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    const size_t words = rng() % 48;
+    std::vector<uint8_t> bytes(words * 8 + (trial % 5 == 0 ? rng() % 8 : 0));
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+    if (trial % 2 == 0 && words >= 1) {
+      // A plausible segment table (one segment filling the rest), so the garbage
+      // reaches Cap'n Proto's pointer checks and the decoder's field checks.
+      const uint32_t zero = 0, rest = static_cast<uint32_t>(words - 1);
+      std::memcpy(bytes.data(), &zero, 4);
+      std::memcpy(bytes.data() + 4, &rest, 4);
+    }
+    std::vector<Frame> frames{OwnedFrame(bytes.data(), bytes.size(), rng() % 8)};
+    static const uint8_t kPayload[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    for (uint64_t extra = rng() % 3; extra > 0; --extra) frames.push_back(OwnedFrame(kPayload, rng() % 16));
+    ExpectDecodeSurvives(frames, &accepted);
+  }
+  EXPECT_LT(accepted, 4000) << "random bytes should not all decode";
+}
+
+TEST(CodecFuzz, BitFlipsOfValidMessagesGiveStatusNotCrash) {
+  std::mt19937_64 rng(99);
+  int accepted = 0;
+  for (const Envelope& e : EveryMessageKind()) {
+    const std::vector<Frame> frames = EncodeOrDie(e);
+    const auto* head = static_cast<const uint8_t*>(frames[0].data);
+    for (int trial = 0; trial < 300; ++trial) {
+      std::vector<uint8_t> bytes(head, head + frames[0].size);
+      for (uint64_t flips = 1 + rng() % 4; flips > 0; --flips) bytes[rng() % bytes.size()] ^= 1u << (rng() % 8);
+      std::vector<Frame> wire = frames;
+      wire[0] = OwnedFrame(bytes.data(), bytes.size(), rng() % 8);
+      ExpectDecodeSurvives(wire, &accepted);
+    }
+  }
+  EXPECT_GT(accepted, 0) << "flips in payload bytes should leave some messages decodable";
+}
+
+TEST(CodecFuzz, EveryTruncationOfValidMessagesIsInvalid) {
+  std::mt19937_64 rng(5);
+  for (const Envelope& e : EveryMessageKind()) {
+    SCOPED_TRACE(BodyName(e.body));
+    const std::vector<Frame> frames = EncodeOrDie(e);
+    for (size_t size = 0; size < frames[0].size; ++size) {
+      std::vector<Frame> wire = frames;
+      wire[0] = OwnedFrame(frames[0].data, size, rng() % 8);
+      auto got = Decode(wire);
+      ASSERT_FALSE(got.ok()) << "header truncated to " << size << " of " << frames[0].size << " bytes decoded";
+      EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace eps

@@ -1,0 +1,87 @@
+// The torch adapter: hosts one libtorch model in a worker process and runs
+// virtual-worker steps on it, one after another.
+//
+// This header is libtorch-free on purpose (libtorch dominates compile time):
+// tensors are exposed as contiguous host memory described by TensorSpec, so the
+// runtime copies chunks of parameters, buffers and gradients in and out without
+// seeing a torch type. worker/model_runner.cc is the only file of the project
+// that includes torch headers; every c10::Error thrown by libtorch is caught
+// there and returned as a Status.
+//
+// Determinism: Create seeds the default CPU generator with init_seed before it
+// builds the model, and TrainStep reseeds it with the step's key before the
+// forward pass, so parameters and gradients are a pure function of (options,
+// weights, buffers, samples, key) at a fixed intra-op thread count.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/layout.h"
+#include "common/status.h"
+#include "worker/dataset.h"
+
+namespace eps {
+
+struct ModelOptions {
+  // "mlp" | "cnn" | "cnn_bn"; every model takes [b, 1, 28, 28] images and has 10 classes.
+  //   mlp     flatten, Linear(784, 128), ReLU, Linear(128, 10).
+  //   cnn     Conv(1->16, 5x5) ReLU MaxPool2, Conv(16->32, 5x5) ReLU MaxPool2,
+  //           Linear(1568, 256) ReLU Dropout(0.25), Linear(256, 10); ~0.42 M parameters.
+  //   cnn_bn  cnn with BatchNorm2d after each convolution and no dropout.
+  std::string model;
+  uint64_t init_seed = 0;  // seeds parameter initialization
+  int threads = 1;         // libtorch intra-op threads: part of the job spec, bits depend on it
+};
+
+// Results of an evaluation pass over a range of samples.
+struct EvalStats {
+  int64_t count = 0;    // samples evaluated
+  int64_t correct = 0;  // samples whose arg-max class is the label
+  double loss_sum = 0;  // sum of per-sample cross-entropy losses
+};
+
+// Hosts one libtorch model for a worker process and runs virtual-worker steps on
+// it, one after another. Owns the model, its parameters, buffers and gradients;
+// the pointers it hands out stay valid for its lifetime (GradData's until the
+// next TrainStep). Not thread-safe, and one per process: the libtorch thread
+// count and default generator it sets are process-wide.
+class ModelRunner {
+ public:
+  // InvalidArgument for an unknown model or threads < 1; Internal if libtorch fails.
+  [[nodiscard]] static StatusOr<std::unique_ptr<ModelRunner>> Create(const ModelOptions& options);
+  virtual ~ModelRunner();
+
+  // Parameters in named_parameters() order (kind kParameter, float32), then
+  // buffers in named_buffers() order (kind kBuffer; float32, or int64 for
+  // BatchNorm's num_batches_tracked, whose shape is {} with one element).
+  virtual const std::vector<TensorSpec>& Tensors() const = 0;
+  size_t NumParameters() const;  // leading entries of Tensors() that are parameters
+
+  // Contiguous storage of tensor i (index into Tensors()), numel * DTypeSize bytes.
+  // Writes go straight into the model. i < Tensors().size() (a bug otherwise).
+  virtual void* MutableData(size_t i) = 0;
+
+  // Runs one VW's microbatch in train mode: sets all gradients to none, reseeds
+  // the default CPU generator with rng_seed (dropout draws from it), forward,
+  // cross-entropy averaged over the microbatch, backward. Returns the loss.
+  // InvalidArgument for empty or out-of-range indices, images that are not
+  // 28x28, labels outside [0, 10), an inconsistent Dataset.
+  [[nodiscard]] virtual StatusOr<float> TrainStep(const Dataset& data, const std::vector<int64_t>& indices,
+                                                  uint64_t rng_seed) = 0;
+
+  // Gradient of parameter i (i < NumParameters()) after the last TrainStep:
+  // contiguous float32, numel elements; zeros for a parameter that got no
+  // gradient, and before the first TrainStep.
+  virtual const float* GradData(size_t i) const = 0;
+
+  // Evaluates samples [lo, hi) in eval mode without gradients, `batch` at a time,
+  // and restores train mode after. Does not change parameters or buffers.
+  // InvalidArgument unless 0 <= lo <= hi <= data.size and batch > 0.
+  [[nodiscard]] virtual StatusOr<EvalStats> Evaluate(const Dataset& data, int64_t lo, int64_t hi,
+                                                     int64_t batch) = 0;
+};
+
+}  // namespace eps

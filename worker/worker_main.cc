@@ -1,0 +1,59 @@
+// eps_worker: a worker process. It needs only the coordinator's address; the
+// job spec, the model and the data location come from the coordinator.
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <fstream>
+
+#include "worker/worker.h"
+
+DEFINE_string(coordinator, "", "The coordinator's endpoint, e.g. tcp://10.0.0.1:5555");
+DEFINE_string(token_file, "", "File holding the job's secret token (empty: none)");
+DEFINE_int32(plan_timeout_s, 600, "Longest wait for the coordinator's next plan");
+DEFINE_int32(rpc_timeout_s, 60, "Longest wait for a shard's reply");
+
+namespace {
+volatile bool g_stop = false;
+void OnSignal(int) { g_stop = true; }
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("eps_worker --coordinator=ENDPOINT [--token_file=FILE]");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  if (FLAGS_coordinator.empty()) {
+    LOG(ERROR) << "--coordinator is required";
+    return 2;
+  }
+  eps::WorkerOptions options;
+  options.coordinator = FLAGS_coordinator;
+  options.plan_timeout = std::chrono::seconds(FLAGS_plan_timeout_s);
+  options.rpc_timeout = std::chrono::seconds(FLAGS_rpc_timeout_s);
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  options.host = std::string(host) + ":" + std::to_string(getpid());
+  if (!FLAGS_token_file.empty()) {
+    std::ifstream in(FLAGS_token_file);
+    if (!in || !std::getline(in, options.token) || options.token.empty()) {
+      LOG(ERROR) << "cannot read a token from " << FLAGS_token_file;
+      return 2;
+    }
+  }
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  zmq::context_t context(1);
+  auto worker = eps::Worker::Open(options, &context);
+  if (!worker.ok()) {
+    LOG(ERROR) << worker.status().ToString();
+    return 2;
+  }
+  eps::Status st = (*worker)->Run(&g_stop);
+  if (!st.ok()) {
+    LOG(ERROR) << "worker failed: " << st.ToString();
+    return 1;
+  }
+  return 0;
+}
