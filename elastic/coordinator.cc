@@ -5,12 +5,12 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/digest.h"
+#include "common/files.h"
 #include "common/layout.h"
 #include "schema/channel.h"
 
@@ -95,7 +95,7 @@ class CoordinatorImpl final : public Coordinator {
       return;
     }
     if (!options_.token.empty() && in.envelope->token != options_.token) {
-      LOG(WARNING) << "refused a peer with a wrong token";
+      LOG(WARNING) << "refused a message with a wrong job token";
       SendError(in.peer, Unauthenticated("wrong job token"));
       return;
     }
@@ -453,14 +453,7 @@ class CoordinatorImpl final : public Coordinator {
     j["buffers_sha256"] = buffers.HexDigest();
     j["train_seconds"] = std::chrono::duration<double>(Clock::now() - train_started_).count();
     j["workers_seen"] = workers_.size();
-    const std::string path = options_.run_dir + "/result.json";
-    const std::string tmp = path + ".tmp";
-    {
-      std::ofstream out(tmp);
-      out << j.dump(2) << "\n";
-      if (!out.good()) return Unavailable("cannot write " + tmp);
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) return Unavailable("cannot rename " + tmp);
+    EPS_RETURN_IF_ERROR(WriteFileAtomically(options_.run_dir + "/result.json", j.dump(2) + "\n"));
     std::printf("result: steps %lld  final loss %.4f  test accuracy %s  params_sha256 %s\n",
                 (long long)steps_done_, j["final_loss"].get<double>(),
                 evaluated_ ? std::to_string(test_accuracy_).c_str() : "n/a",

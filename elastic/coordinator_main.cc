@@ -5,9 +5,8 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <cstdio>
-#include <fstream>
 
+#include "common/files.h"
 #include "elastic/coordinator.h"
 
 // The job.
@@ -54,24 +53,6 @@ namespace {
 volatile bool g_stop = false;
 void OnSignal(int) { g_stop = true; }
 
-bool ReadToken(const std::string& path, std::string* token) {
-  token->clear();
-  if (path.empty()) return true;
-  std::ifstream in(path);
-  if (!in) return false;
-  std::getline(in, *token);
-  return !token->empty();
-}
-
-bool WriteAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << text << "\n";
-    if (!out.good()) return false;
-  }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
-}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -119,10 +100,12 @@ int main(int argc, char** argv) {
   o.eval_every = FLAGS_eval_every;
   o.startup_timeout = std::chrono::seconds(FLAGS_startup_timeout_s);
   o.step_timeout = std::chrono::seconds(FLAGS_step_timeout_s);
-  if (!ReadToken(FLAGS_token_file, &o.token)) {
-    LOG(ERROR) << "cannot read a token from " << FLAGS_token_file;
+  auto token = eps::ReadTokenFile(FLAGS_token_file);
+  if (!token.ok()) {
+    LOG(ERROR) << token.status().ToString();
     return 2;
   }
+  o.token = *token;
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
 
@@ -132,9 +115,12 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "invalid job: " << coordinator.status().ToString();
     return 2;
   }
-  if (!FLAGS_addr_file.empty() && !WriteAtomically(FLAGS_addr_file, (*coordinator)->endpoint())) {
-    LOG(ERROR) << "cannot write " << FLAGS_addr_file;
-    return 2;
+  if (!FLAGS_addr_file.empty()) {
+    eps::Status st = eps::WriteFileAtomically(FLAGS_addr_file, (*coordinator)->endpoint() + "\n");
+    if (!st.ok()) {
+      LOG(ERROR) << st.ToString();
+      return 2;
+    }
   }
   eps::Status st = (*coordinator)->Run(&g_stop);
   if (!st.ok()) {

@@ -37,7 +37,7 @@ done
 mkdir -p "$run_dir/logs" "$run_dir/pids"
 run_dir=$(cd "$run_dir" && pwd)
 job=$(cd "$(dirname "$job")" && pwd)/$(basename "$job")
-rm -f "$run_dir/coordinator.addr" "$run_dir/result.json" "$run_dir"/pids/*.pid
+rm -f "$run_dir"/*.addr "$run_dir/result.json" "$run_dir"/pids/*.pid
 if [ ! -s "$run_dir/token" ]; then
   (umask 077; od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > "$run_dir/token")
 fi
@@ -89,7 +89,8 @@ addr=$(cat "$run_dir/coordinator.addr")
 echo "coordinator at $addr, run dir $run_dir"
 
 for ((s = 0; s < servers; s++)); do
-  start "shard$s" "$bin/shard" --coordinator="$addr" --shard_id=$s --token_file="$run_dir/token"
+  start "shard$s" "$bin/shard" --coordinator="$addr" --shard_id=$s --token_file="$run_dir/token" \
+    --addr_file="$run_dir/shard$s.addr"
 done
 for ((w = 0; w < workers; w++)); do
   start "worker$w" "$bin/worker" --coordinator="$addr" --token_file="$run_dir/token"

@@ -108,6 +108,7 @@ class ShardImpl final : public Shard {
       return;
     }
     if (!options_.token.empty() && in.envelope->token != options_.token) {
+      LOG(WARNING) << "refused a message with a wrong job token";
       ReplyError(in.peer, Unauthenticated("wrong job token"));
       return;
     }

@@ -4,6 +4,7 @@
 
 #include <csignal>
 
+#include "common/files.h"
 #include "server/shard.h"
 
 DEFINE_uint32(shard_id, 0, "This shard's id, 0..S-1");
@@ -11,25 +12,12 @@ DEFINE_string(coordinator, "", "The coordinator's endpoint, e.g. tcp://127.0.0.1
 DEFINE_string(bind, "tcp://127.0.0.1:0", "Endpoint workers connect to (port 0: any free port)");
 DEFINE_string(token_file, "", "File holding the job's secret token (empty: no token)");
 DEFINE_int32(pull_wait_ms, 30000, "How long a pull may wait for its version");
+DEFINE_string(addr_file, "", "Write the endpoint workers connect to into this file once serving");
 
 namespace {
 volatile bool g_stop = false;
 void OnSignal(int) { g_stop = true; }
 
-std::string ReadToken(const std::string& path) {
-  if (path.empty()) return "";
-  FILE* f = std::fopen(path.c_str(), "r");
-  if (f == nullptr) {
-    LOG(ERROR) << "cannot read token file " << path;
-    std::exit(2);
-  }
-  char buf[256] = {0};
-  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-  std::fclose(f);
-  std::string t(buf, n);
-  while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
-  return t;
-}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -47,13 +35,25 @@ int main(int argc, char** argv) {
   options.shard = eps::ShardId(FLAGS_shard_id);
   options.coordinator = FLAGS_coordinator;
   options.bind = FLAGS_bind;
-  options.token = ReadToken(FLAGS_token_file);
+  auto token = eps::ReadTokenFile(FLAGS_token_file);
+  if (!token.ok()) {
+    LOG(ERROR) << token.status().ToString();
+    return 2;
+  }
+  options.token = *token;
   options.pull_wait = std::chrono::milliseconds(FLAGS_pull_wait_ms);
   zmq::context_t context(1);
   auto shard = eps::Shard::Open(options, &context);
   if (!shard.ok()) {
     LOG(ERROR) << shard.status().ToString();
     return 1;
+  }
+  if (!FLAGS_addr_file.empty()) {
+    eps::Status st = eps::WriteFileAtomically(FLAGS_addr_file, (*shard)->endpoint() + "\n");
+    if (!st.ok()) {
+      LOG(ERROR) << st.ToString();
+      return 2;
+    }
   }
   eps::Status st = (*shard)->Run(&g_stop);
   if (!st.ok()) {

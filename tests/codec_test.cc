@@ -357,7 +357,7 @@ TEST(Codec, HeaderThatIsNotWholeWordsIsInvalid) {
   std::vector<Frame> frames = EncodeOrDie({"t", Shutdown{"bye"}});
   for (size_t size : {size_t{0}, size_t{1}, size_t{7}, frames[0].size - 4, frames[0].size + 3}) {
     std::vector<uint8_t> bytes(size, 0);
-    std::memcpy(bytes.data(), frames[0].data, std::min(size, frames[0].size));
+    if (size > 0) std::memcpy(bytes.data(), frames[0].data, std::min(size, frames[0].size));
     ExpectInvalid({OwnedFrame(bytes.data(), bytes.size())}, "words");
   }
 }

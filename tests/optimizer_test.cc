@@ -39,7 +39,8 @@ bool TorchFusesMultiplyAdd() {
   return true;
 }
 
-std::unique_ptr<torch::optim::Optimizer> MakeTorchOptimizer(const OptimizerOptions& o, const torch::Tensor& p) {
+std::unique_ptr<torch::optim::Optimizer> MakeTorchOptimizer(const OptimizerOptions& o,
+                                                            const torch::Tensor& p) {
   std::vector<torch::Tensor> params{p};
   switch (o.kind) {
     case OptimizerKind::kSgd:
@@ -82,7 +83,8 @@ void SetTorchLr(const OptimizerOptions& o, double lr, torch::optim::Optimizer* o
 // of both signs; a different draw and scale each step.
 torch::Tensor Gradient(int64_t n, int64_t t) {
   torch::manual_seed(1000 + t);
-  torch::Tensor g = torch::randn({n}) * torch::exp(2 * torch::randn({n})) * std::pow(3.0, static_cast<double>(t % 3) - 1);
+  const double scale = std::pow(3.0, static_cast<double>(t % 3) - 1);
+  torch::Tensor g = torch::randn({n}) * torch::exp(2 * torch::randn({n})) * scale;
   g.index_put_({torch::indexing::Slice(0, 8)}, 0.0);
   g.index_put_({torch::indexing::Slice(8, 12)}, -0.0);
   return g;

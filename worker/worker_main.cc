@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <fstream>
 
+#include "common/files.h"
 #include "worker/worker.h"
 
 DEFINE_string(coordinator, "", "The coordinator's endpoint, e.g. tcp://10.0.0.1:5555");
@@ -35,13 +35,12 @@ int main(int argc, char** argv) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   options.host = std::string(host) + ":" + std::to_string(getpid());
-  if (!FLAGS_token_file.empty()) {
-    std::ifstream in(FLAGS_token_file);
-    if (!in || !std::getline(in, options.token) || options.token.empty()) {
-      LOG(ERROR) << "cannot read a token from " << FLAGS_token_file;
-      return 2;
-    }
+  auto token = eps::ReadTokenFile(FLAGS_token_file);
+  if (!token.ok()) {
+    LOG(ERROR) << token.status().ToString();
+    return 2;
   }
+  options.token = *token;
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   zmq::context_t context(1);

@@ -1,0 +1,31 @@
+#include "common/files.h"
+
+#include <cstdio>
+#include <fstream>
+
+namespace eps {
+
+Status WriteFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out.good()) return Unavailable("cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Unavailable("cannot rename " + tmp + " to " + path);
+  return OkStatus();
+}
+
+StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  if (path.empty()) return std::string();
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot read the token file " + path);
+  std::string token;
+  std::getline(in, token);
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  if (token.empty()) return InvalidArgument("the token file " + path + " is empty");
+  return token;
+}
+
+}  // namespace eps

@@ -1,0 +1,18 @@
+// Small file helpers shared by the binaries: the job token and files that other
+// processes poll for (addresses, results), which must never be seen half-written.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+
+namespace eps {
+
+// Writes `text` to `path` through a temporary file and rename().
+Status WriteFileAtomically(const std::string& path, const std::string& text);
+
+// Reads a job token: the first line of the file, which must not be empty.
+// An empty path means "no token" and gives "".
+StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+}  // namespace eps

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs what ElasticPS needs (Debian 12, as root; idempotent) and builds it
+# into build/ (Release, ccache when present).
+#
+#   scripts/setup.sh [--no-build] [--sanitize]
+#     --sanitize  also build the libtorch-free components with ASan + UBSan into build-asan/
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=1 sanitize=0
+for a in "$@"; do
+  case "$a" in
+    --no-build) build=0 ;;
+    --sanitize) sanitize=1 ;;
+    *) echo "setup.sh: unknown argument '$a'" >&2; exit 2 ;;
+  esac
+done
+
+packages=(
+  build-essential cmake ccache pkg-config python3
+  libzmq3-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev
+  libgflags-dev libgoogle-glog-dev libgtest-dev libssl-dev nlohmann-json3-dev zlib1g-dev
+  libtorch-dev libopenblas0-pthread dataset-fashion-mnist python3-torch
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup.sh: installing ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup.sh: run as root (or install these packages yourself): ${missing[*]}" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+[ $build = 1 ] || exit 0
+jobs=$(nproc)
+cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release > "$root/build.configure.log" 2>&1 ||
+  { cat "$root/build.configure.log" >&2; exit 1; }
+cmake --build "$root/build" -j "$jobs"
+if [ $sanitize = 1 ]; then
+  cmake -S "$root" -B "$root/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DELASTICPS_WITH_TORCH=OFF \
+    -DELASTICPS_SANITIZE=ON > "$root/build-asan.configure.log" 2>&1 ||
+    { cat "$root/build-asan.configure.log" >&2; exit 1; }
+  cmake --build "$root/build-asan" -j "$jobs"
+fi

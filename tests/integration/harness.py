@@ -1,0 +1,106 @@
+"""Helpers for ElasticPS multi-process integration tests.
+
+Every process runs on loopback with port 0 (the real port is read back from the
+address files the processes write), in a fresh temporary run dir; every wait is
+bounded; every process a test starts is stopped when it ends.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+ROOT = os.environ.get("EPS_ROOT", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+BIN = os.environ.get("EPS_BIN", os.path.join(ROOT, "build", "bin"))
+LOCAL = os.path.join(ROOT, "launcher", "local.sh")
+MLP = os.path.join(ROOT, "examples", "fashion_mnist_mlp.flags")
+
+ENV = dict(os.environ, OMP_WAIT_POLICY="passive", EPS_BIN=BIN)
+
+
+class RunDirTest(unittest.TestCase):
+    """A test case with a temporary folder, removed at the end unless the test failed."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="eps-it-")
+        self.procs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+        failed = any(e for _, e in getattr(self._outcome, "errors", []) if e) if hasattr(self, "_outcome") else False
+        if not failed and not os.environ.get("EPS_KEEP"):
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        else:
+            print("run dirs kept in", self.tmp)
+
+    def run_dir(self, name):
+        d = os.path.join(self.tmp, name)
+        os.makedirs(d, exist_ok=True)
+        return d
+
+    def run_local(self, name, job=MLP, servers=1, workers=1, extra=(), timeout=600, expect_ok=True):
+        """Runs launcher/local.sh to the end; returns (returncode, output, result dict or None)."""
+        d = self.run_dir(name)
+        cmd = [LOCAL, "--job", job, "--servers", str(servers), "--workers", str(workers), "--run-dir", d]
+        if extra:
+            cmd += ["--"] + list(extra)
+        p = subprocess.run(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=timeout)
+        result = None
+        path = os.path.join(d, "result.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                result = json.load(f)
+        if expect_ok:
+            self.assertEqual(p.returncode, 0, f"{name}: local.sh failed:\n{p.stdout}\n{logs(d)}")
+            self.assertIsNotNone(result, f"{name}: no result.json")
+        return p.returncode, p.stdout, result
+
+    def start(self, args, log_path):
+        """Starts one process in the background, logging to log_path; stopped at tearDown."""
+        log = open(log_path, "w")
+        p = subprocess.Popen(args, env=ENV, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.procs.append(p)
+        return p
+
+
+def wait_for_file(path, timeout=30, proc=None):
+    """Waits (bounded) until a file exists and is non-empty; returns its stripped content."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(path) and os.path.getsize(path) > 0:
+            with open(path) as f:
+                return f.read().strip()
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process exited with {proc.returncode} before writing {path}")
+        time.sleep(0.02)
+    raise AssertionError(f"{path} did not appear within {timeout}s")
+
+
+def wait_for_line(path, needle, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            with open(path, errors="replace") as f:
+                if needle in f.read():
+                    return
+        time.sleep(0.02)
+    raise AssertionError(f"'{needle}' did not appear in {path} within {timeout}s")
+
+
+def logs(run_dir, tail=15):
+    out = []
+    d = os.path.join(run_dir, "logs")
+    if os.path.isdir(d):
+        for name in sorted(os.listdir(d)):
+            with open(os.path.join(d, name), errors="replace") as f:
+                lines = f.readlines()[-tail:]
+            out.append(f"--- {name}\n" + "".join(lines))
+    return "\n".join(out)

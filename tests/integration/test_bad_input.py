@@ -1,0 +1,81 @@
+"""Bad input: a clear message and a nonzero exit before training starts; bad
+network messages get error replies and change nothing."""
+import json
+import os
+import subprocess
+import unittest
+
+from harness import BIN, ENV, MLP, RunDirTest, logs, wait_for_file, wait_for_line
+
+
+class BadJobSpec(RunDirTest):
+    def fails_before_training(self, name, extra, needle):
+        rc, out, result = self.run_local(name, MLP, workers=1, extra=extra, timeout=180, expect_ok=False)
+        self.assertNotEqual(rc, 0, out)
+        self.assertIsNone(result)
+        self.assertIn(needle, out, out)
+        self.assertNotIn("\nstep ", "\n" + out, "training started")
+
+    def test_unknown_flag(self):
+        self.fails_before_training("flag", ["--no_such_flag=1"], "no_such_flag")
+
+    def test_missing_data_file(self):
+        self.fails_before_training("data", [f"--data_dir={self.tmp}/nowhere"], "is missing")
+
+    def test_zero_virtual_workers(self):
+        self.fails_before_training("v0", ["--virtual_workers=0"], "virtual_workers must be at least 1")
+
+    def test_zero_batch(self):
+        self.fails_before_training("b0", ["--batch_per_vw=0"], "batch_per_vw must be at least 1")
+
+    def test_unknown_model(self):
+        self.fails_before_training("model", ["--model=resnet9000"], "resnet9000")
+
+    def test_unknown_optimizer(self):
+        self.fails_before_training("opt", ["--optimizer=lamb"], "lamb")
+
+
+class GarbageOnTheWire(RunDirTest):
+    STEPS = "--steps=400"
+
+    def garbage(self, endpoint, token):
+        p = subprocess.run([os.path.join(BIN, "garbage_peer"), endpoint, token], env=ENV, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout)
+
+    def test_garbage_to_live_coordinator_and_shards_changes_nothing(self):
+        _, _, ref = self.run_local("ref", MLP, workers=1, extra=[self.STEPS])
+        d = self.run_dir("job")
+        token = os.path.join(d, "token")
+        with open(token, "w") as f:
+            f.write("secret-token\n")
+        coord = self.start([os.path.join(BIN, "coordinator"), f"--flagfile={MLP}", self.STEPS, "--shards=2",
+                            "--workers=2", f"--run_dir={d}", f"--addr_file={d}/coordinator.addr",
+                            f"--token_file={token}", "--startup_timeout_s=120"], f"{d}/coordinator.log")
+        addr = wait_for_file(f"{d}/coordinator.addr", proc=coord)
+        shards = []
+        for s in range(2):
+            self.start([os.path.join(BIN, "shard"), f"--coordinator={addr}", f"--shard_id={s}",
+                        f"--token_file={token}", f"--addr_file={d}/shard{s}.addr"], f"{d}/shard{s}.log")
+            shards.append(wait_for_file(f"{d}/shard{s}.addr"))
+        # Before training: every endpoint answers garbage with errors.
+        for endpoint in [addr] + shards:
+            self.garbage(endpoint, token)
+        for w in range(2):
+            self.start([os.path.join(BIN, "worker"), f"--coordinator={addr}", f"--token_file={token}"],
+                       f"{d}/worker{w}.log")
+        # During training: again.
+        wait_for_line(f"{d}/coordinator.log", "step ", timeout=120)
+        for endpoint in [addr] + shards:
+            self.garbage(endpoint, token)
+        self.assertEqual(coord.wait(timeout=300), 0, open(f"{d}/coordinator.log").read()[-3000:])
+        with open(f"{d}/result.json") as f:
+            result = json.load(f)
+        self.assertEqual(result["params_sha256"], ref["params_sha256"])
+        shard_log = open(f"{d}/shard0.log").read()
+        self.assertIn("bad message from a worker", shard_log)
+        self.assertIn("wrong job token", open(f"{d}/coordinator.log").read() + shard_log)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,50 @@
+"""The consistency contract: one job, many placements, one params_sha256."""
+import unittest
+
+from harness import MLP, RunDirTest
+
+# (workers) placements of V = 8 virtual workers: 1x8, 2x4, 4x2, 8x1 and an uneven 3-way split (3, 3, 2).
+PLACEMENTS = [1, 2, 4, 8, 3]
+
+
+class DigestAcrossPlacements(RunDirTest):
+    def digests(self, servers):
+        out = {}
+        for w in PLACEMENTS:
+            _, _, r = self.run_local(f"s{servers}-w{w}", MLP, servers=servers, workers=w)
+            self.assertEqual(r["steps"], 200)
+            self.assertEqual(r["virtual_workers"], 8)
+            out[w] = r["params_sha256"]
+        return out
+
+    def test_mlp_one_shard_every_placement_same_digest(self):
+        d = self.digests(1)
+        self.assertEqual(len(set(d.values())), 1, d)
+
+    def test_mlp_two_shards_every_placement_same_digest_as_one_shard(self):
+        d = self.digests(2)
+        _, _, ref = self.run_local("s1-w1-ref", MLP, servers=1, workers=1)
+        d["1 shard"] = ref["params_sha256"]
+        self.assertEqual(len(set(d.values())), 1, d)
+
+    def test_mlp_digest_depends_on_the_seed(self):
+        # Guards the test itself: a digest that ignores training would make the tests above vacuous.
+        _, _, a = self.run_local("seed7", MLP, workers=1, extra=["--steps=20"])
+        _, _, b = self.run_local("seed8", MLP, workers=1, extra=["--steps=20", "--seed=8"])
+        self.assertNotEqual(a["params_sha256"], b["params_sha256"])
+
+
+class BatchNormBuffers(RunDirTest):
+    def test_cnn_bn_same_digest_1x4_and_2x2(self):
+        extra = ["--model=cnn_bn", "--virtual_workers=4", "--batch_per_vw=16", "--steps=30",
+                 "--train_limit=2048", "--test_limit=500"]
+        _, _, a = self.run_local("bn-1x4", MLP, servers=2, workers=1, extra=extra)
+        _, _, b = self.run_local("bn-2x2", MLP, servers=2, workers=2, extra=extra)
+        self.assertEqual(a["params_sha256"], b["params_sha256"])
+        self.assertEqual(a["buffers_sha256"], b["buffers_sha256"])
+        # BatchNorm statistics really travel: the buffers are not the empty digest.
+        self.assertNotEqual(a["buffers_sha256"], "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
