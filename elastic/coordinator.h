@@ -8,8 +8,8 @@
 // coordinator has the test set evaluated, reads the final parameters from the
 // shards, and writes <run_dir>/result.json.
 //
-// Membership here is static: training starts once `workers` workers have
-// registered, and the VWs are split among them into contiguous ranges.
+// The decisions (membership, assignment, recovery, the step clock) live in the
+// pure JobState (job_state.h); this class is its I/O shell.
 // Run() owns the socket and all state: one thread, no locks.
 #pragma once
 
@@ -32,8 +32,9 @@ struct CoordinatorOptions {
   uint32_t workers = 1;                 // start training once this many workers registered
   double epochs = 0;                    // when spec.steps == 0: train this many passes over the data
   int64_t eval_every = 0;               // evaluate the test set every N steps (0: only at the end)
-  std::chrono::milliseconds startup_timeout{120000};  // shards and workers must show up by then
-  std::chrono::milliseconds step_timeout{120000};     // a step (or an evaluation) must finish by then
+  std::chrono::milliseconds heartbeat_timeout{3000};  // a worker silent this long is dead
+  std::chrono::milliseconds startup_timeout{120000};  // the shards must register by then
+  std::chrono::milliseconds step_timeout{300000};     // while workers live, a step must finish by then
   std::chrono::milliseconds progress_every{1000};     // progress line period
 };
 

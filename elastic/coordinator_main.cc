@@ -46,8 +46,9 @@ DEFINE_string(bind, "tcp://127.0.0.1:0", "Endpoint to serve on (port 0: any free
 DEFINE_string(run_dir, "", "Folder for result.json");
 DEFINE_string(addr_file, "", "Write the bound endpoint to this file once serving");
 DEFINE_string(token_file, "", "File holding the job's secret token (empty: none)");
-DEFINE_int32(startup_timeout_s, 120, "Shards and workers must register within this time");
-DEFINE_int32(step_timeout_s, 300, "A step or an evaluation must complete within this time");
+DEFINE_int32(startup_timeout_s, 120, "The shards must register within this time");
+DEFINE_int32(step_timeout_s, 300, "While workers are alive, a step or an evaluation must complete within this time");
+DEFINE_int32(heartbeat_timeout_ms, 3000, "A worker whose heartbeats stop for this long is declared dead");
 
 namespace {
 volatile bool g_stop = false;
@@ -100,6 +101,7 @@ int main(int argc, char** argv) {
   o.eval_every = FLAGS_eval_every;
   o.startup_timeout = std::chrono::seconds(FLAGS_startup_timeout_s);
   o.step_timeout = std::chrono::seconds(FLAGS_step_timeout_s);
+  o.heartbeat_timeout = std::chrono::milliseconds(FLAGS_heartbeat_timeout_ms);
   auto token = eps::ReadTokenFile(FLAGS_token_file);
   if (!token.ok()) {
     LOG(ERROR) << token.status().ToString();

@@ -320,6 +320,17 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       *body = std::move(m);
       return OkStatus();
     }
+    case W::HEARTBEAT: {
+      *body = Heartbeat{WorkerId(b.getHeartbeat().getWorker())};
+      return OkStatus();
+    }
+    case W::LEAVE: {
+      Leave m;
+      m.worker = WorkerId(b.getLeave().getWorker());
+      EPS_RETURN_IF_ERROR(r.Text(b.getLeave().getReason(), &m.reason));
+      *body = std::move(m);
+      return OkStatus();
+    }
   }
   return InvalidArgument("unknown message kind " + std::to_string(static_cast<int>(b.which())));
 }
@@ -330,7 +341,7 @@ const char* BodyName(const Body& body) {
   static const char* const kNames[] = {"error",       "registerWorker", "registerWorkerReply", "registerShard",
                                        "shardConfig", "stepRequest",    "stepPlan",            "stepDone",
                                        "push",        "pushReply",      "pull",                "pullReply",
-                                       "evalResult",  "shutdown"};
+                                       "evalResult",  "shutdown",       "heartbeat",           "leave"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }
@@ -431,6 +442,12 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
             o.setLossSum(m.loss_sum);
           },
           [&](const Shutdown& m) { b.initShutdown().setReason(m.reason); },
+          [&](const Heartbeat& m) { b.initHeartbeat().setWorker(m.worker.value()); },
+          [&](const Leave& m) {
+            auto o = b.initLeave();
+            o.setWorker(m.worker.value());
+            o.setReason(m.reason);
+          },
       },
       envelope.body);
   auto flat = std::make_shared<kj::Array<capnp::word>>(capnp::messageToFlatArray(*message));

@@ -28,6 +28,8 @@ struct Envelope {
     pullReply @13 :PullReply;
     evalResult @14 :EvalResult;
     shutdown @15 :Shutdown;
+    heartbeat @16 :Heartbeat;
+    leave @17 :Leave;
   }
 }
 
@@ -170,4 +172,13 @@ struct EvalResult {
 
 struct Shutdown {
   reason @0 :Text;
+}
+
+struct Heartbeat {
+  worker @0 :UInt32;              # sent off the training thread; never answered unless refused
+}
+
+struct Leave {
+  worker @0 :UInt32;              # a graceful leave (SIGTERM, preemption): answered with a stop plan
+  reason @1 :Text;
 }

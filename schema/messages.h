@@ -148,9 +148,18 @@ struct Shutdown {
   std::string reason;
 };
 
+struct Heartbeat {
+  WorkerId worker;
+};
+
+struct Leave {
+  WorkerId worker;
+  std::string reason;
+};
+
 using Body = std::variant<ErrorReply, RegisterWorker, RegisterWorkerReply, RegisterShard, ShardConfig,
                           StepRequest, StepPlan, StepDone, Push, PushReply, Pull, PullReply, EvalResult,
-                          Shutdown>;
+                          Shutdown, Heartbeat, Leave>;
 
 struct Envelope {
   std::string token;

@@ -101,6 +101,8 @@ std::vector<Envelope> EveryMessageKind() {
   out.push_back({"tok-pullr", PullReply{Step(8), {MakeChunk(1, 300, 5), MakeChunk(5, 70000, 6)}}});
   out.push_back({"tok-eval", EvalResult{WorkerId(4), Step(30), 1000, 2000, 987, 123.5}});
   out.push_back({"", Shutdown{"job finished"}});
+  out.push_back({"tok-hb", Heartbeat{WorkerId(17)}});
+  out.push_back({"tok-leave", Leave{WorkerId(9), "SIGTERM"}});
   return out;
 }
 
@@ -212,6 +214,11 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.correct, b.correct);
           EXPECT_EQ(a.loss_sum, b.loss_sum);
         } else if constexpr (std::is_same_v<T, Shutdown>) {
+          EXPECT_EQ(a.reason, b.reason);
+        } else if constexpr (std::is_same_v<T, Heartbeat>) {
+          EXPECT_EQ(a.worker, b.worker);
+        } else if constexpr (std::is_same_v<T, Leave>) {
+          EXPECT_EQ(a.worker, b.worker);
           EXPECT_EQ(a.reason, b.reason);
         } else {
           static_assert(!sizeof(T), "a Body alternative has no comparison");
@@ -381,7 +388,8 @@ TEST(Codec, UnknownMessageKindIsRefused) {
   const std::vector<Frame> frames = EncodeOrDie({"t", Shutdown{"bye"}});
   RawEnvelope raw(frames[0]);
   ASSERT_EQ(raw.Get16(2), kShutdownTag);
-  for (uint16_t tag : {14, 99, 0xffff}) {
+  // The first tag past the last kind this build knows, and far ones.
+  for (uint16_t tag : {static_cast<uint16_t>(std::variant_size_v<Body>), uint16_t{99}, uint16_t{0xffff}}) {
     raw.Set16(2, tag);
     ExpectInvalid({raw.Flat()}, "unknown message kind");
   }

@@ -1,4 +1,4 @@
-// The only file of the project that includes libtorch headers.
+// The torch adapter; the models themselves are defined in worker/models.cc.
 #include "worker/model_runner.h"
 
 #include <torch/torch.h>
@@ -6,84 +6,18 @@
 #include <mutex>
 #include <utility>
 
+#include "worker/models.h"
+
 namespace eps {
 namespace {
 
-constexpr int64_t kClasses = 10;
-constexpr int64_t kSide = 28;
-
-// The models of ModelOptions::model, with named layers so tensor names read
-// "conv1.weight"; an empty holder for an unknown name.
-torch::nn::Sequential BuildModel(const std::string& name) {
-  namespace nn = torch::nn;
-  if (name == "mlp") {
-    return nn::Sequential({{"flatten", nn::Flatten()},
-                           {"fc1", nn::Linear(kSide * kSide, 128)},
-                           {"relu1", nn::ReLU()},
-                           {"fc2", nn::Linear(128, kClasses)}});
-  }
-  if (name == "cnn") {
-    return nn::Sequential({{"conv1", nn::Conv2d(nn::Conv2dOptions(1, 16, 5).padding(2))},
-                           {"relu1", nn::ReLU()},
-                           {"pool1", nn::MaxPool2d(nn::MaxPool2dOptions(2))},
-                           {"conv2", nn::Conv2d(nn::Conv2dOptions(16, 32, 5).padding(2))},
-                           {"relu2", nn::ReLU()},
-                           {"pool2", nn::MaxPool2d(nn::MaxPool2dOptions(2))},
-                           {"flatten", nn::Flatten()},
-                           {"fc1", nn::Linear(32 * 7 * 7, 256)},
-                           {"relu3", nn::ReLU()},
-                           {"dropout", nn::Dropout(nn::DropoutOptions(0.25))},
-                           {"fc2", nn::Linear(256, kClasses)}});
-  }
-  if (name == "cnn_bn") {
-    return nn::Sequential({{"conv1", nn::Conv2d(nn::Conv2dOptions(1, 16, 5).padding(2))},
-                           {"bn1", nn::BatchNorm2d(16)},
-                           {"relu1", nn::ReLU()},
-                           {"pool1", nn::MaxPool2d(nn::MaxPool2dOptions(2))},
-                           {"conv2", nn::Conv2d(nn::Conv2dOptions(16, 32, 5).padding(2))},
-                           {"bn2", nn::BatchNorm2d(32)},
-                           {"relu2", nn::ReLU()},
-                           {"pool2", nn::MaxPool2d(nn::MaxPool2dOptions(2))},
-                           {"flatten", nn::Flatten()},
-                           {"fc1", nn::Linear(32 * 7 * 7, 256)},
-                           {"relu3", nn::ReLU()},
-                           {"fc2", nn::Linear(256, kClasses)}});
-  }
-  return nn::Sequential(nullptr);
-}
-
-// The Dataset's shape must match what the models take, and its vectors its size.
-Status CheckDataset(const Dataset& data) {
-  if (data.rows != kSide || data.cols != kSide) {
-    return InvalidArgument("the models take 28x28 images, the data set holds " + std::to_string(data.rows) +
-                           "x" + std::to_string(data.cols));
-  }
-  if (data.size < 0 || data.images.size() != static_cast<size_t>(data.size) * kSide * kSide ||
-      data.labels.size() != static_cast<size_t>(data.size)) {
-    return InvalidArgument("inconsistent data set: size " + std::to_string(data.size) + " with " +
-                           std::to_string(data.images.size()) + " pixels and " +
-                           std::to_string(data.labels.size()) + " labels");
-  }
-  return OkStatus();
-}
-
 Status CheckLabel(const Dataset& data, int64_t i) {
   const int64_t label = data.labels[static_cast<size_t>(i)];
-  if (label < 0 || label >= kClasses) {
+  if (label < 0 || label >= kNumClasses) {
     return InvalidArgument("sample " + std::to_string(i) + " has label " + std::to_string(label) +
                            ", outside [0, 10)");
   }
   return OkStatus();
-}
-
-// Views of the data set's images [size, 1, rows, cols] and labels [size]; no copy.
-// libtorch only reads through them.
-torch::Tensor ImagesView(const Dataset& data) {
-  return torch::from_blob(const_cast<float*>(data.images.data()), {data.size, 1, data.rows, data.cols},
-                          torch::kFloat32);
-}
-torch::Tensor LabelsView(const Dataset& data) {
-  return torch::from_blob(const_cast<int64_t*>(data.labels.data()), {data.size}, torch::kInt64);
 }
 
 Status FromTorch(const char* what, const std::exception& e) {
@@ -127,7 +61,7 @@ class TorchModelRunner final : public ModelRunner {
 
   StatusOr<float> TrainStep(const Dataset& data, const std::vector<int64_t>& indices,
                             uint64_t rng_seed) override {
-    EPS_RETURN_IF_ERROR(CheckDataset(data));
+    EPS_RETURN_IF_ERROR(CheckModelInput(data));
     if (indices.empty()) return InvalidArgument("a microbatch needs at least one sample");
     for (int64_t i : indices) {
       if (i < 0 || i >= data.size) {
@@ -160,7 +94,7 @@ class TorchModelRunner final : public ModelRunner {
   const float* GradData(size_t i) const override { return grads_[i].data_ptr<float>(); }
 
   StatusOr<EvalStats> Evaluate(const Dataset& data, int64_t lo, int64_t hi, int64_t batch) override {
-    EPS_RETURN_IF_ERROR(CheckDataset(data));
+    EPS_RETURN_IF_ERROR(CheckModelInput(data));
     if (lo < 0 || lo > hi || hi > data.size || batch <= 0) {
       return InvalidArgument("evaluation range [" + std::to_string(lo) + ", " + std::to_string(hi) +
                              ") in batches of " + std::to_string(batch) + " does not fit a data set of " +
@@ -221,9 +155,6 @@ size_t ModelRunner::NumParameters() const {
 
 StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelOptions& options) {
   if (options.threads < 1) return InvalidArgument("threads must be at least 1");
-  if (options.model != "mlp" && options.model != "cnn" && options.model != "cnn_bn") {
-    return InvalidArgument("unknown model '" + options.model + "' (expected mlp, cnn or cnn_bn)");
-  }
   try {
     at::set_num_threads(options.threads);
     // Can be set once per process, before any inter-op work; later runners keep it.
@@ -236,7 +167,8 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelOptions& o
       }
     });
     torch::manual_seed(options.init_seed);
-    auto runner = std::make_unique<TorchModelRunner>(BuildModel(options.model));
+    EPS_ASSIGN_OR_RETURN(torch::nn::Sequential model, MakeModel(options.model));
+    auto runner = std::make_unique<TorchModelRunner>(std::move(model));
     EPS_RETURN_IF_ERROR(runner->Init());
     return std::unique_ptr<ModelRunner>(std::move(runner));
   } catch (const std::exception& e) {

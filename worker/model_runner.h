@@ -4,9 +4,9 @@
 // This header is libtorch-free on purpose (libtorch dominates compile time):
 // tensors are exposed as contiguous host memory described by TensorSpec, so the
 // runtime copies chunks of parameters, buffers and gradients in and out without
-// seeing a torch type. worker/model_runner.cc is the only file of the project
-// that includes torch headers; every c10::Error thrown by libtorch is caught
-// there and returned as a Status.
+// seeing a torch type. Only worker/ includes torch headers (model_runner.cc,
+// the model zoo worker/models.h, and the baseline binary); every c10::Error
+// thrown by libtorch is caught there and returned as a Status.
 //
 // Determinism: Create seeds the default CPU generator with init_seed before it
 // builds the model, and TrainStep reseeds it with the step's key before the
@@ -26,11 +26,8 @@
 namespace eps {
 
 struct ModelOptions {
-  // "mlp" | "cnn" | "cnn_bn"; every model takes [b, 1, 28, 28] images and has 10 classes.
-  //   mlp     flatten, Linear(784, 128), ReLU, Linear(128, 10).
-  //   cnn     Conv(1->16, 5x5) ReLU MaxPool2, Conv(16->32, 5x5) ReLU MaxPool2,
-  //           Linear(1568, 256) ReLU Dropout(0.25), Linear(256, 10); ~0.42 M parameters.
-  //   cnn_bn  cnn with BatchNorm2d after each convolution and no dropout.
+  // "mlp" | "cnn" | "cnn_bn" (see MakeModel in worker/models.h); every model
+  // takes [b, 1, 28, 28] images and has 10 classes.
   std::string model;
   uint64_t init_seed = 0;  // seeds parameter initialization
   int threads = 1;         // libtorch intra-op threads: part of the job spec, bits depend on it

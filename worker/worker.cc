@@ -1,9 +1,16 @@
 #include "worker/worker.h"
 
 #include <glog/logging.h>
+#include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <condition_variable>
+#include <csignal>
 #include <cstring>
+#include <mutex>
+#include <system_error>
+#include <thread>
 
 #include "common/layout.h"
 #include "common/tree.h"
@@ -15,6 +22,122 @@ namespace eps {
 namespace {
 
 using Bytes = std::shared_ptr<std::vector<uint8_t>>;
+using std::chrono::milliseconds;
+
+// Longest slice of any wait between two looks at the stop flag.
+constexpr milliseconds kStopCheck(100);
+// The reason a worker stopped by a signal gives in its Leave.
+constexpr char kStopReason[] = "SIGTERM";
+// Re-registrations in a row, without a plan in between, before the worker gives up.
+constexpr int kMaxReregistrations = 3;
+
+// Sends Heartbeat{worker} to the coordinator every `interval` from its own
+// thread and DEALER socket (a ZeroMQ socket belongs to one thread), until
+// Stop(), and logs the error replies it gets (the coordinator answers a beat
+// only when it does not know the worker). SetWorker() may be called from any
+// thread; Stop() from the thread that owns the object.
+class Heartbeater {
+ public:
+  static StatusOr<std::unique_ptr<Heartbeater>> Start(zmq::context_t* context, const std::string& endpoint,
+                                                      std::string token, milliseconds interval, WorkerId worker) {
+    Channel::Options co;
+    co.linger_ms = 0;  // a beat not sent by the time we exit is worthless
+    EPS_ASSIGN_OR_RETURN(auto channel, Channel::Connect(context, endpoint, co));
+    std::unique_ptr<Heartbeater> hb(new Heartbeater(std::move(token), interval, worker));
+    // A thread inherits the creator's signal mask: blocking SIGTERM and SIGINT
+    // around the creation blocks them in the new thread from its first
+    // instruction, so they reach the thread that watches the stop flag.
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    Status st;
+    try {
+      hb->thread_ = std::thread(&Heartbeater::Loop, hb.get(), std::move(channel));
+    } catch (const std::system_error& e) {
+      st = Internal(std::string("cannot start the heartbeat thread: ") + e.what());
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    EPS_RETURN_IF_ERROR(st);
+    return hb;
+  }
+
+  ~Heartbeater() { Stop(); }
+
+  // Beats for `worker` from now on (after a re-registration).
+  void SetWorker(WorkerId worker) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      worker_ = worker;
+    }
+    cv_.notify_all();
+  }
+
+  // Stops beating and joins the thread; returns within about one send.
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  Heartbeater(std::string token, milliseconds interval, WorkerId worker)
+      : token_(std::move(token)), interval_(interval), worker_(worker) {}
+
+  void Loop(std::unique_ptr<Channel> channel) {
+    WorkerId refused_worker;
+    int64_t refusals = 0;  // error replies for refused_worker
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      const WorkerId worker = worker_;
+      lock.unlock();
+      // Replies to earlier beats first: only errors come back.
+      while (true) {
+        StatusOr<Channel::Incoming> in = channel->TryReceive();
+        if (!in.ok()) break;
+        if (!in->envelope.ok()) {
+          LOG(WARNING) << "heartbeat: bad reply from the coordinator: " << in->envelope.status().ToString();
+        } else if (auto* err = std::get_if<ErrorReply>(&in->envelope->body)) {
+          // Once per worker id and then every 20th: the main thread re-registers at its next
+          // request. (Right after a re-registration, the refusal may answer a beat for the old id.)
+          if (refused_worker != worker) refusals = 0;
+          refused_worker = worker;
+          if (refusals++ % 20 == 0) {
+            LOG(WARNING) << "the coordinator refused a heartbeat (" << refusals << " since worker " << worker
+                         << " began): " << err->ToStatus().ToString();
+          }
+        } else {
+          LOG(WARNING) << "heartbeat: unexpected " << BodyName(in->envelope->body) << " from the coordinator";
+        }
+      }
+      Status st = channel->Send(Envelope{token_, Heartbeat{worker}});
+      if (!st.ok()) LOG(WARNING) << "heartbeat not sent: " << st.ToString();
+      lock.lock();
+      cv_.wait_for(lock, interval_, [&] { return stop_ || worker_ != worker; });
+    }
+  }
+
+  const std::string token_;
+  const milliseconds interval_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  WorkerId worker_;    // GUARDED_BY(mu_)
+  bool stop_ = false;  // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+// The fields of a job spec that fix what a worker computes: a re-registration
+// must give the same ones, or the model and data this worker holds are wrong.
+bool SameJob(const JobSpec& a, const JobSpec& b) {
+  return a.job_id == b.job_id && a.model == b.model && a.data_dir == b.data_dir &&
+         a.virtual_workers == b.virtual_workers && a.batch_per_vw == b.batch_per_vw && a.seed == b.seed &&
+         a.threads == b.threads && a.train_limit == b.train_limit && a.test_limit == b.test_limit &&
+         a.chunk_elems == b.chunk_elems && a.num_shards == b.num_shards;
+}
 
 class WorkerImpl final : public Worker {
  public:
@@ -23,8 +146,33 @@ class WorkerImpl final : public Worker {
 
   Status Run(const volatile bool* stop) override {
     stop_ = stop;
-    EPS_RETURN_IF_ERROR(Register());
-    Status st = Setup();
+    Status st = RunUntilDone();
+    if (heartbeat_) heartbeat_->Stop();
+    return st;
+  }
+
+ private:
+  bool stopping() const { return *stop_; }
+  static Status Stopped() { return Aborted("stopped by a signal"); }
+
+  Status RunUntilDone() {
+    StatusOr<RegisterWorkerReply> registered = Register();
+    if (!registered.ok()) {
+      if (!stopping()) return registered.status();
+      LOG(INFO) << "stopped before the coordinator registered this worker";
+      return OkStatus();
+    }
+    Adopt(*registered);
+    EPS_ASSIGN_OR_RETURN(heartbeat_, Heartbeater::Start(context_, options_.coordinator, options_.token,
+                                                        options_.heartbeat_interval, id_));
+    Status st = CheckThreads();
+    if (!st.ok()) {
+      // This worker's configuration, not the job, is at fault: leave, do not fail the job.
+      (void)LeaveJob(st.message());
+      return st;
+    }
+    st = Setup();
+    if (stopping()) return LeaveJob(kStopReason);
     if (!st.ok()) {
       // A job this worker cannot run (unknown model, unreadable data): tell the coordinator.
       (void)coordinator_->Send(Envelope{options_.token, ErrorReply{st.code(), "worker " + host_ + ": " + st.message()}});
@@ -33,19 +181,125 @@ class WorkerImpl final : public Worker {
     return Loop();
   }
 
- private:
-  Status Register() {
-    EPS_ASSIGN_OR_RETURN(Envelope reply,
-                         Call(coordinator_.get(), Envelope{options_.token, RegisterWorker{options_.host, uint32_t(getpid())}},
-                              options_.plan_timeout));
+  // ---- coordinator ----------------------------------------------------------
+
+  // Waits up to `timeout` for a message on `channel`, looking at the stop flag
+  // at least every kStopCheck: Stopped() once it is set.
+  StatusOr<Channel::Incoming> Receive(Channel* channel, milliseconds timeout) const {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (true) {
+      if (stopping()) return Stopped();
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return DeadlineExceeded("no message within " + std::to_string(timeout.count()) + " ms");
+      StatusOr<Channel::Incoming> in = channel->Receive(std::min(left, kStopCheck));
+      if (in.ok()) return in;
+      // DeadlineExceeded: this slice is over; Aborted: a signal interrupted the poll.
+      const StatusCode code = in.status().code();
+      if (code != StatusCode::kDeadlineExceeded && code != StatusCode::kAborted) return in.status();
+    }
+  }
+
+  // Call() with a wait that stops with the stop flag. An ErrorReply comes back as its Status.
+  StatusOr<Envelope> CallCoordinator(Body body, milliseconds timeout) {
+    EPS_RETURN_IF_ERROR(coordinator_->Send(Envelope{options_.token, std::move(body)}));
+    EPS_ASSIGN_OR_RETURN(Channel::Incoming in, Receive(coordinator_.get(), timeout));
+    if (!in.envelope.ok()) return in.envelope.status().WithContext("bad reply from the coordinator");
+    if (const auto* err = std::get_if<ErrorReply>(&in.envelope->body)) return err->ToStatus();
+    return std::move(in.envelope).value();
+  }
+
+  StatusOr<RegisterWorkerReply> Register() {
+    EPS_ASSIGN_OR_RETURN(Envelope reply, CallCoordinator(RegisterWorker{options_.host, uint32_t(getpid())},
+                                                         options_.plan_timeout));
     auto* r = std::get_if<RegisterWorkerReply>(&reply.body);
     if (r == nullptr) return Internal(std::string("registration answered with ") + BodyName(reply.body));
-    id_ = r->worker;
-    spec_ = r->spec;
-    shard_addresses_ = r->shard_addresses;
+    return std::move(*r);
+  }
+
+  void Adopt(const RegisterWorkerReply& r) {
+    id_ = r.worker;
+    spec_ = r.spec;
+    shard_addresses_ = r.shard_addresses;
     host_ = options_.host + "/w" + std::to_string(id_.value());
     LOG(INFO) << "registered as worker " << id_ << " of job '" << spec_.job_id << "' (" << spec_.model
               << ", V=" << spec_.virtual_workers << ", " << shard_addresses_.size() << " shards)";
+  }
+
+  // After the coordinator forgot this worker: a new id for the same job; the
+  // model, the data and the shard connections stay.
+  Status Reregister() {
+    EPS_ASSIGN_OR_RETURN(RegisterWorkerReply r, Register());
+    if (!SameJob(r.spec, spec_) || r.shard_addresses.size() != shards_.size()) {
+      return FailedPrecondition("registered again, but the coordinator now runs another job ('" + r.spec.job_id +
+                                "', model " + r.spec.model + ")");
+    }
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      if (r.shard_addresses[s] == shard_addresses_[s]) continue;
+      LOG(INFO) << "shard " << s << " moved to " << r.shard_addresses[s];
+      EPS_ASSIGN_OR_RETURN(shards_[s], Channel::Connect(context_, r.shard_addresses[s]));
+      outstanding_[s] = 0;
+    }
+    Adopt(r);
+    heartbeat_->SetWorker(id_);
+    return OkStatus();
+  }
+
+  // Tells the coordinator this worker leaves, waits up to leave_timeout for
+  // the ack (a stop plan), and returns OK: leaving is normal, and what was not
+  // pushed is recomputed by others.
+  Status LeaveJob(const std::string& reason) {
+    LOG(INFO) << "worker " << id_ << " leaves the job (" << reason << "); VWs not pushed yet are abandoned";
+    if (heartbeat_) heartbeat_->Stop();
+    Status st = coordinator_->Send(Envelope{options_.token, Leave{id_, reason}});
+    if (!st.ok()) {
+      LOG(WARNING) << "could not tell the coordinator: " << st.ToString();
+      return OkStatus();
+    }
+    const auto deadline = std::chrono::steady_clock::now() + options_.leave_timeout;
+    while (true) {
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        LOG(WARNING) << "the coordinator did not acknowledge the leave within " << options_.leave_timeout.count()
+                     << " ms";
+        return OkStatus();
+      }
+      StatusOr<Channel::Incoming> in = coordinator_->Receive(left);
+      if (!in.ok()) {
+        if (in.status().code() == StatusCode::kAborted) continue;  // a signal interrupted the poll
+        if (in.status().code() != StatusCode::kDeadlineExceeded) {
+          LOG(WARNING) << "waiting for the leave's ack: " << in.status().ToString();
+          return OkStatus();
+        }
+        continue;
+      }
+      if (!in->envelope.ok()) continue;
+      if (auto* err = std::get_if<ErrorReply>(&in->envelope->body)) {
+        LOG(WARNING) << "the coordinator answered the leave with " << err->ToStatus().ToString();
+        return OkStatus();
+      }
+      auto* plan = std::get_if<StepPlan>(&in->envelope->body);
+      if (plan != nullptr && plan->kind == PlanKind::kStop) {
+        LOG(INFO) << "the coordinator acknowledged the leave";
+        return OkStatus();
+      }
+      // Anything else answers an earlier request (a plan sent before the Leave arrived): skip it.
+    }
+  }
+
+  // The spec's intra-op thread count fixes the bits: a worker allowed fewer
+  // cores cannot run this job.
+  Status CheckThreads() const {
+    const int job = static_cast<int>(spec_.threads);
+    if (options_.threads == 0 || options_.threads == job) return OkStatus();
+    if (options_.threads < job) {
+      return InvalidArgument("this worker may use " + std::to_string(options_.threads) +
+                             " threads, but job '" + spec_.job_id + "' computes with " + std::to_string(job) +
+                             " intra-op threads (the bits depend on that count): allow at least " +
+                             std::to_string(job));
+    }
+    LOG(INFO) << "this worker may use " << options_.threads << " threads; job '" << spec_.job_id
+              << "' computes with " << job << " intra-op threads, so " << options_.threads - job
+              << " cores stay unused";
     return OkStatus();
   }
 
@@ -87,37 +341,58 @@ class WorkerImpl final : public Worker {
 
   Status Loop() {
     Step done{-1};
-    bool first = true;
+    bool report_model = true;  // the coordinator needs the model from every worker id
+    int reregistrations = 0;   // in a row, without a plan in between
     while (true) {
-      if (*stop_) return Aborted("stopped by a signal");
+      if (stopping()) return LeaveJob(kStopReason);
       StepRequest request{id_, done, {}, 0, 0};
-      if (first) {
+      if (report_model) {
         request.tensors = model_->Tensors();
         request.train_samples = train_.size;
         request.test_samples = test_.size;
-        first = false;
       }
-      EPS_ASSIGN_OR_RETURN(Envelope reply, Call(coordinator_.get(), Envelope{options_.token, request},
-                                                options_.plan_timeout));
-      auto* plan = std::get_if<StepPlan>(&reply.body);
-      if (plan == nullptr) return Internal(std::string("step request answered with ") + BodyName(reply.body));
+      StatusOr<Envelope> reply = CallCoordinator(request, options_.plan_timeout);
+      if (!reply.ok()) {
+        if (stopping()) return LeaveJob(kStopReason);
+        const StatusCode code = reply.status().code();
+        if (code != StatusCode::kAborted && code != StatusCode::kNotFound) return reply.status();
+        // The coordinator declared this worker dead or forgot it: join again under a new id.
+        if (++reregistrations > kMaxReregistrations) {
+          return Unavailable("the coordinator keeps refusing this worker: " + reply.status().ToString());
+        }
+        LOG(WARNING) << "the coordinator dropped worker " << id_ << " (" << reply.status().ToString()
+                     << "): registering again";
+        Status st = Reregister();
+        if (stopping()) return LeaveJob(kStopReason);
+        EPS_RETURN_IF_ERROR(st);
+        done = Step(-1);
+        report_model = true;
+        continue;
+      }
+      report_model = false;
+      reregistrations = 0;
+      auto* plan = std::get_if<StepPlan>(&reply->body);
+      if (plan == nullptr) return Internal(std::string("step request answered with ") + BodyName(reply->body));
+      Status st;
       switch (plan->kind) {
         case PlanKind::kWait:
           break;
         case PlanKind::kInit:
-          EPS_RETURN_IF_ERROR(PushInitialValues());
+          st = PushInitialValues();
           break;
         case PlanKind::kTrain:
-          EPS_RETURN_IF_ERROR(Train(*plan));
-          done = plan->step;
+          st = Train(*plan);
+          if (st.ok()) done = plan->step;
           break;
         case PlanKind::kEval:
-          EPS_RETURN_IF_ERROR(Evaluate(*plan));
+          st = Evaluate(*plan);
           break;
         case PlanKind::kStop:
           LOG(INFO) << "the job is over";
           return OkStatus();
       }
+      if (stopping()) return LeaveJob(kStopReason);
+      EPS_RETURN_IF_ERROR(st);
     }
   }
 
@@ -145,7 +420,7 @@ class WorkerImpl final : public Worker {
   Status AwaitPushes() {
     for (size_t s = 0; s < shards_.size(); ++s) {
       while (outstanding_[s] > 0) {
-        EPS_ASSIGN_OR_RETURN(Channel::Incoming in, shards_[s]->Receive(options_.rpc_timeout));
+        EPS_ASSIGN_OR_RETURN(Channel::Incoming in, Receive(shards_[s].get(), options_.rpc_timeout));
         --outstanding_[s];
         if (!in.envelope.ok()) return in.envelope.status().WithContext("bad reply from shard " + std::to_string(s));
         if (auto* err = std::get_if<ErrorReply>(&in.envelope->body)) {
@@ -160,7 +435,7 @@ class WorkerImpl final : public Worker {
   Status PullInto(Step version) {
     for (auto& ch : shards_) EPS_RETURN_IF_ERROR(ch->Send(Envelope{options_.token, Pull{version, {}}}));
     for (size_t s = 0; s < shards_.size(); ++s) {
-      EPS_ASSIGN_OR_RETURN(Channel::Incoming in, shards_[s]->Receive(options_.rpc_timeout));
+      EPS_ASSIGN_OR_RETURN(Channel::Incoming in, Receive(shards_[s].get(), options_.rpc_timeout));
       if (!in.envelope.ok()) return in.envelope.status().WithContext("bad pull reply from shard " + std::to_string(s));
       if (auto* err = std::get_if<ErrorReply>(&in.envelope->body)) {
         return err->ToStatus().WithContext("pull from shard " + std::to_string(s));
@@ -262,7 +537,7 @@ class WorkerImpl final : public Worker {
     for (const Block& block : AlignedBlocks(plan.vw_lo, plan.vw_hi)) {
       TreeReducer reducer(block, spec_.virtual_workers, flat_size_);
       for (uint32_t v = block.lo; v < block.hi(); ++v) {
-        if (*stop_) return Aborted("stopped by a signal");
+        if (stopping()) return Stopped();  // abandon the rest: blocks already pushed stay pushed
         if (v != plan.vw_lo) RestoreBuffers(step_buffers);
         sampler_->Indices(VirtualWorkerId(v), plan.step, &indices);
         EPS_ASSIGN_OR_RETURN(float loss,
@@ -287,6 +562,7 @@ class WorkerImpl final : public Worker {
   zmq::context_t* const context_;
   std::unique_ptr<Channel> coordinator_;
   const volatile bool* stop_ = nullptr;
+  std::unique_ptr<Heartbeater> heartbeat_;  // from registration on
 
   WorkerId id_;
   std::string host_;
@@ -306,6 +582,11 @@ class WorkerImpl final : public Worker {
 
 StatusOr<std::unique_ptr<Worker>> Worker::Open(const WorkerOptions& options, zmq::context_t* context) {
   if (options.coordinator.empty()) return InvalidArgument("a worker needs the coordinator's address");
+  if (options.device != "cpu") {
+    return InvalidArgument("device '" + options.device + "': only cpu is supported by this build");
+  }
+  if (options.threads < 0) return InvalidArgument("threads must be >= 0 (0: the job's count)");
+  if (options.heartbeat_interval.count() <= 0) return InvalidArgument("the heartbeat interval must be positive");
   EPS_ASSIGN_OR_RETURN(auto channel, Channel::Connect(context, options.coordinator));
   return std::unique_ptr<Worker>(new WorkerImpl(options, context, std::move(channel)));
 }

@@ -10,7 +10,21 @@
 // one partial per block to each shard (VW 0's buffers ride with VW 0's block).
 // Pushes are not awaited one by one: replies are collected at the end of the
 // step, so sending overlaps the next VW's compute.
-// Run() owns the sockets and the model: one thread.
+//
+// Elasticity: from registration on, a heartbeat thread with its own socket
+// tells the coordinator every `heartbeat_interval` that this worker lives, also
+// while a long VW computes. When `*stop` turns true (a signal), the worker
+// abandons the VWs it has not pushed yet (blocks already pushed stay pushed),
+// sends Leave, waits briefly for the ack and returns OK; it notices the flag
+// between VWs and within 100 ms in every wait. When the coordinator answers a
+// step request with Aborted or NotFound (it declared this worker dead, or has
+// forgotten it), the worker registers again under a new id and carries on with
+// the model and data it already has.
+//
+// Run() owns the model and the sockets other than the heartbeat thread's, and
+// is called from one thread; the heartbeat thread is started and joined inside
+// Run(). The caller should let the thread that calls Run() receive the signals
+// that set `*stop` (the heartbeat thread blocks SIGTERM and SIGINT).
 #pragma once
 
 #include <zmq.hpp>
@@ -29,13 +43,24 @@ struct WorkerOptions {
   std::string host;         // reported to the coordinator, for logs
   std::chrono::milliseconds plan_timeout{600000};  // longest wait for the next plan
   std::chrono::milliseconds rpc_timeout{60000};    // longest wait for a shard's reply
+  std::chrono::milliseconds heartbeat_interval{500};
+  std::chrono::milliseconds leave_timeout{2000};    // longest wait for the ack of a Leave
+  // Only "cpu" in this build; Open refuses anything else.
+  std::string device = "cpu";
+  // Cores this worker may use (0: the job's intra-op thread count). Fewer than
+  // the job's count is refused once the spec is known, since the bits depend on
+  // that count; more is accepted, and the extra cores stay unused.
+  int threads = 0;
 };
 
 class Worker {
  public:
+  // InvalidArgument for a missing coordinator address, a device other than
+  // "cpu", threads < 0 or a heartbeat interval that is not positive.
   static StatusOr<std::unique_ptr<Worker>> Open(const WorkerOptions& options, zmq::context_t* context);
   virtual ~Worker() = default;
-  // Runs until the coordinator says stop (OK) or something fails.
+  // Runs until the coordinator says stop (OK), `*stop` turns true and the
+  // worker has left the job (OK), or something fails.
   virtual Status Run(const volatile bool* stop) = 0;
 };
 

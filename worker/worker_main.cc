@@ -13,14 +13,25 @@ DEFINE_string(coordinator, "", "The coordinator's endpoint, e.g. tcp://10.0.0.1:
 DEFINE_string(token_file, "", "File holding the job's secret token (empty: none)");
 DEFINE_int32(plan_timeout_s, 600, "Longest wait for the coordinator's next plan");
 DEFINE_int32(rpc_timeout_s, 60, "Longest wait for a shard's reply");
+DEFINE_int32(heartbeat_ms, 500, "Interval between two heartbeats to the coordinator");
+DEFINE_string(device, "cpu", "Device to compute on; this build supports only cpu");
+DEFINE_int32(threads, 0,
+             "Cores this worker may use (0: the job's intra-op thread count). Fewer than the job's count is "
+             "refused (the bits depend on it); more is accepted, the extra cores stay unused");
 
 namespace {
 volatile bool g_stop = false;
-void OnSignal(int) { g_stop = true; }
+// The first SIGTERM/SIGINT asks for a graceful leave; a second one kills.
+void OnSignal(int sig) {
+  g_stop = true;
+  std::signal(sig, SIG_DFL);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("eps_worker --coordinator=ENDPOINT [--token_file=FILE]");
+  gflags::SetUsageMessage(
+      "eps_worker --coordinator=ENDPOINT [--token_file=FILE] [--device=cpu] [--threads=N]\n"
+      "SIGTERM or Ctrl-C: leave the job gracefully and exit 0 (a second one kills)");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
@@ -32,6 +43,9 @@ int main(int argc, char** argv) {
   options.coordinator = FLAGS_coordinator;
   options.plan_timeout = std::chrono::seconds(FLAGS_plan_timeout_s);
   options.rpc_timeout = std::chrono::seconds(FLAGS_rpc_timeout_s);
+  options.heartbeat_interval = std::chrono::milliseconds(FLAGS_heartbeat_ms);
+  options.device = FLAGS_device;
+  options.threads = FLAGS_threads;
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   options.host = std::string(host) + ":" + std::to_string(getpid());

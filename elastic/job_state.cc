@@ -1,0 +1,477 @@
+#include "elastic/job_state.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace eps {
+
+JobState::JobState(JobSpec spec, JobStateOptions options, const Clock* clock)
+    : spec_(std::move(spec)),
+      options_(options),
+      clock_(clock),
+      shard_addresses_(spec_.num_shards),
+      shard_done_(spec_.num_shards, Step(-2)),
+      shard_registered_(spec_.num_shards, false) {
+  started_ = clock_->Now();
+  progress_deadline_ = started_ + options_.startup_timeout;
+}
+
+// ---- events -----------------------------------------------------------------
+
+Status JobState::OnShardRegistered(ShardId shard, const std::string& address) {
+  if (shard.value() >= spec_.num_shards) {
+    return InvalidArgument("shard id " + std::to_string(shard.value()) + " but the job has " +
+                           std::to_string(spec_.num_shards) + " shards");
+  }
+  if (shard_registered_[shard.value()] && shard_addresses_[shard.value()] != address) {
+    return AlreadyExists("shard " + std::to_string(shard.value()) + " is already registered");
+  }
+  shard_registered_[shard.value()] = true;
+  shard_addresses_[shard.value()] = address;
+  LOG(INFO) << "shard " << shard << " registered at " << address;
+  if (!tensors_.empty()) {
+    out_.push_back({Outgoing::To::kShard, shard.value(), ShardConfig{spec_, tensors_}});
+  }
+  Advance();
+  return OkStatus();
+}
+
+WorkerId JobState::OnWorkerRegistered(const std::string& host, uint32_t pid) {
+  const WorkerId id(next_worker_++);
+  WorkerInfo& w = workers_[id];
+  w.host = host;
+  w.pid = pid;
+  w.last_seen = clock_->Now();
+  LOG(INFO) << "worker " << id << " registered from " << host;
+  unanswered_registrations_.push_back(id);
+  Advance();
+  return id;
+}
+
+Status JobState::OnStepRequest(const StepRequest& r) {
+  auto it = workers_.find(r.worker);
+  if (it == workers_.end() || !it->second.alive) {
+    return Aborted("worker " + std::to_string(r.worker.value()) + " is not a member: register again");
+  }
+  WorkerInfo& w = it->second;
+  w.last_seen = clock_->Now();
+  if (!w.ready) {
+    Status st = AcceptModel(r);
+    if (!st.ok()) return st;
+    w.ready = true;
+    LOG(INFO) << "worker " << r.worker << " is ready";
+  }
+  // Everything this worker held is confirmed: it asks only after its pushes were acknowledged.
+  work_.erase(std::remove_if(work_.begin(), work_.end(),
+                             [&](const Work& item) { return item.holder == r.worker; }),
+              work_.end());
+  w.init_holder = false;
+  w.pending = true;
+  w.done_step = std::max(w.done_step, r.done_step);
+  Progress();
+  Advance();
+  return OkStatus();
+}
+
+Status JobState::OnHeartbeat(WorkerId worker) {
+  auto it = workers_.find(worker);
+  if (it == workers_.end() || !it->second.alive) {
+    return Aborted("worker " + std::to_string(worker.value()) + " is not a member: register again");
+  }
+  it->second.last_seen = clock_->Now();
+  return OkStatus();
+}
+
+Status JobState::OnLeave(WorkerId worker, const std::string& reason) {
+  auto it = workers_.find(worker);
+  if (it == workers_.end() || !it->second.alive) return OkStatus();  // already gone: the ack is the same
+  DeclareDead(worker, "left (" + reason + ")");
+  Send(worker, StepPlan{PlanKind::kStop, step_, epoch_, 0, 0, 0, 0});
+  Advance();
+  return OkStatus();
+}
+
+Status JobState::OnStepDone(ShardId shard, const StepDone& done) {
+  if (shard.value() >= spec_.num_shards || !shard_registered_[shard.value()]) {
+    return InvalidArgument("step report from an unknown shard");
+  }
+  shard_done_[shard.value()] = std::max(shard_done_[shard.value()], done.step);
+  if (done.has_loss) losses_[done.step.value()] = done.loss;
+  Progress();
+  Advance();
+  return OkStatus();
+}
+
+Status JobState::OnEvalResult(const EvalResult& r) {
+  auto it = workers_.find(r.worker);
+  if (it == workers_.end() || !it->second.alive) return Aborted("not a member");
+  it->second.last_seen = clock_->Now();
+  if (phase_ != Phase::kEvaluating || r.version != eval_version_) return OkStatus();  // stale: ignore
+  for (EvalSlice& s : eval_slices_) {
+    if (s.lo == r.lo && s.hi == r.hi && !s.done) {
+      s.done = true;
+      eval_correct_ += r.correct;
+      eval_loss_ += r.loss_sum;
+    }
+  }
+  Progress();
+  Advance();
+  return OkStatus();
+}
+
+void JobState::OnJobError(const std::string& message) { Fail(FailedPrecondition(message)); }
+
+void JobState::Tick() {
+  const auto now = clock_->Now();
+  for (auto& [id, w] : workers_) {
+    if (w.alive && now - w.last_seen > options_.heartbeat_timeout) {
+      DeclareDead(id, "missed heartbeats for " +
+                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - w.last_seen).count()) +
+                          " ms");
+    }
+  }
+  Advance();
+  // Watchdog: while shards are missing, or workers are alive, something must move.
+  const bool waiting_for_shards = !AllShardsRegistered();
+  if (phase_ < Phase::kFinalizing && (waiting_for_shards || HasLiveReadyWorker()) && now > progress_deadline_) {
+    Fail(DeadlineExceeded(waiting_for_shards ? "the shards did not all register in time"
+                                             : "no progress within the step timeout (step " +
+                                                   std::to_string(step_.value()) + ")"));
+  }
+}
+
+void JobState::OnResultWritten(const Status& status) {
+  if (!status.ok()) return Fail(status);
+  phase_ = Phase::kStopping;
+  StopWorkers();
+}
+
+std::vector<Outgoing> JobState::TakeOutgoing() {
+  std::vector<Outgoing> out;
+  out.swap(out_);
+  return out;
+}
+
+// ---- membership -------------------------------------------------------------
+
+Status JobState::AcceptModel(const StepRequest& r) {
+  if (r.tensors.empty()) return InvalidArgument("the first step request must carry the model's tensors");
+  std::vector<TensorSpec> tensors = r.tensors;
+  tensors.push_back(LossTensor());
+  if (!tensors_.empty()) {
+    if (tensors != tensors_) return FailedPrecondition("the worker's model differs from the job's");
+    return OkStatus();
+  }
+  if (r.train_samples <= 0) return InvalidArgument("the worker loaded no training data");
+  EPS_ASSIGN_OR_RETURN(layout_, MakeLayout(tensors, spec_.num_shards, spec_.chunk_elems));
+  train_samples_ = r.train_samples;
+  test_samples_ = spec_.test_limit < 0 ? 0 : r.test_samples;
+  if (spec_.steps <= 0) {
+    const double global_batch = static_cast<double>(spec_.virtual_workers) * spec_.batch_per_vw;
+    spec_.steps = static_cast<int64_t>(std::floor(options_.epochs * train_samples_ / global_batch));
+    if (spec_.steps <= 0) return InvalidArgument("--epochs gives no whole step");
+  }
+  tensors_ = std::move(tensors);
+  LOG(INFO) << "model: " << layout_.NumParameters() << " parameters in " << layout_.chunks.size() << " chunks; "
+            << spec_.steps << " steps; " << train_samples_ << " training and " << test_samples_ << " test samples";
+  for (uint32_t s = 0; s < spec_.num_shards; ++s) {
+    if (shard_registered_[s]) out_.push_back({Outgoing::To::kShard, s, ShardConfig{spec_, tensors_}});
+  }
+  return OkStatus();
+}
+
+void JobState::DeclareDead(WorkerId id, const std::string& why) {
+  WorkerInfo& w = workers_[id];
+  w.alive = false;
+  w.pending = false;
+  std::ostringstream moved;
+  for (Work& item : work_) {
+    if (item.holder == id || item.reserved == id) {
+      if (item.holder == id) moved << " [" << item.lo << "," << item.hi << ")";
+      item.holder.reset();
+      item.reserved.reset();
+    }
+  }
+  for (EvalSlice& s : eval_slices_) {
+    if (s.holder == id && !s.done) s.holder.reset();
+  }
+  if (w.init_holder && phase_ == Phase::kInitializing) phase_ = Phase::kStarting;  // someone else initializes
+  LOG(WARNING) << "worker " << id << " " << why << "; "
+               << (moved.str().empty() ? "it held no unfinished VWs" : "its VWs" + moved.str() + " of step " +
+                                                                        std::to_string(step_.value()) + " move");
+}
+
+bool JobState::HasLiveReadyWorker() const {
+  for (const auto& [id, w] : workers_) {
+    if (w.alive && w.ready) return true;
+  }
+  return false;
+}
+
+size_t JobState::live_workers() const {
+  size_t n = 0;
+  for (const auto& [id, w] : workers_) n += w.alive ? 1 : 0;
+  return n;
+}
+
+bool JobState::AllShardsRegistered() const {
+  return std::all_of(shard_registered_.begin(), shard_registered_.end(), [](bool b) { return b; });
+}
+
+Step JobState::MinShardDone() const { return *std::min_element(shard_done_.begin(), shard_done_.end()); }
+
+bool JobState::MembershipChanged() const {
+  size_t ready = 0;
+  for (const auto& [id, w] : workers_) {
+    if (!(w.alive && w.ready)) continue;
+    ++ready;
+    if (!assignment_.count(id)) return true;
+  }
+  return ready != assignment_.size();
+}
+
+void JobState::Assign() {
+  std::vector<WorkerId> live;
+  for (const auto& [id, w] : workers_) {
+    if (w.alive && w.ready) live.push_back(id);
+  }
+  assignment_.clear();
+  const uint32_t v = spec_.virtual_workers;
+  const uint32_t n = static_cast<uint32_t>(live.size());
+  uint32_t lo = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t count = v / n + (i < v % n ? 1 : 0);
+    if (count > 0) assignment_[live[i]] = {lo, lo + count};
+    lo += count;
+  }
+  epoch_ = Epoch(epoch_.value() + 1);
+  LOG(INFO) << "assignment epoch " << epoch_ << " from step " << step_ << ": " << AssignmentString();
+}
+
+std::string JobState::AssignmentString() const {
+  std::ostringstream os;
+  bool first = true;
+  for (const auto& [id, range] : assignment_) {
+    auto it = workers_.find(id);
+    if (it == workers_.end() || !it->second.alive) continue;
+    os << (first ? "" : " ") << "w" << id << ":[" << range.first << "," << range.second << ")";
+    first = false;
+  }
+  return first ? "none" : os.str();
+}
+
+// ---- the step clock ---------------------------------------------------------
+
+void JobState::Plan(WorkerId id, const StepPlan& plan) {
+  workers_[id].pending = false;
+  Send(id, plan);
+}
+
+void JobState::Fail(Status status) {
+  if (!fatal_.ok() || phase_ == Phase::kDone) return;
+  LOG(ERROR) << "job failed: " << status.ToString();
+  fatal_ = std::move(status);
+  phase_ = Phase::kStopping;
+  StopWorkers();
+}
+
+void JobState::AnswerRegistrations() {
+  if (!AllShardsRegistered()) return;
+  for (WorkerId id : unanswered_registrations_) {
+    if (workers_[id].alive) Send(id, RegisterWorkerReply{id, spec_, shard_addresses_});
+  }
+  unanswered_registrations_.clear();
+}
+
+void JobState::Advance() {
+  AnswerRegistrations();
+  switch (phase_) {
+    case Phase::kStarting:
+      if (tensors_.empty() || !AllShardsRegistered()) break;
+      for (auto& [id, w] : workers_) {
+        if (w.alive && w.ready && w.pending) {
+          w.init_holder = true;
+          Plan(id, StepPlan{PlanKind::kInit, Step(-1), epoch_, 0, 0, 0, 0});
+          phase_ = Phase::kInitializing;
+          LOG(INFO) << "worker " << id << " initializes the parameters";
+          break;
+        }
+      }
+      break;
+    case Phase::kInitializing: {
+      uint32_t ready = 0;
+      for (const auto& [id, w] : workers_) ready += (w.alive && w.ready) ? 1 : 0;
+      if (MinShardDone().value() >= -1 && ready >= options_.min_workers) {
+        train_started_ = clock_->Now();
+        StartStep(Step(0));
+      }
+      break;
+    }
+    case Phase::kTraining:
+      if (MinShardDone() >= step_) {
+        OnStepFinished();
+      } else {
+        DispatchTrain();
+      }
+      break;
+    case Phase::kEvaluating:
+      DispatchEval();
+      if (std::all_of(eval_slices_.begin(), eval_slices_.end(), [](const EvalSlice& s) { return s.done; })) {
+        test_accuracy_ = double(eval_correct_) / double(test_samples_);
+        test_loss_ = eval_loss_ / double(test_samples_);
+        evaluated_ = true;
+        std::printf("eval  step %lld: test accuracy %.4f, test loss %.4f\n", (long long)eval_version_.value(),
+                    test_accuracy_, test_loss_);
+        std::fflush(stdout);
+        if (eval_version_.value() >= spec_.steps) {
+          Finalize();
+        } else {
+          StartStep(eval_version_);
+        }
+      }
+      break;
+    case Phase::kFinalizing:
+    case Phase::kDone:
+      break;
+    case Phase::kStopping:
+      StopWorkers();
+      break;
+  }
+}
+
+void JobState::StartStep(Step t) {
+  phase_ = Phase::kTraining;
+  step_ = t;
+  if (MembershipChanged()) Assign();
+  work_.clear();
+  for (const auto& [id, range] : assignment_) work_.push_back({range.first, range.second, id, std::nullopt});
+  Progress();
+  DispatchTrain();
+}
+
+void JobState::DispatchTrain() {
+  for (auto& [id, w] : workers_) {
+    if (!(w.alive && w.ready && w.pending)) continue;
+    Work* pick = nullptr;
+    for (Work& item : work_) {  // its own range first
+      if (!item.holder && item.reserved == id) pick = &item;
+    }
+    if (pick == nullptr) {  // then any orphan: a recovery
+      for (Work& item : work_) {
+        if (!item.holder && !item.reserved) {
+          pick = &item;
+          break;
+        }
+      }
+      if (pick != nullptr) {
+        LOG(INFO) << "worker " << id << " recomputes [" << pick->lo << "," << pick->hi << ") of step " << step_;
+      }
+    }
+    if (pick == nullptr) continue;
+    pick->holder = id;
+    Plan(id, StepPlan{PlanKind::kTrain, step_, epoch_, pick->lo, pick->hi, 0, 0});
+  }
+  const bool stalled = !work_.empty() && !HasLiveReadyWorker();
+  if (stalled && !paused_) {
+    std::printf("paused at step %lld: no worker left; waiting for one to attach\n", (long long)step_.value());
+    std::fflush(stdout);
+  } else if (!stalled && paused_) {
+    std::printf("resumed at step %lld with %s\n", (long long)step_.value(), AssignmentString().c_str());
+    std::fflush(stdout);
+  }
+  paused_ = stalled;
+}
+
+void JobState::OnStepFinished() {
+  const Step next(step_.value() + 1);
+  steps_done_ = next.value();
+  work_.clear();
+  if (next.value() >= spec_.steps) {
+    train_ended_ = clock_->Now();
+    if (test_samples_ > 0) return StartEval(next);
+    return Finalize();
+  }
+  if (options_.eval_every > 0 && next.value() % options_.eval_every == 0 && test_samples_ > 0) {
+    return StartEval(next);
+  }
+  StartStep(next);
+}
+
+void JobState::StartEval(Step version) {
+  phase_ = Phase::kEvaluating;
+  eval_version_ = version;
+  eval_slices_.clear();
+  eval_correct_ = 0;
+  eval_loss_ = 0;
+  const int64_t n = static_cast<int64_t>(std::max<size_t>(1, assignment_.size()));
+  const int64_t per = (test_samples_ + n - 1) / n;
+  for (int64_t lo = 0; lo < test_samples_; lo += per) eval_slices_.push_back({lo, std::min(test_samples_, lo + per), std::nullopt, false});
+  Progress();
+  DispatchEval();
+}
+
+void JobState::DispatchEval() {
+  for (auto& [id, w] : workers_) {
+    if (!(w.alive && w.ready && w.pending)) continue;
+    for (EvalSlice& s : eval_slices_) {
+      if (!s.done && !s.holder) {
+        s.holder = id;
+        Plan(id, StepPlan{PlanKind::kEval, eval_version_, epoch_, 0, 0, s.lo, s.hi});
+        break;
+      }
+    }
+  }
+}
+
+void JobState::Finalize() {
+  if (train_ended_ == Clock::time_point{}) train_ended_ = clock_->Now();
+  phase_ = Phase::kFinalizing;  // the shell now reads the parameters and writes result.json
+}
+
+void JobState::StopWorkers() {
+  for (auto& [id, w] : workers_) {
+    if (w.alive && w.pending) {
+      Plan(id, StepPlan{PlanKind::kStop, Step(steps_done_), epoch_, 0, 0, 0, 0});
+      w.alive = false;  // it exits now
+    }
+  }
+  for (WorkerId id : unanswered_registrations_) Send(id, ErrorReply{StatusCode::kAborted, "the job is over"});
+  unanswered_registrations_.clear();
+  if (live_workers() == 0 && phase_ != Phase::kDone) {
+    for (uint32_t s = 0; s < spec_.num_shards; ++s) {
+      if (shard_registered_[s]) {
+        out_.push_back({Outgoing::To::kShard, s, Shutdown{fatal_.ok() ? "job finished" : fatal_.ToString()}});
+      }
+    }
+    phase_ = Phase::kDone;
+  }
+}
+
+JobSummary JobState::Summary() const {
+  JobSummary s;
+  s.steps = steps_done_;
+  s.final_loss = losses_.empty() ? 0.0f : losses_.rbegin()->second;
+  s.evaluated = evaluated_;
+  s.test_accuracy = test_accuracy_;
+  s.test_loss = test_loss_;
+  s.workers_seen = workers_.size();
+  s.train_time = (train_ended_ == Clock::time_point{} ? clock_->Now() : train_ended_) - train_started_;
+  return s;
+}
+
+std::string JobState::ProgressLine() const {
+  if (steps_done_ == 0 || losses_.empty() || train_samples_ == 0) return "";
+  const double secs = std::chrono::duration<double>(clock_->Now() - train_started_).count();
+  const double samples = double(steps_done_) * spec_.virtual_workers * spec_.batch_per_vw;
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "step %lld/%lld  epoch %.2f  loss %.4f  samples/s %.0f  workers %zu  ",
+                (long long)steps_done_, (long long)spec_.steps, samples / double(train_samples_),
+                losses_.rbegin()->second, secs > 0 ? samples / secs : 0.0, live_workers());
+  return std::string(buf) + (paused_ ? "paused" : AssignmentString());
+}
+
+}  // namespace eps

@@ -1,0 +1,178 @@
+// The coordinator's brain as a pure state machine: events in (registrations,
+// step requests, heartbeats, leaves, shard step reports, evaluation results,
+// clock ticks), messages out. No sockets, no threads, time from an injected
+// Clock: every join / leave / crash schedule can be unit-tested in microseconds.
+//
+// Membership. A worker is *ready* once it reported its model (first
+// StepRequest). Training starts when `min_workers` are ready. The VW assignment
+// (an epoch of contiguous, near-equal ranges over the ready workers in id order)
+// changes only at step boundaries, and only when membership changed.
+//
+// Work of a step. Step t starts with one work item per assigned range, reserved
+// for its owner. A worker that asks for a plan gets its reserved range, or else
+// any orphaned range of step t (a recovery). A worker's items are confirmed by
+// its next StepRequest (it sends one only after every push was acknowledged).
+// A worker that leaves, or misses heartbeats past `heartbeat_timeout`, is dead:
+// its unconfirmed items become orphans, recomputed by live workers from w(t).
+// Because a recovery recomputes exactly the dead worker's range, its aligned
+// blocks are the ones the dead worker pushed: each shard holds each block whole
+// or not at all, and duplicates are dropped. With no ready worker alive the job
+// pauses and resumes when one attaches. Step t is over when every shard has
+// reported it; leftover items are moot then.
+//
+// Not thread-safe: the coordinator's event loop owns it.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/layout.h"
+#include "schema/messages.h"
+
+namespace eps {
+
+struct JobStateOptions {
+  uint32_t min_workers = 1;     // training starts once this many workers are ready
+  int64_t eval_every = 0;       // 0: evaluate only at the end
+  double epochs = 0;            // when spec.steps == 0
+  std::chrono::milliseconds heartbeat_timeout{3000};
+  std::chrono::milliseconds startup_timeout{120000};  // for the shards to register
+  std::chrono::milliseconds step_timeout{300000};     // progress while workers are alive
+};
+
+// One message to send.
+struct Outgoing {
+  enum class To { kWorker, kShard } to;
+  uint32_t id;  // WorkerId or ShardId value
+  Body body;
+};
+
+// What the job produced, for result.json.
+struct JobSummary {
+  int64_t steps = 0;
+  float final_loss = 0;
+  bool evaluated = false;
+  double test_accuracy = 0, test_loss = 0;
+  size_t workers_seen = 0;
+  std::chrono::duration<double> train_time{0};
+};
+
+class JobState {
+ public:
+  enum class Phase { kStarting, kInitializing, kTraining, kEvaluating, kFinalizing, kStopping, kDone };
+
+  JobState(JobSpec spec, JobStateOptions options, const Clock* clock);
+
+  // ---- events. A non-OK Status is the error reply for the sender. ----
+  Status OnShardRegistered(ShardId shard, const std::string& address);
+  WorkerId OnWorkerRegistered(const std::string& host, uint32_t pid);
+  // Aborted: the worker is unknown or was declared dead; it must register again.
+  Status OnStepRequest(const StepRequest& request);
+  Status OnHeartbeat(WorkerId worker);
+  Status OnLeave(WorkerId worker, const std::string& reason);
+  Status OnStepDone(ShardId shard, const StepDone& done);
+  Status OnEvalResult(const EvalResult& result);
+  // A shard or a worker found the job impossible (bad spec): the job fails.
+  void OnJobError(const std::string& message);
+  // Heartbeat deadlines and watchdogs; call often.
+  void Tick();
+  // The shell wrote result.json (or failed to).
+  void OnResultWritten(const Status& status);
+
+  // ---- outputs ----
+  std::vector<Outgoing> TakeOutgoing();
+  Phase phase() const { return phase_; }
+  const Status& fatal() const { return fatal_; }
+  bool done() const { return phase_ == Phase::kDone; }
+  const JobSpec& spec() const { return spec_; }
+  const Layout& layout() const { return layout_; }
+  const std::vector<std::string>& shard_addresses() const { return shard_addresses_; }
+  JobSummary Summary() const;
+  // One line for humans: step, epoch, loss, samples/s, workers and their VW ranges.
+  std::string ProgressLine() const;
+  // Ready live workers and their current ranges, e.g. "w0:[0,4) w2:[4,8)".
+  std::string AssignmentString() const;
+  Epoch epoch() const { return epoch_; }
+  Step step() const { return step_; }
+  size_t live_workers() const;
+
+ private:
+  struct Work {
+    uint32_t lo = 0, hi = 0;
+    std::optional<WorkerId> reserved;  // the owner in the current assignment
+    std::optional<WorkerId> holder;    // who computes it now
+  };
+  struct EvalSlice {
+    int64_t lo = 0, hi = 0;
+    std::optional<WorkerId> holder;
+    bool done = false;
+  };
+  struct WorkerInfo {
+    std::string host;
+    uint32_t pid = 0;
+    bool alive = true;
+    bool ready = false;    // reported its model
+    bool pending = false;  // waits for a plan
+    Step done_step{-1};
+    Clock::time_point last_seen;
+    bool init_holder = false;
+  };
+
+  void Advance();
+  void Send(WorkerId w, Body body) { out_.push_back({Outgoing::To::kWorker, w.value(), std::move(body)}); }
+  void Plan(WorkerId w, const StepPlan& plan);
+  void Fail(Status status);
+  Status AcceptModel(const StepRequest& request);
+  void AnswerRegistrations();
+  void DeclareDead(WorkerId w, const std::string& why);
+  bool AllShardsRegistered() const;
+  Step MinShardDone() const;
+  bool MembershipChanged() const;
+  void Assign();
+  void StartStep(Step t);
+  void DispatchTrain();
+  void OnStepFinished();
+  void StartEval(Step version);
+  void DispatchEval();
+  void Finalize();
+  void StopWorkers();
+  bool HasLiveReadyWorker() const;
+  void Progress() { progress_deadline_ = clock_->Now() + options_.step_timeout; }
+
+  JobSpec spec_;
+  const JobStateOptions options_;
+  const Clock* const clock_;
+  std::vector<std::string> shard_addresses_;
+  std::vector<Step> shard_done_;
+  std::vector<bool> shard_registered_;
+  std::map<WorkerId, WorkerInfo> workers_;
+  std::vector<WorkerId> unanswered_registrations_;
+  uint32_t next_worker_ = 0;
+  std::vector<TensorSpec> tensors_;
+  Layout layout_;
+  int64_t train_samples_ = 0, test_samples_ = 0;
+
+  Phase phase_ = Phase::kStarting;
+  Status fatal_;
+  Epoch epoch_{0};
+  std::map<WorkerId, std::pair<uint32_t, uint32_t>> assignment_;  // the current epoch's ranges
+  Step step_{0};
+  std::vector<Work> work_;
+  bool paused_ = false;
+  int64_t steps_done_ = 0;
+  std::map<int64_t, float> losses_;
+  Step eval_version_{0};
+  std::vector<EvalSlice> eval_slices_;
+  int64_t eval_correct_ = 0;
+  double eval_loss_ = 0;
+  bool evaluated_ = false;
+  double test_accuracy_ = 0, test_loss_ = 0;
+  Clock::time_point started_, train_started_, train_ended_, progress_deadline_;
+  std::vector<Outgoing> out_;
+};
+
+}  // namespace eps

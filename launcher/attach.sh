@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Attaches one worker to a running ElasticPS job, from any host that reaches the
+# coordinator. The worker registers, gets the job spec (model, data location,
+# thread count) from the coordinator and is given VWs at the next step boundary.
+#
+#   launcher/attach.sh --coordinator tcp://HOST:PORT --token-file FILE [--device cpu] [--threads N] [--log FILE]
+#
+# --token-file  the job's token (local.sh writes it to RUN_DIR/token).
+# --device      only cpu in this build.
+# --threads N   cores the worker may use (default: the job's intra-op thread
+#               count); fewer than the job's count is refused, more stay unused.
+# --log FILE    append the worker's log to FILE instead of the terminal.
+# Runs in the foreground: Ctrl-C or SIGTERM makes the worker leave the job
+# gracefully and exit 0 (a second Ctrl-C kills it). EPS_BIN overrides the
+# directory of the binaries (default build/bin).
+set -euo pipefail
+
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+die() { echo "attach.sh: $*" >&2; exit 2; }
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+bin=${EPS_BIN:-$here/build/bin}
+coordinator="" token_file="" device=cpu threads=0 log=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --coordinator|--token-file|--device|--threads|--log)
+      [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"
+      case "$1" in
+        --coordinator) coordinator=$2 ;;
+        --token-file) token_file=$2 ;;
+        --device) device=$2 ;;
+        --threads) threads=$2 ;;
+        --log) log=$2 ;;
+      esac
+      shift 2 ;;
+    -h|--help) usage ;;
+    *) echo "attach.sh: unknown argument '$1'" >&2; usage ;;
+  esac
+done
+[ -n "$coordinator" ] || { echo "attach.sh: --coordinator is required" >&2; usage; }
+[ -n "$token_file" ] || { echo "attach.sh: --token-file is required" >&2; usage; }
+[[ "$coordinator" =~ ^[a-z]+:// ]] || die "--coordinator '$coordinator' is not an endpoint like tcp://HOST:PORT"
+[ -f "$token_file" ] && [ -r "$token_file" ] || die "cannot read the token file '$token_file'"
+[ -s "$token_file" ] || die "the token file '$token_file' is empty"
+[[ "$threads" =~ ^[0-9]+$ ]] || die "--threads must be a non-negative integer (0: the job's count)"
+[ -x "$bin/worker" ] || die "$bin/worker is missing: run scripts/setup.sh"
+if [ -n "$log" ]; then
+  { : >> "$log"; } 2>/dev/null || die "cannot write the log file '$log'"
+  exec >> "$log" 2>&1
+fi
+
+# Other libtorch processes may share this host: no OpenMP spinning.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+# exec: the worker gets this process id, so Ctrl-C and SIGTERM reach it directly.
+exec "$bin/worker" --coordinator="$coordinator" --token_file="$token_file" --device="$device" --threads="$threads"

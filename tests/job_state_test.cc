@@ -1,0 +1,674 @@
+// The coordinator's state machine (elastic/job_state.h) driven event by event:
+// registration, initialization, the step clock, join / leave / crash, pause
+// with no worker, evaluation, watchdogs and the end of the job. Time comes from
+// a FakeClock, so every timeout is crossed without sleeping. Runs under ASan + UBSan.
+#include "elastic/job_state.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace eps {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr uint32_t kV = 8;
+constexpr int64_t kSteps = 5;
+constexpr uint32_t kShards = 2;
+constexpr int64_t kSamples = 100;
+
+JobSpec Spec(int64_t test_limit = -1) {
+  JobSpec s;
+  s.job_id = "job";
+  s.model = "tiny";
+  s.virtual_workers = kV;
+  s.batch_per_vw = 4;
+  s.steps = kSteps;
+  s.num_shards = kShards;
+  s.test_limit = test_limit;
+  return s;
+}
+
+JobStateOptions Options(uint32_t min_workers = 1) {
+  JobStateOptions o;
+  o.min_workers = min_workers;
+  o.heartbeat_timeout = seconds(3);
+  o.startup_timeout = seconds(5);
+  o.step_timeout = seconds(10);
+  return o;
+}
+
+std::vector<TensorSpec> Model(int64_t n = 10) { return {{"w", TensorKind::kParameter, DType::kFloat32, {n}}}; }
+
+using Range = std::pair<uint32_t, uint32_t>;
+
+// Drives one JobState and sorts what it sends into per-worker and per-shard mailboxes.
+class Driver {
+ public:
+  explicit Driver(JobSpec spec = Spec(), JobStateOptions options = Options())
+      : state(std::move(spec), options, &clock) {}
+
+  FakeClock clock;  // before `state`, which reads it on construction
+  JobState state;
+
+  void RegisterShards() {
+    for (uint32_t s = 0; s < kShards; ++s) RegisterShard(s);
+  }
+  void RegisterShard(uint32_t s) {
+    ASSERT_TRUE(state.OnShardRegistered(ShardId(s), "ipc:///tmp/shard" + std::to_string(s)).ok());
+  }
+  WorkerId AddWorker() { return state.OnWorkerRegistered("host", 1000 + pid_++); }
+  // The first StepRequest: the worker reports its model and data set sizes.
+  Status Report(WorkerId w, std::vector<TensorSpec> tensors = Model()) {
+    StepRequest r;
+    r.worker = w;
+    r.done_step = Step(-1);
+    r.tensors = std::move(tensors);
+    r.train_samples = kSamples;
+    r.test_samples = kSamples;
+    return state.OnStepRequest(r);
+  }
+  // A later StepRequest: everything the worker held is pushed and acknowledged.
+  Status Confirm(WorkerId w, int64_t done) {
+    StepRequest r;
+    r.worker = w;
+    r.done_step = Step(done);
+    return state.OnStepRequest(r);
+  }
+  void ShardDone(uint32_t s, int64_t t) {
+    StepDone d;
+    d.shard = ShardId(s);
+    d.step = Step(t);
+    d.has_loss = s == 0;
+    d.loss = 1.0f / float(t + 3);
+    ASSERT_TRUE(state.OnStepDone(ShardId(s), d).ok());
+  }
+  // Every shard finished step t; shard 0 reports the loss.
+  void FinishStep(int64_t t) {
+    for (uint32_t s = 0; s < kShards; ++s) ShardDone(s, t);
+  }
+  // Moves the clock by `total` in 1 s ticks; `alive` heartbeat at every tick.
+  void Pass(milliseconds total, const std::vector<WorkerId>& alive = {}) {
+    for (milliseconds done(0); done < total;) {
+      const milliseconds d = std::min<milliseconds>(seconds(1), total - done);
+      clock.Advance(d);
+      done += d;
+      for (WorkerId w : alive) EXPECT_TRUE(state.OnHeartbeat(w).ok()) << "worker " << w;
+      state.Tick();
+    }
+  }
+
+  // Shards registered, n workers ready, w0 initialized: step 0 is planned for all of them.
+  std::vector<WorkerId> Start(uint32_t n) {
+    RegisterShards();
+    std::vector<WorkerId> ws;
+    for (uint32_t i = 0; i < n; ++i) ws.push_back(AddWorker());
+    for (WorkerId w : ws) EXPECT_TRUE(Report(w).ok());
+    const std::vector<StepPlan> init = Plans(ws[0]);
+    EXPECT_EQ(init.size(), 1u);
+    if (!init.empty()) {
+      EXPECT_EQ(init[0].kind, PlanKind::kInit);
+    }
+    FinishStep(-1);
+    EXPECT_TRUE(Confirm(ws[0], -1).ok());
+    EXPECT_EQ(state.phase(), JobState::Phase::kTraining);
+    EXPECT_EQ(state.step(), Step(0));
+    return ws;
+  }
+
+  // Every worker confirms step t, then the shards finish it.
+  void RunStep(int64_t t, const std::vector<WorkerId>& ws) {
+    for (WorkerId w : ws) EXPECT_TRUE(Confirm(w, t).ok());
+    FinishStep(t);
+  }
+
+  // Takes the plans sent to `w` since the last call.
+  std::vector<StepPlan> Plans(WorkerId w) {
+    Collect();
+    return std::exchange(plans_[w.value()], {});
+  }
+  // Exactly one plan for `w`, of `kind` (a failure otherwise).
+  StepPlan OnePlan(WorkerId w, PlanKind kind) {
+    const std::vector<StepPlan> p = Plans(w);
+    EXPECT_EQ(p.size(), 1u) << "plans for worker " << w;
+    if (p.size() != 1) return StepPlan{};
+    EXPECT_EQ(int(p[0].kind), int(kind)) << "worker " << w;
+    return p[0];
+  }
+  std::vector<RegisterWorkerReply> Replies(WorkerId w) {
+    Collect();
+    return std::exchange(replies_[w.value()], {});
+  }
+  std::vector<ErrorReply> Errors(WorkerId w) {
+    Collect();
+    return std::exchange(errors_[w.value()], {});
+  }
+  std::vector<ShardConfig> Configs(uint32_t s) {
+    Collect();
+    return std::exchange(configs_[s], {});
+  }
+  std::vector<Shutdown> Shutdowns(uint32_t s) {
+    Collect();
+    return std::exchange(shutdowns_[s], {});
+  }
+
+ private:
+  void Collect() {
+    for (Outgoing& o : state.TakeOutgoing()) {
+      if (o.to == Outgoing::To::kWorker) {
+        if (auto* p = std::get_if<StepPlan>(&o.body)) {
+          plans_[o.id].push_back(*p);
+        } else if (auto* r = std::get_if<RegisterWorkerReply>(&o.body)) {
+          replies_[o.id].push_back(std::move(*r));
+        } else if (auto* e = std::get_if<ErrorReply>(&o.body)) {
+          errors_[o.id].push_back(std::move(*e));
+        } else {
+          ADD_FAILURE() << "unexpected " << BodyName(o.body) << " to worker " << o.id;
+        }
+      } else {
+        if (auto* c = std::get_if<ShardConfig>(&o.body)) {
+          configs_[o.id].push_back(std::move(*c));
+        } else if (auto* s = std::get_if<Shutdown>(&o.body)) {
+          shutdowns_[o.id].push_back(std::move(*s));
+        } else {
+          ADD_FAILURE() << "unexpected " << BodyName(o.body) << " to shard " << o.id;
+        }
+      }
+    }
+  }
+
+  uint32_t pid_ = 0;
+  std::map<uint32_t, std::vector<StepPlan>> plans_;
+  std::map<uint32_t, std::vector<RegisterWorkerReply>> replies_;
+  std::map<uint32_t, std::vector<ErrorReply>> errors_;
+  std::map<uint32_t, std::vector<ShardConfig>> configs_;
+  std::map<uint32_t, std::vector<Shutdown>> shutdowns_;
+};
+
+Range RangeOf(const StepPlan& p) { return {p.vw_lo, p.vw_hi}; }
+
+// The ranges, sorted, tile [0, kV) without gap or overlap.
+::testing::AssertionResult CoverAllVws(std::vector<Range> ranges) {
+  std::sort(ranges.begin(), ranges.end());
+  uint32_t next = 0;
+  for (const Range& r : ranges) {
+    if (r.first != next || r.second <= r.first) {
+      return ::testing::AssertionFailure() << "range [" << r.first << "," << r.second << ") after " << next;
+    }
+    next = r.second;
+  }
+  if (next != kV) return ::testing::AssertionFailure() << "ranges end at " << next;
+  return ::testing::AssertionSuccess();
+}
+
+// ---- registration and start ---------------------------------------------------
+
+TEST(JobState, RegistrationRepliesWaitUntilEveryShardRegistered) {
+  Driver d;
+  const WorkerId w0 = d.AddWorker();
+  EXPECT_TRUE(d.Replies(w0).empty());
+  d.RegisterShard(0);
+  EXPECT_TRUE(d.Replies(w0).empty());
+  d.RegisterShard(1);
+  const std::vector<RegisterWorkerReply> r = d.Replies(w0);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].worker, w0);
+  EXPECT_EQ(r[0].spec.virtual_workers, kV);
+  EXPECT_EQ(r[0].shard_addresses, (std::vector<std::string>{"ipc:///tmp/shard0", "ipc:///tmp/shard1"}));
+
+  const WorkerId w1 = d.AddWorker();  // shards known: answered at once
+  ASSERT_EQ(d.Replies(w1).size(), 1u);
+  EXPECT_TRUE(d.Replies(w0).empty());
+}
+
+TEST(JobState, AWorkerRegisteredBeforeSlowShardsIsStillAnswered) {
+  // The worker learns its id only from the reply, so it cannot heartbeat before it.
+  Driver d;
+  const WorkerId w0 = d.AddWorker();
+  d.Pass(seconds(4));  // past the heartbeat timeout, within the startup timeout
+  d.RegisterShards();
+  EXPECT_TRUE(d.state.fatal().ok());
+  EXPECT_EQ(d.Replies(w0).size() + d.Errors(w0).size(), 1u) << "the worker waits for an answer that never comes";
+  EXPECT_TRUE(d.Report(w0).ok());
+}
+
+TEST(JobState, ShardConfigGoesToEveryShardOnceTheFirstWorkerReportsItsModel) {
+  Driver d;
+  d.RegisterShards();
+  const WorkerId w0 = d.AddWorker();
+  const WorkerId w1 = d.AddWorker();
+  for (uint32_t s = 0; s < kShards; ++s) EXPECT_TRUE(d.Configs(s).empty()) << s;
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kStarting);
+
+  ASSERT_TRUE(d.Report(w0).ok());
+  for (uint32_t s = 0; s < kShards; ++s) {
+    const std::vector<ShardConfig> c = d.Configs(s);
+    ASSERT_EQ(c.size(), 1u) << s;
+    std::vector<TensorSpec> want = Model();
+    want.push_back(LossTensor());
+    EXPECT_EQ(c[0].tensors, want);
+    EXPECT_EQ(c[0].spec.virtual_workers, kV);
+  }
+  const StepPlan init = d.OnePlan(w0, PlanKind::kInit);
+  EXPECT_EQ(init.step, Step(-1));
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kInitializing);
+
+  ASSERT_TRUE(d.Report(w1).ok());  // the same model: no new config, no second initializer
+  for (uint32_t s = 0; s < kShards; ++s) EXPECT_TRUE(d.Configs(s).empty()) << s;
+  EXPECT_TRUE(d.Plans(w1).empty());
+}
+
+TEST(JobState, TrainingStartsAfterTheShardsHoldTheInitialValuesWithNearEqualContiguousRanges) {
+  Driver d;
+  d.RegisterShards();
+  const WorkerId w0 = d.AddWorker(), w1 = d.AddWorker(), w2 = d.AddWorker();
+  for (WorkerId w : {w0, w1, w2}) ASSERT_TRUE(d.Report(w).ok());
+  d.OnePlan(w0, PlanKind::kInit);
+
+  d.ShardDone(0, -1);  // one shard is not enough
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kInitializing);
+  EXPECT_TRUE(d.Plans(w1).empty());
+  EXPECT_TRUE(d.Plans(w2).empty());
+
+  d.ShardDone(1, -1);
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kTraining);
+  const StepPlan p1 = d.OnePlan(w1, PlanKind::kTrain);
+  const StepPlan p2 = d.OnePlan(w2, PlanKind::kTrain);
+  EXPECT_TRUE(d.Plans(w0).empty()) << "w0 has not confirmed its initialization yet";
+  ASSERT_TRUE(d.Confirm(w0, -1).ok());
+  const StepPlan p0 = d.OnePlan(w0, PlanKind::kTrain);
+
+  EXPECT_EQ(RangeOf(p0), Range(0, 3));
+  EXPECT_EQ(RangeOf(p1), Range(3, 6));
+  EXPECT_EQ(RangeOf(p2), Range(6, 8));
+  for (const StepPlan& p : {p0, p1, p2}) {
+    EXPECT_EQ(p.step, Step(0));
+    EXPECT_EQ(p.epoch, d.state.epoch());
+  }
+  EXPECT_EQ(d.state.AssignmentString(), "w0:[0,3) w1:[3,6) w2:[6,8)");
+}
+
+TEST(JobState, TrainingWaitsForMinWorkersReadyWorkers) {
+  Driver d(Spec(), Options(/*min_workers=*/2));
+  d.RegisterShards();
+  const WorkerId w0 = d.AddWorker();
+  ASSERT_TRUE(d.Report(w0).ok());
+  d.OnePlan(w0, PlanKind::kInit);
+  d.FinishStep(-1);
+  ASSERT_TRUE(d.Confirm(w0, -1).ok());
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kInitializing);
+  EXPECT_TRUE(d.Plans(w0).empty());
+
+  const WorkerId w1 = d.AddWorker();
+  ASSERT_TRUE(d.Report(w1).ok());
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kTraining);
+  EXPECT_EQ(RangeOf(d.OnePlan(w0, PlanKind::kTrain)), Range(0, 4));
+  EXPECT_EQ(RangeOf(d.OnePlan(w1, PlanKind::kTrain)), Range(4, 8));
+}
+
+// ---- the step clock and membership ---------------------------------------------
+
+TEST(JobState, TheEpochStaysWhileMembershipDoesNotChange) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(2);
+  for (WorkerId w : ws) d.OnePlan(w, PlanKind::kTrain);
+  const Epoch e = d.state.epoch();
+  for (int64_t t = 0; t < 3; ++t) {
+    d.RunStep(t, ws);
+    EXPECT_EQ(d.OnePlan(ws[0], PlanKind::kTrain).epoch, e) << "step " << t + 1;
+    EXPECT_EQ(d.OnePlan(ws[1], PlanKind::kTrain).epoch, e) << "step " << t + 1;
+  }
+}
+
+TEST(JobState, TheEpochStaysWhileMembershipDoesNotChangeWithMoreWorkersThanVws) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(kV + 1);  // the last worker holds no VW
+  for (uint32_t i = 0; i < kV; ++i) d.OnePlan(ws[i], PlanKind::kTrain);
+  EXPECT_TRUE(d.Plans(ws[kV]).empty());
+  const Epoch e = d.state.epoch();
+  d.RunStep(0, ws);
+  EXPECT_EQ(d.state.step(), Step(1));
+  EXPECT_EQ(d.state.epoch(), e) << "nobody joined or left, yet the assignment epoch moved";
+}
+
+TEST(JobState, AWorkerThatJoinsDuringAStepGetsRangesFromTheNextStepInANewEpoch) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(2);
+  const StepPlan a = d.OnePlan(ws[0], PlanKind::kTrain);
+  const StepPlan b = d.OnePlan(ws[1], PlanKind::kTrain);
+  EXPECT_TRUE(CoverAllVws({RangeOf(a), RangeOf(b)}));
+
+  const WorkerId w2 = d.AddWorker();
+  ASSERT_TRUE(d.Report(w2).ok());
+  EXPECT_TRUE(d.Plans(w2).empty()) << "nothing of step 0 is orphaned";
+  ASSERT_TRUE(d.Confirm(ws[0], 0).ok());
+  ASSERT_TRUE(d.Confirm(ws[1], 0).ok());
+  EXPECT_TRUE(d.Plans(w2).empty());
+  EXPECT_TRUE(d.Plans(ws[0]).empty());
+
+  d.FinishStep(0);
+  std::vector<Range> ranges;
+  for (WorkerId w : {ws[0], ws[1], w2}) {
+    const StepPlan p = d.OnePlan(w, PlanKind::kTrain);
+    EXPECT_EQ(p.step, Step(1));
+    EXPECT_GT(p.epoch, a.epoch);
+    EXPECT_EQ(p.epoch, d.state.epoch());
+    ranges.push_back(RangeOf(p));
+  }
+  EXPECT_TRUE(CoverAllVws(ranges));
+  EXPECT_EQ(ranges, (std::vector<Range>{{0, 3}, {3, 6}, {6, 8}}));
+}
+
+TEST(JobState, AWorkerThatLeavesBeforeConfirmingHasItsRangeRecomputedByTheNextWorkerThatAsks) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(2);
+  const StepPlan a = d.OnePlan(ws[0], PlanKind::kTrain);
+  const StepPlan b = d.OnePlan(ws[1], PlanKind::kTrain);
+
+  ASSERT_TRUE(d.state.OnLeave(ws[1], "preempted").ok());
+  EXPECT_EQ(d.OnePlan(ws[1], PlanKind::kStop).kind, PlanKind::kStop);
+  EXPECT_EQ(d.state.live_workers(), 1u);
+  EXPECT_TRUE(d.Plans(ws[0]).empty()) << "w0 is busy: it gets the orphan when it asks";
+
+  ASSERT_TRUE(d.Confirm(ws[0], 0).ok());
+  const StepPlan r = d.OnePlan(ws[0], PlanKind::kTrain);
+  EXPECT_EQ(r.step, Step(0));
+  EXPECT_EQ(r.epoch, a.epoch);
+  EXPECT_EQ(RangeOf(r), RangeOf(b));
+  ASSERT_TRUE(d.Confirm(ws[0], 0).ok());
+  EXPECT_TRUE(d.Plans(ws[0]).empty()) << "step 0 has nothing left";
+
+  d.FinishStep(0);
+  const StepPlan next = d.OnePlan(ws[0], PlanKind::kTrain);
+  EXPECT_EQ(next.step, Step(1));
+  EXPECT_EQ(RangeOf(next), Range(0, kV));
+  EXPECT_GT(next.epoch, a.epoch);
+  EXPECT_TRUE(d.Plans(ws[1]).empty());
+}
+
+TEST(JobState, AWorkerThatLeavesAfterConfirmingItsStepLeavesNothingToRecompute) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(2);
+  d.OnePlan(ws[0], PlanKind::kTrain);
+  d.OnePlan(ws[1], PlanKind::kTrain);
+
+  ASSERT_TRUE(d.Confirm(ws[1], 0).ok());
+  ASSERT_TRUE(d.state.OnLeave(ws[1], "done for today").ok());
+  d.OnePlan(ws[1], PlanKind::kStop);
+  ASSERT_TRUE(d.Confirm(ws[0], 0).ok());
+  EXPECT_TRUE(d.Plans(ws[0]).empty()) << "a recovery of a confirmed range";
+
+  d.FinishStep(0);
+  EXPECT_EQ(RangeOf(d.OnePlan(ws[0], PlanKind::kTrain)), Range(0, kV));
+}
+
+TEST(JobState, AWorkerThatMissesHeartbeatsIsDeclaredDeadAndOnlyItsRangeIsRecomputed) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(3);  // [0,3) [3,6) [6,8)
+  for (WorkerId w : ws) d.OnePlan(w, PlanKind::kTrain);
+
+  d.Pass(seconds(3), {ws[0], ws[1]});  // w2 is silent, but not yet past the deadline
+  EXPECT_EQ(d.state.live_workers(), 3u);
+  d.Pass(seconds(1), {ws[0], ws[1]});
+  EXPECT_EQ(d.state.live_workers(), 2u) << "w2 missed its heartbeats";
+  EXPECT_EQ(d.state.OnHeartbeat(ws[2]).code(), StatusCode::kAborted);
+  EXPECT_TRUE(d.Plans(ws[2]).empty());
+
+  ASSERT_TRUE(d.Confirm(ws[0], 0).ok());
+  const StepPlan r0 = d.OnePlan(ws[0], PlanKind::kTrain);
+  EXPECT_EQ(r0.step, Step(0));
+  EXPECT_EQ(RangeOf(r0), Range(6, 8));
+
+  // The recovering worker crashes too: the same range is orphaned again, nothing else.
+  d.Pass(seconds(4), {ws[1]});
+  EXPECT_EQ(d.state.live_workers(), 1u);
+  ASSERT_TRUE(d.Confirm(ws[1], 0).ok());
+  const StepPlan r1 = d.OnePlan(ws[1], PlanKind::kTrain);
+  EXPECT_EQ(r1.step, Step(0));
+  EXPECT_EQ(RangeOf(r1), Range(6, 8));
+  ASSERT_TRUE(d.Confirm(ws[1], 0).ok());
+  EXPECT_TRUE(d.Plans(ws[1]).empty()) << "w0's own range was confirmed before it crashed";
+
+  d.FinishStep(0);
+  EXPECT_EQ(RangeOf(d.OnePlan(ws[1], PlanKind::kTrain)), Range(0, kV));
+}
+
+TEST(JobState, AnotherReadyWorkerInitializesWhenTheInitializerCrashes) {
+  Driver d;
+  d.RegisterShards();
+  const WorkerId w0 = d.AddWorker(), w1 = d.AddWorker();
+  ASSERT_TRUE(d.Report(w0).ok());
+  ASSERT_TRUE(d.Report(w1).ok());
+  d.OnePlan(w0, PlanKind::kInit);
+  EXPECT_TRUE(d.Plans(w1).empty());
+
+  d.Pass(seconds(4), {w1});
+  EXPECT_EQ(d.state.live_workers(), 1u);
+  EXPECT_EQ(d.OnePlan(w1, PlanKind::kInit).step, Step(-1));
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kInitializing);
+
+  d.FinishStep(-1);
+  ASSERT_TRUE(d.Confirm(w1, -1).ok());
+  EXPECT_EQ(RangeOf(d.OnePlan(w1, PlanKind::kTrain)), Range(0, kV));
+}
+
+// ---- evaluation ------------------------------------------------------------------
+
+TEST(JobState, EvaluationRegivesACrashedWorkersSliceAndEndsOnlyWhenEverySliceIsDone) {
+  Driver d(Spec(/*test_limit=*/0));
+  const std::vector<WorkerId> ws = d.Start(2);
+  for (int64_t t = 0; t < kSteps; ++t) {
+    for (WorkerId w : ws) d.OnePlan(w, PlanKind::kTrain);
+    d.RunStep(t, ws);
+  }
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kEvaluating);
+  const StepPlan e0 = d.OnePlan(ws[0], PlanKind::kEval);
+  const StepPlan e1 = d.OnePlan(ws[1], PlanKind::kEval);
+  EXPECT_EQ(e0.step, Step(kSteps));
+  EXPECT_EQ(std::make_pair(e0.eval_lo, e0.eval_hi), std::make_pair(int64_t{0}, int64_t{50}));
+  EXPECT_EQ(std::make_pair(e1.eval_lo, e1.eval_hi), std::make_pair(int64_t{50}, int64_t{100}));
+
+  d.Pass(seconds(4), {ws[0]});  // w1 crashes holding [50,100)
+  EXPECT_EQ(d.state.live_workers(), 1u);
+  ASSERT_TRUE(d.state.OnEvalResult({ws[0], Step(kSteps), 0, 50, 40, 10.0}).ok());
+  ASSERT_TRUE(d.state.OnEvalResult({ws[0], Step(kSteps), 0, 50, 40, 10.0}).ok());  // a repeat counts once
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kEvaluating) << "half of the test set is not evaluated";
+  ASSERT_TRUE(d.Confirm(ws[0], kSteps - 1).ok());
+  const StepPlan again = d.OnePlan(ws[0], PlanKind::kEval);
+  EXPECT_EQ(again.step, Step(kSteps));
+  EXPECT_EQ(std::make_pair(again.eval_lo, again.eval_hi), std::make_pair(int64_t{50}, int64_t{100}));
+
+  ASSERT_TRUE(d.state.OnEvalResult({ws[0], Step(kSteps), 50, 100, 30, 20.0}).ok());
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kFinalizing);
+  const JobSummary s = d.state.Summary();
+  EXPECT_TRUE(s.evaluated);
+  EXPECT_DOUBLE_EQ(s.test_accuracy, 0.7);
+  EXPECT_DOUBLE_EQ(s.test_loss, 0.3);
+  EXPECT_EQ(s.steps, kSteps);
+}
+
+// ---- no worker left, and the end of the job ------------------------------------------
+
+TEST(JobState, WithEveryWorkerDeadTheJobPausesAndAFreshWorkerFinishesIt) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(2);
+  for (int64_t t = 0; t < 2; ++t) {
+    for (WorkerId w : ws) d.OnePlan(w, PlanKind::kTrain);
+    d.RunStep(t, ws);
+  }
+  for (WorkerId w : ws) d.OnePlan(w, PlanKind::kTrain);  // step 2, never pushed
+
+  d.Pass(seconds(4));
+  EXPECT_EQ(d.state.live_workers(), 0u);
+  d.Pass(seconds(20));  // twice the step timeout: nobody is alive to blame
+  EXPECT_TRUE(d.state.fatal().ok()) << d.state.fatal().ToString();
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kTraining);
+  EXPECT_EQ(d.state.step(), Step(2));
+
+  const WorkerId w2 = d.AddWorker();
+  ASSERT_EQ(d.Replies(w2).size(), 1u);
+  ASSERT_TRUE(d.Report(w2).ok());
+  std::vector<Range> recovered;
+  for (int i = 0; i < 2; ++i) {
+    const StepPlan p = d.OnePlan(w2, PlanKind::kTrain);
+    EXPECT_EQ(p.step, Step(2));
+    recovered.push_back(RangeOf(p));
+    ASSERT_TRUE(d.Confirm(w2, 2).ok());
+  }
+  EXPECT_TRUE(CoverAllVws(recovered));
+  EXPECT_EQ(recovered, (std::vector<Range>{{0, 4}, {4, 8}}));
+  EXPECT_TRUE(d.Plans(w2).empty());
+
+  d.FinishStep(2);
+  for (int64_t t = 3; t < kSteps; ++t) {
+    const StepPlan p = d.OnePlan(w2, PlanKind::kTrain);
+    EXPECT_EQ(p.step, Step(t));
+    EXPECT_EQ(RangeOf(p), Range(0, kV));
+    d.RunStep(t, {w2});
+  }
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kFinalizing);
+  EXPECT_EQ(d.state.Summary().steps, kSteps);
+  EXPECT_FLOAT_EQ(d.state.Summary().final_loss, 1.0f / float(kSteps - 1 + 3));
+  for (uint32_t s = 0; s < kShards; ++s) EXPECT_TRUE(d.Shutdowns(s).empty());
+  EXPECT_FALSE(d.state.done());
+
+  d.state.OnResultWritten(OkStatus());
+  d.OnePlan(w2, PlanKind::kStop);
+  for (uint32_t s = 0; s < kShards; ++s) EXPECT_EQ(d.Shutdowns(s).size(), 1u) << s;
+  EXPECT_TRUE(d.state.done());
+  EXPECT_TRUE(d.state.fatal().ok());
+}
+
+TEST(JobState, TheShardsShutDownOnlyOnceNoWorkerIsAlive) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(2);
+  for (int64_t t = 0; t + 1 < kSteps; ++t) {
+    for (WorkerId w : ws) d.OnePlan(w, PlanKind::kTrain);
+    d.RunStep(t, ws);
+  }
+  for (WorkerId w : ws) d.OnePlan(w, PlanKind::kTrain);
+  ASSERT_TRUE(d.Confirm(ws[0], kSteps - 1).ok());  // w1's request is still on its way
+  d.FinishStep(kSteps - 1);
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kFinalizing);
+
+  d.state.OnResultWritten(OkStatus());
+  d.OnePlan(ws[0], PlanKind::kStop);
+  EXPECT_TRUE(d.Plans(ws[1]).empty());
+  EXPECT_FALSE(d.state.done());
+  for (uint32_t s = 0; s < kShards; ++s) EXPECT_TRUE(d.Shutdowns(s).empty()) << s;
+
+  ASSERT_TRUE(d.Confirm(ws[1], kSteps - 1).ok());
+  d.OnePlan(ws[1], PlanKind::kStop);
+  for (uint32_t s = 0; s < kShards; ++s) EXPECT_EQ(d.Shutdowns(s).size(), 1u) << s;
+  EXPECT_TRUE(d.state.done());
+}
+
+// ---- bad input, watchdogs, failures ---------------------------------------------------
+
+TEST(JobState, RequestsFromUnknownOrDeadWorkersAreAborted) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(2);
+  EXPECT_EQ(d.Confirm(WorkerId(42), 0).code(), StatusCode::kAborted);
+  EXPECT_EQ(d.state.OnHeartbeat(WorkerId(42)).code(), StatusCode::kAborted);
+  EXPECT_EQ(d.Report(WorkerId(42)).code(), StatusCode::kAborted);
+
+  ASSERT_TRUE(d.state.OnLeave(ws[1], "bye").ok());
+  EXPECT_EQ(d.Confirm(ws[1], 0).code(), StatusCode::kAborted);
+  EXPECT_EQ(d.state.OnHeartbeat(ws[1]).code(), StatusCode::kAborted);
+  EXPECT_TRUE(d.state.OnHeartbeat(ws[0]).ok());
+}
+
+TEST(JobState, ShardsThatDoNotAllRegisterInTimeFailTheJob) {
+  Driver d;
+  d.RegisterShard(0);
+  d.clock.Advance(seconds(5));
+  d.state.Tick();
+  EXPECT_TRUE(d.state.fatal().ok()) << "at the deadline, not past it";
+  d.clock.Advance(milliseconds(1));
+  d.state.Tick();
+  EXPECT_EQ(d.state.fatal().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(d.Shutdowns(0).size(), 1u);
+  EXPECT_TRUE(d.state.done());
+}
+
+TEST(JobState, NoProgressWithinTheStepTimeoutFailsTheJobWhileAWorkerIsAlive) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(2);
+  for (WorkerId w : ws) d.OnePlan(w, PlanKind::kTrain);
+  ASSERT_TRUE(d.Confirm(ws[0], 0).ok());  // w1 never finishes, yet keeps heartbeating
+  d.Pass(seconds(10), ws);
+  EXPECT_TRUE(d.state.fatal().ok()) << "heartbeats are not progress, but the deadline is not passed yet";
+  d.Pass(seconds(1), ws);
+  EXPECT_EQ(d.state.fatal().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(d.state.phase(), JobState::Phase::kTraining);
+  d.OnePlan(ws[0], PlanKind::kStop);
+}
+
+TEST(JobState, AJobErrorFailsTheJobWithItsMessageAndStopsPendingWorkers) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(2);
+  for (WorkerId w : ws) d.OnePlan(w, PlanKind::kTrain);
+  ASSERT_TRUE(d.Confirm(ws[0], 0).ok());
+
+  d.state.OnJobError("worker host/w1: unknown model 'tiny'");
+  EXPECT_FALSE(d.state.fatal().ok());
+  EXPECT_NE(d.state.fatal().message().find("unknown model 'tiny'"), std::string::npos);
+  d.OnePlan(ws[0], PlanKind::kStop);
+  EXPECT_TRUE(d.Plans(ws[1]).empty()) << "w1 is busy; it is stopped when it asks";
+  EXPECT_FALSE(d.state.done());
+
+  ASSERT_TRUE(d.Confirm(ws[1], 0).ok());
+  d.OnePlan(ws[1], PlanKind::kStop);
+  EXPECT_TRUE(d.state.done());
+  for (uint32_t s = 0; s < kShards; ++s) {
+    const std::vector<Shutdown> sd = d.Shutdowns(s);
+    ASSERT_EQ(sd.size(), 1u) << s;
+    EXPECT_NE(sd[0].reason.find("unknown model"), std::string::npos) << sd[0].reason;
+  }
+}
+
+TEST(JobState, AWorkerWhoseModelDiffersFromTheFirstIsRefused) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(1);
+  d.OnePlan(ws[0], PlanKind::kTrain);
+  const WorkerId w1 = d.AddWorker();
+  EXPECT_EQ(d.Report(w1, Model(11)).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(d.Report(w1, {}).code() == StatusCode::kInvalidArgument);
+  EXPECT_TRUE(d.Plans(w1).empty());
+
+  d.RunStep(0, ws);
+  EXPECT_EQ(RangeOf(d.OnePlan(ws[0], PlanKind::kTrain)), Range(0, kV)) << "w1 is not a ready member";
+  EXPECT_TRUE(d.Plans(w1).empty());
+}
+
+TEST(JobState, ALateOrDuplicateStepDoneDoesNotMoveTheStepBack) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(2);
+  for (WorkerId w : ws) d.OnePlan(w, PlanKind::kTrain);
+  d.RunStep(0, ws);
+  ASSERT_EQ(d.state.step(), Step(1));
+  for (WorkerId w : ws) d.OnePlan(w, PlanKind::kTrain);
+
+  d.FinishStep(0);  // a repeat of both reports
+  EXPECT_EQ(d.state.step(), Step(1));
+  for (WorkerId w : ws) EXPECT_TRUE(d.Plans(w).empty());
+
+  for (WorkerId w : ws) ASSERT_TRUE(d.Confirm(w, 1).ok());
+  d.ShardDone(0, 1);
+  d.ShardDone(0, 0);  // late, after the newer one
+  EXPECT_EQ(d.state.step(), Step(1));
+  d.ShardDone(1, 1);
+  EXPECT_EQ(d.state.step(), Step(2)) << "shard 0's report of step 1 was forgotten";
+  for (WorkerId w : ws) EXPECT_EQ(d.OnePlan(w, PlanKind::kTrain).step, Step(2));
+  EXPECT_FLOAT_EQ(d.state.Summary().final_loss, 1.0f / 4.0f);
+}
+
+}  // namespace
+}  // namespace eps

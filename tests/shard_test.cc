@@ -1,0 +1,1070 @@
+// Tests for the state of one parameter-server shard (server/shard_state.h),
+// driven directly with decoded messages, against DESIGN.md "The consistency
+// contract" and "The step protocol".
+//
+// The expected values are computed here from the contract, not from the code
+// under test: the canonical tree is written out by hand (as in tree_test.cc),
+// the mean is sum / V, and plain SGD is p + (-lr) * g with one fused
+// multiply-add, the arithmetic of libtorch's p.add_(g, -lr) that
+// server/optimizer.h reproduces. Every comparison is on bits.
+#include "server/shard_state.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace eps {
+namespace {
+
+using Values = std::vector<float>;  // the bytes of one chunk, in 4-byte units
+
+constexpr uint32_t kShards = 2;
+constexpr int64_t kChunkElems = 4;
+constexpr uint32_t kVws = 5;  // not a power of two: the tree over 8 leaves has absent ones
+constexpr float kLr = 0.1f;
+constexpr int kSteps = 3;
+
+uint64_t Below(std::mt19937_64& rng, uint64_t n) { return rng() % n; }
+
+// Fisher-Yates on mt19937_64, whose output the standard fixes (std::shuffle is not).
+template <class T>
+void Shuffle(std::vector<T>& v, std::mt19937_64& rng) {
+  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[Below(rng, i)]);
+}
+
+// Floats of very different magnitudes and both signs, so the order of additions shows in the bits.
+float WildFloat(std::mt19937_64& rng) {
+  const double mantissa = 1.0 + static_cast<double>(rng() >> 11) / 9007199254740992.0;  // [1, 2)
+  const int exponent = static_cast<int>(Below(rng, 13)) - 6;                            // [-6, 6]
+  return static_cast<float>((rng() & 1 ? -1.0 : 1.0) * std::ldexp(mantissa, exponent));
+}
+
+std::vector<TensorSpec> Tensors() {
+  return {{"w", TensorKind::kParameter, DType::kFloat32, {3, 5}},
+          {"b", TensorKind::kParameter, DType::kFloat32, {7}},
+          {"bn", TensorKind::kBuffer, DType::kFloat32, {4}},
+          {"nb", TensorKind::kBuffer, DType::kInt64, {1}},
+          LossTensor()};
+}
+
+JobSpec Spec() {
+  JobSpec s;
+  s.job_id = "shard-test";
+  s.model = "mlp";
+  s.virtual_workers = kVws;
+  s.batch_per_vw = 2;
+  s.seed = 7;
+  s.steps = 10;
+  s.optimizer.kind = "sgd";
+  s.optimizer.lr = 0.1;
+  s.chunk_elems = kChunkElems;
+  s.num_shards = kShards;
+  return s;
+}
+
+ShardConfig Config() { return ShardConfig{Spec(), Tensors()}; }
+
+uint32_t Width(uint32_t v) {
+  uint32_t p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+// Node [lo, lo+size) of the balanced tree over Width(V) leaves: an absent right
+// subtree leaves the left value unchanged; otherwise left + right, in that order.
+Values ReferenceNode(const std::vector<Values>& leaves, uint32_t lo, uint32_t size) {
+  if (size == 1) return leaves[lo];
+  Values left = ReferenceNode(leaves, lo, size / 2);
+  if (lo + size / 2 >= leaves.size()) return left;
+  const Values right = ReferenceNode(leaves, lo + size / 2, size / 2);
+  for (size_t i = 0; i < left.size(); ++i) left[i] = left[i] + right[i];
+  return left;
+}
+
+Values SequentialSum(const std::vector<Values>& leaves) {
+  Values acc = leaves[0];
+  for (size_t v = 1; v < leaves.size(); ++v) {
+    for (size_t i = 0; i < acc.size(); ++i) acc[i] = acc[i] + leaves[v][i];
+  }
+  return acc;
+}
+
+bool SameBits(const ChunkBytes& c, const Values& v) {
+  return c.data != nullptr && c.size == v.size() * sizeof(float) && std::memcmp(c.data, v.data(), c.size) == 0;
+}
+
+ChunkBytes Bytes(ChunkId id, const Values& v) { return ChunkBytes{id, v.data(), v.size() * sizeof(float), nullptr}; }
+
+Push MakePush(int64_t step, Block block, std::vector<ChunkBytes> chunks) {
+  Push p;
+  p.epoch = Epoch(1);
+  p.step = Step(step);
+  p.block = block;
+  p.chunks = std::move(chunks);
+  return p;
+}
+
+Pull MakePull(int64_t version, std::vector<ChunkId> chunks = {}) {
+  Pull p;
+  p.version = Step(version);
+  p.chunks = std::move(chunks);
+  return p;
+}
+
+// A job of kSteps steps: initial values, every VW's gradient and loss, VW 0's
+// buffers, and the value every chunk must have at every version.
+class Job {
+ public:
+  explicit Job(uint64_t seed) {
+    auto layout = MakeLayout(Tensors(), kShards, kChunkElems);
+    EXPECT_TRUE(layout.ok()) << layout.status().ToString();
+    layout_ = std::move(layout).value();
+    std::mt19937_64 rng(seed);
+    const size_t n = layout_.chunks.size();
+    init_.resize(n);
+    for (const Chunk& c : layout_.chunks) init_[c.id.value()] = Fill(c, rng, /*salt=*/100);
+    grads_.assign(kSteps, std::vector<std::vector<Values>>(kVws, std::vector<Values>(n)));
+    buffers_.assign(kSteps, std::vector<Values>(n));
+    for (int t = 0; t < kSteps; ++t) {
+      for (uint32_t v = 0; v < kVws; ++v) {
+        for (const Chunk& c : layout_.chunks) {
+          if (Kind(c.id) == TensorKind::kBuffer) continue;
+          Values& g = grads_[t][v][c.id.value()];
+          g.resize(c.numel);
+          for (float& x : g) x = WildFloat(rng);
+        }
+      }
+      for (const Chunk& c : layout_.chunks) {
+        if (Kind(c.id) == TensorKind::kBuffer) buffers_[t][c.id.value()] = Fill(c, rng, /*salt=*/t + 1);
+      }
+    }
+    // Step 0's losses by hand: the tree gives ((1e8 + 1) + (-1e8 + 1)) + 0.5 = 0.5,
+    // a left-to-right sum gives 1.5.
+    const float losses[kVws] = {1e8f, 1.0f, -1e8f, 1.0f, 0.5f};
+    for (uint32_t v = 0; v < kVws; ++v) grads_[0][v][LossChunk().value()] = {losses[v]};
+
+    expected_.push_back(init_);
+    for (int t = 0; t < kSteps; ++t) {
+      std::vector<Values> next(n);
+      for (const Chunk& c : layout_.chunks) {
+        const uint32_t id = c.id.value();
+        switch (Kind(c.id)) {
+          case TensorKind::kParameter: {
+            const Values sum = TreeSum(t, c.id);
+            next[id] = expected_.back()[id];
+            for (size_t i = 0; i < sum.size(); ++i) next[id][i] = std::fma(sum[i] / 5.0f, -kLr, next[id][i]);
+            break;
+          }
+          case TensorKind::kBuffer:
+            next[id] = buffers_[t][id];
+            break;
+          case TensorKind::kLoss:
+            loss_.push_back(TreeSum(t, c.id)[0] / 5.0f);
+            break;
+        }
+      }
+      expected_.push_back(std::move(next));
+    }
+  }
+
+  const Layout& layout() const { return layout_; }
+  TensorKind Kind(ChunkId id) const { return layout_.tensors[layout_.chunks[id.value()].tensor].kind; }
+  size_t BytesOf(ChunkId id) const { return layout_.ChunkBytes(layout_.chunks[id.value()]); }
+
+  ChunkId LossChunk() const {
+    for (const Chunk& c : layout_.chunks) {
+      if (Kind(c.id) == TensorKind::kLoss) return c.id;
+    }
+    ADD_FAILURE() << "no loss chunk";
+    return ChunkId(0);
+  }
+  ShardId LossShard() const { return layout_.chunks[LossChunk().value()].shard; }
+
+  std::vector<ChunkId> Owned(ShardId s, TensorKind kind) const {
+    std::vector<ChunkId> out;
+    for (ChunkId id : layout_.ChunksOf(s)) {
+      if (Kind(id) == kind) out.push_back(id);
+    }
+    return out;
+  }
+  // The chunks a pull of `s` returns: every owned chunk but the loss, in id order.
+  std::vector<ChunkId> Pullable(ShardId s) const {
+    std::vector<ChunkId> out;
+    for (ChunkId id : layout_.ChunksOf(s)) {
+      if (Kind(id) != TensorKind::kLoss) out.push_back(id);
+    }
+    return out;
+  }
+  // A chunk of `kind` on the other shard.
+  ChunkId Foreign(ShardId s, TensorKind kind) const {
+    return Owned(ShardId((s.value() + 1) % kShards), kind).at(0);
+  }
+
+  // Initial values of every owned non-loss chunk (step -1).
+  Push Init(ShardId s) const {
+    std::vector<ChunkBytes> chunks;
+    for (ChunkId id : Pullable(s)) chunks.push_back(Bytes(id, init_[id.value()]));
+    return MakePush(-1, Block{0, 1}, std::move(chunks));
+  }
+  Push InitOf(ChunkId id) const { return MakePush(-1, Block{0, 1}, {Bytes(id, init_[id.value()])}); }
+  // Other values for every owned non-loss chunk, for a repeated initialization.
+  Push OtherInit(ShardId s) {
+    std::vector<ChunkBytes> chunks;
+    for (ChunkId id : Pullable(s)) chunks.push_back(Bytes(id, Garbage(id)));
+    return MakePush(-1, Block{0, 1}, std::move(chunks));
+  }
+
+  // Block `b` of step t for shard s: every owned parameter and loss chunk holds
+  // the block's tree partial, and with `buffers` every owned buffer chunk holds
+  // VW 0's value. With `garbage` the same chunks hold values no VW produced.
+  Push BlockPush(ShardId s, int64_t t, Block b, bool buffers, bool garbage = false) {
+    std::vector<ChunkBytes> chunks;
+    for (ChunkId id : layout_.ChunksOf(s)) {
+      if (Kind(id) == TensorKind::kBuffer) {
+        if (buffers) chunks.push_back(Bytes(id, garbage ? Garbage(id) : buffers_[t][id.value()]));
+        continue;
+      }
+      chunks.push_back(Bytes(id, garbage ? Garbage(id) : Partial(t, id, b)));
+    }
+    return MakePush(t, b, std::move(chunks));
+  }
+  // Only the buffer chunks of shard s, with the block holding VW 0.
+  Push BufferPush(ShardId s, int64_t t, bool garbage = false) {
+    std::vector<ChunkBytes> chunks;
+    for (ChunkId id : Owned(s, TensorKind::kBuffer)) {
+      chunks.push_back(Bytes(id, garbage ? Garbage(id) : buffers_[t][id.value()]));
+    }
+    return MakePush(t, Block{0, 1}, std::move(chunks));
+  }
+  // One chunk's partial for block b of step t.
+  const Values& Partial(int64_t t, ChunkId id, Block b) {
+    std::vector<Values> leaves;
+    for (uint32_t v = 0; v < kVws; ++v) leaves.push_back(grads_[t][v][id.value()]);
+    storage_.push_back(ReferenceNode(leaves, b.lo, b.size));
+    return storage_.back();
+  }
+  const Values& Garbage(ChunkId id) {
+    storage_.emplace_back(BytesOf(id) / sizeof(float), 1e30f);
+    return storage_.back();
+  }
+  // Test-owned bytes of any length, for malformed pushes.
+  const Values& Raw(size_t floats) {
+    storage_.emplace_back(floats, 3.0f);
+    return storage_.back();
+  }
+
+  const Values& Expected(int64_t version, ChunkId id) const { return expected_.at(version)[id.value()]; }
+  float ExpectedLoss(int64_t t) const { return loss_.at(t); }
+  Values TreeSum(int64_t t, ChunkId id) const {
+    std::vector<Values> leaves;
+    for (uint32_t v = 0; v < kVws; ++v) leaves.push_back(grads_[t][v][id.value()]);
+    return ReferenceNode(leaves, 0, Width(kVws));
+  }
+  Values LeftToRightSum(int64_t t, ChunkId id) const {
+    std::vector<Values> leaves;
+    for (uint32_t v = 0; v < kVws; ++v) leaves.push_back(grads_[t][v][id.value()]);
+    return SequentialSum(leaves);
+  }
+
+ private:
+  // Random bytes for chunk c; int64 chunks hold integers.
+  Values Fill(const Chunk& c, std::mt19937_64& rng, int64_t salt) const {
+    Values out(layout_.ChunkBytes(c) / sizeof(float));
+    if (layout_.tensors[c.tensor].dtype == DType::kInt64) {
+      for (int64_t i = 0; i < c.numel; ++i) {
+        const int64_t x = salt * 1000 + static_cast<int64_t>(Below(rng, 1000));
+        std::memcpy(out.data() + 2 * i, &x, sizeof x);
+      }
+    } else {
+      for (float& x : out) x = WildFloat(rng);
+    }
+    return out;
+  }
+
+  Layout layout_;
+  std::vector<Values> init_;                             // by chunk id
+  std::vector<std::vector<std::vector<Values>>> grads_;  // [step][vw][chunk]: parameters and loss
+  std::vector<std::vector<Values>> buffers_;             // [step][chunk]: VW 0's buffers
+  std::vector<std::vector<Values>> expected_;            // [version][chunk]
+  std::vector<float> loss_;                              // [step]
+  std::deque<Values> storage_;                           // bytes pushes point into (stable addresses)
+};
+
+std::unique_ptr<ShardState> ConfiguredShard(ShardId s) {
+  auto state = std::make_unique<ShardState>(s);
+  const Status st = state->Configure(Config());
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return state;
+}
+
+// A configured shard holding the job's initial values (version 0).
+std::unique_ptr<ShardState> InitializedShard(const Job& job, ShardId s) {
+  auto state = ConfiguredShard(s);
+  auto out = state->HandlePush(job.Init(s));
+  EXPECT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_TRUE(out.ok() && out->completed.has_value());
+  EXPECT_EQ(state->version(), Step(0));
+  return state;
+}
+
+// Pushes step t as blocks [0,4) (with the buffers) and [4,5); returns the StepDone.
+std::optional<StepDone> RunStep(ShardState& state, Job& job, ShardId s, int64_t t) {
+  auto a = state.HandlePush(job.BlockPush(s, t, Block{0, 4}, true));
+  EXPECT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_TRUE(a.ok() && !a->completed.has_value());
+  auto b = state.HandlePush(job.BlockPush(s, t, Block{4, 1}, false));
+  EXPECT_TRUE(b.ok()) << b.status().ToString();
+  if (!b.ok()) return std::nullopt;
+  EXPECT_TRUE(b->completed.has_value());
+  EXPECT_EQ(state.version(), Step(t + 1));
+  return b->completed;
+}
+
+// Pulls every chunk of `version` and compares it with the job's expectation.
+void ExpectVersion(const ShardState& state, const Job& job, ShardId s, int64_t version) {
+  SCOPED_TRACE("shard " + std::to_string(s.value()) + " version " + std::to_string(version));
+  auto reply = state.HandlePull(MakePull(version));
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ(reply->version, Step(version));
+  std::vector<ChunkId> got;
+  for (const ChunkBytes& c : reply->chunks) {
+    got.push_back(c.chunk);
+    EXPECT_EQ(c.size, job.BytesOf(c.chunk)) << "chunk " << c.chunk;
+    EXPECT_TRUE(SameBits(c, job.Expected(version, c.chunk))) << "chunk " << c.chunk;
+  }
+  EXPECT_EQ(got, job.Pullable(s));
+}
+
+std::vector<ShardId> AllShards() { return {ShardId(0), ShardId(1)}; }
+
+// The data makes the order of additions observable: a shard that summed step t
+// left to right, or in push order, would not produce the tree's bits.
+bool OrderShows(const Job& job, int64_t t) {
+  for (ShardId s : AllShards()) {
+    bool differs = false;
+    for (ChunkId id : job.Owned(s, TensorKind::kParameter)) differs |= job.TreeSum(t, id) != job.LeftToRightSum(t, id);
+    if (!differs) return false;
+  }
+  return true;
+}
+
+TEST(ShardTestJob, EveryShardOwnsParametersAndBuffersAndOneOwnsTheLoss) {
+  Job job(1);
+  for (ShardId s : AllShards()) {
+    EXPECT_GE(job.Owned(s, TensorKind::kParameter).size(), 2u) << s;
+    EXPECT_GE(job.Owned(s, TensorKind::kBuffer).size(), 1u) << s;
+  }
+  EXPECT_EQ(job.Owned(ShardId(0), TensorKind::kLoss).size() + job.Owned(ShardId(1), TensorKind::kLoss).size(), 1u);
+  EXPECT_TRUE(OrderShows(job, 0));
+  EXPECT_EQ(job.ExpectedLoss(0), 0.5f / 5.0f);
+  EXPECT_NE(job.LeftToRightSum(0, job.LossChunk())[0], job.TreeSum(0, job.LossChunk())[0]);
+}
+
+// ---------------------------------------------------------------------------
+// Configure
+
+TEST(ShardStateConfigure, RejectsAnUnknownOptimizerOrInvalidOptimizerOptions) {
+  ShardState state(ShardId(0));
+  ShardConfig bad = Config();
+  bad.spec.optimizer.kind = "sgdd";
+  EXPECT_EQ(state.Configure(bad).code(), StatusCode::kInvalidArgument);
+  bad = Config();
+  bad.spec.optimizer.schedule = "linear";
+  EXPECT_EQ(state.Configure(bad).code(), StatusCode::kInvalidArgument);
+  bad = Config();
+  bad.spec.optimizer.lr = 0;
+  EXPECT_EQ(state.Configure(bad).code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(state.has_layout());
+  // The refused configs left nothing behind: a good one is still taken.
+  const Status st = state.Configure(Config());
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(state.has_layout());
+}
+
+TEST(ShardStateConfigure, RejectsAShardIdOutsideTheJob) {
+  for (uint32_t id : {2u, 3u, 100u}) {
+    ShardState state{ShardId(id)};
+    EXPECT_EQ(state.Configure(Config()).code(), StatusCode::kInvalidArgument) << id;
+    EXPECT_FALSE(state.has_layout());
+  }
+  ShardState last{ShardId(kShards - 1)};
+  EXPECT_TRUE(last.Configure(Config()).ok());
+}
+
+TEST(ShardStateConfigure, RejectsZeroVirtualWorkers) {
+  ShardState state(ShardId(0));
+  ShardConfig bad = Config();
+  bad.spec.virtual_workers = 0;
+  EXPECT_EQ(state.Configure(bad).code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(state.has_layout());
+}
+
+TEST(ShardStateConfigure, ASpecWithoutTensorsGivesNoLayoutAndPushesAndPullsWait) {
+  Job job(2);
+  ShardState state(ShardId(0));
+  ASSERT_TRUE(state.Configure(ShardConfig{Spec(), {}}).ok());
+  EXPECT_FALSE(state.has_layout());
+  EXPECT_EQ(state.HandlePush(job.Init(ShardId(0))).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(state.HandlePull(MakePull(0)).status().code(), StatusCode::kUnavailable);
+  // The tensors arrive later with the same spec.
+  ASSERT_TRUE(state.Configure(Config()).ok());
+  EXPECT_TRUE(state.has_layout());
+  EXPECT_EQ(state.chunks(), job.layout().ChunksOf(ShardId(0)));
+}
+
+TEST(ShardStateConfigure, RefusesASecondConfigWithOtherTensorsAndKeepsItsState) {
+  Job job(3);
+  for (ShardId s : AllShards()) {
+    auto state = InitializedShard(job, s);
+    ShardConfig other = Config();
+    other.tensors[1].shape = {8};
+    EXPECT_EQ(state->Configure(other).code(), StatusCode::kFailedPrecondition);
+    other = Config();
+    other.tensors[0].name = "w2";
+    EXPECT_EQ(state->Configure(other).code(), StatusCode::kFailedPrecondition);
+    other = Config();
+    other.tensors.pop_back();  // no loss tensor
+    EXPECT_EQ(state->Configure(other).code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(state->chunks(), job.layout().ChunksOf(s));
+    EXPECT_EQ(state->version(), Step(0));
+    ExpectVersion(*state, job, s, 0);
+  }
+}
+
+TEST(ShardStateConfigure, RefusesASecondConfigWithAnotherJobSpec) {
+  Job job(4);
+  auto state = InitializedShard(job, ShardId(0));
+  ShardConfig other = Config();
+  other.spec.virtual_workers = kVws + 1;
+  EXPECT_EQ(state->Configure(other).code(), StatusCode::kFailedPrecondition);
+  other = Config();
+  other.spec.chunk_elems = 8;
+  EXPECT_EQ(state->Configure(other).code(), StatusCode::kFailedPrecondition);
+  other = Config();
+  other.spec.job_id = "another-job";
+  EXPECT_EQ(state->Configure(other).code(), StatusCode::kFailedPrecondition);
+  // The barrier still works over the original 5 VWs.
+  RunStep(*state, job, ShardId(0), 0);
+  ExpectVersion(*state, job, ShardId(0), 1);
+}
+
+// "A second config must agree with the first" (shard_state.h): the optimizer is
+// part of the job spec, and a shard that silently changed its learning rate in
+// the middle of a job would break the bitwise contract.
+TEST(ShardStateConfigure, RefusesASecondConfigWithAnotherOptimizer) {
+  Job job(5);
+  auto state = InitializedShard(job, ShardId(0));
+  ShardConfig other{Spec(), {}};
+  other.spec.optimizer.lr = 0.5;
+  EXPECT_EQ(state->Configure(other).code(), StatusCode::kFailedPrecondition);
+  // Whatever the answer, step 0 must still use lr 0.1.
+  RunStep(*state, job, ShardId(0), 0);
+  ExpectVersion(*state, job, ShardId(0), 1);
+}
+
+TEST(ShardStateConfigure, AcceptsTheSameConfigAgainWithoutResettingAnything) {
+  Job job(6);
+  for (ShardId s : AllShards()) {
+    auto state = InitializedShard(job, s);
+    RunStep(*state, job, s, 0);
+    // Half of step 1 is in.
+    ASSERT_TRUE(state->HandlePush(job.BlockPush(s, 1, Block{0, 4}, true)).ok());
+    Status st = state->Configure(Config());
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    st = state->Configure(ShardConfig{Spec(), {}});
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(state->version(), Step(1));
+    EXPECT_EQ(state->chunks(), job.layout().ChunksOf(s));
+    ExpectVersion(*state, job, s, 0);
+    ExpectVersion(*state, job, s, 1);
+    // The barrier of step 1 kept its leaves: one more block completes it.
+    auto out = state->HandlePush(job.BlockPush(s, 1, Block{4, 1}, false));
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    EXPECT_TRUE(out->completed.has_value());
+    ExpectVersion(*state, job, s, 2);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Initial values
+
+TEST(ShardStateInit, VersionBecomesZeroOnlyWhenEveryOwnedChunkArrived) {
+  Job job(10);
+  for (ShardId s : AllShards()) {
+    SCOPED_TRACE("shard " + std::to_string(s.value()));
+    auto state = ConfiguredShard(s);
+    EXPECT_EQ(state->version(), Step(-1));
+    std::vector<ChunkId> order = job.Pullable(s);
+    std::reverse(order.begin(), order.end());
+    for (size_t k = 0; k < order.size(); ++k) {
+      EXPECT_EQ(state->HandlePull(MakePull(0)).status().code(), StatusCode::kUnavailable);
+      EXPECT_EQ(state->HandlePush(job.BlockPush(s, 0, Block{0, 1}, true)).status().code(),
+                StatusCode::kUnavailable);
+      auto out = state->HandlePush(job.InitOf(order[k]));
+      ASSERT_TRUE(out.ok()) << out.status().ToString();
+      EXPECT_EQ(out->reply.step, Step(-1));
+      EXPECT_EQ(out->reply.accepted, 1u);
+      EXPECT_EQ(out->reply.duplicates, 0u);
+      if (k + 1 < order.size()) {
+        EXPECT_FALSE(out->completed.has_value()) << "after chunk " << order[k];
+        EXPECT_EQ(state->version(), Step(-1));
+      } else {
+        ASSERT_TRUE(out->completed.has_value());
+        EXPECT_EQ(out->completed->shard, s);
+        EXPECT_EQ(out->completed->step, Step(-1));
+        EXPECT_FALSE(out->completed->has_loss);
+        EXPECT_EQ(state->version(), Step(0));
+      }
+    }
+    EXPECT_EQ(state->duplicates(), 0u);
+    ExpectVersion(*state, job, s, 0);
+  }
+}
+
+TEST(ShardStateInit, AChunkRepeatedBeforeCompletionKeepsItsFirstValue) {
+  Job job(11);
+  const ShardId s(1);
+  auto state = ConfiguredShard(s);
+  const std::vector<ChunkId> chunks = job.Pullable(s);
+  ASSERT_TRUE(state->HandlePush(job.InitOf(chunks[0])).ok());
+  auto again = state->HandlePush(MakePush(-1, Block{0, 1}, {Bytes(chunks[0], job.Garbage(chunks[0]))}));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->reply.accepted, 0u);
+  EXPECT_EQ(again->reply.duplicates, 1u);
+  EXPECT_EQ(state->duplicates(), 1u);
+  EXPECT_FALSE(again->completed.has_value());
+  for (size_t k = 1; k < chunks.size(); ++k) ASSERT_TRUE(state->HandlePush(job.InitOf(chunks[k])).ok());
+  EXPECT_EQ(state->version(), Step(0));
+  ExpectVersion(*state, job, s, 0);
+}
+
+TEST(ShardStateInit, ASecondInitIsCountedAsDuplicatesAndChangesNothing) {
+  Job job(12);
+  for (ShardId s : AllShards()) {
+    auto state = InitializedShard(job, s);
+    const uint32_t n = static_cast<uint32_t>(job.Pullable(s).size());
+    auto out = state->HandlePush(job.OtherInit(s));
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    EXPECT_EQ(out->reply.accepted, 0u);
+    EXPECT_EQ(out->reply.duplicates, n);
+    EXPECT_FALSE(out->completed.has_value());
+    EXPECT_EQ(state->duplicates(), n);
+    EXPECT_EQ(state->version(), Step(0));
+    ExpectVersion(*state, job, s, 0);
+    // Still so once training moved on: neither version changes.
+    RunStep(*state, job, s, 0);
+    out = state->HandlePush(job.OtherInit(s));
+    ASSERT_TRUE(out.ok());
+    EXPECT_EQ(out->reply.duplicates, n);
+    EXPECT_FALSE(out->completed.has_value());
+    EXPECT_EQ(state->version(), Step(1));
+    ExpectVersion(*state, job, s, 0);
+    ExpectVersion(*state, job, s, 1);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The barrier of a step
+
+TEST(ShardStateBarrier, BlocksAndLeavesInAnyOrderGiveTheTreeSumBits) {
+  const std::vector<std::vector<Block>> plans = {
+      {Block{0, 4}, Block{4, 1}},
+      {Block{0, 1}, Block{1, 1}, Block{2, 2}, Block{4, 1}},
+      {Block{4, 4}, Block{0, 2}, Block{2, 1}, Block{3, 1}},
+      {Block{0, 8}},
+      {Block{0, 1}, Block{1, 1}, Block{2, 1}, Block{3, 1}, Block{4, 1}},
+  };
+  std::mt19937_64 rng(99);
+  ASSERT_TRUE(OrderShows(Job(20), 0));
+  for (ShardId s : AllShards()) {
+    for (size_t p = 0; p < plans.size(); ++p) {
+      for (int trial = 0; trial < 6; ++trial) {
+        Job job(20);
+        std::vector<Block> order = plans[p];
+        if (trial > 0) Shuffle(order, rng);
+        std::string desc;
+        for (const Block& b : order) desc += b.ToString();
+        SCOPED_TRACE("shard " + std::to_string(s.value()) + " blocks " + desc);
+        auto state = InitializedShard(job, s);
+        for (size_t k = 0; k < order.size(); ++k) {
+          auto out = state->HandlePush(job.BlockPush(s, 0, order[k], order[k].lo == 0));
+          ASSERT_TRUE(out.ok()) << out.status().ToString();
+          EXPECT_EQ(out->reply.step, Step(0));
+          EXPECT_EQ(out->reply.duplicates, 0u);
+          if (k + 1 < order.size()) {
+            EXPECT_FALSE(out->completed.has_value()) << "completed early, after " << order[k].ToString();
+            EXPECT_EQ(state->version(), Step(0));
+            EXPECT_EQ(state->HandlePull(MakePull(1)).status().code(), StatusCode::kUnavailable);
+            continue;
+          }
+          ASSERT_TRUE(out->completed.has_value());
+          EXPECT_EQ(out->completed->shard, s);
+          EXPECT_EQ(out->completed->step, Step(0));
+          EXPECT_EQ(out->completed->has_loss, s == job.LossShard());
+          if (s == job.LossShard()) {
+            EXPECT_EQ(out->completed->loss, job.ExpectedLoss(0));
+          }
+        }
+        EXPECT_EQ(state->version(), Step(1));
+        ExpectVersion(*state, job, s, 1);
+      }
+    }
+  }
+}
+
+TEST(ShardStateBarrier, TheStepCompletesOnlyWithTheLastLeaf) {
+  Job job(21);
+  for (ShardId s : AllShards()) {
+    auto state = InitializedShard(job, s);
+    const uint32_t order[kVws] = {4, 2, 0, 3, 1};
+    for (uint32_t k = 0; k < kVws; ++k) {
+      const Block leaf{order[k], 1};
+      auto out = state->HandlePush(job.BlockPush(s, 0, leaf, leaf.lo == 0));
+      ASSERT_TRUE(out.ok()) << out.status().ToString();
+      EXPECT_EQ(out->completed.has_value(), k + 1 == kVws) << "leaf " << leaf.ToString();
+      EXPECT_EQ(state->version(), Step(k + 1 == kVws ? 1 : 0));
+    }
+    ExpectVersion(*state, job, s, 1);
+  }
+}
+
+TEST(ShardStateBarrier, TheStepDoneCarriesTheTreeMeanOfTheLossesOnlyFromTheLossShard) {
+  Job job(22);
+  for (ShardId s : AllShards()) {
+    auto state = InitializedShard(job, s);
+    for (int64_t t = 0; t < kSteps; ++t) {
+      const std::optional<StepDone> done = RunStep(*state, job, s, t);
+      ASSERT_TRUE(done.has_value());
+      EXPECT_EQ(done->shard, s);
+      EXPECT_EQ(done->step, Step(t));
+      if (s == job.LossShard()) {
+        EXPECT_TRUE(done->has_loss);
+        EXPECT_EQ(done->loss, job.ExpectedLoss(t)) << "step " << t;
+      } else {
+        EXPECT_FALSE(done->has_loss);
+      }
+    }
+    // Step 0's losses were chosen so that only the tree order gives 0.5 / 5.
+    ASSERT_EQ(job.ExpectedLoss(0), 0.1f);
+    ExpectVersion(*state, job, s, kSteps);
+  }
+}
+
+TEST(ShardStateBarrier, OnlyTheBlockHoldingVwZeroMayCarryBuffers) {
+  Job job(23);
+  for (ShardId s : AllShards()) {
+    auto state = InitializedShard(job, s);
+    for (Block b : {Block{1, 1}, Block{2, 2}, Block{4, 1}, Block{4, 4}}) {
+      auto out = state->HandlePush(job.BlockPush(s, 0, b, /*buffers=*/true));
+      EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument) << b.ToString();
+    }
+    EXPECT_EQ(state->duplicates(), 0u);
+    // None of the refused pushes counted its parameter chunks.
+    const uint32_t reduced = static_cast<uint32_t>(job.Owned(s, TensorKind::kParameter).size() +
+                                                   job.Owned(s, TensorKind::kLoss).size());
+    for (Block b : {Block{1, 1}, Block{2, 2}, Block{4, 1}}) {
+      auto out = state->HandlePush(job.BlockPush(s, 0, b, false));
+      ASSERT_TRUE(out.ok()) << out.status().ToString();
+      EXPECT_EQ(out->reply.accepted, reduced) << b.ToString();
+      EXPECT_EQ(out->reply.duplicates, 0u) << b.ToString();
+    }
+    auto last = state->HandlePush(job.BlockPush(s, 0, Block{0, 1}, true));
+    ASSERT_TRUE(last.ok());
+    EXPECT_TRUE(last->completed.has_value());
+    ExpectVersion(*state, job, s, 1);
+  }
+}
+
+TEST(ShardStateBarrier, TheStepWaitsForTheBuffersOfVwZero) {
+  Job job(24);
+  for (ShardId s : AllShards()) {
+    auto state = InitializedShard(job, s);
+    ASSERT_TRUE(state->HandlePush(job.BlockPush(s, 0, Block{0, 4}, false)).ok());
+    auto out = state->HandlePush(job.BlockPush(s, 0, Block{4, 1}, false));
+    ASSERT_TRUE(out.ok());
+    EXPECT_FALSE(out->completed.has_value()) << "all leaves are in but VW 0's buffers are not";
+    EXPECT_EQ(state->version(), Step(0));
+    out = state->HandlePush(job.BufferPush(s, 0));
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    EXPECT_EQ(out->reply.accepted, job.Owned(s, TensorKind::kBuffer).size());
+    EXPECT_TRUE(out->completed.has_value());
+    ExpectVersion(*state, job, s, 1);
+  }
+}
+
+TEST(ShardStateBarrier, TheNewBuffersAreTheFirstOnesPushedWithVwZero) {
+  Job job(25);
+  for (ShardId s : AllShards()) {
+    auto state = InitializedShard(job, s);
+    const uint32_t buffers = static_cast<uint32_t>(job.Owned(s, TensorKind::kBuffer).size());
+    auto out = state->HandlePush(job.BufferPush(s, 0));
+    ASSERT_TRUE(out.ok());
+    EXPECT_EQ(out->reply.accepted, buffers);
+    // Another copy for VW 0 (a recomputation) is a duplicate, whatever it holds.
+    out = state->HandlePush(job.BufferPush(s, 0, /*garbage=*/true));
+    ASSERT_TRUE(out.ok());
+    EXPECT_EQ(out->reply.accepted, 0u);
+    EXPECT_EQ(out->reply.duplicates, buffers);
+    out = state->HandlePush(job.BlockPush(s, 0, Block{0, 4}, /*buffers=*/true, /*garbage=*/false));
+    ASSERT_TRUE(out.ok());
+    EXPECT_EQ(out->reply.duplicates, buffers);
+    ASSERT_TRUE(state->HandlePush(job.BlockPush(s, 0, Block{4, 1}, false)).ok());
+    EXPECT_EQ(state->version(), Step(1));
+    // Version 1's buffers are VW 0's of step 0, not the initial ones nor the garbage.
+    ExpectVersion(*state, job, s, 1);
+    for (ChunkId id : job.Owned(s, TensorKind::kBuffer)) EXPECT_NE(job.Expected(1, id), job.Expected(0, id));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Duplicates and steps out of turn
+
+TEST(ShardStateDuplicates, TheSameBlockTwiceIsCountedAsDuplicateAndChangesNothing) {
+  Job job(30);
+  for (ShardId s : AllShards()) {
+    auto state = InitializedShard(job, s);
+    const Push first = job.BlockPush(s, 0, Block{0, 4}, true);
+    const uint32_t n = static_cast<uint32_t>(first.chunks.size());
+    ASSERT_TRUE(state->HandlePush(first).ok());
+    // The same block again, identical or not (it must be identical; the shard cannot tell).
+    auto out = state->HandlePush(job.BlockPush(s, 0, Block{0, 4}, true, /*garbage=*/true));
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    EXPECT_EQ(out->reply.accepted, 0u);
+    EXPECT_EQ(out->reply.duplicates, n);
+    EXPECT_FALSE(out->completed.has_value());
+    out = state->HandlePush(first);
+    ASSERT_TRUE(out.ok());
+    EXPECT_EQ(out->reply.duplicates, n);
+    EXPECT_EQ(state->duplicates(), 2 * n);
+    EXPECT_EQ(state->version(), Step(0));
+    out = state->HandlePush(job.BlockPush(s, 0, Block{4, 1}, false));
+    ASSERT_TRUE(out.ok());
+    EXPECT_TRUE(out->completed.has_value());
+    ExpectVersion(*state, job, s, 1);
+  }
+}
+
+TEST(ShardStateDuplicates, ABlockOverlappingCountedLeavesIsADuplicate) {
+  Job job(31);
+  for (ShardId s : AllShards()) {
+    auto state = InitializedShard(job, s);
+    ASSERT_TRUE(state->HandlePush(job.BlockPush(s, 0, Block{0, 2}, true)).ok());
+    ASSERT_TRUE(state->HandlePush(job.BlockPush(s, 0, Block{4, 1}, false)).ok());
+    uint64_t expected_duplicates = 0;
+    // Inside a counted block, containing one, containing both, the whole tree.
+    for (Block b : {Block{1, 1}, Block{0, 1}, Block{0, 4}, Block{4, 4}, Block{0, 8}}) {
+      const Push garbage = job.BlockPush(s, 0, b, b.lo == 0, /*garbage=*/true);
+      auto out = state->HandlePush(garbage);
+      ASSERT_TRUE(out.ok()) << b.ToString() << ": " << out.status().ToString();
+      EXPECT_EQ(out->reply.accepted, 0u) << b.ToString();
+      EXPECT_EQ(out->reply.duplicates, garbage.chunks.size()) << b.ToString();
+      EXPECT_FALSE(out->completed.has_value());
+      expected_duplicates += garbage.chunks.size();
+    }
+    EXPECT_EQ(state->duplicates(), expected_duplicates);
+    EXPECT_EQ(state->version(), Step(0));
+    // The missing leaves complete the step to the tree's bits: the refused values left no trace.
+    ASSERT_TRUE(state->HandlePush(job.BlockPush(s, 0, Block{2, 1}, false)).ok());
+    EXPECT_EQ(state->version(), Step(0));
+    auto out = state->HandlePush(job.BlockPush(s, 0, Block{3, 1}, false));
+    ASSERT_TRUE(out.ok());
+    EXPECT_TRUE(out->completed.has_value());
+    ExpectVersion(*state, job, s, 1);
+  }
+}
+
+TEST(ShardStateDuplicates, APushForAnAppliedStepIsCountedAsDuplicates) {
+  Job job(32);
+  for (ShardId s : AllShards()) {
+    auto state = InitializedShard(job, s);
+    RunStep(*state, job, s, 0);
+    uint64_t expected_duplicates = 0;
+    for (Block b : {Block{0, 4}, Block{4, 1}, Block{0, 8}, Block{2, 1}}) {
+      const Push late = job.BlockPush(s, 0, b, b.lo == 0, /*garbage=*/true);
+      auto out = state->HandlePush(late);
+      ASSERT_TRUE(out.ok()) << out.status().ToString();
+      EXPECT_EQ(out->reply.step, Step(0));
+      EXPECT_EQ(out->reply.accepted, 0u);
+      EXPECT_EQ(out->reply.duplicates, late.chunks.size());
+      EXPECT_FALSE(out->completed.has_value());
+      expected_duplicates += late.chunks.size();
+    }
+    EXPECT_EQ(state->duplicates(), expected_duplicates);
+    EXPECT_EQ(state->version(), Step(1));
+    ExpectVersion(*state, job, s, 0);
+    ExpectVersion(*state, job, s, 1);
+    // Nothing of them reached step 1's barrier.
+    RunStep(*state, job, s, 1);
+    ExpectVersion(*state, job, s, 2);
+    // Two steps back is also late, not an error.
+    auto out = state->HandlePush(job.BlockPush(s, 0, Block{0, 1}, true));
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    EXPECT_EQ(out->reply.accepted, 0u);
+  }
+}
+
+TEST(ShardStateDuplicates, APushForAFutureStepIsAborted) {
+  Job job(33);
+  for (ShardId s : AllShards()) {
+    auto state = InitializedShard(job, s);
+    for (int64_t t : {1, 2, 100}) {
+      Push future = job.BlockPush(s, 0, Block{0, 4}, true, /*garbage=*/true);
+      future.step = Step(t);
+      EXPECT_EQ(state->HandlePush(future).status().code(), StatusCode::kAborted) << "step " << t;
+    }
+    EXPECT_EQ(state->duplicates(), 0u);
+    EXPECT_EQ(state->version(), Step(0));
+    ExpectVersion(*state, job, s, 0);
+  }
+}
+
+TEST(ShardStateDuplicates, AFuturePushLeavesNoTraceInTheNextStep) {
+  Job job(34);
+  for (ShardId s : AllShards()) {
+    auto state = InitializedShard(job, s);
+    for (Block b : {Block{0, 4}, Block{4, 1}}) {
+      EXPECT_EQ(state->HandlePush(job.BlockPush(s, 1, b, b.lo == 0, /*garbage=*/true)).status().code(),
+                StatusCode::kAborted);
+    }
+    EXPECT_EQ(state->duplicates(), 0u);
+    RunStep(*state, job, s, 0);
+    EXPECT_EQ(state->HandlePush(job.BlockPush(s, 2, Block{0, 4}, true)).status().code(), StatusCode::kAborted);
+    RunStep(*state, job, s, 1);
+    ExpectVersion(*state, job, s, 2);
+  }
+}
+
+TEST(ShardStateDuplicates, ATrainingPushBeforeTheInitialValuesIsUnavailable) {
+  Job job(35);
+  auto state = ConfiguredShard(ShardId(0));
+  EXPECT_EQ(state->HandlePush(job.BlockPush(ShardId(0), 0, Block{0, 8}, true)).status().code(),
+            StatusCode::kUnavailable);
+  ASSERT_TRUE(state->HandlePush(job.Init(ShardId(0))).ok());
+  RunStep(*state, job, ShardId(0), 0);
+  ExpectVersion(*state, job, ShardId(0), 1);
+}
+
+// ---------------------------------------------------------------------------
+// Validation comes before any state changes
+
+struct BadChunk {
+  std::string what;
+  ChunkBytes chunk;
+};
+
+// Malformed chunks for shard s, to be pushed next to `valid`; the wrong sizes
+// are given to `sized`, another chunk of s, so that only the size is wrong.
+std::vector<BadChunk> BadChunks(Job& job, ShardId s, ChunkId valid, ChunkId sized) {
+  const size_t floats = job.BytesOf(sized) / sizeof(float);
+  const Values& longer = job.Raw(floats + 1);
+  const Values& shorter = job.Raw(floats - 1);
+  const ChunkId foreign = job.Foreign(s, TensorKind::kParameter);
+  const Values& foreign_bytes = job.Raw(job.BytesOf(foreign) / sizeof(float));
+  const Values& any = job.Raw(floats);
+  return {
+      {"too many bytes", ChunkBytes{sized, longer.data(), longer.size() * sizeof(float), nullptr}},
+      {"too few bytes", ChunkBytes{sized, shorter.data(), shorter.size() * sizeof(float), nullptr}},
+      {"one byte short", ChunkBytes{sized, any.data(), any.size() * sizeof(float) - 1, nullptr}},
+      {"no bytes", ChunkBytes{sized, any.data(), 0, nullptr}},
+      {"unknown chunk id", ChunkBytes{ChunkId(static_cast<uint32_t>(job.layout().chunks.size())), any.data(),
+                                      any.size() * sizeof(float), nullptr}},
+      {"huge chunk id", ChunkBytes{ChunkId(0xffffffffu), any.data(), any.size() * sizeof(float), nullptr}},
+      {"chunk of the other shard",
+       ChunkBytes{foreign, foreign_bytes.data(), foreign_bytes.size() * sizeof(float), nullptr}},
+      {"the valid chunk repeated", ChunkBytes{valid, job.Raw(job.BytesOf(valid) / sizeof(float)).data(),
+                                              job.BytesOf(valid), nullptr}},
+  };
+}
+
+TEST(ShardStateValidation, APushWithOneInvalidChunkIsRefusedWholeAndCountsNothing) {
+  Job job(40);
+  for (ShardId s : AllShards()) {
+    // A parameter chunk, and another one placed after the bad chunk.
+    const ChunkId valid = job.Owned(s, TensorKind::kParameter).at(0);
+    const ChunkId second = job.Owned(s, TensorKind::kParameter).at(1);
+    const ChunkId sized = job.Owned(s, TensorKind::kParameter).at(2);
+    for (const BadChunk& bad : BadChunks(job, s, valid, sized)) {
+      SCOPED_TRACE("shard " + std::to_string(s.value()) + ": " + bad.what);
+      auto state = InitializedShard(job, s);
+      const Block leaf{1, 1};
+      const Push good = job.BlockPush(s, 0, leaf, false);
+      const Values& valid_bytes = job.Partial(0, valid, leaf);
+      const Values& second_bytes = job.Partial(0, second, leaf);
+      auto out = state->HandlePush(
+          MakePush(0, leaf, {Bytes(valid, valid_bytes), bad.chunk, Bytes(second, second_bytes)}));
+      EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(state->duplicates(), 0u);
+      // The valid chunks alone are then accepted, not duplicates: nothing was counted.
+      out = state->HandlePush(MakePush(0, leaf, {Bytes(valid, valid_bytes), Bytes(second, second_bytes)}));
+      ASSERT_TRUE(out.ok()) << out.status().ToString();
+      EXPECT_EQ(out->reply.accepted, 2u);
+      EXPECT_EQ(out->reply.duplicates, 0u);
+      // And the step still ends with the tree's bits.
+      out = state->HandlePush(good);
+      ASSERT_TRUE(out.ok());
+      for (Block b : {Block{0, 1}, Block{2, 2}, Block{4, 1}}) {
+        ASSERT_TRUE(state->HandlePush(job.BlockPush(s, 0, b, b.lo == 0)).ok()) << b.ToString();
+      }
+      EXPECT_EQ(state->version(), Step(1));
+      ExpectVersion(*state, job, s, 1);
+    }
+  }
+}
+
+TEST(ShardStateValidation, AnInitPushWithOneInvalidChunkStoresNothing) {
+  Job job(41);
+  for (ShardId s : AllShards()) {
+    const ChunkId valid = job.Owned(s, TensorKind::kParameter).at(0);
+    const ChunkId sized = job.Owned(s, TensorKind::kParameter).at(2);
+    for (const BadChunk& bad : BadChunks(job, s, valid, sized)) {
+      SCOPED_TRACE("shard " + std::to_string(s.value()) + ": " + bad.what);
+      auto state = ConfiguredShard(s);
+      Push push = job.InitOf(valid);
+      push.chunks.push_back(bad.chunk);
+      EXPECT_EQ(state->HandlePush(push).status().code(), StatusCode::kInvalidArgument);
+      auto out = state->HandlePush(job.InitOf(valid));
+      ASSERT_TRUE(out.ok()) << out.status().ToString();
+      EXPECT_EQ(out->reply.accepted, 1u);
+      EXPECT_EQ(out->reply.duplicates, 0u);
+    }
+  }
+}
+
+TEST(ShardStateValidation, ABlockThatIsNotATreeNodeIsInvalid) {
+  Job job(42);
+  for (ShardId s : AllShards()) {
+    auto state = InitializedShard(job, s);
+    // Misaligned, not a power of two, empty, only absent leaves (V = 5), beyond the tree.
+    for (Block b : {Block{1, 2}, Block{2, 4}, Block{0, 3}, Block{0, 0}, Block{3, 0}, Block{5, 1}, Block{6, 2},
+                    Block{7, 1}, Block{8, 8}, Block{0, 16}, Block{0xffffffffu, 1}}) {
+      const Push push = job.BlockPush(s, 0, b, false, /*garbage=*/true);  // no tree partial exists for b
+      EXPECT_EQ(state->HandlePush(push).status().code(), StatusCode::kInvalidArgument) << b.ToString();
+    }
+    EXPECT_EQ(state->duplicates(), 0u);
+    EXPECT_EQ(state->version(), Step(0));
+    // Nothing was counted: every leaf is still accepted.
+    for (uint32_t v = 0; v < kVws; ++v) {
+      const Push push = job.BlockPush(s, 0, Block{v, 1}, v == 0);
+      auto out = state->HandlePush(push);
+      ASSERT_TRUE(out.ok()) << out.status().ToString();
+      EXPECT_EQ(out->reply.accepted, push.chunks.size());
+      EXPECT_EQ(out->reply.duplicates, 0u);
+    }
+    ExpectVersion(*state, job, s, 1);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Pull
+
+TEST(ShardStatePull, TheCurrentVersionHoldsEveryOwnedChunk) {
+  Job job(50);
+  for (ShardId s : AllShards()) {
+    auto state = InitializedShard(job, s);
+    ExpectVersion(*state, job, s, 0);
+    // Named chunks come back in the order asked for.
+    std::vector<ChunkId> wanted = job.Pullable(s);
+    std::reverse(wanted.begin(), wanted.end());
+    wanted.pop_back();
+    auto reply = state->HandlePull(MakePull(0, wanted));
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    ASSERT_EQ(reply->chunks.size(), wanted.size());
+    for (size_t k = 0; k < wanted.size(); ++k) {
+      EXPECT_EQ(reply->chunks[k].chunk, wanted[k]);
+      EXPECT_TRUE(SameBits(reply->chunks[k], job.Expected(0, wanted[k])));
+    }
+  }
+}
+
+TEST(ShardStatePull, ThePreviousVersionStaysReadableForOneStep) {
+  Job job(51);
+  for (ShardId s : AllShards()) {
+    auto state = InitializedShard(job, s);
+    EXPECT_EQ(state->HandlePull(MakePull(-1)).status().code(), StatusCode::kFailedPrecondition);
+    RunStep(*state, job, s, 0);
+    ExpectVersion(*state, job, s, 0);
+    ExpectVersion(*state, job, s, 1);
+    RunStep(*state, job, s, 1);
+    ExpectVersion(*state, job, s, 1);
+    ExpectVersion(*state, job, s, 2);
+    EXPECT_EQ(state->HandlePull(MakePull(0)).status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(state->HandlePull(MakePull(0, {job.Pullable(s)[0]})).status().code(),
+              StatusCode::kFailedPrecondition);
+    EXPECT_EQ(state->HandlePull(MakePull(-1)).status().code(), StatusCode::kFailedPrecondition);
+    // The previous version did not move with the step in progress.
+    ASSERT_TRUE(state->HandlePush(job.BlockPush(s, 2, Block{0, 4}, true)).ok());
+    ExpectVersion(*state, job, s, 1);
+  }
+}
+
+TEST(ShardStatePull, AFutureVersionIsUnavailable) {
+  Job job(52);
+  const ShardId s(0);
+  auto state = ConfiguredShard(s);
+  EXPECT_EQ(state->HandlePull(MakePull(0)).status().code(), StatusCode::kUnavailable);
+  ASSERT_TRUE(state->HandlePush(job.Init(s)).ok());
+  EXPECT_EQ(state->HandlePull(MakePull(1)).status().code(), StatusCode::kUnavailable);
+  RunStep(*state, job, s, 0);
+  EXPECT_EQ(state->HandlePull(MakePull(2)).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(state->HandlePull(MakePull(1000)).status().code(), StatusCode::kUnavailable);
+  ExpectVersion(*state, job, s, 1);
+}
+
+TEST(ShardStatePull, AChunkNotOnThisShardIsInvalid) {
+  Job job(53);
+  for (ShardId s : AllShards()) {
+    auto state = InitializedShard(job, s);
+    const ChunkId mine = job.Pullable(s).at(0);
+    for (ChunkId bad : {job.Foreign(s, TensorKind::kParameter), job.Foreign(s, TensorKind::kBuffer),
+                        ChunkId(static_cast<uint32_t>(job.layout().chunks.size())), ChunkId(0xffffffffu)}) {
+      EXPECT_EQ(state->HandlePull(MakePull(0, {mine, bad})).status().code(), StatusCode::kInvalidArgument)
+          << bad;
+      EXPECT_EQ(state->HandlePull(MakePull(0, {bad})).status().code(), StatusCode::kInvalidArgument) << bad;
+    }
+  }
+}
+
+TEST(ShardStatePull, PulledBytesStayValidAndUnchangedAfterLaterSteps) {
+  Job job(54);
+  for (ShardId s : AllShards()) {
+    auto state = InitializedShard(job, s);
+    auto v0 = state->HandlePull(MakePull(0));
+    ASSERT_TRUE(v0.ok());
+    RunStep(*state, job, s, 0);
+    auto v1 = state->HandlePull(MakePull(1));
+    ASSERT_TRUE(v1.ok());
+    auto copy = [](const PullReply& r) {
+      std::vector<std::vector<unsigned char>> bytes;
+      for (const ChunkBytes& c : r.chunks) {
+        const auto* p = static_cast<const unsigned char*>(c.data);
+        bytes.emplace_back(p, p + c.size);
+      }
+      return bytes;
+    };
+    const auto before0 = copy(*v0);
+    const auto before1 = copy(*v1);
+    // Two more steps: the shard no longer holds versions 0 and 1 at all.
+    RunStep(*state, job, s, 1);
+    RunStep(*state, job, s, 2);
+    EXPECT_EQ(state->HandlePull(MakePull(1)).status().code(), StatusCode::kFailedPrecondition);
+    for (const PullReply* r : {&*v0, &*v1}) {
+      for (const ChunkBytes& c : r->chunks) EXPECT_NE(c.owner, nullptr) << "chunk " << c.chunk;
+    }
+    EXPECT_EQ(copy(*v0), before0);
+    EXPECT_EQ(copy(*v1), before1);
+    for (const ChunkBytes& c : v0->chunks) EXPECT_TRUE(SameBits(c, job.Expected(0, c.chunk)));
+    for (const ChunkBytes& c : v1->chunks) EXPECT_TRUE(SameBits(c, job.Expected(1, c.chunk)));
+    ExpectVersion(*state, job, s, 3);
+  }
+}
+
+}  // namespace
+}  // namespace eps

@@ -1,0 +1,153 @@
+// baseline: plain single-process libtorch training, the yardstick for the
+// overhead of virtual workers. Same model (worker/models.h) and data
+// (Fashion-MNIST through ReadIdxDataset) as a job; each step runs
+// --microbatches microbatches of --batch_per_vw samples, accumulates their
+// gradients (loss / k each, backward each) and then takes one optimizer step.
+// No parameter server, no messages, no copies of gradients.
+//
+// Prints one machine-readable line on stdout at the end, timed over --steps
+// steps after --warmup_steps untimed ones:
+//   baseline samples_per_s=<X> steps=<N> seconds=<T>
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <memory>
+
+#include "worker/dataset.h"
+#include "worker/models.h"
+
+DEFINE_string(model, "cnn", "mlp | cnn | cnn_bn");
+DEFINE_string(data_dir, "/usr/share/datasets/fashion-mnist", "Folder with the Fashion-MNIST IDX files (.gz)");
+DEFINE_int64(train_limit, -1, "Use the first N training samples (<= 0: all)");
+DEFINE_int32(microbatches, 8, "Microbatches per step (k, the job's V)");
+DEFINE_int32(batch_per_vw, 16, "Samples per microbatch");
+DEFINE_int32(steps, 300, "Timed optimizer steps");
+DEFINE_int32(warmup_steps, 5, "Untimed steps before the timed ones");
+DEFINE_int32(threads, 1, "libtorch intra-op threads");
+DEFINE_string(optimizer, "adamw", "adamw | sgd");
+DEFINE_double(lr, 0.002, "Learning rate (constant)");
+DEFINE_double(weight_decay, 0.0001, "Weight decay");
+DEFINE_double(momentum, 0.9, "SGD momentum");
+DEFINE_uint64(seed, 1, "Seeds initialization, sampling and dropout");
+
+namespace {
+
+eps::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(torch::nn::Sequential& model) {
+  if (FLAGS_optimizer == "adamw") {
+    return std::unique_ptr<torch::optim::Optimizer>(std::make_unique<torch::optim::AdamW>(
+        model->parameters(), torch::optim::AdamWOptions(FLAGS_lr).weight_decay(FLAGS_weight_decay)));
+  }
+  if (FLAGS_optimizer == "sgd") {
+    return std::unique_ptr<torch::optim::Optimizer>(std::make_unique<torch::optim::SGD>(
+        model->parameters(),
+        torch::optim::SGDOptions(FLAGS_lr).momentum(FLAGS_momentum).weight_decay(FLAGS_weight_decay)));
+  }
+  return eps::InvalidArgument("unknown optimizer '" + FLAGS_optimizer + "' (expected adamw or sgd)");
+}
+
+// Draws microbatches without replacement from a fresh random permutation per epoch.
+class Batches {
+ public:
+  Batches(int64_t size, int64_t batch) : size_(size), batch_(batch) {}
+  torch::Tensor Next() {
+    if (pos_ + batch_ > size_ || !perm_.defined()) {
+      perm_ = torch::randperm(size_, torch::kInt64);
+      pos_ = 0;
+    }
+    torch::Tensor idx = perm_.narrow(0, pos_, batch_);
+    pos_ += batch_;
+    return idx;
+  }
+
+ private:
+  const int64_t size_, batch_;
+  torch::Tensor perm_;
+  int64_t pos_ = 0;
+};
+
+int Run() {
+  if (FLAGS_microbatches < 1 || FLAGS_batch_per_vw < 1 || FLAGS_steps < 1 || FLAGS_warmup_steps < 0 ||
+      FLAGS_threads < 1) {
+    LOG(ERROR) << "--microbatches, --batch_per_vw, --steps and --threads must be >= 1, --warmup_steps >= 0";
+    return 2;
+  }
+  const std::string dir = FLAGS_data_dir + "/";
+  auto train = eps::ReadIdxDataset(dir + "train-images-idx3-ubyte.gz", dir + "train-labels-idx1-ubyte.gz",
+                                    FLAGS_train_limit);
+  if (!train.ok()) {
+    LOG(ERROR) << train.status().ToString();
+    return 2;
+  }
+  eps::Status st = eps::CheckModelInput(*train);
+  if (st.ok() && train->size < FLAGS_batch_per_vw) {
+    st = eps::InvalidArgument("the training set holds fewer than --batch_per_vw samples");
+  }
+  if (!st.ok()) {
+    LOG(ERROR) << st.ToString();
+    return 2;
+  }
+
+  at::set_num_threads(FLAGS_threads);
+  at::set_num_interop_threads(1);
+  torch::manual_seed(FLAGS_seed);
+  auto model = eps::MakeModel(FLAGS_model);
+  if (!model.ok()) {
+    LOG(ERROR) << model.status().ToString();
+    return 2;
+  }
+  (*model)->train();
+  auto optimizer = MakeOptimizer(*model);
+  if (!optimizer.ok()) {
+    LOG(ERROR) << optimizer.status().ToString();
+    return 2;
+  }
+
+  const torch::Tensor images = eps::ImagesView(*train);
+  const torch::Tensor labels = eps::LabelsView(*train);
+  Batches batches(train->size, FLAGS_batch_per_vw);
+  const double k = FLAGS_microbatches;
+  float step_loss = 0;
+  auto step = [&] {
+    (*optimizer)->zero_grad();
+    step_loss = 0;
+    for (int m = 0; m < FLAGS_microbatches; ++m) {
+      const torch::Tensor idx = batches.Next();
+      const torch::Tensor x = images.index_select(0, idx);
+      const torch::Tensor y = labels.index_select(0, idx);
+      torch::Tensor loss = torch::nn::functional::cross_entropy((*model)->forward(x), y) / k;
+      loss.backward();
+      step_loss += loss.item<float>();
+    }
+    (*optimizer)->step();
+  };
+
+  for (int s = 0; s < FLAGS_warmup_steps; ++s) step();
+  const auto start = std::chrono::steady_clock::now();
+  for (int s = 0; s < FLAGS_steps; ++s) step();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  const double samples = static_cast<double>(FLAGS_steps) * FLAGS_microbatches * FLAGS_batch_per_vw;
+  LOG(INFO) << "model " << FLAGS_model << ", " << FLAGS_threads << " thread(s), last step loss " << step_loss;
+  std::printf("baseline samples_per_s=%.1f steps=%d seconds=%.3f\n", samples / seconds, FLAGS_steps, seconds);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("baseline [--model=cnn] [--microbatches=8] [--batch_per_vw=16] [--steps=300] [--threads=1]");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  try {
+    return Run();
+  } catch (const c10::Error& e) {
+    LOG(ERROR) << "libtorch: " << e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    LOG(ERROR) << e.what();
+  }
+  return 1;
+}

@@ -1,0 +1,74 @@
+#include "worker/models.h"
+
+#include <exception>
+
+namespace eps {
+
+StatusOr<torch::nn::Sequential> MakeModel(const std::string& name) {
+  namespace nn = torch::nn;
+  try {
+    if (name == "mlp") {
+      return nn::Sequential({{"flatten", nn::Flatten()},
+                             {"fc1", nn::Linear(kImageSide * kImageSide, 128)},
+                             {"relu1", nn::ReLU()},
+                             {"fc2", nn::Linear(128, kNumClasses)}});
+    }
+    if (name == "cnn") {
+      return nn::Sequential({{"conv1", nn::Conv2d(nn::Conv2dOptions(1, 16, 5).padding(2))},
+                             {"relu1", nn::ReLU()},
+                             {"pool1", nn::MaxPool2d(nn::MaxPool2dOptions(2))},
+                             {"conv2", nn::Conv2d(nn::Conv2dOptions(16, 32, 5).padding(2))},
+                             {"relu2", nn::ReLU()},
+                             {"pool2", nn::MaxPool2d(nn::MaxPool2dOptions(2))},
+                             {"flatten", nn::Flatten()},
+                             {"fc1", nn::Linear(32 * 7 * 7, 256)},
+                             {"relu3", nn::ReLU()},
+                             {"dropout", nn::Dropout(nn::DropoutOptions(0.25))},
+                             {"fc2", nn::Linear(256, kNumClasses)}});
+    }
+    if (name == "cnn_bn") {
+      return nn::Sequential({{"conv1", nn::Conv2d(nn::Conv2dOptions(1, 16, 5).padding(2))},
+                             {"bn1", nn::BatchNorm2d(16)},
+                             {"relu1", nn::ReLU()},
+                             {"pool1", nn::MaxPool2d(nn::MaxPool2dOptions(2))},
+                             {"conv2", nn::Conv2d(nn::Conv2dOptions(16, 32, 5).padding(2))},
+                             {"bn2", nn::BatchNorm2d(32)},
+                             {"relu2", nn::ReLU()},
+                             {"pool2", nn::MaxPool2d(nn::MaxPool2dOptions(2))},
+                             {"flatten", nn::Flatten()},
+                             {"fc1", nn::Linear(32 * 7 * 7, 256)},
+                             {"relu3", nn::ReLU()},
+                             {"fc2", nn::Linear(256, kNumClasses)}});
+    }
+  } catch (const c10::Error& e) {
+    return Internal("MakeModel(" + name + "): libtorch: " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return Internal("MakeModel(" + name + "): " + e.what());
+  }
+  return InvalidArgument("unknown model '" + name + "' (expected mlp, cnn or cnn_bn)");
+}
+
+Status CheckModelInput(const Dataset& data) {
+  if (data.rows != kImageSide || data.cols != kImageSide) {
+    return InvalidArgument("the models take 28x28 images, the data set holds " + std::to_string(data.rows) +
+                           "x" + std::to_string(data.cols));
+  }
+  if (data.size < 0 || data.images.size() != static_cast<size_t>(data.size) * kImageSide * kImageSide ||
+      data.labels.size() != static_cast<size_t>(data.size)) {
+    return InvalidArgument("inconsistent data set: size " + std::to_string(data.size) + " with " +
+                           std::to_string(data.images.size()) + " pixels and " +
+                           std::to_string(data.labels.size()) + " labels");
+  }
+  return OkStatus();
+}
+
+torch::Tensor ImagesView(const Dataset& data) {
+  return torch::from_blob(const_cast<float*>(data.images.data()), {data.size, 1, data.rows, data.cols},
+                          torch::kFloat32);
+}
+
+torch::Tensor LabelsView(const Dataset& data) {
+  return torch::from_blob(const_cast<int64_t*>(data.labels.data()), {data.size}, torch::kInt64);
+}
+
+}  // namespace eps

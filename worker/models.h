@@ -1,0 +1,44 @@
+// The model zoo: the image classifiers a job can name, and the tensor views of
+// a Dataset they take. One definition shared by the torch adapter
+// (worker/model_runner.h) and the single-process baseline (worker/baseline_main.cc),
+// so both train exactly the same network.
+//
+// Unlike model_runner.h this header includes libtorch: include it only from
+// files that already need torch. Every c10::Error is caught here and returned
+// as a Status.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+#include "worker/dataset.h"
+
+namespace eps {
+
+// Every model takes [b, 1, 28, 28] float32 images and has 10 classes.
+constexpr int64_t kImageSide = 28;
+constexpr int64_t kNumClasses = 10;
+
+// Builds model `name` with freshly initialized parameters, drawn from the
+// default CPU generator in module order (seed it first with torch::manual_seed
+// for reproducible weights). Layers are named, so tensors read "conv1.weight".
+//   mlp     flatten, Linear(784, 128), ReLU, Linear(128, 10).
+//   cnn     Conv(1->16, 5x5) ReLU MaxPool2, Conv(16->32, 5x5) ReLU MaxPool2,
+//           Linear(1568, 256) ReLU Dropout(0.25), Linear(256, 10); ~0.42 M parameters.
+//   cnn_bn  cnn with BatchNorm2d after each convolution and no dropout.
+// InvalidArgument for an unknown name; Internal if libtorch fails.
+[[nodiscard]] StatusOr<torch::nn::Sequential> MakeModel(const std::string& name);
+
+// OK if `data` holds 28x28 images and its vectors match its size; InvalidArgument otherwise.
+[[nodiscard]] Status CheckModelInput(const Dataset& data);
+
+// Views of the data set's images [size, 1, rows, cols] and labels [size]
+// without a copy; valid while `data` lives and is not resized. libtorch must
+// only read through them.
+torch::Tensor ImagesView(const Dataset& data);
+torch::Tensor LabelsView(const Dataset& data);
+
+}  // namespace eps
