@@ -41,6 +41,13 @@ struct OptimizerSpec {
   double gamma = 0.1;
   int64_t warmup_steps = 0;
   double min_lr = 0;
+
+  friend bool operator==(const OptimizerSpec& a, const OptimizerSpec& b) {
+    return a.kind == b.kind && a.lr == b.lr && a.momentum == b.momentum && a.dampening == b.dampening &&
+           a.nesterov == b.nesterov && a.weight_decay == b.weight_decay && a.beta1 == b.beta1 &&
+           a.beta2 == b.beta2 && a.eps == b.eps && a.schedule == b.schedule && a.step_size == b.step_size &&
+           a.gamma == b.gamma && a.warmup_steps == b.warmup_steps && a.min_lr == b.min_lr;
+  }
 };
 
 // Everything a process needs to know about a job; owned by the coordinator.
@@ -59,6 +66,14 @@ struct JobSpec {
   int64_t chunk_elems = 1 << 20;
   uint32_t num_shards = 1;
   uint32_t eval_batch = 1000;
+
+  friend bool operator==(const JobSpec& a, const JobSpec& b) {
+    return a.job_id == b.job_id && a.model == b.model && a.data_dir == b.data_dir &&
+           a.virtual_workers == b.virtual_workers && a.batch_per_vw == b.batch_per_vw && a.seed == b.seed &&
+           a.steps == b.steps && a.threads == b.threads && a.optimizer == b.optimizer &&
+           a.train_limit == b.train_limit && a.test_limit == b.test_limit && a.chunk_elems == b.chunk_elems &&
+           a.num_shards == b.num_shards && a.eval_batch == b.eval_batch;
+  }
 };
 
 struct ErrorReply {

@@ -12,12 +12,6 @@ std::shared_ptr<std::vector<float>> CopyBytes(const void* data, size_t bytes) {
   return v;
 }
 
-bool SameSpec(const JobSpec& a, const JobSpec& b) {
-  return a.job_id == b.job_id && a.model == b.model && a.virtual_workers == b.virtual_workers &&
-         a.batch_per_vw == b.batch_per_vw && a.seed == b.seed && a.steps == b.steps &&
-         a.chunk_elems == b.chunk_elems && a.num_shards == b.num_shards;
-}
-
 }  // namespace
 
 StatusOr<OptimizerOptions> OptimizerOptionsFromSpec(const OptimizerSpec& spec, int64_t total_steps) {
@@ -42,7 +36,7 @@ StatusOr<OptimizerOptions> OptimizerOptionsFromSpec(const OptimizerSpec& spec, i
 }
 
 Status ShardState::Configure(const ShardConfig& config) {
-  if (spec_ && !SameSpec(*spec_, config.spec)) return FailedPrecondition("shard already serves another job spec");
+  if (spec_ && !(*spec_ == config.spec)) return FailedPrecondition("shard already serves another job spec");
   if (config.spec.virtual_workers == 0) return InvalidArgument("virtual_workers must be at least 1");
   if (shard_.value() >= config.spec.num_shards) {
     return InvalidArgument("shard id " + std::to_string(shard_.value()) + " but the job has " +
@@ -50,8 +44,10 @@ Status ShardState::Configure(const ShardConfig& config) {
   }
   EPS_ASSIGN_OR_RETURN(OptimizerOptions opts, OptimizerOptionsFromSpec(config.spec.optimizer, config.spec.steps));
   if (config.tensors.empty()) {
-    spec_ = config.spec;
-    optimizer_ = opts;
+    if (!spec_) {
+      spec_ = config.spec;
+      optimizer_ = opts;
+    }
     return OkStatus();
   }
   EPS_ASSIGN_OR_RETURN(Layout layout, MakeLayout(config.tensors, config.spec.num_shards, config.spec.chunk_elems));

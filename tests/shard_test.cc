@@ -945,7 +945,13 @@ TEST(ShardStateValidation, ABlockThatIsNotATreeNodeIsInvalid) {
     // Misaligned, not a power of two, empty, only absent leaves (V = 5), beyond the tree.
     for (Block b : {Block{1, 2}, Block{2, 4}, Block{0, 3}, Block{0, 0}, Block{3, 0}, Block{5, 1}, Block{6, 2},
                     Block{7, 1}, Block{8, 8}, Block{0, 16}, Block{0xffffffffu, 1}}) {
-      const Push push = job.BlockPush(s, 0, b, false, /*garbage=*/true);  // no tree partial exists for b
+      // No tree partial exists for b: garbage it is. Blocks starting at 0 carry
+      // buffers too, first, so that a shard checking the block only when it
+      // reaches a reduced chunk would already have taken them.
+      Push push = job.BlockPush(s, 0, b, b.lo == 0, /*garbage=*/true);
+      std::stable_partition(push.chunks.begin(), push.chunks.end(),
+                            [&](const ChunkBytes& c) { return job.Kind(c.chunk) == TensorKind::kBuffer; });
+      ASSERT_EQ(job.Kind(push.chunks[0].chunk), b.lo == 0 ? TensorKind::kBuffer : job.Kind(push.chunks[0].chunk));
       EXPECT_EQ(state->HandlePush(push).status().code(), StatusCode::kInvalidArgument) << b.ToString();
     }
     EXPECT_EQ(state->duplicates(), 0u);

@@ -248,7 +248,8 @@ class WorkerImpl final : public Worker {
   // the ack (a stop plan), and returns OK: leaving is normal, and what was not
   // pushed is recomputed by others.
   Status LeaveJob(const std::string& reason) {
-    LOG(INFO) << "worker " << id_ << " leaves the job (" << reason << "); VWs not pushed yet are abandoned";
+    LOG(INFO) << "worker " << id_ << " leaves the job (" << reason << ")"
+              << (stopping() ? "; VWs not pushed yet are abandoned" : "");
     if (heartbeat_) heartbeat_->Stop();
     Status st = coordinator_->Send(Envelope{options_.token, Leave{id_, reason}});
     if (!st.ok()) {
