@@ -39,6 +39,7 @@ class CoordinatorImpl final : public Coordinator {
               << " batch/VW=" << spec.batch_per_vw << " model=" << spec.model << " shards=" << spec.num_shards
               << " min workers=" << options_.workers;
     auto last_progress = Clock::now();
+    Step last_printed_step{-1};
     std::optional<Clock::time_point> stop_deadline;
     bool signalled = false;
     while (!state_.done()) {
@@ -57,8 +58,10 @@ class CoordinatorImpl final : public Coordinator {
       if (state_.phase() == JobState::Phase::kFinalizing) state_.OnResultWritten(WriteResult());
       Flush();
       const auto now = Clock::now();
-      if (now - last_progress >= options_.progress_every && state_.phase() == JobState::Phase::kTraining) {
+      if (now - last_progress >= options_.progress_every && state_.phase() == JobState::Phase::kTraining &&
+          state_.step() != last_printed_step) {
         last_progress = now;
+        last_printed_step = state_.step();
         PrintLine(state_.ProgressLine());
       }
       // Workers that never ask again (hung, or killed during the end) get a bounded grace.

@@ -128,7 +128,10 @@ void JobState::OnJobError(const std::string& message) { Fail(FailedPrecondition(
 void JobState::Tick() {
   const auto now = clock_->Now();
   for (auto& [id, w] : workers_) {
-    if (w.alive && now - w.last_seen > options_.heartbeat_timeout) {
+    // A worker learns its id from the registration reply: it cannot beat before that.
+    const bool unanswered = std::find(unanswered_registrations_.begin(), unanswered_registrations_.end(), id) !=
+                            unanswered_registrations_.end();
+    if (w.alive && !unanswered && now - w.last_seen > options_.heartbeat_timeout) {
       DeclareDead(id, "missed heartbeats for " +
                           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - w.last_seen).count()) +
                           " ms");
@@ -137,7 +140,8 @@ void JobState::Tick() {
   Advance();
   // Watchdog: while shards are missing, or workers are alive, something must move.
   const bool waiting_for_shards = !AllShardsRegistered();
-  if (phase_ < Phase::kFinalizing && (waiting_for_shards || HasLiveReadyWorker()) && now > progress_deadline_) {
+  const bool working = phase_ == Phase::kTraining || phase_ == Phase::kEvaluating;
+  if ((waiting_for_shards || (working && HasLiveReadyWorker())) && now > progress_deadline_) {
     Fail(DeadlineExceeded(waiting_for_shards ? "the shards did not all register in time"
                                              : "no progress within the step timeout (step " +
                                                    std::to_string(step_.value()) + ")"));
@@ -245,7 +249,7 @@ void JobState::Assign() {
   uint32_t lo = 0;
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t count = v / n + (i < v % n ? 1 : 0);
-    if (count > 0) assignment_[live[i]] = {lo, lo + count};
+    assignment_[live[i]] = {lo, lo + count};  // an empty range when workers outnumber VWs
     lo += count;
   }
   epoch_ = Epoch(epoch_.value() + 1);
@@ -257,7 +261,7 @@ std::string JobState::AssignmentString() const {
   bool first = true;
   for (const auto& [id, range] : assignment_) {
     auto it = workers_.find(id);
-    if (it == workers_.end() || !it->second.alive) continue;
+    if (it == workers_.end() || !it->second.alive || range.first == range.second) continue;
     os << (first ? "" : " ") << "w" << id << ":[" << range.first << "," << range.second << ")";
     first = false;
   }
@@ -282,7 +286,10 @@ void JobState::Fail(Status status) {
 void JobState::AnswerRegistrations() {
   if (!AllShardsRegistered()) return;
   for (WorkerId id : unanswered_registrations_) {
-    if (workers_[id].alive) Send(id, RegisterWorkerReply{id, spec_, shard_addresses_});
+    WorkerInfo& w = workers_[id];
+    if (!w.alive) continue;
+    w.last_seen = clock_->Now();  // its heartbeats start now
+    Send(id, RegisterWorkerReply{id, spec_, shard_addresses_});
   }
   unanswered_registrations_.clear();
 }
@@ -348,7 +355,9 @@ void JobState::StartStep(Step t) {
   step_ = t;
   if (MembershipChanged()) Assign();
   work_.clear();
-  for (const auto& [id, range] : assignment_) work_.push_back({range.first, range.second, id, std::nullopt});
+  for (const auto& [id, range] : assignment_) {
+    if (range.second > range.first) work_.push_back({range.first, range.second, id, std::nullopt});
+  }
   Progress();
   DispatchTrain();
 }
@@ -380,7 +389,7 @@ void JobState::DispatchTrain() {
     std::printf("paused at step %lld: no worker left; waiting for one to attach\n", (long long)step_.value());
     std::fflush(stdout);
   } else if (!stalled && paused_) {
-    std::printf("resumed at step %lld with %s\n", (long long)step_.value(), AssignmentString().c_str());
+    std::printf("resumed at step %lld: a worker attached\n", (long long)step_.value());
     std::fflush(stdout);
   }
   paused_ = stalled;

@@ -263,6 +263,10 @@ TEST(JobState, ShardConfigGoesToEveryShardOnceTheFirstWorkerReportsItsModel) {
   ASSERT_TRUE(d.Report(w1).ok());  // the same model: no new config, no second initializer
   for (uint32_t s = 0; s < kShards; ++s) EXPECT_TRUE(d.Configs(s).empty()) << s;
   EXPECT_TRUE(d.Plans(w1).empty());
+
+  d.RegisterShard(1);  // a restarted shard learns the model at once
+  EXPECT_EQ(d.Configs(1).size(), 1u);
+  EXPECT_TRUE(d.Configs(0).empty());
 }
 
 TEST(JobState, TrainingStartsAfterTheShardsHoldTheInitialValuesWithNearEqualContiguousRanges) {

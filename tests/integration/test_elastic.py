@@ -85,7 +85,7 @@ class Elasticity(ElasticRun):
                 break
             time.sleep(0.02)
         self.assertLess(time.monotonic() - t0, 10, "the worker did not exit after SIGTERM")
-        wait_for_line(os.path.join(self.dir, "logs", "worker1.log"), "left the job", timeout=10)
+        wait_for_line(os.path.join(self.dir, "logs", "worker1.log"), "leaves the job", timeout=10)
         self.finish()
         self.assertIn("left (", self.coordinator_log())
 
