@@ -1,28 +1,79 @@
 #!/usr/bin/env bash
 # The demo: installs what is missing, builds, and trains the Fashion-MNIST CNN
-# on a local cluster (1 coordinator, 2 server shards, 2 worker processes sharing
-# V = 8 virtual workers), then prints the test accuracy.
+# (examples/fashion_mnist_cnn.flags) on a local cluster: 1 coordinator, 2 server
+# shards, 2 worker processes sharing V = 8 virtual workers. While it trains, a
+# third worker attaches and one of the first two is SIGKILLed. At the end it
+# prints the test accuracy and checks that accuracy and params_sha256 equal
+# those of the undisturbed run (made first, or reused from an earlier demo on
+# this machine with the same job and binaries).
 #
-#   scripts/demo.sh [--run-dir DIR]     (default: runs/demo)
+#   scripts/demo.sh [--run-dir DIR] [--fresh-reference]     (default DIR: runs/)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-run_dir=$root/runs/demo
+runs=$root/runs fresh=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --run-dir) run_dir=$2; shift 2 ;;
+    --run-dir) runs=$2; shift 2 ;;
+    --fresh-reference) fresh=1; shift ;;
     *) echo "demo.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
 "$root/scripts/setup.sh"
+job=$root/examples/fashion_mnist_cnn.flags
+mkdir -p "$runs"
+field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
 
-echo "== training examples/fashion_mnist_cnn.flags: 2 shards, 2 workers, V = 8"
-"$root/launcher/local.sh" --job "$root/examples/fashion_mnist_cnn.flags" --servers 2 --workers 2 --run-dir "$run_dir"
+# The undisturbed reference, keyed by the job file and the binaries.
+key=$(cat "$job" "$root"/build/bin/{coordinator,shard,worker} | sha256sum | cut -c1-16)
+ref=$runs/reference-$key
+if [ $fresh = 1 ] || [ ! -s "$ref/result.json" ]; then
+  echo "== undisturbed reference run: 2 shards, 2 workers, V = 8 (run dir $ref)"
+  "$root/launcher/local.sh" --job "$job" --servers 2 --workers 2 --run-dir "$ref"
+else
+  echo "== reusing the undisturbed reference of this machine: $ref"
+fi
 
-python3 - "$run_dir/result.json" <<'PY'
+demo=$runs/demo
+echo "== elastic run: 2 shards, 2 workers; a third attaches, one is SIGKILLed (run dir $demo)"
+"$root/launcher/local.sh" --job "$job" --servers 2 --workers 2 --run-dir "$demo" &
+job_pid=$!
+attached=""
+trap '[ -n "$attached" ] && kill "$attached" 2>/dev/null; kill "$job_pid" 2>/dev/null; wait 2>/dev/null' EXIT
+
+steps=$(( $(field "$ref/result.json" steps) ))
+wait_for_step() {  # bounded: until the coordinator reports step >= $1 (or the job ends)
+  for _ in $(seq 6000); do
+    local s
+    s=$(grep -oE '^step [0-9]+' "$demo/logs/coordinator.log" 2>/dev/null | tail -n 1 | cut -d' ' -f2)
+    [ -n "$s" ] && [ "$s" -ge "$1" ] && return 0
+    kill -0 "$job_pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+if wait_for_step $((steps / 5)); then
+  echo "== attaching a third worker (launcher/attach.sh) at step ~$((steps / 5))"
+  "$root/launcher/attach.sh" --coordinator "$(cat "$demo/coordinator.addr")" --token-file "$demo/token" \
+    --log "$demo/logs/attached.log" &
+  attached=$!
+fi
+if wait_for_step $((steps / 2)); then
+  victim=$(cat "$demo/pids/worker0.pid")
+  echo "== SIGKILL worker0 (pid $victim) at step ~$((steps / 2))"
+  kill -KILL "$victim" 2>/dev/null || true
+fi
+wait "$job_pid"
+trap - EXIT
+[ -n "$attached" ] && wait "$attached" 2>/dev/null || true
+
+python3 - "$ref/result.json" "$demo/result.json" <<'PY'
 import json, sys
-r = json.load(open(sys.argv[1]))
-print(f"== done: {r['steps']} steps in {r['train_seconds']:.0f} s, final loss {r['final_loss']:.4f}")
-print(f"   test accuracy {r['test_accuracy']:.4f} (target 0.91)")
-print(f"   params_sha256 {r['params_sha256']}")
-sys.exit(0 if r["test_accuracy"] >= 0.91 else 1)
+ref, got = (json.load(open(p)) for p in sys.argv[1:3])
+print(f"== done: {got['steps']} steps in {got['train_seconds']:.0f} s with {got['workers_seen']} workers over the run")
+print(f"   test accuracy {got['test_accuracy']:.4f} (target 0.91), undisturbed run {ref['test_accuracy']:.4f}")
+print(f"   params_sha256 {got['params_sha256']}")
+print(f"   undisturbed   {ref['params_sha256']}")
+same = got["params_sha256"] == ref["params_sha256"] and got["test_accuracy"] == ref["test_accuracy"]
+print("   identical to the undisturbed run: " + ("yes, bit for bit" if same else "NO"))
+sys.exit(0 if same and got["test_accuracy"] >= 0.91 else 1)
 PY

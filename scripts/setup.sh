@@ -38,6 +38,8 @@ fi
 
 [ $build = 1 ] || exit 0
 jobs=$(nproc)
+# Let ccache hit across clones in different folders (CI builds a fresh clone).
+export CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=true
 cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release > "$root/build.configure.log" 2>&1 ||
   { cat "$root/build.configure.log" >&2; exit 1; }
 cmake --build "$root/build" -j "$jobs"
