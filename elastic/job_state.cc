@@ -66,6 +66,11 @@ Status JobState::OnStepRequest(const StepRequest& r) {
     LOG(INFO) << "worker " << r.worker << " is ready";
   }
   // Everything this worker held is confirmed: it asks only after its pushes were acknowledged.
+  for (const Work& item : work_) {  // for scripts/bench.sh (--v=1): when a contribution counted
+    if (item.holder == r.worker) {
+      VLOG(1) << "worker " << r.worker << " confirmed [" << item.lo << "," << item.hi << ") of step " << step_;
+    }
+  }
   work_.erase(std::remove_if(work_.begin(), work_.end(),
                              [&](const Work& item) { return item.holder == r.worker; }),
               work_.end());
@@ -396,6 +401,12 @@ void JobState::DispatchTrain() {
 }
 
 void JobState::OnStepFinished() {
+  for (const Work& item : work_) {  // held ranges whose confirmation the shards' report overtook
+    if (item.holder) {
+      VLOG(1) << "worker " << *item.holder << " confirmed [" << item.lo << "," << item.hi << ") of step " << step_;
+    }
+  }
+  VLOG(1) << "step " << step_ << " complete";
   const Step next(step_.value() + 1);
   steps_done_ = next.value();
   work_.clear();
