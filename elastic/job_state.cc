@@ -65,15 +65,26 @@ Status JobState::OnStepRequest(const StepRequest& r) {
     w.ready = true;
     LOG(INFO) << "worker " << r.worker << " is ready";
   }
-  // Everything this worker held is confirmed: it asks only after its pushes were acknowledged.
-  for (const Work& item : work_) {  // for scripts/bench.sh (--v=1): when a contribution counted
-    if (item.holder == r.worker) {
-      VLOG(1) << "worker " << r.worker << " confirmed [" << item.lo << "," << item.hi << ") of step " << step_;
+  if (r.abandoned) {
+    // It gave its plan up (a shard refused or vanished): the work goes back to the pool.
+    for (Work& item : work_) {
+      if (item.holder == r.worker) item.holder.reset();
     }
+    for (EvalSlice& slice : eval_slices_) {
+      if (slice.holder == r.worker && !slice.done) slice.holder.reset();
+    }
+    if (w.init_holder && phase_ == Phase::kInitializing) phase_ = Phase::kStarting;
+  } else {
+    // Everything this worker held is confirmed: it asks only after its pushes were acknowledged.
+    for (const Work& item : work_) {  // for scripts/bench.sh (--v=1): when a contribution counted
+      if (item.holder == r.worker) {
+        VLOG(1) << "worker " << r.worker << " confirmed [" << item.lo << "," << item.hi << ") of step " << step_;
+      }
+    }
+    work_.erase(std::remove_if(work_.begin(), work_.end(),
+                               [&](const Work& item) { return item.holder == r.worker; }),
+                work_.end());
   }
-  work_.erase(std::remove_if(work_.begin(), work_.end(),
-                             [&](const Work& item) { return item.holder == r.worker; }),
-              work_.end());
   w.init_holder = false;
   w.pending = true;
   w.done_step = std::max(w.done_step, r.done_step);

@@ -218,6 +218,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       auto in = b.getRegisterShard();
       m.shard = ShardId(in.getShard());
       EPS_RETURN_IF_ERROR(r.Text(in.getAddress(), &m.address));
+      m.durable_step = Step(in.getDurableStep());
       *body = std::move(m);
       return OkStatus();
     }
@@ -237,6 +238,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       EPS_RETURN_IF_ERROR(r.Tensors(in.getTensors(), &m.tensors));
       m.train_samples = in.getTrainSamples();
       m.test_samples = in.getTestSamples();
+      m.abandoned = in.getAbandoned();
       *body = std::move(m);
       return OkStatus();
     }
@@ -263,7 +265,9 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       m.step = Step(in.getStep());
       m.has_loss = in.getHasLoss();
       m.loss = in.getLoss();
-      *body = m;
+      m.durable_step = Step(in.getDurableStep());
+      EPS_RETURN_IF_ERROR(r.Text(in.getCheckpointError(), &m.checkpoint_error));
+      *body = std::move(m);
       return OkStatus();
     }
     case W::PUSH: {
@@ -331,6 +335,25 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       *body = std::move(m);
       return OkStatus();
     }
+    case W::ROLLBACK: {
+      *body = Rollback{Step(b.getRollback().getStep())};
+      return OkStatus();
+    }
+    case W::ROLLBACK_DONE: {
+      RollbackDone m;
+      auto in = b.getRollbackDone();
+      if (in.getCode() > static_cast<uint16_t>(StatusCode::kInternal)) {
+        return InvalidArgument("unknown rollback status code " + std::to_string(in.getCode()));
+      }
+      m.shard = ShardId(in.getShard());
+      m.step = Step(in.getStep());
+      m.version = Step(in.getVersion());
+      m.durable_step = Step(in.getDurableStep());
+      m.code = static_cast<StatusCode>(in.getCode());
+      EPS_RETURN_IF_ERROR(r.Text(in.getMessage(), &m.message));
+      *body = std::move(m);
+      return OkStatus();
+    }
   }
   return InvalidArgument("unknown message kind " + std::to_string(static_cast<int>(b.which())));
 }
@@ -341,7 +364,8 @@ const char* BodyName(const Body& body) {
   static const char* const kNames[] = {"error",       "registerWorker", "registerWorkerReply", "registerShard",
                                        "shardConfig", "stepRequest",    "stepPlan",            "stepDone",
                                        "push",        "pushReply",      "pull",                "pullReply",
-                                       "evalResult",  "shutdown",       "heartbeat",           "leave"};
+                                       "evalResult",  "shutdown",       "heartbeat",           "leave",
+                                       "rollback",    "rollbackDone"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }
@@ -376,6 +400,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
             auto o = b.initRegisterShard();
             o.setShard(m.shard.value());
             o.setAddress(m.address);
+            o.setDurableStep(m.durable_step.value());
           },
           [&](const ShardConfig& m) {
             auto o = b.initShardConfig();
@@ -389,6 +414,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
             SetTensors(o.initTensors(m.tensors.size()), m.tensors);
             o.setTrainSamples(m.train_samples);
             o.setTestSamples(m.test_samples);
+            o.setAbandoned(m.abandoned);
           },
           [&](const StepPlan& m) {
             auto o = b.initStepPlan();
@@ -406,6 +432,8 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
             o.setStep(m.step.value());
             o.setHasLoss(m.has_loss);
             o.setLoss(m.loss);
+            o.setDurableStep(m.durable_step.value());
+            o.setCheckpointError(m.checkpoint_error);
           },
           [&](const Push& m) {
             auto o = b.initPush();
@@ -447,6 +475,16 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
             auto o = b.initLeave();
             o.setWorker(m.worker.value());
             o.setReason(m.reason);
+          },
+          [&](const Rollback& m) { b.initRollback().setStep(m.step.value()); },
+          [&](const RollbackDone& m) {
+            auto o = b.initRollbackDone();
+            o.setShard(m.shard.value());
+            o.setStep(m.step.value());
+            o.setVersion(m.version.value());
+            o.setDurableStep(m.durable_step.value());
+            o.setCode(static_cast<uint16_t>(m.code));
+            o.setMessage(m.message);
           },
       },
       envelope.body);

@@ -30,6 +30,8 @@ struct Envelope {
     shutdown @15 :Shutdown;
     heartbeat @16 :Heartbeat;
     leave @17 :Leave;
+    rollback @18 :Rollback;
+    rollbackDone @19 :RollbackDone;
   }
 }
 
@@ -93,6 +95,9 @@ struct RegisterWorkerReply {
 struct RegisterShard {
   shard @0 :UInt32;
   address @1 :Text;
+  durableStep @2 :Int64 = -1;     # newest checkpoint in the shard's store (-1: none). A shard that
+                                  # restarts on a store restores that checkpoint before it registers:
+                                  # it then serves version durableStep and awaits the job's decision.
 }
 
 struct ShardConfig {
@@ -106,6 +111,8 @@ struct StepRequest {
   tensors @2 :List(TensorSpec);   # the worker's model layout (first request only)
   trainSamples @3 :Int64;         # sizes of the data sets it loaded (first request only)
   testSamples @4 :Int64;
+  abandoned @5 :Bool;             # the previous plan was given up (a shard refused or vanished):
+                                  # its work is not done and goes back to the pool
 }
 
 struct StepPlan {
@@ -130,7 +137,14 @@ struct StepDone {
   step @1 :Int64;                 # the shard now serves version step+1 (step -1: initialized)
   loss @2 :Float32;               # mean VW loss of the step, from the shard owning the loss chunk
   hasLoss @3 :Bool;
+  durableStep @4 :Int64 = -1;     # newest checkpoint this shard has written durably (-1: none)
+  checkpointError @5 :Text;       # why the newest checkpoint attempt failed; empty when it did not.
+                                  # The shard keeps serving from memory; durableStep does not advance.
 }
+# Checkpoints are written in the background, so a step's StepDone carries the
+# durable step known when the step completed. When a checkpoint lands (or fails)
+# the shard sends one more StepDone for the step it has completed last, with
+# hasLoss false and the new durableStep / checkpointError.
 
 struct ChunkRef {
   chunk @0 :UInt32;
@@ -181,4 +195,23 @@ struct Heartbeat {
 struct Leave {
   worker @0 :UInt32;              # a graceful leave (SIGTERM, preemption): answered with a stop plan
   reason @1 :Text;
+}
+
+struct Rollback {
+  step @0 :Int64;                 # coordinator -> shard: load your checkpoint of this step and serve
+                                  # version `step`; checkpoints newer than it are deleted (the job
+                                  # abandons that future). Waiting pulls for versions the shard no
+                                  # longer holds get an error; pushes for other steps are refused.
+}
+
+struct RollbackDone {
+  shard @0 :UInt32;               # shard -> coordinator, the answer to Rollback
+  step @1 :Int64;                 # the step asked for
+  version @2 :Int64;              # the version the shard serves now (= step when code is 0)
+  durableStep @3 :Int64;          # newest checkpoint the shard holds now
+  code @4 :UInt16;                # 0: rolled back. Otherwise an eps::StatusCode and nothing changed:
+                                  # InvalidArgument = the shard holds no checkpoint of that step,
+                                  # FailedPrecondition = it has no store, DataLoss = the checkpoint
+                                  # is corrupt, Unavailable = a checkpoint write did not finish in time.
+  message @5 :Text;
 }

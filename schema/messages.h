@@ -96,6 +96,7 @@ struct RegisterWorkerReply {
 struct RegisterShard {
   ShardId shard;
   std::string address;
+  Step durable_step{-1};  // newest checkpoint in the shard's store, which it has restored (-1: none)
 };
 
 struct ShardConfig {
@@ -109,6 +110,7 @@ struct StepRequest {
   std::vector<TensorSpec> tensors;  // the worker's model (first request only)
   int64_t train_samples = 0;        // data set sizes it loaded (first request only)
   int64_t test_samples = 0;
+  bool abandoned = false;           // the previous plan was given up: its work is not done
 };
 
 enum class PlanKind : uint8_t { kWait = 0, kInit = 1, kTrain = 2, kEval = 3, kStop = 4 };
@@ -126,6 +128,8 @@ struct StepDone {
   Step step{-1};  // the shard now serves version step+1
   bool has_loss = false;
   float loss = 0;  // mean VW loss of the step
+  Step durable_step{-1};         // newest checkpoint written durably (-1: none)
+  std::string checkpoint_error;  // why the newest checkpoint attempt failed (empty: it did not)
 };
 
 struct Push {
@@ -172,9 +176,25 @@ struct Leave {
   std::string reason;
 };
 
+// Coordinator -> shard: load the checkpoint of `step` and serve version `step`.
+struct Rollback {
+  Step step{-1};
+};
+
+// Shard -> coordinator: the outcome of a Rollback (see elasticps.capnp).
+struct RollbackDone {
+  ShardId shard;
+  Step step{-1};          // asked for
+  Step version{-1};       // served now
+  Step durable_step{-1};  // newest checkpoint held now
+  StatusCode code = StatusCode::kOk;
+  std::string message;
+  Status ToStatus() const { return Status(code, message); }
+};
+
 using Body = std::variant<ErrorReply, RegisterWorker, RegisterWorkerReply, RegisterShard, ShardConfig,
                           StepRequest, StepPlan, StepDone, Push, PushReply, Pull, PullReply, EvalResult,
-                          Shutdown, Heartbeat, Leave>;
+                          Shutdown, Heartbeat, Leave, Rollback, RollbackDone>;
 
 struct Envelope {
   std::string token;

@@ -676,3 +676,26 @@ TEST(JobState, ALateOrDuplicateStepDoneDoesNotMoveTheStepBack) {
 
 }  // namespace
 }  // namespace eps
+
+TEST(JobState, AnAbandonedPlanIsNotConfirmedAndIsHandedOutAgain) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(2);
+  const StepPlan a = d.OnePlan(ws[0], PlanKind::kTrain);
+  d.OnePlan(ws[1], PlanKind::kTrain);
+  ASSERT_TRUE(d.Confirm(ws[1], 0).ok());
+
+  // w0 gave its plan up (a shard refused it): the range is still owed for step 0.
+  StepRequest gave_up;
+  gave_up.worker = ws[0];
+  gave_up.done_step = Step(-1);
+  gave_up.abandoned = true;
+  ASSERT_TRUE(d.state.OnStepRequest(gave_up).ok());
+  const StepPlan again = d.OnePlan(ws[0], PlanKind::kTrain);
+  EXPECT_EQ(again.step, Step(0));
+  EXPECT_EQ(RangeOf(again), RangeOf(a));
+
+  // Confirming it clears the step; a plain confirmation would have cleared it the first time.
+  ASSERT_TRUE(d.Confirm(ws[0], 0).ok());
+  EXPECT_TRUE(d.Plans(ws[0]).empty());
+  EXPECT_TRUE(d.Plans(ws[1]).empty());
+}

@@ -340,13 +340,40 @@ class WorkerImpl final : public Worker {
     return OkStatus();
   }
 
+  // Errors from a shard that end the current plan, not the worker: the shard
+  // refused a step it has rolled back from, a version is gone or late, or the
+  // shard is down (restarting). The plan goes back to the coordinator.
+  static bool AbandonsPlan(const Status& st) {
+    switch (st.code()) {
+      case StatusCode::kAborted:
+      case StatusCode::kFailedPrecondition:
+      case StatusCode::kDeadlineExceeded:
+      case StatusCode::kUnavailable:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  // Fresh sockets to every shard: replies to an abandoned plan must not be
+  // taken for the next plan's.
+  Status ReconnectShards() {
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      EPS_ASSIGN_OR_RETURN(shards_[s], Channel::Connect(context_, shard_addresses_[s]));
+      outstanding_[s] = 0;
+    }
+    return OkStatus();
+  }
+
   Status Loop() {
     Step done{-1};
+    bool abandoned = false;    // the previous plan was given up
     bool report_model = true;  // the coordinator needs the model from every worker id
     int reregistrations = 0;   // in a row, without a plan in between
     while (true) {
       if (stopping()) return LeaveJob(kStopReason);
-      StepRequest request{id_, done, {}, 0, 0};
+      StepRequest request{id_, done, {}, 0, 0, abandoned};
+      abandoned = false;
       if (report_model) {
         request.tensors = model_->Tensors();
         request.train_samples = train_.size;
@@ -393,6 +420,12 @@ class WorkerImpl final : public Worker {
           return OkStatus();
       }
       if (stopping()) return LeaveJob(kStopReason);
+      if (!st.ok() && AbandonsPlan(st)) {
+        LOG(WARNING) << "gave up the plan for step " << plan->step << ": " << st.ToString();
+        abandoned = true;
+        EPS_RETURN_IF_ERROR(ReconnectShards());
+        continue;
+      }
       EPS_RETURN_IF_ERROR(st);
     }
   }
