@@ -674,9 +674,6 @@ TEST(JobState, ALateOrDuplicateStepDoneDoesNotMoveTheStepBack) {
   EXPECT_FLOAT_EQ(d.state.Summary().final_loss, 1.0f / 4.0f);
 }
 
-}  // namespace
-}  // namespace eps
-
 TEST(JobState, AnAbandonedPlanIsNotConfirmedAndIsHandedOutAgain) {
   Driver d;
   const std::vector<WorkerId> ws = d.Start(2);
@@ -699,3 +696,6 @@ TEST(JobState, AnAbandonedPlanIsNotConfirmedAndIsHandedOutAgain) {
   EXPECT_TRUE(d.Plans(ws[0]).empty());
   EXPECT_TRUE(d.Plans(ws[1]).empty());
 }
+
+}  // namespace
+}  // namespace eps
