@@ -1,16 +1,111 @@
 #include "server/shard.h"
 
 #include <glog/logging.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
 #include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
 
 #include "schema/channel.h"
 #include "server/shard_state.h"
+#include "storage/state_store.h"
 
 namespace eps {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Writes checkpoints on its own thread, in the order they were queued, and
+// wakes the event loop through an eventfd after each. At most one snapshot
+// waits while another is written: Enqueue waits (bounded) for room beyond
+// that, so a disk slower than the checkpoint interval slows training instead
+// of growing memory without bound. Thread-safe.
+class CheckpointWriter {
+ public:
+  struct Result {
+    Step step;
+    Status status;
+  };
+
+  CheckpointWriter(StateStore* store, int wake_fd) : store_(store), wake_fd_(wake_fd), thread_([this] { Loop(); }) {}
+
+  // Finishes the checkpoint being written; drops one still waiting.
+  ~CheckpointWriter() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      queued_.reset();
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  // Unavailable when no room came within `wait` (the snapshot is dropped).
+  Status Enqueue(ShardSnapshot snapshot, std::chrono::milliseconds wait) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, wait, [&] { return !queued_.has_value(); })) {
+      return Unavailable("the checkpoint of step " + std::to_string(snapshot.version.value()) +
+                         " found no room: the disk is slower than the checkpoint interval");
+    }
+    queued_ = std::move(snapshot);
+    cv_.notify_all();
+    return OkStatus();
+  }
+
+  // Waits until every queued checkpoint is written (or failed).
+  Status Flush(std::chrono::milliseconds wait) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, wait, [&] { return !queued_.has_value() && !busy_; })) {
+      return Unavailable("checkpoints still being written after " + std::to_string(wait.count()) + " ms");
+    }
+    return OkStatus();
+  }
+
+  std::vector<Result> TakeResults() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(results_, {});
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || queued_.has_value(); });
+      if (stop_) return;
+      ShardSnapshot snapshot = std::move(*queued_);
+      queued_.reset();
+      busy_ = true;
+      cv_.notify_all();  // room for the next one
+      lock.unlock();
+      const Step step = snapshot.version;
+      Status st = store_->WriteCheckpoint(step, snapshot.blobs, snapshot.metadata);
+      snapshot = ShardSnapshot();  // let go of the values before reporting
+      lock.lock();
+      busy_ = false;
+      results_.push_back({step, std::move(st)});
+      cv_.notify_all();
+      const uint64_t one = 1;
+      if (write(wake_fd_, &one, sizeof one) != sizeof one) PLOG(WARNING) << "could not wake the shard's loop";
+    }
+  }
+
+  StateStore* const store_;
+  const int wake_fd_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<ShardSnapshot> queued_;  // guarded by mu_
+  bool busy_ = false;                    // guarded by mu_
+  bool stop_ = false;                    // guarded by mu_
+  std::vector<Result> results_;          // guarded by mu_
+  std::thread thread_;                   // last: starts once the rest exists
+};
 
 class ShardImpl final : public Shard {
  public:
@@ -20,25 +115,48 @@ class ShardImpl final : public Shard {
         coordinator_(std::move(coordinator)),
         state_(options_.shard) {}
 
+  ~ShardImpl() override {
+    writer_.reset();  // its thread writes to wake_fd_
+    if (wake_fd_ >= 0) close(wake_fd_);
+  }
+
   const std::string& endpoint() const override { return workers_->endpoint(); }
+  Step restored_version() const override { return restored_; }
+
+  // Opens the store if there is one yet, and restores its newest checkpoint.
+  Status OpenStore() {
+    if (options_.store_path.empty()) return OkStatus();
+    StoreOptions o = StoreOptionsFor(options_.job_id);
+    o.create_if_missing = !options_.job_id.empty();
+    auto store = StateStore::Open(o);
+    if (store.status().code() == StatusCode::kNotFound && options_.job_id.empty()) {
+      LOG(INFO) << "no store at " << options_.store_path << " yet: it is created once the coordinator names the job";
+      return OkStatus();
+    }
+    if (!store.ok()) return store.status();
+    return AttachStore(std::move(store).value());
+  }
 
   Status Run(const volatile bool* stop) override {
-    EPS_RETURN_IF_ERROR(SendToCoordinator(RegisterShard{options_.shard, endpoint()}));
+    EPS_RETURN_IF_ERROR(SendToCoordinator(RegisterShard{options_.shard, endpoint(), durable_step_}));
     LOG(INFO) << "shard " << options_.shard << " serving on " << endpoint() << ", coordinator "
               << coordinator_->endpoint();
     while (!*stop && !done_) {
       zmq::pollitem_t items[] = {{static_cast<void*>(workers_->socket()), 0, ZMQ_POLLIN, 0},
-                                 {static_cast<void*>(coordinator_->socket()), 0, ZMQ_POLLIN, 0}};
+                                 {static_cast<void*>(coordinator_->socket()), 0, ZMQ_POLLIN, 0},
+                                 {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
       try {
-        zmq::poll(items, 2, NextTimeout());
+        zmq::poll(items, wake_fd_ >= 0 ? 3 : 2, NextTimeout());
       } catch (const zmq::error_t& e) {
         if (e.num() == EINTR) continue;
         return Internal(std::string("poll failed: ") + e.what());
       }
       if (items[1].revents & ZMQ_POLLIN) EPS_RETURN_IF_ERROR(OnCoordinatorMessage());
       if (items[0].revents & ZMQ_POLLIN) OnWorkerMessage();
+      if (wake_fd_ >= 0 && (items[2].revents & ZMQ_POLLIN)) OnCheckpointsWritten(/*report=*/true);
       ExpirePulls();
     }
+    FinishCheckpoints();
     if (!done_) return Aborted("stopped by a signal");
     return fatal_;
   }
@@ -49,6 +167,33 @@ class ShardImpl final : public Shard {
     Pull pull;
     Clock::time_point deadline;
   };
+
+  StoreOptions StoreOptionsFor(const std::string& job_id) const {
+    StoreOptions o;
+    o.path = options_.store_path;
+    o.job_id = job_id;
+    o.owner = "shard/" + std::to_string(options_.shard.value());
+    o.keep_checkpoints = options_.keep_checkpoints;
+    return o;
+  }
+
+  Status AttachStore(std::unique_ptr<StateStore> store) {
+    store_ = std::move(store);
+    EPS_ASSIGN_OR_RETURN(std::vector<Step> held, store_->ListCheckpoints());
+    if (!held.empty()) {
+      auto checkpoint = store_->LatestCheckpoint();
+      if (!checkpoint.ok()) return checkpoint.status().WithContext("restoring from store " + store_->path());
+      EPS_RETURN_IF_ERROR(state_.Restore(*checkpoint).WithContext("restoring from store " + store_->path()));
+      durable_step_ = checkpoint->step;
+      restored_ = checkpoint->step;
+      LOG(INFO) << "restored version " << restored_ << " of job '" << store_->job_id() << "' from store "
+                << store_->path() << " (" << state_.chunks().size() << " chunks)";
+    }
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) return Internal(std::string("eventfd: ") + std::strerror(errno));
+    writer_ = std::make_unique<CheckpointWriter>(store_.get(), wake_fd_);
+    return OkStatus();
+  }
 
   template <class M>
   Status SendToCoordinator(M message) {
@@ -67,6 +212,29 @@ class ShardImpl final : public Shard {
     return std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(left));
   }
 
+  // Stops the shard with `st`, telling the coordinator why.
+  void Refuse(const Status& st) {
+    LOG(ERROR) << "refusing the job config: " << st.ToString();
+    (void)SendToCoordinator(
+        ErrorReply{st.code(), "shard " + std::to_string(options_.shard.value()) + ": " + st.message()});
+    fatal_ = st;
+    done_ = true;
+  }
+
+  // The store must belong to the coordinator's job; a missing one is created now.
+  Status CheckStoreFor(const ShardConfig& config) {
+    if (options_.store_path.empty()) return OkStatus();
+    if (store_ == nullptr) {
+      EPS_ASSIGN_OR_RETURN(std::unique_ptr<StateStore> store, StateStore::Open(StoreOptionsFor(config.spec.job_id)));
+      return AttachStore(std::move(store));
+    }
+    if (store_->job_id() != config.spec.job_id) {
+      return FailedPrecondition("store " + store_->path() + " belongs to job '" + store_->job_id() +
+                                "', the coordinator runs job '" + config.spec.job_id + "'");
+    }
+    return OkStatus();
+  }
+
   Status OnCoordinatorMessage() {
     EPS_ASSIGN_OR_RETURN(Channel::Incoming in, coordinator_->TryReceive());
     if (!in.envelope.ok()) {
@@ -75,16 +243,20 @@ class ShardImpl final : public Shard {
     }
     Body& body = in.envelope->body;
     if (auto* config = std::get_if<ShardConfig>(&body)) {
-      Status st = state_.Configure(*config);
+      Status st = CheckStoreFor(*config);
+      if (st.ok()) {
+        st = state_.Configure(*config);
+        if (!st.ok() && restored_.value() >= 0) {
+          st = st.WithContext("the state restored from store " + store_->path() + " does not fit the job");
+        }
+      }
       if (!st.ok()) {
-        LOG(ERROR) << "refusing the job config: " << st.ToString();
-        (void)SendToCoordinator(ErrorReply{st.code(), "shard " + std::to_string(options_.shard.value()) + ": " +
-                                                         st.message()});
-        fatal_ = st;
-        done_ = true;
+        Refuse(st);
       } else if (state_.has_layout()) {
         LOG(INFO) << "configured: " << state_.chunks().size() << " chunks on this shard";
       }
+    } else if (auto* rollback = std::get_if<Rollback>(&body)) {
+      OnRollback(rollback->step);
     } else if (auto* shutdown = std::get_if<Shutdown>(&body)) {
       LOG(INFO) << "shutdown: " << shutdown->reason << " (" << state_.duplicates() << " duplicate contributions dropped)";
       done_ = true;
@@ -141,11 +313,88 @@ class ShardImpl final : public Shard {
     }
   }
 
-  void OnStepCompleted(const StepDone& done) {
+  void OnStepCompleted(StepDone done) {
     VLOG(1) << "step " << done.step << " done";
-    Status st = SendToCoordinator(done);
-    if (!st.ok()) LOG(WARNING) << "could not report step " << done.step << ": " << st.ToString();
-    // Answer the pulls that were waiting for this version.
+    MaybeCheckpoint();
+    done.durable_step = durable_step_;
+    done.checkpoint_error = checkpoint_error_;
+    Status st = SendToCoordinator(std::move(done));
+    if (!st.ok()) LOG(WARNING) << "could not report a step: " << st.ToString();
+    AnswerWaitingPulls();
+  }
+
+  // Hands a snapshot of the version just reached to the writer when it is due.
+  void MaybeCheckpoint() {
+    if (writer_ == nullptr || options_.checkpoint_every <= 0) return;
+    if (state_.version().value() % options_.checkpoint_every != 0) return;
+    auto snapshot = state_.Snapshot();
+    Status st = snapshot.ok() ? writer_->Enqueue(std::move(snapshot).value(), options_.store_wait) : snapshot.status();
+    if (!st.ok()) {
+      checkpoint_error_ = "checkpoint of step " + std::to_string(state_.version().value()) + ": " + st.ToString();
+      LOG(ERROR) << checkpoint_error_;
+    }
+  }
+
+  // Takes the writer's results; with `report`, tells the coordinator the new
+  // durable step (or the error) in a StepDone for the step completed last.
+  void OnCheckpointsWritten(bool report) {
+    uint64_t count = 0;
+    if (read(wake_fd_, &count, sizeof count) < 0 && errno != EAGAIN) PLOG(WARNING) << "eventfd read";
+    std::vector<CheckpointWriter::Result> results = writer_->TakeResults();
+    if (results.empty()) return;
+    for (CheckpointWriter::Result& r : results) {
+      if (r.status.ok()) {
+        durable_step_ = r.step;
+        checkpoint_error_.clear();
+        LOG(INFO) << "checkpoint of step " << r.step << " is durable";
+      } else {
+        checkpoint_error_ = "checkpoint of step " + std::to_string(r.step.value()) + ": " + r.status.ToString();
+        LOG(ERROR) << checkpoint_error_ << " (serving on from memory)";
+      }
+    }
+    if (!report) return;
+    StepDone done{options_.shard, Step(state_.version().value() - 1), false, 0.0f, durable_step_, checkpoint_error_};
+    Status st = SendToCoordinator(std::move(done));
+    if (!st.ok()) LOG(WARNING) << "could not report the durable step: " << st.ToString();
+  }
+
+  void OnRollback(Step step) {
+    const Status st = RollBack(step);
+    if (st.ok()) {
+      LOG(INFO) << "rolled back to version " << state_.version() << " from store " << store_->path();
+    } else {
+      LOG(WARNING) << "rollback to step " << step << " refused: " << st.ToString();
+    }
+    RollbackDone done{options_.shard, step, state_.version(), durable_step_, st.code(), st.message()};
+    Status sent = SendToCoordinator(std::move(done));
+    if (!sent.ok()) LOG(WARNING) << "could not answer the rollback: " << sent.ToString();
+    AnswerWaitingPulls();
+  }
+
+  Status RollBack(Step step) {
+    if (store_ == nullptr) {
+      return FailedPrecondition("shard " + std::to_string(options_.shard.value()) + " has no store to roll back from");
+    }
+    // Checkpoints in flight belong to the abandoned future: let them land, the
+    // rollback deletes them.
+    EPS_RETURN_IF_ERROR(writer_->Flush(options_.store_wait));
+    OnCheckpointsWritten(/*report=*/false);
+    EPS_RETURN_IF_ERROR(state_.RollbackTo(*store_, step));
+    durable_step_ = step;
+    return OkStatus();
+  }
+
+  // Waits (bounded) for pending checkpoints before the shard stops.
+  void FinishCheckpoints() {
+    if (writer_ == nullptr) return;
+    Status st = writer_->Flush(options_.store_wait);
+    if (!st.ok()) LOG(ERROR) << "stopping with a checkpoint unwritten: " << st.ToString();
+    OnCheckpointsWritten(/*report=*/false);
+    LOG(INFO) << "newest durable step: " << durable_step_;
+  }
+
+  // Answers the pulls that were waiting for a version that is now there (or gone).
+  void AnswerWaitingPulls() {
     std::deque<WaitingPull> still;
     for (WaitingPull& w : waiting_) {
       auto reply = state_.HandlePull(w.pull);
@@ -177,15 +426,28 @@ class ShardImpl final : public Shard {
   std::deque<WaitingPull> waiting_;  // ordered by deadline (all share one wait)
   bool done_ = false;
   Status fatal_;
+
+  std::unique_ptr<StateStore> store_;        // null: memory only (or not created yet)
+  std::unique_ptr<CheckpointWriter> writer_;  // with store_; destroyed before it
+  int wake_fd_ = -1;                          // the writer's eventfd
+  Step restored_{-1};
+  Step durable_step_{-1};         // newest checkpoint written (or restored, or rolled back to)
+  std::string checkpoint_error_;  // why the newest checkpoint attempt failed
 };
 
 }  // namespace
 
 StatusOr<std::unique_ptr<Shard>> Shard::Open(const ShardOptions& options, zmq::context_t* context) {
   if (options.coordinator.empty()) return InvalidArgument("a shard needs the coordinator's address");
+  if (options.checkpoint_every < 0) return InvalidArgument("checkpoint_every must be >= 0");
+  if (options.checkpoint_every > 0 && options.store_path.empty()) {
+    return InvalidArgument("checkpoint_every needs a store");
+  }
   EPS_ASSIGN_OR_RETURN(auto workers, Channel::Bind(context, options.bind));
   EPS_ASSIGN_OR_RETURN(auto coordinator, Channel::Connect(context, options.coordinator));
-  return std::unique_ptr<Shard>(new ShardImpl(options, std::move(workers), std::move(coordinator)));
+  auto shard = std::make_unique<ShardImpl>(options, std::move(workers), std::move(coordinator));
+  EPS_RETURN_IF_ERROR(shard->OpenStore());
+  return std::unique_ptr<Shard>(std::move(shard));
 }
 
 }  // namespace eps

@@ -8,6 +8,19 @@
 // coordinator and exits when the coordinator sends Shutdown. Bad messages get an
 // ErrorReply and a log line; nothing from the network stops the service.
 // Run() owns the sockets and the state: one thread, no locks.
+//
+// Durable state (DESIGN.md "Durable state"): with a store, the shard restores
+// the store's newest checkpoint when it opens (values, optimizer state,
+// buffers, version), before it serves, and says so in RegisterShard. Every
+// `checkpoint_every` steps (each version that is a multiple of it, version 0
+// included) it takes a snapshot of its state, which shares the immutable
+// values and copies the optimizer state, and hands it to a background thread
+// that writes the checkpoint: training waits for the disk only when two
+// checkpoints are already pending. StepDone reports the newest durable step;
+// a write error is logged and reported there while the shard keeps serving
+// from memory. On Rollback{step} from the coordinator it loads that
+// checkpoint and answers RollbackDone. A store of another job or shard, or a
+// corrupt one, stops the shard with the error.
 #pragma once
 
 #include <zmq.hpp>
@@ -27,16 +40,32 @@ struct ShardOptions {
   std::string coordinator;                 // the coordinator's endpoint
   std::string token;                       // the job's secret; empty: none required
   std::chrono::milliseconds pull_wait{30000};  // how long a pull may wait for its version
+
+  // Durable state. Empty store_path: memory only (nothing below applies).
+  std::string store_path;  // the shard's RocksDB directory, owned by "shard/<id>"
+  // The job, to create or check the store before the coordinator names it.
+  // Empty: an existing store is opened for its own job and checked against the
+  // coordinator's; a missing one is created when the coordinator names the job.
+  std::string job_id;
+  int64_t checkpoint_every = 0;  // steps between checkpoints (0: none; >0 needs a store)
+  int keep_checkpoints = 2;      // the newest N checkpoints are kept
+  // The longest wait for the background writer: for room for a new checkpoint,
+  // before a rollback, and for pending checkpoints when the shard stops.
+  std::chrono::milliseconds store_wait{600000};
 };
 
 class Shard {
  public:
+  // Binds, connects, and opens and restores the store if there is one.
   static StatusOr<std::unique_ptr<Shard>> Open(const ShardOptions& options, zmq::context_t* context);
   virtual ~Shard() = default;
   // The endpoint workers connect to, with the real port.
   virtual const std::string& endpoint() const = 0;
+  // The version restored from the store at Open (-1: none).
+  virtual Step restored_version() const = 0;
   // Serves until the coordinator says Shutdown (OK) or the job's config is
   // invalid (the error). `stop` set by a signal handler ends it early (Aborted).
+  // Either way it first waits (up to store_wait) for pending checkpoints.
   virtual Status Run(const volatile bool* stop) = 0;
 };
 

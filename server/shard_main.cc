@@ -13,6 +13,12 @@ DEFINE_string(bind, "tcp://127.0.0.1:0", "Endpoint workers connect to (port 0: a
 DEFINE_string(token_file, "", "File holding the job's secret token (empty: no token)");
 DEFINE_int32(pull_wait_ms, 30000, "How long a pull may wait for its version");
 DEFINE_string(addr_file, "", "Write the endpoint workers connect to into this file once serving");
+DEFINE_string(store, "", "RocksDB directory of this shard's durable state (empty: memory only). A shard "
+                         "started on a store holding checkpoints restores the newest one");
+DEFINE_int64(checkpoint_every, 0, "Write a checkpoint every N steps (0: never; needs --store)");
+DEFINE_int32(keep_checkpoints, 2, "How many of the newest checkpoints the store keeps");
+DEFINE_string(job_id, "", "The job's id, to create or check --store before the coordinator names the job "
+                          "(empty: learn it from the store or the coordinator)");
 
 namespace {
 volatile bool g_stop = false;
@@ -42,6 +48,10 @@ int main(int argc, char** argv) {
   }
   options.token = *token;
   options.pull_wait = std::chrono::milliseconds(FLAGS_pull_wait_ms);
+  options.store_path = FLAGS_store;
+  options.checkpoint_every = FLAGS_checkpoint_every;
+  options.keep_checkpoints = FLAGS_keep_checkpoints;
+  options.job_id = FLAGS_job_id;
   zmq::context_t context(1);
   auto shard = eps::Shard::Open(options, &context);
   if (!shard.ok()) {

@@ -1,7 +1,12 @@
 #include "server/shard_state.h"
 
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <set>
+#include <unordered_map>
+
+#include "schema/codec.h"
 
 namespace eps {
 namespace {
@@ -10,6 +15,42 @@ std::shared_ptr<std::vector<float>> CopyBytes(const void* data, size_t bytes) {
   auto v = std::make_shared<std::vector<float>>((bytes + 3) / 4);
   std::memcpy(v->data(), data, bytes);
   return v;
+}
+
+// Checkpoint metadata: this header line, then the job config as an encoded
+// ShardConfig envelope (the wire codec, so no second serializer to maintain).
+constexpr char kMetadataFormat[] = "eps-shard-checkpoint 1 shard=%" SCNu32 "\n";
+
+std::string ValueBlob(ChunkId id) { return "value/" + std::to_string(id.value()); }
+std::string SlotBlob(int slot, ChunkId id) { return "slot" + std::to_string(slot) + "/" + std::to_string(id.value()); }
+
+StatusOr<std::string> EncodeMetadata(ShardId shard, const ShardConfig& config) {
+  char header[64];
+  std::snprintf(header, sizeof header, kMetadataFormat, shard.value());
+  EPS_ASSIGN_OR_RETURN(std::vector<Frame> frames, Encode(Envelope{"", config}));
+  std::string out = header;
+  out.append(static_cast<const char*>(frames[0].data), frames[0].size);
+  return out;
+}
+
+Status DecodeMetadata(const std::string& metadata, ShardId* shard, ShardConfig* config) {
+  const size_t eol = metadata.find('\n');
+  uint32_t id = 0;
+  char check[64];
+  if (eol == std::string::npos || eol >= 48 ||
+      std::sscanf(metadata.substr(0, eol + 1).c_str(), kMetadataFormat, &id) != 1) {
+    return DataLoss("checkpoint metadata has no shard header");
+  }
+  std::snprintf(check, sizeof check, kMetadataFormat, id);
+  if (metadata.compare(0, eol + 1, check) != 0) return DataLoss("checkpoint metadata has a malformed shard header");
+  auto frame = std::make_shared<std::string>(metadata.substr(eol + 1));
+  auto envelope = Decode({Frame{frame->data(), frame->size(), frame}});
+  if (!envelope.ok()) return DataLoss("checkpoint metadata holds no job config: " + envelope.status().message());
+  auto* c = std::get_if<ShardConfig>(&envelope->body);
+  if (c == nullptr) return DataLoss("checkpoint metadata holds a " + std::string(BodyName(envelope->body)));
+  *shard = ShardId(id);
+  *config = std::move(*c);
+  return OkStatus();
 }
 
 }  // namespace
@@ -164,7 +205,7 @@ StatusOr<ShardState::PushOutcome> ShardState::HandleInit(const Push& push) {
     if (KindOf(id) != TensorKind::kLoss && !slots_[id.value()].current) return out;
   }
   version_ = Step(0);
-  out.completed = StepDone{shard_, Step(-1), false, 0.0f};
+  out.completed = StepDone{shard_, Step(-1), false, 0.0f, Step(-1), ""};
   return out;
 }
 
@@ -177,7 +218,7 @@ bool ShardState::BarrierComplete() const {
 }
 
 StepDone ShardState::ApplyStep() {
-  StepDone done{shard_, version_, false, 0.0f};
+  StepDone done{shard_, version_, false, 0.0f, Step(-1), ""};
   const float v = static_cast<float>(spec_->virtual_workers);
   for (ChunkId id : mine_) {
     ChunkSlot& s = slots_[id.value()];
@@ -231,6 +272,121 @@ StatusOr<PullReply> ShardState::HandlePull(const Pull& pull) const {
     reply.chunks.push_back({id, v->data(), BytesOf(id), v});
   }
   return reply;
+}
+
+// ---- durable state --------------------------------------------------------------
+
+StatusOr<ShardSnapshot> ShardState::Snapshot() const {
+  if (!layout_ || version_.value() < 0) return FailedPrecondition("no version to snapshot before the initial values");
+  ShardSnapshot out;
+  out.version = version_;
+  EPS_ASSIGN_OR_RETURN(out.metadata, EncodeMetadata(shard_, ShardConfig{*spec_, layout_->tensors}));
+  for (ChunkId id : mine_) {
+    const TensorKind kind = KindOf(id);
+    if (kind == TensorKind::kLoss) continue;
+    const ChunkSlot& s = slots_[id.value()];
+    out.blobs.push_back({ValueBlob(id), s.current->data(), BytesOf(id), s.current});
+    if (kind != TensorKind::kParameter || !s.optimizer.initialized) continue;
+    int slot = 0;
+    for (const std::vector<float>* v : {&s.optimizer.slot0, &s.optimizer.slot1}) {
+      if (!v->empty()) {
+        auto copy = std::make_shared<const std::vector<float>>(*v);
+        out.blobs.push_back({SlotBlob(slot, id), copy->data(), copy->size() * sizeof(float), copy});
+      }
+      ++slot;
+    }
+  }
+  return out;
+}
+
+StatusOr<std::unique_ptr<ShardState>> ShardState::Load(const Checkpoint& checkpoint) const {
+  const std::string what = "checkpoint of step " + std::to_string(checkpoint.step.value());
+  if (checkpoint.step.value() < 0) return DataLoss(what + " has a negative step");
+  ShardId shard;
+  ShardConfig config;
+  EPS_RETURN_IF_ERROR(DecodeMetadata(checkpoint.metadata, &shard, &config).WithContext(what));
+  if (shard != shard_) {
+    return FailedPrecondition(what + " belongs to shard " + std::to_string(shard.value()) + ", this is shard " +
+                              std::to_string(shard_.value()));
+  }
+  if (config.tensors.empty()) return DataLoss(what + " has no model");
+  if (spec_ && !(*spec_ == config.spec)) return FailedPrecondition(what + " is of another job spec than this shard's");
+  if (layout_ && layout_->tensors != config.tensors) {
+    return FailedPrecondition(what + " holds another model layout than this shard's");
+  }
+  auto next = std::make_unique<ShardState>(shard_);
+  Status st = next->Configure(config);
+  if (!st.ok()) return DataLoss(what + " holds a job config this shard refuses: " + st.message());
+
+  std::unordered_map<std::string, const Blob*> blobs;
+  for (const Blob& b : checkpoint.blobs) {
+    if (!blobs.emplace(b.name, &b).second) return DataLoss(what + " holds blob '" + b.name + "' twice");
+  }
+  size_t used = 0;
+  auto take = [&](const std::string& name, size_t bytes) -> StatusOr<const Blob*> {
+    auto it = blobs.find(name);
+    if (it == blobs.end()) return DataLoss(what + " lacks blob '" + name + "'");
+    if (it->second->bytes.size() != bytes) {
+      return DataLoss("blob '" + name + "' of " + what + " has " + std::to_string(it->second->bytes.size()) +
+                      " bytes, the layout says " + std::to_string(bytes));
+    }
+    ++used;
+    return it->second;
+  };
+  // The optimizer runs on every parameter chunk at every step: its state exists exactly after step 0.
+  const bool initialized = checkpoint.step.value() > 0;
+  const int slots = NumOptimizerSlots(next->optimizer_);
+  for (ChunkId id : next->mine_) {
+    const TensorKind kind = next->KindOf(id);
+    if (kind == TensorKind::kLoss) continue;
+    ChunkSlot& s = next->slots_[id.value()];
+    EPS_ASSIGN_OR_RETURN(const Blob* value, take(ValueBlob(id), next->BytesOf(id)));
+    s.current = CopyBytes(value->bytes.data(), value->bytes.size());
+    if (kind != TensorKind::kParameter) continue;
+    s.optimizer.initialized = initialized;
+    if (!initialized) continue;
+    const size_t n = static_cast<size_t>(next->layout_->chunks[id.value()].numel);
+    std::vector<float>* dst[2] = {&s.optimizer.slot0, &s.optimizer.slot1};
+    for (int k = 0; k < slots; ++k) {
+      EPS_ASSIGN_OR_RETURN(const Blob* slot, take(SlotBlob(k, id), n * sizeof(float)));
+      dst[k]->resize(n);
+      std::memcpy(dst[k]->data(), slot->bytes.data(), slot->bytes.size());
+    }
+  }
+  if (used != checkpoint.blobs.size()) {
+    return DataLoss(what + " holds " + std::to_string(checkpoint.blobs.size() - used) +
+                    " blobs this shard's layout has no place for");
+  }
+  next->version_ = checkpoint.step;
+  return next;
+}
+
+void ShardState::TakeFrom(ShardState&& other) {
+  spec_ = std::move(other.spec_);
+  layout_ = std::move(other.layout_);
+  optimizer_ = other.optimizer_;
+  mine_ = std::move(other.mine_);
+  slots_ = std::move(other.slots_);
+  version_ = other.version_;
+}
+
+Status ShardState::Restore(const Checkpoint& checkpoint) {
+  EPS_ASSIGN_OR_RETURN(std::unique_ptr<ShardState> next, Load(checkpoint));
+  TakeFrom(std::move(*next));
+  return OkStatus();
+}
+
+Status ShardState::RollbackTo(StateStore& store, Step step) {
+  auto checkpoint = store.ReadCheckpoint(step);
+  if (checkpoint.status().code() == StatusCode::kNotFound) {
+    return InvalidArgument("shard " + std::to_string(shard_.value()) + " holds no checkpoint of step " +
+                           std::to_string(step.value()));
+  }
+  if (!checkpoint.ok()) return checkpoint.status();
+  EPS_ASSIGN_OR_RETURN(std::unique_ptr<ShardState> next, Load(*checkpoint));
+  EPS_RETURN_IF_ERROR(store.DropCheckpointsAfter(step));
+  TakeFrom(std::move(*next));
+  return OkStatus();
 }
 
 }  // namespace eps

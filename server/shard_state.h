@@ -10,20 +10,38 @@
 // completes (a VW recomputed after a crash must read exactly w(t)).
 //
 // Published versions are immutable (shared, copy-on-write), so pull replies can
-// hand their bytes to ZeroMQ without copying. Not thread-safe: the shard's event
-// loop owns it.
+// hand their bytes to ZeroMQ without copying, and a snapshot for a checkpoint
+// shares them instead of copying them (DESIGN.md "Durable state"). It does no
+// I/O of its own: RollbackTo reads through the StateStore it is given. Not
+// thread-safe: the shard's event loop owns it; a snapshot, once taken, is
+// independent of it and may go to another thread.
 #pragma once
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "common/layout.h"
 #include "common/tree.h"
 #include "schema/messages.h"
 #include "server/optimizer.h"
+#include "storage/state_store.h"
 
 namespace eps {
+
+// The durable part of a shard's state at one version, in the form
+// StateStore::WriteCheckpoint takes: the metadata names the shard and holds the
+// job config (spec and tensors); blob "value/<chunk>" is every owned chunk's
+// value (parameters and buffers; the loss has none), "slot0/<chunk>" and
+// "slot1/<chunk>" the optimizer slots of parameter chunks once the optimizer
+// has run. Values are shared with the state (they never change), slots are
+// copies: the snapshot stays valid and unchanged however the state moves on.
+struct ShardSnapshot {
+  Step version{-1};
+  std::string metadata;
+  std::vector<BlobRef> blobs;
+};
 
 // Turns the job spec's optimizer section into options, validating them.
 StatusOr<OptimizerOptions> OptimizerOptionsFromSpec(const OptimizerSpec& spec, int64_t total_steps);
@@ -55,6 +73,28 @@ class ShardState {
   uint64_t duplicates() const { return duplicates_; }
   const std::vector<ChunkId>& chunks() const { return mine_; }
 
+  // ---- durable state ----
+
+  // The current version's snapshot: shares the values, copies the optimizer
+  // slots (O(optimizer state) time). FailedPrecondition before version 0.
+  StatusOr<ShardSnapshot> Snapshot() const;
+
+  // Replaces the whole state with a checkpoint's: job config, values,
+  // optimizer state and version (the checkpoint's step). The barrier restarts
+  // empty and no previous version is kept. All or nothing: on error nothing
+  // changes. FailedPrecondition: the checkpoint is another shard's, or of
+  // another job spec or model than the one this state already serves;
+  // DataLoss: it is malformed (missing, extra or wrongly sized blobs, bad
+  // metadata).
+  Status Restore(const Checkpoint& checkpoint);
+
+  // Restores the store's checkpoint of `step` and deletes the store's
+  // checkpoints newer than it: the job has abandoned that future, and a
+  // restart must come back to `step`. InvalidArgument: the store holds no
+  // checkpoint of `step`. All or nothing, as Restore (the store is changed
+  // only once the checkpoint has been read and validated).
+  Status RollbackTo(StateStore& store, Step step);
+
  private:
   using Value = std::shared_ptr<const std::vector<float>>;  // raw storage, 4-byte units
   struct ChunkSlot {
@@ -65,6 +105,9 @@ class ShardState {
     bool counted_for_buffer = false;
   };
 
+  // A new state holding `checkpoint`, validated against this one.
+  StatusOr<std::unique_ptr<ShardState>> Load(const Checkpoint& checkpoint) const;
+  void TakeFrom(ShardState&& other);
   Status ValidatePush(const Push& push) const;
   StatusOr<PushOutcome> HandleInit(const Push& push);
   void ResetBarrier();

@@ -111,7 +111,7 @@ TEST(Channel, CallRoundTripsThroughRouter) {
   EXPECT_EQ(client->endpoint(), server->endpoint());
   auto done = Serve(server.get(), 2, [](const Envelope& e) -> Body {
     const auto& reg = std::get<RegisterWorker>(e.body);
-    return RegisterShard{ShardId(reg.pid), e.token + "/" + reg.host};
+    return RegisterShard{ShardId(reg.pid), e.token + "/" + reg.host, Step(-1)};
   });
   for (uint32_t pid : {7u, 8u}) {
     auto reply = Call(client.get(), Envelope{"tok", RegisterWorker{"host-a", pid}}, kWait);

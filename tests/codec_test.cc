@@ -77,7 +77,7 @@ std::vector<Envelope> EveryMessageKind() {
   out.push_back({"tok-error", ErrorReply{StatusCode::kFailedPrecondition, "step 7 is over"}});
   out.push_back({"tok-rw", RegisterWorker{"host-a.example", 4242}});
   out.push_back({"tok-rwr", RegisterWorkerReply{WorkerId(9), FullSpec(), {"tcp://10.0.0.1:5000", "", "ipc:///x"}}});
-  out.push_back({"tok-rs", RegisterShard{ShardId(3), "tcp://10.0.0.2:6000"}});
+  out.push_back({"tok-rs", RegisterShard{ShardId(3), "tcp://10.0.0.2:6000", Step(40)}});
   out.push_back({"tok-sc", ShardConfig{FullSpec(), FullTensors()}});
   out.push_back({"tok-sr", StepRequest{WorkerId(5), Step(-1), FullTensors()}});
   StepPlan plan;
@@ -89,7 +89,7 @@ std::vector<Envelope> EveryMessageKind() {
   plan.eval_lo = 100;
   plan.eval_hi = 20000;
   out.push_back({"tok-plan", plan});
-  out.push_back({"tok-done", StepDone{ShardId(2), Step(17), true, 2.71828f}});
+  out.push_back({"tok-done", StepDone{ShardId(2), Step(17), true, 2.71828f, Step(15), "disk full"}});
   Push push;
   push.epoch = Epoch(6);
   push.step = Step(-1);
@@ -103,6 +103,9 @@ std::vector<Envelope> EveryMessageKind() {
   out.push_back({"", Shutdown{"job finished"}});
   out.push_back({"tok-hb", Heartbeat{WorkerId(17)}});
   out.push_back({"tok-leave", Leave{WorkerId(9), "SIGTERM"}});
+  out.push_back({"tok-rb", Rollback{Step(120)}});
+  out.push_back({"tok-rbd", RollbackDone{ShardId(4), Step(120), Step(130), Step(130), StatusCode::kInvalidArgument,
+                                         "no checkpoint of step 120"}});
   return out;
 }
 
@@ -171,6 +174,7 @@ void ExpectSameBody(const Body& sent, const Body& got) {
         } else if constexpr (std::is_same_v<T, RegisterShard>) {
           EXPECT_EQ(a.shard, b.shard);
           EXPECT_EQ(a.address, b.address);
+          EXPECT_EQ(a.durable_step, b.durable_step);
         } else if constexpr (std::is_same_v<T, ShardConfig>) {
           ExpectSameSpec(a.spec, b.spec);
           EXPECT_EQ(a.tensors, b.tensors);
@@ -191,6 +195,8 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.step, b.step);
           EXPECT_EQ(a.has_loss, b.has_loss);
           EXPECT_EQ(a.loss, b.loss);
+          EXPECT_EQ(a.durable_step, b.durable_step);
+          EXPECT_EQ(a.checkpoint_error, b.checkpoint_error);
         } else if constexpr (std::is_same_v<T, Push>) {
           EXPECT_EQ(a.epoch, b.epoch);
           EXPECT_EQ(a.step, b.step);
@@ -220,6 +226,15 @@ void ExpectSameBody(const Body& sent, const Body& got) {
         } else if constexpr (std::is_same_v<T, Leave>) {
           EXPECT_EQ(a.worker, b.worker);
           EXPECT_EQ(a.reason, b.reason);
+        } else if constexpr (std::is_same_v<T, Rollback>) {
+          EXPECT_EQ(a.step, b.step);
+        } else if constexpr (std::is_same_v<T, RollbackDone>) {
+          EXPECT_EQ(a.shard, b.shard);
+          EXPECT_EQ(a.step, b.step);
+          EXPECT_EQ(a.version, b.version);
+          EXPECT_EQ(a.durable_step, b.durable_step);
+          EXPECT_EQ(a.code, b.code);
+          EXPECT_EQ(a.message, b.message);
         } else {
           static_assert(!sizeof(T), "a Body alternative has no comparison");
         }

@@ -10,16 +10,24 @@
 #include "server/shard_state.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include "schema/channel.h"
+#include "server/shard.h"
+#include "storage/state_store.h"
 
 namespace eps {
 namespace {
@@ -1070,6 +1078,539 @@ TEST(ShardStatePull, PulledBytesStayValidAndUnchangedAfterLaterSteps) {
     for (const ChunkBytes& c : v1->chunks) EXPECT_TRUE(SameBits(c, job.Expected(1, c.chunk)));
     ExpectVersion(*state, job, s, 3);
   }
+}
+
+// ---------------------------------------------------------------------------
+// Durable state: snapshots, restore, rollback (DESIGN.md "Durable state")
+
+// A fresh directory, removed with everything in it at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "eps_shard_test_XXXXXX").string();
+    EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// The job's config with another optimizer: "sgd" (the job's plain SGD, whose
+// expected values the Job computes), "momentum" (one slot) or "adam" (two).
+ShardConfig ConfigWith(const std::string& optimizer) {
+  ShardConfig c = Config();
+  if (optimizer == "momentum") {
+    c.spec.optimizer.momentum = 0.9;
+  } else if (optimizer == "adam") {
+    c.spec.optimizer.kind = "adam";
+    c.spec.optimizer.lr = 0.01;
+  }
+  return c;
+}
+
+std::unique_ptr<ShardState> InitializedShardWith(const Job& job, ShardId s, const ShardConfig& config) {
+  auto state = std::make_unique<ShardState>(s);
+  EXPECT_TRUE(state->Configure(config).ok());
+  auto out = state->HandlePush(job.Init(s));
+  EXPECT_TRUE(out.ok() && out->completed.has_value());
+  return state;
+}
+
+std::unique_ptr<StateStore> OpenStore(const std::string& path, ShardId s, int keep = 2) {
+  StoreOptions o;
+  o.path = path;
+  o.job_id = Spec().job_id;
+  o.owner = "shard/" + std::to_string(s.value());
+  o.keep_checkpoints = keep;
+  auto store = StateStore::Open(o);
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  return store.ok() ? std::move(store).value() : nullptr;
+}
+
+// A snapshot as the store would give it back.
+Checkpoint AsCheckpoint(const ShardSnapshot& s) {
+  Checkpoint c;
+  c.step = s.version;
+  c.metadata = s.metadata;
+  for (const BlobRef& b : s.blobs) c.blobs.push_back({b.name, std::string(static_cast<const char*>(b.data), b.size)});
+  return c;
+}
+
+Checkpoint SnapshotOf(const ShardState& state) {
+  auto snapshot = state.Snapshot();
+  EXPECT_TRUE(snapshot.ok()) << snapshot.status().ToString();
+  return snapshot.ok() ? AsCheckpoint(*snapshot) : Checkpoint();
+}
+
+Status WriteSnapshot(StateStore& store, const ShardState& state) {
+  EPS_ASSIGN_OR_RETURN(ShardSnapshot s, state.Snapshot());
+  return store.WriteCheckpoint(s.version, s.blobs, s.metadata);
+}
+
+// Two states hold the same bits: version, values, optimizer slots (all of it is in a snapshot).
+void ExpectSameState(const ShardState& a, const ShardState& b) {
+  ASSERT_EQ(a.version(), b.version());
+  const Checkpoint x = SnapshotOf(a), y = SnapshotOf(b);
+  EXPECT_EQ(x.step, y.step);
+  EXPECT_EQ(x.metadata, y.metadata);
+  ASSERT_EQ(x.blobs.size(), y.blobs.size());
+  for (size_t i = 0; i < x.blobs.size(); ++i) {
+    EXPECT_EQ(x.blobs[i].name, y.blobs[i].name);
+    EXPECT_TRUE(x.blobs[i].bytes == y.blobs[i].bytes) << "blob " << x.blobs[i].name << " differs";
+  }
+}
+
+int SlotBlobs(const Checkpoint& c) {
+  int n = 0;
+  for (const Blob& b : c.blobs) n += b.name.rfind("slot", 0) == 0;
+  return n;
+}
+
+TEST(ShardStateDurable, ASnapshotBeforeTheInitialValuesIsRefused) {
+  auto state = ConfiguredShard(ShardId(0));
+  EXPECT_EQ(state->Snapshot().status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ShardState(ShardId(0)).Snapshot().status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(ShardStateDurable, ASnapshotHoldsValuesAndExactlyTheOptimizerSlotsInUse) {
+  const std::vector<std::pair<std::string, int>> cases = {{"sgd", 0}, {"momentum", 1}, {"adam", 2}};
+  for (const auto& [optimizer, slots] : cases) {
+    SCOPED_TRACE(optimizer);
+    Job job(60);
+    const ShardId s(0);
+    auto state = InitializedShardWith(job, s, ConfigWith(optimizer));
+    const size_t params = job.Owned(s, TensorKind::kParameter).size();
+    EXPECT_EQ(SnapshotOf(*state).blobs.size(), job.Pullable(s).size());  // no optimizer state before step 0
+    RunStep(*state, job, s, 0);
+    const Checkpoint c = SnapshotOf(*state);
+    EXPECT_EQ(c.step, Step(1));
+    EXPECT_EQ(static_cast<size_t>(SlotBlobs(c)), params * slots);
+    EXPECT_EQ(c.blobs.size(), job.Pullable(s).size() + params * slots);
+  }
+}
+
+TEST(ShardStateDurable, ASnapshotStaysUnchangedWhileTheStateMovesOn) {
+  Job job(61);
+  const ShardId s(1);
+  auto state = InitializedShardWith(job, s, ConfigWith("adam"));
+  RunStep(*state, job, s, 0);
+  auto snapshot = state->Snapshot();
+  ASSERT_TRUE(snapshot.ok());
+  const Checkpoint before = AsCheckpoint(*snapshot);
+  RunStep(*state, job, s, 1);
+  RunStep(*state, job, s, 2);
+  const Checkpoint after = AsCheckpoint(*snapshot);
+  ASSERT_EQ(before.blobs.size(), after.blobs.size());
+  for (size_t i = 0; i < before.blobs.size(); ++i) {
+    EXPECT_TRUE(before.blobs[i].bytes == after.blobs[i].bytes) << before.blobs[i].name;
+  }
+  EXPECT_NE(SnapshotOf(*state).blobs[0].bytes, before.blobs[0].bytes);  // the state did move on
+}
+
+// Restore after reopening the store gives the same bits, version and optimizer
+// state, and the restored shard then trains on exactly as the original.
+TEST(ShardStateDurable, RestoreAfterReopeningGivesTheSameBitsAndTrainsOnIdentically) {
+  for (const std::string optimizer : {"sgd", "momentum", "adam"}) {
+    for (ShardId s : AllShards()) {
+      SCOPED_TRACE(optimizer + ", shard " + std::to_string(s.value()));
+      TempDir dir;
+      Job job(62);
+      auto original = InitializedShardWith(job, s, ConfigWith(optimizer));
+      RunStep(*original, job, s, 0);
+      {
+        auto store = OpenStore(dir.Sub("store"), s);
+        ASSERT_NE(store, nullptr);
+        ASSERT_TRUE(WriteSnapshot(*store, *original).ok());
+      }
+      auto store = OpenStore(dir.Sub("store"), s);
+      ASSERT_NE(store, nullptr);
+      auto checkpoint = store->LatestCheckpoint();
+      ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
+      ShardState restored(s);  // knows nothing: the checkpoint carries the job config
+      ASSERT_TRUE(restored.Restore(*checkpoint).ok());
+      EXPECT_EQ(restored.version(), Step(1));
+      EXPECT_TRUE(restored.has_layout());
+      EXPECT_EQ(restored.chunks(), original->chunks());
+      ExpectSameState(restored, *original);
+      // The coordinator's config is accepted again; the previous version is not kept.
+      EXPECT_TRUE(restored.Configure(ConfigWith(optimizer)).ok());
+      EXPECT_EQ(restored.HandlePull(MakePull(0)).status().code(), StatusCode::kFailedPrecondition);
+      for (int64_t t = 1; t < kSteps; ++t) {
+        RunStep(*original, job, s, t);
+        RunStep(restored, job, s, t);
+        ExpectSameState(restored, *original);
+      }
+      if (optimizer == "sgd") ExpectVersion(restored, job, s, kSteps);
+    }
+  }
+}
+
+// The contract's promise for a crash: roll back to an older checkpoint, replay
+// the same pushes, and every bit comes out as in the uninterrupted run.
+TEST(ShardStateDurable, RollbackToAnOlderCheckpointThenReplayingGivesTheSameBits) {
+  for (const std::string optimizer : {"sgd", "momentum", "adam"}) {
+    for (ShardId s : AllShards()) {
+      SCOPED_TRACE(optimizer + ", shard " + std::to_string(s.value()));
+      TempDir dir;
+      Job job(63);
+      auto uninterrupted = InitializedShardWith(job, s, ConfigWith(optimizer));
+      for (int64_t t = 0; t < kSteps; ++t) RunStep(*uninterrupted, job, s, t);
+
+      auto store = OpenStore(dir.Sub("store"), s);
+      ASSERT_NE(store, nullptr);
+      auto state = InitializedShardWith(job, s, ConfigWith(optimizer));
+      ASSERT_TRUE(WriteSnapshot(*store, *state).ok());  // version 0
+      RunStep(*state, job, s, 0);
+      ASSERT_TRUE(WriteSnapshot(*store, *state).ok());  // version 1
+      RunStep(*state, job, s, 1);
+      ASSERT_TRUE(WriteSnapshot(*store, *state).ok());  // version 2: the store keeps {1, 2}
+      RunStep(*state, job, s, 2);
+      ASSERT_EQ(store->ListCheckpoints().value(), (std::vector<Step>{Step(1), Step(2)}));
+
+      ASSERT_TRUE(state->RollbackTo(*store, Step(1)).ok());
+      EXPECT_EQ(state->version(), Step(1));
+      // The abandoned future is gone from the store too: a restart comes back to step 1.
+      EXPECT_EQ(store->ListCheckpoints().value(), (std::vector<Step>{Step(1)}));
+      // A push of the abandoned future is refused; the replay is accepted.
+      EXPECT_EQ(state->HandlePush(job.BlockPush(s, 2, Block{0, 4}, true)).status().code(), StatusCode::kAborted);
+      RunStep(*state, job, s, 1);
+      RunStep(*state, job, s, 2);
+      ExpectSameState(*state, *uninterrupted);
+      if (optimizer == "sgd") ExpectVersion(*state, job, s, kSteps);
+    }
+  }
+}
+
+TEST(ShardStateDurable, RollbackToAStepNotHeldIsInvalidAndChangesNothing) {
+  TempDir dir;
+  Job job(64);
+  const ShardId s(0);
+  auto store = OpenStore(dir.Sub("store"), s);
+  ASSERT_NE(store, nullptr);
+  auto state = InitializedShard(job, s);
+  ASSERT_TRUE(WriteSnapshot(*store, *state).ok());
+  RunStep(*state, job, s, 0);
+  RunStep(*state, job, s, 1);
+  ASSERT_TRUE(WriteSnapshot(*store, *state).ok());
+  RunStep(*state, job, s, 2);
+  const Checkpoint before = SnapshotOf(*state);
+  for (int64_t step : {1, 3, 7, -1}) {
+    const Status st = state->RollbackTo(*store, Step(step));
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << step << ": " << st.ToString();
+  }
+  EXPECT_EQ(state->version(), Step(3));
+  EXPECT_EQ(SnapshotOf(*state).blobs[0].bytes, before.blobs[0].bytes);
+  EXPECT_EQ(store->ListCheckpoints().value(), (std::vector<Step>{Step(0), Step(2)}));
+  ExpectVersion(*state, job, s, 3);
+  ExpectVersion(*state, job, s, 2);  // the previous version is still served
+}
+
+TEST(ShardStateDurable, RestoreRefusesAnotherShardsOrJobsCheckpointAndChangesNothing) {
+  Job job(65);
+  auto zero = InitializedShard(job, ShardId(0));
+  RunStep(*zero, job, ShardId(0), 0);
+  const Checkpoint c = SnapshotOf(*zero);
+
+  auto one = InitializedShard(job, ShardId(1));
+  Status st = one->Restore(c);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_EQ(one->version(), Step(0));
+  ExpectVersion(*one, job, ShardId(1), 0);
+
+  ShardConfig other = Config();
+  other.spec.seed = 8;
+  ShardState other_job(ShardId(0));
+  ASSERT_TRUE(other_job.Configure(other).ok());
+  st = other_job.Restore(c);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_EQ(other_job.version(), Step(-1));
+
+  ShardConfig other_model = Config();
+  other_model.tensors[0].shape = {3, 6};
+  ShardState other_layout(ShardId(0));
+  ASSERT_TRUE(other_layout.Configure(other_model).ok());
+  EXPECT_EQ(other_layout.Restore(c).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(ShardStateDurable, AMalformedCheckpointIsDataLossAndChangesNothing) {
+  Job job(66);
+  const ShardId s(0);
+  auto source = InitializedShardWith(job, s, ConfigWith("momentum"));
+  RunStep(*source, job, s, 0);
+  const Checkpoint good = SnapshotOf(*source);
+  ASSERT_GE(SlotBlobs(good), 1);
+  std::vector<std::pair<std::string, Checkpoint>> bad;
+  auto edit = [&](const std::string& what, const std::function<void(Checkpoint&)>& f) {
+    Checkpoint c = good;
+    f(c);
+    bad.emplace_back(what, std::move(c));
+  };
+  edit("a value missing", [](Checkpoint& c) { c.blobs.erase(c.blobs.begin()); });
+  edit("a slot missing", [](Checkpoint& c) {
+    c.blobs.erase(std::find_if(c.blobs.begin(), c.blobs.end(), [](const Blob& b) { return b.name.rfind("slot", 0) == 0; }));
+  });
+  edit("a value one byte short", [](Checkpoint& c) { c.blobs[0].bytes.pop_back(); });
+  edit("a value one float long", [](Checkpoint& c) { c.blobs[0].bytes.append(4, '\0'); });
+  edit("an unknown blob", [](Checkpoint& c) { c.blobs.push_back({"value/9999", "abcd"}); });
+  edit("a blob twice", [](Checkpoint& c) { c.blobs.push_back(c.blobs[0]); });
+  edit("slots at version 0", [](Checkpoint& c) { c.step = Step(0); });
+  edit("a negative step", [](Checkpoint& c) { c.step = Step(-1); });
+  edit("no metadata", [](Checkpoint& c) { c.metadata.clear(); });
+  edit("a bad header", [](Checkpoint& c) { c.metadata[0] = 'X'; });
+  edit("a truncated config", [](Checkpoint& c) { c.metadata.resize(c.metadata.size() - 9); });
+  edit("a flipped config byte", [](Checkpoint& c) { c.metadata[c.metadata.find('\n') + 3] ^= 0x7f; });
+  for (const auto& [what, c] : bad) {
+    SCOPED_TRACE(what);
+    auto state = InitializedShardWith(job, s, ConfigWith("momentum"));
+    const Status st = state->Restore(c);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.ToString();
+    EXPECT_EQ(state->version(), Step(0));
+    ExpectVersion(*state, job, s, 0);
+    // A fresh state refuses it the same way.
+    ShardState fresh(s);
+    EXPECT_FALSE(fresh.Restore(c).ok());
+    EXPECT_FALSE(fresh.has_layout());
+  }
+  ShardState fresh(s);
+  EXPECT_TRUE(fresh.Restore(good).ok());
+}
+
+// ---------------------------------------------------------------------------
+// The shard service with a store: a fake coordinator and a fake worker on
+// loopback drive a real Shard running on its own thread.
+
+constexpr auto kWait = std::chrono::seconds(20);
+
+class FakeCoordinator {
+ public:
+  explicit FakeCoordinator(zmq::context_t* context) {
+    auto channel = Channel::Bind(context, "tcp://127.0.0.1:0");
+    EXPECT_TRUE(channel.ok()) << channel.status().ToString();
+    channel_ = std::move(channel).value();
+  }
+  const std::string& endpoint() const { return channel_->endpoint(); }
+
+  // The next message of type M from the shard that satisfies `match`, skipping
+  // others; nullopt when none comes in time.
+  template <class M>
+  std::optional<M> Next(const std::function<bool(const M&)>& match = [](const M&) { return true; }) {
+    const auto deadline = std::chrono::steady_clock::now() + kWait;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto in = channel_->Receive(std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now()));
+      if (!in.ok() || !in->envelope.ok()) continue;
+      peer_ = in->peer;
+      if (auto* m = std::get_if<M>(&in->envelope->body); m != nullptr && match(*m)) return *m;
+    }
+    ADD_FAILURE() << "no expected message from the shard";
+    return std::nullopt;
+  }
+  void Send(Body body) { EXPECT_TRUE(channel_->SendTo(peer_, Envelope{"", std::move(body)}).ok()); }
+
+ private:
+  std::unique_ptr<Channel> channel_;
+  std::string peer_;
+};
+
+// A Shard serving on its own thread until Shutdown.
+class RunningShard {
+ public:
+  RunningShard(zmq::context_t* context, const ShardOptions& options) {
+    auto shard = Shard::Open(options, context);
+    open_status_ = shard.status();
+    if (!shard.ok()) return;
+    shard_ = std::move(shard).value();
+    thread_ = std::thread([this] { run_status_ = shard_->Run(&stop_); });
+  }
+  // A test that failed half-way stops the shard as a signal would.
+  ~RunningShard() {
+    stop_ = true;
+    (void)Join();
+  }
+  const Status& open_status() const { return open_status_; }
+  Shard* shard() { return shard_.get(); }
+  Status Join() {
+    if (thread_.joinable()) thread_.join();
+    return run_status_;
+  }
+
+ private:
+  Status open_status_;
+  Status run_status_;
+  volatile bool stop_ = false;
+  std::unique_ptr<Shard> shard_;
+  std::thread thread_;
+};
+
+class FakeWorker {
+ public:
+  FakeWorker(zmq::context_t* context, const std::string& shard) {
+    auto channel = Channel::Connect(context, shard);
+    EXPECT_TRUE(channel.ok());
+    channel_ = std::move(channel).value();
+  }
+  StatusOr<Envelope> Send(Body body) { return Call(channel_.get(), Envelope{"", std::move(body)}, kWait); }
+  void Push(const eps::Push& push) {
+    auto reply = Send(push);
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    ASSERT_TRUE(std::holds_alternative<PushReply>(reply->body));
+  }
+  void Step(Job& job, ShardId s, int64_t t) {
+    Push(job.BlockPush(s, t, Block{0, 4}, true));
+    Push(job.BlockPush(s, t, Block{4, 1}, false));
+  }
+  // Pulls `version` and compares it with the job's expectation.
+  void ExpectVersion(const Job& job, ShardId s, int64_t version) {
+    SCOPED_TRACE("version " + std::to_string(version));
+    auto reply = Send(MakePull(version));
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    auto* pulled = std::get_if<PullReply>(&reply->body);
+    ASSERT_NE(pulled, nullptr);
+    ASSERT_EQ(pulled->chunks.size(), job.Pullable(s).size());
+    for (const ChunkBytes& c : pulled->chunks) EXPECT_TRUE(SameBits(c, job.Expected(version, c.chunk))) << c.chunk;
+  }
+
+ private:
+  std::unique_ptr<Channel> channel_;
+};
+
+ShardOptions StoreShardOptions(const FakeCoordinator& coordinator, const std::string& store, ShardId s) {
+  ShardOptions o;
+  o.shard = s;
+  o.coordinator = coordinator.endpoint();
+  o.store_path = store;
+  o.checkpoint_every = 1;
+  o.store_wait = std::chrono::milliseconds(20000);
+  return o;
+}
+
+auto DurableAt(int64_t step) {
+  return std::function<bool(const StepDone&)>([step](const StepDone& d) { return d.durable_step == Step(step); });
+}
+
+TEST(ShardService, CheckpointsEveryStepRestoresAfterARestartAndRollsBackOnRequest) {
+  zmq::context_t context(1);
+  TempDir dir;
+  Job job(70);
+  const ShardId s(0);
+  FakeCoordinator coordinator(&context);
+  {
+    // A first life: no store yet; it is created once the coordinator names the job.
+    RunningShard running(&context, StoreShardOptions(coordinator, dir.Sub("store"), s));
+    ASSERT_TRUE(running.open_status().ok()) << running.open_status().ToString();
+    EXPECT_EQ(running.shard()->restored_version(), Step(-1));
+    auto reg = coordinator.Next<RegisterShard>();
+    ASSERT_TRUE(reg.has_value());
+    EXPECT_EQ(reg->durable_step, Step(-1));
+    coordinator.Send(Config());
+    FakeWorker worker(&context, reg->address);
+    worker.Push(job.Init(s));
+    ASSERT_TRUE(coordinator.Next<StepDone>(DurableAt(0)).has_value());  // version 0 is durable
+    for (int64_t t = 0; t < kSteps; ++t) {
+      worker.Step(job, s, t);
+      auto done = coordinator.Next<StepDone>(DurableAt(t + 1));
+      ASSERT_TRUE(done.has_value());
+      EXPECT_EQ(done->step, Step(t));
+      EXPECT_EQ(done->checkpoint_error, "");
+    }
+    coordinator.Send(Shutdown{"first life over"});
+    EXPECT_TRUE(running.Join().ok());
+  }
+  {
+    // A restart on the same store restores version 3 before it registers.
+    RunningShard running(&context, StoreShardOptions(coordinator, dir.Sub("store"), s));
+    ASSERT_TRUE(running.open_status().ok()) << running.open_status().ToString();
+    EXPECT_EQ(running.shard()->restored_version(), Step(kSteps));
+    auto reg = coordinator.Next<RegisterShard>();
+    ASSERT_TRUE(reg.has_value());
+    EXPECT_EQ(reg->durable_step, Step(kSteps));
+    FakeWorker worker(&context, reg->address);
+    worker.ExpectVersion(job, s, kSteps);  // served before any config arrived
+    coordinator.Send(Config());
+
+    // Roll back to a step it does not hold: refused, nothing changes.
+    coordinator.Send(Rollback{Step(0)});
+    auto refused = coordinator.Next<RollbackDone>();
+    ASSERT_TRUE(refused.has_value());
+    EXPECT_EQ(refused->code, StatusCode::kInvalidArgument) << refused->message;
+    EXPECT_EQ(refused->version, Step(kSteps));
+    worker.ExpectVersion(job, s, kSteps);
+
+    // To one it holds: version 2 again, and replaying step 2 gives version 3's bits.
+    coordinator.Send(Rollback{Step(2)});
+    auto done = coordinator.Next<RollbackDone>();
+    ASSERT_TRUE(done.has_value());
+    EXPECT_EQ(done->code, StatusCode::kOk) << done->message;
+    EXPECT_EQ(done->step, Step(2));
+    EXPECT_EQ(done->version, Step(2));
+    EXPECT_EQ(done->durable_step, Step(2));
+    worker.ExpectVersion(job, s, 2);
+    worker.Step(job, s, 2);
+    ASSERT_TRUE(coordinator.Next<StepDone>(DurableAt(3)).has_value());
+    worker.ExpectVersion(job, s, 3);
+    coordinator.Send(Shutdown{"done"});
+    EXPECT_TRUE(running.Join().ok());
+  }
+  // The store belongs to this job and this shard: nobody else may open it.
+  ShardOptions other = StoreShardOptions(coordinator, dir.Sub("store"), s);
+  other.job_id = "another-job";
+  RunningShard wrong_job(&context, other);
+  EXPECT_EQ(wrong_job.open_status().code(), StatusCode::kFailedPrecondition) << wrong_job.open_status().ToString();
+  RunningShard wrong_shard(&context, StoreShardOptions(coordinator, dir.Sub("store"), ShardId(1)));
+  EXPECT_EQ(wrong_shard.open_status().code(), StatusCode::kFailedPrecondition) << wrong_shard.open_status().ToString();
+}
+
+TEST(ShardService, AShardWithoutAStoreRefusesARollbackAndServesOn) {
+  zmq::context_t context(1);
+  Job job(71);
+  const ShardId s(1);
+  FakeCoordinator coordinator(&context);
+  ShardOptions o;
+  o.shard = s;
+  o.coordinator = coordinator.endpoint();
+  RunningShard running(&context, o);
+  ASSERT_TRUE(running.open_status().ok());
+  auto reg = coordinator.Next<RegisterShard>();
+  ASSERT_TRUE(reg.has_value());
+  EXPECT_EQ(reg->durable_step, Step(-1));
+  coordinator.Send(Config());
+  FakeWorker worker(&context, reg->address);
+  worker.Push(job.Init(s));
+  worker.Step(job, s, 0);
+  auto done = coordinator.Next<StepDone>([](const StepDone& d) { return d.step == Step(0); });
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->durable_step, Step(-1));
+  coordinator.Send(Rollback{Step(0)});
+  auto refused = coordinator.Next<RollbackDone>();
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->code, StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused->version, Step(1));
+  worker.ExpectVersion(job, s, 1);
+  coordinator.Send(Shutdown{"done"});
+  EXPECT_TRUE(running.Join().ok());
+}
+
+TEST(ShardService, CheckpointingNeedsAStoreAndABadStoreStopsTheShardAtOpen) {
+  zmq::context_t context(1);
+  TempDir dir;
+  FakeCoordinator coordinator(&context);
+  ShardOptions o = StoreShardOptions(coordinator, "", ShardId(0));
+  EXPECT_EQ(Shard::Open(o, &context).status().code(), StatusCode::kInvalidArgument);
+  o.checkpoint_every = -1;
+  EXPECT_EQ(Shard::Open(o, &context).status().code(), StatusCode::kInvalidArgument);
+  // A path through a regular file, with the job known up front.
+  { std::FILE* f = std::fopen(dir.Sub("file").c_str(), "w"); ASSERT_NE(f, nullptr); std::fclose(f); }
+  o = StoreShardOptions(coordinator, dir.Sub("file") + "/store", ShardId(0));
+  o.job_id = Spec().job_id;
+  auto shard = Shard::Open(o, &context);
+  EXPECT_EQ(shard.status().code(), StatusCode::kFailedPrecondition) << shard.status().ToString();
 }
 
 }  // namespace
