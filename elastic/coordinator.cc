@@ -85,6 +85,8 @@ class CoordinatorImpl final : public Coordinator {
     s.heartbeat_timeout = o.heartbeat_timeout;
     s.startup_timeout = o.startup_timeout;
     s.step_timeout = o.step_timeout;
+    s.planner = o.planner;
+    s.replan_threshold = o.replan_threshold;
     return s;
   }
 

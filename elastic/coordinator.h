@@ -20,6 +20,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "elastic/planner.h"
 #include "schema/messages.h"
 
 namespace eps {
@@ -36,6 +37,8 @@ struct CoordinatorOptions {
   std::chrono::milliseconds startup_timeout{120000};  // the shards must register by then
   std::chrono::milliseconds step_timeout{300000};     // while workers live, a step must finish by then
   std::chrono::milliseconds progress_every{1000};     // progress line period
+  PlannerOptions planner;                             // VW counts by measured speed, or equal
+  double replan_threshold = 0.1;                      // hysteresis of speed-driven re-planning
 };
 
 // Checks what can be checked before any process starts: sizes, counts, the data files.

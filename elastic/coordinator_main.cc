@@ -48,6 +48,11 @@ DEFINE_string(addr_file, "", "Write the bound endpoint to this file once serving
 DEFINE_string(token_file, "", "File holding the job's secret token (empty: none)");
 DEFINE_int32(startup_timeout_s, 120, "The shards must register within this time");
 DEFINE_int32(step_timeout_s, 300, "While workers are alive, a step or an evaluation must complete within this time");
+DEFINE_string(planner, "speed", "VW counts per worker: speed (by measured seconds per VW) or equal");
+DEFINE_uint32(max_vws_per_worker, 0, "At most this many VWs on one worker (memory); 0: no cap");
+DEFINE_double(replan_threshold, 0.1,
+              "Re-plan by speed without a membership change only if the slowest worker's predicted load "
+              "improves by more than this fraction");
 DEFINE_int32(heartbeat_timeout_ms, 3000, "A worker whose heartbeats stop for this long is declared dead");
 
 namespace {
@@ -102,6 +107,18 @@ int main(int argc, char** argv) {
   o.startup_timeout = std::chrono::seconds(FLAGS_startup_timeout_s);
   o.step_timeout = std::chrono::seconds(FLAGS_step_timeout_s);
   o.heartbeat_timeout = std::chrono::milliseconds(FLAGS_heartbeat_timeout_ms);
+  auto planner = eps::ParsePlannerKind(FLAGS_planner);
+  if (!planner.ok()) {
+    LOG(ERROR) << "invalid job: --planner: " << planner.status().ToString();
+    return 2;
+  }
+  o.planner.kind = *planner;
+  o.planner.max_vws_per_worker = FLAGS_max_vws_per_worker;
+  if (!(FLAGS_replan_threshold >= 0 && FLAGS_replan_threshold < 1)) {
+    LOG(ERROR) << "invalid job: --replan_threshold must be in [0, 1)";
+    return 2;
+  }
+  o.replan_threshold = FLAGS_replan_threshold;
   auto token = eps::ReadTokenFile(FLAGS_token_file);
   if (!token.ok()) {
     LOG(ERROR) << token.status().ToString();

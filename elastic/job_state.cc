@@ -18,6 +18,8 @@ JobState::JobState(JobSpec spec, JobStateOptions options, const Clock* clock)
       shard_registered_(spec_.num_shards, false) {
   started_ = clock_->Now();
   progress_deadline_ = started_ + options_.startup_timeout;
+  auto speeds = SpeedEstimator::Create(SpeedEstimatorOptions());
+  if (speeds.ok()) speeds_ = std::move(speeds).value();
 }
 
 // ---- events -----------------------------------------------------------------
@@ -84,6 +86,10 @@ Status JobState::OnStepRequest(const StepRequest& r) {
     work_.erase(std::remove_if(work_.begin(), work_.end(),
                                [&](const Work& item) { return item.holder == r.worker; }),
                 work_.end());
+  }
+  if (!r.abandoned && r.seconds_per_vw > 0) {
+    Status st = speeds_.Report(r.worker, r.seconds_per_vw);
+    if (!st.ok()) LOG(WARNING) << "worker " << r.worker << ": " << st.ToString();
   }
   w.init_holder = false;
   w.pending = true;
@@ -208,6 +214,7 @@ void JobState::DeclareDead(WorkerId id, const std::string& why) {
   WorkerInfo& w = workers_[id];
   w.alive = false;
   w.pending = false;
+  speeds_.Forget(id);
   std::ostringstream moved;
   for (Work& item : work_) {
     if (item.holder == id || item.reserved == id) {
@@ -254,22 +261,57 @@ bool JobState::MembershipChanged() const {
   return ready != assignment_.size();
 }
 
-void JobState::Assign() {
+std::vector<WorkerId> JobState::ReadyWorkers() const {
   std::vector<WorkerId> live;
   for (const auto& [id, w] : workers_) {
     if (w.alive && w.ready) live.push_back(id);
   }
+  return live;
+}
+
+bool JobState::Assign(const VwPlan* given) {
+  const std::vector<WorkerId> live = ReadyWorkers();
+  VwPlan plan;
+  if (given != nullptr) {
+    plan = *given;
+  } else {
+    auto planned = PlanVws(spec_.virtual_workers, speeds_.Estimates(live), options_.planner);
+    if (!planned.ok()) {
+      assignment_.clear();
+      if (!lacks_capacity_) {
+        std::printf("paused at step %lld: %s\n", (long long)step_.value(), planned.status().message().c_str());
+        std::fflush(stdout);
+      }
+      lacks_capacity_ = true;
+      return false;
+    }
+    plan = std::move(planned).value();
+  }
+  lacks_capacity_ = false;
   assignment_.clear();
-  const uint32_t v = spec_.virtual_workers;
-  const uint32_t n = static_cast<uint32_t>(live.size());
-  uint32_t lo = 0;
-  for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t count = v / n + (i < v % n ? 1 : 0);
-    assignment_[live[i]] = {lo, lo + count};  // an empty range when workers outnumber VWs
-    lo += count;
+  for (size_t i = 0; i < live.size() && i < plan.ranges.size(); ++i) {
+    assignment_[live[i]] = {plan.ranges[i].lo, plan.ranges[i].hi};  // empty when a worker gets no VW
   }
   epoch_ = Epoch(epoch_.value() + 1);
   LOG(INFO) << "assignment epoch " << epoch_ << " from step " << step_ << ": " << AssignmentString();
+  return true;
+}
+
+// Without a membership change, follow measured speeds only past the hysteresis threshold.
+void JobState::MaybeReplan() {
+  if (options_.planner.kind != PlannerKind::kSpeed || assignment_.empty()) return;
+  const std::vector<WorkerId> live = ReadyWorkers();
+  std::vector<uint32_t> counts;
+  for (WorkerId id : live) counts.push_back(assignment_[id].second - assignment_[id].first);
+  auto advice = ShouldReplan(counts, speeds_.Estimates(live), options_.planner, options_.replan_threshold);
+  if (!advice.ok() || !advice->replan) return;
+  std::ostringstream est;
+  for (WorkerId id : live) {
+    auto e = speeds_.Estimate(id);
+    est << " w" << id << "=" << (e ? std::to_string(*e * 1000).substr(0, 6) + "ms" : "?");
+  }
+  LOG(INFO) << "re-planning VWs by measured speed (seconds per VW:" << est.str() << "): " << advice->reason;
+  Assign(&advice->plan);
 }
 
 std::string JobState::AssignmentString() const {
@@ -337,6 +379,8 @@ void JobState::Advance() {
     case Phase::kTraining:
       if (MinShardDone() >= step_) {
         OnStepFinished();
+      } else if (lacks_capacity_) {
+        if (MembershipChanged()) StartStep(step_);
       } else {
         DispatchTrain();
       }
@@ -369,8 +413,12 @@ void JobState::Advance() {
 void JobState::StartStep(Step t) {
   phase_ = Phase::kTraining;
   step_ = t;
-  if (MembershipChanged()) Assign();
   work_.clear();
+  if (MembershipChanged() || lacks_capacity_) {
+    if (!Assign()) return;  // paused until workers can hold every VW
+  } else {
+    MaybeReplan();
+  }
   for (const auto& [id, range] : assignment_) {
     if (range.second > range.first) work_.push_back({range.first, range.second, id, std::nullopt});
   }

@@ -5,8 +5,11 @@
 //
 // Membership. A worker is *ready* once it reported its model (first
 // StepRequest). Training starts when `min_workers` are ready. The VW assignment
-// (an epoch of contiguous, near-equal ranges over the ready workers in id order)
-// changes only at step boundaries, and only when membership changed.
+// (an epoch of contiguous ranges over the ready workers in id order, sized by the
+// planner from the seconds per VW each worker reports) changes only at step
+// boundaries: when membership changed, or when measured speeds drifted enough
+// that the slowest worker's predicted load improves by more than
+// `replan_threshold` (hysteresis: noise moves nothing).
 //
 // Work of a step. Step t starts with one work item per assigned range, reserved
 // for its owner. A worker that asks for a plan gets its reserved range, or else
@@ -31,6 +34,7 @@
 
 #include "common/clock.h"
 #include "common/layout.h"
+#include "elastic/planner.h"
 #include "schema/messages.h"
 
 namespace eps {
@@ -42,6 +46,9 @@ struct JobStateOptions {
   std::chrono::milliseconds heartbeat_timeout{3000};
   std::chrono::milliseconds startup_timeout{120000};  // for the shards to register
   std::chrono::milliseconds step_timeout{300000};     // progress while workers are alive
+  PlannerOptions planner;        // how VW counts follow measured speeds (planner.h)
+  double replan_threshold = 0.1; // re-plan without a membership change only if the slowest
+                                 // worker's predicted load improves by more than this
 };
 
 // One message to send.
@@ -132,7 +139,10 @@ class JobState {
   bool AllShardsRegistered() const;
   Step MinShardDone() const;
   bool MembershipChanged() const;
-  void Assign();
+  // False when the planner cannot place V VWs on the live workers (caps).
+  bool Assign(const VwPlan* plan = nullptr);
+  std::vector<WorkerId> ReadyWorkers() const;
+  void MaybeReplan();
   void StartStep(Step t);
   void DispatchTrain();
   void OnStepFinished();
@@ -160,6 +170,8 @@ class JobState {
   Status fatal_;
   Epoch epoch_{0};
   std::map<WorkerId, std::pair<uint32_t, uint32_t>> assignment_;  // the current epoch's ranges
+  SpeedEstimator speeds_;
+  bool lacks_capacity_ = false;  // the planner could not place V VWs: wait for workers
   Step step_{0};
   std::vector<Work> work_;
   bool paused_ = false;

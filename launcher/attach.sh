@@ -3,33 +3,36 @@
 # coordinator. The worker registers, gets the job spec (model, data location,
 # thread count) from the coordinator and is given VWs at the next step boundary.
 #
-#   launcher/attach.sh --coordinator tcp://HOST:PORT --token-file FILE [--device cpu] [--threads N] [--log FILE]
+#   launcher/attach.sh --coordinator tcp://HOST:PORT --token-file FILE [--device cpu] [--threads N] [--slowdown F] [--log FILE]
 #
 # --token-file  the job's token (local.sh writes it to RUN_DIR/token).
 # --device      only cpu in this build.
 # --threads N   cores the worker may use (default: the job's intra-op thread
 #               count); fewer than the job's count is refused, more stay unused.
+# --slowdown F  testing/demo aid standing in for slower hardware: the worker
+#               idles (F - 1) x each VW's compute time (timing only, never bits).
 # --log FILE    append the worker's log to FILE instead of the terminal.
 # Runs in the foreground: Ctrl-C or SIGTERM makes the worker leave the job
 # gracefully and exit 0 (a second Ctrl-C kills it). EPS_BIN overrides the
 # directory of the binaries (default build/bin).
 set -euo pipefail
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "attach.sh: $*" >&2; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
-coordinator="" token_file="" device=cpu threads=0 log=""
+coordinator="" token_file="" device=cpu threads=0 slowdown=1 log=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --coordinator|--token-file|--device|--threads|--log)
+    --coordinator|--token-file|--device|--threads|--slowdown|--log)
       [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"
       case "$1" in
         --coordinator) coordinator=$2 ;;
         --token-file) token_file=$2 ;;
         --device) device=$2 ;;
         --threads) threads=$2 ;;
+        --slowdown) slowdown=$2 ;;
         --log) log=$2 ;;
       esac
       shift 2 ;;
@@ -43,6 +46,7 @@ done
 [ -f "$token_file" ] && [ -r "$token_file" ] || die "cannot read the token file '$token_file'"
 [ -s "$token_file" ] || die "the token file '$token_file' is empty"
 [[ "$threads" =~ ^[0-9]+$ ]] || die "--threads must be a non-negative integer (0: the job's count)"
+[[ "$slowdown" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--slowdown must be a number >= 1"
 [ -x "$bin/worker" ] || die "$bin/worker is missing: run scripts/setup.sh"
 if [ -n "$log" ]; then
   { : >> "$log"; } 2>/dev/null || die "cannot write the log file '$log'"
@@ -52,4 +56,5 @@ fi
 # Other libtorch processes may share this host: no OpenMP spinning.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 # exec: the worker gets this process id, so Ctrl-C and SIGTERM reach it directly.
-exec "$bin/worker" --coordinator="$coordinator" --token_file="$token_file" --device="$device" --threads="$threads"
+exec "$bin/worker" --coordinator="$coordinator" --token_file="$token_file" --device="$device" --threads="$threads" \
+  --slowdown="$slowdown"

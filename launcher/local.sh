@@ -2,25 +2,29 @@
 # Starts a whole ElasticPS job on this host: the coordinator, S shards and W
 # workers, on free loopback ports.
 #
-#   launcher/local.sh --job FILE --servers S --workers W --run-dir DIR [-- extra coordinator flags]
+#   launcher/local.sh --job FILE --servers S --workers W --run-dir DIR [--slowdowns F0,F1,...]
+#                     [-- extra coordinator flags]
 #
+# --slowdowns gives worker i the testing aid --slowdown=Fi (a stand-in for slower
+# hardware: timing only, never bits).
 # Logs go to DIR/logs/<process>.log, pid files to DIR/pids/, the coordinator's
 # address to DIR/coordinator.addr, the job's token to DIR/token (mode 0600) and
 # the result to DIR/result.json. Ctrl-C (or SIGTERM) stops every process. Exits
 # 0 only if the job succeeded.
 set -euo pipefail
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
-job="" servers=1 workers=1 run_dir="" extra=()
+job="" servers=1 workers=1 run_dir="" slowdowns="" extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --job) job=$2; shift 2 ;;
     --servers) servers=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
     --run-dir) run_dir=$2; shift 2 ;;
+    --slowdowns) slowdowns=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     -h|--help) usage ;;
     *) echo "local.sh: unknown argument '$1'" >&2; usage ;;
@@ -92,8 +96,9 @@ for ((s = 0; s < servers; s++)); do
   start "shard$s" "$bin/shard" --coordinator="$addr" --shard_id=$s --token_file="$run_dir/token" \
     --addr_file="$run_dir/shard$s.addr"
 done
+IFS=, read -r -a slow <<< "$slowdowns"
 for ((w = 0; w < workers; w++)); do
-  start "worker$w" "$bin/worker" --coordinator="$addr" --token_file="$run_dir/token"
+  start "worker$w" "$bin/worker" --coordinator="$addr" --token_file="$run_dir/token" --slowdown="${slow[$w]:-1}"
 done
 
 # Show the coordinator's progress lines while the job runs.

@@ -239,6 +239,8 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       m.train_samples = in.getTrainSamples();
       m.test_samples = in.getTestSamples();
       m.abandoned = in.getAbandoned();
+      m.seconds_per_vw = in.getSecondsPerVw();
+      if (!(m.seconds_per_vw >= 0) || m.seconds_per_vw > 1e6) return InvalidArgument("bad seconds_per_vw");
       *body = std::move(m);
       return OkStatus();
     }
@@ -415,6 +417,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
             o.setTrainSamples(m.train_samples);
             o.setTestSamples(m.test_samples);
             o.setAbandoned(m.abandoned);
+            o.setSecondsPerVw(m.seconds_per_vw);
           },
           [&](const StepPlan& m) {
             auto o = b.initStepPlan();

@@ -113,6 +113,7 @@ struct StepRequest {
   testSamples @4 :Int64;
   abandoned @5 :Bool;             # the previous plan was given up (a shard refused or vanished):
                                   # its work is not done and goes back to the pool
+  secondsPerVw @6 :Float64;       # measured compute time per VW in the previous train plan (0: none)
 }
 
 struct StepPlan {

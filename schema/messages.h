@@ -111,6 +111,7 @@ struct StepRequest {
   int64_t train_samples = 0;        // data set sizes it loaded (first request only)
   int64_t test_samples = 0;
   bool abandoned = false;           // the previous plan was given up: its work is not done
+  double seconds_per_vw = 0;        // measured compute time per VW in the previous train plan (0: none)
 };
 
 enum class PlanKind : uint8_t { kWait = 0, kInit = 1, kTrain = 2, kEval = 3, kStop = 4 };

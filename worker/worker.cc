@@ -372,8 +372,9 @@ class WorkerImpl final : public Worker {
     int reregistrations = 0;   // in a row, without a plan in between
     while (true) {
       if (stopping()) return LeaveJob(kStopReason);
-      StepRequest request{id_, done, {}, 0, 0, abandoned};
+      StepRequest request{id_, done, {}, 0, 0, abandoned, seconds_per_vw_};
       abandoned = false;
+      seconds_per_vw_ = 0;
       if (report_model) {
         request.tensors = model_->Tensors();
         request.train_samples = train_.size;
@@ -568,20 +569,41 @@ class WorkerImpl final : public Worker {
     const std::vector<Bytes> step_buffers = SnapshotBuffers();
     std::vector<Bytes> vw0_buffers;
     std::vector<int64_t> indices;
+    std::chrono::steady_clock::duration compute{0};
     for (const Block& block : AlignedBlocks(plan.vw_lo, plan.vw_hi)) {
       TreeReducer reducer(block, spec_.virtual_workers, flat_size_);
       for (uint32_t v = block.lo; v < block.hi(); ++v) {
         if (stopping()) return Stopped();  // abandon the rest: blocks already pushed stay pushed
         if (v != plan.vw_lo) RestoreBuffers(step_buffers);
         sampler_->Indices(VirtualWorkerId(v), plan.step, &indices);
+        const auto started = std::chrono::steady_clock::now();
         EPS_ASSIGN_OR_RETURN(float loss,
                              model_->TrainStep(train_, indices, StreamSeed(spec_.seed, v, plan.step.value())));
+        SlowDown(std::chrono::steady_clock::now() - started);
+        compute += std::chrono::steady_clock::now() - started;
         if (v == 0) vw0_buffers = SnapshotBuffers();
         EPS_RETURN_IF_ERROR(reducer.Add(Block{v, 1}, FlatGradient(loss)));
       }
       EPS_RETURN_IF_ERROR(PushBlock(plan, block, reducer.TakeResult(), vw0_buffers));
     }
-    return AwaitPushes();
+    EPS_RETURN_IF_ERROR(AwaitPushes());
+    // Reported with the next step request: the coordinator sizes VW ranges by speed. The first
+    // plan runs libtorch's one-time initialization and would make this worker look slow.
+    if (warmed_up_) seconds_per_vw_ = std::chrono::duration<double>(compute).count() / (plan.vw_hi - plan.vw_lo);
+    warmed_up_ = true;
+    return OkStatus();
+  }
+
+  // Idles (slowdown - 1) x `compute`, in slices that watch the stop flag.
+  void SlowDown(std::chrono::steady_clock::duration compute) {
+    if (options_.slowdown <= 1.0) return;
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(compute * (options_.slowdown - 1));
+    while (!stopping()) {
+      const auto left = until - std::chrono::steady_clock::now();
+      if (left <= std::chrono::steady_clock::duration::zero()) break;
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(left, kStopCheck));
+    }
   }
 
   Status Evaluate(const StepPlan& plan) {
@@ -592,6 +614,8 @@ class WorkerImpl final : public Worker {
         Envelope{options_.token, EvalResult{id_, plan.step, plan.eval_lo, plan.eval_hi, stats.correct, stats.loss_sum}});
   }
 
+  double seconds_per_vw_ = 0;  // measured in the last train plan, reported with the next request
+  bool warmed_up_ = false;     // a train plan ran before (the first one is not timed)
   const WorkerOptions options_;
   zmq::context_t* const context_;
   std::unique_ptr<Channel> coordinator_;

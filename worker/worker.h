@@ -51,6 +51,10 @@ struct WorkerOptions {
   // the job's count is refused once the spec is known, since the bits depend on
   // that count; more is accepted, and the extra cores stay unused.
   int threads = 0;
+  // A testing and demo aid standing in for slower hardware: after each VW's
+  // compute the worker idles (slowdown - 1) times that compute time. 1: off.
+  // It changes timing only, never bits.
+  double slowdown = 1.0;
 };
 
 class Worker {

@@ -18,6 +18,9 @@ DEFINE_string(device, "cpu", "Device to compute on; this build supports only cpu
 DEFINE_int32(threads, 0,
              "Cores this worker may use (0: the job's intra-op thread count). Fewer than the job's count is "
              "refused (the bits depend on it); more is accepted, the extra cores stay unused");
+DEFINE_double(slowdown, 1.0,
+              "Testing and demo aid standing in for slower hardware: idle (F - 1) x each VW's compute time "
+              "after it (1: off). Changes timing, never bits");
 
 namespace {
 volatile bool g_stop = false;
@@ -46,6 +49,11 @@ int main(int argc, char** argv) {
   options.heartbeat_interval = std::chrono::milliseconds(FLAGS_heartbeat_ms);
   options.device = FLAGS_device;
   options.threads = FLAGS_threads;
+  options.slowdown = FLAGS_slowdown;
+  if (!(FLAGS_slowdown >= 1.0) || FLAGS_slowdown > 1000) {
+    LOG(ERROR) << "--slowdown must be in [1, 1000], got " << FLAGS_slowdown;
+    return 2;
+  }
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   options.host = std::string(host) + ":" + std::to_string(getpid());

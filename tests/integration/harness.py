@@ -44,10 +44,12 @@ class RunDirTest(unittest.TestCase):
         os.makedirs(d, exist_ok=True)
         return d
 
-    def run_local(self, name, job=MLP, servers=1, workers=1, extra=(), timeout=600, expect_ok=True):
+    def run_local(self, name, job=MLP, servers=1, workers=1, extra=(), timeout=600, expect_ok=True, slowdowns=None):
         """Runs launcher/local.sh to the end; returns (returncode, output, result dict or None)."""
         d = self.run_dir(name)
         cmd = [LOCAL, "--job", job, "--servers", str(servers), "--workers", str(workers), "--run-dir", d]
+        if slowdowns:
+            cmd += ["--slowdowns", slowdowns]
         if extra:
             cmd += ["--"] + list(extra)
         p = subprocess.run(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
