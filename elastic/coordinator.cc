@@ -127,7 +127,7 @@ class CoordinatorImpl final : public Coordinator {
     Body& body = in.envelope->body;
     Status st;
     if (auto* m = std::get_if<RegisterShard>(&body)) {
-      st = state_.OnShardRegistered(m->shard, m->address);
+      st = state_.OnShardRegistered(m->shard, m->address, m->durable_step);
       if (st.ok()) shard_peers_[m->shard.value()] = in.peer;
     } else if (auto* m = std::get_if<RegisterWorker>(&body)) {
       worker_peers_[state_.OnWorkerRegistered(m->host, m->pid)] = in.peer;
@@ -144,6 +144,12 @@ class CoordinatorImpl final : public Coordinator {
         st = state_.OnStepDone(m->shard, *m);
       } else {
         st = InvalidArgument("step report from an unknown shard");
+      }
+    } else if (auto* m = std::get_if<RollbackDone>(&body)) {
+      if (m->shard.value() < shard_peers_.size() && shard_peers_[m->shard.value()] == in.peer) {
+        st = state_.OnRollbackDone(*m);
+      } else {
+        st = InvalidArgument("rollback report from an unknown shard");
       }
     } else if (auto* m = std::get_if<EvalResult>(&body)) {
       // Never answered: the worker's next message is a step request awaiting its plan.

@@ -15,7 +15,8 @@ JobState::JobState(JobSpec spec, JobStateOptions options, const Clock* clock)
       clock_(clock),
       shard_addresses_(spec_.num_shards),
       shard_done_(spec_.num_shards, Step(-2)),
-      shard_registered_(spec_.num_shards, false) {
+      shard_registered_(spec_.num_shards, false),
+      shard_durable_(spec_.num_shards, Step(-1)) {
   started_ = clock_->Now();
   progress_deadline_ = started_ + options_.startup_timeout;
   auto speeds = SpeedEstimator::Create(SpeedEstimatorOptions());
@@ -24,20 +25,73 @@ JobState::JobState(JobSpec spec, JobStateOptions options, const Clock* clock)
 
 // ---- events -----------------------------------------------------------------
 
-Status JobState::OnShardRegistered(ShardId shard, const std::string& address) {
+Status JobState::OnShardRegistered(ShardId shard, const std::string& address, Step durable_step) {
   if (shard.value() >= spec_.num_shards) {
     return InvalidArgument("shard id " + std::to_string(shard.value()) + " but the job has " +
                            std::to_string(spec_.num_shards) + " shards");
   }
-  if (shard_registered_[shard.value()] && shard_addresses_[shard.value()] != address) {
-    return AlreadyExists("shard " + std::to_string(shard.value()) + " is already registered");
+  const uint32_t s = shard.value();
+  const bool restarted = shard_registered_[s] && phase_ != Phase::kStarting && phase_ < Phase::kFinalizing;
+  const bool moved = shard_registered_[s] && shard_addresses_[s] != address;
+  shard_registered_[s] = true;
+  shard_addresses_[s] = address;
+  shard_durable_[s] = durable_step;
+  LOG(INFO) << "shard " << shard << (restarted ? " restarted" : " registered") << " at " << address
+            << " (newest checkpoint: step " << durable_step << ")";
+  if (!tensors_.empty()) out_.push_back({Outgoing::To::kShard, s, ShardConfig{spec_, tensors_}});
+  if (moved) {
+    // Workers learn shard addresses when they register: make them register again.
+    for (auto& [id, w] : workers_) {
+      if (w.alive) DeclareDead(id, "must register again: shard " + std::to_string(s) + " moved");
+    }
   }
-  shard_registered_[shard.value()] = true;
-  shard_addresses_[shard.value()] = address;
-  LOG(INFO) << "shard " << shard << " registered at " << address;
-  if (!tensors_.empty()) {
-    out_.push_back({Outgoing::To::kShard, shard.value(), ShardConfig{spec_, tensors_}});
+  if (restarted) StartRollback(shard, durable_step);
+  Advance();
+  return OkStatus();
+}
+
+void JobState::StartRollback(ShardId restarted, Step durable_step) {
+  Step target = durable_step;
+  for (Step d : shard_durable_) target = std::min(target, d);
+  if (target.value() < 0) {
+    return Fail(DataLoss("shard " + std::to_string(restarted.value()) +
+                         " restarted without state and no checkpoint is held by every shard: run shards with "
+                         "--store and --checkpoint_every, or restart the job"));
   }
+  std::printf("rolling back to step %lld: shard %u restarted from its checkpoint of step %lld\n",
+              (long long)target.value(), restarted.value(), (long long)durable_step.value());
+  std::fflush(stdout);
+  phase_ = Phase::kRollingBack;
+  rollback_step_ = target;
+  rollback_acked_.assign(spec_.num_shards, false);
+  work_.clear();
+  eval_slices_.clear();
+  for (uint32_t s = 0; s < spec_.num_shards; ++s) out_.push_back({Outgoing::To::kShard, s, Rollback{target}});
+  Progress();
+}
+
+Status JobState::OnRollbackDone(const RollbackDone& done) {
+  const uint32_t s = done.shard.value();
+  if (s >= spec_.num_shards || !shard_registered_[s]) return InvalidArgument("rollback report from an unknown shard");
+  if (phase_ != Phase::kRollingBack || done.step != rollback_step_) return OkStatus();  // stale
+  if (done.code != StatusCode::kOk) {
+    Fail(done.ToStatus().WithContext("shard " + std::to_string(s) + " could not roll back to step " +
+                                     std::to_string(done.step.value())));
+    return OkStatus();
+  }
+  rollback_acked_[s] = true;
+  shard_durable_[s] = done.durable_step;
+  if (std::all_of(rollback_acked_.begin(), rollback_acked_.end(), [](bool b) { return b; })) {
+    // Every shard serves version R: the job goes on from step R.
+    const Step r = rollback_step_;
+    std::fill(shard_done_.begin(), shard_done_.end(), Step(r.value() - 1));
+    losses_.erase(losses_.lower_bound(r.value()), losses_.end());
+    steps_done_ = r.value();
+    for (auto& [id, w] : workers_) w.done_step = std::min(w.done_step, Step(r.value() - 1));
+    LOG(INFO) << "every shard serves version " << r << ": replaying from there";
+    StartStep(r);
+  }
+  Progress();
   Advance();
   return OkStatus();
 }
@@ -121,6 +175,11 @@ Status JobState::OnStepDone(ShardId shard, const StepDone& done) {
   if (shard.value() >= spec_.num_shards || !shard_registered_[shard.value()]) {
     return InvalidArgument("step report from an unknown shard");
   }
+  shard_durable_[shard.value()] = std::max(shard_durable_[shard.value()], done.durable_step);
+  if (!done.checkpoint_error.empty()) {
+    LOG(WARNING) << "shard " << shard << " could not write a checkpoint: " << done.checkpoint_error;
+  }
+  if (phase_ == Phase::kRollingBack) return OkStatus();  // reports from before the rollback
   shard_done_[shard.value()] = std::max(shard_done_[shard.value()], done.step);
   if (done.has_loss) losses_[done.step.value()] = done.loss;
   Progress();
@@ -162,7 +221,7 @@ void JobState::Tick() {
   Advance();
   // Watchdog: while shards are missing, or workers are alive, something must move.
   const bool waiting_for_shards = !AllShardsRegistered();
-  const bool working = phase_ == Phase::kTraining || phase_ == Phase::kEvaluating;
+  const bool working = phase_ == Phase::kTraining || phase_ == Phase::kEvaluating || phase_ == Phase::kRollingBack;
   if ((waiting_for_shards || (working && HasLiveReadyWorker())) && now > progress_deadline_) {
     Fail(DeadlineExceeded(waiting_for_shards ? "the shards did not all register in time"
                                              : "no progress within the step timeout (step " +
@@ -401,6 +460,7 @@ void JobState::Advance() {
         }
       }
       break;
+    case Phase::kRollingBack:
     case Phase::kFinalizing:
     case Phase::kDone:
       break;

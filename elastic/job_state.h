@@ -70,12 +70,16 @@ struct JobSummary {
 
 class JobState {
  public:
-  enum class Phase { kStarting, kInitializing, kTraining, kEvaluating, kFinalizing, kStopping, kDone };
+  enum class Phase { kStarting, kInitializing, kTraining, kEvaluating, kRollingBack, kFinalizing, kStopping, kDone };
 
   JobState(JobSpec spec, JobStateOptions options, const Clock* clock);
 
   // ---- events. A non-OK Status is the error reply for the sender. ----
-  Status OnShardRegistered(ShardId shard, const std::string& address);
+  // A shard that registers again after the job started has restarted: it serves
+  // its newest checkpoint `durable_step`, and the job rolls back to the newest
+  // step every shard holds durably, then replays (same bits, by the contract).
+  Status OnShardRegistered(ShardId shard, const std::string& address, Step durable_step = Step(-1));
+  Status OnRollbackDone(const RollbackDone& done);
   WorkerId OnWorkerRegistered(const std::string& host, uint32_t pid);
   // Aborted: the worker is unknown or was declared dead; it must register again.
   Status OnStepRequest(const StepRequest& request);
@@ -152,6 +156,7 @@ class JobState {
   void StopWorkers();
   bool HasLiveReadyWorker() const;
   void Progress() { progress_deadline_ = clock_->Now() + options_.step_timeout; }
+  void StartRollback(ShardId restarted, Step durable_step);
 
   JobSpec spec_;
   const JobStateOptions options_;
@@ -159,6 +164,9 @@ class JobState {
   std::vector<std::string> shard_addresses_;
   std::vector<Step> shard_done_;
   std::vector<bool> shard_registered_;
+  std::vector<Step> shard_durable_;   // newest checkpoint each shard reported
+  Step rollback_step_{-1};
+  std::vector<bool> rollback_acked_;
   std::map<WorkerId, WorkerInfo> workers_;
   std::vector<WorkerId> unanswered_registrations_;
   uint32_t next_worker_ = 0;

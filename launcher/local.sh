@@ -3,8 +3,14 @@
 # workers, on free loopback ports.
 #
 #   launcher/local.sh --job FILE --servers S --workers W --run-dir DIR [--slowdowns F0,F1,...]
-#                     [-- extra coordinator flags]
+#                     [--checkpoint-every K] [--supervise] [-- extra coordinator flags]
 #
+# --checkpoint-every K  each shard keeps its state in RocksDB under DIR/store/shard<N>
+#                       and writes a checkpoint every K steps.
+# --supervise           restart a shard that dies abnormally, with backoff (0.2 s doubling
+#                       to 5 s), on the same endpoint, as a process manager would; with
+#                       --checkpoint-every it restores its newest checkpoint and the job
+#                       rolls back to the newest step every shard holds, then replays.
 # --slowdowns gives worker i the testing aid --slowdown=Fi (a stand-in for slower
 # hardware: timing only, never bits).
 # Logs go to DIR/logs/<process>.log, pid files to DIR/pids/, the coordinator's
@@ -13,11 +19,11 @@
 # 0 only if the job succeeded.
 set -euo pipefail
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
-job="" servers=1 workers=1 run_dir="" slowdowns="" extra=()
+job="" servers=1 workers=1 run_dir="" slowdowns="" checkpoint_every=0 supervise=0 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --job) job=$2; shift 2 ;;
@@ -25,6 +31,8 @@ while [ $# -gt 0 ]; do
     --workers) workers=$2; shift 2 ;;
     --run-dir) run_dir=$2; shift 2 ;;
     --slowdowns) slowdowns=$2; shift 2 ;;
+    --checkpoint-every) checkpoint_every=$2; shift 2 ;;
+    --supervise) supervise=1; shift ;;
     --) shift; extra=("$@"); break ;;
     -h|--help) usage ;;
     *) echo "local.sh: unknown argument '$1'" >&2; usage ;;
@@ -34,6 +42,7 @@ done
 [ -f "$job" ] || { echo "local.sh: job file '$job' not found" >&2; exit 2; }
 [[ "$servers" =~ ^[1-9][0-9]*$ ]] || { echo "local.sh: --servers must be a positive integer" >&2; exit 2; }
 [[ "$workers" =~ ^[1-9][0-9]*$ ]] || { echo "local.sh: --workers must be a positive integer" >&2; exit 2; }
+[[ "$checkpoint_every" =~ ^[0-9]+$ ]] || { echo "local.sh: --checkpoint-every must be a number of steps" >&2; exit 2; }
 for b in coordinator shard worker; do
   [ -x "$bin/$b" ] || { echo "local.sh: $bin/$b is missing: run scripts/setup.sh" >&2; exit 2; }
 done
@@ -41,7 +50,7 @@ done
 mkdir -p "$run_dir/logs" "$run_dir/pids"
 run_dir=$(cd "$run_dir" && pwd)
 job=$(cd "$(dirname "$job")" && pwd)/$(basename "$job")
-rm -f "$run_dir"/*.addr "$run_dir/result.json" "$run_dir"/pids/*.pid
+rm -f "$run_dir"/*.addr "$run_dir/result.json" "$run_dir"/pids/*.pid "$run_dir/.stopping"
 if [ ! -s "$run_dir/token" ]; then
   (umask 077; od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > "$run_dir/token")
 fi
@@ -53,6 +62,8 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 pids=()
 cleanup() {
   trap - EXIT INT TERM
+  touch "$run_dir/.stopping"  # supervisors restart nothing from now on
+  for f in "$run_dir"/pids/*.pid; do [ -f "$f" ] && pids+=("$(cat "$f")"); done
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   # Bounded wait for a graceful exit, then force.
   for _ in $(seq 50); do
@@ -92,9 +103,37 @@ fi
 addr=$(cat "$run_dir/coordinator.addr")
 echo "coordinator at $addr, run dir $run_dir"
 
+# supervise NAME CMD...: runs CMD, restarting it with backoff while it dies abnormally;
+# restarts bind the endpoint the first run got, so peers reconnect by themselves.
+supervise() {
+  local name=$1; shift
+  local backoff=0.2 rc child
+  trap 'kill -TERM $child 2>/dev/null; exit 0' TERM
+  while true; do
+    local bind=()
+    [ -s "$run_dir/$name.addr" ] && bind=(--bind="$(cat "$run_dir/$name.addr")")
+    "$@" "${bind[@]}" >> "$run_dir/logs/$name.log" 2>&1 &
+    child=$!
+    echo $child > "$run_dir/pids/$name.pid"
+    rc=0; wait $child || rc=$?
+    { [ $rc -eq 0 ] || [ -f "$run_dir/.stopping" ]; } && return 0
+    echo "local.sh: $name exited with status $rc; restarting it in ${backoff}s" | tee -a "$run_dir/logs/$name.log" >&2
+    sleep "$backoff"
+    backoff=$(awk -v b="$backoff" 'BEGIN { b *= 2; print (b > 5 ? 5 : b) }')
+  done
+}
+
 for ((s = 0; s < servers; s++)); do
-  start "shard$s" "$bin/shard" --coordinator="$addr" --shard_id=$s --token_file="$run_dir/token" \
-    --addr_file="$run_dir/shard$s.addr"
+  shard=("$bin/shard" --coordinator="$addr" --shard_id=$s --token_file="$run_dir/token" --addr_file="$run_dir/shard$s.addr")
+  if [ "$checkpoint_every" -gt 0 ]; then
+    shard+=(--store="$run_dir/store/shard$s" --checkpoint_every="$checkpoint_every")
+  fi
+  if [ $supervise = 1 ]; then
+    supervise "shard$s" "${shard[@]}" &
+    pids+=($!)
+  else
+    start "shard$s" "${shard[@]}"
+  fi
 done
 IFS=, read -r -a slow <<< "$slowdowns"
 for ((w = 0; w < workers; w++)); do
