@@ -1,0 +1,757 @@
+// ps_transfer: the parameter server's data path, measured through real shard
+// processes (build/bin/shard) and against raw ZeroMQ moving the same bytes.
+//
+// This program plays the coordinator (a ROUTER that answers RegisterShard with
+// a ShardConfig for a synthetic layout: one fp32 parameter tensor of --elems
+// elements plus the loss pseudo-tensor, plain SGD) and the workers (one thread
+// and one ZeroMQ context per client, speaking Envelopes through schema/Channel,
+// so the codec and the shard's service loop are the real ones). It starts the
+// server processes itself and stops them (Shutdown, then SIGKILL after a
+// bounded wait).
+//
+//   --mode=transfer  S shards, C clients, V = C (one VW per client). Per step a
+//       client pulls version t from every shard, then pushes block [c, c+1) of
+//       every chunk (and the loss) for step t; the shard completes the step when
+//       every client's block is in, applies SGD and serves version t+1. Against
+//       it, raw ZeroMQ: S echo servers (processes) and a DEALER per client that
+//       sends the same chunk bytes to each server as one multipart message of the
+//       same frames (4 MiB at the default chunk size, zero-copy from one buffer)
+//       and receives a reply of the same frames (zero-copy from a preallocated
+//       buffer, as the shard answers pulls). Both run in the same process
+//       lifetime, in alternating rounds, so noise hits both alike.
+//   --mode=share  one client hosting --vws_per_client VWs, as a worker runs them:
+//       pull w(t) and copy it into the model, then for each VW a busy loop of
+//       --compute_ms (the stand-in for forward/backward), a copy of the gradient
+//       into a flat buffer and the tree reduction of the block, then one push per
+//       aligned block. Step time minus the compute is the parameter server's
+//       share (its copies on the worker included).
+//   --mode=raw_server  internal: the raw ZeroMQ echo server started by transfer.
+//
+// Prints a human-readable table and, for scripts/bench.sh, one line per
+// measured configuration: "result key=value ...". Times are medians over the
+// measured steps of every client; this never fails on timing.
+#include <fcntl.h>
+#include <gflags/gflags.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/layout.h"
+#include "common/status.h"
+#include "common/tree.h"
+#include "schema/channel.h"
+#include "schema/messages.h"
+
+DEFINE_string(mode, "transfer", "transfer | share | raw_server (internal)");
+DEFINE_string(shard_bin, "", "The shard binary (default: 'shard' next to this program)");
+DEFINE_uint32(shards, 1, "Server shards (and raw echo servers in transfer mode)");
+DEFINE_uint32(clients, 1, "Client threads, each with its own ZeroMQ context (transfer mode)");
+DEFINE_int64(elems, 10000000, "fp32 elements of the synthetic parameter tensor");
+DEFINE_int64(chunk_elems, 1 << 20, "Largest chunk, in elements (1<<20 = 4 MiB frames)");
+DEFINE_uint32(vws_per_client, 8, "share mode: VWs the one client hosts");
+DEFINE_double(compute_ms, 10, "share mode: simulated compute per VW (busy loop), ms");
+DEFINE_int32(warmup, 2, "Unmeasured steps (per kind) before the measured ones");
+DEFINE_int32(rounds, 3, "transfer: alternating rounds of raw and PS steps");
+DEFINE_int32(iters, 5, "Measured steps per round (transfer) or in all (share)");
+DEFINE_string(log_dir, "", "Folder for the servers' logs (empty: discard them)");
+DEFINE_int32(timeout_s, 60, "Deadline of every wait (registration, replies, exits)");
+// raw_server mode (set by transfer mode when it starts the echo servers)
+DEFINE_string(coordinator, "", "raw_server: the endpoint to register with");
+DEFINE_uint32(shard_id, 0, "raw_server: its id");
+
+namespace eps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+double MsSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+double Median(std::vector<double> xs) {
+  if (xs.empty()) return 0;
+  std::sort(xs.begin(), xs.end());
+  const size_t n = xs.size();
+  return n % 2 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
+}
+
+// Raw echo servers register with this id offset so one ROUTER tells them from shards.
+constexpr uint32_t kRawIdBase = 1000;
+
+// ---- child processes --------------------------------------------------------
+
+// A server process this program started; waits on it through a pidfd.
+struct Child {
+  pid_t pid = -1;
+  int pidfd = -1;
+  std::string name;
+};
+
+StatusOr<Child> Spawn(const std::vector<std::string>& args, const std::string& name) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const std::string log = FLAGS_log_dir.empty() ? "/dev/null" : FLAGS_log_dir + "/" + name + ".log";
+  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Internal("cannot open " + log + ": " + std::strerror(errno));
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fd);
+    return Internal(std::string("fork: ") + std::strerror(errno));
+  }
+  if (pid == 0) {  // only async-signal-safe calls until exec
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(fd);
+  Child c;
+  c.pid = pid;
+  c.pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  c.name = name;
+  return c;
+}
+
+// Waits until `deadline` for every child to exit, then SIGKILLs the rest; reaps all.
+void Reap(std::vector<Child>* children, Clock::time_point deadline) {
+  for (Child& c : *children) {
+    if (c.pid < 0) continue;
+    if (c.pidfd >= 0) {
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+      pollfd p{c.pidfd, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left))) <= 0) kill(c.pid, SIGKILL);
+      close(c.pidfd);
+    } else {
+      kill(c.pid, SIGKILL);  // no pidfd: no bounded wait to offer
+    }
+    int status = 0;
+    waitpid(c.pid, &status, 0);
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+      std::fprintf(stderr, "ps_transfer: %s (pid %d) ended with status %d\n", c.name.c_str(), c.pid, status);
+    }
+    c.pid = -1;
+  }
+}
+
+// ---- a barrier for the client threads (C++17 has none) ----------------------
+
+class Barrier {
+ public:
+  explicit Barrier(size_t n) : n_(n) {}
+  // False when the deadline passed first.
+  bool Wait(milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t gen = generation_;
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return true;
+    }
+    return cv_.wait_for(lock, timeout, [&] { return generation_ != gen; });
+  }
+
+ private:
+  const size_t n_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t arrived_ = 0;
+  uint64_t generation_ = 0;
+};
+
+// ---- the raw ZeroMQ echo server ---------------------------------------------
+
+void NoFree(void*, void*) {}
+
+int RunRawServer() {
+  zmq::context_t context(1);
+  auto control = Channel::Connect(&context, FLAGS_coordinator);
+  if (!control.ok()) {
+    std::fprintf(stderr, "raw_server: %s\n", control.status().ToString().c_str());
+    return 1;
+  }
+  zmq::socket_t data(context, zmq::socket_type::router);
+  data.set(zmq::sockopt::sndhwm, 0);
+  data.set(zmq::sockopt::rcvhwm, 0);
+  data.set(zmq::sockopt::linger, 0);
+  data.bind("tcp://127.0.0.1:*");
+  const std::string endpoint = data.get(zmq::sockopt::last_endpoint);
+  Status st = (*control)->Send(Envelope{"", RegisterShard{ShardId(kRawIdBase + FLAGS_shard_id), endpoint, Step(-1)}});
+  if (!st.ok()) {
+    std::fprintf(stderr, "raw_server: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  std::vector<uint8_t> reply_bytes;  // the "stored parameters" replies point into
+  std::vector<zmq::message_t> parts;
+  const auto idle_limit = std::chrono::seconds(FLAGS_timeout_s * 10);
+  auto last_activity = Clock::now();
+  for (;;) {
+    zmq::pollitem_t items[] = {{static_cast<void*>(data), 0, ZMQ_POLLIN, 0},
+                               {static_cast<void*>((*control)->socket()), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 2, milliseconds(1000));
+    if (items[1].revents & ZMQ_POLLIN) {
+      auto in = (*control)->TryReceive();
+      if (in.ok() && in->envelope.ok() && std::holds_alternative<Shutdown>(in->envelope->body)) return 0;
+    }
+    if (items[0].revents & ZMQ_POLLIN) {
+      last_activity = Clock::now();
+      parts.clear();
+      do {
+        parts.emplace_back();
+        if (!data.recv(parts.back(), zmq::recv_flags::dontwait)) {
+          parts.pop_back();
+          break;
+        }
+      } while (parts.back().more());
+      if (parts.size() < 2) continue;
+      size_t total = 0;
+      for (size_t i = 1; i < parts.size(); ++i) total += parts[i].size();
+      if (reply_bytes.size() < total) reply_bytes.assign(total, 1);
+      data.send(parts[0], zmq::send_flags::sndmore);
+      size_t off = 0;
+      for (size_t i = 1; i < parts.size(); ++i) {
+        zmq::message_t m(reply_bytes.data() + off, parts[i].size(), &NoFree, nullptr);
+        off += parts[i].size();
+        data.send(m, i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      }
+    } else if (Clock::now() - last_activity > idle_limit) {
+      return 3;  // orphaned: the parent died without a Shutdown (PDEATHSIG covers the rest)
+    }
+  }
+}
+
+// ---- what memory costs on this host ------------------------------------------
+
+// Copies `bytes` into a warm buffer and into freshly mapped pages (as a new
+// receive buffer or a new std::vector above glibc's mmap threshold gets them);
+// prints the best of 3 of each. Explains most of the figures of both modes.
+void ReportMemoryCost(size_t bytes) {
+  std::vector<uint8_t> src(bytes, 1), warm(bytes, 2);
+  double warm_ms = 1e30, fresh_ms = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    auto t0 = Clock::now();
+    std::memcpy(warm.data(), src.data(), bytes);
+    warm_ms = std::min(warm_ms, MsSince(t0));
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return;
+    t0 = Clock::now();
+    std::memcpy(p, src.data(), bytes);
+    fresh_ms = std::min(fresh_ms, MsSince(t0));
+    munmap(p, bytes);
+  }
+  const double pages = static_cast<double>(bytes) / 4096;
+  std::printf("memory: memcpy of %.1f MB: %.1f ms into a warm buffer (%.1f GB/s), %.1f ms into fresh pages "
+              "(%.2f us per 4 KiB page fault)\n",
+              bytes / 1e6, warm_ms, bytes / warm_ms / 1e6, fresh_ms, (fresh_ms - warm_ms) * 1e3 / pages);
+  std::printf("result mode=memory bytes=%zu warm_ms=%.2f fresh_ms=%.2f\n", bytes, warm_ms, fresh_ms);
+}
+
+// ---- the synthetic job ---------------------------------------------------------
+
+struct Setup {
+  uint32_t shards = 1;
+  uint32_t clients = 1;
+  uint32_t vws_per_client = 1;
+  int64_t elems = 0;
+  int64_t chunk_elems = 0;
+  int64_t total_steps = 0;
+  bool worker_copies = false;  // share mode: copy as worker/worker.cc does
+  double compute_ms = 0;
+  uint32_t V() const { return clients * vws_per_client; }
+};
+
+std::vector<TensorSpec> Tensors(const Setup& s) {
+  TensorSpec w;
+  w.name = "w";
+  w.kind = TensorKind::kParameter;
+  w.dtype = DType::kFloat32;
+  w.shape = {s.elems};
+  return {w, LossTensor()};
+}
+
+ShardConfig MakeConfig(const Setup& s) {
+  ShardConfig config;
+  config.spec.job_id = "ps_transfer";
+  config.spec.model = "synthetic";
+  config.spec.virtual_workers = s.V();
+  config.spec.batch_per_vw = 1;
+  config.spec.steps = s.total_steps;
+  config.spec.chunk_elems = s.chunk_elems;
+  config.spec.num_shards = s.shards;
+  config.spec.optimizer.kind = "sgd";
+  config.spec.optimizer.lr = 1e-3;
+  config.tensors = Tensors(s);
+  return config;
+}
+
+struct StepTimes {
+  std::vector<double> pull, compute, worker, push, total;  // ms per measured step
+  std::vector<double> tree;  // share mode: the part of `worker` spent in TreeReducer::Add
+  void Add(double pl, double c, double w, double ps) {
+    pull.push_back(pl);
+    compute.push_back(c);
+    worker.push_back(w);
+    push.push_back(ps);
+    total.push_back(pl + c + w + ps);
+  }
+  void Append(const StepTimes& o) {
+    for (auto [mine, theirs] : {std::pair{&pull, &o.pull}, {&compute, &o.compute}, {&worker, &o.worker},
+                                {&push, &o.push}, {&total, &o.total}}) {
+      mine->insert(mine->end(), theirs->begin(), theirs->end());
+    }
+  }
+};
+
+// One client: a worker's data path against the shards, and the raw baseline.
+class Client {
+ public:
+  Client(const Setup& setup, uint32_t index, const std::vector<std::string>& shard_addrs,
+         const std::vector<std::string>& raw_addrs, const Layout& layout)
+      : setup_(setup), index_(index), layout_(layout), context_(1) {
+    for (const std::string& a : shard_addrs) shard_addrs_.push_back(a);
+    for (const std::string& a : raw_addrs) raw_addrs_.push_back(a);
+    const size_t flat = static_cast<size_t>(setup_.elems) + 1;  // parameters, then the loss
+    gradient_ = std::make_shared<std::vector<float>>(flat, 1e-3f);
+    (*gradient_)[setup_.elems] = 0.5f;
+    model_.assign(static_cast<size_t>(setup_.elems), 0.25f);
+  }
+
+  Status Connect() {
+    for (const std::string& a : shard_addrs_) {
+      EPS_ASSIGN_OR_RETURN(auto ch, Channel::Connect(&context_, a));
+      shards_.push_back(std::move(ch));
+    }
+    for (const std::string& a : raw_addrs_) {
+      raw_.emplace_back(context_, zmq::socket_type::dealer);
+      raw_.back().set(zmq::sockopt::sndhwm, 0);
+      raw_.back().set(zmq::sockopt::rcvhwm, 0);
+      raw_.back().set(zmq::sockopt::linger, 0);
+      raw_.back().connect(a);
+    }
+    return OkStatus();
+  }
+
+  // Client 0 pushes the initial values (step -1); retried while a shard has no
+  // layout yet (its ShardConfig may still be in flight: no message says when it lands).
+  Status PushInitialValues(Clock::time_point deadline) {
+    auto values = std::make_shared<std::vector<float>>(model_);
+    for (uint32_t s = 0; s < shards_.size(); ++s) {
+      for (;;) {
+        Push push{Epoch(0), Step(-1), Block{0, 1}, ChunksOf(s, values, /*with_loss=*/false)};
+        EPS_RETURN_IF_ERROR(shards_[s]->Send(Envelope{"", std::move(push)}));
+        Status st = AwaitReply(s).status();
+        if (st.ok()) break;
+        if (st.code() != StatusCode::kUnavailable || Clock::now() > deadline) return st.WithContext("initial push");
+        std::this_thread::sleep_for(milliseconds(20));  // bounded retry back-off, not a readiness poll
+      }
+    }
+    return OkStatus();
+  }
+
+  // One step of the parameter-server path: pull w(t), compute, push the blocks.
+  Status PsStep(int64_t t, StepTimes* times) {
+    const Step step(t);
+    auto t0 = Clock::now();
+    EPS_RETURN_IF_ERROR(Pull(step));
+    const double pull_ms = MsSince(t0);
+    double compute_ms = 0, worker_ms = 0, tree_ms = 0, push_ms = 0;
+    const uint32_t lo = index_ * setup_.vws_per_client, hi = lo + setup_.vws_per_client;
+    for (const Block& block : AlignedBlocks(lo, hi)) {
+      std::shared_ptr<std::vector<float>> sum = gradient_;
+      if (setup_.worker_copies) {
+        TreeReducer reducer(block, setup_.V(), gradient_->size());
+        for (uint32_t v = block.lo; v < block.hi(); ++v) {
+          auto c0 = Clock::now();
+          if (setup_.compute_ms > 0) {
+            const auto end = c0 + std::chrono::duration<double, std::milli>(setup_.compute_ms);
+            while (Clock::now() < end) {
+            }
+          }
+          compute_ms += MsSince(c0);
+          auto w0 = Clock::now();
+          std::vector<float> flat(gradient_->size());  // FlatGradient(): one copy per VW
+          std::memcpy(flat.data(), gradient_->data(), flat.size() * sizeof(float));
+          auto r0 = Clock::now();
+          EPS_RETURN_IF_ERROR(reducer.Add(Block{v, 1}, std::move(flat)));
+          tree_ms += MsSince(r0);
+          worker_ms += MsSince(w0);
+        }
+        auto w0 = Clock::now();
+        sum = std::make_shared<std::vector<float>>(reducer.TakeResult());
+        worker_ms += MsSince(w0);
+      }
+      auto p0 = Clock::now();
+      for (uint32_t s = 0; s < shards_.size(); ++s) {
+        Push push{Epoch(0), step, block, ChunksOf(s, sum, /*with_loss=*/true)};
+        EPS_RETURN_IF_ERROR(shards_[s]->Send(Envelope{"", std::move(push)}));
+        ++outstanding_[s];
+      }
+      push_ms += MsSince(p0);
+    }
+    auto p0 = Clock::now();
+    for (uint32_t s = 0; s < shards_.size(); ++s) {
+      for (; outstanding_[s] > 0; --outstanding_[s]) EPS_RETURN_IF_ERROR(AwaitReply(s).status());
+    }
+    push_ms += MsSince(p0);
+    if (times != nullptr) {
+      times->Add(pull_ms, compute_ms, worker_ms, push_ms);
+      times->tree.push_back(tree_ms);
+    }
+    return OkStatus();
+  }
+
+  // Waits for version `v` (untimed: lines the clients up after the initial push).
+  Status Pull(Step v) {
+    for (auto& ch : shards_) EPS_RETURN_IF_ERROR(ch->Send(Envelope{"", eps::Pull{v, {}}}));
+    for (uint32_t s = 0; s < shards_.size(); ++s) {
+      EPS_ASSIGN_OR_RETURN(Envelope reply, AwaitReply(s));
+      auto* pulled = std::get_if<PullReply>(&reply.body);
+      if (pulled == nullptr || pulled->version != v) return Internal("a pull was answered with something else");
+      size_t n = 0;
+      for (const ChunkBytes& cb : pulled->chunks) {
+        if (cb.chunk.value() >= layout_.chunks.size()) return DataLoss("pulled an unknown chunk");
+        const Chunk& c = layout_.chunks[cb.chunk.value()];
+        if (cb.size != layout_.ChunkBytes(c)) return DataLoss("pulled chunk of the wrong size");
+        if (setup_.worker_copies) std::memcpy(model_.data() + c.offset, cb.data, cb.size);  // PullInto()
+        ++n;
+      }
+      if (n != pulled_per_shard_[s]) return DataLoss("a pull reply lacks chunks");
+    }
+    return OkStatus();
+  }
+
+  // One raw round trip: each server gets the bytes of its shard's chunks as the
+  // same frames, zero-copy, and answers with frames of the same sizes.
+  Status RawStep(StepTimes* times) {
+    auto t0 = Clock::now();
+    for (uint32_t s = 0; s < raw_.size(); ++s) {
+      const std::vector<ChunkBytes> chunks = ChunksOf(s, gradient_, /*with_loss=*/false);
+      for (size_t i = 0; i < chunks.size(); ++i) {
+        zmq::message_t m(const_cast<void*>(chunks[i].data), chunks[i].size, &NoFree, nullptr);
+        raw_[s].send(m, i + 1 < chunks.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      }
+    }
+    for (uint32_t s = 0; s < raw_.size(); ++s) {
+      zmq::pollitem_t item{static_cast<void*>(raw_[s]), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, milliseconds(FLAGS_timeout_s * 1000)) == 0) return DeadlineExceeded("raw reply");
+      size_t bytes = 0;
+      zmq::message_t m;
+      do {
+        if (!raw_[s].recv(m, zmq::recv_flags::none)) return Internal("raw receive");
+        bytes += m.size();
+      } while (m.more());
+      if (bytes == 0) return DataLoss("empty raw reply");
+    }
+    if (times != nullptr) times->Add(0, 0, 0, MsSince(t0));
+    return OkStatus();
+  }
+
+  void CountPulledChunks() {
+    pulled_per_shard_.assign(shards_.size(), 0);
+    for (const Chunk& c : layout_.chunks) {
+      if (layout_.tensors[c.tensor].kind != TensorKind::kLoss) ++pulled_per_shard_[c.shard.value()];
+    }
+    outstanding_.assign(shards_.size(), 0);
+  }
+
+ private:
+  std::vector<ChunkBytes> ChunksOf(uint32_t shard, const std::shared_ptr<std::vector<float>>& flat,
+                                   bool with_loss) const {
+    std::vector<ChunkBytes> out;
+    for (const Chunk& c : layout_.chunks) {
+      if (c.shard.value() != shard) continue;
+      const bool loss = layout_.tensors[c.tensor].kind == TensorKind::kLoss;
+      if (loss && !with_loss) continue;
+      const float* p = flat->data() + (loss ? setup_.elems : c.offset);
+      out.push_back(ChunkBytes{c.id, p, layout_.ChunkBytes(c), flat});
+    }
+    return out;
+  }
+
+  StatusOr<Envelope> AwaitReply(uint32_t s) {
+    EPS_ASSIGN_OR_RETURN(Channel::Incoming in, shards_[s]->Receive(milliseconds(FLAGS_timeout_s * 1000)));
+    if (!in.envelope.ok()) return in.envelope.status();
+    if (auto* err = std::get_if<ErrorReply>(&in.envelope->body)) return err->ToStatus();
+    return std::move(in.envelope).value();
+  }
+
+  const Setup setup_;
+  const uint32_t index_;
+  const Layout& layout_;
+  zmq::context_t context_;
+  std::vector<std::string> shard_addrs_, raw_addrs_;
+  std::vector<std::unique_ptr<Channel>> shards_;
+  std::vector<zmq::socket_t> raw_;
+  std::shared_ptr<std::vector<float>> gradient_;  // what every VW "computes"
+  std::vector<float> model_;
+  std::vector<size_t> pulled_per_shard_;
+  std::vector<int> outstanding_;
+};
+
+std::string SelfDir() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  std::string p(buf, static_cast<size_t>(n));
+  return p.substr(0, p.rfind('/'));
+}
+
+// The coordinator's side: starts the servers, configures the shards, runs the
+// clients, stops everything.
+class Bench {
+ public:
+  explicit Bench(Setup setup) : setup_(setup), context_(1) {}
+  ~Bench() { Reap(&children_, Clock::now()); }
+
+  Status Start(bool with_raw) {
+    EPS_ASSIGN_OR_RETURN(coordinator_, Channel::Bind(&context_, "tcp://127.0.0.1:0"));
+    const std::string shard_bin = FLAGS_shard_bin.empty() ? SelfDir() + "/shard" : FLAGS_shard_bin;
+    const std::string self = SelfDir() + "/ps_transfer";
+    if (access(shard_bin.c_str(), X_OK) != 0) return NotFound(shard_bin + " is not an executable");
+    const std::string coord = "--coordinator=" + coordinator_->endpoint();
+    for (uint32_t s = 0; s < setup_.shards; ++s) {
+      const std::string id = "--shard_id=" + std::to_string(s);
+      const std::string pull_wait = "--pull_wait_ms=" + std::to_string(FLAGS_timeout_s * 1000);
+      EPS_ASSIGN_OR_RETURN(Child c, Spawn({shard_bin, coord, id, pull_wait}, "shard" + std::to_string(s)));
+      children_.push_back(c);
+      if (with_raw) {
+        EPS_ASSIGN_OR_RETURN(Child r, Spawn({self, "--mode=raw_server", coord, id,
+                                             "--timeout_s=" + std::to_string(FLAGS_timeout_s)},
+                                            "raw" + std::to_string(s)));
+        children_.push_back(r);
+      }
+    }
+    const size_t expected = setup_.shards * (with_raw ? 2 : 1);
+    shard_peers_.assign(setup_.shards, "");
+    shard_addrs_.assign(setup_.shards, "");
+    raw_peers_.assign(with_raw ? setup_.shards : 0, "");
+    raw_addrs_.assign(with_raw ? setup_.shards : 0, "");
+    const auto deadline = Clock::now() + std::chrono::seconds(FLAGS_timeout_s);
+    for (size_t got = 0; got < expected;) {
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return DeadlineExceeded("the servers did not register in time (see --log_dir)");
+      auto in = coordinator_->Receive(left);
+      if (!in.ok()) {
+        if (in.status().code() == StatusCode::kDeadlineExceeded) continue;
+        return in.status();
+      }
+      if (!in->envelope.ok()) return in->envelope.status().WithContext("a server's registration");
+      auto* reg = std::get_if<RegisterShard>(&in->envelope->body);
+      if (reg == nullptr) return Internal(std::string("unexpected ") + BodyName(in->envelope->body));
+      const uint32_t id = reg->shard.value();
+      if (id >= kRawIdBase && id - kRawIdBase < raw_peers_.size()) {
+        raw_peers_[id - kRawIdBase] = in->peer;
+        raw_addrs_[id - kRawIdBase] = reg->address;
+      } else if (id < setup_.shards) {
+        shard_peers_[id] = in->peer;
+        shard_addrs_[id] = reg->address;
+        EPS_RETURN_IF_ERROR(coordinator_->SendTo(in->peer, Envelope{"", MakeConfig(setup_)}));
+      } else {
+        return Internal("registration of unknown server " + std::to_string(id));
+      }
+      ++got;
+    }
+    EPS_ASSIGN_OR_RETURN(layout_, MakeLayout(Tensors(setup_), setup_.shards, setup_.chunk_elems));
+    return OkStatus();
+  }
+
+  // Runs `body(client, barrier)` on one thread per client while this thread
+  // serves the coordinator's socket (StepDone reports, errors from the shards).
+  template <class Body>
+  Status RunClients(Body body) {
+    std::vector<std::unique_ptr<Client>> clients;
+    for (uint32_t c = 0; c < setup_.clients; ++c) {
+      clients.push_back(std::make_unique<Client>(setup_, c, shard_addrs_, raw_addrs_, layout_));
+    }
+    Barrier barrier(setup_.clients);
+    std::vector<Status> results(setup_.clients);
+    std::atomic<uint32_t> finished{0};
+    std::vector<std::thread> threads;
+    for (uint32_t c = 0; c < setup_.clients; ++c) {
+      threads.emplace_back([&, c] {
+        Client& cl = *clients[c];
+        Status st = cl.Connect();
+        if (st.ok()) {
+          cl.CountPulledChunks();
+          st = body(c, cl, barrier);
+        }
+        results[c] = st;
+        finished.fetch_add(1);
+      });
+    }
+    Status shard_error;
+    while (finished.load() < setup_.clients) {
+      auto in = coordinator_->Receive(milliseconds(100));
+      if (!in.ok() || !in->envelope.ok()) continue;
+      if (auto* err = std::get_if<ErrorReply>(&in->envelope->body)) shard_error = err->ToStatus();
+    }
+    for (std::thread& t : threads) t.join();
+    EPS_RETURN_IF_ERROR(shard_error.WithContext("a shard"));
+    for (uint32_t c = 0; c < setup_.clients; ++c) {
+      EPS_RETURN_IF_ERROR(results[c].WithContext("client " + std::to_string(c)));
+    }
+    return OkStatus();
+  }
+
+  void Stop() {
+    for (const std::string& p : shard_peers_) {
+      if (!p.empty()) (void)coordinator_->SendTo(p, Envelope{"", Shutdown{"benchmark done"}});
+    }
+    for (const std::string& p : raw_peers_) {
+      if (!p.empty()) (void)coordinator_->SendTo(p, Envelope{"", Shutdown{"benchmark done"}});
+    }
+    Reap(&children_, Clock::now() + std::chrono::seconds(FLAGS_timeout_s));
+  }
+
+ private:
+  const Setup setup_;
+  zmq::context_t context_;
+  std::unique_ptr<Channel> coordinator_;
+  std::vector<Child> children_;
+  std::vector<std::string> shard_peers_, shard_addrs_, raw_peers_, raw_addrs_;
+  Layout layout_;
+};
+
+// The first step is version 0 (the initial values): client 0 pushes them.
+Status Initialize(uint32_t c, Client& client, Barrier& barrier) {
+  const auto deadline = Clock::now() + std::chrono::seconds(FLAGS_timeout_s);
+  if (c == 0) EPS_RETURN_IF_ERROR(client.PushInitialValues(deadline));
+  if (!barrier.Wait(milliseconds(FLAGS_timeout_s * 1000))) return DeadlineExceeded("clients out of step");
+  return OkStatus();
+}
+
+int RunTransfer() {
+  Setup setup;
+  setup.shards = FLAGS_shards;
+  setup.clients = FLAGS_clients;
+  setup.vws_per_client = 1;
+  setup.elems = FLAGS_elems;
+  setup.chunk_elems = FLAGS_chunk_elems;
+  setup.total_steps = int64_t{FLAGS_rounds} * (FLAGS_iters + FLAGS_warmup) + 1;
+  Bench bench(setup);
+  Status st = bench.Start(/*with_raw=*/true);
+  std::mutex mu;
+  StepTimes ps, raw;
+  if (st.ok()) {
+    st = bench.RunClients([&](uint32_t c, Client& client, Barrier& barrier) -> Status {
+      EPS_RETURN_IF_ERROR(Initialize(c, client, barrier));
+      StepTimes my_ps, my_raw;
+      int64_t t = 0;
+      const milliseconds wait(FLAGS_timeout_s * 1000);
+      for (int r = 0; r < FLAGS_rounds; ++r) {
+        if (!barrier.Wait(wait)) return DeadlineExceeded("clients out of step");
+        for (int i = 0; i < FLAGS_warmup + FLAGS_iters; ++i) {
+          EPS_RETURN_IF_ERROR(client.RawStep(i < FLAGS_warmup ? nullptr : &my_raw));
+        }
+        if (!barrier.Wait(wait)) return DeadlineExceeded("clients out of step");
+        for (int i = 0; i < FLAGS_warmup + FLAGS_iters; ++i, ++t) {
+          EPS_RETURN_IF_ERROR(client.PsStep(t, i < FLAGS_warmup ? nullptr : &my_ps));
+        }
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      ps.Append(my_ps);
+      raw.Append(my_raw);
+      return OkStatus();
+    });
+  }
+  bench.Stop();
+  if (!st.ok()) {
+    std::fprintf(stderr, "ps_transfer: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  const double mb = static_cast<double>(FLAGS_elems) * 4 / 1e6;
+  const double raw_ms = Median(raw.total), ps_ms = Median(ps.total);
+  std::printf("transfer: %u shard(s), %u client(s), %.1f MB pushed and pulled per client and step, "
+              "%lld-element chunks\n",
+              setup.shards, setup.clients, mb, static_cast<long long>(setup.chunk_elems));
+  std::printf("  %-22s %10s %10s %10s %10s\n", "path", "push ms", "pull ms", "total ms", "vs raw");
+  std::printf("  %-22s %10s %10s %10.1f %10.2f\n", "raw ZeroMQ round trip", "-", "-", raw_ms, 1.0);
+  std::printf("  %-22s %10.1f %10.1f %10.1f %10.2f\n", "ElasticPS push+pull", Median(ps.push), Median(ps.pull), ps_ms,
+              ps_ms > 0 ? raw_ms / ps_ms : 0);
+  std::printf("result mode=transfer shards=%u clients=%u elems=%lld raw_ms=%.2f ps_ms=%.2f push_ms=%.2f pull_ms=%.2f "
+              "samples=%zu\n",
+              setup.shards, setup.clients, static_cast<long long>(FLAGS_elems), raw_ms, ps_ms, Median(ps.push),
+              Median(ps.pull), ps.total.size());
+  ReportMemoryCost(static_cast<size_t>(FLAGS_elems) * sizeof(float));
+  return 0;
+}
+
+int RunShare() {
+  Setup setup;
+  setup.shards = FLAGS_shards;
+  setup.clients = 1;
+  setup.vws_per_client = FLAGS_vws_per_client;
+  setup.elems = FLAGS_elems;
+  setup.chunk_elems = FLAGS_chunk_elems;
+  setup.total_steps = FLAGS_warmup + FLAGS_iters + 1;
+  setup.worker_copies = true;
+  setup.compute_ms = FLAGS_compute_ms;
+  Bench bench(setup);
+  Status st = bench.Start(/*with_raw=*/false);
+  StepTimes times;
+  if (st.ok()) {
+    st = bench.RunClients([&](uint32_t c, Client& client, Barrier& barrier) -> Status {
+      EPS_RETURN_IF_ERROR(Initialize(c, client, barrier));
+      for (int i = 0; i < FLAGS_warmup + FLAGS_iters; ++i) {
+        EPS_RETURN_IF_ERROR(client.PsStep(i, i < FLAGS_warmup ? nullptr : &times));
+      }
+      return OkStatus();
+    });
+  }
+  bench.Stop();
+  if (!st.ok()) {
+    std::fprintf(stderr, "ps_transfer: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  const double step = Median(times.total), compute = Median(times.compute);
+  std::printf("share: %lld parameters, V = %u in one worker, %.1f ms compute per VW, %u shard(s)\n",
+              static_cast<long long>(FLAGS_elems), setup.V(), FLAGS_compute_ms, setup.shards);
+  std::printf("  step %.1f ms = pull %.1f + compute %.1f + worker copies %.1f (of which tree adds %.1f) + push %.1f;"
+              " PS share %.1f %%\n",
+              step, Median(times.pull), compute, Median(times.worker), Median(times.tree), Median(times.push),
+              step > 0 ? 100 * (step - compute) / step : 0);
+  std::printf("result mode=share shards=%u vws=%u elems=%lld step_ms=%.2f compute_ms=%.2f pull_ms=%.2f worker_ms=%.2f "
+              "tree_ms=%.2f push_ms=%.2f samples=%zu\n",
+              setup.shards, setup.V(), static_cast<long long>(FLAGS_elems), step, compute, Median(times.pull),
+              Median(times.worker), Median(times.tree), Median(times.push), times.total.size());
+  ReportMemoryCost(static_cast<size_t>(FLAGS_elems) * sizeof(float));
+  return 0;
+}
+
+}  // namespace
+}  // namespace eps
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("ps_transfer --mode=transfer|share [--shards=S --clients=C --elems=N ...]");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  std::signal(SIGPIPE, SIG_IGN);
+  if (FLAGS_shards < 1 || FLAGS_clients < 1 || FLAGS_elems < 1 || FLAGS_chunk_elems < 1 || FLAGS_iters < 1 ||
+      FLAGS_rounds < 1 || FLAGS_warmup < 0 || FLAGS_vws_per_client < 1 || FLAGS_timeout_s < 1) {
+    std::fprintf(stderr, "ps_transfer: counts and sizes must be positive\n");
+    return 2;
+  }
+  if (FLAGS_mode == "raw_server") return eps::RunRawServer();
+  if (FLAGS_mode == "transfer") return eps::RunTransfer();
+  if (FLAGS_mode == "share") return eps::RunShare();
+  std::fprintf(stderr, "ps_transfer: unknown --mode '%s'\n", FLAGS_mode.c_str());
+  return 2;
+}
