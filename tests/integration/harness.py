@@ -97,6 +97,19 @@ def wait_for_line(path, needle, timeout=60):
     raise AssertionError(f"'{needle}' did not appear in {path} within {timeout}s")
 
 
+def wait_for_step(log_path, step, timeout=180):
+    """Waits (bounded) until the coordinator's progress lines report at least `step` steps."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(log_path):
+            with open(log_path, errors="replace") as f:
+                done = [int(line.split()[1].split("/")[0]) for line in f if line.startswith("step ")]
+            if done and max(done) >= step:
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"step {step} not reached in {log_path} within {timeout}s")
+
+
 def logs(run_dir, tail=15):
     out = []
     d = os.path.join(run_dir, "logs")
