@@ -219,6 +219,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       m.shard = ShardId(in.getShard());
       EPS_RETURN_IF_ERROR(r.Text(in.getAddress(), &m.address));
       m.durable_step = Step(in.getDurableStep());
+      m.version = Step(in.getVersion());
       *body = std::move(m);
       return OkStatus();
     }
@@ -403,6 +404,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
             o.setShard(m.shard.value());
             o.setAddress(m.address);
             o.setDurableStep(m.durable_step.value());
+            o.setVersion(m.version.value());
           },
           [&](const ShardConfig& m) {
             auto o = b.initShardConfig();

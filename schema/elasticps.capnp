@@ -98,6 +98,10 @@ struct RegisterShard {
   durableStep @2 :Int64 = -1;     # newest checkpoint in the shard's store (-1: none). A shard that
                                   # restarts on a store restores that checkpoint before it registers:
                                   # it then serves version durableStep and awaits the job's decision.
+  version @3 :Int64 = -1;         # the version the shard serves now (-1: before its initial values).
+                                  # A shard re-sends RegisterShard every second as a beacon, so a
+                                  # restarted coordinator learns every shard and where it stands; a
+                                  # beacon from a known shard on the same peer changes nothing.
 }
 
 struct ShardConfig {

@@ -97,6 +97,7 @@ struct RegisterShard {
   ShardId shard;
   std::string address;
   Step durable_step{-1};  // newest checkpoint in the shard's store, which it has restored (-1: none)
+  Step version{-1};       // the version it serves now (-1: before its initial values)
 };
 
 struct ShardConfig {

@@ -77,7 +77,7 @@ std::vector<Envelope> EveryMessageKind() {
   out.push_back({"tok-error", ErrorReply{StatusCode::kFailedPrecondition, "step 7 is over"}});
   out.push_back({"tok-rw", RegisterWorker{"host-a.example", 4242}});
   out.push_back({"tok-rwr", RegisterWorkerReply{WorkerId(9), FullSpec(), {"tcp://10.0.0.1:5000", "", "ipc:///x"}}});
-  out.push_back({"tok-rs", RegisterShard{ShardId(3), "tcp://10.0.0.2:6000", Step(40)}});
+  out.push_back({"tok-rs", RegisterShard{ShardId(3), "tcp://10.0.0.2:6000", Step(40), Step(41)}});
   out.push_back({"tok-sc", ShardConfig{FullSpec(), FullTensors()}});
   out.push_back({"tok-sr", StepRequest{WorkerId(5), Step(-1), FullTensors()}});
   StepPlan plan;
@@ -175,6 +175,7 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.shard, b.shard);
           EXPECT_EQ(a.address, b.address);
           EXPECT_EQ(a.durable_step, b.durable_step);
+          EXPECT_EQ(a.version, b.version);
         } else if constexpr (std::is_same_v<T, ShardConfig>) {
           ExpectSameSpec(a.spec, b.spec);
           EXPECT_EQ(a.tensors, b.tensors);
@@ -344,6 +345,24 @@ TEST(Codec, EveryMessageKindRoundTripsWithAllFields) {
         }
       }
     }
+  }
+}
+
+TEST(Codec, RegisterShardVersionDefaultsToMinusOneAndZeroSurvives) {
+  // -1 is the schema default: it goes on the wire as zero bits, as from a sender without the field.
+  for (int64_t version : {int64_t{-1}, int64_t{0}, int64_t{1} << 40}) {
+    SCOPED_TRACE(version);
+    const std::vector<Frame> frames =
+        EncodeOrDie({"t", RegisterShard{ShardId(1), "tcp://h:1", Step(-1), Step(version)}});
+    RawEnvelope raw(frames[0]);
+    auto data = raw.body().getDataSection();
+    ASSERT_GE(data.size(), 24u);  // shard, durableStep, version: one word each
+    bool zero = true;
+    for (size_t i = 16; i < 24; ++i) zero = zero && data[i] == 0;
+    EXPECT_EQ(zero, version == -1);
+    auto got = Decode(frames);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(std::get<RegisterShard>(got->body).version, Step(version));
   }
 }
 
