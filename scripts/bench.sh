@@ -15,18 +15,29 @@
 #        of: attach a worker (launcher/attach.sh) and time its first counted contribution;
 #        SIGKILL it and time the next completed step. Medians of the 3 rounds, in ms and in
 #        step times. Reads the coordinator's log at --v=1 (step and confirmation lines).
+#   transfer  push + pull of a 10 M-float model through real shard processes (build/bin/ps_transfer
+#        plays coordinator and workers), 1 shard / 1 client and 2 / 2, against raw ZeroMQ moving
+#        the same 4 MiB frames out and back; with glibc's default allocator and with one that
+#        reuses freed pages (MALLOC_* env); ps-lite's figures beside.
+#   ps_share  the parameter server's share of step time, 1 M and 10 M parameters: one worker of
+#        V = 8 VWs with a 10 ms busy loop per VW as compute (ps_transfer --mode=share).
+#   ddp  samples/s of the CNN job at 1 shard, 2 workers x 4 VWs, against PyTorch DDP (gloo, 2
+#        ranks, scripts/ddp_baseline.py) on the same model, global batch, steps and threads.
+#   scaling  ms per step of the mlp with 1 sample per VW as V grows (1 .. 1024, 1 worker) and as
+#        shards grow (1, 2, 4 at V = 16), against the plain libtorch loop over V microbatches.
 #
-# Every row is also appended to build/bench/results.csv; run logs go to build/bench/runs/.
-# elastic rows leave samples_per_s empty, put the time in seconds and its ratio to the median
-# step time in ratio_vs_baseline.
+# Every row is also appended to build/bench/results.csv; run logs go to build/bench/runs/;
+# scripts/plot_bench.py draws build/bench/bench.png from the csv after the run.
+# Rows timed in ms (elastic, transfer, ps_share, scaling) leave samples_per_s empty and put the
+# time in seconds; ratio_vs_baseline is what the section's table calls its ratio.
 # Timings are wall-clock on a shared host: the csv records the load average seen
 # before each row, so a noisy row can be told from a slow one. This never fails on timing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # A new section: a function section_NAME below, NAME here, and a line in the case at the end.
-all_sections=(vw elastic)
+all_sections=(vw elastic transfer ps_share ddp scaling)
 only="" steps=300 setup=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -73,18 +84,19 @@ failed=0
 
 load1() { cut -d' ' -f1 /proc/loadavg; }
 
+row_w=24  # width of row()'s config column (a section may widen it with a local)
 # row SECTION CONFIG SAMPLES_PER_S BASELINE_SAMPLES_PER_S SECONDS LOAD1: prints a table row and
 # appends it to the csv; a SAMPLES_PER_S of 0 marks a failed run (and the exit status).
 row() {
   local ratio
   if [ "$3" = 0 ]; then
     failed=1
-    printf '%-24s | %10s | %s\n' "$2" failed -
+    printf "%-${row_w}s | %10s | %s\n" "$2" failed -
     echo "$run_id,$git_rev,$1,$2,,,$steps,,$6" >> "$csv"
     return
   fi
   ratio=$(awk -v x="$3" -v b="$4" 'BEGIN { if (x > 0 && b > 0) printf "%.2f", x / b; else print "-" }')
-  printf '%-24s | %10s | %s\n' "$2" "$3" "$ratio"
+  printf "%-${row_w}s | %10s | %s\n" "$2" "$3" "$ratio"
   echo "$run_id,$git_rev,$1,$2,$3,$ratio,$steps,$5,$6" >> "$csv"
 }
 
@@ -103,11 +115,13 @@ baseline() {
 # job NAME WORKERS FLAGFILE [extra coordinator flags]: runs a job with 1 shard through
 # launcher/local.sh; prints "SAMPLES_PER_S SECONDS" from its result.json
 # (steps * V * batch_per_vw / train_seconds), or "0 0" if it failed.
-job() {
-  local name=$1 workers=$2 flags=$3; shift 3
+job() { job_on 1 "$@"; }
+# job_on SHARDS NAME WORKERS FLAGFILE [extra coordinator flags]: job() on SHARDS shards.
+job_on() {
+  local shards=$1 name=$2 workers=$3 flags=$4; shift 4
   local dir=$out/runs/$name
   rm -rf "$dir"
-  if "$root/launcher/local.sh" --job "$flags" --servers 1 --workers "$workers" --run-dir "$dir" -- "$@" \
+  if "$root/launcher/local.sh" --job "$flags" --servers "$shards" --workers "$workers" --run-dir "$dir" -- "$@" \
       > "$dir.log" 2>&1; then
     python3 -c 'import json, sys
 r = json.load(open(sys.argv[1]))
@@ -396,12 +410,243 @@ section_elastic() {
     }'
 }
 
+# ---- sections timed in ms (transfer, ps_share, scaling) ---------------------------------
+
+# csv_ms SECTION CONFIG MS RATIO STEPS LOAD1: appends a row timed in ms (empty MS: failed).
+# CONFIG is a csv field: no commas.
+csv_ms() {
+  if [ -z "$3" ]; then
+    failed=1
+    echo "$run_id,$git_rev,$1,$2,,,$5,,$6" >> "$csv"
+    return
+  fi
+  echo "$run_id,$git_rev,$1,$2,,$4,$5,$(awk -v x="$3" 'BEGIN { printf "%.4f", x / 1000 }'),$6" >> "$csv"
+}
+# ratio X Y: X / Y with 2 decimals ("-" when either is missing or 0).
+ratio() { awk -v x="$1" -v y="$2" 'BEGIN { if (x > 0 && y > 0) printf "%.2f", x / y; else print "-" }'; }
+# field KEY LINE: the value of KEY=... in a "result key=value ..." line.
+field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+need_bin() { [ -x "$bin/$1" ] || { echo "bench.sh: $bin/$1 is missing: run scripts/setup.sh" >&2; exit 2; }; }
+
+# glibc frees big blocks back to the kernel (munmap, trim) and this host pays ~10-20 us per
+# page fault: "reuse" keeps freed pages in the process (one arena, no mmap, no trim) so
+# every buffer allocated per step lands on warm pages. Both the servers and the clients get it.
+alloc_env() {
+  case "$1" in
+    default) echo "" ;;
+    reuse) echo "MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824" ;;
+  esac
+}
+
+# ps_transfer NAME ARGS...: runs build/bin/ps_transfer (env from $alloc); prints its "result" lines.
+ps_transfer() {
+  local name=$1; shift
+  local logs=$out/runs/$name
+  rm -rf "$logs"; mkdir -p "$logs"
+  # shellcheck disable=SC2046
+  if env $(alloc_env "$alloc") "$bin/ps_transfer" --log_dir="$logs" "$@" > "$logs.log" 2>&1; then
+    grep '^result ' "$logs.log" || true
+  else
+    echo "bench.sh: ps_transfer $name failed (log: $logs.log):" >&2; tail -n 5 "$logs.log" >&2
+  fi
+}
+
+section_transfer() {
+  need_bin ps_transfer
+  echo "== transfer: 10 M fp32 (40 MB) pushed and pulled back per client and step, chunks of 2^20 floats (4 MiB),"
+  echo "   real shard processes (plain SGD applied between push and pull); raw ZeroMQ: each client's DEALER sends"
+  echo "   the same 4 MiB frames zero-copy to each server's ROUTER, which answers with as many bytes zero-copy."
+  echo "   Both in one run, alternating rounds; medians of 15 steps per client (host load $(load1), $(nproc) cores)"
+  printf '%-36s | %8s | %8s | %8s | %8s | %s\n' config "push ms" "pull ms" "PS ms" "raw ms" "raw / PS"
+  local alloc shape l res ps raw push pull mem="" cfg best_raw=""
+  for alloc in default reuse; do
+    for shape in "1 1" "2 2"; do
+      set -- $shape
+      cfg="$1 shard $2 client / malloc $alloc"
+      [ "$1" = 1 ] || cfg="$1 shards $2 clients / malloc $alloc"
+      l=$(load1)
+      res=$(ps_transfer "transfer_${1}x${2}_$alloc" --mode=transfer --shards="$1" --clients="$2" --rounds=3 --iters=5)
+      ps=$(field ps_ms "$(echo "$res" | grep mode=transfer)")
+      raw=$(field raw_ms "$(echo "$res" | grep mode=transfer)")
+      push=$(field push_ms "$(echo "$res" | grep mode=transfer)")
+      pull=$(field pull_ms "$(echo "$res" | grep mode=transfer)")
+      [ -n "$mem" ] || mem=$(echo "$res" | grep mode=memory || true)
+      if [ -z "$ps" ]; then
+        printf '%-36s | %8s | %8s | %8s | %8s | %s\n' "$cfg" failed - - - -
+        csv_ms transfer "$cfg: ElasticPS" "" "" 0 "$l"
+        continue
+      fi
+      printf '%-36s | %8.1f | %8.1f | %8.1f | %8.1f | %s\n' "$cfg" "$push" "$pull" "$ps" "$raw" "$(ratio "$raw" "$ps")"
+      csv_ms transfer "$cfg: raw ZeroMQ" "$raw" 1.00 15 "$l"
+      csv_ms transfer "$cfg: ElasticPS" "$ps" "$(ratio "$raw" "$ps")" 15 "$l"
+      [ "$1" != 1 ] || [ "$alloc" != reuse ] || best_raw=$raw
+    done
+  done
+  printf '%-36s | %8s | %8s | %8s | %8s | %s\n' "ps-lite 1/1 (figures of issue 6)" 170 370 540 - -
+  echo "goal: raw / PS >= 0.7 in 4 MiB frames. ps-lite's push carries keys too; its figures are from the same host."
+  if [ -n "$mem" ]; then
+    awk -v w="$(field warm_ms "$mem")" -v f="$(field fresh_ms "$mem")" -v b="$(field bytes "$mem")" 'BEGIN {
+      printf "memory on this host: memcpy of %.0f MB takes %.1f ms into warm pages, %.1f ms into fresh ones\n",
+        b / 1e6, w, f
+      printf "(%.1f us per 4 KiB page fault). With glibc'"'"'s default allocator every 4 MiB ZeroMQ receive buffer\n",
+        (f - w) * 1e3 / (b / 4096)
+      print "and every per-step std::vector of that size can land on fresh pages; \"malloc reuse\" keeps freed pages"
+      print "in the process." }'
+  fi
+}
+
+section_ps_share() {
+  need_bin ps_transfer
+  echo "== ps_share: one worker hosting V = 8 VWs, 1 shard; compute = a 10 ms busy loop per VW (80 ms per step)."
+  echo "   Per step, as worker/worker.cc does: pull w(t) and copy it into the model, run the 8 VWs (each: compute,"
+  echo "   copy its gradient into a flat buffer, add it into the block's tree), push the block [0,8) (one push per"
+  echo "   shard), wait for the replies; the shard reduces, applies SGD and serves w(t+1). PS ms = step - compute:"
+  echo "   the parameter server's share, its copies on the worker included. Medians of 5 steps (host load $(load1))"
+  printf '%-30s | %8s | %8s | %8s | %8s | %8s | %8s | %s\n' config "step ms" compute pull copies "tree" push "PS share"
+  local alloc elems l res step comp cfg
+  for alloc in default reuse; do
+    for elems in 1000000 10000000; do
+      cfg="$((elems / 1000000)) M params / malloc $alloc"
+      l=$(load1)
+      res=$(ps_transfer "ps_share_${elems}_$alloc" --mode=share --elems="$elems" --vws_per_client=8 --compute_ms=10 \
+        --warmup=1 --iters=5 | grep mode=share || true)
+      step=$(field step_ms "$res")
+      comp=$(field compute_ms "$res")
+      if [ -z "$step" ]; then
+        printf '%-30s | %8s |\n' "$cfg" failed
+        csv_ms ps_share "$cfg" "" "" 0 "$l"
+        continue
+      fi
+      printf '%-30s | %8.1f | %8.1f | %8.1f | %8.1f | %8.1f | %8.1f | %s\n' "$cfg" "$step" "$comp" \
+        "$(field pull_ms "$res")" "$(field worker_ms "$res")" "$(field tree_ms "$res")" "$(field push_ms "$res")" \
+        "$(awk -v s="$step" -v c="$comp" 'BEGIN { printf "%.0f %%", 100 * (s - c) / s }')"
+      # ratio: compute / step, the fraction of the step spent computing (1.00 = a free PS)
+      csv_ms ps_share "$cfg" "$step" "$(ratio "$comp" "$step")" 5 "$l"
+    done
+  done
+  echo "copies = the worker's flat gradient copies and tree adds (tree: the adds alone); push = sending the block"
+  echo "and waiting for the shard's reply (its reduction and SGD included). csv ratio = compute / step."
+}
+
+section_ddp() {
+  local py=/usr/bin/python3
+  echo "== ddp: cnn (examples/fashion_mnist_cnn.flags: AdamW, cosine), V = 8 x 16 (global batch 128), $steps steps,"
+  echo "   2 processes at 1 intra-op thread each, OMP_WAIT_POLICY=passive (host load $(load1), $(nproc) cores)."
+  echo "   DDP: gloo, ranks started by scripts/ddp_baseline.py; 'accumulate' = 4 microbatches of 16 per rank with"
+  echo "   no_sync gradient accumulation (ElasticPS's semantics: mean of 8 microbatch gradients); 'batch' = one"
+  echo "   batch of 64 per rank (DDP's usual form). Both timed from step 0 to the end, as result.json's train_seconds."
+  local row_w=36 l base secs sps line
+  printf "%-${row_w}s | %10s | %s\n" config samples/s "ratio vs DDP (accumulate)"
+  local job_flags=(--steps="$steps" --test_limit=-1)
+  [ "$steps" -gt 200 ] || job_flags+=(--warmup_steps=$((steps / 2)))
+  ddp_run() {  # ddp_run NAME MODE: prints "SAMPLES_PER_S SECONDS" ("0 0" if it failed)
+    local log=$out/runs/$1.log
+    if "$py" "$root/scripts/ddp_baseline.py" --ranks 2 --steps "$steps" --mode "$2" > "$log" 2>&1 &&
+       line=$(grep '^ddp ' "$log"); then
+      echo "$line" | sed -E 's/.*samples_per_s=([0-9.]+).*seconds=([0-9.]+).*/\1 \2/'
+    else
+      echo "bench.sh: ddp_baseline.py --mode $2 failed:" >&2; tail -n 5 "$log" >&2
+      echo "0 0"
+    fi
+  }
+  l=$(load1); read -r base secs < <(ddp_run ddp_accumulate accumulate)
+  row ddp "DDP 2 ranks x 4 x 16 (accumulate)" "$base" "$base" "$secs" "$l"
+  l=$(load1); read -r sps secs < <(ddp_run ddp_batch batch)
+  row ddp "DDP 2 ranks x 1 x 64 (batch)" "$sps" "$base" "$secs" "$l"
+  l=$(load1); read -r sps secs < <(job ddp_elasticps 2 "$root/examples/fashion_mnist_cnn.flags" "${job_flags[@]}")
+  row ddp "ElasticPS 1 shard 2 workers x 4 VWs" "$sps" "$base" "$secs" "$l"
+  echo "goal: ElasticPS >= 1.2x DDP (accumulate)."
+}
+
+section_scaling() {
+  local flags=$root/examples/fashion_mnist_mlp.flags
+  echo "== scaling: mlp (784-128-10, 101,770 params), 1 sample per VW, --train_limit=2048, 1 worker at 1 thread;"
+  echo "   ms/step = the median interval between completed steps (coordinator log); plain loop = build/bin/baseline"
+  echo "   over the same V microbatches (no parameter server; total time / steps); each figure the best of 2"
+  echo "   interleaved passes (host load $(load1), $(nproc) cores)"
+  printf '%-22s | %6s | %9s | %9s | %12s | %13s | %s\n' config steps "ms/step" "ms per VW" "plain ms/step" \
+    "vs plain loop" "vs first row"
+  local V n l sps secs bsps bsecs first="" shards pass cfg
+  local -A job_ms=() plain_ms=() load=()
+  local common=(--test_limit=-1 --batch_per_vw=1 --train_limit=2048)
+  local plain=(--model=mlp --batch_per_vw=1 --train_limit=2048 --optimizer=sgd --lr=0.05 --momentum=0.9 --threads=1)
+  # median_step_ms NAME: the median interval between consecutive "step N complete" lines of the
+  # job's coordinator log (--v=1), in ms: steady-state steps, robust to a burst of host noise.
+  median_step_ms() {
+    grep -E '\] step [0-9]+ complete$' "$out/runs/$1/logs/coordinator.log" 2>/dev/null |
+      awk '{ split($2, a, ":"); t = a[1] * 3600 + a[2] * 60 + a[3]; if (n++ && t > p) print (t - p) * 1000; p = t }' |
+      sort -g | awk '{ d[++k] = $1 }
+        END { if (k) printf "%.3f", k % 2 ? d[(k + 1) / 2] : (d[k / 2] + d[k / 2 + 1]) / 2 }'
+  }
+  scaling_steps() { n=$((4096 / $1)); [ $n -le 200 ] || n=200; [ $n -ge 20 ] || n=20; }
+  # keep_min ARRAY KEY MS: ARRAY[KEY] = min(ARRAY[KEY], MS); an empty MS (failed) leaves it alone.
+  keep_min() {
+    local -n arr=$1
+    local ms=$3
+    [ -n "$ms" ] || return 0
+    if [ -z "${arr[$2]:-}" ] || awk -v a="$ms" -v b="${arr[$2]}" 'BEGIN { exit !(a < b) }'; then arr[$2]=$ms; fi
+  }
+  scaling_row() {  # scaling_row CONFIG STEPS V MS PLAIN_MS LOAD
+    if [ -z "$4" ]; then
+      printf '%-22s | %6s | %9s |\n' "$1" "$2" failed
+      csv_ms scaling "$1" "" "" "$2" "$6"
+      return
+    fi
+    [ -n "$first" ] || first=$4
+    printf '%-22s | %6s | %9.2f | %9.3f | %12s | %13s | %s\n' "$1" "$2" "$4" \
+      "$(awk -v m="$4" -v v="$3" 'BEGIN { print m / v }')" "${5:--}" "$(ratio "$4" "$5")" "$(ratio "$4" "$first")"
+    csv_ms scaling "$1" "$4" "$(ratio "$4" "$5")" "$2" "$6"
+  }
+  for pass in 1 2; do
+    for V in 1 4 16 64 256 1024; do
+      scaling_steps $V
+      [ $pass = 2 ] || load[v$V]=$(load1)
+      read -r sps secs < <(job "scaling_v$V" 1 "$flags" "${common[@]}" --virtual_workers=$V --steps=$n --v=1)
+      [ "$sps" = 0 ] || keep_min job_ms "v$V" "$(median_step_ms "scaling_v$V")"
+      read -r bsps bsecs < <(baseline "scaling_plain_v$V" "${plain[@]}" --microbatches=$V --steps=$n)
+      keep_min plain_ms "v$V" "$(awk -v s="$bsecs" -v n=$n 'BEGIN { if (s > 0) printf "%.3f", 1000 * s / n }')"
+    done
+    for shards in 1 2 4; do
+      [ $pass = 2 ] || load[s$shards]=$(load1)
+      read -r sps secs < <(job_on "$shards" "scaling_s$shards" 1 "$flags" "${common[@]}" --virtual_workers=16 \
+        --steps=200 --v=1)
+      [ "$sps" = 0 ] || keep_min job_ms "s$shards" "$(median_step_ms "scaling_s$shards")"
+    done
+  done
+  for V in 1 4 16 64 256 1024; do
+    scaling_steps $V
+    scaling_row "V=$V / 1 shard" $n $V "${job_ms[v$V]:-}" "${plain_ms[v$V]:-}" "${load[v$V]}"
+  done
+  first=""
+  for shards in 1 2 4; do
+    cfg="V=16 / $shards shards"
+    [ "$shards" != 1 ] || cfg="V=16 / 1 shard (again)"
+    scaling_row "$cfg" 200 16 "${job_ms[s$shards]:-}" "${plain_ms[v16]:-}" "${load[s$shards]}"
+  done
+  echo "vs first row: growth against V=1 (upper part) and against 1 shard (lower part); csv ratio = vs plain loop."
+}
+
+# plot: build/bench/bench.png from the csv (skipped with a note when matplotlib is missing).
+plot() {
+  if /usr/bin/python3 -c 'import matplotlib' 2> /dev/null; then
+    /usr/bin/python3 "$root/scripts/plot_bench.py" --csv "$csv" --out "$out/bench.png" ||
+      echo "bench.sh: plotting failed (the tables and csv stand)" >&2
+  else
+    echo "bench.sh: python3-matplotlib is missing: no plot (scripts/setup.sh installs it)" >&2
+  fi
+}
+
 for s in "${all_sections[@]}"; do
   [ -z "$only" ] || [ "$only" = "$s" ] || continue
   case "$s" in
     vw) section_vw ;;
     elastic) section_elastic ;;
+    transfer) section_transfer ;;
+    ps_share) section_ps_share ;;
+    ddp) section_ddp ;;
+    scaling) section_scaling ;;
   esac
 done
 echo "results appended to $csv"
+plot
 exit $failed
