@@ -12,6 +12,7 @@
 #include "common/files.h"
 #include "common/layout.h"
 #include "elastic/job_state.h"
+#include "storage/state_store.h"
 #include "schema/channel.h"
 
 namespace eps {
@@ -22,14 +23,58 @@ using Clock = std::chrono::steady_clock;
 const char* const kDataFiles[] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                                   "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
 
+// The job as stored: the ShardConfig message the shards got, in its wire form.
+std::string EncodeJob(const JobSpec& spec, const std::vector<TensorSpec>& tensors) {
+  auto frames = Encode(Envelope{"", ShardConfig{spec, tensors}});
+  return std::string(static_cast<const char*>((*frames)[0].data), (*frames)[0].size);
+}
+
+StatusOr<JobState::Resumed> ReadResumed(const StateStore& store, const std::string& job, const JobSpec& flags) {
+  EPS_ASSIGN_OR_RETURN(Envelope env, Decode({Frame{job.data(), job.size(), nullptr}}));
+  auto* config = std::get_if<ShardConfig>(&env.body);
+  if (config == nullptr) return DataLoss("the stored job is not a job");
+  JobSpec stored = config->spec;
+  JobSpec given = flags;
+  given.steps = stored.steps;  // resolved from --epochs when the job began
+  if (!(stored == given)) {
+    return FailedPrecondition("the store holds job '" + stored.job_id + "' with another spec than these flags");
+  }
+  JobState::Resumed r;
+  r.tensors = config->tensors;
+  r.steps = stored.steps;
+  try {
+    EPS_ASSIGN_OR_RETURN(std::string samples, store.Get("samples"));
+    auto j = nlohmann::json::parse(samples);
+    r.train_samples = j.at("train").get<int64_t>();
+    r.test_samples = j.at("test").get<int64_t>();
+    auto assignment = store.Get("assignment");
+    if (assignment.ok()) {
+      auto a = nlohmann::json::parse(*assignment);
+      r.epoch = Epoch(a.at("epoch").get<uint64_t>());
+      r.ranges = a.at("ranges").get<std::vector<std::pair<uint32_t, uint32_t>>>();
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return DataLoss(std::string("the coordinator's store is damaged: ") + e.what());
+  }
+  return r;
+}
+
 class CoordinatorImpl final : public Coordinator {
  public:
-  CoordinatorImpl(CoordinatorOptions options, std::unique_ptr<Channel> channel, zmq::context_t* context)
+  CoordinatorImpl(CoordinatorOptions options, std::unique_ptr<Channel> channel, zmq::context_t* context,
+                  std::unique_ptr<StateStore> store, const std::optional<JobState::Resumed>& resumed)
       : options_(std::move(options)),
         channel_(std::move(channel)),
         context_(context),
+        store_(std::move(store)),
         state_(options_.spec, StateOptions(options_), &clock_),
-        shard_peers_(options_.spec.num_shards) {}
+        shard_peers_(options_.spec.num_shards) {
+    if (resumed) {
+      state_.Resume(*resumed);
+      persisted_job_ = true;
+      persisted_epoch_ = resumed->epoch;
+    }
+  }
 
   const std::string& endpoint() const override { return channel_->endpoint(); }
 
@@ -56,6 +101,7 @@ class CoordinatorImpl final : public Coordinator {
       }
       state_.Tick();
       if (state_.phase() == JobState::Phase::kFinalizing) state_.OnResultWritten(WriteResult());
+      Persist();  // before any plan of a new assignment leaves
       Flush();
       const auto now = Clock::now();
       if (now - last_progress >= options_.progress_every && state_.phase() == JobState::Phase::kTraining &&
@@ -96,6 +142,26 @@ class CoordinatorImpl final : public Coordinator {
     std::fflush(stdout);
   }
 
+  // Keeps in the store what a restarted coordinator needs: the job as the
+  // shards got it, the data set sizes, and the current assignment. A write
+  // error fails the job: a store that silently stops is worse than none.
+  void Persist() {
+    if (!store_) return;
+    Status st;
+    if (!persisted_job_ && !state_.tensors().empty()) {
+      st = store_->PutAll({{"job", EncodeJob(state_.spec(), state_.tensors())},
+                           {"samples", nlohmann::json{{"train", state_.train_samples()},
+                                                      {"test", state_.test_samples()}}.dump()}});
+      persisted_job_ = st.ok();
+    }
+    if (st.ok() && state_.epoch() != persisted_epoch_) {
+      st = store_->Put("assignment",
+                       nlohmann::json{{"epoch", state_.epoch().value()}, {"ranges", state_.AssignmentRanges()}}.dump());
+      if (st.ok()) persisted_epoch_ = state_.epoch();
+    }
+    if (!st.ok()) state_.OnJobError("the coordinator's store: " + st.ToString());
+  }
+
   void Send(const std::string& peer, Body body) {
     Status st = channel_->SendTo(peer, Envelope{options_.token, std::move(body)});
     if (!st.ok()) LOG(WARNING) << "message lost: " << st.ToString();
@@ -127,7 +193,8 @@ class CoordinatorImpl final : public Coordinator {
     Body& body = in.envelope->body;
     Status st;
     if (auto* m = std::get_if<RegisterShard>(&body)) {
-      st = state_.OnShardRegistered(m->shard, m->address, m->durable_step);
+      const bool new_peer = m->shard.value() >= shard_peers_.size() || shard_peers_[m->shard.value()] != in.peer;
+      st = state_.OnShardRegistered(m->shard, m->address, m->durable_step, m->version, new_peer);
       if (st.ok()) shard_peers_[m->shard.value()] = in.peer;
     } else if (auto* m = std::get_if<RegisterWorker>(&body)) {
       worker_peers_[state_.OnWorkerRegistered(m->host, m->pid)] = in.peer;
@@ -209,6 +276,7 @@ class CoordinatorImpl final : public Coordinator {
     j["train_seconds"] = summary.train_time.count();
     j["workers_seen"] = summary.workers_seen;
     EPS_RETURN_IF_ERROR(WriteFileAtomically(options_.run_dir + "/result.json", j.dump(2) + "\n"));
+    if (store_) EPS_RETURN_IF_ERROR(store_->Put("done", j.dump()));
     PrintLine(state_.ProgressLine());
     char line[256];
     std::snprintf(line, sizeof(line), "result: steps %lld  final loss %.4f  test accuracy %s  params_sha256 %s",
@@ -223,7 +291,10 @@ class CoordinatorImpl final : public Coordinator {
   std::unique_ptr<Channel> channel_;
   zmq::context_t* const context_;
   SteadyClock clock_;
+  std::unique_ptr<StateStore> store_;  // null: the coordinator keeps nothing across restarts
   JobState state_;
+  bool persisted_job_ = false;
+  Epoch persisted_epoch_{0};
   std::vector<std::string> shard_peers_;
   std::map<WorkerId, std::string> worker_peers_;  // routing id of each worker's main socket
 };
@@ -256,8 +327,32 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
   if (options.spec.steps == 0 && !(options.epochs > 0)) return InvalidArgument("set --steps or --epochs");
   if (options.workers < 1) return InvalidArgument("--workers must be at least 1");
   if (options.run_dir.empty()) return InvalidArgument("--run_dir is required");
-  EPS_ASSIGN_OR_RETURN(auto channel, Channel::Bind(context, options.bind));
-  return std::unique_ptr<Coordinator>(new CoordinatorImpl(options, std::move(channel), context));
+  std::unique_ptr<StateStore> store;
+  std::optional<JobState::Resumed> resumed;
+  std::string bind = options.bind;
+  if (!options.store_path.empty()) {
+    StoreOptions so;
+    so.path = options.store_path;
+    so.job_id = options.spec.job_id;
+    so.owner = "coordinator";
+    EPS_ASSIGN_OR_RETURN(store, StateStore::Open(so));
+    if (store->Get("done").ok()) {
+      return FailedPrecondition("job '" + options.spec.job_id + "' in " + options.store_path +
+                                " is already complete (see result.json)");
+    }
+    auto job = store->Get("job");
+    if (job.ok()) {
+      EPS_ASSIGN_OR_RETURN(resumed, ReadResumed(*store, *job, options.spec));
+      auto endpoint = store->Get("endpoint");
+      if (endpoint.ok()) bind = *endpoint;  // peers reconnect to the address they know
+    } else if (job.status().code() != StatusCode::kNotFound) {
+      return job.status();
+    }
+  }
+  EPS_ASSIGN_OR_RETURN(auto channel, Channel::Bind(context, bind));
+  if (store) EPS_RETURN_IF_ERROR(store->Put("endpoint", channel->endpoint()));
+  return std::unique_ptr<Coordinator>(
+      new CoordinatorImpl(options, std::move(channel), context, std::move(store), resumed));
 }
 
 }  // namespace eps

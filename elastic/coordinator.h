@@ -30,6 +30,8 @@ struct CoordinatorOptions {
   std::string bind = "tcp://127.0.0.1:0";
   std::string token;                    // required from every peer when not empty
   std::string run_dir;                  // result.json goes here
+  std::string store_path;               // RocksDB store of the job's state (empty: none). A coordinator
+                                        // restarted on it binds the same endpoint and resumes the job
   uint32_t workers = 1;                 // start training once this many workers registered
   double epochs = 0;                    // when spec.steps == 0: train this many passes over the data
   int64_t eval_every = 0;               // evaluate the test set every N steps (0: only at the end)

@@ -44,6 +44,8 @@ DEFINE_int64(chunk_elems, 1 << 20, "Largest chunk of a tensor, in elements");
 DEFINE_uint32(workers, 1, "Start training once this many workers have registered");
 DEFINE_string(bind, "tcp://127.0.0.1:0", "Endpoint to serve on (port 0: any free port)");
 DEFINE_string(run_dir, "", "Folder for result.json");
+DEFINE_string(store, "", "RocksDB directory of the coordinator's state (empty: none). Restarted on the same "
+                         "store, the coordinator binds its former endpoint and resumes the job");
 DEFINE_string(addr_file, "", "Write the bound endpoint to this file once serving");
 DEFINE_string(token_file, "", "File holding the job's secret token (empty: none)");
 DEFINE_int32(startup_timeout_s, 120, "The shards must register within this time");
@@ -101,6 +103,7 @@ int main(int argc, char** argv) {
   s.optimizer.min_lr = FLAGS_min_lr;
   o.bind = FLAGS_bind;
   o.run_dir = FLAGS_run_dir;
+  o.store_path = FLAGS_store;
   o.workers = FLAGS_workers;
   o.epochs = FLAGS_epochs;
   o.eval_every = FLAGS_eval_every;

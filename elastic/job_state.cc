@@ -16,7 +16,8 @@ JobState::JobState(JobSpec spec, JobStateOptions options, const Clock* clock)
       shard_addresses_(spec_.num_shards),
       shard_done_(spec_.num_shards, Step(-2)),
       shard_registered_(spec_.num_shards, false),
-      shard_durable_(spec_.num_shards, Step(-1)) {
+      shard_durable_(spec_.num_shards, Step(-1)),
+      shard_version_(spec_.num_shards, Step(-1)) {
   started_ = clock_->Now();
   progress_deadline_ = started_ + options_.startup_timeout;
   auto speeds = SpeedEstimator::Create(SpeedEstimatorOptions());
@@ -25,13 +26,18 @@ JobState::JobState(JobSpec spec, JobStateOptions options, const Clock* clock)
 
 // ---- events -----------------------------------------------------------------
 
-Status JobState::OnShardRegistered(ShardId shard, const std::string& address, Step durable_step) {
+Status JobState::OnShardRegistered(ShardId shard, const std::string& address, Step durable_step, Step version,
+                                   bool new_peer) {
   if (shard.value() >= spec_.num_shards) {
     return InvalidArgument("shard id " + std::to_string(shard.value()) + " but the job has " +
                            std::to_string(spec_.num_shards) + " shards");
   }
   const uint32_t s = shard.value();
-  const bool restarted = shard_registered_[s] && phase_ != Phase::kStarting && phase_ < Phase::kFinalizing;
+  if (shard_registered_[s] && !new_peer && shard_addresses_[s] == address) return OkStatus();  // a beacon
+  // A shard restored from its store serves its newest checkpoint, even if it does not say so.
+  shard_version_[s] = std::max(version, durable_step);
+  const bool restarted = shard_registered_[s] && phase_ != Phase::kStarting && phase_ != Phase::kResuming &&
+                         phase_ < Phase::kFinalizing;
   const bool moved = shard_registered_[s] && shard_addresses_[s] != address;
   shard_registered_[s] = true;
   shard_addresses_[s] = address;
@@ -48,6 +54,58 @@ Status JobState::OnShardRegistered(ShardId shard, const std::string& address, St
   if (restarted) StartRollback(shard, durable_step);
   Advance();
   return OkStatus();
+}
+
+void JobState::Resume(const Resumed& r) {
+  tensors_ = r.tensors;
+  auto layout = MakeLayout(tensors_, spec_.num_shards, spec_.chunk_elems);
+  if (!layout.ok()) return Fail(layout.status().WithContext("the stored model"));
+  layout_ = std::move(layout).value();
+  spec_.steps = r.steps;
+  train_samples_ = r.train_samples;
+  test_samples_ = r.test_samples;
+  epoch_ = r.epoch;
+  resume_ranges_ = r.ranges;
+  phase_ = Phase::kResuming;
+  LOG(INFO) << "resuming job '" << spec_.job_id << "' (" << spec_.steps << " steps, assignment epoch " << epoch_
+            << "): waiting for every shard to report its version";
+}
+
+// Every shard registered again: the job goes on at the oldest version a shard serves.
+void JobState::FinishResume() {
+  Step t = *std::min_element(shard_version_.begin(), shard_version_.end());
+  if (t.value() < 0) {
+    LOG(INFO) << "no shard holds the initial values: starting over";
+    phase_ = Phase::kStarting;
+    return;
+  }
+  for (uint32_t s = 0; s < spec_.num_shards; ++s) shard_done_[s] = Step(shard_version_[s].value() - 1);
+  steps_done_ = t.value();
+  train_started_ = clock_->Now();
+  std::printf("resumed at step %lld after a coordinator restart\n", (long long)t.value());
+  std::fflush(stdout);
+  if (t.value() >= spec_.steps) {
+    train_ended_ = clock_->Now();
+    if (test_samples_ > 0) return StartEval(t);
+    return Finalize();
+  }
+  // The step in flight is recomputed in the last assignment's ranges, by whoever asks.
+  phase_ = Phase::kTraining;
+  step_ = t;
+  work_.clear();
+  for (const auto& [lo, hi] : resume_ranges_) work_.push_back({lo, hi, std::nullopt, std::nullopt});
+  resume_ranges_.clear();
+  Progress();
+  DispatchTrain();
+}
+
+std::vector<std::pair<uint32_t, uint32_t>> JobState::AssignmentRanges() const {
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  for (const auto& [id, range] : assignment_) {
+    if (range.second > range.first) out.push_back(range);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 void JobState::StartRollback(ShardId restarted, Step durable_step) {
@@ -221,7 +279,8 @@ void JobState::Tick() {
   Advance();
   // Watchdog: while shards are missing, or workers are alive, something must move.
   const bool waiting_for_shards = !AllShardsRegistered();
-  const bool working = phase_ == Phase::kTraining || phase_ == Phase::kEvaluating || phase_ == Phase::kRollingBack;
+  const bool working = phase_ == Phase::kTraining || phase_ == Phase::kEvaluating || phase_ == Phase::kRollingBack ||
+                       phase_ == Phase::kResuming;
   if ((waiting_for_shards || (working && HasLiveReadyWorker())) && now > progress_deadline_) {
     Fail(DeadlineExceeded(waiting_for_shards ? "the shards did not all register in time"
                                              : "no progress within the step timeout (step " +
@@ -459,6 +518,9 @@ void JobState::Advance() {
           StartStep(eval_version_);
         }
       }
+      break;
+    case Phase::kResuming:
+      if (AllShardsRegistered()) FinishResume();
       break;
     case Phase::kRollingBack:
     case Phase::kFinalizing:

@@ -70,7 +70,22 @@ struct JobSummary {
 
 class JobState {
  public:
-  enum class Phase { kStarting, kInitializing, kTraining, kEvaluating, kRollingBack, kFinalizing, kStopping, kDone };
+  enum class Phase {
+    kStarting, kInitializing, kTraining, kEvaluating, kRollingBack, kResuming, kFinalizing, kStopping, kDone
+  };
+
+  // What a restarted coordinator read back from its store.
+  struct Resumed {
+    std::vector<TensorSpec> tensors;  // with the loss tensor, as the shards got them
+    int64_t steps = 0;                // the job's length, resolved
+    int64_t train_samples = 0, test_samples = 0;
+    Epoch epoch{0};
+    std::vector<std::pair<uint32_t, uint32_t>> ranges;  // the last assignment's VW ranges
+  };
+  // Before any event: the job resumes where the shards are once they all
+  // registered again. The step in flight is recomputed in the ranges of the last
+  // assignment (so each shard holds each pushed block whole or not at all).
+  void Resume(const Resumed& resumed);
 
   JobState(JobSpec spec, JobStateOptions options, const Clock* clock);
 
@@ -78,7 +93,10 @@ class JobState {
   // A shard that registers again after the job started has restarted: it serves
   // its newest checkpoint `durable_step`, and the job rolls back to the newest
   // step every shard holds durably, then replays (same bits, by the contract).
-  Status OnShardRegistered(ShardId shard, const std::string& address, Step durable_step = Step(-1));
+  // `version` is the version the shard serves; a registration from the peer
+  // already known for that shard is a beacon and changes nothing.
+  Status OnShardRegistered(ShardId shard, const std::string& address, Step durable_step = Step(-1),
+                           Step version = Step(-1), bool new_peer = true);
   Status OnRollbackDone(const RollbackDone& done);
   WorkerId OnWorkerRegistered(const std::string& host, uint32_t pid);
   // Aborted: the worker is unknown or was declared dead; it must register again.
@@ -108,6 +126,11 @@ class JobState {
   // Ready live workers and their current ranges, e.g. "w0:[0,4) w2:[4,8)".
   std::string AssignmentString() const;
   Epoch epoch() const { return epoch_; }
+  // The current assignment's non-empty ranges, in worker order.
+  std::vector<std::pair<uint32_t, uint32_t>> AssignmentRanges() const;
+  int64_t train_samples() const { return train_samples_; }
+  int64_t test_samples() const { return test_samples_; }
+  const std::vector<TensorSpec>& tensors() const { return tensors_; }
   Step step() const { return step_; }
   size_t live_workers() const;
 
@@ -157,6 +180,7 @@ class JobState {
   bool HasLiveReadyWorker() const;
   void Progress() { progress_deadline_ = clock_->Now() + options_.step_timeout; }
   void StartRollback(ShardId restarted, Step durable_step);
+  void FinishResume();
 
   JobSpec spec_;
   const JobStateOptions options_;
@@ -165,6 +189,8 @@ class JobState {
   std::vector<Step> shard_done_;
   std::vector<bool> shard_registered_;
   std::vector<Step> shard_durable_;   // newest checkpoint each shard reported
+  std::vector<Step> shard_version_;   // version each shard served when it registered
+  std::vector<std::pair<uint32_t, uint32_t>> resume_ranges_;
   Step rollback_step_{-1};
   std::vector<bool> rollback_acked_;
   std::map<WorkerId, WorkerInfo> workers_;

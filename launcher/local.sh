@@ -4,6 +4,7 @@
 #
 #   launcher/local.sh --job FILE --servers S --workers W --run-dir DIR [--slowdowns F0,F1,...]
 #                     [--checkpoint-every K] [--supervise] [-- extra coordinator flags]
+#   launcher/local.sh --resume --run-dir DIR
 #
 # --checkpoint-every K  each shard keeps its state in RocksDB under DIR/store/shard<N>
 #                       and writes a checkpoint every K steps.
@@ -11,6 +12,11 @@
 #                       to 5 s), on the same endpoint, as a process manager would; with
 #                       --checkpoint-every it restores its newest checkpoint and the job
 #                       rolls back to the newest step every shard holds, then replays.
+#                       The coordinator is supervised too: restarted on its store
+#                       (DIR/store/coordinator) it binds its former endpoint and resumes.
+#                       Only deaths by a signal (a crash, SIGKILL) are restarted.
+# --resume              continue a stopped job from its stores, with the arguments it
+#                       was started with (DIR/launch.args); a fresh start wipes DIR/store.
 # --slowdowns gives worker i the testing aid --slowdown=Fi (a stand-in for slower
 # hardware: timing only, never bits).
 # Logs go to DIR/logs/<process>.log, pid files to DIR/pids/, the coordinator's
@@ -19,11 +25,11 @@
 # 0 only if the job succeeded.
 set -euo pipefail
 
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
-job="" servers=1 workers=1 run_dir="" slowdowns="" checkpoint_every=0 supervise=0 extra=()
+job="" servers=1 workers=1 run_dir="" slowdowns="" checkpoint_every=0 supervise=0 resume=0 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --job) job=$2; shift 2 ;;
@@ -33,11 +39,24 @@ while [ $# -gt 0 ]; do
     --slowdowns) slowdowns=$2; shift 2 ;;
     --checkpoint-every) checkpoint_every=$2; shift 2 ;;
     --supervise) supervise=1; shift ;;
+    --resume) resume=1; shift ;;
     --) shift; extra=("$@"); break ;;
     -h|--help) usage ;;
     *) echo "local.sh: unknown argument '$1'" >&2; usage ;;
   esac
 done
+if [ $resume = 1 ]; then
+  [ -n "$run_dir" ] && [ -s "$run_dir/launch.args" ] ||
+    { echo "local.sh: --resume needs the --run-dir of a job started by local.sh" >&2; exit 2; }
+  mapfile -d '' -t saved < "$run_dir/launch.args"
+  exec "$0" "${saved[@]}" --resumed-run
+fi
+resumed=0
+n_extra=${#extra[@]}
+if [ "$n_extra" -gt 0 ] && [ "${extra[$((n_extra - 1))]}" = "--resumed-run" ]; then
+  unset "extra[$((n_extra - 1))]"
+  resumed=1
+fi
 [ -n "$job" ] && [ -n "$run_dir" ] || { echo "local.sh: --job and --run-dir are required" >&2; usage; }
 [ -f "$job" ] || { echo "local.sh: job file '$job' not found" >&2; exit 2; }
 [[ "$servers" =~ ^[1-9][0-9]*$ ]] || { echo "local.sh: --servers must be a positive integer" >&2; exit 2; }
@@ -50,6 +69,15 @@ done
 mkdir -p "$run_dir/logs" "$run_dir/pids"
 run_dir=$(cd "$run_dir" && pwd)
 job=$(cd "$(dirname "$job")" && pwd)/$(basename "$job")
+if [ $resumed = 0 ]; then
+  rm -rf "$run_dir/store"  # a fresh job
+  launch=(--job "$job" --servers "$servers" --workers "$workers" --run-dir "$run_dir" --slowdowns "$slowdowns"
+          --checkpoint-every "$checkpoint_every")
+  [ $supervise = 1 ] && launch+=(--supervise)
+  printf '%s\0' "${launch[@]}" -- "${extra[@]}" > "$run_dir/launch.args"
+else
+  echo "resuming the job in $run_dir from its stores"
+fi
 rm -f "$run_dir"/*.addr "$run_dir/result.json" "$run_dir"/pids/*.pid "$run_dir/.stopping"
 if [ ! -s "$run_dir/token" ]; then
   (umask 077; od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > "$run_dir/token")
@@ -85,8 +113,36 @@ start() {  # start NAME CMD...: runs in the background, logs and records the pid
   echo $! > "$run_dir/pids/$name.pid"
 }
 
-start coordinator "$bin/coordinator" --flagfile="$job" --shards="$servers" --workers="$workers" \
-  --run_dir="$run_dir" --addr_file="$run_dir/coordinator.addr" --token_file="$run_dir/token" "${extra[@]}"
+# supervise NAME CMD...: runs CMD, restarting it with backoff while it dies by a signal;
+# restarts bind the endpoint the first run got, so peers reconnect by themselves.
+supervise() {
+  local name=$1; shift
+  local backoff=0.2 rc child
+  trap 'kill -TERM $child 2>/dev/null; exit 0' TERM
+  while true; do
+    local bind=()
+    [ -s "$run_dir/$name.addr" ] && bind=(--bind="$(cat "$run_dir/$name.addr")")
+    "$@" "${bind[@]}" >> "$run_dir/logs/$name.log" 2>&1 &
+    child=$!
+    echo $child > "$run_dir/pids/$name.pid"
+    rc=0; wait $child || rc=$?
+    # Only a death by a signal is a crash; an exit status is the process's own verdict.
+    { [ $rc -lt 128 ] || [ -f "$run_dir/.stopping" ]; } && return $rc
+    echo "local.sh: $name exited with status $rc; restarting it in ${backoff}s" | tee -a "$run_dir/logs/$name.log" >&2
+    sleep "$backoff"
+    backoff=$(awk -v b="$backoff" 'BEGIN { b *= 2; print (b > 5 ? 5 : b) }')
+  done
+}
+
+coordinator=("$bin/coordinator" --flagfile="$job" --shards="$servers" --workers="$workers" --run_dir="$run_dir"
+  --addr_file="$run_dir/coordinator.addr" --token_file="$run_dir/token" --store="$run_dir/store/coordinator"
+  "${extra[@]}")
+if [ $supervise = 1 ]; then
+  supervise coordinator "${coordinator[@]}" &
+  pids+=($!)
+else
+  start coordinator "${coordinator[@]}"
+fi
 coord_pid=${pids[0]}
 
 # Wait (bounded) for the coordinator to serve, or to fail on a bad job.
@@ -102,26 +158,6 @@ if [ ! -s "$run_dir/coordinator.addr" ]; then
 fi
 addr=$(cat "$run_dir/coordinator.addr")
 echo "coordinator at $addr, run dir $run_dir"
-
-# supervise NAME CMD...: runs CMD, restarting it with backoff while it dies abnormally;
-# restarts bind the endpoint the first run got, so peers reconnect by themselves.
-supervise() {
-  local name=$1; shift
-  local backoff=0.2 rc child
-  trap 'kill -TERM $child 2>/dev/null; exit 0' TERM
-  while true; do
-    local bind=()
-    [ -s "$run_dir/$name.addr" ] && bind=(--bind="$(cat "$run_dir/$name.addr")")
-    "$@" "${bind[@]}" >> "$run_dir/logs/$name.log" 2>&1 &
-    child=$!
-    echo $child > "$run_dir/pids/$name.pid"
-    rc=0; wait $child || rc=$?
-    { [ $rc -eq 0 ] || [ -f "$run_dir/.stopping" ]; } && return 0
-    echo "local.sh: $name exited with status $rc; restarting it in ${backoff}s" | tee -a "$run_dir/logs/$name.log" >&2
-    sleep "$backoff"
-    backoff=$(awk -v b="$backoff" 'BEGIN { b *= 2; print (b > 5 ? 5 : b) }')
-  done
-}
 
 for ((s = 0; s < servers; s++)); do
   shard=("$bin/shard" --coordinator="$addr" --shard_id=$s --token_file="$run_dir/token" --addr_file="$run_dir/shard$s.addr")
