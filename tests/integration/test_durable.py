@@ -14,13 +14,16 @@ EXTRA = [f"--steps={STEPS}", "--test_limit=-1"]
 _reference = {}
 
 
-class ShardCrash(RunDirTest):
+class DurableRun(RunDirTest):
     def reference(self):
         if "digest" not in _reference:
             _, _, r = self.run_local("reference", MLP, servers=1, workers=1, extra=EXTRA)
             _reference["digest"] = r["params_sha256"]
         return _reference["digest"]
 
+
+
+class ShardCrash(DurableRun):
     def run_and_kill_shard(self, checkpoint_every, kill_at_step):
         ref = self.reference()
         d = self.run_dir("job")
@@ -51,6 +54,32 @@ class ShardCrash(RunDirTest):
     def test_shard_killed_while_checkpointing_every_step_gives_the_same_digest(self):
         # Checkpointing every step keeps a write in flight almost always: the kill lands in one.
         self.run_and_kill_shard(checkpoint_every=1, kill_at_step=60)
+
+
+class StopAndResume(DurableRun):
+    def test_a_stopped_job_resumes_from_its_stores_with_the_same_digest(self):
+        ref = self.reference()
+        d = self.run_dir("job")
+        job = subprocess.Popen([LOCAL, "--job", MLP, "--servers", "2", "--workers", "2", "--run-dir", d,
+                                "--checkpoint-every", "50", "--"] + EXTRA,
+                               env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        self.procs.append(job)
+        wait_for_file(os.path.join(d, "coordinator.addr"), proc=job)
+        wait_for_step(os.path.join(d, "logs", "coordinator.log"), 300)
+        job.send_signal(signal.SIGTERM)  # Ctrl-C: every process stops
+        self.assertNotEqual(job.wait(timeout=60), 0)
+        self.assertFalse(os.path.exists(os.path.join(d, "result.json")))
+        rc, out, result = self.run_local_resume(d)
+        self.assertEqual(rc, 0, out + logs(d))
+        self.assertEqual(result["steps"], STEPS)
+        self.assertEqual(result["params_sha256"], ref)
+
+    def run_local_resume(self, d):
+        p = subprocess.run([LOCAL, "--resume", "--run-dir", d], env=ENV, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=600)
+        path = os.path.join(d, "result.json")
+        result = json.load(open(path)) if os.path.exists(path) else None
+        return p.returncode, p.stdout, result
 
 
 if __name__ == "__main__":
