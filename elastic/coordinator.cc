@@ -59,6 +59,36 @@ StatusOr<JobState::Resumed> ReadResumed(const StateStore& store, const std::stri
   return r;
 }
 
+// The final model in the safetensors format: an 8-byte little-endian header
+// length, a JSON header naming each tensor's dtype, shape and byte range, then
+// the tensors' bytes in layout order (parameters, then buffers).
+Status WriteSafetensors(const std::string& path, const Layout& layout, const std::map<uint32_t, ChunkBytes>& chunks,
+                        const nlohmann::json& metadata) {
+  nlohmann::json header;
+  header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const TensorSpec& t : layout.tensors) {
+    if (t.kind == TensorKind::kLoss) continue;
+    const uint64_t bytes = uint64_t(t.numel()) * DTypeSize(t.dtype);
+    header[t.name] = {{"dtype", t.dtype == DType::kInt64 ? "I64" : "F32"},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string head = header.dump();
+  head.append((8 - head.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((uint64_t(head.size()) >> (8 * i)) & 0xff);
+  out += head;
+  out.reserve(out.size() + offset);
+  for (const Chunk& c : layout.chunks) {  // chunks run through each tensor in order
+    if (layout.tensors[c.tensor].kind == TensorKind::kLoss) continue;
+    const ChunkBytes& b = chunks.at(c.id.value());
+    out.append(static_cast<const char*>(b.data), b.size);
+  }
+  return WriteFileAtomically(path, out);
+}
+
 class CoordinatorImpl final : public Coordinator {
  public:
   CoordinatorImpl(CoordinatorOptions options, std::unique_ptr<Channel> channel, zmq::context_t* context,
@@ -275,6 +305,11 @@ class CoordinatorImpl final : public Coordinator {
     j["buffers_sha256"] = buffers.HexDigest();
     j["train_seconds"] = summary.train_time.count();
     j["workers_seen"] = summary.workers_seen;
+    EPS_RETURN_IF_ERROR(WriteSafetensors(options_.run_dir + "/model.safetensors", layout, chunks,
+                                         {{"job_id", spec.job_id},
+                                          {"model", spec.model},
+                                          {"steps", std::to_string(summary.steps)},
+                                          {"params_sha256", j["params_sha256"]}}));
     EPS_RETURN_IF_ERROR(WriteFileAtomically(options_.run_dir + "/result.json", j.dump(2) + "\n"));
     if (store_) EPS_RETURN_IF_ERROR(store_->Put("done", j.dump()));
     PrintLine(state_.ProgressLine());

@@ -1,4 +1,8 @@
 """The consistency contract: one job, many placements, one params_sha256."""
+import hashlib
+import json
+import os
+import struct
 import unittest
 
 from harness import MLP, RunDirTest
@@ -32,6 +36,21 @@ class DigestAcrossPlacements(RunDirTest):
         _, _, a = self.run_local("seed7", MLP, workers=1, extra=["--steps=20"])
         _, _, b = self.run_local("seed8", MLP, workers=1, extra=["--steps=20", "--seed=8"])
         self.assertNotEqual(a["params_sha256"], b["params_sha256"])
+
+    def test_exported_model_holds_the_digested_parameters(self):
+        _, _, r = self.run_local("export", MLP, workers=2, extra=["--steps=20"])
+        with open(os.path.join(self.tmp, "export", "model.safetensors"), "rb") as f:
+            blob = f.read()
+        n = struct.unpack("<Q", blob[:8])[0]
+        header, data = json.loads(blob[8:8 + n]), blob[8 + n:]
+        self.assertEqual(header["__metadata__"]["params_sha256"], r["params_sha256"])
+        tensors = sorted((v["data_offsets"], k, v) for k, v in header.items() if k != "__metadata__")
+        self.assertEqual([k for _, k, _ in tensors], ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"])
+        sha = hashlib.sha256()
+        for (begin, end), _, v in tensors:
+            self.assertEqual(end - begin, 4 * v["shape"][0] * (v["shape"][1] if len(v["shape"]) > 1 else 1))
+            sha.update(data[begin:end])
+        self.assertEqual(sha.hexdigest(), r["params_sha256"])
 
 
 class BatchNormBuffers(RunDirTest):
