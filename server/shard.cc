@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -21,6 +22,9 @@ namespace eps {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How often a refusal from the coordinator that does not stop the shard is logged, at most.
+constexpr std::chrono::seconds kRefusalLogEvery(60);
 
 // Writes checkpoints on its own thread, in the order they were queued, and
 // wakes the event loop through an eventfd after each. At most one snapshot
@@ -138,7 +142,7 @@ class ShardImpl final : public Shard {
   }
 
   Status Run(const volatile bool* stop) override {
-    EPS_RETURN_IF_ERROR(SendToCoordinator(RegisterShard{options_.shard, endpoint(), durable_step_}));
+    EPS_RETURN_IF_ERROR(Register());
     LOG(INFO) << "shard " << options_.shard << " serving on " << endpoint() << ", coordinator "
               << coordinator_->endpoint();
     while (!*stop && !done_) {
@@ -155,6 +159,10 @@ class ShardImpl final : public Shard {
       if (items[0].revents & ZMQ_POLLIN) OnWorkerMessage();
       if (wake_fd_ >= 0 && (items[2].revents & ZMQ_POLLIN)) OnCheckpointsWritten(/*report=*/true);
       ExpirePulls();
+      if (!done_ && Clock::now() >= next_register_) {
+        Status st = Register();
+        if (!st.ok()) LOG(WARNING) << "could not re-register with the coordinator: " << st.ToString();
+      }
     }
     FinishCheckpoints();
     if (!done_) return Aborted("stopped by a signal");
@@ -195,6 +203,14 @@ class ShardImpl final : public Shard {
     return OkStatus();
   }
 
+  // Registers, and then again every register_every as a beacon: a restarted
+  // coordinator learns this shard and the version it serves from it, and the
+  // coordinator that knows the shard on this connection takes it as a no-op.
+  Status Register() {
+    next_register_ = Clock::now() + options_.register_every;
+    return SendToCoordinator(RegisterShard{options_.shard, endpoint(), durable_step_, state_.version()});
+  }
+
   template <class M>
   Status SendToCoordinator(M message) {
     return coordinator_->Send(Envelope{options_.token, std::move(message)});
@@ -206,10 +222,12 @@ class ShardImpl final : public Shard {
   }
   void ReplyError(const std::string& peer, const Status& st) { Reply(peer, ErrorReply{st.code(), st.message()}); }
 
+  // Until the next beacon or the first waiting pull's deadline, whichever comes first.
   std::chrono::milliseconds NextTimeout() const {
-    if (waiting_.empty()) return std::chrono::milliseconds(1000);
-    auto left = waiting_.front().deadline - Clock::now();
-    return std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(left));
+    Clock::time_point next = next_register_;
+    if (!waiting_.empty()) next = std::min(next, waiting_.front().deadline);
+    return std::max(std::chrono::milliseconds(0),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()));
   }
 
   // Stops the shard with `st`, telling the coordinator why.
@@ -261,13 +279,37 @@ class ShardImpl final : public Shard {
       LOG(INFO) << "shutdown: " << shutdown->reason << " (" << state_.duplicates() << " duplicate contributions dropped)";
       done_ = true;
     } else if (auto* err = std::get_if<ErrorReply>(&body)) {
-      LOG(ERROR) << "coordinator refused this shard: " << err->ToStatus().ToString();
-      fatal_ = err->ToStatus();
-      done_ = true;
+      OnCoordinatorError(err->ToStatus());
     } else {
       LOG(WARNING) << "unexpected " << BodyName(body) << " from the coordinator";
     }
     return OkStatus();
+  }
+
+  // A config this shard can never serve (an id outside the job, a wrong token)
+  // stops it. Any other refusal passes: a restarted coordinator that does not
+  // know this shard yet (NotFound) learns it from the next beacon, and a
+  // refusal during a rollback or a restart (Aborted, Unavailable) is transient.
+  void OnCoordinatorError(const Status& st) {
+    switch (st.code()) {
+      case StatusCode::kInvalidArgument:
+      case StatusCode::kFailedPrecondition:
+      case StatusCode::kUnauthenticated:
+        LOG(ERROR) << "coordinator refused this shard: " << st.ToString();
+        fatal_ = st;
+        done_ = true;
+        return;
+      default:
+        break;
+    }
+    ++refusals_unlogged_;
+    const auto now = Clock::now();
+    if (last_refusal_log_.has_value() && now - *last_refusal_log_ < kRefusalLogEvery) return;
+    LOG(WARNING) << "the coordinator refused a message from this shard (" << refusals_unlogged_
+                 << (refusals_unlogged_ == 1 ? " refusal" : " refusals") << " since the last note): " << st.ToString()
+                 << "; serving on, registering again every " << options_.register_every.count() << " ms";
+    last_refusal_log_ = now;
+    refusals_unlogged_ = 0;
   }
 
   void OnWorkerMessage() {
@@ -426,6 +468,9 @@ class ShardImpl final : public Shard {
   std::deque<WaitingPull> waiting_;  // ordered by deadline (all share one wait)
   bool done_ = false;
   Status fatal_;
+  Clock::time_point next_register_;                   // the next beacon
+  std::optional<Clock::time_point> last_refusal_log_;  // when a passing refusal was last logged
+  int64_t refusals_unlogged_ = 0;                      // passing refusals since then
 
   std::unique_ptr<StateStore> store_;        // null: memory only (or not created yet)
   std::unique_ptr<CheckpointWriter> writer_;  // with store_; destroyed before it
@@ -443,6 +488,7 @@ StatusOr<std::unique_ptr<Shard>> Shard::Open(const ShardOptions& options, zmq::c
   if (options.checkpoint_every > 0 && options.store_path.empty()) {
     return InvalidArgument("checkpoint_every needs a store");
   }
+  if (options.register_every.count() <= 0) return InvalidArgument("register_every must be positive");
   EPS_ASSIGN_OR_RETURN(auto workers, Channel::Bind(context, options.bind));
   EPS_ASSIGN_OR_RETURN(auto coordinator, Channel::Connect(context, options.coordinator));
   auto shard = std::make_unique<ShardImpl>(options, std::move(workers), std::move(coordinator));

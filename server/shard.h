@@ -2,11 +2,18 @@
 // layout assigned to its id), runs the step barrier over virtual workers and
 // serves versioned pulls.
 //
-// It binds a ROUTER for workers, connects to the coordinator, registers its id
-// and address, and learns the job spec and the model layout from it. It reports
-// every completed step (with the step's loss if it owns the loss chunk) to the
-// coordinator and exits when the coordinator sends Shutdown. Bad messages get an
-// ErrorReply and a log line; nothing from the network stops the service.
+// It binds a ROUTER for workers, connects to the coordinator, registers its id,
+// address and the version it serves, and learns the job spec and the model
+// layout from it. It registers again every `register_every` (a beacon, which
+// the coordinator that knows the shard ignores), so that a restarted
+// coordinator learns every shard without restarting any. It reports every
+// completed step (with the step's loss if it owns the loss chunk) to the
+// coordinator and exits when the coordinator sends Shutdown, or refuses the
+// shard for good (an ErrorReply InvalidArgument, FailedPrecondition or
+// Unauthenticated: a config it can never serve). Other error replies from the
+// coordinator (NotFound from a restarted one, Aborted, Unavailable) are logged
+// at most once a minute and the shard serves on. Bad messages from workers get
+// an ErrorReply and a log line; nothing from them stops the service.
 // Run() owns the sockets and the state: one thread, no locks.
 //
 // Durable state (DESIGN.md "Durable state"): with a store, the shard restores
@@ -40,6 +47,7 @@ struct ShardOptions {
   std::string coordinator;                 // the coordinator's endpoint
   std::string token;                       // the job's secret; empty: none required
   std::chrono::milliseconds pull_wait{30000};  // how long a pull may wait for its version
+  std::chrono::milliseconds register_every{1000};  // between beacons (RegisterShard again); > 0
 
   // Durable state. Empty store_path: memory only (nothing below applies).
   std::string store_path;  // the shard's RocksDB directory, owned by "shard/<id>"
@@ -63,8 +71,8 @@ class Shard {
   virtual const std::string& endpoint() const = 0;
   // The version restored from the store at Open (-1: none).
   virtual Step restored_version() const = 0;
-  // Serves until the coordinator says Shutdown (OK) or the job's config is
-  // invalid (the error). `stop` set by a signal handler ends it early (Aborted).
+  // Serves until the coordinator says Shutdown (OK), or the job's config is
+  // invalid or the coordinator refuses the shard for good (the error). `stop` set by a signal handler ends it early (Aborted).
   // Either way it first waits (up to store_wait) for pending checkpoints.
   virtual Status Run(const volatile bool* stop) = 0;
 };

@@ -1509,6 +1509,7 @@ TEST(ShardService, CheckpointsEveryStepRestoresAfterARestartAndRollsBackOnReques
     auto reg = coordinator.Next<RegisterShard>();
     ASSERT_TRUE(reg.has_value());
     EXPECT_EQ(reg->durable_step, Step(-1));
+    EXPECT_EQ(reg->version, Step(-1));
     coordinator.Send(Config());
     FakeWorker worker(&context, reg->address);
     worker.Push(job.Init(s));
@@ -1528,9 +1529,12 @@ TEST(ShardService, CheckpointsEveryStepRestoresAfterARestartAndRollsBackOnReques
     RunningShard running(&context, StoreShardOptions(coordinator, dir.Sub("store"), s));
     ASSERT_TRUE(running.open_status().ok()) << running.open_status().ToString();
     EXPECT_EQ(running.shard()->restored_version(), Step(kSteps));
-    auto reg = coordinator.Next<RegisterShard>();
+    // Not a beacon of the first life still queued: this life's address.
+    const std::string address = running.shard()->endpoint();
+    auto reg = coordinator.Next<RegisterShard>([&](const RegisterShard& r) { return r.address == address; });
     ASSERT_TRUE(reg.has_value());
     EXPECT_EQ(reg->durable_step, Step(kSteps));
+    EXPECT_EQ(reg->version, Step(kSteps));
     FakeWorker worker(&context, reg->address);
     worker.ExpectVersion(job, s, kSteps);  // served before any config arrived
     coordinator.Send(Config());
@@ -1597,6 +1601,71 @@ TEST(ShardService, AShardWithoutAStoreRefusesARollbackAndServesOn) {
   EXPECT_TRUE(running.Join().ok());
 }
 
+TEST(ShardService, RegistersAgainEveryIntervalWithTheVersionItServes) {
+  zmq::context_t context(1);
+  Job job(72);
+  const ShardId s(0);
+  FakeCoordinator coordinator(&context);
+  ShardOptions o;
+  o.shard = s;
+  o.coordinator = coordinator.endpoint();
+  o.register_every = std::chrono::milliseconds(20);
+  RunningShard running(&context, o);
+  ASSERT_TRUE(running.open_status().ok());
+  auto reg = coordinator.Next<RegisterShard>();
+  ASSERT_TRUE(reg.has_value());
+  EXPECT_EQ(reg->version, Step(-1));
+  // Beacons come on their own, on an idle shard, before any config.
+  auto beacon = coordinator.Next<RegisterShard>();
+  ASSERT_TRUE(beacon.has_value());
+  EXPECT_EQ(beacon->shard, s);
+  EXPECT_EQ(beacon->address, reg->address);
+  EXPECT_EQ(beacon->version, Step(-1));
+  coordinator.Send(Config());
+  FakeWorker worker(&context, reg->address);
+  worker.Push(job.Init(s));
+  worker.Step(job, s, 0);
+  auto at_one = coordinator.Next<RegisterShard>([](const RegisterShard& r) { return r.version == Step(1); });
+  ASSERT_TRUE(at_one.has_value());
+  EXPECT_EQ(at_one->durable_step, Step(-1));  // no store
+  coordinator.Send(Shutdown{"done"});
+  EXPECT_TRUE(running.Join().ok());
+}
+
+TEST(ShardService, ServesOnThroughTransientCoordinatorErrorsAndStopsOnAConfigItCannotServe) {
+  for (StatusCode fatal : {StatusCode::kInvalidArgument, StatusCode::kFailedPrecondition}) {
+    SCOPED_TRACE(StatusCodeName(fatal));
+    zmq::context_t context(1);
+    Job job(73);
+    const ShardId s(1);
+    FakeCoordinator coordinator(&context);
+    ShardOptions o;
+    o.shard = s;
+    o.coordinator = coordinator.endpoint();
+    o.register_every = std::chrono::milliseconds(20);
+    RunningShard running(&context, o);
+    ASSERT_TRUE(running.open_status().ok());
+    auto reg = coordinator.Next<RegisterShard>();
+    ASSERT_TRUE(reg.has_value());
+    coordinator.Send(Config());
+    FakeWorker worker(&context, reg->address);
+    worker.Push(job.Init(s));
+    // What a restarted coordinator, or one in the middle of a rollback, may answer.
+    for (int i = 0; i < 3; ++i) {
+      coordinator.Send(ErrorReply{StatusCode::kNotFound, "unknown shard"});
+      coordinator.Send(ErrorReply{StatusCode::kAborted, "rolling back"});
+      coordinator.Send(ErrorReply{StatusCode::kUnavailable, "not ready"});
+    }
+    worker.Step(job, s, 0);
+    worker.ExpectVersion(job, s, 1);  // serves on
+    auto beacon = coordinator.Next<RegisterShard>([](const RegisterShard& r) { return r.version == Step(1); });
+    ASSERT_TRUE(beacon.has_value());  // and keeps registering
+    coordinator.Send(ErrorReply{fatal, "shard id 1 but the job has 1 shards"});
+    const Status st = running.Join();
+    EXPECT_EQ(st.code(), fatal) << st.ToString();
+  }
+}
+
 TEST(ShardService, CheckpointingNeedsAStoreAndABadStoreStopsTheShardAtOpen) {
   zmq::context_t context(1);
   TempDir dir;
@@ -1604,6 +1673,9 @@ TEST(ShardService, CheckpointingNeedsAStoreAndABadStoreStopsTheShardAtOpen) {
   ShardOptions o = StoreShardOptions(coordinator, "", ShardId(0));
   EXPECT_EQ(Shard::Open(o, &context).status().code(), StatusCode::kInvalidArgument);
   o.checkpoint_every = -1;
+  EXPECT_EQ(Shard::Open(o, &context).status().code(), StatusCode::kInvalidArgument);
+  o = StoreShardOptions(coordinator, dir.Sub("store"), ShardId(0));
+  o.register_every = std::chrono::milliseconds(0);
   EXPECT_EQ(Shard::Open(o, &context).status().code(), StatusCode::kInvalidArgument);
   // A path through a regular file, with the job known up front.
   { std::FILE* f = std::fopen(dir.Sub("file").c_str(), "w"); ASSERT_NE(f, nullptr); std::fclose(f); }

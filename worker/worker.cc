@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <csignal>
 #include <cstring>
@@ -34,16 +35,17 @@ constexpr int kMaxReregistrations = 3;
 // Sends Heartbeat{worker} to the coordinator every `interval` from its own
 // thread and DEALER socket (a ZeroMQ socket belongs to one thread), until
 // Stop(), and logs the error replies it gets (the coordinator answers a beat
-// only when it does not know the worker). SetWorker() may be called from any
-// thread; Stop() from the thread that owns the object.
+// only when it does not know the worker). A refusal that says the coordinator
+// does not know the worker (Aborted, NotFound) sets refused(), which the main
+// thread watches while it waits for a plan: a restarted coordinator has
+// forgotten the request and will never answer it. SetWorker(), refused() may
+// be called from any thread; Stop() from the thread that owns the object.
 class Heartbeater {
  public:
   static StatusOr<std::unique_ptr<Heartbeater>> Start(zmq::context_t* context, const std::string& endpoint,
                                                       std::string token, milliseconds interval, WorkerId worker) {
-    Channel::Options co;
-    co.linger_ms = 0;  // a beat not sent by the time we exit is worthless
-    EPS_ASSIGN_OR_RETURN(auto channel, Channel::Connect(context, endpoint, co));
-    std::unique_ptr<Heartbeater> hb(new Heartbeater(std::move(token), interval, worker));
+    EPS_ASSIGN_OR_RETURN(auto channel, Connect(context, endpoint));
+    std::unique_ptr<Heartbeater> hb(new Heartbeater(context, endpoint, std::move(token), interval, worker));
     // A thread inherits the creator's signal mask: blocking SIGTERM and SIGINT
     // around the creation blocks them in the new thread from its first
     // instruction, so they reach the thread that watches the stop flag.
@@ -65,14 +67,21 @@ class Heartbeater {
 
   ~Heartbeater() { Stop(); }
 
-  // Beats for `worker` from now on (after a re-registration).
+  // Beats for `worker` from now on (after a re-registration), on a fresh
+  // socket, and clears refused(): what the old socket still receives answers
+  // beats from before the registration.
   void SetWorker(WorkerId worker) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       worker_ = worker;
+      ++registration_;  // also with the same id: a restarted coordinator may give it again
+      refused_ = false;
     }
     cv_.notify_all();
   }
+
+  // The coordinator refused a beat of the current registration as unknown or dead.
+  bool refused() const { return refused_.load(); }
 
   // Stops beating and joins the thread; returns within about one send.
   void Stop() {
@@ -85,16 +94,36 @@ class Heartbeater {
   }
 
  private:
-  Heartbeater(std::string token, milliseconds interval, WorkerId worker)
-      : token_(std::move(token)), interval_(interval), worker_(worker) {}
+  Heartbeater(zmq::context_t* context, std::string endpoint, std::string token, milliseconds interval,
+              WorkerId worker)
+      : context_(context), endpoint_(std::move(endpoint)), token_(std::move(token)), interval_(interval),
+        worker_(worker) {}
+
+  static StatusOr<std::unique_ptr<Channel>> Connect(zmq::context_t* context, const std::string& endpoint) {
+    Channel::Options co;
+    co.linger_ms = 0;  // a beat not sent by the time we exit is worthless
+    return Channel::Connect(context, endpoint, co);
+  }
 
   void Loop(std::unique_ptr<Channel> channel) {
-    WorkerId refused_worker;
-    int64_t refusals = 0;  // error replies for refused_worker
     std::unique_lock<std::mutex> lock(mu_);
+    uint64_t beating = registration_;  // every beat on `channel` was sent after this registration
+    int64_t refusals = 0;              // error replies on `channel`
     while (!stop_) {
       const WorkerId worker = worker_;
+      const uint64_t registration = registration_;
       lock.unlock();
+      if (registration != beating) {
+        // Refusals of beats sent before the registration still in flight go with the old socket.
+        auto fresh = Connect(context_, endpoint_);
+        if (fresh.ok()) {
+          channel = std::move(fresh).value();
+        } else {
+          LOG(WARNING) << "heartbeat: no fresh socket for worker " << worker << ": " << fresh.status().ToString();
+        }
+        beating = registration;
+        refusals = 0;
+      }
       // Replies to earlier beats first: only errors come back.
       while (true) {
         StatusOr<Channel::Incoming> in = channel->TryReceive();
@@ -102,13 +131,14 @@ class Heartbeater {
         if (!in->envelope.ok()) {
           LOG(WARNING) << "heartbeat: bad reply from the coordinator: " << in->envelope.status().ToString();
         } else if (auto* err = std::get_if<ErrorReply>(&in->envelope->body)) {
-          // Once per worker id and then every 20th: the main thread re-registers at its next
-          // request. (Right after a re-registration, the refusal may answer a beat for the old id.)
-          if (refused_worker != worker) refusals = 0;
-          refused_worker = worker;
+          // Logged once per registration and then every 20th.
           if (refusals++ % 20 == 0) {
             LOG(WARNING) << "the coordinator refused a heartbeat (" << refusals << " since worker " << worker
                          << " began): " << err->ToStatus().ToString();
+          }
+          if (err->code == StatusCode::kAborted || err->code == StatusCode::kNotFound) {
+            std::lock_guard<std::mutex> guard(mu_);
+            if (registration_ == registration) refused_ = true;  // not if SetWorker() came meanwhile
           }
         } else {
           LOG(WARNING) << "heartbeat: unexpected " << BodyName(in->envelope->body) << " from the coordinator";
@@ -117,16 +147,20 @@ class Heartbeater {
       Status st = channel->Send(Envelope{token_, Heartbeat{worker}});
       if (!st.ok()) LOG(WARNING) << "heartbeat not sent: " << st.ToString();
       lock.lock();
-      cv_.wait_for(lock, interval_, [&] { return stop_ || worker_ != worker; });
+      cv_.wait_for(lock, interval_, [&] { return stop_ || registration_ != registration; });
     }
   }
 
+  zmq::context_t* const context_;
+  const std::string endpoint_;
   const std::string token_;
   const milliseconds interval_;
   std::mutex mu_;
   std::condition_variable cv_;
-  WorkerId worker_;    // GUARDED_BY(mu_)
-  bool stop_ = false;  // GUARDED_BY(mu_)
+  WorkerId worker_;                   // GUARDED_BY(mu_)
+  uint64_t registration_ = 0;         // GUARDED_BY(mu_); SetWorker() calls so far
+  bool stop_ = false;                 // GUARDED_BY(mu_)
+  std::atomic<bool> refused_{false};  // written under mu_, read without it
   std::thread thread_;
 };
 
@@ -184,11 +218,17 @@ class WorkerImpl final : public Worker {
   // ---- coordinator ----------------------------------------------------------
 
   // Waits up to `timeout` for a message on `channel`, looking at the stop flag
-  // at least every kStopCheck: Stopped() once it is set.
-  StatusOr<Channel::Incoming> Receive(Channel* channel, milliseconds timeout) const {
+  // at least every kStopCheck: Stopped() once it is set. With
+  // `until_refused`, also Aborted once the heartbeat thread saw this worker
+  // refused.
+  StatusOr<Channel::Incoming> Receive(Channel* channel, milliseconds timeout, bool until_refused = false) const {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (true) {
       if (stopping()) return Stopped();
+      if (until_refused && heartbeat_ != nullptr && heartbeat_->refused()) {
+        return Aborted("the coordinator refuses the heartbeats of worker " + std::to_string(id_.value()) +
+                       ": it no longer knows this worker");
+      }
       const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return DeadlineExceeded("no message within " + std::to_string(timeout.count()) + " ms");
       StatusOr<Channel::Incoming> in = channel->Receive(std::min(left, kStopCheck));
@@ -200,9 +240,17 @@ class WorkerImpl final : public Worker {
   }
 
   // Call() with a wait that stops with the stop flag. An ErrorReply comes back as its Status.
-  StatusOr<Envelope> CallCoordinator(Body body, milliseconds timeout) {
+  // With `until_refused` (a plan request), the wait also ends, Aborted, once
+  // the coordinator refuses this worker's heartbeats: a restarted coordinator
+  // never answers a request it has forgotten.
+  StatusOr<Envelope> CallCoordinator(Body body, milliseconds timeout, bool until_refused = false) {
     EPS_RETURN_IF_ERROR(coordinator_->Send(Envelope{options_.token, std::move(body)}));
-    EPS_ASSIGN_OR_RETURN(Channel::Incoming in, Receive(coordinator_.get(), timeout));
+    StatusOr<Channel::Incoming> received = Receive(coordinator_.get(), timeout, until_refused);
+    if (until_refused && !received.ok() && received.status().code() == StatusCode::kAborted && !stopping()) {
+      // Abandoned: a late answer must not be taken for the next call's.
+      EPS_ASSIGN_OR_RETURN(coordinator_, Channel::Connect(context_, options_.coordinator));
+    }
+    EPS_ASSIGN_OR_RETURN(Channel::Incoming in, std::move(received));
     if (!in.envelope.ok()) return in.envelope.status().WithContext("bad reply from the coordinator");
     if (const auto* err = std::get_if<ErrorReply>(&in.envelope->body)) return err->ToStatus();
     return std::move(in.envelope).value();
@@ -380,7 +428,7 @@ class WorkerImpl final : public Worker {
         request.train_samples = train_.size;
         request.test_samples = test_.size;
       }
-      StatusOr<Envelope> reply = CallCoordinator(request, options_.plan_timeout);
+      StatusOr<Envelope> reply = CallCoordinator(request, options_.plan_timeout, /*until_refused=*/true);
       if (!reply.ok()) {
         if (stopping()) return LeaveJob(kStopReason);
         const StatusCode code = reply.status().code();

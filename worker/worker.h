@@ -18,8 +18,10 @@
 // sends Leave, waits briefly for the ack and returns OK; it notices the flag
 // between VWs and within 100 ms in every wait. When the coordinator answers a
 // step request with Aborted or NotFound (it declared this worker dead, or has
-// forgotten it), the worker registers again under a new id and carries on with
-// the model and data it already has.
+// forgotten it), or refuses a heartbeat that way while the worker waits for a
+// plan (a restarted coordinator never answers the request it forgot), the
+// worker registers again under a new id, within about one heartbeat interval,
+// and carries on with the model and data it already has.
 //
 // Run() owns the model and the sockets other than the heartbeat thread's, and
 // is called from one thread; the heartbeat thread is started and joined inside
