@@ -25,19 +25,23 @@
 #        ranks, scripts/ddp_baseline.py) on the same model, global batch, steps and threads.
 #   scaling  ms per step of the mlp with 1 sample per VW as V grows (1 .. 1024, 1 worker) and as
 #        shards grow (1, 2, 4 at V = 16), against the plain libtorch loop over V microbatches.
+#   hetero  steps/s of the mlp job (V = 8 x 512 samples, --train_limit=20000, 1 shard) on 3 workers
+#        slowed 1x, 2x, 4x (local.sh --slowdowns), --planner=speed against --planner=equal and
+#        against the ideal (the sum of the workers' speeds, from a 1-worker run at 1x); the speed
+#        run's final assignment; both runs must end on the same params_sha256 (else exit 1).
 #
 # Every row is also appended to build/bench/results.csv; run logs go to build/bench/runs/;
 # scripts/plot_bench.py draws build/bench/bench.png from the csv after the run.
 # Rows timed in ms (elastic, transfer, ps_share, scaling) leave samples_per_s empty and put the
-# time in seconds; ratio_vs_baseline is what the section's table calls its ratio.
+# time in seconds; ratio_vs_baseline is what the section's table calls its ratio (hetero: vs equal).
 # Timings are wall-clock on a shared host: the csv records the load average seen
 # before each row, so a noisy row can be told from a slow one. This never fails on timing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # A new section: a function section_NAME below, NAME here, and a line in the case at the end.
-all_sections=(vw elastic transfer ps_share ddp scaling)
+all_sections=(vw elastic transfer ps_share ddp scaling hetero)
 only="" steps=300 setup=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -626,6 +630,133 @@ section_scaling() {
   echo "vs first row: growth against V=1 (upper part) and against 1 shard (lower part); csv ratio = vs plain loop."
 }
 
+# Heterogeneous workers: 3 workers slowed 1x, 2x, 4x (the --slowdown testing aid idles (F - 1) x
+# each VW's compute), the speed-aware planner against the equal split and against the ideal.
+section_hetero() {
+  local flags=$root/examples/fashion_mnist_mlp.flags slowdowns=1,2,4
+  local common=(--steps="$steps" --batch_per_vw=512 --train_limit=20000 --test_limit=-1)
+  echo "== hetero: mlp, V = 8 x 512 samples, $steps steps, --train_limit=20000, 1 shard, 3 workers slowed 1x, 2x, 4x"
+  echo "   (local.sh --slowdowns $slowdowns). ideal = the sum of the workers' speeds, (1/t1 + 1/(2 t1) + 1/(4 t1)) / V"
+  echo "   steps/s, t1 = seconds per VW of one 1x worker alone (train_seconds / steps / V of a 1-worker run of the"
+  echo "   same job, parameter server included) (host load $(load1), $(nproc) cores)"
+  # hetero_job NAME WORKERS SLOWDOWNS [extra coordinator flags]: prints
+  # "STEPS_PER_S SECONDS V PARAMS_SHA256" from the run's result.json ("0 0 0 -" if it failed).
+  hetero_job() {
+    local name=$1 workers=$2 slow=$3; shift 3
+    local dir=$out/runs/$name
+    rm -rf "$dir"
+    if "$root/launcher/local.sh" --job "$flags" --servers 1 --workers "$workers" --slowdowns "$slow" \
+        --run-dir "$dir" -- "${common[@]}" "$@" > "$dir.log" 2>&1; then
+      python3 -c 'import json, sys
+r = json.load(open(sys.argv[1]))
+print("%.2f %.3f %d %s" % (r["steps"] / r["train_seconds"], r["train_seconds"], r["virtual_workers"],
+                          r["params_sha256"]))' "$dir/result.json"
+    else
+      echo "bench.sh: job $name failed (log: $dir.log):" >&2; tail -n 5 "$dir.log" >&2
+      echo "0 0 0 -"
+    fi
+  }
+  local l_alone l_equal l_speed alone secs_alone equal secs_equal speed secs_speed sha_alone sha_equal sha_speed
+  local v v_equal v_speed
+  l_alone=$(load1)
+  read -r alone secs_alone v sha_alone < <(hetero_job hetero_alone 1 1)
+  l_equal=$(load1)
+  read -r equal secs_equal v_equal sha_equal < <(hetero_job hetero_equal 3 "$slowdowns" --planner=equal)
+  l_speed=$(load1)
+  read -r speed secs_speed v_speed sha_speed < <(hetero_job hetero_speed 3 "$slowdowns" --planner=speed)
+  [ "$v" != 0 ] || v=$v_equal
+  [ "$v" != 0 ] || v=$v_speed
+  local ideal=0 t1_ms="-"
+  if [ "$alone" != 0 ]; then
+    t1_ms=$(awk -v s="$alone" -v v="$v" 'BEGIN { printf "%.3f", 1000 / (s * v) }')
+    ideal=$(awk -v s="$alone" -v f="$slowdowns" 'BEGIN {
+      n = split(f, a, ","); for (i = 1; i <= n; i++) sum += 1 / a[i]; printf "%.2f", s * sum }')
+  fi
+  # hetero_row CONFIG STEPS_PER_S SECONDS LOAD1: a table row, and a csv row with samples/s
+  # (steps/s x V x 512), ratio = vs equal; a STEPS_PER_S of 0 marks a failed run.
+  local row_w=28
+  hetero_row() {
+    if [ "$2" = 0 ]; then
+      failed=1
+      printf "%-${row_w}s | %8s | %8s | %s\n" "$1" failed - -
+      echo "$run_id,$git_rev,hetero,$1,,,$steps,,$4" >> "$csv"
+      return
+    fi
+    printf "%-${row_w}s | %8s | %8s | %s\n" "$1" "$2" "$(ratio "$2" "$equal")" "$(ratio "$2" "$ideal")"
+    echo "$run_id,$git_rev,hetero,$1,$(awk -v s="$2" -v v="$v" 'BEGIN { printf "%.1f", s * v * 512 }'),$(ratio "$2" "$equal"),$steps,$3,$4" >> "$csv"
+  }
+  printf "%-${row_w}s | %8s | %8s | %s\n" config steps/s "vs equal" "vs ideal"
+  hetero_row "1 worker at 1x alone" "$alone" "$secs_alone" "$l_alone"
+  hetero_row "ideal (1x + 2x + 4x)" "$ideal" "" "$l_alone"
+  hetero_row "3 workers --planner=equal" "$equal" "$secs_equal" "$l_equal"
+  hetero_row "3 workers --planner=speed" "$speed" "$secs_speed" "$l_speed"
+  echo "t1 = $t1_ms ms per VW at 1x. csv: samples_per_s = steps/s x V x 512, ratio = vs equal (the ideal row:"
+  echo "predicted, no seconds)."
+  awk -v s="$speed" -v e="$equal" -v i="$ideal" '
+    function verdict(name, x, goal) {
+      if (x == "") printf "  %-28s not measured\n", name
+      else printf "  %-28s %5.2fx: %s\n", name, x, (x >= goal ? "met" : "not met")
+    }
+    BEGIN {
+      print "goals: planner=speed >= 1.3x equal and >= 0.85x ideal"
+      verdict("planner=speed vs equal", s > 0 && e > 0 ? s / e : "", 1.3)
+      verdict("planner=speed vs ideal", s > 0 && i > 0 ? s / i : "", 0.85)
+    }'
+  # The speed run's final assignment, its workers named by slowdown (worker<i>.log is the i-th
+  # slowdown's and says which id it registered as).
+  local dir=$out/runs/hetero_speed
+  python3 - "$dir" "$slowdowns" "$t1_ms" <<'PY' || true
+import os, re, sys
+d, slow, t1 = sys.argv[1], sys.argv[2].split(","), sys.argv[3]
+try:
+    log = open(os.path.join(d, "logs", "coordinator.log"), errors="replace").readlines()
+except OSError:
+    log = []
+lines = [l for l in log if "] assignment epoch " in l]
+measured = [l for l in log if "] re-planning VWs by measured speed (seconds per VW: " in l]
+if not lines:
+    print("final assignment (speed run): none found in its coordinator log")
+    sys.exit(0)
+last = lines[-1].split("] ", 1)[1].strip()
+print(f"final assignment (speed run): {last}  ({len(lines)} epochs, {len(lines) - 1} re-plans or changes)")
+names, counts = {}, {}
+for i, f in enumerate(slow):
+    try:
+        m = re.search(r"registered as worker (\d+) ", open(os.path.join(d, "logs", f"worker{i}.log"), errors="replace").read())
+    except OSError:
+        m = None
+    if m:
+        names[m.group(1)] = f + "x"
+for w, a, b in re.findall(r"w(\d+):\[(\d+),(\d+)\)", last):
+    counts[w] = int(b) - int(a)
+by_speed = sorted(names.items(), key=lambda x: float(x[1][:-1]))
+if names:
+    print("  VWs by worker: " + ", ".join(f"w{w} ({f}) {counts.get(w, 0)}" for w, f in by_speed))
+if names and measured:
+    ms = dict(re.findall(r"\bw(\d+)=([0-9.?]+)", measured[-1].split("seconds per VW: ", 1)[1].split(")", 1)[0]))
+    print("  seconds per VW as the planner last saw them: " +
+          ", ".join(f"w{w} ({f}) {ms.get(w, '?')} ms" for w, f in by_speed) + f"; t1 alone {t1} ms")
+PY
+  echo "params_sha256: equal $sha_equal"
+  echo "               speed $sha_speed"
+  echo "               alone $sha_alone"
+  if [ "$sha_equal" = - ] || [ "$sha_speed" = - ]; then
+    echo "digest check: not made (a run failed)"
+  elif [ "$sha_equal" != "$sha_speed" ] || { [ "$sha_alone" != - ] && [ "$sha_alone" != "$sha_speed" ]; }; then
+    echo "bench.sh: hetero: the runs ended on different params_sha256: placement changed the bits" >&2
+    echo "digest check: MISMATCH"
+    failed=1
+  else
+    echo "digest check: equal and speed identical$([ "$sha_alone" = - ] || echo ", and the same as the 1-worker run")"
+  fi
+  if [ "$(nproc)" -lt 5 ]; then
+    echo "note: $(nproc) cores for 5 processes (3 workers, the shard, the coordinator): the workers' compute competes"
+    echo "for CPU and runs slower than t1 (measured with no other worker), and --slowdown idles in proportion to that"
+    echo "slower compute. The ideal assumes every worker keeps its lone speed: on this host it is out of reach, and"
+    echo "both ratios are figures of this host's contention as much as of the planner."
+  fi
+}
+
 # plot: build/bench/bench.png from the csv (skipped with a note when matplotlib is missing).
 plot() {
   if /usr/bin/python3 -c 'import matplotlib' 2> /dev/null; then
@@ -645,6 +776,7 @@ for s in "${all_sections[@]}"; do
     ps_share) section_ps_share ;;
     ddp) section_ddp ;;
     scaling) section_scaling ;;
+    hetero) section_hetero ;;
   esac
 done
 echo "results appended to $csv"
