@@ -47,13 +47,15 @@ StatusOr<JobState::Resumed> ReadResumed(const StateStore& store, const std::stri
     auto j = nlohmann::json::parse(samples);
     r.train_samples = j.at("train").get<int64_t>();
     r.test_samples = j.at("test").get<int64_t>();
+    auto next_worker = store.Get("next_worker");
+    if (next_worker.ok()) r.next_worker = static_cast<uint32_t>(std::stoul(*next_worker));
     auto assignment = store.Get("assignment");
     if (assignment.ok()) {
       auto a = nlohmann::json::parse(*assignment);
       r.epoch = Epoch(a.at("epoch").get<uint64_t>());
       r.ranges = a.at("ranges").get<std::vector<std::pair<uint32_t, uint32_t>>>();
     }
-  } catch (const nlohmann::json::exception& e) {
+  } catch (const std::exception& e) {  // json and stoul errors
     return DataLoss(std::string("the coordinator's store is damaged: ") + e.what());
   }
   return r;
@@ -103,6 +105,7 @@ class CoordinatorImpl final : public Coordinator {
       state_.Resume(*resumed);
       persisted_job_ = true;
       persisted_epoch_ = resumed->epoch;
+      persisted_next_worker_ = resumed->next_worker;
     }
   }
 
@@ -189,6 +192,11 @@ class CoordinatorImpl final : public Coordinator {
                        nlohmann::json{{"epoch", state_.epoch().value()}, {"ranges", state_.AssignmentRanges()}}.dump());
       if (st.ok()) persisted_epoch_ = state_.epoch();
     }
+    // Before a registration reply names a worker id, the store knows the id is taken.
+    if (st.ok() && state_.next_worker() != persisted_next_worker_) {
+      st = store_->Put("next_worker", std::to_string(state_.next_worker()));
+      if (st.ok()) persisted_next_worker_ = state_.next_worker();
+    }
     if (!st.ok()) state_.OnJobError("the coordinator's store: " + st.ToString());
   }
 
@@ -240,13 +248,13 @@ class CoordinatorImpl final : public Coordinator {
       if (m->shard.value() < shard_peers_.size() && shard_peers_[m->shard.value()] == in.peer) {
         st = state_.OnStepDone(m->shard, *m);
       } else {
-        st = InvalidArgument("step report from an unknown shard");
+        st = NotFound("step report from an unknown shard: register again");
       }
     } else if (auto* m = std::get_if<RollbackDone>(&body)) {
       if (m->shard.value() < shard_peers_.size() && shard_peers_[m->shard.value()] == in.peer) {
         st = state_.OnRollbackDone(*m);
       } else {
-        st = InvalidArgument("rollback report from an unknown shard");
+        st = NotFound("rollback report from an unknown shard: register again");
       }
     } else if (auto* m = std::get_if<EvalResult>(&body)) {
       // Never answered: the worker's next message is a step request awaiting its plan.
@@ -330,6 +338,7 @@ class CoordinatorImpl final : public Coordinator {
   JobState state_;
   bool persisted_job_ = false;
   Epoch persisted_epoch_{0};
+  uint32_t persisted_next_worker_ = 0;
   std::vector<std::string> shard_peers_;
   std::map<WorkerId, std::string> worker_peers_;  // routing id of each worker's main socket
 };

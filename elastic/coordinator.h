@@ -40,7 +40,7 @@ struct CoordinatorOptions {
   std::chrono::milliseconds step_timeout{300000};     // while workers live, a step must finish by then
   std::chrono::milliseconds progress_every{1000};     // progress line period
   PlannerOptions planner;                             // VW counts by measured speed, or equal
-  double replan_threshold = 0.1;                      // hysteresis of speed-driven re-planning
+  double replan_threshold = 0.25;                     // hysteresis of speed-driven re-planning
 };
 
 // Checks what can be checked before any process starts: sizes, counts, the data files.

@@ -52,7 +52,7 @@ DEFINE_int32(startup_timeout_s, 120, "The shards must register within this time"
 DEFINE_int32(step_timeout_s, 300, "While workers are alive, a step or an evaluation must complete within this time");
 DEFINE_string(planner, "speed", "VW counts per worker: speed (by measured seconds per VW) or equal");
 DEFINE_uint32(max_vws_per_worker, 0, "At most this many VWs on one worker (memory); 0: no cap");
-DEFINE_double(replan_threshold, 0.1,
+DEFINE_double(replan_threshold, 0.25,
               "Re-plan by speed without a membership change only if the slowest worker's predicted load "
               "improves by more than this fraction");
 DEFINE_int32(heartbeat_timeout_ms, 3000, "A worker whose heartbeats stop for this long is declared dead");

@@ -33,7 +33,15 @@ Status JobState::OnShardRegistered(ShardId shard, const std::string& address, St
                            std::to_string(spec_.num_shards) + " shards");
   }
   const uint32_t s = shard.value();
-  if (shard_registered_[s] && !new_peer && shard_addresses_[s] == address) return OkStatus();  // a beacon
+  if (shard_registered_[s] && !new_peer && shard_addresses_[s] == address) {
+    // A beacon. It also stands in for a step report lost while no coordinator listened.
+    shard_durable_[s] = std::max(shard_durable_[s], durable_step);
+    if (phase_ == Phase::kTraining || phase_ == Phase::kEvaluating) {
+      shard_done_[s] = std::max(shard_done_[s], Step(version.value() - 1));
+      Advance();
+    }
+    return OkStatus();
+  }
   // A shard restored from its store serves its newest checkpoint, even if it does not say so.
   shard_version_[s] = std::max(version, durable_step);
   const bool restarted = shard_registered_[s] && phase_ != Phase::kStarting && phase_ != Phase::kResuming &&
@@ -65,6 +73,7 @@ void JobState::Resume(const Resumed& r) {
   train_samples_ = r.train_samples;
   test_samples_ = r.test_samples;
   epoch_ = r.epoch;
+  next_worker_ = r.next_worker;  // ids are never reused: a new worker must not inherit an old one's beats
   resume_ranges_ = r.ranges;
   phase_ = Phase::kResuming;
   LOG(INFO) << "resuming job '" << spec_.job_id << "' (" << spec_.steps << " steps, assignment epoch " << epoch_
@@ -130,7 +139,7 @@ void JobState::StartRollback(ShardId restarted, Step durable_step) {
 
 Status JobState::OnRollbackDone(const RollbackDone& done) {
   const uint32_t s = done.shard.value();
-  if (s >= spec_.num_shards || !shard_registered_[s]) return InvalidArgument("rollback report from an unknown shard");
+  if (s >= spec_.num_shards || !shard_registered_[s]) return NotFound("rollback report from an unknown shard");
   if (phase_ != Phase::kRollingBack || done.step != rollback_step_) return OkStatus();  // stale
   if (done.code != StatusCode::kOk) {
     Fail(done.ToStatus().WithContext("shard " + std::to_string(s) + " could not roll back to step " +
@@ -231,7 +240,7 @@ Status JobState::OnLeave(WorkerId worker, const std::string& reason) {
 
 Status JobState::OnStepDone(ShardId shard, const StepDone& done) {
   if (shard.value() >= spec_.num_shards || !shard_registered_[shard.value()]) {
-    return InvalidArgument("step report from an unknown shard");
+    return NotFound("step report from an unknown shard: register again");
   }
   shard_durable_[shard.value()] = std::max(shard_durable_[shard.value()], done.durable_step);
   if (!done.checkpoint_error.empty()) {

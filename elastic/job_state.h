@@ -47,7 +47,7 @@ struct JobStateOptions {
   std::chrono::milliseconds startup_timeout{120000};  // for the shards to register
   std::chrono::milliseconds step_timeout{300000};     // progress while workers are alive
   PlannerOptions planner;        // how VW counts follow measured speeds (planner.h)
-  double replan_threshold = 0.1; // re-plan without a membership change only if the slowest
+  double replan_threshold = 0.25; // re-plan without a membership change only if the slowest
                                  // worker's predicted load improves by more than this
 };
 
@@ -81,6 +81,7 @@ class JobState {
     int64_t train_samples = 0, test_samples = 0;
     Epoch epoch{0};
     std::vector<std::pair<uint32_t, uint32_t>> ranges;  // the last assignment's VW ranges
+    uint32_t next_worker = 0;                            // the first worker id not handed out
   };
   // Before any event: the job resumes where the shards are once they all
   // registered again. The step in flight is recomputed in the ranges of the last
@@ -128,6 +129,7 @@ class JobState {
   Epoch epoch() const { return epoch_; }
   // The current assignment's non-empty ranges, in worker order.
   std::vector<std::pair<uint32_t, uint32_t>> AssignmentRanges() const;
+  uint32_t next_worker() const { return next_worker_; }
   int64_t train_samples() const { return train_samples_; }
   int64_t test_samples() const { return test_samples_; }
   const std::vector<TensorSpec>& tensors() const { return tensors_; }

@@ -48,6 +48,26 @@ class ShardCrash(DurableRun):
         self.assertEqual(result["steps"], STEPS)
         self.assertEqual(result["params_sha256"], ref)
 
+    def test_coordinator_killed_mid_run_is_restarted_and_resumes_with_the_same_digest(self):
+        ref = self.reference()
+        d = self.run_dir("job")
+        job = subprocess.Popen([LOCAL, "--job", MLP, "--servers", "2", "--workers", "2", "--run-dir", d,
+                                "--checkpoint-every", "50", "--supervise", "--"] + EXTRA,
+                               env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        self.procs.append(job)
+        coord_log = os.path.join(d, "logs", "coordinator.log")
+        wait_for_file(os.path.join(d, "coordinator.addr"), proc=job)
+        wait_for_step(coord_log, 200)
+        with open(os.path.join(d, "pids", "coordinator.pid")) as f:
+            os.kill(int(f.read()), signal.SIGKILL)
+        self.assertEqual(job.wait(timeout=600), 0, logs(d))
+        with open(coord_log) as f:
+            self.assertIn("after a coordinator restart", f.read())
+        with open(os.path.join(d, "result.json")) as f:
+            result = json.load(f)
+        self.assertEqual(result["steps"], STEPS)
+        self.assertEqual(result["params_sha256"], ref)
+
     def test_shard_killed_mid_step_restarts_rolls_back_and_gives_the_same_digest(self):
         self.run_and_kill_shard(checkpoint_every=50, kill_at_step=120)
 
