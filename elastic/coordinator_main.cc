@@ -7,6 +7,7 @@
 #include <csignal>
 
 #include "common/files.h"
+#include "common/memory.h"
 #include "elastic/coordinator.h"
 
 // The job.
@@ -65,6 +66,7 @@ void OnSignal(int) { g_stop = true; }
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("eps_coordinator --flagfile=JOB.flags --run_dir=DIR [--shards=S --workers=W]");
+  eps::KeepFreedMemory();
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);

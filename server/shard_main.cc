@@ -5,6 +5,7 @@
 #include <csignal>
 
 #include "common/files.h"
+#include "common/memory.h"
 #include "server/shard.h"
 
 DEFINE_uint32(shard_id, 0, "This shard's id, 0..S-1");
@@ -28,6 +29,7 @@ void OnSignal(int) { g_stop = true; }
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("eps_shard --coordinator=ENDPOINT --shard_id=N");
+  eps::KeepFreedMemory();
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);

@@ -7,6 +7,7 @@
 #include <csignal>
 
 #include "common/files.h"
+#include "common/memory.h"
 #include "worker/worker.h"
 
 DEFINE_string(coordinator, "", "The coordinator's endpoint, e.g. tcp://10.0.0.1:5555");
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "eps_worker --coordinator=ENDPOINT [--token_file=FILE] [--device=cpu] [--threads=N]\n"
       "SIGTERM or Ctrl-C: leave the job gracefully and exit 0 (a second one kills)");
+  eps::KeepFreedMemory();
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
