@@ -22,7 +22,6 @@ class DurableRun(RunDirTest):
         return _reference["digest"]
 
 
-
 class ShardCrash(DurableRun):
     def run_and_kill_shard(self, checkpoint_every, kill_at_step):
         ref = self.reference()
