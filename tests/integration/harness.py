@@ -29,11 +29,18 @@ class RunDirTest(unittest.TestCase):
         self.procs = []
 
     def tearDown(self):
+        # SIGTERM first: local.sh then stops every process it started; SIGKILL only if it hangs.
         for p in self.procs:
             if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
                 p.kill()
-                p.wait(timeout=30)
-        failed = any(e for _, e in getattr(self._outcome, "errors", []) if e) if hasattr(self, "_outcome") else False
+                p.wait(timeout=20)
+        result = getattr(self._outcome, "result", None)
+        failed = bool(result and (result.failures or result.errors))
         if not failed and not os.environ.get("EPS_KEEP"):
             shutil.rmtree(self.tmp, ignore_errors=True)
         else:

@@ -5,7 +5,7 @@ import os
 import subprocess
 import unittest
 
-from harness import BIN, ENV, MLP, RunDirTest, logs, wait_for_file, wait_for_line
+from harness import BIN, ENV, MLP, RunDirTest, logs, wait_for_file, wait_for_line, wait_for_step
 
 
 class BadJobSpec(RunDirTest):
@@ -65,7 +65,7 @@ class GarbageOnTheWire(RunDirTest):
             self.start([os.path.join(BIN, "worker"), f"--coordinator={addr}", f"--token_file={token}"],
                        f"{d}/worker{w}.log")
         # During training: again.
-        wait_for_line(f"{d}/coordinator.log", "step ", timeout=120)
+        wait_for_step(f"{d}/coordinator.log", 1)
         for endpoint in [addr] + shards:
             self.garbage(endpoint, token)
         self.assertEqual(coord.wait(timeout=300), 0, open(f"{d}/coordinator.log").read()[-3000:])

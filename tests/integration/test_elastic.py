@@ -10,7 +10,7 @@ import subprocess
 import time
 import unittest
 
-from harness import ENV, LOCAL, MLP, ROOT, RunDirTest, logs, wait_for_file, wait_for_line
+from harness import ENV, LOCAL, MLP, ROOT, RunDirTest, logs, wait_for_file, wait_for_line, wait_for_step
 
 ATTACH = os.path.join(ROOT, "launcher", "attach.sh")
 STEPS = 1200
@@ -65,7 +65,7 @@ class ElasticRun(RunDirTest):
 class Elasticity(ElasticRun):
     def test_a_workers_attach_during_the_run(self):
         self.start_job(workers=1)
-        wait_for_line(self.coord_log, "step ", timeout=120)
+        wait_for_step(self.coord_log, 1)
         self.attach("attached1")
         wait_for_line(self.coord_log, "assignment epoch 2", timeout=120)
         self.attach("attached2")
@@ -74,7 +74,7 @@ class Elasticity(ElasticRun):
 
     def test_b_sigterm_leaves_gracefully(self):
         self.start_job(workers=3)
-        wait_for_line(self.coord_log, "step ", timeout=120)
+        wait_for_step(self.coord_log, 1)
         pid = self.worker_pid(1)
         t0 = time.monotonic()
         os.kill(pid, signal.SIGTERM)
@@ -91,14 +91,14 @@ class Elasticity(ElasticRun):
 
     def test_c_sigkill_mid_step_is_recomputed(self):
         self.start_job(workers=3)
-        wait_for_line(self.coord_log, "step ", timeout=120)
+        wait_for_step(self.coord_log, 1)
         os.kill(self.worker_pid(1), signal.SIGKILL)
         wait_for_line(self.coord_log, "missed heartbeats", timeout=60)
         self.finish()
 
     def test_d_all_workers_killed_job_pauses_and_resumes(self):
         self.start_job(workers=2)
-        wait_for_line(self.coord_log, "step ", timeout=120)
+        wait_for_step(self.coord_log, 1)
         for i in range(2):
             os.kill(self.worker_pid(i), signal.SIGKILL)
         wait_for_line(self.coord_log, "paused at step", timeout=60)
@@ -108,7 +108,7 @@ class Elasticity(ElasticRun):
 
     def test_e_wrong_token_is_refused_and_the_job_is_unaffected(self):
         self.start_job(workers=1)
-        wait_for_line(self.coord_log, "step ", timeout=120)
+        wait_for_step(self.coord_log, 1)
         bad = os.path.join(self.tmp, "bad-token")
         with open(bad, "w") as f:
             f.write("not-the-token\n")
