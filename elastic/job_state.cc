@@ -82,7 +82,15 @@ void JobState::Resume(const Resumed& r) {
 
 // Every shard registered again: the job goes on at the oldest version a shard serves.
 void JobState::FinishResume() {
-  Step t = *std::min_element(shard_version_.begin(), shard_version_.end());
+  const auto [lowest, highest] = std::minmax_element(shard_version_.begin(), shard_version_.end());
+  Step t = *lowest;
+  if (t.value() >= 0 && highest->value() - t.value() > 1) {
+    // A shard restarted from an older checkpoint while no coordinator ran: the
+    // shards are more than one step apart, so the job rolls back as for any restart.
+    resume_ranges_.clear();
+    phase_ = Phase::kTraining;  // StartRollback leaves it for kRollingBack
+    return StartRollback(ShardId(static_cast<uint32_t>(lowest - shard_version_.begin())), t);
+  }
   if (t.value() < 0) {
     LOG(INFO) << "no shard holds the initial values: starting over";
     phase_ = Phase::kStarting;

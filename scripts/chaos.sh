@@ -4,12 +4,16 @@
 # undisturbed run. Exits nonzero on any difference.
 #
 #   scripts/chaos.sh --job FILE --events N --seed S [--servers S] [--workers W] [--steps T] [--run-dir DIR]
+#                    [--durable]
 #
+# --durable also SIGKILLs shards and the coordinator: the job then runs with
+# local.sh --checkpoint-every 20 --supervise, which restarts them (shards roll
+# the job back to their newest common checkpoint, the coordinator resumes).
 # The job runs with --steps T (default 400 + 40*N) so that the events land
 # mid-training; at least one worker is kept alive or re-attached after each event.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-job="" events=10 seed=1 servers=2 workers=2 steps="" run_dir=""
+job="" events=10 seed=1 servers=2 workers=2 steps="" run_dir="" durable=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --job) job=$2; shift 2 ;;
@@ -19,6 +23,7 @@ while [ $# -gt 0 ]; do
     --workers) workers=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --run-dir) run_dir=$2; shift 2 ;;
+    --durable) durable=1; shift ;;
     *) echo "chaos.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -36,7 +41,10 @@ echo "== undisturbed reference (1 worker)"
 ref=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["params_sha256"])' "$run_dir/reference/result.json")
 
 job_dir=$run_dir/chaos
-"$root/launcher/local.sh" --job "$job" --servers "$servers" --workers "$workers" --run-dir "$job_dir" -- "${extra[@]}" > "$run_dir/chaos.out" 2>&1 &
+durability=()
+[ $durable = 1 ] && durability=(--checkpoint-every 20 --supervise)
+"$root/launcher/local.sh" --job "$job" --servers "$servers" --workers "$workers" --run-dir "$job_dir" "${durability[@]}" \
+  -- "${extra[@]}" > "$run_dir/chaos.out" 2>&1 &
 local_pid=$!
 attached=()
 cleanup() {
@@ -68,7 +76,13 @@ for ((e = 1; e <= events; e++)); do
   kill -0 "$local_pid" 2>/dev/null || { echo "chaos.sh: the job ended before event $e (use more --steps)" >&2; break; }
   sleep "0.$((RANDOM % 8 + 2))"
   mapfile -t live < <(live_workers)
-  action=$((RANDOM % 3))
+  action=$((RANDOM % (durable ? 5 : 3)))
+  if [ $action -ge 3 ]; then  # --durable: a shard or the coordinator dies; the supervisor restarts it
+    if [ $action -eq 3 ]; then victim_name=shard$((RANDOM % servers)); else victim_name=coordinator; fi
+    kill -KILL "$(cat "$job_dir/pids/$victim_name.pid")" 2>/dev/null || true
+    echo "event $e: SIGKILL $victim_name"
+    continue
+  fi
   if [ ${#live[@]} -eq 0 ] || [ $action -eq 0 ]; then
     attach; echo "event $e: attach (now $(( ${#live[@]} + 1 )) workers)"
     continue
