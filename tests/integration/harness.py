@@ -80,41 +80,48 @@ class RunDirTest(unittest.TestCase):
         return p
 
 
-def wait_for_file(path, timeout=30, proc=None):
-    """Waits (bounded) until a file exists and is non-empty; returns its stripped content."""
+def poll_until(check, timeout, what):
+    """Calls check() every 20 ms until it returns something other than None; bounded by `timeout`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if os.path.exists(path) and os.path.getsize(path) > 0:
-            with open(path) as f:
-                return f.read().strip()
+        got = check()
+        if got is not None:
+            return got
+        time.sleep(0.02)
+    raise AssertionError(f"{what} within {timeout}s")
+
+
+def read_text(path):
+    if not os.path.exists(path):
+        return None
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+def wait_for_file(path, timeout=30, proc=None):
+    """Waits (bounded) until a file exists and is non-empty; returns its stripped content."""
+    def check():
+        text = read_text(path)
+        if text:
+            return text.strip()
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"process exited with {proc.returncode} before writing {path}")
-        time.sleep(0.02)
-    raise AssertionError(f"{path} did not appear within {timeout}s")
+        return None
+    return poll_until(check, timeout, f"{path} did not appear")
 
 
 def wait_for_line(path, needle, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if os.path.exists(path):
-            with open(path, errors="replace") as f:
-                if needle in f.read():
-                    return
-        time.sleep(0.02)
-    raise AssertionError(f"'{needle}' did not appear in {path} within {timeout}s")
+    poll_until(lambda: True if needle in (read_text(path) or "") else None, timeout,
+               f"'{needle}' did not appear in {path}")
 
 
 def wait_for_step(log_path, step, timeout=180):
     """Waits (bounded) until the coordinator's progress lines report at least `step` steps."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if os.path.exists(log_path):
-            with open(log_path, errors="replace") as f:
-                done = [int(line.split()[1].split("/")[0]) for line in f if line.startswith("step ")]
-            if done and max(done) >= step:
-                return
-        time.sleep(0.02)
-    raise AssertionError(f"step {step} not reached in {log_path} within {timeout}s")
+    def check():
+        done = [int(line.split()[1].split("/")[0]) for line in (read_text(log_path) or "").splitlines()
+                if line.startswith("step ")]
+        return True if done and max(done) >= step else None
+    poll_until(check, timeout, f"step {step} not reached in {log_path}")
 
 
 def logs(run_dir, tail=15):
