@@ -36,6 +36,7 @@ Status JobState::OnShardRegistered(ShardId shard, const std::string& address, St
   if (shard_registered_[s] && !new_peer && shard_addresses_[s] == address) {
     // A beacon. It also stands in for a step report lost while no coordinator listened.
     shard_durable_[s] = std::max(shard_durable_[s], durable_step);
+    UpdateRetention();
     if (phase_ == Phase::kTraining || phase_ == Phase::kEvaluating) {
       shard_done_[s] = std::max(shard_done_[s], Step(version.value() - 1));
       Advance();
@@ -60,8 +61,22 @@ Status JobState::OnShardRegistered(ShardId shard, const std::string& address, St
     }
   }
   if (restarted) StartRollback(shard, durable_step);
+  retain_sent_ = Step(-2);  // the new peer learns the floor
+  UpdateRetention();
   Advance();
   return OkStatus();
+}
+
+// Every shard must keep the newest step all of them hold durably (a rollback
+// target) until all hold a newer one: their durable steps drift apart by the
+// checkpoints still in their writers, so "the newest N" alone could leave the
+// shards without a common step.
+void JobState::UpdateRetention() {
+  if (!std::all_of(shard_registered_.begin(), shard_registered_.end(), [](bool b) { return b; })) return;
+  const Step floor = *std::min_element(shard_durable_.begin(), shard_durable_.end());
+  if (floor.value() < 0 || floor == retain_sent_) return;  // none yet: the shards keep everything
+  retain_sent_ = floor;
+  for (uint32_t s = 0; s < spec_.num_shards; ++s) out_.push_back({Outgoing::To::kShard, s, Retain{floor}});
 }
 
 void JobState::Resume(const Resumed& r) {
@@ -156,6 +171,7 @@ Status JobState::OnRollbackDone(const RollbackDone& done) {
   }
   rollback_acked_[s] = true;
   shard_durable_[s] = done.durable_step;
+  UpdateRetention();
   if (std::all_of(rollback_acked_.begin(), rollback_acked_.end(), [](bool b) { return b; })) {
     // Every shard serves version R: the job goes on from step R.
     const Step r = rollback_step_;
@@ -251,6 +267,7 @@ Status JobState::OnStepDone(ShardId shard, const StepDone& done) {
     return NotFound("step report from an unknown shard: register again");
   }
   shard_durable_[shard.value()] = std::max(shard_durable_[shard.value()], done.durable_step);
+  UpdateRetention();
   if (!done.checkpoint_error.empty()) {
     LOG(WARNING) << "shard " << shard << " could not write a checkpoint: " << done.checkpoint_error;
   }

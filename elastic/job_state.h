@@ -183,6 +183,7 @@ class JobState {
   void Progress() { progress_deadline_ = clock_->Now() + options_.step_timeout; }
   void StartRollback(ShardId restarted, Step durable_step);
   void FinishResume();
+  void UpdateRetention();
 
   JobSpec spec_;
   const JobStateOptions options_;
@@ -191,6 +192,7 @@ class JobState {
   std::vector<Step> shard_done_;
   std::vector<bool> shard_registered_;
   std::vector<Step> shard_durable_;   // newest checkpoint each shard reported
+  Step retain_sent_{-2};              // the retention floor last sent to the shards (-2: none)
   std::vector<Step> shard_version_;   // version each shard served when it registered
   std::vector<std::pair<uint32_t, uint32_t>> resume_ranges_;
   Step rollback_step_{-1};

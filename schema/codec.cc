@@ -357,6 +357,10 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       *body = std::move(m);
       return OkStatus();
     }
+    case W::RETAIN: {
+      *body = Retain{Step(b.getRetain().getFromStep())};
+      return OkStatus();
+    }
   }
   return InvalidArgument("unknown message kind " + std::to_string(static_cast<int>(b.which())));
 }
@@ -368,7 +372,7 @@ const char* BodyName(const Body& body) {
                                        "shardConfig", "stepRequest",    "stepPlan",            "stepDone",
                                        "push",        "pushReply",      "pull",                "pullReply",
                                        "evalResult",  "shutdown",       "heartbeat",           "leave",
-                                       "rollback",    "rollbackDone"};
+                                       "rollback",    "rollbackDone",   "retain"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }
@@ -491,6 +495,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
             o.setCode(static_cast<uint16_t>(m.code));
             o.setMessage(m.message);
           },
+          [&](const Retain& m) { b.initRetain().setFromStep(m.from_step.value()); },
       },
       envelope.body);
   auto flat = std::make_shared<kj::Array<capnp::word>>(capnp::messageToFlatArray(*message));

@@ -32,6 +32,7 @@ struct Envelope {
     leave @17 :Leave;
     rollback @18 :Rollback;
     rollbackDone @19 :RollbackDone;
+    retain @20 :Retain;
   }
 }
 
@@ -219,4 +220,11 @@ struct RollbackDone {
                                   # FailedPrecondition = it has no store, DataLoss = the checkpoint
                                   # is corrupt, Unavailable = a checkpoint write did not finish in time.
   message @5 :Text;
+}
+
+struct Retain {
+  fromStep @0 :Int64;             # coordinator -> shard: every shard holds a checkpoint of this step
+                                  # or newer durably, so the job may roll back to it. Keep every
+                                  # checkpoint from this step on (besides the newest N); older ones
+                                  # may go. -1: not known yet, keep them all. Never answered.
 }

@@ -194,9 +194,14 @@ struct RollbackDone {
   Status ToStatus() const { return Status(code, message); }
 };
 
+// Coordinator -> shard: checkpoints from `from_step` on must be kept (see elasticps.capnp).
+struct Retain {
+  Step from_step{-1};
+};
+
 using Body = std::variant<ErrorReply, RegisterWorker, RegisterWorkerReply, RegisterShard, ShardConfig,
                           StepRequest, StepPlan, StepDone, Push, PushReply, Pull, PullReply, EvalResult,
-                          Shutdown, Heartbeat, Leave, Rollback, RollbackDone>;
+                          Shutdown, Heartbeat, Leave, Rollback, RollbackDone, Retain>;
 
 struct Envelope {
   std::string token;

@@ -187,6 +187,7 @@ class ShardImpl final : public Shard {
 
   Status AttachStore(std::unique_ptr<StateStore> store) {
     store_ = std::move(store);
+    store_->RetainFrom(Step(-1));  // keep every checkpoint until the coordinator names the floor
     EPS_ASSIGN_OR_RETURN(std::vector<Step> held, store_->ListCheckpoints());
     if (!held.empty()) {
       auto checkpoint = store_->LatestCheckpoint();
@@ -275,6 +276,8 @@ class ShardImpl final : public Shard {
       }
     } else if (auto* rollback = std::get_if<Rollback>(&body)) {
       OnRollback(rollback->step);
+    } else if (auto* retain = std::get_if<Retain>(&body)) {
+      if (store_ != nullptr) store_->RetainFrom(retain->from_step);
     } else if (auto* shutdown = std::get_if<Shutdown>(&body)) {
       LOG(INFO) << "shutdown: " << shutdown->reason << " (" << state_.duplicates() << " duplicate contributions dropped)";
       done_ = true;

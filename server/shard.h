@@ -25,7 +25,10 @@
 // that writes the checkpoint: training waits for the disk only when two
 // checkpoints are already pending. StepDone reports the newest durable step;
 // a write error is logged and reported there while the shard keeps serving
-// from memory. On Rollback{step} from the coordinator it loads that
+// from memory. The store keeps the newest `keep_checkpoints` and every
+// checkpoint from the step the coordinator names in Retain on (the newest step
+// every shard holds durably, which the job may roll back to); all of them
+// until the coordinator has named one. On Rollback{step} it loads that
 // checkpoint and answers RollbackDone. A store of another job or shard, or a
 // corrupt one, stops the shard with the error.
 #pragma once

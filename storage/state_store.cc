@@ -9,12 +9,14 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <system_error>
@@ -276,17 +278,20 @@ class StateStoreImpl final : public StateStore {
     EPS_RETURN_IF_ERROR(CheckBlobs(step, blobs));
     std::lock_guard<std::mutex> lock(write_mu_);
     EPS_ASSIGN_OR_RETURN(std::vector<Step> held, ListCheckpoints());
-    // Retention over what will be held after this write: the newest keep_ steps.
+    // Retention over what will be held after this write: the newest keep_
+    // steps, and every step from the retention floor on.
     std::set<Step> after(held.begin(), held.end());
     after.insert(step);
+    const Step floor(retain_from_.load());
     std::vector<Step> drop;
-    while (after.size() > static_cast<size_t>(keep_)) {
+    while (after.size() > static_cast<size_t>(keep_) && *after.begin() < floor) {
       drop.push_back(*after.begin());
       after.erase(after.begin());
     }
     if (std::find(drop.begin(), drop.end(), step) != drop.end()) {
       return FailedPrecondition("checkpoint of step " + std::to_string(step.value()) + " is older than the " +
-                                std::to_string(keep_) + " newest held in store " + path_);
+                                std::to_string(keep_) + " newest held in store " + path_ +
+                                " and than the step every shard holds (" + std::to_string(floor.value()) + ")");
     }
     rocksdb::WriteBatch batch;
     EPS_RETURN_IF_ERROR(AddBlobs(&batch, step, blobs));
@@ -295,6 +300,8 @@ class StateStoreImpl final : public StateStore {
     EPS_RETURN_IF_ERROR(Rocks(batch.Put(ManifestKey(step), EncodeManifest(step, metadata, blobs)), "batching"));
     return Rocks(db_->Write(sync_, &batch), "writing checkpoint " + std::to_string(step.value()));
   }
+
+  void RetainFrom(Step step) override { retain_from_.store(step.value()); }
 
   StatusOr<std::vector<Step>> ListCheckpoints() const override {
     rocksdb::ReadOptions ro = ReadOpts();
@@ -508,6 +515,7 @@ class StateStoreImpl final : public StateStore {
 
   const std::string path_;
   const int keep_;
+  std::atomic<int64_t> retain_from_{std::numeric_limits<int64_t>::max()};  // see RetainFrom
   const std::unique_ptr<rocksdb::DB> db_;
   const std::string job_id_;
   const std::string owner_;

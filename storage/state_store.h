@@ -105,11 +105,18 @@ class StateStore {
 
   // Writes checkpoint `step` (>= 0) atomically and durably (one synced
   // WriteBatch, the manifest last), replacing a checkpoint of the same step,
-  // and in the same batch deletes every checkpoint that is no longer among the
-  // newest keep_checkpoints. InvalidArgument: a negative step, an empty,
-  // over-long or repeated blob name. FailedPrecondition: `step` is older than
-  // the newest keep_checkpoints already held (it would be dropped at once).
+  // and in the same batch deletes every checkpoint that falls out of retention:
+  // older than the newest keep_checkpoints and older than RetainFrom's step.
+  // InvalidArgument: a negative step, an empty, over-long or repeated blob
+  // name. FailedPrecondition: `step` would fall out of retention at once.
   virtual Status WriteCheckpoint(Step step, const std::vector<BlobRef>& blobs, std::string_view metadata = {}) = 0;
+
+  // Checkpoints of `step` and newer survive later writes even beyond the newest
+  // keep_checkpoints: a shard keeps every step the job may still roll back to
+  // (the newest one every shard holds durably) until all shards hold a newer
+  // one. Step(-1): keep every checkpoint. Until called, only the newest
+  // keep_checkpoints are kept. Takes effect at the next write.
+  virtual void RetainFrom(Step step) = 0;
 
   // Steps of the complete checkpoints held, ascending.
   virtual StatusOr<std::vector<Step>> ListCheckpoints() const = 0;

@@ -106,6 +106,7 @@ std::vector<Envelope> EveryMessageKind() {
   out.push_back({"tok-rb", Rollback{Step(120)}});
   out.push_back({"tok-rbd", RollbackDone{ShardId(4), Step(120), Step(130), Step(130), StatusCode::kInvalidArgument,
                                          "no checkpoint of step 120"}});
+  out.push_back({"tok-ret", Retain{Step(96)}});
   return out;
 }
 
@@ -236,6 +237,8 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.durable_step, b.durable_step);
           EXPECT_EQ(a.code, b.code);
           EXPECT_EQ(a.message, b.message);
+        } else if constexpr (std::is_same_v<T, Retain>) {
+          EXPECT_EQ(a.from_step, b.from_step);
         } else {
           static_assert(!sizeof(T), "a Body alternative has no comparison");
         }

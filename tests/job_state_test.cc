@@ -82,10 +82,11 @@ class Driver {
     r.done_step = Step(done);
     return state.OnStepRequest(r);
   }
-  void ShardDone(uint32_t s, int64_t t) {
+  void ShardDone(uint32_t s, int64_t t, int64_t durable = -1) {
     StepDone d;
     d.shard = ShardId(s);
     d.step = Step(t);
+    d.durable_step = Step(durable);
     d.has_loss = s == 0;
     d.loss = 1.0f / float(t + 3);
     ASSERT_TRUE(state.OnStepDone(ShardId(s), d).ok());
@@ -158,6 +159,14 @@ class Driver {
     Collect();
     return std::exchange(shutdowns_[s], {});
   }
+  std::vector<Step> Retains(uint32_t s) {
+    Collect();
+    return std::exchange(retains_[s], {});
+  }
+  std::vector<Step> Rollbacks(uint32_t s) {
+    Collect();
+    return std::exchange(rollbacks_[s], {});
+  }
 
  private:
   void Collect() {
@@ -177,6 +186,10 @@ class Driver {
           configs_[o.id].push_back(std::move(*c));
         } else if (auto* s = std::get_if<Shutdown>(&o.body)) {
           shutdowns_[o.id].push_back(std::move(*s));
+        } else if (auto* r = std::get_if<Retain>(&o.body)) {
+          retains_[o.id].push_back(r->from_step);
+        } else if (auto* r = std::get_if<Rollback>(&o.body)) {
+          rollbacks_[o.id].push_back(r->step);
         } else {
           ADD_FAILURE() << "unexpected " << BodyName(o.body) << " to shard " << o.id;
         }
@@ -190,6 +203,8 @@ class Driver {
   std::map<uint32_t, std::vector<ErrorReply>> errors_;
   std::map<uint32_t, std::vector<ShardConfig>> configs_;
   std::map<uint32_t, std::vector<Shutdown>> shutdowns_;
+  std::map<uint32_t, std::vector<Step>> retains_;
+  std::map<uint32_t, std::vector<Step>> rollbacks_;
 };
 
 Range RangeOf(const StepPlan& p) { return {p.vw_lo, p.vw_hi}; }
@@ -695,6 +710,50 @@ TEST(JobState, AnAbandonedPlanIsNotConfirmedAndIsHandedOutAgain) {
   ASSERT_TRUE(d.Confirm(ws[0], 0).ok());
   EXPECT_TRUE(d.Plans(ws[0]).empty());
   EXPECT_TRUE(d.Plans(ws[1]).empty());
+}
+
+
+// ---- durable state ---------------------------------------------------------------
+
+// Shards report durable steps that drift apart (checkpoints still in their
+// writers). Each must keep the newest step all of them hold until all hold a
+// newer one, or a restart could find no common step to roll back to.
+TEST(JobStateDurable, ShardsRetainTheNewestStepEveryShardHoldsAndARestartRollsBackToIt) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(1);
+  EXPECT_TRUE(d.Confirm(ws[0], 0).ok());
+  d.ShardDone(0, 0, /*durable=*/0);
+  d.ShardDone(1, 0, /*durable=*/-1);
+  for (uint32_t s = 0; s < kShards; ++s) EXPECT_TRUE(d.Retains(s).empty()) << "shard 1 holds nothing yet";
+  EXPECT_TRUE(d.Confirm(ws[0], 1).ok());
+  d.ShardDone(0, 1, 1);
+  d.ShardDone(1, 1, 0);
+  for (uint32_t s = 0; s < kShards; ++s) EXPECT_EQ(d.Retains(s), std::vector<Step>{Step(0)}) << "shard " << s;
+  EXPECT_TRUE(d.Confirm(ws[0], 2).ok());
+  d.ShardDone(0, 2, 2);
+  d.ShardDone(1, 2, 0);  // shard 1's disk lags
+  for (uint32_t s = 0; s < kShards; ++s) EXPECT_TRUE(d.Retains(s).empty()) << "the floor did not move";
+  ASSERT_EQ(d.state.step(), Step(3));
+
+  // Shard 1 restarts from step 0, the one shard 0 was told to keep: both roll back there.
+  ASSERT_TRUE(d.state.OnShardRegistered(ShardId(1), "ipc:///tmp/shard1", Step(0), Step(0)).ok());
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kRollingBack);
+  for (uint32_t s = 0; s < kShards; ++s) EXPECT_EQ(d.Rollbacks(s), std::vector<Step>{Step(0)}) << "shard " << s;
+  for (uint32_t s = 0; s < kShards; ++s) {
+    ASSERT_TRUE(d.state.OnRollbackDone(RollbackDone{ShardId(s), Step(0), Step(0), Step(0), StatusCode::kOk, ""}).ok());
+  }
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kTraining);
+  EXPECT_EQ(d.state.step(), Step(0));
+  d.Retains(0);
+  d.Retains(1);
+  // Replaying, the floor follows the slower shard again.
+  EXPECT_TRUE(d.Confirm(ws[0], 0).ok());
+  d.ShardDone(0, 0, 0);
+  d.ShardDone(1, 0, 0);
+  EXPECT_TRUE(d.Confirm(ws[0], 1).ok());
+  d.ShardDone(0, 1, 1);
+  d.ShardDone(1, 1, 1);
+  for (uint32_t s = 0; s < kShards; ++s) EXPECT_EQ(d.Retains(s), std::vector<Step>{Step(1)}) << "shard " << s;
 }
 
 }  // namespace

@@ -1525,6 +1525,12 @@ TEST(ShardService, CheckpointsEveryStepRestoresAfterARestartAndRollsBackOnReques
     EXPECT_TRUE(running.Join().ok());
   }
   {
+    // No coordinator named a retention floor: every checkpoint is still held.
+    auto store = OpenStore(dir.Sub("store"), s);
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->ListCheckpoints().value(), (std::vector<Step>{Step(0), Step(1), Step(2), Step(3)}));
+  }
+  {
     // A restart on the same store restores version 3 before it registers.
     RunningShard running(&context, StoreShardOptions(coordinator, dir.Sub("store"), s));
     ASSERT_TRUE(running.open_status().ok()) << running.open_status().ToString();
@@ -1538,16 +1544,10 @@ TEST(ShardService, CheckpointsEveryStepRestoresAfterARestartAndRollsBackOnReques
     FakeWorker worker(&context, reg->address);
     worker.ExpectVersion(job, s, kSteps);  // served before any config arrived
     coordinator.Send(Config());
+    // Every shard holds step 2 now: older checkpoints may go at the next write.
+    coordinator.Send(Retain{Step(2)});
 
-    // Roll back to a step it does not hold: refused, nothing changes.
-    coordinator.Send(Rollback{Step(0)});
-    auto refused = coordinator.Next<RollbackDone>();
-    ASSERT_TRUE(refused.has_value());
-    EXPECT_EQ(refused->code, StatusCode::kInvalidArgument) << refused->message;
-    EXPECT_EQ(refused->version, Step(kSteps));
-    worker.ExpectVersion(job, s, kSteps);
-
-    // To one it holds: version 2 again, and replaying step 2 gives version 3's bits.
+    // Roll back to a step it holds: version 2 again, and replaying step 2 gives version 3's bits.
     coordinator.Send(Rollback{Step(2)});
     auto done = coordinator.Next<RollbackDone>();
     ASSERT_TRUE(done.has_value());
@@ -1559,6 +1559,14 @@ TEST(ShardService, CheckpointsEveryStepRestoresAfterARestartAndRollsBackOnReques
     worker.Step(job, s, 2);
     ASSERT_TRUE(coordinator.Next<StepDone>(DurableAt(3)).has_value());
     worker.ExpectVersion(job, s, 3);
+
+    // Writing step 3 dropped the steps below the floor: a rollback to 0 is refused, nothing changes.
+    coordinator.Send(Rollback{Step(0)});
+    auto refused = coordinator.Next<RollbackDone>();
+    ASSERT_TRUE(refused.has_value());
+    EXPECT_EQ(refused->code, StatusCode::kInvalidArgument) << refused->message;
+    EXPECT_EQ(refused->version, Step(kSteps));
+    worker.ExpectVersion(job, s, kSteps);
     coordinator.Send(Shutdown{"done"});
     EXPECT_TRUE(running.Join().ok());
   }

@@ -317,6 +317,27 @@ TEST(StateStore, RetentionFollowsKeepCheckpoints) {
   EXPECT_EQ(StateStore::Open(o).status().code(), StatusCode::kInvalidArgument);
 }
 
+// A shard keeps every step the job may still roll back to: the retention floor
+// holds checkpoints beyond the newest N until it moves past them.
+TEST(StateStore, RetainFromKeepsEveryCheckpointFromTheFloorOn) {
+  TempDir dir;
+  auto store = OpenOrDie(Options(dir.Sub("s")));  // keep 2
+  store->RetainFrom(Step(-1));                     // floor unknown: keep all
+  for (int64_t step = 0; step < 4; ++step) ASSERT_TRUE(store->WriteCheckpoint(Step(step), {}).ok());
+  EXPECT_EQ(ListOrDie(*store), Steps({0, 1, 2, 3}));
+  store->RetainFrom(Step(1));  // every shard holds step 1: 0 may go at the next write
+  EXPECT_EQ(ListOrDie(*store), Steps({0, 1, 2, 3}));
+  ASSERT_TRUE(store->WriteCheckpoint(Step(4), {}).ok());
+  EXPECT_EQ(ListOrDie(*store), Steps({1, 2, 3, 4}));
+  // Below the floor and outside the newest two: refused, nothing changes.
+  EXPECT_EQ(store->WriteCheckpoint(Step(0), {}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ListOrDie(*store), Steps({1, 2, 3, 4}));
+  // A floor past the newest N leaves the newest N.
+  store->RetainFrom(Step(9));
+  ASSERT_TRUE(store->WriteCheckpoint(Step(5), {}).ok());
+  EXPECT_EQ(ListOrDie(*store), Steps({4, 5}));
+}
+
 TEST(StateStore, DropCheckpointsAfterRemovesOnlyNewerOnes) {
   TempDir dir;
   StoreOptions o = Options(dir.Sub("s"));
