@@ -61,11 +61,7 @@ class RunDirTest(unittest.TestCase):
             cmd += ["--"] + list(extra)
         p = subprocess.run(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            timeout=timeout)
-        result = None
-        path = os.path.join(d, "result.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                result = json.load(f)
+        result = read_result(d)
         if expect_ok:
             self.assertEqual(p.returncode, 0, f"{name}: local.sh failed:\n{p.stdout}\n{logs(d)}")
             self.assertIsNotNone(result, f"{name}: no result.json")
@@ -122,6 +118,15 @@ def wait_for_step(log_path, step, timeout=180):
                 if line.startswith("step ")]
         return True if done and max(done) >= step else None
     poll_until(check, timeout, f"step {step} not reached in {log_path}")
+
+
+def read_result(d):
+    """The run directory's result.json as a dict, or None when there is none."""
+    path = os.path.join(d, "result.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
 
 
 def logs(run_dir, tail=15):

@@ -1,11 +1,10 @@
 """Bad input: a clear message and a nonzero exit before training starts; bad
 network messages get error replies and change nothing."""
-import json
 import os
 import subprocess
 import unittest
 
-from harness import BIN, ENV, MLP, RunDirTest, logs, wait_for_file, wait_for_line, wait_for_step
+from harness import BIN, ENV, MLP, RunDirTest, logs, read_result, wait_for_file, wait_for_line, wait_for_step
 
 
 class BadJobSpec(RunDirTest):
@@ -69,8 +68,7 @@ class GarbageOnTheWire(RunDirTest):
         for endpoint in [addr] + shards:
             self.garbage(endpoint, token)
         self.assertEqual(coord.wait(timeout=300), 0, open(f"{d}/coordinator.log").read()[-3000:])
-        with open(f"{d}/result.json") as f:
-            result = json.load(f)
+        result = read_result(d)
         self.assertEqual(result["params_sha256"], ref["params_sha256"])
         shard_log = open(f"{d}/shard0.log").read()
         self.assertIn("bad message from a worker", shard_log)

@@ -1,13 +1,12 @@
 """Durable state: a shard SIGKILLed mid-step or mid-checkpoint and restarted by
 local.sh --supervise restores its checkpoint, the job rolls back to the newest
 step every shard holds durably, replays, and ends with the undisturbed digest."""
-import json
 import os
 import signal
 import subprocess
 import unittest
 
-from harness import ENV, LOCAL, MLP, RunDirTest, logs, wait_for_file, wait_for_step
+from harness import ENV, LOCAL, MLP, RunDirTest, logs, read_result, wait_for_file, wait_for_step
 
 STEPS = 800
 EXTRA = [f"--steps={STEPS}", "--test_limit=-1"]
@@ -38,8 +37,7 @@ class ShardCrash(DurableRun):
             os.kill(int(f.read()), signal.SIGKILL)
         self.assertEqual(job.wait(timeout=600), 0, logs(d))
         out.close()
-        with open(os.path.join(d, "result.json")) as f:
-            result = json.load(f)
+        result = read_result(d)
         with open(coord_log) as f:
             log = f.read()
         self.assertIn("shard 1 restarted", log)
@@ -62,8 +60,7 @@ class ShardCrash(DurableRun):
         self.assertEqual(job.wait(timeout=600), 0, logs(d))
         with open(coord_log) as f:
             self.assertIn("after a coordinator restart", f.read())
-        with open(os.path.join(d, "result.json")) as f:
-            result = json.load(f)
+        result = read_result(d)
         self.assertEqual(result["steps"], STEPS)
         self.assertEqual(result["params_sha256"], ref)
 
@@ -96,9 +93,7 @@ class StopAndResume(DurableRun):
     def run_local_resume(self, d):
         p = subprocess.run([LOCAL, "--resume", "--run-dir", d], env=ENV, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, timeout=600)
-        path = os.path.join(d, "result.json")
-        result = json.load(open(path)) if os.path.exists(path) else None
-        return p.returncode, p.stdout, result
+        return p.returncode, p.stdout, read_result(d)
 
 
 if __name__ == "__main__":

@@ -3,14 +3,13 @@
 Each scenario runs the mlp job long enough for the events to land mid-run and
 compares its params_sha256 with the undisturbed 1x8 run of the same job.
 """
-import json
 import os
 import signal
 import subprocess
 import time
 import unittest
 
-from harness import ENV, LOCAL, MLP, ROOT, RunDirTest, logs, wait_for_file, wait_for_line, wait_for_step
+from harness import ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_result, wait_for_file, wait_for_line, wait_for_step
 
 ATTACH = os.path.join(ROOT, "launcher", "attach.sh")
 STEPS = 1200
@@ -49,8 +48,7 @@ class ElasticRun(RunDirTest):
         rc = self.job.wait(timeout=600)
         self.log.close()
         self.assertEqual(rc, 0, logs(self.dir))
-        with open(os.path.join(self.dir, "result.json")) as f:
-            result = json.load(f)
+        result = read_result(self.dir)
         self.assertEqual(result["steps"], STEPS)
         self.assertEqual(result["params_sha256"], self.reference(), logs(self.dir))
         if min_workers_seen is not None:
