@@ -46,6 +46,7 @@ void SetSpec(wire::JobSpec::Builder out, const JobSpec& s) {
   out.setChunkElems(s.chunk_elems);
   out.setNumShards(s.num_shards);
   out.setEvalBatch(s.eval_batch);
+  out.setAllowMixedDevices(s.allow_mixed_devices);
   auto o = out.initOptimizer();
   const OptimizerSpec& p = s.optimizer;
   o.setKind(p.kind);
@@ -124,6 +125,7 @@ class Reader {
     s->chunk_elems = in.getChunkElems();
     s->num_shards = in.getNumShards();
     s->eval_batch = in.getEvalBatch();
+    s->allow_mixed_devices = in.getAllowMixedDevices();
     auto o = in.getOptimizer();
     OptimizerSpec& p = s->optimizer;
     EPS_RETURN_IF_ERROR(Text(o.getKind(), &p.kind));
@@ -196,6 +198,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       auto in = b.getRegisterWorker();
       EPS_RETURN_IF_ERROR(r.Text(in.getHost(), &m.host));
       m.pid = in.getPid();
+      EPS_RETURN_IF_ERROR(r.Text(in.getDeviceKind(), &m.device_kind));
       *body = std::move(m);
       return OkStatus();
     }
@@ -395,6 +398,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
             auto o = b.initRegisterWorker();
             o.setHost(m.host);
             o.setPid(m.pid);
+            o.setDeviceKind(m.device_kind);
           },
           [&](const RegisterWorkerReply& m) {
             auto o = b.initRegisterWorkerReply();

@@ -80,11 +80,16 @@ struct JobSpec {
   chunkElems @11 :Int64;
   numShards @12 :UInt32;
   evalBatch @13 :UInt32;
+  allowMixedDevices @14 :Bool = false;  # accept workers of another device kind than the first
+                                        # worker's (CPU and GPU, two GPU models): the bits then
+                                        # depend on placement
 }
 
 struct RegisterWorker {
   host @0 :Text;
   pid @1 :UInt32;
+  deviceKind @2 :Text = "cpu";  # what the worker computes on: "cpu" or "cuda:<GPU name>". Workers
+                                # from before this field ran on CPU only.
 }
 
 struct RegisterWorkerReply {

@@ -66,13 +66,17 @@ struct JobSpec {
   int64_t chunk_elems = 1 << 20;
   uint32_t num_shards = 1;
   uint32_t eval_batch = 1000;
+  // Accept workers whose device kind differs from the first worker's; their
+  // gradients, and so the job's bits, then depend on placement.
+  bool allow_mixed_devices = false;
 
   friend bool operator==(const JobSpec& a, const JobSpec& b) {
     return a.job_id == b.job_id && a.model == b.model && a.data_dir == b.data_dir &&
            a.virtual_workers == b.virtual_workers && a.batch_per_vw == b.batch_per_vw && a.seed == b.seed &&
            a.steps == b.steps && a.threads == b.threads && a.optimizer == b.optimizer &&
            a.train_limit == b.train_limit && a.test_limit == b.test_limit && a.chunk_elems == b.chunk_elems &&
-           a.num_shards == b.num_shards && a.eval_batch == b.eval_batch;
+           a.num_shards == b.num_shards && a.eval_batch == b.eval_batch &&
+           a.allow_mixed_devices == b.allow_mixed_devices;
   }
 };
 
@@ -85,6 +89,9 @@ struct ErrorReply {
 struct RegisterWorker {
   std::string host;
   uint32_t pid = 0;
+  // What the worker computes on: "cpu", or "cuda:<GPU name>" (DeviceKind in
+  // worker/model_runner.h). Bits are reproducible only across one kind.
+  std::string device_kind = "cpu";
 };
 
 struct RegisterWorkerReply {

@@ -54,6 +54,7 @@ JobSpec FullSpec() {
   s.chunk_elems = 4096;
   s.num_shards = 5;
   s.eval_batch = 250;
+  s.allow_mixed_devices = true;
   return s;
 }
 
@@ -75,7 +76,7 @@ ChunkBytes MakeChunk(uint32_t id, size_t size, uint8_t seed) {
 std::vector<Envelope> EveryMessageKind() {
   std::vector<Envelope> out;
   out.push_back({"tok-error", ErrorReply{StatusCode::kFailedPrecondition, "step 7 is over"}});
-  out.push_back({"tok-rw", RegisterWorker{"host-a.example", 4242}});
+  out.push_back({"tok-rw", RegisterWorker{"host-a.example", 4242, "cuda:NVIDIA H200"}});
   out.push_back({"tok-rwr", RegisterWorkerReply{WorkerId(9), FullSpec(), {"tcp://10.0.0.1:5000", "", "ipc:///x"}}});
   out.push_back({"tok-rs", RegisterShard{ShardId(3), "tcp://10.0.0.2:6000", Step(40), Step(41)}});
   out.push_back({"tok-sc", ShardConfig{FullSpec(), FullTensors()}});
@@ -126,6 +127,7 @@ void ExpectSameSpec(const JobSpec& a, const JobSpec& b) {
   EXPECT_EQ(a.chunk_elems, b.chunk_elems);
   EXPECT_EQ(a.num_shards, b.num_shards);
   EXPECT_EQ(a.eval_batch, b.eval_batch);
+  EXPECT_EQ(a.allow_mixed_devices, b.allow_mixed_devices);
   const OptimizerSpec& p = a.optimizer;
   const OptimizerSpec& q = b.optimizer;
   EXPECT_EQ(p.kind, q.kind);
@@ -168,6 +170,7 @@ void ExpectSameBody(const Body& sent, const Body& got) {
         } else if constexpr (std::is_same_v<T, RegisterWorker>) {
           EXPECT_EQ(a.host, b.host);
           EXPECT_EQ(a.pid, b.pid);
+          EXPECT_EQ(a.device_kind, b.device_kind);
         } else if constexpr (std::is_same_v<T, RegisterWorkerReply>) {
           EXPECT_EQ(a.worker, b.worker);
           ExpectSameSpec(a.spec, b.spec);
@@ -367,6 +370,29 @@ TEST(Codec, RegisterShardVersionDefaultsToMinusOneAndZeroSurvives) {
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     EXPECT_EQ(std::get<RegisterShard>(got->body).version, Step(version));
   }
+}
+
+TEST(Codec, RegisterWorkerFromASenderWithoutDeviceKindMeansCpu) {
+  // Workers from before the field existed ran on CPU only.
+  const std::vector<Frame> frames = EncodeOrDie({"t", RegisterWorker{"h", 7, "cuda:NVIDIA H200"}});
+  RawEnvelope raw(frames[0]);
+  auto pointers = raw.body().getPointerSection();
+  ASSERT_EQ(pointers.size(), 2u) << "RegisterWorker holds host and deviceKind";
+  ASSERT_STREQ(pointers[1].getAs<capnp::Text>().cStr(), "cuda:NVIDIA H200") << "deviceKind moved";
+  pointers[1].clear();
+  auto got = Decode({raw.Flat()});
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(std::get<RegisterWorker>(got->body).device_kind, "cpu");
+  EXPECT_EQ(std::get<RegisterWorker>(got->body).host, "h");
+}
+
+TEST(Codec, JobSpecAllowMixedDevicesIsFalseByDefaultAndSurvivesFalse) {
+  JobSpec spec = FullSpec();
+  spec.allow_mixed_devices = false;
+  auto got = Decode(EncodeOrDie({"t", ShardConfig{spec, {}}}));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_FALSE(std::get<ShardConfig>(got->body).spec.allow_mixed_devices);
+  EXPECT_FALSE(JobSpec().allow_mixed_devices);
 }
 
 TEST(Codec, EncodeHandsChunkBytesThroughWithoutCopying) {
