@@ -187,8 +187,21 @@ Status JobState::OnRollbackDone(const RollbackDone& done) {
   return OkStatus();
 }
 
-WorkerId JobState::OnWorkerRegistered(const std::string& host, uint32_t pid) {
+Status CheckDeviceKind(const std::string& job_kind, const std::string& worker_kind, bool allow_mixed) {
+  if (job_kind.empty() || worker_kind == job_kind || allow_mixed) return OkStatus();
+  return FailedPrecondition("this worker computes on '" + worker_kind + "', the job's workers on '" + job_kind +
+                            "': the bits would then depend on placement; the job accepts that only when its "
+                            "coordinator runs with --allow_mixed_devices");
+}
+
+WorkerId JobState::OnWorkerRegistered(const std::string& host, uint32_t pid, const std::string& device_kind) {
   const WorkerId id(next_worker_++);
+  if (Status st = CheckDeviceKind(device_kind_, device_kind, spec_.allow_mixed_devices); !st.ok()) {
+    LOG(WARNING) << "refused worker " << id << " from " << host << ": " << st.message();
+    Send(id, ErrorReply{st.code(), st.message()});
+    return id;
+  }
+  if (device_kind_.empty()) device_kind_ = device_kind;
   WorkerInfo& w = workers_[id];
   w.host = host;
   w.pid = pid;

@@ -51,6 +51,13 @@ struct JobStateOptions {
                                  // worker's predicted load improves by more than this
 };
 
+// Whether a worker that computes on `worker_kind` may join a job whose first
+// worker computed on `job_kind` (empty: no worker yet). Kinds are "cpu" or
+// "cuda:<GPU name>": bits are reproducible only within one kind, so another
+// kind is refused (FailedPrecondition, a message for the worker) unless the
+// job accepts placement-dependent bits (`allow_mixed`). Pure.
+Status CheckDeviceKind(const std::string& job_kind, const std::string& worker_kind, bool allow_mixed);
+
 // One message to send.
 struct Outgoing {
   enum class To { kWorker, kShard } to;
@@ -99,7 +106,9 @@ class JobState {
   Status OnShardRegistered(ShardId shard, const std::string& address, Step durable_step = Step(-1),
                            Step version = Step(-1), bool new_peer = true);
   Status OnRollbackDone(const RollbackDone& done);
-  WorkerId OnWorkerRegistered(const std::string& host, uint32_t pid);
+  // A worker whose device kind CheckDeviceKind refuses gets the error in reply
+  // at once and never becomes a member; the id is spent.
+  WorkerId OnWorkerRegistered(const std::string& host, uint32_t pid, const std::string& device_kind = "cpu");
   // Aborted: the worker is unknown or was declared dead; it must register again.
   Status OnStepRequest(const StepRequest& request);
   Status OnHeartbeat(WorkerId worker);
@@ -199,6 +208,7 @@ class JobState {
   std::vector<bool> rollback_acked_;
   std::map<WorkerId, WorkerInfo> workers_;
   std::vector<WorkerId> unanswered_registrations_;
+  std::string device_kind_;  // the first accepted worker's; empty before it
   uint32_t next_worker_ = 0;
   std::vector<TensorSpec> tensors_;
   Layout layout_;

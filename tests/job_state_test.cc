@@ -243,6 +243,76 @@ TEST(JobState, RegistrationRepliesWaitUntilEveryShardRegistered) {
   EXPECT_TRUE(d.Replies(w0).empty());
 }
 
+TEST(DeviceKind, OnlyTheFirstWorkersKindIsAcceptedUnlessTheJobAllowsMixing) {
+  EXPECT_TRUE(CheckDeviceKind("", "cpu", false).ok()) << "the first worker sets the kind";
+  EXPECT_TRUE(CheckDeviceKind("", "cuda:NVIDIA H200", false).ok());
+  EXPECT_TRUE(CheckDeviceKind("cpu", "cpu", false).ok());
+  EXPECT_TRUE(CheckDeviceKind("cuda:NVIDIA H200", "cuda:NVIDIA H200", false).ok());
+  const Status cpu_gpu = CheckDeviceKind("cpu", "cuda:NVIDIA H200", false);
+  EXPECT_EQ(cpu_gpu.code(), StatusCode::kFailedPrecondition);
+  for (const char* part : {"'cuda:NVIDIA H200'", "'cpu'", "--allow_mixed_devices"}) {
+    EXPECT_NE(cpu_gpu.message().find(part), std::string::npos) << cpu_gpu.message() << " lacks " << part;
+  }
+  EXPECT_EQ(CheckDeviceKind("cuda:NVIDIA H200", "cuda:NVIDIA A100-SXM4-80GB", false).code(),
+            StatusCode::kFailedPrecondition)
+      << "two GPU models are two kinds";
+  EXPECT_EQ(CheckDeviceKind("cuda:NVIDIA H200", "cpu", false).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(CheckDeviceKind("cpu", "cuda:NVIDIA H200", true).ok());
+  EXPECT_TRUE(CheckDeviceKind("cuda:NVIDIA H200", "cuda:NVIDIA A100-SXM4-80GB", true).ok());
+}
+
+TEST(JobState, AWorkerOfAnotherDeviceKindIsRefusedAtOnceAndTheJobGoesOn) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(1);
+  EXPECT_EQ(RangeOf(d.OnePlan(ws[0], PlanKind::kTrain)), Range(0, kV));
+  const WorkerId gpu = d.state.OnWorkerRegistered("gpu-host", 77, "cuda:NVIDIA H200");
+  const std::vector<ErrorReply> errors = d.Errors(gpu);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].code, StatusCode::kFailedPrecondition);
+  EXPECT_NE(errors[0].message.find("--allow_mixed_devices"), std::string::npos) << errors[0].message;
+  EXPECT_TRUE(d.Replies(gpu).empty());
+  EXPECT_NE(gpu, ws[0]);
+  // Not a member: its step requests are refused, and the job runs on with w0 alone, in the same epoch.
+  EXPECT_EQ(d.Report(gpu).code(), StatusCode::kAborted);
+  EXPECT_EQ(d.state.live_workers(), 1u);
+  const Epoch epoch = d.state.epoch();
+  d.RunStep(0, ws);
+  const StepPlan next = d.OnePlan(ws[0], PlanKind::kTrain);
+  EXPECT_EQ(next.step, Step(1));
+  EXPECT_EQ(RangeOf(next), Range(0, kV));
+  EXPECT_EQ(d.state.epoch(), epoch);
+  EXPECT_TRUE(d.state.fatal().ok());
+  // A worker of the job's kind still joins.
+  const WorkerId cpu = d.state.OnWorkerRegistered("cpu-host", 78, "cpu");
+  EXPECT_EQ(d.Replies(cpu).size(), 1u);
+  EXPECT_TRUE(d.Errors(cpu).empty());
+}
+
+TEST(JobState, TheFirstRegisteredWorkerSetsTheDeviceKindAlsoBeforeTheShards) {
+  Driver d;
+  const WorkerId gpu = d.state.OnWorkerRegistered("gpu-host", 1, "cuda:NVIDIA H200");
+  const WorkerId cpu = d.state.OnWorkerRegistered("cpu-host", 2, "cpu");
+  EXPECT_EQ(d.Errors(cpu).size(), 1u) << "refused at once, before the shards are known";
+  d.RegisterShards();
+  EXPECT_EQ(d.Replies(gpu).size(), 1u);
+  EXPECT_TRUE(d.Replies(cpu).empty());
+  EXPECT_TRUE(d.Errors(gpu).empty());
+}
+
+TEST(JobState, AJobThatAllowsMixedDevicesTakesEveryKind) {
+  JobSpec spec = Spec();
+  spec.allow_mixed_devices = true;
+  Driver d(spec);
+  d.RegisterShards();
+  const WorkerId cpu = d.state.OnWorkerRegistered("cpu-host", 1, "cpu");
+  const WorkerId h200 = d.state.OnWorkerRegistered("gpu-host", 2, "cuda:NVIDIA H200");
+  const WorkerId a100 = d.state.OnWorkerRegistered("gpu-host", 3, "cuda:NVIDIA A100-SXM4-80GB");
+  for (WorkerId w : {cpu, h200, a100}) {
+    EXPECT_EQ(d.Replies(w).size(), 1u) << w;
+    EXPECT_TRUE(d.Errors(w).empty()) << w;
+  }
+}
+
 TEST(JobState, AWorkerRegisteredBeforeSlowShardsIsStillAnswered) {
   // The worker learns its id only from the reply, so it cannot heartbeat before it.
   Driver d;
