@@ -24,6 +24,9 @@ DEFINE_int64(train_limit, 0, "Use only the first N training samples (0: all)");
 DEFINE_int64(test_limit, 0, "Evaluate on the first N test samples (0: all, -1: no evaluation)");
 DEFINE_int64(eval_every, 0, "Evaluate the test set every N steps (0: only at the end)");
 DEFINE_uint32(eval_batch, 1000, "Batch size of evaluation");
+DEFINE_bool(allow_mixed_devices, false,
+            "Accept workers whose device kind (cpu, or cuda:<GPU name>) differs from the first worker's. Their "
+            "gradients differ in their bits, so the job's result then depends on placement");
 // The optimizer.
 DEFINE_string(optimizer, "sgd", "sgd, adam or adamw (sgd covers momentum and Nesterov)");
 DEFINE_double(lr, 0.01, "Learning rate");
@@ -89,6 +92,7 @@ int main(int argc, char** argv) {
   s.chunk_elems = FLAGS_chunk_elems;
   s.num_shards = FLAGS_shards;
   s.eval_batch = FLAGS_eval_batch;
+  s.allow_mixed_devices = FLAGS_allow_mixed_devices;
   s.optimizer.kind = FLAGS_optimizer;
   s.optimizer.lr = FLAGS_lr;
   s.optimizer.momentum = FLAGS_momentum;
