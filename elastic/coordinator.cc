@@ -8,10 +8,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "common/digest.h"
 #include "common/files.h"
 #include "common/layout.h"
 #include "elastic/job_state.h"
+#include "elastic/model_export.h"
 #include "storage/state_store.h"
 #include "schema/channel.h"
 
@@ -23,24 +23,16 @@ using Clock = std::chrono::steady_clock;
 const char* const kDataFiles[] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                                   "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
 
-// The job as stored: the ShardConfig message the shards got, in its wire form.
-std::string EncodeJob(const JobSpec& spec, const std::vector<TensorSpec>& tensors) {
-  auto frames = Encode(Envelope{"", ShardConfig{spec, tensors}});
-  return std::string(static_cast<const char*>((*frames)[0].data), (*frames)[0].size);
-}
-
 StatusOr<JobState::Resumed> ReadResumed(const StateStore& store, const std::string& job, const JobSpec& flags) {
-  EPS_ASSIGN_OR_RETURN(Envelope env, Decode({Frame{job.data(), job.size(), nullptr}}));
-  auto* config = std::get_if<ShardConfig>(&env.body);
-  if (config == nullptr) return DataLoss("the stored job is not a job");
-  JobSpec stored = config->spec;
+  EPS_ASSIGN_OR_RETURN(ShardConfig config, DecodeStoredJob(job));
+  JobSpec stored = config.spec;
   JobSpec given = flags;
   given.steps = stored.steps;  // resolved from --epochs when the job began
   if (!(stored == given)) {
     return FailedPrecondition("the store holds job '" + stored.job_id + "' with another spec than these flags");
   }
   JobState::Resumed r;
-  r.tensors = config->tensors;
+  r.tensors = config.tensors;
   r.steps = stored.steps;
   try {
     EPS_ASSIGN_OR_RETURN(std::string samples, store.Get("samples"));
@@ -59,36 +51,6 @@ StatusOr<JobState::Resumed> ReadResumed(const StateStore& store, const std::stri
     return DataLoss(std::string("the coordinator's store is damaged: ") + e.what());
   }
   return r;
-}
-
-// The final model in the safetensors format: an 8-byte little-endian header
-// length, a JSON header naming each tensor's dtype, shape and byte range, then
-// the tensors' bytes in layout order (parameters, then buffers).
-Status WriteSafetensors(const std::string& path, const Layout& layout, const std::map<uint32_t, ChunkBytes>& chunks,
-                        const nlohmann::json& metadata) {
-  nlohmann::json header;
-  header["__metadata__"] = metadata;
-  uint64_t offset = 0;
-  for (const TensorSpec& t : layout.tensors) {
-    if (t.kind == TensorKind::kLoss) continue;
-    const uint64_t bytes = uint64_t(t.numel()) * DTypeSize(t.dtype);
-    header[t.name] = {{"dtype", t.dtype == DType::kInt64 ? "I64" : "F32"},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-  }
-  std::string head = header.dump();
-  head.append((8 - head.size() % 8) % 8, ' ');
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((uint64_t(head.size()) >> (8 * i)) & 0xff);
-  out += head;
-  out.reserve(out.size() + offset);
-  for (const Chunk& c : layout.chunks) {  // chunks run through each tensor in order
-    if (layout.tensors[c.tensor].kind == TensorKind::kLoss) continue;
-    const ChunkBytes& b = chunks.at(c.id.value());
-    out.append(static_cast<const char*>(b.data), b.size);
-  }
-  return WriteFileAtomically(path, out);
 }
 
 class CoordinatorImpl final : public Coordinator {
@@ -182,7 +144,7 @@ class CoordinatorImpl final : public Coordinator {
     if (!store_) return;
     Status st;
     if (!persisted_job_ && !state_.tensors().empty()) {
-      st = store_->PutAll({{"job", EncodeJob(state_.spec(), state_.tensors())},
+      st = store_->PutAll({{kJobKey, EncodeStoredJob(state_.spec(), state_.tensors())},
                            {"samples", nlohmann::json{{"train", state_.train_samples()},
                                                       {"test", state_.test_samples()}}.dump()}});
       persisted_job_ = st.ok();
@@ -278,7 +240,7 @@ class CoordinatorImpl final : public Coordinator {
     const JobSpec& spec = state_.spec();
     const Layout& layout = state_.layout();
     const JobSummary summary = state_.Summary();
-    std::map<uint32_t, ChunkBytes> chunks;
+    ModelChunks chunks;
     for (uint32_t s = 0; s < spec.num_shards; ++s) {
       EPS_ASSIGN_OR_RETURN(auto ch, Channel::Connect(context_, state_.shard_addresses()[s]));
       EPS_ASSIGN_OR_RETURN(Envelope reply, Call(ch.get(), Envelope{options_.token, Pull{Step(summary.steps), {}}},
@@ -287,16 +249,8 @@ class CoordinatorImpl final : public Coordinator {
       if (pulled == nullptr) return Internal("shard " + std::to_string(s) + " answered a pull with something else");
       for (ChunkBytes& c : pulled->chunks) chunks[c.chunk.value()] = c;
     }
-    Sha256 params, buffers;
-    for (const Chunk& c : layout.chunks) {
-      const TensorKind kind = layout.tensors[c.tensor].kind;
-      if (kind == TensorKind::kLoss) continue;
-      auto it = chunks.find(c.id.value());
-      if (it == chunks.end() || it->second.size != layout.ChunkBytes(c)) {
-        return DataLoss("chunk " + std::to_string(c.id.value()) + " missing from the final pull");
-      }
-      (kind == TensorKind::kParameter ? params : buffers).Update(it->second.data, it->second.size);
-    }
+    auto digests = DigestModel(layout, chunks);
+    if (!digests.ok()) return digests.status().WithContext("the final pull");
     nlohmann::json j;
     j["job_id"] = spec.job_id;
     j["steps"] = summary.steps;
@@ -309,15 +263,12 @@ class CoordinatorImpl final : public Coordinator {
       j["test_accuracy"] = summary.test_accuracy;
       j["test_loss"] = summary.test_loss;
     }
-    j["params_sha256"] = params.HexDigest();
-    j["buffers_sha256"] = buffers.HexDigest();
+    j["params_sha256"] = digests->params_sha256;
+    j["buffers_sha256"] = digests->buffers_sha256;
     j["train_seconds"] = summary.train_time.count();
     j["workers_seen"] = summary.workers_seen;
     EPS_RETURN_IF_ERROR(WriteSafetensors(options_.run_dir + "/model.safetensors", layout, chunks,
-                                         {{"job_id", spec.job_id},
-                                          {"model", spec.model},
-                                          {"steps", std::to_string(summary.steps)},
-                                          {"params_sha256", j["params_sha256"]}}));
+                                         Step(summary.steps), spec.job_id, spec.model, *digests));
     EPS_RETURN_IF_ERROR(WriteFileAtomically(options_.run_dir + "/result.json", j.dump(2) + "\n"));
     if (store_) EPS_RETURN_IF_ERROR(store_->Put("done", j.dump()));
     PrintLine(state_.ProgressLine());
@@ -384,7 +335,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
       return FailedPrecondition("job '" + options.spec.job_id + "' in " + options.store_path +
                                 " is already complete (see result.json)");
     }
-    auto job = store->Get("job");
+    auto job = store->Get(kJobKey);
     if (job.ok()) {
       EPS_ASSIGN_OR_RETURN(resumed, ReadResumed(*store, *job, options.spec));
       auto endpoint = store->Get("endpoint");

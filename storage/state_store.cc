@@ -255,6 +255,7 @@ class StateStoreImpl final : public StateStore {
   StateStoreImpl(const StoreOptions& options, std::unique_ptr<rocksdb::DB> db, Identity identity)
       : path_(options.path),
         keep_(options.keep_checkpoints),
+        read_only_(options.read_only),
         db_(std::move(db)),
         job_id_(std::move(identity.job_id)),
         owner_(std::move(identity.owner)) {
@@ -262,10 +263,13 @@ class StateStoreImpl final : public StateStore {
   }
 
   ~StateStoreImpl() override {
-    rocksdb::FlushOptions flush;
-    flush.wait = true;
-    rocksdb::Status st = db_->Flush(flush);
-    if (!st.ok()) LOG(WARNING) << "store " << path_ << ": flush at close failed: " << st.ToString();
+    rocksdb::Status st;
+    if (!read_only_) {
+      rocksdb::FlushOptions flush;
+      flush.wait = true;
+      st = db_->Flush(flush);
+      if (!st.ok()) LOG(WARNING) << "store " << path_ << ": flush at close failed: " << st.ToString();
+    }
     st = db_->Close();
     if (!st.ok()) LOG(WARNING) << "store " << path_ << ": close failed: " << st.ToString();
   }
@@ -515,6 +519,7 @@ class StateStoreImpl final : public StateStore {
 
   const std::string path_;
   const int keep_;
+  const bool read_only_;
   std::atomic<int64_t> retain_from_{std::numeric_limits<int64_t>::max()};  // see RetainFrom
   const std::unique_ptr<rocksdb::DB> db_;
   const std::string job_id_;
@@ -578,14 +583,15 @@ StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& o) {
   const bool exists = std::filesystem::exists(std::filesystem::path(o.path) / "CURRENT", ec);
   if (ec && ec.value() != ENOENT) return FromErrno(ec.value(), o.path, "looking for the store");
   if (!exists) {
-    if (!o.create_if_missing) return NotFound("no store at " + o.path);
+    if (!o.create_if_missing || o.read_only) return NotFound("no store at " + o.path);
     if (o.job_id.empty()) return InvalidArgument("creating store " + o.path + " needs a job id");
     std::filesystem::create_directories(o.path, ec);
     if (ec) return FromErrno(ec.value(), o.path, "creating the store's directory");
   }
 
   rocksdb::DB* raw = nullptr;
-  rocksdb::Status rs = rocksdb::DB::Open(DbOptions(o), o.path, &raw);
+  rocksdb::Status rs = o.read_only ? rocksdb::DB::OpenForReadOnly(DbOptions(o), o.path, &raw)
+                                    : rocksdb::DB::Open(DbOptions(o), o.path, &raw);
   if (!rs.ok()) return FromRocks(rs, o.path, "opening");
   std::unique_ptr<rocksdb::DB> db(raw);
 
@@ -594,6 +600,9 @@ StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& o) {
   std::string value;
   rs = db->Get(ro, kIdentityKey, &value);
   Identity identity;
+  if (rs.IsNotFound() && o.read_only) {
+    return FailedPrecondition(o.path + " is not an ElasticPS store (no identity record)");
+  }
   if (rs.IsNotFound()) {
     // A fresh store holds nothing at all; anything else is not ours to adopt.
     std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
@@ -617,7 +626,7 @@ StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& o) {
                               "' (owner '" + o.owner + "')");
   }
   auto store = std::make_unique<StateStoreImpl>(o, std::move(db), std::move(identity));
-  EPS_RETURN_IF_ERROR(store->RemoveOrphanBlobs());
+  if (!o.read_only) EPS_RETURN_IF_ERROR(store->RemoveOrphanBlobs());
   return std::unique_ptr<StateStore>(std::move(store));
 }
 

@@ -58,6 +58,9 @@ struct StoreOptions {
   std::string owner;  // who writes it: "shard/<id>", "coordinator". Required, must match.
   bool create_if_missing = true;  // false: NotFound when there is no store at `path`
   int keep_checkpoints = 2;       // retention: the newest N checkpoints survive a write (N >= 1)
+  // Open an existing store to read it while its owner may be running (no lock
+  // taken; what was durable at open time is seen). Writes are FailedPrecondition.
+  bool read_only = false;
 };
 
 // One named blob handed to WriteCheckpoint. The bytes are read only while

@@ -392,6 +392,35 @@ TEST(StateStore, CreatingNeedsAJobIdAndAnOwnerAndOpeningOnlyAMissingStoreIsNotFo
   EXPECT_FALSE(fs::exists(dir.Sub("b")));
 }
 
+// An exporter reads a running shard's store: no lock, what was durable at open
+// time, and no write goes through.
+TEST(StateStore, ReadOnlyOpensAStoreItsOwnerHoldsAndRefusesWrites) {
+  TempDir dir;
+  auto owner = OpenOrDie(Options(dir.Sub("s")));
+  ASSERT_NE(owner, nullptr);
+  ASSERT_TRUE(owner->WriteCheckpoint(Step(3), MakeBlobs(3, {64, 4096}).Refs(), "meta").ok());
+  StoreOptions o = Options(dir.Sub("s"), "", "shard/0");
+  o.read_only = true;
+  auto reader = OpenOrDie(o);
+  ASSERT_NE(reader, nullptr);
+  EXPECT_EQ(reader->job_id(), "job-a");
+  auto c = reader->LatestCheckpoint();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ExpectCheckpoint(*c, 3, MakeBlobs(3, {64, 4096}), "meta");
+  EXPECT_EQ(reader->WriteCheckpoint(Step(4), {}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(reader->Put("k", "v").code(), StatusCode::kFailedPrecondition);
+  // The owner writes on; the reader keeps the view it opened with.
+  ASSERT_TRUE(owner->WriteCheckpoint(Step(5), {}).ok());
+  EXPECT_EQ(ListOrDie(*reader), Steps({3}));
+  // Read-only never creates, and never adopts a store of another owner.
+  o.path = dir.Sub("missing");
+  EXPECT_EQ(StateStore::Open(o).status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(fs::exists(dir.Sub("missing")));
+  o = Options(dir.Sub("s"), "", "coordinator");
+  o.read_only = true;
+  EXPECT_EQ(StateStore::Open(o).status().code(), StatusCode::kFailedPrecondition);
+}
+
 TEST(StateStore, AStoreOpenElsewhereIsUnavailable) {
   TempDir dir;
   auto first = OpenOrDie(Options(dir.Sub("s")));

@@ -6,7 +6,7 @@ import signal
 import subprocess
 import unittest
 
-from harness import ENV, LOCAL, MLP, RunDirTest, logs, read_result, wait_for_file, wait_for_step
+from harness import BIN, ENV, LOCAL, MLP, RunDirTest, logs, read_result, wait_for_file, wait_for_step
 
 STEPS = 800
 EXTRA = [f"--steps={STEPS}", "--test_limit=-1"]
@@ -85,10 +85,34 @@ class StopAndResume(DurableRun):
         job.send_signal(signal.SIGTERM)  # Ctrl-C: every process stops
         self.assertNotEqual(job.wait(timeout=60), 0)
         self.assertFalse(os.path.exists(os.path.join(d, "result.json")))
+        # The stopped job's model can be exported from its stores: the newest step all shards hold.
+        stopped = os.path.join(self.tmp, "stopped.safetensors")
+        rc, out = self.export(d, stopped)
+        self.assertEqual(rc, 0, out)
+        step = int(out.split("exported step ")[1].split()[0])
+        self.assertEqual(step % 50, 0, out)
+        self.assertGreaterEqual(step, 250, out)
+        rc, out = self.export(d, stopped, "--step=7")  # never checkpointed: a clear error
+        self.assertEqual(rc, 1, out)
+        self.assertIn("holds steps", out)
+
         rc, out, result = self.run_local_resume(d)
         self.assertEqual(rc, 0, out + logs(d))
         self.assertEqual(result["steps"], STEPS)
         self.assertEqual(result["params_sha256"], ref)
+        # Exported from the stores after the end: the final model, byte for byte.
+        final = os.path.join(self.tmp, "final.safetensors")
+        rc, out = self.export(d, final)
+        self.assertEqual(rc, 0, out)
+        self.assertIn(f"exported step {STEPS} ", out)
+        self.assertIn(f"params_sha256 {ref}", out)
+        with open(final, "rb") as a, open(os.path.join(d, "model.safetensors"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+
+    def export(self, d, out_file, *flags):
+        p = subprocess.run([os.path.join(BIN, "export_model"), f"--stores={d}/store", f"--out={out_file}", *flags],
+                           env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        return p.returncode, p.stdout
 
     def run_local_resume(self, d):
         p = subprocess.run([LOCAL, "--resume", "--run-dir", d], env=ENV, stdout=subprocess.PIPE,

@@ -1,0 +1,79 @@
+#include "elastic/model_export.h"
+
+#include <nlohmann/json.hpp>
+
+#include "common/digest.h"
+#include "common/files.h"
+#include "schema/codec.h"
+
+namespace eps {
+
+namespace {
+
+// Chunk c's bytes; DataLoss when missing or of the wrong size.
+StatusOr<const ChunkBytes*> Find(const Layout& layout, const ModelChunks& chunks, const Chunk& c) {
+  auto it = chunks.find(c.id.value());
+  if (it == chunks.end() || it->second.size != layout.ChunkBytes(c)) {
+    return DataLoss("chunk " + std::to_string(c.id.value()) + " of tensor '" + layout.tensors[c.tensor].name +
+                    "' is missing or has the wrong size");
+  }
+  return &it->second;
+}
+
+}  // namespace
+
+StatusOr<ModelDigests> DigestModel(const Layout& layout, const ModelChunks& chunks) {
+  Sha256 params, buffers;
+  for (const Chunk& c : layout.chunks) {
+    const TensorKind kind = layout.tensors[c.tensor].kind;
+    if (kind == TensorKind::kLoss) continue;
+    EPS_ASSIGN_OR_RETURN(const ChunkBytes* b, Find(layout, chunks, c));
+    (kind == TensorKind::kParameter ? params : buffers).Update(b->data, b->size);
+  }
+  return ModelDigests{params.HexDigest(), buffers.HexDigest()};
+}
+
+Status WriteSafetensors(const std::string& path, const Layout& layout, const ModelChunks& chunks, const Step& step,
+                        const std::string& job_id, const std::string& model, const ModelDigests& digests) {
+  nlohmann::json header;
+  header["__metadata__"] = {{"job_id", job_id},
+                            {"model", model},
+                            {"steps", std::to_string(step.value())},
+                            {"params_sha256", digests.params_sha256}};
+  uint64_t offset = 0;
+  for (const TensorSpec& t : layout.tensors) {
+    if (t.kind == TensorKind::kLoss) continue;
+    const uint64_t bytes = uint64_t(t.numel()) * DTypeSize(t.dtype);
+    header[t.name] = {{"dtype", t.dtype == DType::kInt64 ? "I64" : "F32"},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string head = header.dump();
+  head.append((8 - head.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((uint64_t(head.size()) >> (8 * i)) & 0xff);
+  out += head;
+  out.reserve(out.size() + offset);
+  for (const Chunk& c : layout.chunks) {  // chunks run through each tensor in order
+    if (layout.tensors[c.tensor].kind == TensorKind::kLoss) continue;
+    EPS_ASSIGN_OR_RETURN(const ChunkBytes* b, Find(layout, chunks, c));
+    out.append(static_cast<const char*>(b->data), b->size);
+  }
+  return WriteFileAtomically(path, out);
+}
+
+std::string EncodeStoredJob(const JobSpec& spec, const std::vector<TensorSpec>& tensors) {
+  auto frames = Encode(Envelope{"", ShardConfig{spec, tensors}});
+  return std::string(static_cast<const char*>((*frames)[0].data), (*frames)[0].size);
+}
+
+StatusOr<ShardConfig> DecodeStoredJob(const std::string& bytes) {
+  auto env = Decode({Frame{bytes.data(), bytes.size(), nullptr}});
+  if (!env.ok()) return DataLoss("the stored job record is damaged: " + env.status().message());
+  auto* config = std::get_if<ShardConfig>(&env->body);
+  if (config == nullptr) return DataLoss("the stored job record is not a job");
+  return std::move(*config);
+}
+
+}  // namespace eps
