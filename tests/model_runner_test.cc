@@ -1,12 +1,23 @@
+// Tests for the torch adapter. They run on the CPU, or on the device named by
+// EPS_TEST_DEVICE (e.g. cuda:0: scripts/gpu_check.sh runs them so on a GPU).
 #include "worker/model_runner.h"
 
 #include <gtest/gtest.h>
+#include <zmq.hpp>
 
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "worker/worker.h"
+
 namespace eps {
 namespace {
+
+std::string TestDevice() {
+  const char* d = std::getenv("EPS_TEST_DEVICE");
+  return d != nullptr && *d != '\0' ? d : "cpu";
+}
 
 // A small synthetic 28x28 data set whose pixels depend on the sample and label.
 Dataset SyntheticData(int64_t n) {
@@ -27,7 +38,7 @@ Dataset SyntheticData(int64_t n) {
 }
 
 std::unique_ptr<ModelRunner> MustCreate(const std::string& model, uint64_t seed = 1) {
-  StatusOr<std::unique_ptr<ModelRunner>> r = ModelRunner::Create({model, seed, 1});
+  StatusOr<std::unique_ptr<ModelRunner>> r = ModelRunner::Create({model, seed, 1, TestDevice()});
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? std::move(r).value() : nullptr;
 }
@@ -38,14 +49,14 @@ size_t Bytes(const TensorSpec& t) { return static_cast<size_t>(t.numel()) * DTyp
 std::vector<std::vector<uint8_t>> TensorBytes(ModelRunner& r) {
   std::vector<std::vector<uint8_t>> out;
   for (size_t i = 0; i < r.Tensors().size(); ++i) {
-    const auto* p = static_cast<const uint8_t*>(r.MutableData(i));
+    const auto* p = static_cast<const uint8_t*>(r.Data(i));
     out.emplace_back(p, p + Bytes(r.Tensors()[i]));
   }
   return out;
 }
 
 void RestoreTensorBytes(ModelRunner& r, const std::vector<std::vector<uint8_t>>& bytes) {
-  for (size_t i = 0; i < bytes.size(); ++i) std::memcpy(r.MutableData(i), bytes[i].data(), bytes[i].size());
+  for (size_t i = 0; i < bytes.size(); ++i) ASSERT_TRUE(r.Write(i, 0, bytes[i].data(), bytes[i].size()).ok());
 }
 
 // Every gradient, as bytes.
@@ -175,16 +186,85 @@ TEST(ModelRunner, RestoringBatchNormBuffersMakesTheNextStepRepeatExactly) {
   EXPECT_EQ(TensorBytes(*r), after);
 }
 
-TEST(ModelRunner, WritesThroughMutableDataChangeTheModel) {
+TEST(ModelRunner, WritesChangeTheModel) {
   const Dataset data = SyntheticData(4);
   auto r = MustCreate("mlp");
   ASSERT_NE(r, nullptr);
   ASSERT_TRUE(r->TrainStep(data, {0, 1}, 0).ok());
   const auto grads = GradBytes(*r);
-  auto* w = static_cast<float*>(r->MutableData(0));
-  for (int64_t i = 0; i < r->Tensors()[0].numel(); ++i) w[i] *= 0.5f;
+  const auto* w = static_cast<const float*>(r->Data(0));
+  std::vector<float> half(w, w + r->Tensors()[0].numel());
+  for (float& x : half) x *= 0.5f;
+  ASSERT_TRUE(r->Write(0, 0, half.data(), half.size() * sizeof(float)).ok());
+  EXPECT_EQ(std::memcmp(r->Data(0), half.data(), half.size() * sizeof(float)), 0);
   ASSERT_TRUE(r->TrainStep(data, {0, 1}, 0).ok());
   EXPECT_NE(GradBytes(*r), grads);
+}
+
+TEST(ModelRunner, ChunkWritesReachTheModelAsOneWholeWriteDoes) {
+  // The worker writes pulled chunks one by one (on a GPU each starts its own upload).
+  const Dataset data = SyntheticData(8);
+  auto whole = MustCreate("cnn_bn", 1), chunked = MustCreate("cnn_bn", 1);
+  auto other = MustCreate("cnn_bn", 2);
+  ASSERT_TRUE(whole && chunked && other);
+  const auto target = TensorBytes(*other);
+  ASSERT_NE(TensorBytes(*chunked), target);
+  RestoreTensorBytes(*whole, target);
+  for (size_t i = 0; i < target.size(); ++i) {
+    const size_t elem = DTypeSize(chunked->Tensors()[i].dtype);
+    const size_t chunk = 3 * elem;  // chunks end inside the tensor and at its end
+    for (size_t at = 0; at < target[i].size(); at += chunk) {
+      const size_t n = std::min(chunk, target[i].size() - at);
+      ASSERT_TRUE(chunked->Write(i, at, target[i].data() + at, n).ok());
+    }
+    // A second write of the first chunk, while the first may still be on its way up.
+    ASSERT_TRUE(chunked->Write(i, 0, target[i].data(), std::min(chunk, target[i].size())).ok());
+  }
+  EXPECT_EQ(TensorBytes(*chunked), target);
+  for (uint64_t key : {5u, 6u}) {
+    StatusOr<float> a = whole->TrainStep(data, {0, 3, 5}, key);
+    StatusOr<float> b = chunked->TrainStep(data, {0, 3, 5}, key);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(std::memcmp(&*a, &*b, sizeof(float)), 0);
+    EXPECT_EQ(GradBytes(*whole), GradBytes(*chunked));
+    EXPECT_EQ(TensorBytes(*whole), TensorBytes(*chunked)) << "BatchNorm statistics after the step";
+  }
+}
+
+TEST(Device, DeviceNamesAreCheckedAndCpuIsItsOwnKind) {
+  StatusOr<std::string> cpu = DeviceKind("cpu");
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  EXPECT_EQ(*cpu, "cpu");
+  for (const char* bad : {"", "gpu", "CPU", "cuda:", "cuda:x", "cuda0", "cuda:-1", "cuda:123", "cuda:0 "}) {
+    EXPECT_EQ(DeviceKind(bad).status().code(), StatusCode::kInvalidArgument) << "'" << bad << "'";
+    EXPECT_EQ(ModelRunner::Create({"mlp", 0, 1, bad}).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(Device, ACudaDeviceIsRefusedClearlyByABuildWithoutCuda) {
+  if (BuildHasCuda()) {
+    // A CUDA build refuses a GPU that is not there instead.
+    EXPECT_EQ(DeviceKind("cuda:99").status().code(), StatusCode::kFailedPrecondition);
+    return;
+  }
+  for (const char* gpu : {"cuda", "cuda:0", "cuda:3"}) {
+    const Status kind = DeviceKind(gpu).status();
+    EXPECT_EQ(kind.code(), StatusCode::kInvalidArgument) << gpu;
+    EXPECT_NE(kind.message().find("this build has no CUDA"), std::string::npos) << kind.message();
+    const Status runner = ModelRunner::Create({"mlp", 0, 1, gpu}).status();
+    EXPECT_EQ(runner.code(), StatusCode::kInvalidArgument) << gpu;
+    EXPECT_NE(runner.message().find("this build has no CUDA"), std::string::npos) << runner.message();
+  }
+  // The worker refuses at once, before it talks to anyone.
+  zmq::context_t context(1);
+  WorkerOptions options;
+  options.coordinator = "tcp://127.0.0.1:1";
+  options.device = "cuda:0";
+  const Status worker = Worker::Open(options, &context).status();
+  EXPECT_EQ(worker.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(worker.message().find("this build has no CUDA"), std::string::npos) << worker.message();
+  options.device = "cpu";
+  EXPECT_TRUE(Worker::Open(options, &context).ok());
 }
 
 TEST(ModelRunner, EvaluatesARangeWithoutChangingTheModel) {

@@ -3,8 +3,17 @@
 
 #include <torch/torch.h>
 
+#include <cstring>
 #include <mutex>
+#include <optional>
 #include <utility>
+
+#ifdef EPS_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include "worker/models.h"
 
@@ -27,17 +36,63 @@ Status FromTorch(const char* what, const std::exception& e) {
   return Internal(std::string(what) + ": " + e.what());
 }
 
+#ifdef EPS_WITH_CUDA
+// The side stream of a runner on a GPU, and what is in flight on it.
+struct CudaCopies {
+  explicit CudaCopies(c10::DeviceIndex device)
+      : compute(c10::cuda::getCurrentCUDAStream(device)), side(c10::cuda::getStreamFromPool(false, device)) {}
+
+  // Host byte ranges an upload on `side` may still read, by tensor: a Write
+  // into one of them first waits for the side stream.
+  struct Range {
+    size_t tensor, lo, hi;
+  };
+
+  bool UploadOverlaps(size_t tensor, size_t lo, size_t hi) const {
+    for (const Range& r : uploads) {
+      if (r.tensor == tensor && r.lo < hi && lo < r.hi) return true;
+    }
+    return false;
+  }
+
+  // The compute stream waits for every upload started so far.
+  void ComputeAfterUploads() {
+    if (uploads.empty()) return;
+    uploaded.record(side);
+    uploaded.block(compute);
+  }
+
+  // Blocks until the side stream is idle; its host ranges are free again.
+  void Drain() {
+    side.synchronize();
+    uploads.clear();
+  }
+
+  c10::cuda::CUDAStream compute;  // where the model runs (the device's current stream)
+  c10::cuda::CUDAStream side;     // host <-> device copies
+  at::cuda::CUDAEvent uploaded, computed;
+  std::vector<Range> uploads;
+};
+#endif
+
 class TorchModelRunner final : public ModelRunner {
  public:
-  explicit TorchModelRunner(torch::nn::Sequential model) : model_(std::move(model)) {}
+  TorchModelRunner(torch::nn::Sequential model, torch::Device device)
+      : model_(std::move(model)), device_(device) {}
 
+  // Call after the model was moved to the device.
   Status Init() {
+    if (device_.is_cuda()) {
+#ifdef EPS_WITH_CUDA
+      copies_.emplace(device_.index());
+#endif
+    }
     for (const auto& p : model_->named_parameters()) {
       TensorSpec spec{p.key(), TensorKind::kParameter, DType::kFloat32, p.value().sizes().vec()};
       if (p.value().scalar_type() != torch::kFloat32)
         return Internal("parameter " + p.key() + " is not float32");
       EPS_RETURN_IF_ERROR(Add(std::move(spec), p.value()));
-      grads_.push_back(torch::zeros_like(p.value()));
+      grads_.push_back(HostZeros(p.value()));
     }
     num_parameters_ = tensors_.size();
     for (const auto& b : model_->named_buffers()) {
@@ -57,7 +112,33 @@ class TorchModelRunner final : public ModelRunner {
 
   const std::vector<TensorSpec>& Tensors() const override { return specs_; }
 
-  void* MutableData(size_t i) override { return tensors_[i].data_ptr(); }
+  const void* Data(size_t i) const override { return host_[i].data_ptr(); }
+
+  Status Write(size_t i, size_t byte_offset, const void* src, size_t bytes) override {
+    auto* host = static_cast<uint8_t*>(host_[i].data_ptr());
+    if (!on_gpu()) {
+      std::memcpy(host + byte_offset, src, bytes);  // the model's own storage
+      return OkStatus();
+    }
+#ifdef EPS_WITH_CUDA
+    try {
+      if (copies_->UploadOverlaps(i, byte_offset, byte_offset + bytes)) copies_->Drain();
+      std::memcpy(host + byte_offset, src, bytes);
+      const int64_t elem = static_cast<int64_t>(host_[i].element_size());
+      const int64_t first = static_cast<int64_t>(byte_offset) / elem, n = static_cast<int64_t>(bytes) / elem;
+      torch::NoGradGuard no_grad;
+      c10::cuda::CUDAStreamGuard on_side(copies_->side);
+      tensors_[i].view({-1}).narrow(0, first, n).copy_(host_[i].view({-1}).narrow(0, first, n),
+                                                       /*non_blocking=*/true);
+      copies_->uploads.push_back({i, byte_offset, byte_offset + bytes});
+      return OkStatus();
+    } catch (const std::exception& e) {
+      return FromTorch("Write", e);
+    }
+#else
+    return Internal("a GPU runner in a build without CUDA");
+#endif
+  }
 
   StatusOr<float> TrainStep(const Dataset& data, const std::vector<int64_t>& indices,
                             uint64_t rng_seed) override {
@@ -72,13 +153,15 @@ class TorchModelRunner final : public ModelRunner {
     }
     try {
       model_->zero_grad(/*set_to_none=*/true);
-      torch::manual_seed(rng_seed);
+      torch::manual_seed(rng_seed);  // the CPU generator and every CUDA device's
       const torch::Tensor idx = torch::from_blob(const_cast<int64_t*>(indices.data()),
                                                  {static_cast<int64_t>(indices.size())}, torch::kInt64);
-      const torch::Tensor x = ImagesView(data).index_select(0, idx);
-      const torch::Tensor y = LabelsView(data).index_select(0, idx);
+      const torch::Tensor x = ImagesView(data).index_select(0, idx).to(device_);
+      const torch::Tensor y = LabelsView(data).index_select(0, idx).to(device_);
+      if (on_gpu()) ComputeAfterUploads();
       torch::Tensor loss = torch::nn::functional::cross_entropy(model_->forward(x), y);
       loss.backward();
+      if (on_gpu()) return CopyResultsToHost(loss);
       for (size_t i = 0; i < num_parameters_; ++i) {
         const torch::Tensor& g = tensors_[i].grad();
         grads_[i] = g.defined() ? g.contiguous() : torch::zeros_like(tensors_[i]);
@@ -86,7 +169,7 @@ class TorchModelRunner final : public ModelRunner {
       return loss.item<float>();
     } catch (const std::exception& e) {
       // Gradients of a failed step are meaningless: do not expose stale ones.
-      for (size_t i = 0; i < num_parameters_; ++i) grads_[i] = torch::zeros_like(tensors_[i]);
+      DiscardGradients();
       return FromTorch("TrainStep", e);
     }
   }
@@ -109,12 +192,13 @@ class TorchModelRunner final : public ModelRunner {
       } restore{model_};
       torch::NoGradGuard no_grad;
       model_->eval();
+      if (on_gpu()) ComputeAfterUploads();
       const torch::Tensor images = ImagesView(data);
       const torch::Tensor labels = LabelsView(data);
       for (int64_t first = lo; first < hi; first += batch) {
         const int64_t n = std::min(batch, hi - first);
-        const torch::Tensor logits = model_->forward(images.narrow(0, first, n));
-        const torch::Tensor y = labels.narrow(0, first, n);
+        const torch::Tensor logits = model_->forward(images.narrow(0, first, n).to(device_));
+        const torch::Tensor y = labels.narrow(0, first, n).to(device_);
         stats.loss_sum +=
             torch::nn::functional::cross_entropy(
                 logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
@@ -122,6 +206,7 @@ class TorchModelRunner final : public ModelRunner {
         stats.correct += logits.argmax(1).eq(y).sum().item<int64_t>();
         stats.count += n;
       }
+      if (on_gpu()) DrainCopies();
     } catch (const std::exception& e) {
       return FromTorch("Evaluate", e);
     }
@@ -129,21 +214,116 @@ class TorchModelRunner final : public ModelRunner {
   }
 
  private:
+  bool on_gpu() const { return device_.is_cuda(); }
+
+  // Host memory of `t`'s shape and dtype, zeroed: pinned when `t` lives on a GPU.
+  torch::Tensor HostZeros(const torch::Tensor& t) const {
+    return torch::zeros(t.sizes(), torch::TensorOptions().dtype(t.scalar_type()).pinned_memory(on_gpu()));
+  }
+
   Status Add(TensorSpec spec, const torch::Tensor& t) {
     if (!t.is_contiguous()) return Internal("tensor " + spec.name + " is not contiguous");
     specs_.push_back(std::move(spec));
     tensors_.push_back(t);
+    if (on_gpu()) {
+      torch::Tensor mirror = HostZeros(t);
+      mirror.copy_(t);  // blocking: the mirror holds the initial values from the start
+      host_.push_back(std::move(mirror));
+    } else {
+      host_.push_back(t);  // the model's own storage
+    }
     return OkStatus();
   }
 
+  void DiscardGradients() {
+    try {
+      if (on_gpu()) DrainCopies();
+      for (size_t i = 0; i < num_parameters_; ++i) {
+        if (on_gpu()) {
+          grads_[i].zero_();
+        } else {
+          grads_[i] = torch::zeros_like(tensors_[i]);
+        }
+      }
+    } catch (const std::exception&) {
+      // Nothing better to do: the step already failed.
+    }
+  }
+
+#ifdef EPS_WITH_CUDA
+  void ComputeAfterUploads() { copies_->ComputeAfterUploads(); }
+  void DrainCopies() { copies_->Drain(); }
+
+  // After backward on the compute stream: gradients, the loss and the buffers
+  // (BatchNorm statistics) go to pinned host memory on the side stream, which
+  // this waits for. The device gradients stay referenced until the copies end.
+  float CopyResultsToHost(const torch::Tensor& loss) {
+    copies_->computed.record(copies_->compute);
+    copies_->computed.block(copies_->side);
+    {
+      c10::cuda::CUDAStreamGuard on_side(copies_->side);
+      for (size_t i = 0; i < num_parameters_; ++i) {
+        const torch::Tensor& g = tensors_[i].grad();
+        if (g.defined()) {
+          grads_[i].copy_(g, /*non_blocking=*/true);
+        } else {
+          grads_[i].zero_();
+        }
+      }
+      for (size_t i = num_parameters_; i < tensors_.size(); ++i) host_[i].copy_(tensors_[i], /*non_blocking=*/true);
+      if (!loss_host_.defined()) loss_host_ = torch::empty({}, torch::TensorOptions().pinned_memory(true));
+      loss_host_.copy_(loss.detach(), /*non_blocking=*/true);
+    }
+    DrainCopies();
+    return loss_host_.item<float>();
+  }
+#else
+  void ComputeAfterUploads() {}
+  void DrainCopies() {}
+  float CopyResultsToHost(const torch::Tensor& loss) { return loss.item<float>(); }
+#endif
+
   torch::nn::Sequential model_;
+  const torch::Device device_;
   std::vector<TensorSpec> specs_;
-  std::vector<torch::Tensor> tensors_;  // share storage with the model's, same order as specs_
-  std::vector<torch::Tensor> grads_;    // one per parameter, contiguous
+  std::vector<torch::Tensor> tensors_;  // the model's, on its device, same order as specs_
+  std::vector<torch::Tensor> host_;     // tensors_ on the host: the same tensors on the CPU, pinned mirrors on a GPU
+  std::vector<torch::Tensor> grads_;    // one per parameter, contiguous, on the host (pinned on a GPU)
   size_t num_parameters_ = 0;
+#ifdef EPS_WITH_CUDA
+  std::optional<CudaCopies> copies_;  // on a GPU only
+  torch::Tensor loss_host_;           // pinned
+#endif
 };
 
 }  // namespace
+
+bool BuildHasCuda() {
+#ifdef EPS_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+StatusOr<std::string> DeviceKind(const std::string& device) {
+  EPS_ASSIGN_OR_RETURN(torch::Device d, ParseDevice(device));
+  if (!d.is_cuda()) return std::string("cpu");
+#ifdef EPS_WITH_CUDA
+  try {
+    const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
+    if (d.index() >= count) {
+      return FailedPrecondition("device '" + device + "': this process sees " + std::to_string(count) +
+                                " CUDA device(s)");
+    }
+    return "cuda:" + std::string(at::cuda::getDeviceProperties(d.index())->name);
+  } catch (const std::exception& e) {
+    return FromTorch("DeviceKind", e);
+  }
+#else
+  return Internal("ParseDevice accepted a CUDA device in a build without CUDA");
+#endif
+}
 
 ModelRunner::~ModelRunner() = default;
 
@@ -155,6 +335,7 @@ size_t ModelRunner::NumParameters() const {
 
 StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelOptions& options) {
   if (options.threads < 1) return InvalidArgument("threads must be at least 1");
+  EPS_ASSIGN_OR_RETURN(torch::Device device, ParseDevice(options.device));
   try {
     at::set_num_threads(options.threads);
     // Can be set once per process, before any inter-op work; later runners keep it.
@@ -166,9 +347,12 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelOptions& o
         // Already fixed by someone else in this process: nothing depends on it.
       }
     });
+    EPS_RETURN_IF_ERROR(PrepareDevice(device));
+    // Initialized on the CPU from the CPU generator: the same weights on every device.
     torch::manual_seed(options.init_seed);
     EPS_ASSIGN_OR_RETURN(torch::nn::Sequential model, MakeModel(options.model));
-    auto runner = std::make_unique<TorchModelRunner>(std::move(model));
+    model->to(device);
+    auto runner = std::make_unique<TorchModelRunner>(std::move(model), device);
     EPS_RETURN_IF_ERROR(runner->Init());
     return std::unique_ptr<ModelRunner>(std::move(runner));
   } catch (const std::exception& e) {

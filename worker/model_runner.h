@@ -1,5 +1,5 @@
 // The torch adapter: hosts one libtorch model in a worker process and runs
-// virtual-worker steps on it, one after another.
+// virtual-worker steps on it, one after another, on the CPU or on one CUDA GPU.
 //
 // This header is libtorch-free on purpose (libtorch dominates compile time):
 // tensors are exposed as contiguous host memory described by TensorSpec, so the
@@ -9,9 +9,20 @@
 // thrown by libtorch is caught there and returned as a Status.
 //
 // Determinism: Create seeds the default CPU generator with init_seed before it
-// builds the model, and TrainStep reseeds it with the step's key before the
-// forward pass, so parameters and gradients are a pure function of (options,
-// weights, buffers, samples, key) at a fixed intra-op thread count.
+// builds the model (on the CPU, so every device starts from the same weights),
+// and TrainStep reseeds the CPU and CUDA generators with the step's key before
+// the forward pass, so parameters and gradients are a pure function of
+// (options, weights, buffers, samples, key) at a fixed intra-op thread count on
+// the CPU, or on one GPU model with deterministic kernels (PrepareDevice in
+// worker/models.h).
+//
+// On a CUDA device the model lives on the GPU and the host side holds pinned
+// mirrors: Write copies each chunk into the mirror and starts its upload at
+// once on a side stream, so a pull's chunks go up while the next ones arrive;
+// TrainStep makes the compute wait for those uploads, and after backward
+// copies the gradients (and the buffers a step changed) into pinned host
+// memory on the side stream, which it waits for before returning. Device
+// memory holds one model and one set of gradients whatever the number of VWs.
 #pragma once
 
 #include <cstdint>
@@ -25,12 +36,28 @@
 
 namespace eps {
 
+// The cuBLAS workspace setting deterministic GPU runs need; a process that may
+// compute on a GPU sets CUBLAS_WORKSPACE_CONFIG to it in main(), before any
+// cuBLAS call (library code reads no environment).
+constexpr char kCublasWorkspaceConfig[] = ":4096:8";
+
+// True when the worker was compiled against a CUDA libtorch (EPS_WITH_CUDA).
+bool BuildHasCuda();
+
+// The kind of device `device` ("cpu", "cuda" or "cuda:N") names, as workers
+// report it to the coordinator: "cpu", or "cuda:<GPU name>" (bits are
+// reproducible only within one kind). InvalidArgument for a malformed name and
+// for any cuda device in a build without CUDA; FailedPrecondition when the GPU
+// is not there.
+[[nodiscard]] StatusOr<std::string> DeviceKind(const std::string& device);
+
 struct ModelOptions {
   // "mlp" | "cnn" | "cnn_bn" (see MakeModel in worker/models.h); every model
   // takes [b, 1, 28, 28] images and has 10 classes.
   std::string model;
   uint64_t init_seed = 0;  // seeds parameter initialization
   int threads = 1;         // libtorch intra-op threads: part of the job spec, bits depend on it
+  std::string device = "cpu";  // "cpu" or "cuda:N" (as DeviceKind takes it)
 };
 
 // Results of an evaluation pass over a range of samples.
@@ -44,10 +71,13 @@ struct EvalStats {
 // it, one after another. Owns the model, its parameters, buffers and gradients;
 // the pointers it hands out stay valid for its lifetime (GradData's until the
 // next TrainStep). Not thread-safe, and one per process: the libtorch thread
-// count and default generator it sets are process-wide.
+// count, default generators and (on a GPU) deterministic settings it sets are
+// process-wide.
 class ModelRunner {
  public:
-  // InvalidArgument for an unknown model or threads < 1; Internal if libtorch fails.
+  // InvalidArgument for an unknown model, threads < 1 or a device DeviceKind
+  // refuses; FailedPrecondition for a GPU that is not there; Internal if
+  // libtorch fails.
   [[nodiscard]] static StatusOr<std::unique_ptr<ModelRunner>> Create(const ModelOptions& options);
   virtual ~ModelRunner();
 
@@ -57,13 +87,23 @@ class ModelRunner {
   virtual const std::vector<TensorSpec>& Tensors() const = 0;
   size_t NumParameters() const;  // leading entries of Tensors() that are parameters
 
-  // Contiguous storage of tensor i (index into Tensors()), numel * DTypeSize bytes.
-  // Writes go straight into the model. i < Tensors().size() (a bug otherwise).
-  virtual void* MutableData(size_t i) = 0;
+  // The current value of tensor i (index into Tensors()) as contiguous host
+  // memory, numel * DTypeSize bytes: on the CPU the model's own storage, on a
+  // GPU its pinned mirror (buffers as the last TrainStep left them). Read only;
+  // change it through Write. i < Tensors().size() (a bug otherwise).
+  virtual const void* Data(size_t i) const = 0;
+
+  // Writes `bytes` bytes from `src` into tensor i at `byte_offset` (a multiple
+  // of the element size; the range inside the tensor: a bug otherwise). On a GPU
+  // the copy up to the device starts at once and the next TrainStep or
+  // Evaluate waits for it; `src` may be reused as soon as Write returns.
+  // Internal if libtorch fails.
+  [[nodiscard]] virtual Status Write(size_t i, size_t byte_offset, const void* src, size_t bytes) = 0;
 
   // Runs one VW's microbatch in train mode: sets all gradients to none, reseeds
-  // the default CPU generator with rng_seed (dropout draws from it), forward,
-  // cross-entropy averaged over the microbatch, backward. Returns the loss.
+  // the default CPU and CUDA generators with rng_seed (dropout draws from
+  // them), forward, cross-entropy averaged over the microbatch, backward.
+  // Returns the loss once gradients and buffers are readable on the host.
   // InvalidArgument for empty or out-of-range indices, images that are not
   // 28x28, labels outside [0, 10), an inconsistent Dataset.
   [[nodiscard]] virtual StatusOr<float> TrainStep(const Dataset& data, const std::vector<int64_t>& indices,

@@ -2,6 +2,10 @@
 
 #include <exception>
 
+#ifdef EPS_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
 namespace eps {
 
 StatusOr<torch::nn::Sequential> MakeModel(const std::string& name) {
@@ -46,6 +50,52 @@ StatusOr<torch::nn::Sequential> MakeModel(const std::string& name) {
     return Internal("MakeModel(" + name + "): " + e.what());
   }
   return InvalidArgument("unknown model '" + name + "' (expected mlp, cnn or cnn_bn)");
+}
+
+StatusOr<torch::Device> ParseDevice(const std::string& name) {
+  if (name == "cpu") return torch::Device(torch::kCPU);
+  if (name.rfind("cuda", 0) != 0) return InvalidArgument("device '" + name + "': expected cpu or cuda:N");
+  int index = 0;
+  if (name.size() > 4) {
+    const std::string digits = name.substr(5);
+    if (name[4] != ':' || digits.empty() || digits.size() > 2 ||
+        digits.find_first_not_of("0123456789") != std::string::npos) {
+      return InvalidArgument("device '" + name + "': expected cpu or cuda:N");
+    }
+    index = std::stoi(digits);
+  }
+#ifdef EPS_WITH_CUDA
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+#else
+  (void)index;
+  return InvalidArgument("device '" + name +
+                         "': this build has no CUDA (its worker was compiled against a CPU-only libtorch); "
+                         "use --device=cpu, or build against a CUDA libtorch (README, \"GPU workers\")");
+#endif
+}
+
+Status PrepareDevice(const torch::Device& device) {
+  if (!device.is_cuda()) return OkStatus();
+#ifdef EPS_WITH_CUDA
+  try {
+    const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
+    if (device.index() >= count) {
+      return FailedPrecondition("device " + device.str() + ": this process sees " + std::to_string(count) +
+                                " CUDA device(s)");
+    }
+    c10::cuda::set_device(device.index());
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+    at::globalContext().setDeterministicCuDNN(true);
+    at::globalContext().setBenchmarkCuDNN(false);
+    return OkStatus();
+  } catch (const c10::Error& e) {
+    return Internal("PrepareDevice(" + device.str() + "): libtorch: " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return Internal("PrepareDevice(" + device.str() + "): " + e.what());
+  }
+#else
+  return InvalidArgument("device " + device.str() + ": this build has no CUDA");
+#endif
 }
 
 Status CheckModelInput(const Dataset& data) {

@@ -32,6 +32,21 @@ constexpr int64_t kNumClasses = 10;
 // InvalidArgument for an unknown name; Internal if libtorch fails.
 [[nodiscard]] StatusOr<torch::nn::Sequential> MakeModel(const std::string& name);
 
+// The device a --device flag names: "cpu", or "cuda:N" ("cuda" is "cuda:0")
+// in a build against a CUDA libtorch (EPS_WITH_CUDA). InvalidArgument for
+// anything else, with a message that says so when it is the build that lacks
+// CUDA. Touches no device.
+[[nodiscard]] StatusOr<torch::Device> ParseDevice(const std::string& name);
+
+// Readies `device` for reproducible computation (DESIGN.md, "On GPU"): on a
+// CUDA device, checks that it exists (FailedPrecondition otherwise), makes it
+// current, and turns on deterministic algorithms and deterministic cuDNN with
+// benchmark mode off. Process-wide; nothing happens for the CPU. The process
+// must have set CUBLAS_WORKSPACE_CONFIG=:4096:8 (kCublasWorkspaceConfig in
+// worker/model_runner.h) before its first cuBLAS call: deterministic mode makes
+// libtorch refuse a cuBLAS operation otherwise.
+[[nodiscard]] Status PrepareDevice(const torch::Device& device);
+
 // OK if `data` holds 28x28 images and its vectors match its size; InvalidArgument otherwise.
 [[nodiscard]] Status CheckModelInput(const Dataset& data);
 

@@ -175,8 +175,10 @@ bool SameJob(const JobSpec& a, const JobSpec& b) {
 
 class WorkerImpl final : public Worker {
  public:
-  WorkerImpl(WorkerOptions options, zmq::context_t* context, std::unique_ptr<Channel> coordinator)
-      : options_(std::move(options)), context_(context), coordinator_(std::move(coordinator)) {}
+  WorkerImpl(WorkerOptions options, std::string device_kind, zmq::context_t* context,
+             std::unique_ptr<Channel> coordinator)
+      : options_(std::move(options)), device_kind_(std::move(device_kind)), context_(context),
+        coordinator_(std::move(coordinator)) {}
 
   Status Run(const volatile bool* stop) override {
     stop_ = stop;
@@ -257,7 +259,7 @@ class WorkerImpl final : public Worker {
   }
 
   StatusOr<RegisterWorkerReply> Register() {
-    EPS_ASSIGN_OR_RETURN(Envelope reply, CallCoordinator(RegisterWorker{options_.host, uint32_t(getpid())},
+    EPS_ASSIGN_OR_RETURN(Envelope reply, CallCoordinator(RegisterWorker{options_.host, uint32_t(getpid()), device_kind_},
                                                          options_.plan_timeout));
     auto* r = std::get_if<RegisterWorkerReply>(&reply.body);
     if (r == nullptr) return Internal(std::string("registration answered with ") + BodyName(reply.body));
@@ -270,7 +272,8 @@ class WorkerImpl final : public Worker {
     shard_addresses_ = r.shard_addresses;
     host_ = options_.host + "/w" + std::to_string(id_.value());
     LOG(INFO) << "registered as worker " << id_ << " of job '" << spec_.job_id << "' (" << spec_.model
-              << ", V=" << spec_.virtual_workers << ", " << shard_addresses_.size() << " shards)";
+              << ", V=" << spec_.virtual_workers << ", " << shard_addresses_.size() << " shards) on "
+              << options_.device << " (" << device_kind_ << ")";
   }
 
   // After the coordinator forgot this worker: a new id for the same job; the
@@ -357,6 +360,7 @@ class WorkerImpl final : public Worker {
     mo.model = spec_.model;
     mo.init_seed = spec_.seed;
     mo.threads = static_cast<int>(spec_.threads);
+    mo.device = options_.device;
     EPS_ASSIGN_OR_RETURN(model_, ModelRunner::Create(mo));
     const std::string dir = spec_.data_dir + "/";
     EPS_ASSIGN_OR_RETURN(train_, ReadIdxDataset(dir + "train-images-idx3-ubyte.gz", dir + "train-labels-idx1-ubyte.gz",
@@ -532,7 +536,7 @@ class WorkerImpl final : public Worker {
           return DataLoss("pulled chunk " + std::to_string(c.id.value()) + " does not match the layout");
         }
         const size_t elem = DTypeSize(layout_.tensors[c.tensor].dtype);
-        std::memcpy(static_cast<uint8_t*>(model_->MutableData(c.tensor)) + c.offset * elem, cb.data, cb.size);
+        EPS_RETURN_IF_ERROR(model_->Write(c.tensor, c.offset * elem, cb.data, cb.size));
       }
     }
     return OkStatus();
@@ -545,7 +549,7 @@ class WorkerImpl final : public Worker {
           ShardId(s), [&](const Chunk& c) { return KindOf(c) != TensorKind::kLoss; },
           [&](const Chunk& c) {
             const size_t elem = DTypeSize(layout_.tensors[c.tensor].dtype);
-            return ChunkBytes{c.id, static_cast<uint8_t*>(model_->MutableData(c.tensor)) + c.offset * elem,
+            return ChunkBytes{c.id, static_cast<const uint8_t*>(model_->Data(c.tensor)) + c.offset * elem,
                               layout_.ChunkBytes(c), nullptr};
           });
       EPS_RETURN_IF_ERROR(SendPush(s, std::move(push)));
@@ -565,16 +569,17 @@ class WorkerImpl final : public Worker {
       const TensorSpec& t = layout_.tensors[i];
       if (t.kind != TensorKind::kBuffer) continue;
       const size_t n = t.numel() * DTypeSize(t.dtype);
-      const auto* p = static_cast<const uint8_t*>(model_->MutableData(i));
+      const auto* p = static_cast<const uint8_t*>(model_->Data(i));
       out[i] = std::make_shared<std::vector<uint8_t>>(p, p + n);
     }
     return out;
   }
 
-  void RestoreBuffers(const std::vector<Bytes>& saved) {
+  Status RestoreBuffers(const std::vector<Bytes>& saved) {
     for (size_t i = 0; i < saved.size(); ++i) {
-      if (saved[i]) std::memcpy(model_->MutableData(i), saved[i]->data(), saved[i]->size());
+      if (saved[i]) EPS_RETURN_IF_ERROR(model_->Write(i, 0, saved[i]->data(), saved[i]->size()));
     }
+    return OkStatus();
   }
 
   // The VW's contribution: its gradients in flat layout order, then its loss.
@@ -622,7 +627,7 @@ class WorkerImpl final : public Worker {
       TreeReducer reducer(block, spec_.virtual_workers, flat_size_);
       for (uint32_t v = block.lo; v < block.hi(); ++v) {
         if (stopping()) return Stopped();  // abandon the rest: blocks already pushed stay pushed
-        if (v != plan.vw_lo) RestoreBuffers(step_buffers);
+        if (v != plan.vw_lo) EPS_RETURN_IF_ERROR(RestoreBuffers(step_buffers));
         sampler_->Indices(VirtualWorkerId(v), plan.step, &indices);
         const auto started = std::chrono::steady_clock::now();
         EPS_ASSIGN_OR_RETURN(float loss,
@@ -665,6 +670,7 @@ class WorkerImpl final : public Worker {
   double seconds_per_vw_ = 0;  // measured in the last train plan, reported with the next request
   bool warmed_up_ = false;     // a train plan ran before (the first one is not timed)
   const WorkerOptions options_;
+  const std::string device_kind_;  // reported when registering: "cpu" or "cuda:<GPU name>"
   zmq::context_t* const context_;
   std::unique_ptr<Channel> coordinator_;
   const volatile bool* stop_ = nullptr;
@@ -688,13 +694,11 @@ class WorkerImpl final : public Worker {
 
 StatusOr<std::unique_ptr<Worker>> Worker::Open(const WorkerOptions& options, zmq::context_t* context) {
   if (options.coordinator.empty()) return InvalidArgument("a worker needs the coordinator's address");
-  if (options.device != "cpu") {
-    return InvalidArgument("device '" + options.device + "': only cpu is supported by this build");
-  }
   if (options.threads < 0) return InvalidArgument("threads must be >= 0 (0: the job's count)");
   if (options.heartbeat_interval.count() <= 0) return InvalidArgument("the heartbeat interval must be positive");
+  EPS_ASSIGN_OR_RETURN(std::string device_kind, DeviceKind(options.device));
   EPS_ASSIGN_OR_RETURN(auto channel, Channel::Connect(context, options.coordinator));
-  return std::unique_ptr<Worker>(new WorkerImpl(options, context, std::move(channel)));
+  return std::unique_ptr<Worker>(new WorkerImpl(options, std::move(device_kind), context, std::move(channel)));
 }
 
 }  // namespace eps

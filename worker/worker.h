@@ -47,7 +47,10 @@ struct WorkerOptions {
   std::chrono::milliseconds rpc_timeout{60000};    // longest wait for a shard's reply
   std::chrono::milliseconds heartbeat_interval{500};
   std::chrono::milliseconds leave_timeout{2000};    // longest wait for the ack of a Leave
-  // Only "cpu" in this build; Open refuses anything else.
+  // "cpu", or "cuda:N" in a build against a CUDA libtorch; Open refuses
+  // anything else. The worker reports the device's kind when it registers
+  // (DeviceKind in worker/model_runner.h); the coordinator refuses a kind
+  // other than the first worker's unless the job allows mixed devices.
   std::string device = "cpu";
   // Cores this worker may use (0: the job's intra-op thread count). Fewer than
   // the job's count is refused once the spec is known, since the bits depend on
@@ -61,8 +64,10 @@ struct WorkerOptions {
 
 class Worker {
  public:
-  // InvalidArgument for a missing coordinator address, a device other than
-  // "cpu", threads < 0 or a heartbeat interval that is not positive.
+  // InvalidArgument for a missing coordinator address, a device DeviceKind
+  // refuses (any cuda device in a build without CUDA), threads < 0 or a
+  // heartbeat interval that is not positive; FailedPrecondition for a GPU that
+  // is not there.
   static StatusOr<std::unique_ptr<Worker>> Open(const WorkerOptions& options, zmq::context_t* context);
   virtual ~Worker() = default;
   // Runs until the coordinator says stop (OK), `*stop` turns true and the

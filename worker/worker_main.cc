@@ -5,9 +5,13 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "common/files.h"
 #include "common/memory.h"
+#include "worker/model_runner.h"
 #include "worker/worker.h"
 
 DEFINE_string(coordinator, "", "The coordinator's endpoint, e.g. tcp://10.0.0.1:5555");
@@ -15,7 +19,9 @@ DEFINE_string(token_file, "", "File holding the job's secret token (empty: none)
 DEFINE_int32(plan_timeout_s, 600, "Longest wait for the coordinator's next plan");
 DEFINE_int32(rpc_timeout_s, 60, "Longest wait for a shard's reply");
 DEFINE_int32(heartbeat_ms, 500, "Interval between two heartbeats to the coordinator");
-DEFINE_string(device, "cpu", "Device to compute on; this build supports only cpu");
+DEFINE_string(device, "cpu",
+              "Device to compute on: cpu, or cuda:N in a build against a CUDA libtorch (one worker process per "
+              "GPU, or several sharing one)");
 DEFINE_int32(threads, 0,
              "Cores this worker may use (0: the job's intra-op thread count). Fewer than the job's count is "
              "refused (the bits depend on it); more is accepted, the extra cores stay unused");
@@ -33,13 +39,23 @@ void OnSignal(int sig) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Deterministic cuBLAS needs a fixed workspace, set before the first cuBLAS
+  // call; whatever was set before would change the bits between workers.
+  const char* inherited = std::getenv("CUBLAS_WORKSPACE_CONFIG");
+  const std::string overridden =
+      inherited != nullptr && std::strcmp(inherited, eps::kCublasWorkspaceConfig) != 0 ? inherited : "";
+  setenv("CUBLAS_WORKSPACE_CONFIG", eps::kCublasWorkspaceConfig, /*overwrite=*/1);
   gflags::SetUsageMessage(
-      "eps_worker --coordinator=ENDPOINT [--token_file=FILE] [--device=cpu] [--threads=N]\n"
+      "eps_worker --coordinator=ENDPOINT [--token_file=FILE] [--device=cpu|cuda:N] [--threads=N]\n"
       "SIGTERM or Ctrl-C: leave the job gracefully and exit 0 (a second one kills)");
   eps::KeepFreedMemory();
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
+  if (!overridden.empty()) {
+    LOG(WARNING) << "CUBLAS_WORKSPACE_CONFIG=" << overridden << " replaced by " << eps::kCublasWorkspaceConfig
+                 << ": every worker of a job must use the same";
+  }
   if (FLAGS_coordinator.empty()) {
     LOG(ERROR) << "--coordinator is required";
     return 2;
