@@ -3,7 +3,10 @@
 // (Fashion-MNIST through ReadIdxDataset) as a job; each step runs
 // --microbatches microbatches of --batch_per_vw samples, accumulates their
 // gradients (loss / k each, backward each) and then takes one optimizer step.
-// No parameter server, no messages, no copies of gradients.
+// No parameter server, no messages, no copies of gradients. With
+// --device=cuda:N (a build against a CUDA libtorch) the model, the optimizer
+// state and each microbatch live on that GPU, with the worker's deterministic
+// settings (PrepareDevice), and the loss is read back once per step.
 //
 // Prints one machine-readable line on stdout at the end, timed over --steps
 // steps after --warmup_steps untimed ones:
@@ -13,10 +16,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 
 #include "worker/dataset.h"
+#include "worker/model_runner.h"
 #include "worker/models.h"
 
 DEFINE_string(model, "cnn", "mlp | cnn | cnn_bn");
@@ -27,6 +32,7 @@ DEFINE_int32(batch_per_vw, 16, "Samples per microbatch");
 DEFINE_int32(steps, 300, "Timed optimizer steps");
 DEFINE_int32(warmup_steps, 5, "Untimed steps before the timed ones");
 DEFINE_int32(threads, 1, "libtorch intra-op threads");
+DEFINE_string(device, "cpu", "cpu, or cuda:N in a build against a CUDA libtorch");
 DEFINE_string(optimizer, "adamw", "adamw | sgd");
 DEFINE_double(lr, 0.002, "Learning rate (constant)");
 DEFINE_double(weight_decay, 0.0001, "Weight decay");
@@ -90,6 +96,12 @@ int Run() {
     return 2;
   }
 
+  auto device = eps::ParseDevice(FLAGS_device);
+  if (device.ok()) st = eps::PrepareDevice(*device);
+  if (!device.ok() || !st.ok()) {
+    LOG(ERROR) << (device.ok() ? st : device.status()).ToString();
+    return 2;
+  }
   at::set_num_threads(FLAGS_threads);
   at::set_num_interop_threads(1);
   torch::manual_seed(FLAGS_seed);
@@ -98,6 +110,7 @@ int Run() {
     LOG(ERROR) << model.status().ToString();
     return 2;
   }
+  (*model)->to(*device);
   (*model)->train();
   auto optimizer = MakeOptimizer(*model);
   if (!optimizer.ok()) {
@@ -112,16 +125,17 @@ int Run() {
   float step_loss = 0;
   auto step = [&] {
     (*optimizer)->zero_grad();
-    step_loss = 0;
+    torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(*device));
     for (int m = 0; m < FLAGS_microbatches; ++m) {
       const torch::Tensor idx = batches.Next();
-      const torch::Tensor x = images.index_select(0, idx);
-      const torch::Tensor y = labels.index_select(0, idx);
+      const torch::Tensor x = images.index_select(0, idx).to(*device);
+      const torch::Tensor y = labels.index_select(0, idx).to(*device);
       torch::Tensor loss = torch::nn::functional::cross_entropy((*model)->forward(x), y) / k;
       loss.backward();
-      step_loss += loss.item<float>();
+      loss_sum += loss.detach();
     }
     (*optimizer)->step();
+    step_loss = loss_sum.item<float>();  // waits for the step on a GPU
   };
 
   for (int s = 0; s < FLAGS_warmup_steps; ++s) step();
@@ -130,7 +144,8 @@ int Run() {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   const double samples = static_cast<double>(FLAGS_steps) * FLAGS_microbatches * FLAGS_batch_per_vw;
-  LOG(INFO) << "model " << FLAGS_model << ", " << FLAGS_threads << " thread(s), last step loss " << step_loss;
+  LOG(INFO) << "model " << FLAGS_model << " on " << FLAGS_device << ", " << FLAGS_threads
+            << " thread(s), last step loss " << step_loss;
   std::printf("baseline samples_per_s=%.1f steps=%d seconds=%.3f\n", samples / seconds, FLAGS_steps, seconds);
   return 0;
 }
@@ -138,7 +153,9 @@ int Run() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("baseline [--model=cnn] [--microbatches=8] [--batch_per_vw=16] [--steps=300] [--threads=1]");
+  setenv("CUBLAS_WORKSPACE_CONFIG", eps::kCublasWorkspaceConfig, /*overwrite=*/1);  // as the worker does
+  gflags::SetUsageMessage(
+      "baseline [--model=cnn] [--microbatches=8] [--batch_per_vw=16] [--steps=300] [--threads=1] [--device=cpu]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
