@@ -6,7 +6,10 @@
 #   launcher/attach.sh --coordinator tcp://HOST:PORT --token-file FILE [--device cpu] [--threads N] [--slowdown F] [--log FILE]
 #
 # --token-file  the job's token (local.sh writes it to RUN_DIR/token).
-# --device      only cpu in this build.
+# --device      cpu (default), or cuda:N in a build against a CUDA libtorch
+#               (README, GPU workers); a build without CUDA refuses cuda at start.
+#               A job takes one kind of device (cpu, or one GPU model) unless its
+#               coordinator runs with --allow_mixed_devices.
 # --threads N   cores the worker may use (default: the job's intra-op thread
 #               count); fewer than the job's count is refused, more stay unused.
 # --slowdown F  testing/demo aid standing in for slower hardware: the worker
@@ -17,7 +20,7 @@
 # directory of the binaries (default build/bin).
 set -euo pipefail
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "attach.sh: $*" >&2; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,6 +48,7 @@ done
 [[ "$coordinator" =~ ^[a-z]+:// ]] || die "--coordinator '$coordinator' is not an endpoint like tcp://HOST:PORT"
 [ -f "$token_file" ] && [ -r "$token_file" ] || die "cannot read the token file '$token_file'"
 [ -s "$token_file" ] || die "the token file '$token_file' is empty"
+[[ "$device" =~ ^(cpu|cuda(:[0-9]+)?)$ ]] || die "--device '$device' is not cpu or cuda:N"
 [[ "$threads" =~ ^[0-9]+$ ]] || die "--threads must be a non-negative integer (0: the job's count)"
 [[ "$slowdown" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--slowdown must be a number >= 1"
 [ -x "$bin/worker" ] || die "$bin/worker is missing: run scripts/setup.sh"

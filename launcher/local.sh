@@ -3,7 +3,8 @@
 # workers, on free loopback ports.
 #
 #   launcher/local.sh --job FILE --servers S --workers W --run-dir DIR [--slowdowns F0,F1,...]
-#                     [--checkpoint-every K] [--supervise] [-- extra coordinator flags]
+#                     [--devices D | D0,D1,...] [--checkpoint-every K] [--supervise]
+#                     [-- extra coordinator flags]
 #   launcher/local.sh --resume --run-dir DIR
 #
 # --checkpoint-every K  each shard keeps its state in RocksDB under DIR/store/shard<N>
@@ -19,17 +20,20 @@
 #                       was started with (DIR/launch.args); a fresh start wipes DIR/store.
 # --slowdowns gives worker i the testing aid --slowdown=Fi (a stand-in for slower
 # hardware: timing only, never bits).
+# --devices     worker i computes on Di (cpu or cuda:N; default cpu); one value
+#               serves every worker, and several workers may share one GPU.
+#               cuda needs a build against a CUDA libtorch (README, GPU workers).
 # Logs go to DIR/logs/<process>.log, pid files to DIR/pids/, the coordinator's
 # address to DIR/coordinator.addr, the job's token to DIR/token (mode 0600) and
 # the result to DIR/result.json. Ctrl-C (or SIGTERM) stops every process. Exits
 # 0 only if the job succeeded.
 set -euo pipefail
 
-usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
-job="" servers=1 workers=1 run_dir="" slowdowns="" checkpoint_every=0 supervise=0 resume=0 extra=()
+job="" servers=1 workers=1 run_dir="" slowdowns="" devices="" checkpoint_every=0 supervise=0 resume=0 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --job) job=$2; shift 2 ;;
@@ -37,6 +41,7 @@ while [ $# -gt 0 ]; do
     --workers) workers=$2; shift 2 ;;
     --run-dir) run_dir=$2; shift 2 ;;
     --slowdowns) slowdowns=$2; shift 2 ;;
+    --devices) devices=$2; shift 2 ;;
     --checkpoint-every) checkpoint_every=$2; shift 2 ;;
     --supervise) supervise=1; shift ;;
     --resume) resume=1; shift ;;
@@ -62,17 +67,35 @@ fi
 [[ "$servers" =~ ^[1-9][0-9]*$ ]] || { echo "local.sh: --servers must be a positive integer" >&2; exit 2; }
 [[ "$workers" =~ ^[1-9][0-9]*$ ]] || { echo "local.sh: --workers must be a positive integer" >&2; exit 2; }
 [[ "$checkpoint_every" =~ ^[0-9]+$ ]] || { echo "local.sh: --checkpoint-every must be a number of steps" >&2; exit 2; }
+IFS=, read -r -a device_list <<< "$devices"
+for d in "${device_list[@]}"; do
+  [[ "$d" =~ ^(cpu|cuda(:[0-9]+)?)$ ]] || { echo "local.sh: --devices: '$d' is not cpu or cuda:N" >&2; exit 2; }
+done
+if [ ${#device_list[@]} -gt 1 ] && [ ${#device_list[@]} -ne "$workers" ]; then
+  echo "local.sh: --devices names ${#device_list[@]} devices for $workers workers (give one, or one per worker)" >&2
+  exit 2
+fi
 for b in coordinator shard worker; do
   [ -x "$bin/$b" ] || { echo "local.sh: $bin/$b is missing: run scripts/setup.sh" >&2; exit 2; }
 done
 
+# A device this build cannot compute on fails here, not as a job waiting for workers that died.
+for d in $(printf '%s\n' "${device_list[@]}" | sort -u); do
+  [ "$d" = cpu ] && continue
+  "$bin/worker" --device="$d" --print_device_kind > /dev/null 2> "${TMPDIR:-/tmp}/eps-device-check.$$" || {
+    echo "local.sh: --devices: $(grep -o 'device .*' "${TMPDIR:-/tmp}/eps-device-check.$$" | head -n 1)" >&2
+    rm -f "${TMPDIR:-/tmp}/eps-device-check.$$"
+    exit 2
+  }
+  rm -f "${TMPDIR:-/tmp}/eps-device-check.$$"
+done
 mkdir -p "$run_dir/logs" "$run_dir/pids"
 run_dir=$(cd "$run_dir" && pwd)
 job=$(cd "$(dirname "$job")" && pwd)/$(basename "$job")
 if [ $resumed = 0 ]; then
   rm -rf "$run_dir/store"  # a fresh job
   launch=(--job "$job" --servers "$servers" --workers "$workers" --run-dir "$run_dir" --slowdowns "$slowdowns"
-          --checkpoint-every "$checkpoint_every")
+          --devices "$devices" --checkpoint-every "$checkpoint_every")
   [ $supervise = 1 ] && launch+=(--supervise)
   printf '%s\0' "${launch[@]}" -- "${extra[@]}" > "$run_dir/launch.args"
 else
@@ -173,7 +196,10 @@ for ((s = 0; s < servers; s++)); do
 done
 IFS=, read -r -a slow <<< "$slowdowns"
 for ((w = 0; w < workers; w++)); do
-  start "worker$w" "$bin/worker" --coordinator="$addr" --token_file="$run_dir/token" --slowdown="${slow[$w]:-1}"
+  device=cpu
+  if [ ${#device_list[@]} -eq 1 ]; then device=${device_list[0]}; elif [ ${#device_list[@]} -gt 1 ]; then device=${device_list[$w]}; fi
+  start "worker$w" "$bin/worker" --coordinator="$addr" --token_file="$run_dir/token" --slowdown="${slow[$w]:-1}" \
+    --device="$device"
 done
 
 # Show the coordinator's progress lines while the job runs.

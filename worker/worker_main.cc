@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -22,6 +23,9 @@ DEFINE_int32(heartbeat_ms, 500, "Interval between two heartbeats to the coordina
 DEFINE_string(device, "cpu",
               "Device to compute on: cpu, or cuda:N in a build against a CUDA libtorch (one worker process per "
               "GPU, or several sharing one)");
+DEFINE_bool(print_device_kind, false,
+            "Print the kind of --device (cpu, or cuda:<GPU name>) as the worker reports it, and exit: 0 if this "
+            "build can compute on it, 2 (with the reason) if not");
 DEFINE_int32(threads, 0,
              "Cores this worker may use (0: the job's intra-op thread count). Fewer than the job's count is "
              "refused (the bits depend on it); more is accepted, the extra cores stay unused");
@@ -52,6 +56,15 @@ int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
+  if (FLAGS_print_device_kind) {
+    auto kind = eps::DeviceKind(FLAGS_device);
+    if (!kind.ok()) {
+      LOG(ERROR) << kind.status().ToString();
+      return 2;
+    }
+    std::printf("%s\n", kind->c_str());
+    return 0;
+  }
   if (!overridden.empty()) {
     LOG(WARNING) << "CUBLAS_WORKSPACE_CONFIG=" << overridden << " replaced by " << eps::kCublasWorkspaceConfig
                  << ": every worker of a job must use the same";
