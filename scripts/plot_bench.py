@@ -22,6 +22,7 @@ SECTIONS = {  # name: (what the ratio is, goal line or None)
     "ps_share": ("compute / step time (1 = free parameter server)", None),
     "ddp": ("samples/s vs PyTorch DDP (accumulate)", 1.2),
     "scaling": ("ms/step vs plain libtorch loop (lower is better)", None),
+    "durable": ("GB/s vs raw RocksDB; mlp rows: steps/s vs no checkpoints (goal: >= 0.95)", 0.95),
 }
 
 
@@ -59,10 +60,14 @@ def main():
     if not order:
         print("plot_bench.py: no rows with a ratio in the csv", file=sys.stderr)
         return 1
-    fig, axes = plt.subplots(len(order), 1, figsize=(11, 3.2 * len(order)), squeeze=False)
+    def with_ratio(s):
+        return [r for r in by_section[s] if r.get("ratio_vs_baseline") not in ("", "-", None)]
+
+    most = max(len(with_ratio(s)) for s in order)  # durable has 13 bars: widen the figure for it
+    fig, axes = plt.subplots(len(order), 1, figsize=(max(11, 1.15 * most), 3.2 * len(order)), squeeze=False)
     for ax, s in zip(axes[:, 0], order):
-        rows = [r for r in by_section[s] if r.get("ratio_vs_baseline") not in ("", "-", None)]
-        labels = ["\n".join(textwrap.wrap(r["config"], 22)) for r in rows]
+        rows = with_ratio(s)
+        labels = ["\n".join(textwrap.wrap(r["config"], 22 if len(rows) <= 10 else 16)) for r in rows]
         values = [float(r["ratio_vs_baseline"]) for r in rows]
         what, goal = SECTIONS.get(s, ("ratio vs baseline", None))
         bars = ax.bar(range(len(values)), values, color="#4c72b0")
