@@ -697,6 +697,7 @@ StatusOr<std::unique_ptr<Worker>> Worker::Open(const WorkerOptions& options, zmq
   if (options.threads < 0) return InvalidArgument("threads must be >= 0 (0: the job's count)");
   if (options.heartbeat_interval.count() <= 0) return InvalidArgument("the heartbeat interval must be positive");
   EPS_ASSIGN_OR_RETURN(std::string device_kind, DeviceKind(options.device));
+  if (!options.reported_device_kind.empty()) device_kind = options.reported_device_kind;
   EPS_ASSIGN_OR_RETURN(auto channel, Channel::Connect(context, options.coordinator));
   return std::unique_ptr<Worker>(new WorkerImpl(options, std::move(device_kind), context, std::move(channel)));
 }

@@ -60,6 +60,11 @@ struct WorkerOptions {
   // compute the worker idles (slowdown - 1) times that compute time. 1: off.
   // It changes timing only, never bits.
   double slowdown = 1.0;
+  // A testing aid: the device kind to report when registering instead of the
+  // device's own (empty: the device's own). Changes what the coordinator sees,
+  // never what the worker computes; lets a CPU-only test exercise the refusal
+  // of a worker of another kind.
+  std::string reported_device_kind;
 };
 
 class Worker {

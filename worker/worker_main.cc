@@ -33,6 +33,10 @@ DEFINE_double(slowdown, 1.0,
               "Testing and demo aid standing in for slower hardware: idle (F - 1) x each VW's compute time "
               "after it (1: off). Changes timing, never bits");
 
+DEFINE_string(reported_device_kind, "",
+              "Testing aid: report this device kind to the coordinator instead of the device's own (the "
+              "computation is unchanged)");
+
 namespace {
 volatile bool g_stop = false;
 // The first SIGTERM/SIGINT asks for a graceful leave; a second one kills.
@@ -81,6 +85,7 @@ int main(int argc, char** argv) {
   options.device = FLAGS_device;
   options.threads = FLAGS_threads;
   options.slowdown = FLAGS_slowdown;
+  options.reported_device_kind = FLAGS_reported_device_kind;
   if (!(FLAGS_slowdown >= 1.0) || FLAGS_slowdown > 1000) {
     LOG(ERROR) << "--slowdown must be in [1, 1000], got " << FLAGS_slowdown;
     return 2;
