@@ -226,6 +226,7 @@ class TorchModelRunner final : public ModelRunner {
     specs_.push_back(std::move(spec));
     tensors_.push_back(t);
     if (on_gpu()) {
+      torch::NoGradGuard no_grad;  // a copy of the values, not a node of the graph
       torch::Tensor mirror = HostZeros(t);
       mirror.copy_(t);  // blocking: the mirror holds the initial values from the start
       host_.push_back(std::move(mirror));
