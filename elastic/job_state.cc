@@ -195,6 +195,20 @@ Status CheckDeviceKind(const std::string& job_kind, const std::string& worker_ki
 }
 
 WorkerId JobState::OnWorkerRegistered(const std::string& host, uint32_t pid, const std::string& device_kind) {
+  // A worker whose registration went unanswered sends it again (the
+  // coordinator may have restarted in between): the same process keeps its id
+  // until it reported its model.
+  for (auto& [known, w] : workers_) {
+    if (!w.alive || w.ready || w.host != host || w.pid != pid) continue;
+    w.last_seen = clock_->Now();
+    if (std::find(unanswered_registrations_.begin(), unanswered_registrations_.end(), known) ==
+        unanswered_registrations_.end()) {
+      unanswered_registrations_.push_back(known);
+    }
+    VLOG(1) << "worker " << known << " from " << host << " registered again";
+    Advance();
+    return known;
+  }
   const WorkerId id(next_worker_++);
   if (Status st = CheckDeviceKind(device_kind_, device_kind, spec_.allow_mixed_devices); !st.ok()) {
     LOG(WARNING) << "refused worker " << id << " from " << host << ": " << st.message();

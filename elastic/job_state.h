@@ -107,7 +107,9 @@ class JobState {
                            Step version = Step(-1), bool new_peer = true);
   Status OnRollbackDone(const RollbackDone& done);
   // A worker whose device kind CheckDeviceKind refuses gets the error in reply
-  // at once and never becomes a member; the id is spent.
+  // at once and never becomes a member; the id is spent. The same process
+  // (host, pid) registering again before it reported its model keeps its id and
+  // is answered again: a worker repeats an unanswered registration.
   WorkerId OnWorkerRegistered(const std::string& host, uint32_t pid, const std::string& device_kind = "cpu");
   // Aborted: the worker is unknown or was declared dead; it must register again.
   Status OnStepRequest(const StepRequest& request);

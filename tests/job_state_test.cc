@@ -313,6 +313,25 @@ TEST(JobState, AJobThatAllowsMixedDevicesTakesEveryKind) {
   }
 }
 
+// A worker repeats a registration that went unanswered (its coordinator may
+// have restarted meanwhile): the same process keeps its id until it is ready.
+TEST(JobState, ARepeatedRegistrationOfTheSameProcessKeepsItsIdUntilItIsReady) {
+  Driver d;
+  const WorkerId w = d.state.OnWorkerRegistered("host-a", 77);
+  EXPECT_EQ(d.state.OnWorkerRegistered("host-a", 77), w);
+  EXPECT_TRUE(d.Replies(w).empty());  // no shards yet
+  d.RegisterShards();
+  EXPECT_EQ(d.Replies(w).size(), 1u) << "answered once for both";
+  EXPECT_EQ(d.state.OnWorkerRegistered("host-a", 77), w);  // the answer was lost
+  EXPECT_EQ(d.Replies(w).size(), 1u);
+  const WorkerId other = d.state.OnWorkerRegistered("host-b", 77);
+  EXPECT_NE(other, w);
+  ASSERT_TRUE(d.Report(w).ok());
+  const WorkerId again = d.state.OnWorkerRegistered("host-a", 77);  // a ready worker registers anew
+  EXPECT_NE(again, w);
+  EXPECT_NE(again, other);
+}
+
 TEST(JobState, AWorkerRegisteredBeforeSlowShardsIsStillAnswered) {
   // The worker learns its id only from the reply, so it cannot heartbeat before it.
   Driver d;

@@ -31,6 +31,7 @@ constexpr milliseconds kStopCheck(100);
 constexpr char kStopReason[] = "SIGTERM";
 // Re-registrations in a row, without a plan in between, before the worker gives up.
 constexpr int kMaxReregistrations = 3;
+constexpr milliseconds kRegisterRepeat(2000);  // an unanswered registration is sent again after this
 
 // Sends Heartbeat{worker} to the coordinator every `interval` from its own
 // thread and DEALER socket (a ZeroMQ socket belongs to one thread), until
@@ -258,11 +259,30 @@ class WorkerImpl final : public Worker {
     return std::move(in.envelope).value();
   }
 
+  // Registers, repeating the request every kRegisterRepeat on a fresh
+  // connection while no answer comes (up to plan_timeout in all): a
+  // coordinator that restarts meanwhile forgets the request, and one that is
+  // merely slow (shards still starting) gives the same process the same id.
   StatusOr<RegisterWorkerReply> Register() {
-    EPS_ASSIGN_OR_RETURN(Envelope reply, CallCoordinator(RegisterWorker{options_.host, uint32_t(getpid()), device_kind_},
-                                                         options_.plan_timeout));
-    auto* r = std::get_if<RegisterWorkerReply>(&reply.body);
-    if (r == nullptr) return Internal(std::string("registration answered with ") + BodyName(reply.body));
+    const auto deadline = std::chrono::steady_clock::now() + options_.plan_timeout;
+    StatusOr<Envelope> reply = DeadlineExceeded("");
+    for (;;) {
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      reply = CallCoordinator(RegisterWorker{options_.host, uint32_t(getpid()), device_kind_},
+                              std::min(left, kRegisterRepeat));
+      if (reply.status().code() != StatusCode::kDeadlineExceeded) break;
+      // A late answer to this request must not be taken for the next call's.
+      EPS_ASSIGN_OR_RETURN(coordinator_, Channel::Connect(context_, options_.coordinator));
+    }
+    if (!reply.ok()) {
+      return reply.status().code() == StatusCode::kDeadlineExceeded
+                 ? DeadlineExceeded("the coordinator at " + options_.coordinator + " did not answer the registration within " +
+                                    std::to_string(options_.plan_timeout.count()) + " ms")
+                 : reply.status();
+    }
+    auto* r = std::get_if<RegisterWorkerReply>(&reply->body);
+    if (r == nullptr) return Internal(std::string("registration answered with ") + BodyName(reply->body));
     return std::move(*r);
   }
 
