@@ -197,7 +197,9 @@ class CoordinatorImpl final : public Coordinator {
       st = state_.OnShardRegistered(m->shard, m->address, m->durable_step, m->version, new_peer);
       if (st.ok()) shard_peers_[m->shard.value()] = in.peer;
     } else if (auto* m = std::get_if<RegisterWorker>(&body)) {
-      worker_peers_[state_.OnWorkerRegistered(m->host, m->pid)] = in.peer;
+      worker_peers_[state_.OnWorkerRegistered(m->host, m->pid, m->device_kind)] = in.peer;
+    } else if (std::get_if<JobInfo>(&body)) {
+      Send(in.peer, state_.Info());  // for the inter-job scheduler
     } else if (auto* m = std::get_if<StepRequest>(&body)) {
       if (IsPeerOf(m->worker, in.peer)) st = state_.OnStepRequest(*m);
       else st = Aborted("unknown worker: register again");

@@ -219,6 +219,7 @@ WorkerId JobState::OnWorkerRegistered(const std::string& host, uint32_t pid, con
   WorkerInfo& w = workers_[id];
   w.host = host;
   w.pid = pid;
+  w.device_kind = device_kind;
   w.last_seen = clock_->Now();
   LOG(INFO) << "worker " << id << " registered from " << host;
   unanswered_registrations_.push_back(id);
@@ -518,6 +519,22 @@ void JobState::Fail(Status status) {
   fatal_ = std::move(status);
   phase_ = Phase::kStopping;
   StopWorkers();
+}
+
+JobInfoReply JobState::Info() const {
+  JobInfoReply r;
+  r.job_id = spec_.job_id;
+  r.virtual_workers = spec_.virtual_workers;
+  r.batch_per_vw = spec_.batch_per_vw;
+  r.min_workers = options_.min_workers;
+  r.max_vws_per_worker = options_.planner.max_vws_per_worker;
+  r.steps = spec_.steps;
+  r.step = step_.value();
+  for (const auto& [id, w] : workers_) {
+    if (!w.alive) continue;
+    r.workers.push_back({w.host, w.device_kind, speeds_.Estimate(id).value_or(0.0)});
+  }
+  return r;
 }
 
 void JobState::AnswerRegistrations() {

@@ -146,6 +146,9 @@ class JobState {
   const std::vector<TensorSpec>& tensors() const { return tensors_; }
   Step step() const { return step_; }
   size_t live_workers() const;
+  // What the inter-job scheduler asks for: the job's needs and its live
+  // workers' measured seconds per VW (0 while not measured).
+  JobInfoReply Info() const;
 
  private:
   struct Work {
@@ -161,6 +164,7 @@ class JobState {
   struct WorkerInfo {
     std::string host;
     uint32_t pid = 0;
+    std::string device_kind;
     bool alive = true;
     bool ready = false;    // reported its model
     bool pending = false;  // waits for a plan

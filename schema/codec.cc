@@ -4,6 +4,7 @@
 #include <capnp/serialize.h>
 #include <kj/exception.h>
 
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -364,6 +365,51 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       *body = Retain{Step(b.getRetain().getFromStep())};
       return OkStatus();
     }
+    case W::POOL_REQUEST: {
+      PoolRequest m;
+      auto in = b.getPoolRequest();
+      EPS_RETURN_IF_ERROR(r.Text(in.getHost(), &m.host));
+      EPS_RETURN_IF_ERROR(r.Text(in.getDeviceKind(), &m.device_kind));
+      EPS_RETURN_IF_ERROR(r.Text(in.getJob(), &m.job));
+      *body = std::move(m);
+      return OkStatus();
+    }
+    case W::POOL_ASSIGN: {
+      PoolAssign m;
+      auto in = b.getPoolAssign();
+      EPS_RETURN_IF_ERROR(r.Text(in.getJob(), &m.job));
+      EPS_RETURN_IF_ERROR(r.Text(in.getCoordinator(), &m.coordinator));
+      EPS_RETURN_IF_ERROR(r.Text(in.getToken(), &m.token));
+      *body = std::move(m);
+      return OkStatus();
+    }
+    case W::JOB_INFO:
+      *body = JobInfo{};
+      return OkStatus();
+    case W::JOB_INFO_REPLY: {
+      JobInfoReply m;
+      auto in = b.getJobInfoReply();
+      EPS_RETURN_IF_ERROR(r.Text(in.getJobId(), &m.job_id));
+      m.virtual_workers = in.getVirtualWorkers();
+      m.batch_per_vw = in.getBatchPerVw();
+      m.min_workers = in.getMinWorkers();
+      m.max_vws_per_worker = in.getMaxVwsPerWorker();
+      m.steps = in.getSteps();
+      m.step = in.getStep();
+      EPS_RETURN_IF_ERROR(r.ListSize(in.getWorkers(), "workers"));
+      for (auto w : in.getWorkers()) {
+        WorkerSpeed speed;
+        EPS_RETURN_IF_ERROR(r.Text(w.getHost(), &speed.host));
+        EPS_RETURN_IF_ERROR(r.Text(w.getDeviceKind(), &speed.device_kind));
+        speed.seconds_per_vw = w.getSecondsPerVw();
+        if (!std::isfinite(speed.seconds_per_vw) || speed.seconds_per_vw < 0) {
+          return InvalidArgument("a worker's seconds per VW must be finite and >= 0");
+        }
+        m.workers.push_back(std::move(speed));
+      }
+      *body = std::move(m);
+      return OkStatus();
+    }
   }
   return InvalidArgument("unknown message kind " + std::to_string(static_cast<int>(b.which())));
 }
@@ -375,7 +421,8 @@ const char* BodyName(const Body& body) {
                                        "shardConfig", "stepRequest",    "stepPlan",            "stepDone",
                                        "push",        "pushReply",      "pull",                "pullReply",
                                        "evalResult",  "shutdown",       "heartbeat",           "leave",
-                                       "rollback",    "rollbackDone",   "retain"};
+                                       "rollback",    "rollbackDone",   "retain",              "poolRequest",
+                                       "poolAssign",  "jobInfo",        "jobInfoReply"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }
@@ -500,6 +547,35 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
             o.setMessage(m.message);
           },
           [&](const Retain& m) { b.initRetain().setFromStep(m.from_step.value()); },
+          [&](const PoolRequest& m) {
+            auto o = b.initPoolRequest();
+            o.setHost(m.host);
+            o.setDeviceKind(m.device_kind);
+            o.setJob(m.job);
+          },
+          [&](const PoolAssign& m) {
+            auto o = b.initPoolAssign();
+            o.setJob(m.job);
+            o.setCoordinator(m.coordinator);
+            o.setToken(m.token);
+          },
+          [&](const JobInfo&) { b.initJobInfo(); },
+          [&](const JobInfoReply& m) {
+            auto o = b.initJobInfoReply();
+            o.setJobId(m.job_id);
+            o.setVirtualWorkers(m.virtual_workers);
+            o.setBatchPerVw(m.batch_per_vw);
+            o.setMinWorkers(m.min_workers);
+            o.setMaxVwsPerWorker(m.max_vws_per_worker);
+            o.setSteps(m.steps);
+            o.setStep(m.step);
+            auto ws = o.initWorkers(static_cast<unsigned>(m.workers.size()));
+            for (size_t i = 0; i < m.workers.size(); ++i) {
+              ws[i].setHost(m.workers[i].host);
+              ws[i].setDeviceKind(m.workers[i].device_kind);
+              ws[i].setSecondsPerVw(m.workers[i].seconds_per_vw);
+            }
+          },
       },
       envelope.body);
   auto flat = std::make_shared<kj::Array<capnp::word>>(capnp::messageToFlatArray(*message));

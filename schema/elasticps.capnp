@@ -33,6 +33,10 @@ struct Envelope {
     rollback @18 :Rollback;
     rollbackDone @19 :RollbackDone;
     retain @20 :Retain;
+    poolRequest @21 :PoolRequest;
+    poolAssign @22 :PoolAssign;
+    jobInfo @23 :JobInfo;
+    jobInfoReply @24 :JobInfoReply;
   }
 }
 
@@ -232,4 +236,41 @@ struct Retain {
                                   # or newer durably, so the job may roll back to it. Keep every
                                   # checkpoint from this step on (besides the newest N); older ones
                                   # may go. -1: not known yet, keep them all. Never answered.
+}
+
+# The inter-job scheduler (elastic/pool_scheduler.h). A pool worker asks the
+# scheduler which job to train, and asks again every poll while it trains;
+# when the answer names another job (or none), it leaves its job gracefully and
+# attaches to the new one.
+struct PoolRequest {
+  host @0 :Text;                  # pool worker -> scheduler: "hostname:pid", as it registers with coordinators
+  deviceKind @1 :Text = "cpu";
+  job @2 :Text;                   # the job it trains now (empty: none)
+}
+
+struct PoolAssign {
+  job @0 :Text;                   # scheduler -> pool worker: the job to train (empty: stay idle, ask again)
+  coordinator @1 :Text;           # that job's coordinator
+  token @2 :Text;                 # and its token
+}
+
+struct JobInfo {
+  # scheduler -> coordinator: what the job needs and how fast its workers are
+}
+
+struct WorkerSpeed {
+  host @0 :Text;                  # as the worker registered
+  deviceKind @1 :Text;
+  secondsPerVw @2 :Float64;       # the coordinator's estimate; 0 while not measured
+}
+
+struct JobInfoReply {
+  jobId @0 :Text;
+  virtualWorkers @1 :UInt32;
+  batchPerVw @2 :UInt32;
+  minWorkers @3 :UInt32;
+  maxVwsPerWorker @4 :UInt32;     # 0: no cap
+  steps @5 :Int64;                # the job's length
+  step @6 :Int64;                 # the step it is at
+  workers @7 :List(WorkerSpeed);  # its live workers
 }

@@ -206,9 +206,42 @@ struct Retain {
   Step from_step{-1};
 };
 
+// The inter-job scheduler's messages (see elasticps.capnp).
+struct PoolRequest {
+  std::string host;  // "hostname:pid"
+  std::string device_kind = "cpu";
+  std::string job;   // empty: none
+};
+
+struct PoolAssign {
+  std::string job;  // empty: idle
+  std::string coordinator;
+  std::string token;
+};
+
+struct JobInfo {};
+
+struct WorkerSpeed {
+  std::string host;
+  std::string device_kind;
+  double seconds_per_vw = 0;  // 0: not measured yet
+};
+
+struct JobInfoReply {
+  std::string job_id;
+  uint32_t virtual_workers = 0;
+  uint32_t batch_per_vw = 0;
+  uint32_t min_workers = 1;
+  uint32_t max_vws_per_worker = 0;
+  int64_t steps = 0;
+  int64_t step = 0;
+  std::vector<WorkerSpeed> workers;
+};
+
 using Body = std::variant<ErrorReply, RegisterWorker, RegisterWorkerReply, RegisterShard, ShardConfig,
                           StepRequest, StepPlan, StepDone, Push, PushReply, Pull, PullReply, EvalResult,
-                          Shutdown, Heartbeat, Leave, Rollback, RollbackDone, Retain>;
+                          Shutdown, Heartbeat, Leave, Rollback, RollbackDone, Retain, PoolRequest, PoolAssign,
+                          JobInfo, JobInfoReply>;
 
 struct Envelope {
   std::string token;

@@ -108,6 +108,11 @@ std::vector<Envelope> EveryMessageKind() {
   out.push_back({"tok-rbd", RollbackDone{ShardId(4), Step(120), Step(130), Step(130), StatusCode::kInvalidArgument,
                                          "no checkpoint of step 120"}});
   out.push_back({"tok-ret", Retain{Step(96)}});
+  out.push_back({"tok-pool", PoolRequest{"node7:4242", "cuda:NVIDIA H200", "job-a"}});
+  out.push_back({"tok-pa", PoolAssign{"job-b", "tcp://10.0.0.2:5555", "secret-b"}});
+  out.push_back({"tok-ji", JobInfo{}});
+  out.push_back({"tok-jir", JobInfoReply{"job-b", 8, 32, 2, 4, 1000, 417,
+                                         {{"node7:4242", "cpu", 0.0125}, {"node8:17", "cpu", 0}}}});
   return out;
 }
 
@@ -242,6 +247,29 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.message, b.message);
         } else if constexpr (std::is_same_v<T, Retain>) {
           EXPECT_EQ(a.from_step, b.from_step);
+        } else if constexpr (std::is_same_v<T, PoolRequest>) {
+          EXPECT_EQ(a.host, b.host);
+          EXPECT_EQ(a.device_kind, b.device_kind);
+          EXPECT_EQ(a.job, b.job);
+        } else if constexpr (std::is_same_v<T, PoolAssign>) {
+          EXPECT_EQ(a.job, b.job);
+          EXPECT_EQ(a.coordinator, b.coordinator);
+          EXPECT_EQ(a.token, b.token);
+        } else if constexpr (std::is_same_v<T, JobInfo>) {
+        } else if constexpr (std::is_same_v<T, JobInfoReply>) {
+          EXPECT_EQ(a.job_id, b.job_id);
+          EXPECT_EQ(a.virtual_workers, b.virtual_workers);
+          EXPECT_EQ(a.batch_per_vw, b.batch_per_vw);
+          EXPECT_EQ(a.min_workers, b.min_workers);
+          EXPECT_EQ(a.max_vws_per_worker, b.max_vws_per_worker);
+          EXPECT_EQ(a.steps, b.steps);
+          EXPECT_EQ(a.step, b.step);
+          ASSERT_EQ(a.workers.size(), b.workers.size());
+          for (size_t i = 0; i < a.workers.size(); ++i) {
+            EXPECT_EQ(a.workers[i].host, b.workers[i].host);
+            EXPECT_EQ(a.workers[i].device_kind, b.workers[i].device_kind);
+            EXPECT_EQ(a.workers[i].seconds_per_vw, b.workers[i].seconds_per_vw);
+          }
         } else {
           static_assert(!sizeof(T), "a Body alternative has no comparison");
         }

@@ -423,6 +423,30 @@ TEST(JobState, TrainingWaitsForMinWorkersReadyWorkers) {
 
 // ---- the step clock and membership ---------------------------------------------
 
+// The inter-job scheduler's view: the job's needs and each live worker's measured speed.
+TEST(JobState, InfoNamesTheJobsNeedsAndEachLiveWorkersMeasuredSpeed) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(2);
+  StepRequest r;
+  r.worker = ws[1];
+  r.done_step = Step(-1);
+  r.seconds_per_vw = 0.02;
+  ASSERT_TRUE(d.state.OnStepRequest(r).ok());
+  const JobInfoReply info = d.state.Info();
+  EXPECT_EQ(info.job_id, "job");
+  EXPECT_EQ(info.virtual_workers, kV);
+  EXPECT_EQ(info.batch_per_vw, 4u);
+  EXPECT_EQ(info.steps, kSteps);
+  EXPECT_EQ(info.step, 0);
+  ASSERT_EQ(info.workers.size(), 2u);
+  EXPECT_EQ(info.workers[0].host, "host");
+  EXPECT_EQ(info.workers[0].device_kind, "cpu");
+  EXPECT_EQ(info.workers[0].seconds_per_vw, 0.0) << "not measured yet";
+  EXPECT_NEAR(info.workers[1].seconds_per_vw, 0.02, 1e-12);
+  ASSERT_TRUE(d.state.OnLeave(ws[0], "test").ok());
+  EXPECT_EQ(d.state.Info().workers.size(), 1u) << "only live workers";
+}
+
 TEST(JobState, TheEpochStaysWhileMembershipDoesNotChange) {
   Driver d;
   const std::vector<WorkerId> ws = d.Start(2);
