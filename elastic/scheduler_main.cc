@@ -1,0 +1,200 @@
+// pool_scheduler: the inter-job scheduler, its own process. It shares a pool of
+// workers (started with `launcher/attach.sh --scheduler ENDPOINT`) among the
+// running jobs of a jobs file, round by round, and logs every decision with
+// its reason. It starts no processes: a launcher, Slurm or Kubernetes
+// provides them. Policy: elastic/pool_scheduler.h and elastic/scheduler.h.
+//
+//   pool_scheduler --jobs=FILE [--bind=tcp://0.0.0.0:PORT] [--addr_file=F] [--token_file=POOL_TOKEN]
+//
+// It exits 0 once every job of the file has run and ended, or on SIGTERM.
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "common/clock.h"
+#include "common/files.h"
+#include "elastic/pool_scheduler.h"
+#include "schema/channel.h"
+
+DEFINE_string(jobs, "", "Jobs file: one 'ID COORDINATOR_ENDPOINT TOKEN_FILE' per line ('-': no token)");
+DEFINE_string(bind, "tcp://127.0.0.1:0", "Endpoint the pool workers reach");
+DEFINE_string(addr_file, "", "Write the bound endpoint to this file once serving");
+DEFINE_string(token_file, "", "The pool's token, which pool workers must present (empty: none)");
+DEFINE_int32(round_ms, 2000, "Interval between two scheduling rounds");
+DEFINE_int32(worker_timeout_ms, 5000, "A pool worker silent this long has left the pool");
+DEFINE_int32(info_timeout_ms, 1000, "Longest wait for a coordinator's answer in a round");
+DEFINE_double(move_threshold, 0.05,
+              "Move busy workers only if the weighted throughput rises by more than this fraction");
+
+namespace {
+volatile bool g_stop = false;
+void OnSignal(int) { g_stop = true; }
+}  // namespace
+
+namespace eps {
+namespace {
+
+using std::chrono::milliseconds;
+
+class SchedulerProcess {
+ public:
+  SchedulerProcess(PoolScheduler scheduler, std::unique_ptr<Channel> pool, zmq::context_t* context, std::string token)
+      : scheduler_(std::move(scheduler)), pool_(std::move(pool)), context_(context), token_(std::move(token)) {}
+
+  Status Run() {
+    auto next_round = std::chrono::steady_clock::now();
+    while (!g_stop) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= next_round) {
+        EPS_RETURN_IF_ERROR(RoundTrip());
+        if (AllJobsOver()) {
+          LOG(INFO) << "every job has ended";
+          return OkStatus();
+        }
+        next_round = now + milliseconds(FLAGS_round_ms);
+        continue;
+      }
+      auto in = pool_->Receive(std::chrono::duration_cast<milliseconds>(next_round - now));
+      if (!in.ok()) {
+        if (in.status().code() == StatusCode::kDeadlineExceeded || in.status().code() == StatusCode::kAborted) continue;
+        return in.status();
+      }
+      OnPoolMessage(*in);
+    }
+    return OkStatus();
+  }
+
+ private:
+  void Reply(const std::string& peer, Body body) {
+    Status st = pool_->SendTo(peer, Envelope{token_, std::move(body)});
+    if (!st.ok()) LOG(WARNING) << "reply lost: " << st.ToString();
+  }
+
+  void OnPoolMessage(Channel::Incoming& in) {
+    if (!in.envelope.ok()) {
+      LOG(WARNING) << "bad message from the pool: " << in.envelope.status().ToString();
+      Reply(in.peer, ErrorReply{in.envelope.status().code(), in.envelope.status().message()});
+      return;
+    }
+    if (!token_.empty() && in.envelope->token != token_) {
+      LOG(WARNING) << "refused a message with a wrong pool token";
+      Reply(in.peer, ErrorReply{StatusCode::kUnauthenticated, "wrong pool token"});
+      return;
+    }
+    if (auto* r = std::get_if<PoolRequest>(&in.envelope->body)) {
+      Reply(in.peer, scheduler_.OnRequest(*r));
+    } else {
+      Reply(in.peer, ErrorReply{StatusCode::kInvalidArgument,
+                                std::string("the scheduler does not serve ") + BodyName(in.envelope->body)});
+    }
+  }
+
+  // Asks every coordinator, decides, logs.
+  Status RoundTrip() {
+    for (const PoolJobConfig& job : scheduler_.jobs()) {
+      auto& channel = coordinators_[job.id];
+      if (channel == nullptr) {
+        EPS_ASSIGN_OR_RETURN(channel, Channel::Connect(context_, job.coordinator));
+      }
+      auto reply = Call(channel.get(), Envelope{job.token, JobInfo{}}, milliseconds(FLAGS_info_timeout_ms));
+      auto* info = reply.ok() ? std::get_if<JobInfoReply>(&reply->body) : nullptr;
+      if (info != nullptr) {
+        scheduler_.OnJobInfo(job.id, *info);
+        continue;
+      }
+      if (!reply.ok() && reply.status().code() != StatusCode::kDeadlineExceeded) {
+        LOG_EVERY_N(WARNING, 10) << "job " << job.id << ": " << reply.status().ToString();
+      }
+      scheduler_.OnJobSilent(job.id);
+      channel.reset();  // a late answer must not be taken for the next round's
+    }
+    auto decisions = scheduler_.Round();
+    if (!decisions.ok()) {
+      LOG(ERROR) << "round failed: " << decisions.status().ToString();
+      return OkStatus();
+    }
+    for (const SchedulerDecision& d : *decisions) {
+      std::printf("decision: %s from %s to %s: %s\n", scheduler_.HostOf(d.worker).c_str(),
+                  d.from_job.empty() ? "idle" : d.from_job.c_str(), d.to_job.empty() ? "idle" : d.to_job.c_str(),
+                  d.reason.c_str());
+    }
+    const std::string allocation = scheduler_.AllocationString();
+    if (allocation != last_allocation_) std::printf("allocation: %s\n", allocation.c_str());
+    last_allocation_ = allocation;
+    std::fflush(stdout);
+    return OkStatus();
+  }
+
+  bool AllJobsOver() const { return scheduler_.AllJobsOver(); }
+
+  PoolScheduler scheduler_;
+  std::unique_ptr<Channel> pool_;
+  zmq::context_t* const context_;
+  const std::string token_;
+  std::map<std::string, std::unique_ptr<Channel>> coordinators_;
+  std::string last_allocation_;
+};
+
+}  // namespace
+}  // namespace eps
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("pool_scheduler --jobs=FILE [--bind=ENDPOINT] [--addr_file=FILE] [--token_file=FILE]");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  if (FLAGS_jobs.empty()) {
+    LOG(ERROR) << "--jobs is required";
+    return 2;
+  }
+  if (FLAGS_round_ms < 10 || FLAGS_worker_timeout_ms < FLAGS_round_ms || FLAGS_info_timeout_ms < 1 ||
+      !(FLAGS_move_threshold >= 0)) {
+    LOG(ERROR) << "--round_ms must be >= 10, --worker_timeout_ms >= --round_ms, --info_timeout_ms >= 1 and "
+                  "--move_threshold >= 0";
+    return 2;
+  }
+  auto jobs = eps::ReadJobsFile(FLAGS_jobs);
+  auto token = eps::ReadTokenFile(FLAGS_token_file);
+  if (!jobs.ok() || !token.ok()) {
+    LOG(ERROR) << (jobs.ok() ? token.status() : jobs.status()).ToString();
+    return 2;
+  }
+  eps::PoolSchedulerOptions options;
+  options.worker_timeout = std::chrono::milliseconds(FLAGS_worker_timeout_ms);
+  options.policy.move_threshold = FLAGS_move_threshold;
+  eps::SteadyClock clock;
+  auto scheduler = eps::PoolScheduler::Create(std::move(jobs).value(), options, &clock);
+  if (!scheduler.ok()) {
+    LOG(ERROR) << scheduler.status().ToString();
+    return 2;
+  }
+  zmq::context_t context(1);
+  auto pool = eps::Channel::Bind(&context, FLAGS_bind);
+  if (!pool.ok()) {
+    LOG(ERROR) << pool.status().ToString();
+    return 2;
+  }
+  LOG(INFO) << "pool scheduler for " << scheduler->jobs().size() << " jobs on " << (*pool)->endpoint();
+  if (!FLAGS_addr_file.empty()) {
+    eps::Status st = eps::WriteFileAtomically(FLAGS_addr_file, (*pool)->endpoint() + "\n");
+    if (!st.ok()) {
+      LOG(ERROR) << st.ToString();
+      return 2;
+    }
+  }
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  eps::SchedulerProcess process(std::move(scheduler).value(), std::move(pool).value(), &context, *token);
+  eps::Status st = process.Run();
+  if (!st.ok()) {
+    LOG(ERROR) << "scheduler failed: " << st.ToString();
+    return 1;
+  }
+  return 0;
+}
