@@ -286,10 +286,11 @@ if [ $dry = 0 ] && ! over_budget; then
   # A CPU worker attached to a GPU job is refused; the job goes on to the same digest.
   name=mixed
   rm -rf "${runs:?}/$name"
-  timeout 150 "$root/launcher/local.sh" --job "$mlp" --servers 2 --workers 1 --devices "$device" --run-dir "$runs/$name" \
-    -- --data_dir="$data" --steps=$steps_mlp > "$runs/$name.out" 2>&1 &
+  # (--slowdowns: the GPU worker idles 4x its compute, so the job still runs when the CPU worker comes)
+  timeout 150 "$root/launcher/local.sh" --job "$mlp" --servers 2 --workers 1 --devices "$device" --slowdowns 5 \
+    --run-dir "$runs/$name" -- --data_dir="$data" --steps=$steps_mlp > "$runs/$name.out" 2>&1 &
   lp=$!
-  for _ in $(seq 300); do [ -s "$runs/$name/coordinator.addr" ] && break; sleep 0.1; done
+  for _ in $(seq 600); do grep -qE '^step [1-9]' "$runs/$name/logs/coordinator.log" 2> /dev/null && break; sleep 0.1; done
   attach_rc=0
   timeout 60 "$root/launcher/attach.sh" --coordinator "$(cat "$runs/$name/coordinator.addr" 2> /dev/null)" \
     --token-file "$runs/$name/token" --device cpu > "$runs/$name.attach.out" 2>&1 || attach_rc=$?
