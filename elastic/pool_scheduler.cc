@@ -77,13 +77,14 @@ void PoolScheduler::OnJobInfo(const std::string& job, const JobInfoReply& info) 
   if (FindJob(job) == nullptr) return;
   JobView& v = views_[job];
   v.ran = true;
+  v.silent = 0;
   v.info = info;
   v.over = info.steps > 0 && info.step >= info.steps;
 }
 
 void PoolScheduler::OnJobSilent(const std::string& job) {
   auto it = views_.find(job);
-  if (it != views_.end() && it->second.ran) it->second.over = true;
+  if (it != views_.end() && it->second.ran && ++it->second.silent >= kSilentRounds) it->second.over = true;
 }
 
 namespace {
@@ -168,10 +169,14 @@ StatusOr<std::vector<SchedulerDecision>> PoolScheduler::Round() {
   return std::move(result.decisions);
 }
 
+bool PoolScheduler::JobOver(const std::string& job) const {
+  auto v = views_.find(job);
+  return v != views_.end() && v->second.over;
+}
+
 bool PoolScheduler::AllJobsOver() const {
   for (const PoolJobConfig& j : jobs_) {
-    auto v = views_.find(j.id);
-    if (v == views_.end() || !v->second.over) return false;
+    if (!JobOver(j.id)) return false;
   }
   return true;
 }

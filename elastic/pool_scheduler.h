@@ -64,13 +64,18 @@ class PoolScheduler {
   PoolAssign OnRequest(const PoolRequest& request);
   // The job's coordinator answered JobInfo.
   void OnJobInfo(const std::string& job, const JobInfoReply& info);
-  // The job's coordinator did not answer: a job that ran has ended.
+  // The job's coordinator did not answer: a job that ran has ended once it
+  // stays silent kSilentRounds rounds in a row (a restarting coordinator is
+  // back within a round or two).
   void OnJobSilent(const std::string& job);
+  static constexpr int kSilentRounds = 3;
 
   // Decides who trains what from now on; the decisions carry their reasons.
   StatusOr<std::vector<SchedulerDecision>> Round();
 
   const std::vector<PoolJobConfig>& jobs() const { return jobs_; }
+  // The job has run and ended (then it is not asked again).
+  bool JobOver(const std::string& job) const;
   // Every job has run and ended.
   bool AllJobsOver() const;
   // The pool worker behind an id of the decisions ("hostname:pid").
@@ -88,6 +93,7 @@ class PoolScheduler {
   struct JobView {
     bool ran = false;   // answered at least once
     bool over = false;  // stopped answering after it ran, or reached its last step
+    int silent = 0;     // rounds in a row without an answer
     JobInfoReply info;
   };
 

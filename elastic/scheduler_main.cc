@@ -57,7 +57,8 @@ class SchedulerProcess {
           LOG(INFO) << "every job has ended";
           return OkStatus();
         }
-        next_round = now + milliseconds(FLAGS_round_ms);
+        // From the round's end: a round that waited on silent coordinators leaves time for the pool.
+        next_round = std::chrono::steady_clock::now() + milliseconds(FLAGS_round_ms);
         continue;
       }
       auto in = pool_->Receive(std::chrono::duration_cast<milliseconds>(next_round - now));
@@ -98,6 +99,7 @@ class SchedulerProcess {
   // Asks every coordinator, decides, logs.
   Status RoundTrip() {
     for (const PoolJobConfig& job : scheduler_.jobs()) {
+      if (scheduler_.JobOver(job.id)) continue;
       auto& channel = coordinators_[job.id];
       if (channel == nullptr) {
         EPS_ASSIGN_OR_RETURN(channel, Channel::Connect(context_, job.coordinator));

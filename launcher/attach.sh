@@ -4,8 +4,13 @@
 # thread count) from the coordinator and is given VWs at the next step boundary.
 #
 #   launcher/attach.sh --coordinator tcp://HOST:PORT --token-file FILE [--device cpu] [--threads N] [--slowdown F] [--log FILE]
+#   launcher/attach.sh --scheduler tcp://HOST:PORT [--token-file POOL_TOKEN] [...]
 #
-# --token-file  the job's token (local.sh writes it to RUN_DIR/token).
+# --token-file  the job's token (local.sh writes it to RUN_DIR/token); with
+#               --scheduler, the pool's token (optional).
+# --scheduler   join the worker pool of an inter-job scheduler (pool_scheduler)
+#               instead of one job: it names the job to train and moves the
+#               worker between jobs (a graceful leave, then an attach).
 # --device      cpu (default), or cuda:N in a build against a CUDA libtorch
 #               (README, GPU workers); a build without CUDA refuses cuda at start.
 #               A job takes one kind of device (cpu, or one GPU model) unless its
@@ -20,18 +25,19 @@
 # directory of the binaries (default build/bin).
 set -euo pipefail
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "attach.sh: $*" >&2; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
-coordinator="" token_file="" device=cpu threads=0 slowdown=1 log=""
+coordinator="" scheduler="" token_file="" device=cpu threads=0 slowdown=1 log=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --coordinator|--token-file|--device|--threads|--slowdown|--log)
+    --coordinator|--scheduler|--token-file|--device|--threads|--slowdown|--log)
       [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"
       case "$1" in
         --coordinator) coordinator=$2 ;;
+        --scheduler) scheduler=$2 ;;
         --token-file) token_file=$2 ;;
         --device) device=$2 ;;
         --threads) threads=$2 ;;
@@ -43,11 +49,20 @@ while [ $# -gt 0 ]; do
     *) echo "attach.sh: unknown argument '$1'" >&2; usage ;;
   esac
 done
-[ -n "$coordinator" ] || { echo "attach.sh: --coordinator is required" >&2; usage; }
-[ -n "$token_file" ] || { echo "attach.sh: --token-file is required" >&2; usage; }
-[[ "$coordinator" =~ ^[a-z]+:// ]] || die "--coordinator '$coordinator' is not an endpoint like tcp://HOST:PORT"
-[ -f "$token_file" ] && [ -r "$token_file" ] || die "cannot read the token file '$token_file'"
-[ -s "$token_file" ] || die "the token file '$token_file' is empty"
+if [ -n "$scheduler" ]; then
+  [ -z "$coordinator" ] || die "give --coordinator (one job) or --scheduler (a pool), not both"
+  [[ "$scheduler" =~ ^[a-z]+:// ]] || die "--scheduler '$scheduler' is not an endpoint like tcp://HOST:PORT"
+  target=(--scheduler="$scheduler" --pool_token_file="$token_file")
+else
+  [ -n "$coordinator" ] || { echo "attach.sh: --coordinator (or --scheduler) is required" >&2; usage; }
+  [ -n "$token_file" ] || { echo "attach.sh: --token-file is required" >&2; usage; }
+  [[ "$coordinator" =~ ^[a-z]+:// ]] || die "--coordinator '$coordinator' is not an endpoint like tcp://HOST:PORT"
+  target=(--coordinator="$coordinator" --token_file="$token_file")
+fi
+if [ -n "$token_file" ]; then
+  [ -f "$token_file" ] && [ -r "$token_file" ] || die "cannot read the token file '$token_file'"
+  [ -s "$token_file" ] || die "the token file '$token_file' is empty"
+fi
 [[ "$device" =~ ^(cpu|cuda(:[0-9]+)?)$ ]] || die "--device '$device' is not cpu or cuda:N"
 [[ "$threads" =~ ^[0-9]+$ ]] || die "--threads must be a non-negative integer (0: the job's count)"
 [[ "$slowdown" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--slowdown must be a number >= 1"
@@ -60,5 +75,4 @@ fi
 # Other libtorch processes may share this host: no OpenMP spinning.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 # exec: the worker gets this process id, so Ctrl-C and SIGTERM reach it directly.
-exec "$bin/worker" --coordinator="$coordinator" --token_file="$token_file" --device="$device" --threads="$threads" \
-  --slowdown="$slowdown"
+exec "$bin/worker" "${target[@]}" --device="$device" --threads="$threads" --slowdown="$slowdown"

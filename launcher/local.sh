@@ -18,6 +18,8 @@
 #                       Only deaths by a signal (a crash, SIGKILL) are restarted.
 # --resume              continue a stopped job from its stores, with the arguments it
 #                       was started with (DIR/launch.args); a fresh start wipes DIR/store.
+# --workers 0           start no worker: the job waits for workers to attach (attach.sh),
+#                       e.g. from an inter-job scheduler's pool (pool_scheduler).
 # --slowdowns gives worker i the testing aid --slowdown=Fi (a stand-in for slower
 # hardware: timing only, never bits).
 # --devices     worker i computes on Di (cpu or cuda:N; default cpu); one value
@@ -29,7 +31,7 @@
 # 0 only if the job succeeded.
 set -euo pipefail
 
-usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
@@ -65,7 +67,7 @@ fi
 [ -n "$job" ] && [ -n "$run_dir" ] || { echo "local.sh: --job and --run-dir are required" >&2; usage; }
 [ -f "$job" ] || { echo "local.sh: job file '$job' not found" >&2; exit 2; }
 [[ "$servers" =~ ^[1-9][0-9]*$ ]] || { echo "local.sh: --servers must be a positive integer" >&2; exit 2; }
-[[ "$workers" =~ ^[1-9][0-9]*$ ]] || { echo "local.sh: --workers must be a positive integer" >&2; exit 2; }
+[[ "$workers" =~ ^[0-9]+$ ]] || { echo "local.sh: --workers must be a number (0: workers attach later)" >&2; exit 2; }
 [[ "$checkpoint_every" =~ ^[0-9]+$ ]] || { echo "local.sh: --checkpoint-every must be a number of steps" >&2; exit 2; }
 IFS=, read -r -a device_list <<< "$devices"
 for d in "${device_list[@]}"; do
@@ -157,7 +159,7 @@ supervise() {
   done
 }
 
-coordinator=("$bin/coordinator" --flagfile="$job" --shards="$servers" --workers="$workers" --run_dir="$run_dir"
+coordinator=("$bin/coordinator" --flagfile="$job" --shards="$servers" --workers="$((workers > 0 ? workers : 1))" --run_dir="$run_dir"
   --addr_file="$run_dir/coordinator.addr" --token_file="$run_dir/token" --store="$run_dir/store/coordinator"
   "${extra[@]}")
 if [ $supervise = 1 ]; then

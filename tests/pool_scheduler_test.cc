@@ -89,8 +89,13 @@ TEST(PoolScheduler, TheJobClosestToItsEndGetsTheWorkersItCanUseAndTheRestGoElsew
   // Nothing changed: the next round moves nobody.
   for (const SchedulerDecision& d : p.Round()) ADD_FAILURE() << d.from_job << " -> " << d.to_job << ": " << d.reason;
 
-  // The short job ends (its coordinator stops answering): its workers go to the other job.
+  // The short job ends: its coordinator stops answering. One silent round is
+  // a restart, perhaps; kSilentRounds in a row, an end: its workers go to the other job.
   p.scheduler->OnJobSilent("short");
+  EXPECT_TRUE(p.Round().empty());
+  EXPECT_FALSE(p.scheduler->JobOver("short"));
+  for (int i = 1; i < PoolScheduler::kSilentRounds; ++i) p.scheduler->OnJobSilent("short");
+  EXPECT_TRUE(p.scheduler->JobOver("short"));
   const auto decisions = p.Round();
   EXPECT_EQ(decisions.size(), 2u);
   for (const SchedulerDecision& d : decisions) {

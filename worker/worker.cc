@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/layout.h"
+#include "common/threads.h"
 #include "common/tree.h"
 #include "schema/channel.h"
 #include "worker/model_runner.h"
@@ -47,22 +48,9 @@ class Heartbeater {
                                                       std::string token, milliseconds interval, WorkerId worker) {
     EPS_ASSIGN_OR_RETURN(auto channel, Connect(context, endpoint));
     std::unique_ptr<Heartbeater> hb(new Heartbeater(context, endpoint, std::move(token), interval, worker));
-    // A thread inherits the creator's signal mask: blocking SIGTERM and SIGINT
-    // around the creation blocks them in the new thread from its first
-    // instruction, so they reach the thread that watches the stop flag.
-    sigset_t block, old;
-    sigemptyset(&block);
-    sigaddset(&block, SIGTERM);
-    sigaddset(&block, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &block, &old);
-    Status st;
-    try {
-      hb->thread_ = std::thread(&Heartbeater::Loop, hb.get(), std::move(channel));
-    } catch (const std::system_error& e) {
-      st = Internal(std::string("cannot start the heartbeat thread: ") + e.what());
-    }
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    EPS_RETURN_IF_ERROR(st);
+    Heartbeater* raw = hb.get();
+    EPS_ASSIGN_OR_RETURN(hb->thread_, StartThreadWithoutStopSignals(
+                                          [raw, ch = std::move(channel)]() mutable { raw->Loop(std::move(ch)); }));
     return hb;
   }
 
@@ -260,11 +248,11 @@ class WorkerImpl final : public Worker {
   }
 
   // Registers, repeating the request every kRegisterRepeat on a fresh
-  // connection while no answer comes (up to plan_timeout in all): a
+  // connection while no answer comes (up to register_timeout in all): a
   // coordinator that restarts meanwhile forgets the request, and one that is
   // merely slow (shards still starting) gives the same process the same id.
   StatusOr<RegisterWorkerReply> Register() {
-    const auto deadline = std::chrono::steady_clock::now() + options_.plan_timeout;
+    const auto deadline = std::chrono::steady_clock::now() + options_.register_timeout;
     StatusOr<Envelope> reply = DeadlineExceeded("");
     for (;;) {
       const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
@@ -278,7 +266,7 @@ class WorkerImpl final : public Worker {
     if (!reply.ok()) {
       return reply.status().code() == StatusCode::kDeadlineExceeded
                  ? DeadlineExceeded("the coordinator at " + options_.coordinator + " did not answer the registration within " +
-                                    std::to_string(options_.plan_timeout.count()) + " ms")
+                                    std::to_string(options_.register_timeout.count()) + " ms")
                  : reply.status();
     }
     auto* r = std::get_if<RegisterWorkerReply>(&reply->body);

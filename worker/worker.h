@@ -44,6 +44,7 @@ struct WorkerOptions {
   std::string token;        // the job's secret
   std::string host;         // reported to the coordinator, for logs
   std::chrono::milliseconds plan_timeout{600000};  // longest wait for the next plan
+  std::chrono::milliseconds register_timeout{600000};  // longest wait for the coordinator to take this worker
   std::chrono::milliseconds rpc_timeout{60000};    // longest wait for a shard's reply
   std::chrono::milliseconds heartbeat_interval{500};
   std::chrono::milliseconds leave_timeout{2000};    // longest wait for the ack of a Leave

@@ -9,13 +9,20 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "common/files.h"
 #include "common/memory.h"
 #include "worker/model_runner.h"
+#include "worker/pool_client.h"
 #include "worker/worker.h"
 
 DEFINE_string(coordinator, "", "The coordinator's endpoint, e.g. tcp://10.0.0.1:5555");
+DEFINE_string(scheduler, "",
+              "Instead of --coordinator: join the worker pool of this inter-job scheduler (pool_scheduler), "
+              "which names the job to train and moves the worker between jobs");
+DEFINE_string(pool_token_file, "", "File holding the pool's token, with --scheduler (empty: none)");
+DEFINE_int32(pool_poll_ms, 1000, "With --scheduler: interval between two questions to the scheduler");
 DEFINE_string(token_file, "", "File holding the job's secret token (empty: none)");
 DEFINE_int32(plan_timeout_s, 600, "Longest wait for the coordinator's next plan");
 DEFINE_int32(rpc_timeout_s, 60, "Longest wait for a shard's reply");
@@ -38,11 +45,59 @@ DEFINE_string(reported_device_kind, "",
               "computation is unchanged)");
 
 namespace {
-volatile bool g_stop = false;
+volatile bool g_stop = false;   // a signal: leave and exit
+volatile bool g_leave = false;  // leave the current job (a signal, or the pool scheduler)
 // The first SIGTERM/SIGINT asks for a graceful leave; a second one kills.
 void OnSignal(int sig) {
   g_stop = true;
+  g_leave = true;
   std::signal(sig, SIG_DFL);
+}
+
+// Pool mode: train the jobs the scheduler names, one after another, until a signal.
+int RunPool(eps::WorkerOptions options, const std::string& device_kind, zmq::context_t* context) {
+  auto pool_token = eps::ReadTokenFile(FLAGS_pool_token_file);
+  if (!pool_token.ok()) {
+    LOG(ERROR) << pool_token.status().ToString();
+    return 2;
+  }
+  eps::PoolClient pool(context, FLAGS_scheduler, *pool_token, eps::PoolRequest{options.host, device_kind, ""},
+                       std::chrono::milliseconds(FLAGS_pool_poll_ms));
+  // A job that ended since the scheduler named it never answers: ask the scheduler again soon.
+  options.register_timeout = std::chrono::seconds(15);
+  LOG(INFO) << "joined the pool of the scheduler at " << FLAGS_scheduler;
+  std::string ended;  // the job this worker last saw end
+  while (!g_stop) {
+    auto job = pool.NextJob(&g_stop, ended);
+    if (!job.ok()) {
+      if (g_stop) break;
+      LOG(ERROR) << job.status().ToString();
+      return 1;
+    }
+    LOG(INFO) << "the scheduler sends this worker to job " << job->job << " at " << job->coordinator;
+    options.coordinator = job->coordinator;
+    options.token = job->token;
+    g_leave = g_stop;
+    auto worker = eps::Worker::Open(options, context);
+    if (!worker.ok()) {
+      LOG(ERROR) << worker.status().ToString();
+      return 2;
+    }
+    eps::Status st = pool.Watch(job->job, &g_leave);
+    if (st.ok()) st = (*worker)->Run(&g_leave);
+    pool.StopWatching();
+    ended = st.ok() && !g_leave ? job->job : "";  // not left: the job itself stopped (it ended)
+    if (!st.ok()) {
+      // The job failed or refused this worker: the pool worker lives on; a pause keeps a failing job from
+      // being retried in a tight loop.
+      LOG(ERROR) << "job " << job->job << ": " << st.ToString();
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    } else {
+      LOG(INFO) << "out of job " << job->job;
+    }
+  }
+  LOG(INFO) << "left the pool";
+  return 0;
 }
 }  // namespace
 
@@ -73,8 +128,12 @@ int main(int argc, char** argv) {
     LOG(WARNING) << "CUBLAS_WORKSPACE_CONFIG=" << overridden << " replaced by " << eps::kCublasWorkspaceConfig
                  << ": every worker of a job must use the same";
   }
-  if (FLAGS_coordinator.empty()) {
-    LOG(ERROR) << "--coordinator is required";
+  if (FLAGS_coordinator.empty() == FLAGS_scheduler.empty()) {
+    LOG(ERROR) << "give one of --coordinator (a job) and --scheduler (a worker pool)";
+    return 2;
+  }
+  if (FLAGS_pool_poll_ms < 10) {
+    LOG(ERROR) << "--pool_poll_ms must be at least 10";
     return 2;
   }
   eps::WorkerOptions options;
@@ -102,6 +161,14 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   zmq::context_t context(1);
+  if (!FLAGS_scheduler.empty()) {
+    auto kind = eps::DeviceKind(FLAGS_device);
+    if (!kind.ok()) {
+      LOG(ERROR) << kind.status().ToString();
+      return 2;
+    }
+    return RunPool(options, FLAGS_reported_device_kind.empty() ? *kind : FLAGS_reported_device_kind, &context);
+  }
   auto worker = eps::Worker::Open(options, &context);
   if (!worker.ok()) {
     LOG(ERROR) << worker.status().ToString();
