@@ -713,9 +713,9 @@ print("%.2f %.3f %d %s" % (r["steps"] / r["train_seconds"], r["train_seconds"], 
   # The speed run's final assignment, its workers named by slowdown (worker<i>.log is the i-th
   # slowdown's and says which id it registered as).
   local dir=$out/runs/hetero_speed
-  python3 - "$dir" "$slowdowns" "$t1_ms" <<'PY' || true
+  python3 - "$dir" "$slowdowns" "$t1_ms" "$speed" <<'PY' || true
 import os, re, sys
-d, slow, t1 = sys.argv[1], sys.argv[2].split(","), sys.argv[3]
+d, slow, t1, speed = sys.argv[1], sys.argv[2].split(","), sys.argv[3], float(sys.argv[4])
 try:
     log = open(os.path.join(d, "logs", "coordinator.log"), errors="replace").readlines()
 except OSError:
@@ -744,6 +744,14 @@ if names and measured:
     ms = dict(re.findall(r"\bw(\d+)=([0-9.?]+)", measured[-1].split("seconds per VW: ", 1)[1].split(")", 1)[0]))
     print("  seconds per VW as the planner last saw them: " +
           ", ".join(f"w{w} ({f}) {ms.get(w, '?')} ms" for w, f in by_speed) + f"; t1 alone {t1} ms")
+    # The ideal at the speeds the workers had in this run (contention included): V VWs shared
+    # in proportion to speed with no step overhead, i.e. sum(1/t_i) / V steps/s.
+    t = [float(x) for x in ms.values() if x not in ("?", "")]
+    if t and all(x > 0 for x in t) and speed > 0:
+        v = sum(counts.values()) or 8
+        ideal_run = sum(1000.0 / x for x in t) / v
+        print(f"  ideal at these measured speeds: {ideal_run:.2f} steps/s; planner=speed ran {speed:.2f} "
+              f"({speed / ideal_run:.2f}x: what the step protocol and the integer VW split leave)")
 PY
   echo "params_sha256: equal $sha_equal"
   echo "               speed $sha_speed"
