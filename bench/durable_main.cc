@@ -449,7 +449,7 @@ Status RecoverOnce() {
   EPS_ASSIGN_OR_RETURN(Checkpoint checkpoint, store->LatestCheckpoint());
   const double read_s = SecondsSince(t0);
   ShardState restored(ShardId(0));
-  EPS_RETURN_IF_ERROR(restored.Restore(checkpoint));
+  EPS_RETURN_IF_ERROR(restored.Restore(std::move(checkpoint)));
   const double restore_s = SecondsSince(t0);
   if (restored.version() != Step(1)) return Internal("restored the wrong version");
   std::printf("%.6f %.6f\n", read_s, restore_s);

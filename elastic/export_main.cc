@@ -91,7 +91,7 @@ Status Export(const std::string& stores, const std::string& out, Step wanted) {
       return checkpoint.status().WithContext("shard " + std::to_string(s) + " holds steps " + Join(held[s]));
     }
     ShardState state{ShardId(s)};
-    EPS_RETURN_IF_ERROR(state.Restore(*checkpoint).WithContext("shard " + std::to_string(s)));
+    EPS_RETURN_IF_ERROR(state.Restore(std::move(checkpoint).value()).WithContext("shard " + std::to_string(s)));
     EPS_ASSIGN_OR_RETURN(PullReply pulled, state.HandlePull(Pull{step, {}}));
     for (ChunkBytes& c : pulled.chunks) chunks[c.chunk.value()] = std::move(c);
   }

@@ -192,7 +192,7 @@ class ShardImpl final : public Shard {
     if (!held.empty()) {
       auto checkpoint = store_->LatestCheckpoint();
       if (!checkpoint.ok()) return checkpoint.status().WithContext("restoring from store " + store_->path());
-      EPS_RETURN_IF_ERROR(state_.Restore(*checkpoint).WithContext("restoring from store " + store_->path()));
+      EPS_RETURN_IF_ERROR(state_.Restore(std::move(checkpoint).value()).WithContext("restoring from store " + store_->path()));
       durable_step_ = checkpoint->step;
       restored_ = checkpoint->step;
       LOG(INFO) << "restored version " << restored_ << " of job '" << store_->job_id() << "' from store "

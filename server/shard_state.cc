@@ -299,7 +299,7 @@ StatusOr<ShardSnapshot> ShardState::Snapshot() const {
   return out;
 }
 
-StatusOr<std::unique_ptr<ShardState>> ShardState::Load(const Checkpoint& checkpoint) const {
+StatusOr<std::unique_ptr<ShardState>> ShardState::Load(Checkpoint&& checkpoint) const {
   const std::string what = "checkpoint of step " + std::to_string(checkpoint.step.value());
   if (checkpoint.step.value() < 0) return DataLoss(what + " has a negative step");
   ShardId shard;
@@ -318,12 +318,12 @@ StatusOr<std::unique_ptr<ShardState>> ShardState::Load(const Checkpoint& checkpo
   Status st = next->Configure(config);
   if (!st.ok()) return DataLoss(what + " holds a job config this shard refuses: " + st.message());
 
-  std::unordered_map<std::string, const Blob*> blobs;
-  for (const Blob& b : checkpoint.blobs) {
+  std::unordered_map<std::string, Blob*> blobs;
+  for (Blob& b : checkpoint.blobs) {
     if (!blobs.emplace(b.name, &b).second) return DataLoss(what + " holds blob '" + b.name + "' twice");
   }
   size_t used = 0;
-  auto take = [&](const std::string& name, size_t bytes) -> StatusOr<const Blob*> {
+  auto take = [&](const std::string& name, size_t bytes) -> StatusOr<Blob*> {
     auto it = blobs.find(name);
     if (it == blobs.end()) return DataLoss(what + " lacks blob '" + name + "'");
     if (it->second->bytes.size() != bytes) {
@@ -340,17 +340,20 @@ StatusOr<std::unique_ptr<ShardState>> ShardState::Load(const Checkpoint& checkpo
     const TensorKind kind = next->KindOf(id);
     if (kind == TensorKind::kLoss) continue;
     ChunkSlot& s = next->slots_[id.value()];
-    EPS_ASSIGN_OR_RETURN(const Blob* value, take(ValueBlob(id), next->BytesOf(id)));
+    EPS_ASSIGN_OR_RETURN(Blob* value, take(ValueBlob(id), next->BytesOf(id)));
     s.current = CopyBytes(value->bytes.data(), value->bytes.size());
+    // Released at once: the next copy can land on these pages, already faulted in.
+    std::string().swap(value->bytes);
     if (kind != TensorKind::kParameter) continue;
     s.optimizer.initialized = initialized;
     if (!initialized) continue;
     const size_t n = static_cast<size_t>(next->layout_->chunks[id.value()].numel);
     std::vector<float>* dst[2] = {&s.optimizer.slot0, &s.optimizer.slot1};
     for (int k = 0; k < slots; ++k) {
-      EPS_ASSIGN_OR_RETURN(const Blob* slot, take(SlotBlob(k, id), n * sizeof(float)));
+      EPS_ASSIGN_OR_RETURN(Blob* slot, take(SlotBlob(k, id), n * sizeof(float)));
       dst[k]->resize(n);
       std::memcpy(dst[k]->data(), slot->bytes.data(), slot->bytes.size());
+      std::string().swap(slot->bytes);
     }
   }
   if (used != checkpoint.blobs.size()) {
@@ -370,8 +373,8 @@ void ShardState::TakeFrom(ShardState&& other) {
   version_ = other.version_;
 }
 
-Status ShardState::Restore(const Checkpoint& checkpoint) {
-  EPS_ASSIGN_OR_RETURN(std::unique_ptr<ShardState> next, Load(checkpoint));
+Status ShardState::Restore(Checkpoint checkpoint) {
+  EPS_ASSIGN_OR_RETURN(std::unique_ptr<ShardState> next, Load(std::move(checkpoint)));
   TakeFrom(std::move(*next));
   return OkStatus();
 }
@@ -383,7 +386,7 @@ Status ShardState::RollbackTo(StateStore& store, Step step) {
                            std::to_string(step.value()));
   }
   if (!checkpoint.ok()) return checkpoint.status();
-  EPS_ASSIGN_OR_RETURN(std::unique_ptr<ShardState> next, Load(*checkpoint));
+  EPS_ASSIGN_OR_RETURN(std::unique_ptr<ShardState> next, Load(std::move(checkpoint).value()));
   EPS_RETURN_IF_ERROR(store.DropCheckpointsAfter(step));
   TakeFrom(std::move(*next));
   return OkStatus();

@@ -86,7 +86,10 @@ class ShardState {
   // another job spec or model than the one this state already serves;
   // DataLoss: it is malformed (missing, extra or wrongly sized blobs, bad
   // metadata).
-  Status Restore(const Checkpoint& checkpoint);
+  // The checkpoint is taken by value: each blob's bytes are released as soon
+  // as they are copied, so (with KeepFreedMemory) the next copy lands on
+  // pages already faulted in; pass it with std::move where it is not needed.
+  Status Restore(Checkpoint checkpoint);
 
   // Restores the store's checkpoint of `step` and deletes the store's
   // checkpoints newer than it: the job has abandoned that future, and a
@@ -106,7 +109,7 @@ class ShardState {
   };
 
   // A new state holding `checkpoint`, validated against this one.
-  StatusOr<std::unique_ptr<ShardState>> Load(const Checkpoint& checkpoint) const;
+  StatusOr<std::unique_ptr<ShardState>> Load(Checkpoint&& checkpoint) const;
   void TakeFrom(ShardState&& other);
   Status ValidatePush(const Push& push) const;
   StatusOr<PushOutcome> HandleInit(const Push& push);
