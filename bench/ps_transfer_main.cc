@@ -55,6 +55,7 @@
 #include <zmq.hpp>
 
 #include "common/layout.h"
+#include "common/memory.h"
 #include "common/status.h"
 #include "common/tree.h"
 #include "schema/channel.h"
@@ -742,6 +743,8 @@ int RunShare() {
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("ps_transfer --mode=transfer|share [--shards=S --clients=C --elems=N ...]");
+  // As the workers it stands in for (and the shards it starts) do; MALLOC_ARENA_MAX from the environment still applies.
+  eps::KeepFreedMemory();
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   std::signal(SIGPIPE, SIG_IGN);
   if (FLAGS_shards < 1 || FLAGS_clients < 1 || FLAGS_elems < 1 || FLAGS_chunk_elems < 1 || FLAGS_iters < 1 ||
