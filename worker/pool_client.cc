@@ -32,7 +32,7 @@ StatusOr<PoolAssign> PoolClient::Ask(const std::string& job) {
   return std::move(*assign);
 }
 
-StatusOr<PoolAssign> PoolClient::NextJob(const volatile bool* stop, const std::string& ended) {
+StatusOr<PoolAssign> PoolClient::NextJob(const std::atomic<bool>* stop, const std::string& ended) {
   bool told_idle = false;
   const auto grace_end = std::chrono::steady_clock::now() + kEndedGrace;
   while (!*stop) {
@@ -59,7 +59,7 @@ StatusOr<PoolAssign> PoolClient::NextJob(const volatile bool* stop, const std::s
   return Aborted("stopped by a signal");
 }
 
-Status PoolClient::Watch(const std::string& job, volatile bool* leave) {
+Status PoolClient::Watch(const std::string& job, std::atomic<bool>* leave) {
   StopWatching();
   watching_ = true;
   EPS_ASSIGN_OR_RETURN(watcher_, StartThreadWithoutStopSignals([this, job, leave] {

@@ -30,13 +30,13 @@ class PoolClient {
   // Unauthenticated (a wrong pool token) and other refusals end the wait.
   // `ended`, a job this worker just saw end, is not taken again within
   // kEndedGrace: the scheduler learns of the end at its next round.
-  StatusOr<PoolAssign> NextJob(const volatile bool* stop, const std::string& ended = "");
+  StatusOr<PoolAssign> NextJob(const std::atomic<bool>* stop, const std::string& ended = "");
   static constexpr std::chrono::seconds kEndedGrace{20};
 
   // While this worker trains `job`: polls from a thread and sets *leave once
   // the scheduler names another job or none. A scheduler that does not answer
   // changes nothing (the worker trains on). One watch at a time.
-  Status Watch(const std::string& job, volatile bool* leave);
+  Status Watch(const std::string& job, std::atomic<bool>* leave);
   // Ends the watch and joins its thread.
   void StopWatching();
 

@@ -169,7 +169,7 @@ class WorkerImpl final : public Worker {
       : options_(std::move(options)), device_kind_(std::move(device_kind)), context_(context),
         coordinator_(std::move(coordinator)) {}
 
-  Status Run(const volatile bool* stop) override {
+  Status Run(const std::atomic<bool>* stop) override {
     stop_ = stop;
     Status st = RunUntilDone();
     if (heartbeat_) heartbeat_->Stop();
@@ -177,7 +177,7 @@ class WorkerImpl final : public Worker {
   }
 
  private:
-  bool stopping() const { return *stop_; }
+  bool stopping() const { return stop_->load(); }
   static Status Stopped() { return Aborted("stopped by a signal"); }
 
   Status RunUntilDone() {
@@ -681,7 +681,7 @@ class WorkerImpl final : public Worker {
   const std::string device_kind_;  // reported when registering: "cpu" or "cuda:<GPU name>"
   zmq::context_t* const context_;
   std::unique_ptr<Channel> coordinator_;
-  const volatile bool* stop_ = nullptr;
+  const std::atomic<bool>* stop_ = nullptr;
   std::unique_ptr<Heartbeater> heartbeat_;  // from registration on
 
   WorkerId id_;

@@ -31,6 +31,7 @@
 
 #include <zmq.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -78,7 +79,7 @@ class Worker {
   virtual ~Worker() = default;
   // Runs until the coordinator says stop (OK), `*stop` turns true and the
   // worker has left the job (OK), or something fails.
-  virtual Status Run(const volatile bool* stop) = 0;
+  virtual Status Run(const std::atomic<bool>* stop) = 0;
 };
 
 }  // namespace eps

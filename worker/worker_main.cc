@@ -4,6 +4,7 @@
 #include <glog/logging.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -45,8 +46,10 @@ DEFINE_string(reported_device_kind, "",
               "computation is unchanged)");
 
 namespace {
-volatile bool g_stop = false;   // a signal: leave and exit
-volatile bool g_leave = false;  // leave the current job (a signal, or the pool scheduler)
+// Written by the signal handler (and g_leave by the pool client's thread): lock-free atomics.
+std::atomic<bool> g_stop{false};   // a signal: leave and exit
+std::atomic<bool> g_leave{false};  // leave the current job (a signal, or the pool scheduler)
+static_assert(std::atomic<bool>::is_always_lock_free);
 // The first SIGTERM/SIGINT asks for a graceful leave; a second one kills.
 void OnSignal(int sig) {
   g_stop = true;
@@ -77,7 +80,7 @@ int RunPool(eps::WorkerOptions options, const std::string& device_kind, zmq::con
     LOG(INFO) << "the scheduler sends this worker to job " << job->job << " at " << job->coordinator;
     options.coordinator = job->coordinator;
     options.token = job->token;
-    g_leave = g_stop;
+    g_leave = g_stop.load();
     auto worker = eps::Worker::Open(options, context);
     if (!worker.ok()) {
       LOG(ERROR) << worker.status().ToString();
