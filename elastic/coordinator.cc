@@ -128,6 +128,7 @@ class CoordinatorImpl final : public Coordinator {
     s.step_timeout = o.step_timeout;
     s.planner = o.planner;
     s.replan_threshold = o.replan_threshold;
+    s.probe_idle_after = o.probe_idle_after;
     return s;
   }
 

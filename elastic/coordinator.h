@@ -41,6 +41,7 @@ struct CoordinatorOptions {
   std::chrono::milliseconds progress_every{1000};     // progress line period
   PlannerOptions planner;                             // VW counts by measured speed, or equal
   double replan_threshold = 0.25;                     // hysteresis of speed-driven re-planning
+  int64_t probe_idle_after = 1000;                    // re-measure a worker idle this many steps (0: never)
 };
 
 // Checks what can be checked before any process starts: sizes, counts, the data files.

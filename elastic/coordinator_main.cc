@@ -56,6 +56,9 @@ DEFINE_int32(startup_timeout_s, 120, "The shards must register within this time"
 DEFINE_int32(step_timeout_s, 300, "While workers are alive, a step or an evaluation must complete within this time");
 DEFINE_string(planner, "speed", "VW counts per worker: speed (by measured seconds per VW) or equal");
 DEFINE_uint32(max_vws_per_worker, 0, "At most this many VWs on one worker (memory); 0: no cap");
+DEFINE_int64(probe_idle_steps, 1000,
+             "A worker that held no VW for this many steps is measured again (its speed estimate is "
+             "forgotten, so the planner counts it at the median speed); 0: never");
 DEFINE_double(replan_threshold, 0.25,
               "Re-plan by speed without a membership change only if the slowest worker's predicted load "
               "improves by more than this fraction");
@@ -128,6 +131,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.replan_threshold = FLAGS_replan_threshold;
+  if (FLAGS_probe_idle_steps < 0) {
+    LOG(ERROR) << "invalid job: --probe_idle_steps must be >= 0";
+    return 2;
+  }
+  o.probe_idle_after = FLAGS_probe_idle_steps;
   auto token = eps::ReadTokenFile(FLAGS_token_file);
   if (!token.ok()) {
     LOG(ERROR) << token.status().ToString();

@@ -483,6 +483,20 @@ void JobState::MaybeReplan() {
   const std::vector<WorkerId> live = ReadyWorkers();
   std::vector<uint32_t> counts;
   for (WorkerId id : live) counts.push_back(assignment_[id].second - assignment_[id].first);
+  for (size_t i = 0; i < live.size(); ++i) {
+    WorkerInfo& w = workers_[live[i]];
+    if (counts[i] > 0) {
+      w.idle_since = -1;
+    } else if (w.idle_since < 0) {
+      w.idle_since = step_.value();
+    } else if (options_.probe_idle_after > 0 && step_.value() - w.idle_since >= options_.probe_idle_after &&
+               speeds_.Estimate(live[i])) {
+      LOG(INFO) << "worker " << live[i] << " held no VW for " << step_.value() - w.idle_since
+                << " steps: its speed is measured again";
+      speeds_.Forget(live[i]);
+      w.idle_since = step_.value();
+    }
+  }
   auto advice = ShouldReplan(counts, speeds_.Estimates(live), options_.planner, options_.replan_threshold);
   if (!advice.ok() || !advice->replan) return;
   std::ostringstream est;

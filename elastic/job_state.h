@@ -49,6 +49,11 @@ struct JobStateOptions {
   PlannerOptions planner;        // how VW counts follow measured speeds (planner.h)
   double replan_threshold = 0.25; // re-plan without a membership change only if the slowest
                                  // worker's predicted load improves by more than this
+  // A worker that held no VW for this many steps has its speed estimate
+  // forgotten, so the planner counts it at the median speed and measures it
+  // again: a worker that got faster (its GPU freed by another job) is not left
+  // idle on a stale estimate. 0: never.
+  int64_t probe_idle_after = 1000;
 };
 
 // Whether a worker that computes on `worker_kind` may join a job whose first
@@ -171,6 +176,7 @@ class JobState {
     Step done_step{-1};
     Clock::time_point last_seen;
     bool init_holder = false;
+    int64_t idle_since = -1;  // the step from which it has held no VW (-1: it holds some)
   };
 
   void Advance();

@@ -423,6 +423,43 @@ TEST(JobState, TrainingWaitsForMinWorkersReadyWorkers) {
 
 // ---- the step clock and membership ---------------------------------------------
 
+// A worker re-planned to 0 VWs on a slow measurement is measured again after
+// probe_idle_after idle steps: its estimate is forgotten, the planner counts it
+// at the median speed and gives it VWs back; measured slow again, it loses them.
+TEST(JobState, AWorkerIdleForProbeIdleAfterStepsIsMeasuredAgain) {
+  JobStateOptions o = Options();
+  o.probe_idle_after = 3;
+  JobSpec spec = Spec();
+  spec.steps = 50;
+  Driver d(spec, o);
+  d.RegisterShards();
+  const std::vector<WorkerId> ws = {d.AddWorker(), d.AddWorker()};
+  for (WorkerId w : ws) ASSERT_TRUE(d.Report(w).ok());
+  d.FinishStep(-1);
+  ASSERT_TRUE(d.Confirm(ws[0], -1).ok());
+  ASSERT_EQ(d.state.step(), Step(0));
+  auto step = [&](int64_t t, double slow) {
+    for (size_t i = 0; i < ws.size(); ++i) {
+      StepRequest r;
+      r.worker = ws[i];
+      r.done_step = Step(t);
+      r.seconds_per_vw = i == 0 ? 0.01 : slow;
+      ASSERT_TRUE(d.state.OnStepRequest(r).ok());
+    }
+    d.FinishStep(t);
+  };
+  // A worker that held no VW reports no time (0), as worker.cc does.
+  using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
+  step(0, 1.0);  // w1 is 100x slower: re-planned to no VW
+  ASSERT_EQ(d.state.AssignmentRanges(), (Ranges{{0, 8}}));
+  int64_t t = 1;
+  for (; t < 10 && d.state.AssignmentRanges() == Ranges{{0, 8}}; ++t) step(t, 0);
+  EXPECT_EQ(d.state.AssignmentRanges(), (Ranges{{0, 4}, {4, 8}})) << "w1 probed at the median speed";
+  EXPECT_LE(t, 2 + o.probe_idle_after + 1);
+  step(t, 1.0);  // still slow: its VWs go back
+  EXPECT_EQ(d.state.AssignmentRanges(), (Ranges{{0, 8}}));
+}
+
 // The inter-job scheduler's view: the job's needs and each live worker's measured speed.
 TEST(JobState, InfoNamesTheJobsNeedsAndEachLiveWorkersMeasuredSpeed) {
   Driver d;
