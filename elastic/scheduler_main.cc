@@ -53,7 +53,7 @@ class SchedulerProcess {
       const auto now = std::chrono::steady_clock::now();
       if (now >= next_round) {
         EPS_RETURN_IF_ERROR(RoundTrip());
-        if (AllJobsOver()) {
+        if (scheduler_.AllJobsOver()) {
           LOG(INFO) << "every job has ended";
           return OkStatus();
         }
@@ -132,8 +132,6 @@ class SchedulerProcess {
     std::fflush(stdout);
     return OkStatus();
   }
-
-  bool AllJobsOver() const { return scheduler_.AllJobsOver(); }
 
   PoolScheduler scheduler_;
   std::unique_ptr<Channel> pool_;

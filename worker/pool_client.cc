@@ -11,6 +11,18 @@ namespace eps {
 
 using std::chrono::milliseconds;
 
+namespace {
+
+// Sleeps `total` in 50 ms slices, returning early once keep_waiting() is false.
+template <class Pred>
+void SleepWhile(milliseconds total, Pred keep_waiting) {
+  for (auto waited = milliseconds(0); waited < total && keep_waiting(); waited += milliseconds(50)) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+}
+
+}  // namespace
+
 PoolClient::PoolClient(zmq::context_t* context, std::string scheduler, std::string token, PoolRequest self,
                        milliseconds poll)
     : context_(context), scheduler_(std::move(scheduler)), token_(std::move(token)), self_(std::move(self)),
@@ -52,9 +64,7 @@ StatusOr<PoolAssign> PoolClient::NextJob(const std::atomic<bool>* stop, const st
       LOG(INFO) << "idle: the scheduler has no job for this worker yet";
       told_idle = true;
     }
-    for (auto waited = milliseconds(0); waited < poll_ && !*stop; waited += milliseconds(50)) {
-      std::this_thread::sleep_for(milliseconds(50));
-    }
+    SleepWhile(poll_, [stop] { return !stop->load(); });
   }
   return Aborted("stopped by a signal");
 }
@@ -64,9 +74,7 @@ Status PoolClient::Watch(const std::string& job, std::atomic<bool>* leave) {
   watching_ = true;
   EPS_ASSIGN_OR_RETURN(watcher_, StartThreadWithoutStopSignals([this, job, leave] {
                          while (watching_) {
-                           for (auto waited = milliseconds(0); waited < poll_ && watching_; waited += milliseconds(50)) {
-                             std::this_thread::sleep_for(milliseconds(50));
-                           }
+                           SleepWhile(poll_, [this] { return watching_.load(); });
                            if (!watching_) return;
                            auto answer = Ask(job);
                            if (!answer.ok()) {
