@@ -58,6 +58,7 @@
 #include "common/memory.h"
 #include "common/status.h"
 #include "common/tree.h"
+#include "common/wire.h"
 #include "schema/channel.h"
 #include "schema/messages.h"
 
@@ -72,6 +73,8 @@ DEFINE_double(compute_ms, 10, "share mode: simulated compute per VW (busy loop),
 DEFINE_int32(warmup, 2, "Unmeasured steps (per kind) before the measured ones");
 DEFINE_int32(rounds, 3, "transfer: alternating rounds of raw and PS steps");
 DEFINE_int32(iters, 5, "Measured steps per round (transfer) or in all (share)");
+DEFINE_string(wire_dtype, "fp32", "fp32, bf16 or fp16: the job's gradient and weight wire dtype (the raw "
+                                  "baseline always moves the fp32 bytes)");
 DEFINE_string(log_dir, "", "Folder for the servers' logs (empty: discard them)");
 DEFINE_int32(timeout_s, 60, "Deadline of every wait (registration, replies, exits)");
 // raw_server mode (set by transfer mode when it starts the echo servers)
@@ -276,6 +279,7 @@ struct Setup {
   int64_t chunk_elems = 0;
   int64_t total_steps = 0;
   bool worker_copies = false;  // share mode: copy as worker/worker.cc does
+  WireDType wire = WireDType::kFP32;  // gradients pushed and weights pulled in this dtype
   double compute_ms = 0;
   uint32_t V() const { return clients * vws_per_client; }
 };
@@ -300,6 +304,8 @@ ShardConfig MakeConfig(const Setup& s) {
   config.spec.num_shards = s.shards;
   config.spec.optimizer.kind = "sgd";
   config.spec.optimizer.lr = 1e-3;
+  config.spec.grad_wire_dtype = s.wire;
+  config.spec.weight_wire_dtype = s.wire;
   config.tensors = Tensors(s);
   return config;
 }
@@ -357,7 +363,7 @@ class Client {
     auto values = std::make_shared<std::vector<float>>(model_);
     for (uint32_t s = 0; s < shards_.size(); ++s) {
       for (;;) {
-        Push push{Epoch(0), Step(-1), Block{0, 1}, ChunksOf(s, values, /*with_loss=*/false)};
+        Push push{Epoch(0), Step(-1), Block{0, 1}, ChunksOf(s, values, sizeof(float), /*with_loss=*/false)};
         EPS_RETURN_IF_ERROR(shards_[s]->Send(Envelope{"", std::move(push)}));
         Status st = AwaitReply(s).status();
         if (st.ok()) break;
@@ -379,7 +385,7 @@ class Client {
     for (const Block& block : AlignedBlocks(lo, hi)) {
       std::shared_ptr<std::vector<float>> sum = gradient_;
       if (setup_.worker_copies) {
-        TreeReducer reducer(block, setup_.V(), gradient_->size());
+        TreeReducer reducer(block, setup_.V(), gradient_->size(), setup_.wire);
         for (uint32_t v = block.lo; v < block.hi(); ++v) {
           auto c0 = Clock::now();
           if (setup_.compute_ms > 0) {
@@ -400,9 +406,18 @@ class Client {
         sum = std::make_shared<std::vector<float>>(reducer.TakeResult());
         worker_ms += MsSince(w0);
       }
+      std::shared_ptr<std::vector<uint16_t>> encoded;  // the partial in the wire dtype, as worker.cc's PushBlock
+      if (setup_.wire != WireDType::kFP32) {
+        auto w0 = Clock::now();
+        encoded = std::make_shared<std::vector<uint16_t>>(sum->size());
+        EncodeWire(setup_.wire, sum->data(), sum->size(), encoded->data());
+        worker_ms += MsSince(w0);
+      }
       auto p0 = Clock::now();
       for (uint32_t s = 0; s < shards_.size(); ++s) {
-        Push push{Epoch(0), step, block, ChunksOf(s, sum, /*with_loss=*/true)};
+        Push push{Epoch(0), step, block,
+                  encoded ? ChunksOf(s, encoded, sizeof(uint16_t), /*with_loss=*/true)
+                          : ChunksOf(s, sum, sizeof(float), /*with_loss=*/true)};
         EPS_RETURN_IF_ERROR(shards_[s]->Send(Envelope{"", std::move(push)}));
         ++outstanding_[s];
       }
@@ -422,7 +437,7 @@ class Client {
 
   // Waits for version `v` (untimed: lines the clients up after the initial push).
   Status Pull(Step v) {
-    for (auto& ch : shards_) EPS_RETURN_IF_ERROR(ch->Send(Envelope{"", eps::Pull{v, {}}}));
+    for (auto& ch : shards_) EPS_RETURN_IF_ERROR(ch->Send(Envelope{"", eps::Pull{v, {}, setup_.wire}}));
     for (uint32_t s = 0; s < shards_.size(); ++s) {
       EPS_ASSIGN_OR_RETURN(Envelope reply, AwaitReply(s));
       auto* pulled = std::get_if<PullReply>(&reply.body);
@@ -431,8 +446,13 @@ class Client {
       for (const ChunkBytes& cb : pulled->chunks) {
         if (cb.chunk.value() >= layout_.chunks.size()) return DataLoss("pulled an unknown chunk");
         const Chunk& c = layout_.chunks[cb.chunk.value()];
-        if (cb.size != layout_.ChunkBytes(c)) return DataLoss("pulled chunk of the wrong size");
-        if (setup_.worker_copies) std::memcpy(model_.data() + c.offset, cb.data, cb.size);  // PullInto()
+        if (cb.size != static_cast<size_t>(c.numel) * WireDTypeSize(setup_.wire)) {
+          return DataLoss("pulled chunk of the wrong size");
+        }
+        // PullInto(): a copy, or the decoding from the wire dtype, which the worker always does.
+        if (setup_.worker_copies || setup_.wire != WireDType::kFP32) {
+          DecodeWire(setup_.wire, cb.data, static_cast<size_t>(c.numel), model_.data() + c.offset);
+        }
         ++n;
       }
       if (n != pulled_per_shard_[s]) return DataLoss("a pull reply lacks chunks");
@@ -445,7 +465,7 @@ class Client {
   Status RawStep(StepTimes* times) {
     auto t0 = Clock::now();
     for (uint32_t s = 0; s < raw_.size(); ++s) {
-      const std::vector<ChunkBytes> chunks = ChunksOf(s, gradient_, /*with_loss=*/false);
+      const std::vector<ChunkBytes> chunks = ChunksOf(s, gradient_, sizeof(float), /*with_loss=*/false);
       for (size_t i = 0; i < chunks.size(); ++i) {
         zmq::message_t m(const_cast<void*>(chunks[i].data), chunks[i].size, &NoFree, nullptr);
         raw_[s].send(m, i + 1 < chunks.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
@@ -475,15 +495,18 @@ class Client {
   }
 
  private:
-  std::vector<ChunkBytes> ChunksOf(uint32_t shard, const std::shared_ptr<std::vector<float>>& flat,
+  // The chunks of `shard` in `flat`, the parameters then the loss in elements of `elem` bytes.
+  template <class T>
+  std::vector<ChunkBytes> ChunksOf(uint32_t shard, const std::shared_ptr<std::vector<T>>& flat, size_t elem,
                                    bool with_loss) const {
     std::vector<ChunkBytes> out;
+    const auto* base = reinterpret_cast<const uint8_t*>(flat->data());
     for (const Chunk& c : layout_.chunks) {
       if (c.shard.value() != shard) continue;
       const bool loss = layout_.tensors[c.tensor].kind == TensorKind::kLoss;
       if (loss && !with_loss) continue;
-      const float* p = flat->data() + (loss ? setup_.elems : c.offset);
-      out.push_back(ChunkBytes{c.id, p, layout_.ChunkBytes(c), flat});
+      const size_t at = static_cast<size_t>(loss ? setup_.elems : c.offset) * elem;
+      out.push_back(ChunkBytes{c.id, base + at, static_cast<size_t>(c.numel) * elem, flat});
     }
     return out;
   }
@@ -642,6 +665,12 @@ Status Initialize(uint32_t c, Client& client, Barrier& barrier) {
 
 int RunTransfer() {
   Setup setup;
+  auto wire = ParseWireDType(FLAGS_wire_dtype);
+  if (!wire.ok()) {
+    std::fprintf(stderr, "ps_transfer: --wire_dtype: %s\n", wire.status().ToString().c_str());
+    return 2;
+  }
+  setup.wire = *wire;
   setup.shards = FLAGS_shards;
   setup.clients = FLAGS_clients;
   setup.vws_per_client = 1;
@@ -681,23 +710,29 @@ int RunTransfer() {
   }
   const double mb = static_cast<double>(FLAGS_elems) * 4 / 1e6;
   const double raw_ms = Median(raw.total), ps_ms = Median(ps.total);
-  std::printf("transfer: %u shard(s), %u client(s), %.1f MB pushed and pulled per client and step, "
+  std::printf("transfer: %u shard(s), %u client(s), %.1f MB of fp32 pushed and pulled per client and step as %s, "
               "%lld-element chunks\n",
-              setup.shards, setup.clients, mb, static_cast<long long>(setup.chunk_elems));
+              setup.shards, setup.clients, mb, WireDTypeName(setup.wire), static_cast<long long>(setup.chunk_elems));
   std::printf("  %-22s %10s %10s %10s %10s\n", "path", "push ms", "pull ms", "total ms", "vs raw");
   std::printf("  %-22s %10s %10s %10.1f %10.2f\n", "raw ZeroMQ round trip", "-", "-", raw_ms, 1.0);
   std::printf("  %-22s %10.1f %10.1f %10.1f %10.2f\n", "ElasticPS push+pull", Median(ps.push), Median(ps.pull), ps_ms,
               ps_ms > 0 ? raw_ms / ps_ms : 0);
-  std::printf("result mode=transfer shards=%u clients=%u elems=%lld raw_ms=%.2f ps_ms=%.2f push_ms=%.2f pull_ms=%.2f "
-              "samples=%zu\n",
-              setup.shards, setup.clients, static_cast<long long>(FLAGS_elems), raw_ms, ps_ms, Median(ps.push),
-              Median(ps.pull), ps.total.size());
+  std::printf("result mode=transfer shards=%u clients=%u elems=%lld wire=%s raw_ms=%.2f ps_ms=%.2f push_ms=%.2f "
+              "pull_ms=%.2f samples=%zu\n",
+              setup.shards, setup.clients, static_cast<long long>(FLAGS_elems), WireDTypeName(setup.wire), raw_ms,
+              ps_ms, Median(ps.push), Median(ps.pull), ps.total.size());
   ReportMemoryCost(static_cast<size_t>(FLAGS_elems) * sizeof(float));
   return 0;
 }
 
 int RunShare() {
   Setup setup;
+  auto wire = ParseWireDType(FLAGS_wire_dtype);
+  if (!wire.ok()) {
+    std::fprintf(stderr, "ps_transfer: --wire_dtype: %s\n", wire.status().ToString().c_str());
+    return 2;
+  }
+  setup.wire = *wire;
   setup.shards = FLAGS_shards;
   setup.clients = 1;
   setup.vws_per_client = FLAGS_vws_per_client;
@@ -730,9 +765,10 @@ int RunShare() {
               " PS share %.1f %%\n",
               step, Median(times.pull), compute, Median(times.worker), Median(times.tree), Median(times.push),
               step > 0 ? 100 * (step - compute) / step : 0);
-  std::printf("result mode=share shards=%u vws=%u elems=%lld step_ms=%.2f compute_ms=%.2f pull_ms=%.2f worker_ms=%.2f "
+  std::printf("result mode=share shards=%u vws=%u elems=%lld wire=%s step_ms=%.2f compute_ms=%.2f pull_ms=%.2f worker_ms=%.2f "
               "tree_ms=%.2f push_ms=%.2f samples=%zu\n",
-              setup.shards, setup.V(), static_cast<long long>(FLAGS_elems), step, compute, Median(times.pull),
+              setup.shards, setup.V(), static_cast<long long>(FLAGS_elems), WireDTypeName(setup.wire), step,
+              compute, Median(times.pull),
               Median(times.worker), Median(times.tree), Median(times.push), times.total.size());
   ReportMemoryCost(static_cast<size_t>(FLAGS_elems) * sizeof(float));
   return 0;

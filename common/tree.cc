@@ -38,8 +38,8 @@ void AddRightInto(float* acc, const float* right, size_t n) {
   for (size_t i = 0; i < n; ++i) acc[i] = acc[i] + right[i];
 }
 
-TreeReducer::TreeReducer(Block root, uint32_t num_leaves, size_t num_elements)
-    : root_(root), num_leaves_(num_leaves), n_(num_elements) {}
+TreeReducer::TreeReducer(Block root, uint32_t num_leaves, size_t num_elements, WireDType rounding)
+    : root_(root), num_leaves_(num_leaves), n_(num_elements), rounding_(rounding) {}
 
 uint32_t TreeReducer::PresentLeaves(const Block& b) const {
   if (b.lo >= num_leaves_) return 0;
@@ -54,19 +54,49 @@ bool TreeReducer::Overlaps(const Block& b) const {
   return it->first + it->second.first > b.lo;
 }
 
+Status TreeReducer::Check(const Block& b, size_t n) const {
+  if (!IsTreeNode(b, num_leaves_) || b.lo < root_.lo || b.hi() > root_.hi()) {
+    return InvalidArgument("block " + b.ToString() + " is not a tree node under " + root_.ToString());
+  }
+  if (n != n_) {
+    return InvalidArgument("block " + b.ToString() + " has " + std::to_string(n) + " elements, expected " +
+                           std::to_string(n_));
+  }
+  if (Overlaps(b)) return AlreadyExists("block " + b.ToString() + " overlaps leaves already counted");
+  return OkStatus();
+}
+
 Status TreeReducer::Add(const Block& b, const float* data, size_t n) {
   return Add(b, std::vector<float>(data, data + n));
 }
 
 Status TreeReducer::Add(const Block& b, std::vector<float> value) {
-  if (!IsTreeNode(b, num_leaves_) || b.lo < root_.lo || b.hi() > root_.hi()) {
-    return InvalidArgument("block " + b.ToString() + " is not a tree node under " + root_.ToString());
+  EPS_RETURN_IF_ERROR(Check(b, value.size()));
+  RoundToWire(rounding_, value.data(), n_);  // a leaf's first rounding; a no-op on a node already rounded
+  Insert(b, std::move(value));
+  return OkStatus();
+}
+
+Status TreeReducer::AddWire(const Block& b, const void* data, size_t n) {
+  EPS_RETURN_IF_ERROR(Check(b, n));
+  std::vector<float> value(n);
+  DecodeWire(rounding_, data, n, value.data());
+  Insert(b, std::move(value));
+  return OkStatus();
+}
+
+// acc = round(acc + right), in cache-sized slices so the rounding reads what the addition just wrote.
+static void CombineInto(float* acc, const float* right, size_t n, WireDType rounding) {
+  constexpr size_t kSlice = 4096;
+  if (rounding == WireDType::kFP32) return AddRightInto(acc, right, n);
+  for (size_t at = 0; at < n; at += kSlice) {
+    const size_t len = std::min(kSlice, n - at);
+    AddRightInto(acc + at, right + at, len);
+    RoundToWire(rounding, acc + at, len);
   }
-  if (value.size() != n_) {
-    return InvalidArgument("block " + b.ToString() + " has " + std::to_string(value.size()) +
-                           " elements, expected " + std::to_string(n_));
-  }
-  if (Overlaps(b)) return AlreadyExists("block " + b.ToString() + " overlaps leaves already counted");
+}
+
+void TreeReducer::Insert(const Block& b, std::vector<float> value) {
   counted_ += PresentLeaves(b);
   Block node = b;
   // Climb while the sibling is known: absent (all its leaves >= V) or present.
@@ -83,15 +113,14 @@ Status TreeReducer::Add(const Block& b, std::vector<float> value) {
     std::vector<float> other = std::move(it->second.second);
     nodes_.erase(it);
     if (is_left) {
-      AddRightInto(value.data(), other.data(), n_);
+      CombineInto(value.data(), other.data(), n_, rounding_);
     } else {
-      AddRightInto(other.data(), value.data(), n_);
+      CombineInto(other.data(), value.data(), n_, rounding_);
       value = std::move(other);
     }
     node = parent;
   }
   nodes_[node.lo] = {node.size, std::move(value)};
-  return OkStatus();
 }
 
 bool TreeReducer::complete() const { return counted_ == PresentLeaves(root_); }

@@ -10,7 +10,8 @@
 // Workers pre-sum the aligned blocks inside their VW range with a TreeReducer
 // rooted at each block; shards reduce the pushed blocks with a TreeReducer rooted
 // at the whole tree. Both go through the same code, so the result has the same
-// bits however the range was cut.
+// bits however the range was cut. With a compressed wire dtype (wire.h) every
+// node, leaves included, is rounded to it once formed, again on both sides.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/wire.h"
 
 namespace eps {
 
@@ -48,16 +50,20 @@ void AddRightInto(float* acc, const float* right, size_t n);
 // `root`, from contributions for any of its nodes. Each leaf counts at most once:
 // a contribution that overlaps leaves already counted is refused whole.
 // Memory: at most one buffer per tree level in flight when leaves arrive in order.
+// `rounding`: the wire dtype every node's value is rounded to (fp32: none).
 // Not thread-safe.
 class TreeReducer {
  public:
-  TreeReducer(Block root, uint32_t num_leaves, size_t num_elements);
+  TreeReducer(Block root, uint32_t num_leaves, size_t num_elements, WireDType rounding = WireDType::kFP32);
 
   // Adds the value of node `b`. InvalidArgument: not a node under root, or wrong
   // size. AlreadyExists: overlaps leaves already counted (nothing is changed).
   Status Add(const Block& b, std::vector<float> value);
   // As Add, copying from `data`.
   Status Add(const Block& b, const float* data, size_t n);
+  // As Add, decoding `n` values of the reducer's wire dtype from `data` (a
+  // pushed partial): they are exact, so no rounding pass.
+  Status AddWire(const Block& b, const void* data, size_t n);
 
   bool complete() const;
   // Present leaves under root not yet counted, as aligned blocks.
@@ -71,12 +77,16 @@ class TreeReducer {
   size_t num_elements() const { return n_; }
 
  private:
+  Status Check(const Block& b, size_t n) const;
+  // Adds a value already representable in the wire dtype; Check() passed.
+  void Insert(const Block& b, std::vector<float> value);
   bool Overlaps(const Block& b) const;
   uint32_t PresentLeaves(const Block& b) const;
 
   const Block root_;
   const uint32_t num_leaves_;
   const size_t n_;
+  const WireDType rounding_;
   uint32_t counted_ = 0;
   std::map<uint32_t, std::pair<uint32_t, std::vector<float>>> nodes_;  // lo -> (size, value)
 };

@@ -10,6 +10,7 @@
 
 #include "common/files.h"
 #include "common/layout.h"
+#include "common/wire.h"
 #include "elastic/job_state.h"
 #include "elastic/model_export.h"
 #include "storage/state_store.h"
@@ -261,6 +262,8 @@ class CoordinatorImpl final : public Coordinator {
     j["batch_per_vw"] = spec.batch_per_vw;
     j["model"] = spec.model;
     j["parameters"] = layout.NumParameters();
+    j["grad_wire_dtype"] = WireDTypeName(spec.grad_wire_dtype);
+    j["weight_wire_dtype"] = WireDTypeName(spec.weight_wire_dtype);
     j["final_loss"] = summary.final_loss;
     if (summary.evaluated) {
       j["test_accuracy"] = summary.test_accuracy;

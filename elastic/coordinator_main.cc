@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <tuple>
 
 #include "common/files.h"
 #include "common/memory.h"
+#include "common/wire.h"
 #include "elastic/coordinator.h"
 
 // The job.
@@ -27,6 +29,13 @@ DEFINE_uint32(eval_batch, 1000, "Batch size of evaluation");
 DEFINE_bool(allow_mixed_devices, false,
             "Accept workers whose device kind (cpu, or cuda:<GPU name>) differs from the first worker's. Their "
             "gradients differ in their bits, so the job's result then depends on placement");
+DEFINE_string(wire_dtype, "fp32",
+              "fp32, bf16 or fp16: the format gradients are pushed and weights pulled in. bf16 and fp16 halve "
+              "the bytes and change the numerics against fp32 (every node of the reduction tree is rounded, "
+              "workers compute with rounded weights; the shards keep fp32 masters); results stay independent "
+              "of placement");
+DEFINE_string(grad_wire_dtype, "", "Gradients only: overrides --wire_dtype for pushes");
+DEFINE_string(weight_wire_dtype, "", "Weights only: overrides --wire_dtype for pulls");
 // The optimizer.
 DEFINE_string(optimizer, "sgd", "sgd, adam or adamw (sgd covers momentum and Nesterov)");
 DEFINE_double(lr, 0.01, "Learning rate");
@@ -136,6 +145,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.probe_idle_after = FLAGS_probe_idle_steps;
+  for (auto [flag, name, field] : {std::tuple{"--grad_wire_dtype", &FLAGS_grad_wire_dtype, &s.grad_wire_dtype},
+                                   std::tuple{"--weight_wire_dtype", &FLAGS_weight_wire_dtype, &s.weight_wire_dtype}}) {
+    auto dtype = eps::ParseWireDType(name->empty() ? FLAGS_wire_dtype : *name);
+    if (!dtype.ok()) {
+      LOG(ERROR) << "invalid job: " << (name->empty() ? "--wire_dtype" : flag) << ": " << dtype.status().ToString();
+      return 2;
+    }
+    *field = *dtype;
+  }
   auto token = eps::ReadTokenFile(FLAGS_token_file);
   if (!token.ok()) {
     LOG(ERROR) << token.status().ToString();

@@ -48,6 +48,8 @@ void SetSpec(wire::JobSpec::Builder out, const JobSpec& s) {
   out.setNumShards(s.num_shards);
   out.setEvalBatch(s.eval_batch);
   out.setAllowMixedDevices(s.allow_mixed_devices);
+  out.setGradWireDtype(static_cast<uint8_t>(s.grad_wire_dtype));
+  out.setWeightWireDtype(static_cast<uint8_t>(s.weight_wire_dtype));
   auto o = out.initOptimizer();
   const OptimizerSpec& p = s.optimizer;
   o.setKind(p.kind);
@@ -127,6 +129,8 @@ class Reader {
     s->num_shards = in.getNumShards();
     s->eval_batch = in.getEvalBatch();
     s->allow_mixed_devices = in.getAllowMixedDevices();
+    EPS_ASSIGN_OR_RETURN(s->grad_wire_dtype, WireDTypeFromCode(in.getGradWireDtype()));
+    EPS_ASSIGN_OR_RETURN(s->weight_wire_dtype, WireDTypeFromCode(in.getWeightWireDtype()));
     auto o = in.getOptimizer();
     OptimizerSpec& p = s->optimizer;
     EPS_RETURN_IF_ERROR(Text(o.getKind(), &p.kind));
@@ -302,6 +306,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       m.version = Step(in.getVersion());
       EPS_RETURN_IF_ERROR(r.ListSize(in.getChunks(), "pull chunks"));
       for (uint32_t c : in.getChunks()) m.chunks.push_back(ChunkId(c));
+      EPS_ASSIGN_OR_RETURN(m.dtype, WireDTypeFromCode(in.getDtype()));
       *body = std::move(m);
       return OkStatus();
     }
@@ -512,6 +517,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
           [&](const Pull& m) {
             auto o = b.initPull();
             o.setVersion(m.version.value());
+            o.setDtype(static_cast<uint8_t>(m.dtype));
             auto c = o.initChunks(m.chunks.size());
             for (size_t i = 0; i < m.chunks.size(); ++i) c.set(i, m.chunks[i].value());
           },

@@ -87,6 +87,9 @@ struct JobSpec {
   allowMixedDevices @14 :Bool = false;  # accept workers of another device kind than the first
                                         # worker's (CPU and GPU, two GPU models): the bits then
                                         # depend on placement
+  gradWireDtype @15 :UInt8 = 0;         # eps::WireDType of pushed gradients (and the loss):
+                                        # 0 fp32, 1 bf16, 2 fp16; every tree node is rounded to it
+  weightWireDtype @16 :UInt8 = 0;       # eps::WireDType in which workers pull parameters
 }
 
 struct RegisterWorker {
@@ -183,6 +186,8 @@ struct PushReply {
 struct Pull {
   version @0 :Int64;
   chunks @1 :List(UInt32);        # empty: every chunk the shard owns
+  dtype @2 :UInt8 = 0;            # eps::WireDType of the parameter chunks in the reply: fp32, or the
+                                  # job's weightWireDtype (buffers always travel as fp32)
 }
 
 struct PullReply {

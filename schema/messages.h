@@ -13,6 +13,7 @@
 #include "common/layout.h"
 #include "common/status.h"
 #include "common/tree.h"
+#include "common/wire.h"
 
 namespace eps {
 
@@ -69,6 +70,9 @@ struct JobSpec {
   // Accept workers whose device kind differs from the first worker's; their
   // gradients, and so the job's bits, then depend on placement.
   bool allow_mixed_devices = false;
+  // How gradients (and the loss) are pushed and parameters pulled (common/wire.h).
+  WireDType grad_wire_dtype = WireDType::kFP32;
+  WireDType weight_wire_dtype = WireDType::kFP32;
 
   friend bool operator==(const JobSpec& a, const JobSpec& b) {
     return a.job_id == b.job_id && a.model == b.model && a.data_dir == b.data_dir &&
@@ -76,7 +80,8 @@ struct JobSpec {
            a.steps == b.steps && a.threads == b.threads && a.optimizer == b.optimizer &&
            a.train_limit == b.train_limit && a.test_limit == b.test_limit && a.chunk_elems == b.chunk_elems &&
            a.num_shards == b.num_shards && a.eval_batch == b.eval_batch &&
-           a.allow_mixed_devices == b.allow_mixed_devices;
+           a.allow_mixed_devices == b.allow_mixed_devices && a.grad_wire_dtype == b.grad_wire_dtype &&
+           a.weight_wire_dtype == b.weight_wire_dtype;
   }
 };
 
@@ -157,6 +162,7 @@ struct PushReply {
 struct Pull {
   Step version{0};
   std::vector<ChunkId> chunks;  // empty: all chunks of the shard
+  WireDType dtype = WireDType::kFP32;  // of the parameter chunks in the reply: fp32 or the job's weight dtype
 };
 
 struct PullReply {

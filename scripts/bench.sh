@@ -19,6 +19,9 @@
 #        plays coordinator and workers), 1 shard / 1 client and 2 / 2, against raw ZeroMQ moving
 #        the same 4 MiB frames out and back; with glibc's default allocator and with one that
 #        reuses freed pages (MALLOC_* env); ps-lite's figures beside.
+#   wire  the same push + pull (1 shard, 1 client) with --wire_dtype fp32, bf16 and fp16, against raw
+#        ZeroMQ moving the fp32 bytes: on loopback, and on a 10 Gbit/s link (tc tbf on the loopback of
+#        a private network namespace; needs root and iproute2, else those rows are skipped).
 #   ps_share  the parameter server's share of step time, 1 M and 10 M parameters: one worker of
 #        V = 8 VWs with a 10 ms busy loop per VW as compute (ps_transfer --mode=share).
 #   ddp  samples/s of the CNN job at 1 shard, 2 workers x 4 VWs, against PyTorch DDP (gloo, 2
@@ -39,7 +42,7 @@
 #
 # Every row is also appended to build/bench/results.csv; run logs go to build/bench/runs/;
 # scripts/plot_bench.py draws build/bench/bench.png from the csv after the run.
-# Rows timed in ms (elastic, transfer, ps_share, scaling) and durable's byte rows leave samples_per_s
+# Rows timed in ms (elastic, transfer, wire, ps_share, scaling) and durable's byte rows leave samples_per_s
 # empty and put the time in seconds; ratio_vs_baseline is what the section's table calls its ratio
 # (hetero: vs equal; durable: vs raw RocksDB, or vs no checkpoints for its mlp rows).
 # Timings are wall-clock on a shared host: the csv records the load average seen
@@ -49,7 +52,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 usage() { sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # A new section: a function section_NAME below, NAME here, and a line in the case at the end.
-all_sections=(vw elastic transfer ps_share ddp scaling hetero durable)
+all_sections=(vw elastic transfer wire ps_share ddp scaling hetero durable)
 only="" steps=300 setup=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -456,7 +459,8 @@ ps_transfer() {
   local logs=$out/runs/$name
   rm -rf "$logs"; mkdir -p "$logs"
   # shellcheck disable=SC2046
-  if env $(alloc_env "$alloc") "$bin/ps_transfer" --log_dir="$logs" "$@" > "$logs.log" 2>&1; then
+  # shellcheck disable=SC2086
+  if ${run_prefix:-} env $(alloc_env "$alloc") "$bin/ps_transfer" --log_dir="$logs" "$@" > "$logs.log" 2>&1; then
     grep '^result ' "$logs.log" || true
   else
     echo "bench.sh: ps_transfer $name failed (log: $logs.log):" >&2; tail -n 5 "$logs.log" >&2
@@ -505,6 +509,56 @@ section_transfer() {
       print "and every per-step std::vector of that size can land on fresh pages; \"malloc reuse\" keeps freed pages"
       print "in the process." }'
   fi
+}
+
+section_wire() {
+  need_bin ps_transfer
+  echo "== wire: 10 M floats pushed and pulled back per step, 1 shard / 1 client, as fp32, bf16 and fp16"
+  echo "   (--wire_dtype: the worker rounds and encodes, the shard decodes, reduces, optimizes in fp32 and encodes"
+  echo "   each version once), against raw ZeroMQ moving the fp32 bytes (40 MB each way) in the same run; on"
+  echo "   loopback and on a 10 Gbit/s link (tc tbf on the loopback of a private network namespace)."
+  echo "   Medians of 15 steps (host load $(load1), $(nproc) cores)"
+  printf '%-10s | %-5s | %8s | %8s | %8s | %8s | %8s | %s\n' link wire "push ms" "pull ms" "PS ms" "raw ms" "raw / PS" \
+    "fp32 PS / PS"
+  local alloc=default ns="" link dtype run_prefix l res ps raw fp32_ps
+  if [ "$(id -u)" = 0 ] && command -v tc > /dev/null && ip netns add "eps-wire-$$" 2> /dev/null; then
+    ns=eps-wire-$$
+    if ! { ip netns exec "$ns" ip link set lo up &&
+           ip netns exec "$ns" tc qdisc add dev lo root tbf rate 10gbit burst 4mb latency 100ms; }; then
+      ip netns del "$ns"; ns=""
+    fi
+  fi
+  for link in loopback 10gbit; do
+    run_prefix=""
+    if [ "$link" = 10gbit ]; then
+      if [ -z "$ns" ]; then
+        echo "10gbit rows skipped: they need root, iproute2 and network namespaces"
+        continue
+      fi
+      run_prefix="ip netns exec $ns"
+    fi
+    fp32_ps=""
+    for dtype in fp32 bf16 fp16; do
+      l=$(load1)
+      res=$(ps_transfer "wire_${link}_$dtype" --mode=transfer --wire_dtype="$dtype" --rounds=3 --iters=5 |
+        grep mode=transfer || true)
+      ps=$(field ps_ms "$res")
+      raw=$(field raw_ms "$res")
+      if [ -z "$ps" ]; then
+        printf '%-10s | %-5s | %8s |\n' "$link" "$dtype" failed
+        csv_ms wire "$link / $dtype: ElasticPS" "" "" 0 "$l"
+        continue
+      fi
+      [ "$dtype" != fp32 ] || fp32_ps=$ps
+      printf '%-10s | %-5s | %8.1f | %8.1f | %8.1f | %8.1f | %8s | %s\n' "$link" "$dtype" "$(field push_ms "$res")" \
+        "$(field pull_ms "$res")" "$ps" "$raw" "$(ratio "$raw" "$ps")" "$(ratio "$fp32_ps" "$ps")"
+      csv_ms wire "$link / $dtype: raw ZeroMQ fp32" "$raw" 1.00 15 "$l"
+      csv_ms wire "$link / $dtype: ElasticPS" "$ps" "$(ratio "$raw" "$ps")" 15 "$l"
+    done
+  done
+  [ -z "$ns" ] || ip netns del "$ns"
+  echo "On loopback this host moves bytes at memory speed, so the conversions cost about what they save; on a"
+  echo "link slower than memory the halved bytes show."
 }
 
 section_ps_share() {
@@ -938,6 +992,7 @@ for s in "${all_sections[@]}"; do
     vw) section_vw ;;
     elastic) section_elastic ;;
     transfer) section_transfer ;;
+    wire) section_wire ;;
     ps_share) section_ps_share ;;
     ddp) section_ddp ;;
     scaling) section_scaling ;;

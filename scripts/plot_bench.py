@@ -19,6 +19,7 @@ SECTIONS = {  # name: (what the ratio is, goal line or None)
     "vw": ("samples/s vs plain libtorch loop (1 thread)", None),
     "elastic": ("time in median step times", None),
     "transfer": ("raw ZeroMQ ms / ElasticPS ms (higher is better)", 0.7),
+    "wire": ("raw ZeroMQ fp32 ms / ElasticPS ms at each wire dtype (higher is better)", None),
     "ps_share": ("compute / step time (1 = free parameter server)", None),
     "ddp": ("samples/s vs PyTorch DDP (accumulate)", 1.2),
     "scaling": ("ms/step vs plain libtorch loop (lower is better)", None),

@@ -106,6 +106,24 @@ Status ShardState::Configure(const ShardConfig& config) {
   return OkStatus();
 }
 
+size_t ShardState::PushBytesOf(ChunkId id, Step step) const {
+  if (step.value() < 0 || KindOf(id) == TensorKind::kBuffer) return BytesOf(id);
+  return static_cast<size_t>(layout_->chunks[id.value()].numel) * WireDTypeSize(spec_->grad_wire_dtype);
+}
+
+void ShardState::Publish(ChunkId id, Value value) {
+  ChunkSlot& s = slots_[id.value()];
+  s.previous = std::move(s.current);
+  s.current = std::move(value);
+  s.previous_wire = std::move(s.current_wire);
+  const WireDType wire = spec_->weight_wire_dtype;
+  if (wire != WireDType::kFP32 && KindOf(id) == TensorKind::kParameter) {
+    auto encoded = std::make_shared<std::vector<uint16_t>>(s.current->size());
+    EncodeWire(wire, s.current->data(), s.current->size(), encoded->data());
+    s.current_wire = std::move(encoded);
+  }
+}
+
 void ShardState::ResetBarrier() {
   const uint32_t v = spec_->virtual_workers;
   for (ChunkId id : mine_) {
@@ -113,7 +131,8 @@ void ShardState::ResetBarrier() {
     s.vw0_buffer.reset();
     s.reducer.reset();
     if (KindOf(id) != TensorKind::kBuffer) {
-      s.reducer = std::make_unique<TreeReducer>(Block{0, TreeWidth(v)}, v, layout_->chunks[id.value()].numel);
+      s.reducer = std::make_unique<TreeReducer>(Block{0, TreeWidth(v)}, v, layout_->chunks[id.value()].numel,
+                                                spec_->grad_wire_dtype);
     }
   }
 }
@@ -131,9 +150,9 @@ Status ShardState::ValidatePush(const Push& push) const {
     if (!seen.insert(c.chunk.value()).second) {
       return InvalidArgument("chunk " + std::to_string(c.chunk.value()) + " appears twice in one push");
     }
-    if (c.size != BytesOf(c.chunk)) {
+    if (c.size != PushBytesOf(c.chunk, push.step)) {
       return InvalidArgument("chunk " + std::to_string(c.chunk.value()) + " has " + std::to_string(c.size) +
-                             " bytes, expected " + std::to_string(BytesOf(c.chunk)));
+                             " bytes, expected " + std::to_string(PushBytesOf(c.chunk, push.step)));
     }
     if (push.step.value() >= 0 && KindOf(c.chunk) == TensorKind::kBuffer && push.block.lo != 0) {
       return InvalidArgument("buffers come only with the block holding VW 0");
@@ -173,7 +192,7 @@ StatusOr<ShardState::PushOutcome> ShardState::HandlePush(const Push& push) {
       }
       continue;
     }
-    Status st = s.reducer->Add(push.block, static_cast<const float*>(c.data), c.size / sizeof(float));
+    Status st = s.reducer->AddWire(push.block, c.data, s.reducer->num_elements());
     if (st.code() == StatusCode::kAlreadyExists) {
       ++out.reply.duplicates;
     } else if (!st.ok()) {
@@ -204,6 +223,9 @@ StatusOr<ShardState::PushOutcome> ShardState::HandleInit(const Push& push) {
   for (ChunkId id : mine_) {
     if (KindOf(id) != TensorKind::kLoss && !slots_[id.value()].current) return out;
   }
+  for (ChunkId id : mine_) {
+    if (KindOf(id) != TensorKind::kLoss) Publish(id, std::move(slots_[id.value()].current));  // no previous yet
+  }
   version_ = Step(0);
   out.completed = StepDone{shard_, Step(-1), false, 0.0f, Step(-1), ""};
   return out;
@@ -228,13 +250,11 @@ StepDone ShardState::ApplyStep() {
         for (float& g : grad) g = g / v;
         auto next = std::make_shared<std::vector<float>>(*s.current);
         ApplyOptimizer(optimizer_, version_.value(), next->data(), grad.data(), grad.size(), &s.optimizer);
-        s.previous = std::move(s.current);
-        s.current = std::move(next);
+        Publish(id, std::move(next));
         break;
       }
       case TensorKind::kBuffer:
-        s.previous = std::move(s.current);
-        s.current = std::move(s.vw0_buffer);
+        Publish(id, std::move(s.vw0_buffer));
         break;
       case TensorKind::kLoss: {
         std::vector<float> sum = s.reducer->TakeResult();
@@ -258,6 +278,10 @@ StatusOr<PullReply> ShardState::HandlePull(const Pull& pull) const {
     return FailedPrecondition("version " + std::to_string(pull.version.value()) + " is gone; the shard serves " +
                               std::to_string(version_.value()));
   }
+  if (pull.dtype != WireDType::kFP32 && pull.dtype != spec_->weight_wire_dtype) {
+    return InvalidArgument(std::string("pulls in ") + WireDTypeName(pull.dtype) + ": the job's weights travel in " +
+                           WireDTypeName(spec_->weight_wire_dtype) + " or fp32");
+  }
   PullReply reply;
   reply.version = pull.version;
   const std::vector<ChunkId>& wanted = pull.chunks.empty() ? mine_ : pull.chunks;
@@ -267,6 +291,12 @@ StatusOr<PullReply> ShardState::HandlePull(const Pull& pull) const {
     }
     if (KindOf(id) == TensorKind::kLoss) continue;  // the loss has no value to pull
     const ChunkSlot& s = slots_[id.value()];
+    if (pull.dtype != WireDType::kFP32 && KindOf(id) == TensorKind::kParameter) {
+      const WireValue& w = previous ? s.previous_wire : s.current_wire;
+      if (!w) return FailedPrecondition("version " + std::to_string(pull.version.value()) + " is gone");
+      reply.chunks.push_back({id, w->data(), w->size() * sizeof(uint16_t), w});
+      continue;
+    }
     const Value& v = previous ? s.previous : s.current;
     if (!v) return FailedPrecondition("version " + std::to_string(pull.version.value()) + " is gone");
     reply.chunks.push_back({id, v->data(), BytesOf(id), v});
@@ -341,7 +371,7 @@ StatusOr<std::unique_ptr<ShardState>> ShardState::Load(Checkpoint&& checkpoint) 
     if (kind == TensorKind::kLoss) continue;
     ChunkSlot& s = next->slots_[id.value()];
     EPS_ASSIGN_OR_RETURN(Blob* value, take(ValueBlob(id), next->BytesOf(id)));
-    s.current = CopyBytes(value->bytes.data(), value->bytes.size());
+    next->Publish(id, CopyBytes(value->bytes.data(), value->bytes.size()));
     // Released at once: the next copy can land on these pages, already faulted in.
     std::string().swap(value->bytes);
     if (kind != TensorKind::kParameter) continue;

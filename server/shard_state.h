@@ -9,6 +9,12 @@
 // sum/V and serves version t+1, keeping version t readable until the next step
 // completes (a VW recomputed after a crash must read exactly w(t)).
 //
+// With a compressed gradient wire dtype (common/wire.h) pushed gradient and loss
+// chunks arrive in it and the tree rounds every node to it; with a compressed
+// weight wire dtype each published parameter version is also encoded once in
+// it, for the pulls that ask for it (fp32 pulls, the coordinator's and the
+// exporter's, still get the fp32 master values).
+//
 // Published versions are immutable (shared, copy-on-write), so pull replies can
 // hand their bytes to ZeroMQ without copying, and a snapshot for a checkpoint
 // shares them instead of copying them (DESIGN.md "Durable state"). It does no
@@ -100,8 +106,10 @@ class ShardState {
 
  private:
   using Value = std::shared_ptr<const std::vector<float>>;  // raw storage, 4-byte units
+  using WireValue = std::shared_ptr<const std::vector<uint16_t>>;  // a parameter value in the weight wire dtype
   struct ChunkSlot {
     Value current, previous;
+    WireValue current_wire, previous_wire;  // parameter chunks, with a compressed weight wire dtype
     OptimizerState optimizer;
     std::unique_ptr<TreeReducer> reducer;  // parameter and loss chunks
     Value vw0_buffer;                      // buffer chunks: VW 0's value of this step
@@ -112,6 +120,10 @@ class ShardState {
   StatusOr<std::unique_ptr<ShardState>> Load(Checkpoint&& checkpoint) const;
   void TakeFrom(ShardState&& other);
   Status ValidatePush(const Push& push) const;
+  // Bytes chunk `id` has in a push for `step` (-1: the initial values, always fp32).
+  size_t PushBytesOf(ChunkId id, Step step) const;
+  // Makes `value` chunk `id`'s current version, the current one its previous.
+  void Publish(ChunkId id, Value value);
   StatusOr<PushOutcome> HandleInit(const Push& push);
   void ResetBarrier();
   bool BarrierComplete() const;

@@ -55,6 +55,8 @@ JobSpec FullSpec() {
   s.num_shards = 5;
   s.eval_batch = 250;
   s.allow_mixed_devices = true;
+  s.grad_wire_dtype = WireDType::kBF16;
+  s.weight_wire_dtype = WireDType::kFP16;
   return s;
 }
 
@@ -98,7 +100,7 @@ std::vector<Envelope> EveryMessageKind() {
   push.chunks = {MakeChunk(0, 1000, 1), MakeChunk(7, 4, 2), MakeChunk(3, 0, 3), MakeChunk(12, 1 << 16, 4)};
   out.push_back({"tok-push", push});
   out.push_back({"tok-pr", PushReply{Step(41), 5, 2}});
-  out.push_back({"tok-pull", Pull{Step(8), {ChunkId(1), ChunkId(5), ChunkId(4000000000u)}}});
+  out.push_back({"tok-pull", Pull{Step(8), {ChunkId(1), ChunkId(5), ChunkId(4000000000u)}, WireDType::kBF16}});
   out.push_back({"tok-pullr", PullReply{Step(8), {MakeChunk(1, 300, 5), MakeChunk(5, 70000, 6)}}});
   out.push_back({"tok-eval", EvalResult{WorkerId(4), Step(30), 1000, 2000, 987, 123.5}});
   out.push_back({"", Shutdown{"job finished"}});
@@ -133,6 +135,8 @@ void ExpectSameSpec(const JobSpec& a, const JobSpec& b) {
   EXPECT_EQ(a.num_shards, b.num_shards);
   EXPECT_EQ(a.eval_batch, b.eval_batch);
   EXPECT_EQ(a.allow_mixed_devices, b.allow_mixed_devices);
+  EXPECT_EQ(a.grad_wire_dtype, b.grad_wire_dtype);
+  EXPECT_EQ(a.weight_wire_dtype, b.weight_wire_dtype);
   const OptimizerSpec& p = a.optimizer;
   const OptimizerSpec& q = b.optimizer;
   EXPECT_EQ(p.kind, q.kind);
@@ -219,6 +223,7 @@ void ExpectSameBody(const Body& sent, const Body& got) {
         } else if constexpr (std::is_same_v<T, Pull>) {
           EXPECT_EQ(a.version, b.version);
           EXPECT_EQ(a.chunks, b.chunks);
+          EXPECT_EQ(a.dtype, b.dtype);
         } else if constexpr (std::is_same_v<T, PullReply>) {
           EXPECT_EQ(a.version, b.version);
           ExpectSameChunks(a.chunks, b.chunks);
@@ -421,6 +426,36 @@ TEST(Codec, JobSpecAllowMixedDevicesIsFalseByDefaultAndSurvivesFalse) {
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_FALSE(std::get<ShardConfig>(got->body).spec.allow_mixed_devices);
   EXPECT_FALSE(JobSpec().allow_mixed_devices);
+}
+
+TEST(Codec, WireDTypesDefaultToFP32AndUnknownCodesAreInvalid) {
+  EXPECT_EQ(JobSpec().grad_wire_dtype, WireDType::kFP32);
+  EXPECT_EQ(JobSpec().weight_wire_dtype, WireDType::kFP32);
+  EXPECT_EQ(Pull().dtype, WireDType::kFP32);
+  // Pull: version (Int64) at data byte 0, dtype (UInt8) at byte 8.
+  RawEnvelope pull(EncodeOrDie({"t", Pull{Step(3), {}, WireDType::kFP16}})[0]);
+  ASSERT_EQ(pull.body().getDataSection()[8], 2);
+  pull.body().getDataSection()[8] = 9;
+  ExpectInvalid({pull.Flat()}, "wire dtype");
+  // JobSpec (inside ShardConfig): the byte that differs between two specs that
+  // differ only in the gradient dtype is that field; an unknown code there is refused.
+  JobSpec spec = FullSpec();
+  spec.grad_wire_dtype = WireDType::kFP32;
+  RawEnvelope config(EncodeOrDie({"t", ShardConfig{spec, {}}})[0]);
+  spec.grad_wire_dtype = WireDType::kFP16;
+  RawEnvelope other(EncodeOrDie({"t", ShardConfig{spec, {}}})[0]);
+  auto data = config.body().getPointerSection()[0].getAs<capnp::AnyStruct>().getDataSection();
+  auto other_data = other.body().getPointerSection()[0].getAs<capnp::AnyStruct>().getDataSection();
+  ASSERT_EQ(data.size(), other_data.size());
+  int differing = 0;
+  for (size_t i = 0; i < data.size(); ++i) {
+    if (data[i] != other_data[i]) {
+      data[i] = 7;
+      ++differing;
+    }
+  }
+  ASSERT_EQ(differing, 1);
+  ExpectInvalid({config.Flat()}, "wire dtype");
 }
 
 TEST(Codec, EncodeHandsChunkBytesThroughWithoutCopying) {

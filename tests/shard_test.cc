@@ -88,12 +88,20 @@ uint32_t Width(uint32_t v) {
 
 // Node [lo, lo+size) of the balanced tree over Width(V) leaves: an absent right
 // subtree leaves the left value unchanged; otherwise left + right, in that order.
-Values ReferenceNode(const std::vector<Values>& leaves, uint32_t lo, uint32_t size) {
-  if (size == 1) return leaves[lo];
-  Values left = ReferenceNode(leaves, lo, size / 2);
+// With a compressed gradient wire dtype every node, leaves included, is rounded
+// to it once formed (common/wire.h).
+Values ReferenceNode(const std::vector<Values>& leaves, uint32_t lo, uint32_t size,
+                     WireDType rounding = WireDType::kFP32) {
+  if (size == 1) {
+    Values leaf = leaves[lo];
+    RoundToWire(rounding, leaf.data(), leaf.size());
+    return leaf;
+  }
+  Values left = ReferenceNode(leaves, lo, size / 2, rounding);
   if (lo + size / 2 >= leaves.size()) return left;
-  const Values right = ReferenceNode(leaves, lo + size / 2, size / 2);
+  const Values right = ReferenceNode(leaves, lo + size / 2, size / 2, rounding);
   for (size_t i = 0; i < left.size(); ++i) left[i] = left[i] + right[i];
+  RoundToWire(rounding, left.data(), left.size());
   return left;
 }
 
@@ -276,6 +284,14 @@ class Job {
     for (uint32_t v = 0; v < kVws; ++v) leaves.push_back(grads_[t][v][id.value()]);
     return ReferenceNode(leaves, 0, Width(kVws));
   }
+  // Every VW's gradient (or loss) of chunk `id` at step t.
+  std::vector<Values> Leaves(int64_t t, ChunkId id) const {
+    std::vector<Values> leaves;
+    for (uint32_t v = 0; v < kVws; ++v) leaves.push_back(grads_[t][v][id.value()]);
+    return leaves;
+  }
+  const Values& Init(ChunkId id) const { return init_[id.value()]; }
+  const Values& Buffer(int64_t t, ChunkId id) const { return buffers_[t][id.value()]; }
   Values LeftToRightSum(int64_t t, ChunkId id) const {
     std::vector<Values> leaves;
     for (uint32_t v = 0; v < kVws; ++v) leaves.push_back(grads_[t][v][id.value()]);
@@ -979,6 +995,88 @@ TEST(ShardStateValidation, ABlockThatIsNotATreeNodeIsInvalid) {
 // ---------------------------------------------------------------------------
 // Pull
 
+// ---- wire dtypes ----------------------------------------------------------------
+
+// A job whose gradients travel in bf16 and weights in fp16: each pushed block is
+// the bf16-rounded tree node, the shard keeps rounding as it reduces, optimizes
+// the rounded mean in fp32, and serves fp32 masters or their fp16 encoding.
+TEST(ShardStateWire, CompressedGradientsReduceOnTheRoundedTreeAndWeightsArePulledEncoded) {
+  const WireDType grad = WireDType::kBF16, weight = WireDType::kFP16;
+  ShardConfig config = Config();
+  config.spec.grad_wire_dtype = grad;
+  config.spec.weight_wire_dtype = weight;
+  Job job(60);
+  for (ShardId s : AllShards()) {
+    SCOPED_TRACE("shard " + std::to_string(s.value()));
+    ShardState state(s);
+    ASSERT_TRUE(state.Configure(config).ok());
+    ASSERT_TRUE(state.HandlePush(job.Init(s)).ok());  // initial values travel as fp32
+    ASSERT_EQ(state.version(), Step(0));
+
+    std::deque<std::vector<uint16_t>> wire;  // bytes the pushes point into
+    auto block_push = [&](Block b) {
+      std::vector<ChunkBytes> chunks;
+      for (ChunkId id : job.layout().ChunksOf(s)) {
+        if (job.Kind(id) == TensorKind::kBuffer) {
+          if (b.lo == 0) chunks.push_back(Bytes(id, job.Buffer(0, id)));
+          continue;
+        }
+        const Values node = ReferenceNode(job.Leaves(0, id), b.lo, b.size, grad);
+        wire.emplace_back(node.size());
+        EncodeWire(grad, node.data(), node.size(), wire.back().data());
+        chunks.push_back(ChunkBytes{id, wire.back().data(), wire.back().size() * 2, nullptr});
+      }
+      return MakePush(0, b, std::move(chunks));
+    };
+    // fp32-sized gradient chunks are refused whole.
+    auto wrong = state.HandlePush(job.BlockPush(s, 0, Block{0, 4}, true));
+    EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
+    auto first = state.HandlePush(block_push(Block{0, 2}));
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    ASSERT_TRUE(state.HandlePush(block_push(Block{2, 1})).ok());
+    ASSERT_TRUE(state.HandlePush(block_push(Block{3, 1})).ok());
+    auto last = state.HandlePush(block_push(Block{4, 1}));
+    ASSERT_TRUE(last.ok()) << last.status().ToString();
+    ASSERT_TRUE(last->completed.has_value());
+    if (s == job.LossShard()) {
+      EXPECT_EQ(last->completed->loss, ReferenceNode(job.Leaves(0, job.LossChunk()), 0, Width(kVws), grad)[0] / 5.0f);
+    }
+
+    auto masters = state.HandlePull(MakePull(1));
+    Pull encoded_pull = MakePull(1);
+    encoded_pull.dtype = weight;
+    auto encoded = state.HandlePull(encoded_pull);
+    ASSERT_TRUE(masters.ok() && encoded.ok());
+    ASSERT_EQ(masters->chunks.size(), encoded->chunks.size());
+    bool rounding_shows = false;
+    for (size_t k = 0; k < masters->chunks.size(); ++k) {
+      const ChunkId id = masters->chunks[k].chunk;
+      if (job.Kind(id) == TensorKind::kBuffer) {
+        EXPECT_TRUE(SameBits(masters->chunks[k], job.Buffer(0, id)));
+        EXPECT_TRUE(SameBits(encoded->chunks[k], job.Buffer(0, id))) << "buffers travel as fp32";
+        continue;
+      }
+      const Values sum = ReferenceNode(job.Leaves(0, id), 0, Width(kVws), grad);
+      Values next = job.Init(id);
+      for (size_t i = 0; i < sum.size(); ++i) next[i] = std::fma(sum[i] / 5.0f, -kLr, next[i]);
+      EXPECT_TRUE(SameBits(masters->chunks[k], next)) << "chunk " << id;
+      rounding_shows |= next != job.Expected(1, id);
+      std::vector<uint16_t> want(next.size());
+      EncodeWire(weight, next.data(), next.size(), want.data());
+      ASSERT_EQ(encoded->chunks[k].size, want.size() * 2) << "chunk " << id;
+      EXPECT_EQ(0, std::memcmp(encoded->chunks[k].data, want.data(), encoded->chunks[k].size)) << "chunk " << id;
+    }
+    EXPECT_TRUE(rounding_shows) << "bf16 gradients must change the result against fp32";
+    // The previous version is still served encoded; a dtype the job does not use is refused.
+    Pull previous = MakePull(0);
+    previous.dtype = weight;
+    EXPECT_TRUE(state.HandlePull(previous).ok());
+    Pull other = MakePull(1);
+    other.dtype = WireDType::kBF16;
+    EXPECT_EQ(state.HandlePull(other).status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(ShardStatePull, TheCurrentVersionHoldsEveryOwnedChunk) {
   Job job(50);
   for (ShardId s : AllShards()) {
@@ -1493,6 +1591,31 @@ ShardOptions StoreShardOptions(const FakeCoordinator& coordinator, const std::st
 
 auto DurableAt(int64_t step) {
   return std::function<bool(const StepDone&)>([step](const StepDone& d) { return d.durable_step == Step(step); });
+}
+
+TEST(ShardStateWire, ARestoredStateServesItsWeightsEncodedToo) {
+  ShardConfig config = Config();
+  config.spec.weight_wire_dtype = WireDType::kBF16;
+  Job job(61);
+  const ShardId s(0);
+  ShardState source(s);
+  ASSERT_TRUE(source.Configure(config).ok());
+  ASSERT_TRUE(source.HandlePush(job.Init(s)).ok());
+  ShardState restored(s);
+  ASSERT_TRUE(restored.Restore(SnapshotOf(source)).ok());
+  Pull pull = MakePull(0);
+  pull.dtype = WireDType::kBF16;
+  auto want = source.HandlePull(pull);
+  auto got = restored.HandlePull(pull);
+  ASSERT_TRUE(want.ok() && got.ok()) << got.status().ToString();
+  ASSERT_EQ(want->chunks.size(), got->chunks.size());
+  for (size_t k = 0; k < got->chunks.size(); ++k) {
+    ASSERT_EQ(want->chunks[k].size, got->chunks[k].size);
+    EXPECT_EQ(0, std::memcmp(want->chunks[k].data, got->chunks[k].data, got->chunks[k].size));
+    if (job.Kind(got->chunks[k].chunk) == TensorKind::kParameter) {
+      EXPECT_EQ(got->chunks[k].size, job.BytesOf(got->chunks[k].chunk) / 2);
+    }
+  }
 }
 
 TEST(ShardService, CheckpointsEveryStepRestoresAfterARestartAndRollsBackOnRequest) {

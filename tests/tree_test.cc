@@ -42,18 +42,26 @@ Leaves RandomLeaves(uint32_t v, size_t n, std::mt19937_64& rng) {
 // The reference: the value of node [lo, lo+size) of the balanced tree over
 // TreeWidth(V) leaves; an absent right subtree leaves the left value unchanged;
 // otherwise node = left + right, in that order.
-std::vector<float> ReferenceNode(const Leaves& leaves, uint32_t lo, uint32_t size) {
+// With a compressed wire dtype every node, leaves included, is rounded to it
+// once formed (wire.h).
+std::vector<float> ReferenceNode(const Leaves& leaves, uint32_t lo, uint32_t size,
+                                 WireDType rounding = WireDType::kFP32) {
   const uint32_t v = static_cast<uint32_t>(leaves.size());
-  if (size == 1) return leaves[lo];
-  std::vector<float> left = ReferenceNode(leaves, lo, size / 2);
+  if (size == 1) {
+    std::vector<float> leaf = leaves[lo];
+    RoundToWire(rounding, leaf.data(), leaf.size());
+    return leaf;
+  }
+  std::vector<float> left = ReferenceNode(leaves, lo, size / 2, rounding);
   if (lo + size / 2 >= v) return left;
-  const std::vector<float> right = ReferenceNode(leaves, lo + size / 2, size / 2);
+  const std::vector<float> right = ReferenceNode(leaves, lo + size / 2, size / 2, rounding);
   for (size_t i = 0; i < left.size(); ++i) left[i] = left[i] + right[i];
+  RoundToWire(rounding, left.data(), left.size());
   return left;
 }
 
-std::vector<float> Reference(const Leaves& leaves) {
-  return ReferenceNode(leaves, 0, TreeWidth(static_cast<uint32_t>(leaves.size())));
+std::vector<float> Reference(const Leaves& leaves, WireDType rounding = WireDType::kFP32) {
+  return ReferenceNode(leaves, 0, TreeWidth(static_cast<uint32_t>(leaves.size())), rounding);
 }
 
 std::vector<float> SequentialSum(const Leaves& leaves) {
@@ -102,17 +110,27 @@ TEST(TreeReduce, ReferenceDiffersFromSequentialSumSoOrderIsObservable) {
   }
 }
 
-TEST(TreeReduce, PartialBlocksGiveSameBitsAsLeavesForEverySplitAndOrder) {
+// Every split of [0, V) into worker ranges, each pre-summed per aligned block
+// in any leaf order, then reduced on the shard in any order, gives the
+// reference bits; with a compressed wire dtype too (each pushed partial is then
+// exactly representable in it, so it travels without further loss).
+class TreeReduceSplits : public ::testing::TestWithParam<WireDType> {};
+
+TEST_P(TreeReduceSplits, PartialBlocksGiveSameBitsAsLeavesForEverySplitAndOrder) {
+  const WireDType rounding = GetParam();
   std::mt19937_64 rng(42);
   for (uint32_t v : {1u, 2u, 3u, 5u, 6u, 7u, 8u, 13u, 16u, 33u}) {
     const Leaves leaves = RandomLeaves(v, kElems, rng);
-    const std::vector<float> expected = Reference(leaves);
+    const std::vector<float> expected = Reference(leaves, rounding);
+    if (rounding != WireDType::kFP32 && v > 1) {
+      EXPECT_FALSE(SameBits(expected, Reference(leaves))) << "rounding must show in the bits, V=" << v;
+    }
     for (int trial = 0; trial < 40; ++trial) {
       SCOPED_TRACE("V=" + std::to_string(v) + " trial " + std::to_string(trial));
-      std::vector<std::pair<Block, std::vector<float>>> partials;
+      std::vector<std::pair<Block, std::vector<uint8_t>>> partials;  // as pushed, in the wire dtype
       for (auto [lo, hi] : RandomSplit(v, rng)) {
         for (const Block& block : AlignedBlocks(lo, hi)) {
-          TreeReducer worker(block, v, kElems);
+          TreeReducer worker(block, v, kElems, rounding);
           std::vector<uint32_t> order;
           for (uint32_t leaf = block.lo; leaf < std::min(block.hi(), v); ++leaf) order.push_back(leaf);
           if (trial % 2 == 1) Shuffle(order, rng);
@@ -126,15 +144,23 @@ TEST(TreeReduce, PartialBlocksGiveSameBitsAsLeavesForEverySplitAndOrder) {
           }
           ASSERT_TRUE(worker.complete()) << block.ToString();
           std::vector<float> partial = worker.TakeResult();
-          ASSERT_TRUE(SameBits(partial, ReferenceNode(leaves, block.lo, block.size))) << block.ToString();
-          partials.push_back({block, std::move(partial)});
+          ASSERT_TRUE(SameBits(partial, ReferenceNode(leaves, block.lo, block.size, rounding))) << block.ToString();
+          std::vector<uint8_t> wire(kElems * WireDTypeSize(rounding));  // the wire carries it exactly
+          EncodeWire(rounding, partial.data(), kElems, wire.data());
+          partials.push_back({block, std::move(wire)});
         }
       }
       Shuffle(partials, rng);
-      TreeReducer shard(Block{0, TreeWidth(v)}, v, kElems);
-      for (auto& [block, value] : partials) {
+      TreeReducer shard(Block{0, TreeWidth(v)}, v, kElems, rounding);
+      for (auto& [block, wire] : partials) {
         EXPECT_FALSE(shard.complete());
-        ASSERT_TRUE(shard.Add(block, std::move(value)).ok()) << block.ToString();
+        if (trial % 2 == 0) {
+          ASSERT_TRUE(shard.AddWire(block, wire.data(), kElems).ok()) << block.ToString();
+        } else {  // decoded first: rounding them again changes nothing
+          std::vector<float> value(kElems);
+          DecodeWire(rounding, wire.data(), kElems, value.data());
+          ASSERT_TRUE(shard.Add(block, std::move(value)).ok()) << block.ToString();
+        }
       }
       ASSERT_TRUE(shard.complete());
       EXPECT_EQ(shard.counted(), v);
@@ -143,6 +169,10 @@ TEST(TreeReduce, PartialBlocksGiveSameBitsAsLeavesForEverySplitAndOrder) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(WireDTypes, TreeReduceSplits,
+                         ::testing::Values(WireDType::kFP32, WireDType::kBF16, WireDType::kFP16),
+                         [](const auto& info) { return std::string(WireDTypeName(info.param)); });
 
 TEST(TreeReduce, LeavesPushedOneByOneInAnyOrderGiveReferenceBits) {
   std::mt19937_64 rng(3);

@@ -16,6 +16,7 @@
 #include "common/layout.h"
 #include "common/threads.h"
 #include "common/tree.h"
+#include "common/wire.h"
 #include "schema/channel.h"
 #include "worker/model_runner.h"
 #include "worker/sampler.h"
@@ -159,7 +160,8 @@ bool SameJob(const JobSpec& a, const JobSpec& b) {
   return a.job_id == b.job_id && a.model == b.model && a.data_dir == b.data_dir &&
          a.virtual_workers == b.virtual_workers && a.batch_per_vw == b.batch_per_vw && a.seed == b.seed &&
          a.threads == b.threads && a.train_limit == b.train_limit && a.test_limit == b.test_limit &&
-         a.chunk_elems == b.chunk_elems && a.num_shards == b.num_shards;
+         a.chunk_elems == b.chunk_elems && a.num_shards == b.num_shards && a.grad_wire_dtype == b.grad_wire_dtype &&
+         a.weight_wire_dtype == b.weight_wire_dtype;
 }
 
 class WorkerImpl final : public Worker {
@@ -526,9 +528,11 @@ class WorkerImpl final : public Worker {
     return OkStatus();
   }
 
-  // Pulls version `version` from every shard into the model.
+  // Pulls version `version` from every shard into the model; parameters in the
+  // job's weight wire dtype.
   Status PullInto(Step version) {
-    for (auto& ch : shards_) EPS_RETURN_IF_ERROR(ch->Send(Envelope{options_.token, Pull{version, {}}}));
+    const WireDType wire = spec_.weight_wire_dtype;
+    for (auto& ch : shards_) EPS_RETURN_IF_ERROR(ch->Send(Envelope{options_.token, Pull{version, {}, wire}}));
     for (size_t s = 0; s < shards_.size(); ++s) {
       EPS_ASSIGN_OR_RETURN(Channel::Incoming in, Receive(shards_[s].get(), options_.rpc_timeout));
       if (!in.envelope.ok()) return in.envelope.status().WithContext("bad pull reply from shard " + std::to_string(s));
@@ -540,11 +544,19 @@ class WorkerImpl final : public Worker {
       for (const ChunkBytes& cb : reply->chunks) {
         if (cb.chunk.value() >= layout_.chunks.size()) return DataLoss("pulled an unknown chunk");
         const Chunk& c = layout_.chunks[cb.chunk.value()];
-        if (c.shard.value() != s || cb.size != layout_.ChunkBytes(c) || KindOf(c) == TensorKind::kLoss) {
+        const bool encoded = wire != WireDType::kFP32 && KindOf(c) == TensorKind::kParameter;
+        const size_t expected = encoded ? static_cast<size_t>(c.numel) * WireDTypeSize(wire) : layout_.ChunkBytes(c);
+        if (c.shard.value() != s || cb.size != expected || KindOf(c) == TensorKind::kLoss) {
           return DataLoss("pulled chunk " + std::to_string(c.id.value()) + " does not match the layout");
         }
         const size_t elem = DTypeSize(layout_.tensors[c.tensor].dtype);
-        EPS_RETURN_IF_ERROR(model_->Write(c.tensor, c.offset * elem, cb.data, cb.size));
+        if (!encoded) {
+          EPS_RETURN_IF_ERROR(model_->Write(c.tensor, c.offset * elem, cb.data, cb.size));
+          continue;
+        }
+        decoded_.resize(c.numel);
+        DecodeWire(wire, cb.data, decoded_.size(), decoded_.data());
+        EPS_RETURN_IF_ERROR(model_->Write(c.tensor, c.offset * elem, decoded_.data(), decoded_.size() * sizeof(float)));
       }
     }
     return OkStatus();
@@ -604,9 +616,24 @@ class WorkerImpl final : public Worker {
     return flat;
   }
 
+  // Pushes a block's partial (gradients and loss in the job's gradient wire
+  // dtype; the reducer has rounded them to it, so encoding loses nothing).
   Status PushBlock(const StepPlan& plan, const Block& block, std::vector<float> sum,
                    const std::vector<Bytes>& vw0_buffers) {
-    auto owner = std::make_shared<std::vector<float>>(std::move(sum));
+    const WireDType wire = spec_.grad_wire_dtype;
+    std::shared_ptr<const void> owner;
+    const uint8_t* flat = nullptr;  // the partial as sent, in the wire dtype
+    if (wire == WireDType::kFP32) {
+      auto values = std::make_shared<std::vector<float>>(std::move(sum));
+      flat = reinterpret_cast<const uint8_t*>(values->data());
+      owner = std::move(values);
+    } else {
+      auto encoded = std::make_shared<std::vector<uint16_t>>(sum.size());
+      EncodeWire(wire, sum.data(), sum.size(), encoded->data());
+      flat = reinterpret_cast<const uint8_t*>(encoded->data());
+      owner = std::move(encoded);
+    }
+    const size_t wire_elem = WireDTypeSize(wire);
     for (size_t s = 0; s < shards_.size(); ++s) {
       Push push{plan.epoch, plan.step, block, {}};
       push.chunks = ChunksFor(
@@ -617,7 +644,8 @@ class WorkerImpl final : public Worker {
               const size_t elem = DTypeSize(layout_.tensors[c.tensor].dtype);
               return ChunkBytes{c.id, b->data() + c.offset * elem, layout_.ChunkBytes(c), b};
             }
-            return ChunkBytes{c.id, owner->data() + flat_offset_[c.tensor] + c.offset, layout_.ChunkBytes(c), owner};
+            const size_t at = (flat_offset_[c.tensor] + c.offset) * wire_elem;
+            return ChunkBytes{c.id, flat + at, static_cast<size_t>(c.numel) * wire_elem, owner};
           });
       EPS_RETURN_IF_ERROR(SendPush(s, std::move(push)));
     }
@@ -632,7 +660,7 @@ class WorkerImpl final : public Worker {
     std::vector<int64_t> indices;
     std::chrono::steady_clock::duration compute{0};
     for (const Block& block : AlignedBlocks(plan.vw_lo, plan.vw_hi)) {
-      TreeReducer reducer(block, spec_.virtual_workers, flat_size_);
+      TreeReducer reducer(block, spec_.virtual_workers, flat_size_, spec_.grad_wire_dtype);
       for (uint32_t v = block.lo; v < block.hi(); ++v) {
         if (stopping()) return Stopped();  // abandon the rest: blocks already pushed stay pushed
         if (v != plan.vw_lo) EPS_RETURN_IF_ERROR(RestoreBuffers(step_buffers));
@@ -693,6 +721,7 @@ class WorkerImpl final : public Worker {
   std::unique_ptr<Sampler> sampler_;
   Layout layout_;
   std::vector<size_t> flat_offset_;  // by tensor: start in the flat gradient vector
+  std::vector<float> decoded_;       // a pulled chunk decoded from the weight wire dtype
   size_t flat_size_ = 0;
   std::vector<std::unique_ptr<Channel>> shards_;
   std::vector<int> outstanding_;  // push replies not yet collected, by shard

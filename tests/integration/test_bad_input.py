@@ -33,6 +33,10 @@ class BadJobSpec(RunDirTest):
     def test_unknown_optimizer(self):
         self.fails_before_training("opt", ["--optimizer=lamb"], "lamb")
 
+    def test_unknown_wire_dtype(self):
+        self.fails_before_training("wire", ["--wire_dtype=int8"], "unknown wire dtype 'int8'")
+        self.fails_before_training("grad-wire", ["--grad_wire_dtype=fp8"], "--grad_wire_dtype")
+
 
 class GarbageOnTheWire(RunDirTest):
     STEPS = "--steps=400"
