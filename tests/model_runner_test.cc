@@ -2,6 +2,7 @@
 // EPS_TEST_DEVICE (e.g. cuda:0: scripts/gpu_check.sh runs them so on a GPU).
 #include "worker/model_runner.h"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <zmq.hpp>
 
@@ -84,6 +85,20 @@ TEST(ModelRunner, RejectsAnUnknownModelAndBadThreadCounts) {
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("resnet9000"), std::string::npos);
   EXPECT_EQ(ModelRunner::Create({"mlp", 0, 0}).status().code(), StatusCode::kInvalidArgument);
+}
+
+// OpenBLAS (pthread build, Debian's libopenblas0-pthread) keeps its own pool,
+// one thread per core unless told otherwise; its thread count changes the
+// bits of a step. A runner computes with exactly the job's count.
+TEST(ModelRunner, TheBlasPoolRunsTheJobsThreadCount) {
+  using GetThreads = int (*)();
+  auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  if (get == nullptr) GTEST_SKIP() << "the BLAS behind libtorch is not OpenBLAS";
+  for (int threads : {2, 1}) {
+    auto r = ModelRunner::Create({"mlp", 0, threads});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(get(), threads);
+  }
 }
 
 TEST(ModelRunner, ListsParametersThenBuffersOfTheCnn) {

@@ -102,8 +102,7 @@ int Run() {
     LOG(ERROR) << (device.ok() ? st : device.status()).ToString();
     return 2;
   }
-  at::set_num_threads(FLAGS_threads);
-  at::set_num_interop_threads(1);
+  eps::SetCpuThreads(FLAGS_threads);
   torch::manual_seed(FLAGS_seed);
   auto model = eps::MakeModel(FLAGS_model);
   if (!model.ok()) {

@@ -338,16 +338,7 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelOptions& o
   if (options.threads < 1) return InvalidArgument("threads must be at least 1");
   EPS_ASSIGN_OR_RETURN(torch::Device device, ParseDevice(options.device));
   try {
-    at::set_num_threads(options.threads);
-    // Can be set once per process, before any inter-op work; later runners keep it.
-    static std::once_flag interop_once;
-    std::call_once(interop_once, [] {
-      try {
-        at::set_num_interop_threads(1);
-      } catch (const c10::Error&) {
-        // Already fixed by someone else in this process: nothing depends on it.
-      }
-    });
+    SetCpuThreads(options.threads);
     EPS_RETURN_IF_ERROR(PrepareDevice(device));
     // Initialized on the CPU from the CPU generator: the same weights on every device.
     torch::manual_seed(options.init_seed);

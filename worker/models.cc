@@ -1,6 +1,9 @@
 #include "worker/models.h"
 
+#include <dlfcn.h>
+
 #include <exception>
+#include <mutex>
 
 #ifdef EPS_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -96,6 +99,21 @@ Status PrepareDevice(const torch::Device& device) {
 #else
   return InvalidArgument("device " + device.str() + ": this build has no CUDA");
 #endif
+}
+
+void SetCpuThreads(int threads) {
+  at::set_num_threads(threads);
+  static std::once_flag interop_once;
+  std::call_once(interop_once, [] {
+    try {
+      at::set_num_interop_threads(1);
+    } catch (const c10::Error&) {
+      // Already fixed by someone else in this process: nothing depends on it.
+    }
+  });
+  // Looked up, not linked: present only when the BLAS behind libtorch is OpenBLAS.
+  using SetBlasThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetBlasThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(threads);
 }
 
 Status CheckModelInput(const Dataset& data) {

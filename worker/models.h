@@ -47,6 +47,15 @@ constexpr int64_t kNumClasses = 10;
 // libtorch refuse a cuBLAS operation otherwise.
 [[nodiscard]] Status PrepareDevice(const torch::Device& device);
 
+// Fixes the CPU threads this process computes with: libtorch's intra-op
+// threads, one inter-op thread (settable once per process; later calls keep
+// it), and the pool of the BLAS library where it keeps its own: OpenBLAS built
+// with pthreads (Debian's libopenblas0-pthread) ignores libtorch's setting and
+// would run one spinning thread per core of the host, so a 1-thread worker
+// used every core and several workers on one host fought over them. Part of
+// the bits: every worker of a job computes with the same count.
+void SetCpuThreads(int threads);
+
 // OK if `data` holds 28x28 images and its vectors match its size; InvalidArgument otherwise.
 [[nodiscard]] Status CheckModelInput(const Dataset& data);
 
