@@ -66,6 +66,13 @@ PoolAssign PoolScheduler::OnRequest(const PoolRequest& request) {
   m.device_kind = request.device_kind;
   m.job = request.job;
   m.last_seen = clock_->Now();
+  auto ended = views_.find(request.ended);
+  if (ended != views_.end() && ended->second.ran && !ended->second.over) {
+    ended->second.over = true;
+    for (auto& [host, job] : target_) {
+      if (job == request.ended) job.clear();
+    }
+  }
   // Until a round placed it, a worker keeps the job it is in.
   if (target_.find(request.host) == target_.end() && !request.job.empty() && FindJob(request.job) != nullptr) {
     target_[request.host] = request.job;
@@ -79,7 +86,7 @@ void PoolScheduler::OnJobInfo(const std::string& job, const JobInfoReply& info) 
   v.ran = true;
   v.silent = 0;
   v.info = info;
-  v.over = info.steps > 0 && info.step >= info.steps;
+  v.over = v.over || (info.steps > 0 && info.step >= info.steps);  // an ended job stays ended
 }
 
 void PoolScheduler::OnJobSilent(const std::string& job) {

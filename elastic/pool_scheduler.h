@@ -17,9 +17,11 @@
 //    workers it can use (shortest remaining first, as in the simulator).
 // A worker whose answer names another job than its current one leaves its job
 // gracefully (at a VW boundary; its VWs move at the next step) and attaches
-// to the new one; an empty answer means stay idle and ask again. A job whose
-// coordinator stops answering after it ran (it finished, or crashed) frees
-// its workers; one that never answered yet is not scheduled.
+// to the new one; an empty answer means stay idle and ask again. A job ends
+// when a worker says its coordinator told it so, when it reports its last
+// step, or when its coordinator stops answering after it ran (it finished, or
+// crashed); its workers are freed. A job that never answered yet is not
+// scheduled.
 //
 // Not thread-safe; no I/O; time from an injected Clock.
 #pragma once
@@ -60,7 +62,9 @@ class PoolScheduler {
   static StatusOr<PoolScheduler> Create(std::vector<PoolJobConfig> jobs, PoolSchedulerOptions options,
                                         const Clock* clock);
 
-  // A pool worker's poll; the answer names the job it should train.
+  // A pool worker's poll; the answer names the job it should train. A poll
+  // that names a job it saw end (`ended`, once the job ran) ends that job at
+  // once: its workers are idle until the next round places them.
   PoolAssign OnRequest(const PoolRequest& request);
   // The job's coordinator answered JobInfo.
   void OnJobInfo(const std::string& job, const JobInfoReply& info);

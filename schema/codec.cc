@@ -376,6 +376,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       EPS_RETURN_IF_ERROR(r.Text(in.getHost(), &m.host));
       EPS_RETURN_IF_ERROR(r.Text(in.getDeviceKind(), &m.device_kind));
       EPS_RETURN_IF_ERROR(r.Text(in.getJob(), &m.job));
+      EPS_RETURN_IF_ERROR(r.Text(in.getEnded(), &m.ended));
       *body = std::move(m);
       return OkStatus();
     }
@@ -558,6 +559,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
             o.setHost(m.host);
             o.setDeviceKind(m.device_kind);
             o.setJob(m.job);
+            o.setEnded(m.ended);
           },
           [&](const PoolAssign& m) {
             auto o = b.initPoolAssign();

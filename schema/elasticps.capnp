@@ -251,6 +251,8 @@ struct PoolRequest {
   host @0 :Text;                  # pool worker -> scheduler: "hostname:pid", as it registers with coordinators
   deviceKind @1 :Text = "cpu";
   job @2 :Text;                   # the job it trains now (empty: none)
+  ended @3 :Text;                 # a job whose coordinator told this worker it is over (empty: none):
+                                  # the scheduler takes it as ended at once, not a few silent rounds later
 }
 
 struct PoolAssign {

@@ -217,6 +217,7 @@ struct PoolRequest {
   std::string host;  // "hostname:pid"
   std::string device_kind = "cpu";
   std::string job;   // empty: none
+  std::string ended;  // a job this worker saw end (empty: none)
 };
 
 struct PoolAssign {

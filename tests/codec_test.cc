@@ -110,7 +110,7 @@ std::vector<Envelope> EveryMessageKind() {
   out.push_back({"tok-rbd", RollbackDone{ShardId(4), Step(120), Step(130), Step(130), StatusCode::kInvalidArgument,
                                          "no checkpoint of step 120"}});
   out.push_back({"tok-ret", Retain{Step(96)}});
-  out.push_back({"tok-pool", PoolRequest{"node7:4242", "cuda:NVIDIA H200", "job-a"}});
+  out.push_back({"tok-pool", PoolRequest{"node7:4242", "cuda:NVIDIA H200", "job-a", "job-b"}});
   out.push_back({"tok-pa", PoolAssign{"job-b", "tcp://10.0.0.2:5555", "secret-b"}});
   out.push_back({"tok-ji", JobInfo{}});
   out.push_back({"tok-jir", JobInfoReply{"job-b", 8, 32, 2, 4, 1000, 417,
@@ -256,6 +256,7 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.host, b.host);
           EXPECT_EQ(a.device_kind, b.device_kind);
           EXPECT_EQ(a.job, b.job);
+          EXPECT_EQ(a.ended, b.ended);
         } else if constexpr (std::is_same_v<T, PoolAssign>) {
           EXPECT_EQ(a.job, b.job);
           EXPECT_EQ(a.coordinator, b.coordinator);

@@ -37,7 +37,7 @@ class Pool {
     scheduler.emplace(std::move(s).value());
   }
   PoolAssign Poll(const std::string& host, const std::string& job = "", const std::string& kind = "cpu") {
-    return scheduler->OnRequest(PoolRequest{host, kind, job});
+    return scheduler->OnRequest(PoolRequest{host, kind, job, ""});
   }
   std::vector<SchedulerDecision> Round() {
     auto d = scheduler->Round();
@@ -124,6 +124,34 @@ TEST(PoolScheduler, AJobAtItsLastStepIsOverAndASilentWorkerLeavesThePool) {
 
 // A worker measured 4x slower than its kind's fastest on the job counts as
 // speed 0.25: with two jobs of equal needs, the fast workers share out first.
+// A worker whose coordinator said "stop" tells the scheduler at its next
+// poll: the job is over at once, every worker placed on it is idle until the
+// next round, which places them elsewhere.
+TEST(PoolScheduler, AWorkerThatSawItsJobEndEndsItAtOnceForEveryWorker) {
+  Pool p;
+  const std::vector<std::string> hosts = {"a:1", "b:2"};
+  p.Follow(hosts);
+  p.scheduler->OnJobInfo("short", Info("short", 8, 100, 10));
+  p.scheduler->OnJobInfo("long", Info("long", 8, 100000, 0));
+  p.Round();
+  auto placed = p.Follow(hosts);
+  ASSERT_EQ(placed["a:1"], "short");
+  ASSERT_EQ(placed["b:2"], "short");
+  // A stranger's "ended" for a job that never ran, or an unknown one, changes nothing.
+  p.scheduler->OnRequest(PoolRequest{"c:3", "cpu", "", "nosuchjob"});
+  EXPECT_FALSE(p.scheduler->JobOver("short"));
+
+  EXPECT_EQ(p.scheduler->OnRequest(PoolRequest{"a:1", "cpu", "", "short"}).job, "");
+  EXPECT_TRUE(p.scheduler->JobOver("short"));
+  EXPECT_EQ(p.Poll("b:2", "short").job, "") << "b is told to leave the ended job before any round";
+  p.Round();
+  EXPECT_EQ(p.Poll("a:1").job, "long");
+  EXPECT_EQ(p.Poll("b:2").job, "long");
+  // The job's coordinator answering late (its final JobInfo) does not revive it.
+  p.scheduler->OnJobInfo("short", Info("short", 8, 100, 99));
+  EXPECT_TRUE(p.scheduler->JobOver("short"));
+}
+
 TEST(PoolScheduler, MeasuredSpeedsComeFromTheJobsReports) {
   Pool p;
   p.Follow({"fast:1", "slow:2"});

@@ -32,12 +32,13 @@ PoolClient::~PoolClient() { StopWatching(); }
 
 // A fresh socket per poll: a late answer to an earlier poll is never taken
 // for this one's (polls are seconds apart; the cost is one connect).
-StatusOr<PoolAssign> PoolClient::Ask(const std::string& job) {
+StatusOr<PoolAssign> PoolClient::Ask(const std::string& job, const std::string& ended) {
   Channel::Options options;
   options.linger_ms = 0;
   EPS_ASSIGN_OR_RETURN(auto channel, Channel::Connect(context_, scheduler_, options));
   PoolRequest request = self_;
   request.job = job;
+  request.ended = ended;
   EPS_ASSIGN_OR_RETURN(Envelope reply, Call(channel.get(), Envelope{token_, request}, std::max(poll_, milliseconds(1000))));
   auto* assign = std::get_if<PoolAssign>(&reply.body);
   if (assign == nullptr) return Internal(std::string("the scheduler answered with ") + BodyName(reply.body));
@@ -46,13 +47,9 @@ StatusOr<PoolAssign> PoolClient::Ask(const std::string& job) {
 
 StatusOr<PoolAssign> PoolClient::NextJob(const std::atomic<bool>* stop, const std::string& ended) {
   bool told_idle = false;
-  const auto grace_end = std::chrono::steady_clock::now() + kEndedGrace;
   while (!*stop) {
-    auto answer = Ask("");
-    if (answer.ok() && !answer->job.empty() &&
-        (answer->job != ended || std::chrono::steady_clock::now() >= grace_end)) {
-      return answer;
-    }
+    auto answer = Ask("", ended);
+    if (answer.ok() && !answer->job.empty()) return answer;
     if (!answer.ok()) {
       const StatusCode code = answer.status().code();
       if (code != StatusCode::kDeadlineExceeded && code != StatusCode::kUnavailable) {

@@ -28,10 +28,9 @@ class PoolClient {
 
   // Asks every poll until the scheduler names a job; Aborted once *stop.
   // Unauthenticated (a wrong pool token) and other refusals end the wait.
-  // `ended`, a job this worker just saw end, is not taken again within
-  // kEndedGrace: the scheduler learns of the end at its next round.
+  // `ended` names a job this worker just saw end: every poll says so, and
+  // the scheduler takes the job as over at once.
   StatusOr<PoolAssign> NextJob(const std::atomic<bool>* stop, const std::string& ended = "");
-  static constexpr std::chrono::seconds kEndedGrace{20};
 
   // While this worker trains `job`: polls from a thread and sets *leave once
   // the scheduler names another job or none. A scheduler that does not answer
@@ -42,7 +41,7 @@ class PoolClient {
 
  private:
   // One poll: the scheduler's answer, from the job this worker is in.
-  StatusOr<PoolAssign> Ask(const std::string& job);
+  StatusOr<PoolAssign> Ask(const std::string& job, const std::string& ended = "");
 
   zmq::context_t* const context_;
   const std::string scheduler_;

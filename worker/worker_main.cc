@@ -64,7 +64,7 @@ int RunPool(eps::WorkerOptions options, const std::string& device_kind, zmq::con
     LOG(ERROR) << pool_token.status().ToString();
     return 2;
   }
-  eps::PoolClient pool(context, FLAGS_scheduler, *pool_token, eps::PoolRequest{options.host, device_kind, ""},
+  eps::PoolClient pool(context, FLAGS_scheduler, *pool_token, eps::PoolRequest{options.host, device_kind, "", ""},
                        std::chrono::milliseconds(FLAGS_pool_poll_ms));
   // A job that ended since the scheduler named it never answers: ask the scheduler again soon.
   options.register_timeout = std::chrono::seconds(15);
@@ -89,7 +89,7 @@ int RunPool(eps::WorkerOptions options, const std::string& device_kind, zmq::con
     eps::Status st = pool.Watch(job->job, &g_leave);
     if (st.ok()) st = (*worker)->Run(&g_leave);
     pool.StopWatching();
-    ended = st.ok() && !g_leave ? job->job : "";  // not left: the job itself stopped (it ended)
+    ended = st.ok() && !g_leave ? job->job : "";  // not left: the job stopped (it ended); said at the next poll
     if (!st.ok()) {
       // The job failed or refused this worker: the pool worker lives on; a pause keeps a failing job from
       // being retried in a tight loop.
