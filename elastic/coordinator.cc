@@ -272,6 +272,10 @@ class CoordinatorImpl final : public Coordinator {
     j["params_sha256"] = digests->params_sha256;
     j["buffers_sha256"] = digests->buffers_sha256;
     j["train_seconds"] = summary.train_time.count();
+    if (summary.steady_steps > 0 && summary.steady_time.count() > 0) {
+      j["steady_samples_per_s"] =
+          double(summary.steady_steps) * spec.virtual_workers * spec.batch_per_vw / summary.steady_time.count();
+    }
     j["workers_seen"] = summary.workers_seen;
     EPS_RETURN_IF_ERROR(WriteSafetensors(options_.run_dir + "/model.safetensors", layout, chunks,
                                          Step(summary.steps), spec.job_id, spec.model, *digests));

@@ -682,6 +682,7 @@ void JobState::OnStepFinished() {
   VLOG(1) << "step " << step_ << " complete";
   const Step next(step_.value() + 1);
   steps_done_ = next.value();
+  if (steps_done_ == JobSummary::kWarmupSteps && warmed_up_ == Clock::time_point{}) warmed_up_ = clock_->Now();
   work_.clear();
   if (next.value() >= spec_.steps) {
     train_ended_ = clock_->Now();
@@ -752,7 +753,12 @@ JobSummary JobState::Summary() const {
   s.test_accuracy = test_accuracy_;
   s.test_loss = test_loss_;
   s.workers_seen = workers_.size();
-  s.train_time = (train_ended_ == Clock::time_point{} ? clock_->Now() : train_ended_) - train_started_;
+  const Clock::time_point end = train_ended_ == Clock::time_point{} ? clock_->Now() : train_ended_;
+  s.train_time = end - train_started_;
+  if (warmed_up_ != Clock::time_point{} && steps_done_ > JobSummary::kWarmupSteps) {
+    s.steady_steps = steps_done_ - JobSummary::kWarmupSteps;
+    s.steady_time = end - warmed_up_;
+  }
   return s;
 }
 

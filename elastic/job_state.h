@@ -78,6 +78,11 @@ struct JobSummary {
   double test_accuracy = 0, test_loss = 0;
   size_t workers_seen = 0;
   std::chrono::duration<double> train_time{0};
+  // Training after the first kWarmupSteps steps (libtorch's one-time warm-up,
+  // the first plans): the steady rate. steady_steps 0: the job never got there.
+  int64_t steady_steps = 0;
+  std::chrono::duration<double> steady_time{0};
+  static constexpr int64_t kWarmupSteps = 5;
 };
 
 class JobState {
@@ -244,6 +249,7 @@ class JobState {
   bool evaluated_ = false;
   double test_accuracy_ = 0, test_loss_ = 0;
   Clock::time_point started_, train_started_, train_ended_, progress_deadline_;
+  Clock::time_point warmed_up_;  // when step JobSummary::kWarmupSteps completed (unset: not yet)
   std::vector<Outgoing> out_;
 };
 

@@ -129,7 +129,8 @@ baseline() {
 
 # job NAME WORKERS FLAGFILE [extra coordinator flags]: runs a job with 1 shard through
 # launcher/local.sh; prints "SAMPLES_PER_S SECONDS" from its result.json
-# (steps * V * batch_per_vw / train_seconds), or "0 0" if it failed.
+# (steady_samples_per_s: after the first 5 steps, as the baseline skips 5 warm-up steps;
+# else steps * V * batch_per_vw / train_seconds), or "0 0" if it failed.
 job() { job_on 1 "$@"; }
 # job_on SHARDS NAME WORKERS FLAGFILE [extra coordinator flags]: job() on SHARDS shards.
 job_on() {
@@ -140,7 +141,8 @@ job_on() {
       > "$dir.log" 2>&1; then
     python3 -c 'import json, sys
 r = json.load(open(sys.argv[1]))
-print("%.1f %.3f" % (r["steps"] * r["virtual_workers"] * r["batch_per_vw"] / r["train_seconds"], r["train_seconds"]))' \
+sps = r.get("steady_samples_per_s") or r["steps"] * r["virtual_workers"] * r["batch_per_vw"] / r["train_seconds"]
+print("%.1f %.3f" % (sps, r["train_seconds"]))' \
       "$dir/result.json"
   else
     echo "bench.sh: job $name failed (log: $dir.log):" >&2; tail -n 5 "$dir.log" >&2
@@ -600,7 +602,7 @@ section_ddp() {
   echo "   2 processes at 1 intra-op thread each, OMP_WAIT_POLICY=passive (host load $(load1), $(nproc) cores)."
   echo "   DDP: gloo, ranks started by scripts/ddp_baseline.py; 'accumulate' = 4 microbatches of 16 per rank with"
   echo "   no_sync gradient accumulation (ElasticPS's semantics: mean of 8 microbatch gradients); 'batch' = one"
-  echo "   batch of 64 per rank (DDP's usual form). Both timed from step 0 to the end, as result.json's train_seconds."
+  echo "   batch of 64 per rank (DDP's usual form). All timed after 5 warm-up steps (result.json's steady_samples_per_s)."
   local row_w=36 l base secs sps line
   printf "%-${row_w}s | %10s | %s\n" config samples/s "ratio vs DDP (accumulate)"
   local job_flags=(--steps="$steps" --test_limit=-1)

@@ -12,7 +12,8 @@ prints one line:
 
 Debian's torchrun is broken on Python 3.11, so the ranks are started here by hand:
 one process per rank with MASTER_ADDR=127.0.0.1, MASTER_PORT (a free port),
-RANK and WORLD_SIZE, torch.set_num_threads(--threads), OMP_WAIT_POLICY=passive.
+RANK and WORLD_SIZE, torch.set_num_threads(--threads) and OPENBLAS_NUM_THREADS (OpenBLAS keeps its own
+thread pool, which torch's setting does not reach; the workers set both too), OMP_WAIT_POLICY=passive.
 
 What matches the ElasticPS job (examples/fashion_mnist_cnn.flags):
   - the model: Conv2d(1,16,5,p2) ReLU MaxPool2 Conv2d(16,32,5,p2) ReLU MaxPool2
@@ -30,8 +31,8 @@ What matches the ElasticPS job (examples/fashion_mnist_cnn.flags):
     100 steps, or steps/2 when steps <= 200 as bench.sh shortens it; min lr 5e-5);
   - pixels normalised as worker/dataset.h does ((p/255 - 0.2860) / 0.3530).
 What does not: dropout draws from torch's global generator, not a per-VW seed.
-Timing: from a barrier before step 0 to a barrier after the last step, as the
-coordinator's train_seconds runs from step 0 to the end (no untimed warm-up).
+Timing: from a barrier after the first 5 steps (warm-up) to a barrier after the
+last step, as the coordinator's steady_samples_per_s leaves out its first 5 steps.
 """
 import argparse
 import contextlib
@@ -143,10 +144,12 @@ def run_rank(a):
     mine = range(rank * per_rank, (rank + 1) * per_rank)
     b, V = a.batch_per_vw, a.vws
 
-    dist.barrier()
-    t0 = time.perf_counter()
+    warmup = min(5, a.steps - 1)  # untimed, as the job's first steps
     loss_sum = 0.0
     for t in range(a.steps):
+        if t == warmup:
+            dist.barrier()
+            t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss_sum = 0.0
         if a.mode == "batch":
@@ -167,7 +170,8 @@ def run_rank(a):
     dist.barrier()
     seconds = time.perf_counter() - t0
     if rank == 0:
-        print(f"ddp ranks={a.ranks} mode={a.mode} steps={a.steps} samples_per_s={a.steps * V * b / seconds:.1f} "
+        timed = a.steps - warmup
+        print(f"ddp ranks={a.ranks} mode={a.mode} steps={a.steps} samples_per_s={timed * V * b / seconds:.1f} "
               f"seconds={seconds:.3f} final_loss={loss_sum:.4f}", flush=True)
     dist.destroy_process_group()
 
@@ -180,7 +184,7 @@ def free_port():
 
 def launch(a, argv):
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(a.ranks),
-               OMP_NUM_THREADS=str(a.threads), OMP_WAIT_POLICY="passive")
+               OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads), OMP_WAIT_POLICY="passive")
     procs = []
     deadline = time.monotonic() + a.timeout_s
     try:

@@ -663,6 +663,24 @@ TEST(JobState, EvaluationRegivesACrashedWorkersSliceAndEndsOnlyWhenEverySliceIsD
   EXPECT_EQ(s.steps, kSteps);
 }
 
+// The steady rate leaves out the first kWarmupSteps steps (libtorch's warm-up).
+TEST(JobState, TheSummaryTimesTheStepsAfterTheWarmUpApart) {
+  JobSpec spec = Spec();
+  spec.steps = JobSummary::kWarmupSteps + 3;
+  Driver d(spec);
+  const std::vector<WorkerId> ws = d.Start(1);
+  for (int64_t t = 0; t < spec.steps; ++t) {
+    d.OnePlan(ws[0], PlanKind::kTrain);
+    d.clock.Advance(t < JobSummary::kWarmupSteps ? seconds(10) : seconds(1));
+    d.RunStep(t, ws);
+  }
+  const JobSummary s = d.state.Summary();
+  EXPECT_EQ(s.steps, spec.steps);
+  EXPECT_DOUBLE_EQ(s.train_time.count(), 10.0 * JobSummary::kWarmupSteps + 3);
+  EXPECT_EQ(s.steady_steps, 3);
+  EXPECT_DOUBLE_EQ(s.steady_time.count(), 3.0);
+}
+
 // ---- no worker left, and the end of the job ------------------------------------------
 
 TEST(JobState, WithEveryWorkerDeadTheJobPausesAndAFreshWorkerFinishesIt) {

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 
@@ -287,7 +288,7 @@ class WorkerImpl final : public Worker {
   }
 
   // After the coordinator forgot this worker: a new id for the same job; the
-  // model, the data and the shard connections stay.
+  // model and the data stay, the shard sockets are fresh (a shard may have moved).
   Status Reregister() {
     EPS_ASSIGN_OR_RETURN(RegisterWorkerReply r, Register());
     if (!SameJob(r.spec, spec_) || r.shard_addresses.size() != shards_.size()) {
@@ -295,12 +296,10 @@ class WorkerImpl final : public Worker {
                                 "', model " + r.spec.model + ")");
     }
     for (size_t s = 0; s < shards_.size(); ++s) {
-      if (r.shard_addresses[s] == shard_addresses_[s]) continue;
-      LOG(INFO) << "shard " << s << " moved to " << r.shard_addresses[s];
-      EPS_ASSIGN_OR_RETURN(shards_[s], Channel::Connect(context_, r.shard_addresses[s]));
-      outstanding_[s] = 0;
+      if (r.shard_addresses[s] != shard_addresses_[s]) LOG(INFO) << "shard " << s << " moved to " << r.shard_addresses[s];
     }
     Adopt(r);
+    EPS_RETURN_IF_ERROR(ReconnectShards());
     heartbeat_->SetWorker(id_);
     return OkStatus();
   }
@@ -417,9 +416,10 @@ class WorkerImpl final : public Worker {
     }
   }
 
-  // Fresh sockets to every shard: replies to an abandoned plan must not be
-  // taken for the next plan's.
+  // Fresh sockets to every shard: replies to an abandoned plan (or an unused
+  // prefetch) must not be taken for the next plan's.
   Status ReconnectShards() {
+    prefetched_.reset();
     for (size_t s = 0; s < shards_.size(); ++s) {
       EPS_ASSIGN_OR_RETURN(shards_[s], Channel::Connect(context_, shard_addresses_[s]));
       outstanding_[s] = 0;
@@ -442,7 +442,9 @@ class WorkerImpl final : public Worker {
         request.train_samples = train_.size;
         request.test_samples = test_.size;
       }
+      const auto asked = std::chrono::steady_clock::now();
       StatusOr<Envelope> reply = CallCoordinator(request, options_.plan_timeout, /*until_refused=*/true);
+      times_.plan += std::chrono::steady_clock::now() - asked;
       if (!reply.ok()) {
         if (stopping()) return LeaveJob(kStopReason);
         const StatusCode code = reply.status().code();
@@ -479,7 +481,7 @@ class WorkerImpl final : public Worker {
           st = Evaluate(*plan);
           break;
         case PlanKind::kStop:
-          LOG(INFO) << "the job is over";
+          LOG(INFO) << "the job is over; " << times_.ToString();
           return OkStatus();
       }
       if (stopping()) return LeaveJob(kStopReason);
@@ -523,21 +525,52 @@ class WorkerImpl final : public Worker {
         if (auto* err = std::get_if<ErrorReply>(&in.envelope->body)) {
           return err->ToStatus().WithContext("shard " + std::to_string(s));
         }
+        if (!std::holds_alternative<PushReply>(in.envelope->body)) {
+          return Internal(std::string("shard ") + std::to_string(s) + " answered a push with " +
+                          BodyName(in.envelope->body));
+        }
       }
     }
     return OkStatus();
   }
 
+  Status SendPull(size_t shard, Step version) {
+    return shards_[shard]->Send(Envelope{options_.token, Pull{version, {}, spec_.weight_wire_dtype}});
+  }
+
+  // Asks every shard for `version` now, behind this step's pushes: a shard
+  // answers once the step completes, so the bytes travel while this worker
+  // waits for its next plan, and PullInto(version) finds them there.
+  Status Prefetch(Step version) {
+    for (size_t s = 0; s < shards_.size(); ++s) EPS_RETURN_IF_ERROR(SendPull(s, version));
+    prefetched_ = version;
+    return OkStatus();
+  }
+
   // Pulls version `version` from every shard into the model; parameters in the
-  // job's weight wire dtype.
+  // job's weight wire dtype. Takes the prefetched replies when they are of
+  // that version; drops them (fresh sockets) when they are not.
   Status PullInto(Step version) {
     const WireDType wire = spec_.weight_wire_dtype;
-    for (auto& ch : shards_) EPS_RETURN_IF_ERROR(ch->Send(Envelope{options_.token, Pull{version, {}, wire}}));
+    const bool prefetched = prefetched_ == version;
+    if (prefetched_.has_value() && !prefetched) EPS_RETURN_IF_ERROR(ReconnectShards());
+    prefetched_.reset();
+    if (!prefetched) {
+      for (size_t s = 0; s < shards_.size(); ++s) EPS_RETURN_IF_ERROR(SendPull(s, version));
+    }
     for (size_t s = 0; s < shards_.size(); ++s) {
       EPS_ASSIGN_OR_RETURN(Channel::Incoming in, Receive(shards_[s].get(), options_.rpc_timeout));
       if (!in.envelope.ok()) return in.envelope.status().WithContext("bad pull reply from shard " + std::to_string(s));
       if (auto* err = std::get_if<ErrorReply>(&in.envelope->body)) {
-        return err->ToStatus().WithContext("pull from shard " + std::to_string(s));
+        const StatusCode code = err->code;
+        if (prefetched && (code == StatusCode::kDeadlineExceeded || code == StatusCode::kUnavailable)) {
+          // The prefetch waited at the shard longer than it may (a slow step): ask again, now that it is due.
+          EPS_RETURN_IF_ERROR(SendPull(s, version));
+          EPS_ASSIGN_OR_RETURN(in, Receive(shards_[s].get(), options_.rpc_timeout));
+          if (!in.envelope.ok()) return in.envelope.status().WithContext("bad pull reply from shard " + std::to_string(s));
+          err = std::get_if<ErrorReply>(&in.envelope->body);
+        }
+        if (err != nullptr) return err->ToStatus().WithContext("pull from shard " + std::to_string(s));
       }
       auto* reply = std::get_if<PullReply>(&in.envelope->body);
       if (reply == nullptr || reply->version != version) return Internal("shard answered a pull with something else");
@@ -654,7 +687,14 @@ class WorkerImpl final : public Worker {
 
   Status Train(const StepPlan& plan) {
     if (plan.vw_hi > spec_.virtual_workers) return InvalidArgument("plan names VWs beyond V");
+    auto mark = std::chrono::steady_clock::now();
+    auto lap = [&mark](std::chrono::steady_clock::duration* into) {
+      const auto now = std::chrono::steady_clock::now();
+      *into += now - mark;
+      mark = now;
+    };
     EPS_RETURN_IF_ERROR(PullInto(plan.step));
+    lap(&times_.pull);
     const std::vector<Bytes> step_buffers = SnapshotBuffers();
     std::vector<Bytes> vw0_buffers;
     std::vector<int64_t> indices;
@@ -665,17 +705,23 @@ class WorkerImpl final : public Worker {
         if (stopping()) return Stopped();  // abandon the rest: blocks already pushed stay pushed
         if (v != plan.vw_lo) EPS_RETURN_IF_ERROR(RestoreBuffers(step_buffers));
         sampler_->Indices(VirtualWorkerId(v), plan.step, &indices);
-        const auto started = std::chrono::steady_clock::now();
+        lap(&times_.copies);
+        const auto started = mark;
         EPS_ASSIGN_OR_RETURN(float loss,
                              model_->TrainStep(train_, indices, StreamSeed(spec_.seed, v, plan.step.value())));
         SlowDown(std::chrono::steady_clock::now() - started);
-        compute += std::chrono::steady_clock::now() - started;
+        lap(&times_.compute);
+        compute += mark - started;
         if (v == 0) vw0_buffers = SnapshotBuffers();
         EPS_RETURN_IF_ERROR(reducer.Add(Block{v, 1}, FlatGradient(loss)));
       }
       EPS_RETURN_IF_ERROR(PushBlock(plan, block, reducer.TakeResult(), vw0_buffers));
     }
+    EPS_RETURN_IF_ERROR(Prefetch(Step(plan.step.value() + 1)));
+    lap(&times_.copies);
     EPS_RETURN_IF_ERROR(AwaitPushes());
+    lap(&times_.push_wait);
+    ++times_.steps;
     // Reported with the next step request: the coordinator sizes VW ranges by speed. The first
     // plan runs libtorch's one-time initialization and would make this worker look slow.
     if (warmed_up_) seconds_per_vw_ = std::chrono::duration<double>(compute).count() / (plan.vw_hi - plan.vw_lo);
@@ -703,6 +749,24 @@ class WorkerImpl final : public Worker {
         Envelope{options_.token, EvalResult{id_, plan.step, plan.eval_lo, plan.eval_hi, stats.correct, stats.loss_sum}});
   }
 
+  // Where a worker's time goes, summed over its train plans; logged when the job ends.
+  struct Times {
+    using Duration = std::chrono::steady_clock::duration;
+    Duration plan{0};       // waiting for the coordinator's next plan (the other workers, the shards' barrier)
+    Duration pull{0};       // pulling w(t) into the model
+    Duration compute{0};    // the VWs' forward and backward (and any --slowdown)
+    Duration copies{0};     // sampling, flat gradients, tree adds, encoding and sending pushes
+    Duration push_wait{0};  // waiting for the shards to acknowledge the pushes
+    int64_t steps = 0;
+    std::string ToString() const {
+      auto ms = [this](Duration d) {
+        return std::to_string(std::chrono::duration<double, std::milli>(d).count() / double(std::max<int64_t>(steps, 1)));
+      };
+      return "ms per train plan over " + std::to_string(steps) + ": plan wait " + ms(plan) + ", pull " + ms(pull) +
+             ", compute " + ms(compute) + ", copies " + ms(copies) + ", push wait " + ms(push_wait);
+    }
+  };
+  Times times_;
   double seconds_per_vw_ = 0;  // measured in the last train plan, reported with the next request
   bool warmed_up_ = false;     // a train plan ran before (the first one is not timed)
   const WorkerOptions options_;
@@ -725,6 +789,7 @@ class WorkerImpl final : public Worker {
   size_t flat_size_ = 0;
   std::vector<std::unique_ptr<Channel>> shards_;
   std::vector<int> outstanding_;  // push replies not yet collected, by shard
+  std::optional<Step> prefetched_;  // a pull of this version sent to every shard, its replies not yet taken
 };
 
 }  // namespace
