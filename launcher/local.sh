@@ -4,7 +4,7 @@
 #
 #   launcher/local.sh --job FILE --servers S --workers W --run-dir DIR [--slowdowns F0,F1,...]
 #                     [--devices D | D0,D1,...] [--checkpoint-every K] [--supervise]
-#                     [-- extra coordinator flags]
+#                     [--worker-cpus C0:C1:...] [--server-cpus CPUS] [-- extra coordinator flags]
 #   launcher/local.sh --resume --run-dir DIR
 #
 # --checkpoint-every K  each shard keeps its state in RocksDB under DIR/store/shard<N>
@@ -25,17 +25,21 @@
 # --devices     worker i computes on Di (cpu or cuda:N; default cpu); one value
 #               serves every worker, and several workers may share one GPU.
 #               cuda needs a build against a CUDA libtorch (README, GPU workers).
+# --worker-cpus pins worker i to the CPUs Ci (taskset -c syntax, e.g. 0 or 2-3; workers
+#               separated by ':'), --server-cpus the coordinator and the shards: one core
+#               per worker on a shared host, as a benchmark of speeds needs (timing only).
 # Logs go to DIR/logs/<process>.log, pid files to DIR/pids/, the coordinator's
 # address to DIR/coordinator.addr, the job's token to DIR/token (mode 0600) and
 # the result to DIR/result.json. Ctrl-C (or SIGTERM) stops every process. Exits
 # 0 only if the job succeeded.
 set -euo pipefail
 
-usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
 job="" servers=1 workers=1 run_dir="" slowdowns="" devices="" checkpoint_every=0 supervise=0 resume=0 extra=()
+worker_cpus="" server_cpus=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --job) job=$2; shift 2 ;;
@@ -44,6 +48,8 @@ while [ $# -gt 0 ]; do
     --run-dir) run_dir=$2; shift 2 ;;
     --slowdowns) slowdowns=$2; shift 2 ;;
     --devices) devices=$2; shift 2 ;;
+    --worker-cpus) worker_cpus=$2; shift 2 ;;
+    --server-cpus) server_cpus=$2; shift 2 ;;
     --checkpoint-every) checkpoint_every=$2; shift 2 ;;
     --supervise) supervise=1; shift ;;
     --resume) resume=1; shift ;;
@@ -69,6 +75,12 @@ fi
 [[ "$servers" =~ ^[1-9][0-9]*$ ]] || { echo "local.sh: --servers must be a positive integer" >&2; exit 2; }
 [[ "$workers" =~ ^[0-9]+$ ]] || { echo "local.sh: --workers must be a number (0: workers attach later)" >&2; exit 2; }
 [[ "$checkpoint_every" =~ ^[0-9]+$ ]] || { echo "local.sh: --checkpoint-every must be a number of steps" >&2; exit 2; }
+[[ "$worker_cpus" =~ ^[0-9,:-]*$ ]] || { echo "local.sh: --worker-cpus: CPU lists separated by ':'" >&2; exit 2; }
+[[ "$server_cpus" =~ ^[0-9,-]*$ ]] || { echo "local.sh: --server-cpus: a CPU list (e.g. 1 or 2-3)" >&2; exit 2; }
+# pinned CPUS: the taskset prefix that runs a command on CPUS (nothing for none).
+pinned() { [ -z "$1" ] || printf '%s\0' taskset -c "$1"; }
+mapfile -d '' -t server_pin < <(pinned "$server_cpus")
+IFS=: read -r -a worker_cpu_list <<< "$worker_cpus"
 IFS=, read -r -a device_list <<< "$devices"
 for d in "${device_list[@]}"; do
   [[ "$d" =~ ^(cpu|cuda(:[0-9]+)?)$ ]] || { echo "local.sh: --devices: '$d' is not cpu or cuda:N" >&2; exit 2; }
@@ -97,7 +109,8 @@ job=$(cd "$(dirname "$job")" && pwd)/$(basename "$job")
 if [ $resumed = 0 ]; then
   rm -rf "$run_dir/store"  # a fresh job
   launch=(--job "$job" --servers "$servers" --workers "$workers" --run-dir "$run_dir" --slowdowns "$slowdowns"
-          --devices "$devices" --checkpoint-every "$checkpoint_every")
+          --devices "$devices" --checkpoint-every "$checkpoint_every" --worker-cpus "$worker_cpus"
+          --server-cpus "$server_cpus")
   [ $supervise = 1 ] && launch+=(--supervise)
   printf '%s\0' "${launch[@]}" -- "${extra[@]}" > "$run_dir/launch.args"
 else
@@ -159,7 +172,7 @@ supervise() {
   done
 }
 
-coordinator=("$bin/coordinator" --flagfile="$job" --shards="$servers" --workers="$((workers > 0 ? workers : 1))" --run_dir="$run_dir"
+coordinator=("${server_pin[@]}" "$bin/coordinator" --flagfile="$job" --shards="$servers" --workers="$((workers > 0 ? workers : 1))" --run_dir="$run_dir"
   --addr_file="$run_dir/coordinator.addr" --token_file="$run_dir/token" --store="$run_dir/store/coordinator"
   "${extra[@]}")
 if [ $supervise = 1 ]; then
@@ -185,7 +198,7 @@ addr=$(cat "$run_dir/coordinator.addr")
 echo "coordinator at $addr, run dir $run_dir"
 
 for ((s = 0; s < servers; s++)); do
-  shard=("$bin/shard" --coordinator="$addr" --shard_id=$s --token_file="$run_dir/token" --addr_file="$run_dir/shard$s.addr")
+  shard=("${server_pin[@]}" "$bin/shard" --coordinator="$addr" --shard_id=$s --token_file="$run_dir/token" --addr_file="$run_dir/shard$s.addr")
   if [ "$checkpoint_every" -gt 0 ]; then
     shard+=(--store="$run_dir/store/shard$s" --checkpoint_every="$checkpoint_every")
   fi
@@ -200,8 +213,9 @@ IFS=, read -r -a slow <<< "$slowdowns"
 for ((w = 0; w < workers; w++)); do
   device=cpu
   if [ ${#device_list[@]} -eq 1 ]; then device=${device_list[0]}; elif [ ${#device_list[@]} -gt 1 ]; then device=${device_list[$w]}; fi
-  start "worker$w" "$bin/worker" --coordinator="$addr" --token_file="$run_dir/token" --slowdown="${slow[$w]:-1}" \
-    --device="$device"
+  mapfile -d '' -t pin < <(pinned "${worker_cpu_list[$w]:-}")
+  start "worker$w" "${pin[@]}" "$bin/worker" --coordinator="$addr" --token_file="$run_dir/token" \
+    --slowdown="${slow[$w]:-1}" --device="$device"
 done
 
 # Show the coordinator's progress lines while the job runs.

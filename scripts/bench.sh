@@ -31,7 +31,8 @@
 #   hetero  steps/s of the mlp job (V = 8 x 512 samples, --train_limit=20000, 1 shard) on 3 workers
 #        slowed 1x, 2x, 4x (local.sh --slowdowns), --planner=speed against --planner=equal and
 #        against the ideal (the sum of the workers' speeds, from a 1-worker run at 1x); the speed
-#        run's final assignment; both runs must end on the same params_sha256 (else exit 1).
+#        run's final assignment; both runs must end on the same params_sha256 (else exit 1). With 2
+#        or more cores the 1x worker is pinned alone to CPU 0, everything else to CPU 1.
 #   durable  build/bin/durable_bench (no libtorch): StateStore::WriteCheckpoint of 10 M and 100 M
 #        floats in 4 MiB blobs against one synced raw RocksDB WriteBatch of the same keys and values
 #        (and one reserved up front), in GB/s; recovery of a 100 M-parameter shard (values + momentum,
@@ -703,13 +704,22 @@ section_hetero() {
   echo "   (local.sh --slowdowns $slowdowns). ideal = the sum of the workers' speeds, (1/t1 + 1/(2 t1) + 1/(4 t1)) / V"
   echo "   steps/s, t1 = seconds per VW of one 1x worker alone (train_seconds / steps / V of a 1-worker run of the"
   echo "   same job, parameter server included) (host load $(load1), $(nproc) cores)"
-  # hetero_job NAME WORKERS SLOWDOWNS [extra coordinator flags]: prints
+  # Each worker computes at its own speed only with a core of its own: with 2 or more cores
+  # the 1x worker gets core 0 to itself, the slowed workers (idle most of the time) and the
+  # coordinator and shard share core 1 (local.sh --worker-cpus, --server-cpus).
+  local pin=0
+  [ "$(nproc)" -lt 2 ] || pin=1
+  if [ $pin = 1 ]; then
+    echo "   pinned: the 1x worker alone on CPU 0; the 2x and 4x workers, the coordinator and the shard on CPU 1"
+  fi
+  # hetero_job NAME WORKERS SLOWDOWNS WORKER_CPUS [extra coordinator flags]: prints
   # "STEPS_PER_S SECONDS V PARAMS_SHA256" from the run's result.json ("0 0 0 -" if it failed).
   hetero_job() {
-    local name=$1 workers=$2 slow=$3; shift 3
-    local dir=$out/runs/$name
+    local name=$1 workers=$2 slow=$3 cpus=$4; shift 4
+    local dir=$out/runs/$name pins=()
+    [ $pin = 0 ] || pins=(--worker-cpus "$cpus" --server-cpus 1)
     rm -rf "$dir"
-    if "$root/launcher/local.sh" --job "$flags" --servers 1 --workers "$workers" --slowdowns "$slow" \
+    if "$root/launcher/local.sh" --job "$flags" --servers 1 --workers "$workers" --slowdowns "$slow" "${pins[@]}" \
         --run-dir "$dir" -- "${common[@]}" "$@" > "$dir.log" 2>&1; then
       python3 -c 'import json, sys
 r = json.load(open(sys.argv[1]))
@@ -723,11 +733,11 @@ print("%.2f %.3f %d %s" % (r["steps"] / r["train_seconds"], r["train_seconds"], 
   local l_alone l_equal l_speed alone secs_alone equal secs_equal speed secs_speed sha_alone sha_equal sha_speed
   local v v_equal v_speed
   l_alone=$(load1)
-  read -r alone secs_alone v sha_alone < <(hetero_job hetero_alone 1 1)
+  read -r alone secs_alone v sha_alone < <(hetero_job hetero_alone 1 1 0)
   l_equal=$(load1)
-  read -r equal secs_equal v_equal sha_equal < <(hetero_job hetero_equal 3 "$slowdowns" --planner=equal)
+  read -r equal secs_equal v_equal sha_equal < <(hetero_job hetero_equal 3 "$slowdowns" 0:1:1 --planner=equal)
   l_speed=$(load1)
-  read -r speed secs_speed v_speed sha_speed < <(hetero_job hetero_speed 3 "$slowdowns" --planner=speed)
+  read -r speed secs_speed v_speed sha_speed < <(hetero_job hetero_speed 3 "$slowdowns" 0:1:1 --planner=speed)
   [ "$v" != 0 ] || v=$v_equal
   [ "$v" != 0 ] || v=$v_speed
   local ideal=0 t1_ms="-"

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <optional>
 #include <system_error>
@@ -707,9 +708,12 @@ class WorkerImpl final : public Worker {
         sampler_->Indices(VirtualWorkerId(v), plan.step, &indices);
         lap(&times_.copies);
         const auto started = mark;
+        const auto cpu_started = ThreadCpuTime();
         EPS_ASSIGN_OR_RETURN(float loss,
                              model_->TrainStep(train_, indices, StreamSeed(spec_.seed, v, plan.step.value())));
-        SlowDown(std::chrono::steady_clock::now() - started);
+        // On the CPU the compute's own CPU time: a core shared with other processes must not
+        // multiply the slowdown. On a GPU this thread mostly waits: its wall time.
+        SlowDown(options_.device == "cpu" ? ThreadCpuTime() - cpu_started : std::chrono::steady_clock::now() - started);
         lap(&times_.compute);
         compute += mark - started;
         if (v == 0) vw0_buffers = SnapshotBuffers();
@@ -727,6 +731,14 @@ class WorkerImpl final : public Worker {
     if (warmed_up_) seconds_per_vw_ = std::chrono::duration<double>(compute).count() / (plan.vw_hi - plan.vw_lo);
     warmed_up_ = true;
     return OkStatus();
+  }
+
+  // CPU time this thread has used.
+  static std::chrono::steady_clock::duration ThreadCpuTime() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::seconds(ts.tv_sec) +
+                                                                           std::chrono::nanoseconds(ts.tv_nsec));
   }
 
   // Idles (slowdown - 1) x `compute`, in slices that watch the stop flag.

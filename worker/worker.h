@@ -59,7 +59,9 @@ struct WorkerOptions {
   // that count; more is accepted, and the extra cores stay unused.
   int threads = 0;
   // A testing and demo aid standing in for slower hardware: after each VW's
-  // compute the worker idles (slowdown - 1) times that compute time. 1: off.
+  // compute the worker idles (slowdown - 1) times that compute time (on the
+  // CPU the compute's CPU time, so a core shared with other processes does
+  // not multiply the slowdown). 1: off.
   // It changes timing only, never bits.
   double slowdown = 1.0;
   // A testing aid: the device kind to report when registering instead of the

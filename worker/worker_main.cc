@@ -39,7 +39,7 @@ DEFINE_int32(threads, 0,
              "refused (the bits depend on it); more is accepted, the extra cores stay unused");
 DEFINE_double(slowdown, 1.0,
               "Testing and demo aid standing in for slower hardware: idle (F - 1) x each VW's compute time "
-              "after it (1: off). Changes timing, never bits");
+              "(on the CPU its CPU time) after it (1: off). Changes timing, never bits");
 
 DEFINE_string(reported_device_kind, "",
               "Testing aid: report this device kind to the coordinator instead of the device's own (the "
