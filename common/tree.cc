@@ -79,8 +79,14 @@ Status TreeReducer::Add(const Block& b, std::vector<float> value) {
 
 Status TreeReducer::AddWire(const Block& b, const void* data, size_t n) {
   EPS_RETURN_IF_ERROR(Check(b, n));
-  std::vector<float> value(n);
-  DecodeWire(rounding_, data, n, value.data());
+  std::vector<float> value;
+  if (rounding_ == WireDType::kFP32) {
+    const auto* floats = static_cast<const float*>(data);
+    value.assign(floats, floats + n);  // one pass: no zeroing first
+  } else {
+    value.resize(n);
+    DecodeWire(rounding_, data, n, value.data());
+  }
   Insert(b, std::move(value));
   return OkStatus();
 }

@@ -59,18 +59,21 @@ struct SgdConstants {
 //     d_p = nesterov ? d_p.add(buf, momentum) : buf;
 //   }
 //   p.add_(d_p, -1 * lr);
+// The loops read element i of p, g and the slots before they write element i of out, so out
+// may be p or g (no __restrict on those three); the gradient is g[i] / div.
 EPS_OPTIMIZER_CLONES
-void SgdLoop(const SgdConstants& c, bool first, float* __restrict p, const float* __restrict g,
+void SgdLoop(const SgdConstants& c, bool first, const float* p, const float* g, float div, float* out,
              float* __restrict buf, size_t n) {
   for (size_t i = 0; i < n; ++i) {
-    float d = g[i];
-    if (c.weight_decay) d = std::fma(p[i], c.wd, d);
+    const float w = p[i];
+    float d = g[i] / div;
+    if (c.weight_decay) d = std::fma(w, c.wd, d);
     if (c.momentum) {
       const float b = first ? d : std::fma(d, c.one_minus_dampening, buf[i] * c.mom);
       buf[i] = b;
       d = c.nesterov ? std::fma(b, c.mom, d) : b;
     }
-    p[i] = std::fma(d, c.neg_lr, p[i]);
+    out[i] = std::fma(d, c.neg_lr, w);
   }
 }
 
@@ -96,11 +99,11 @@ struct AdamConstants {
 //   denom = (exp_avg_sq.sqrt() / sqrt(bias_correction2)).add_(eps);
 //   p.addcdiv_(exp_avg, denom, -(lr / bias_correction1));
 EPS_OPTIMIZER_CLONES
-void AdamLoop(const AdamConstants& c, float* __restrict p, const float* __restrict g,
+void AdamLoop(const AdamConstants& c, const float* p, const float* g, float div, float* out,
               float* __restrict exp_avg, float* __restrict exp_avg_sq, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     float w = p[i];
-    float grad = g[i];
+    float grad = g[i] / div;
     if (c.decoupled) w = w * c.decay;
     if (c.l2) grad = std::fma(w, c.wd, grad);
     const float m = std::fma(grad, c.one_minus_beta1, exp_avg[i] * c.beta1);
@@ -110,7 +113,7 @@ void AdamLoop(const AdamConstants& c, float* __restrict p, const float* __restri
     const float update = (c.neg_step_size * m) / denom;
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
-    p[i] = w + update;
+    out[i] = w + update;
   }
 }
 
@@ -269,6 +272,11 @@ int NumOptimizerSlots(const OptimizerOptions& o) {
 
 void ApplyOptimizer(const OptimizerOptions& o, int64_t step, float* params, const float* grad, size_t n,
                     OptimizerState* state) {
+  ApplyOptimizer(o, step, params, grad, 1.0f, params, n, state);
+}
+
+void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params, const float* grad_sum,
+                    float divisor, float* out, size_t n, OptimizerState* state) {
   assert(step >= 0);
   assert(state != nullptr);
   const double lr = LearningRate(o, step);
@@ -292,7 +300,7 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, float* params, cons
     c.mom = static_cast<float>(o.momentum);
     c.one_minus_dampening = static_cast<float>(1 - o.dampening);
     c.neg_lr = static_cast<float>(-1 * lr);
-    SgdLoop(c, first, params, grad, state->slot0.data(), n);
+    SgdLoop(c, first, params, grad_sum, divisor, out, state->slot0.data(), n);
     return;
   }
 
@@ -312,7 +320,7 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, float* params, cons
   c.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bias_correction2));
   c.eps = static_cast<float>(o.eps);
   c.neg_step_size = static_cast<float>(-(lr / bias_correction1));
-  AdamLoop(c, params, grad, state->slot0.data(), state->slot1.data(), n);
+  AdamLoop(c, params, grad_sum, divisor, out, state->slot0.data(), state->slot1.data(), n);
 }
 
 }  // namespace eps

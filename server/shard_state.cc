@@ -246,10 +246,10 @@ StepDone ShardState::ApplyStep() {
     ChunkSlot& s = slots_[id.value()];
     switch (KindOf(id)) {
       case TensorKind::kParameter: {
-        std::vector<float> grad = s.reducer->TakeResult();
-        for (float& g : grad) g = g / v;
-        auto next = std::make_shared<std::vector<float>>(*s.current);
-        ApplyOptimizer(optimizer_, version_.value(), next->data(), grad.data(), grad.size(), &s.optimizer);
+        // The tree's sum becomes the next version in place: no copy of w(t), no pass for sum / V.
+        auto next = std::make_shared<std::vector<float>>(s.reducer->TakeResult());
+        ApplyOptimizer(optimizer_, version_.value(), s.current->data(), next->data(), v, next->data(), next->size(),
+                       &s.optimizer);
         Publish(id, std::move(next));
         break;
       }

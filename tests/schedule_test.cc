@@ -215,6 +215,38 @@ TEST(ApplyOptimizer, ChunkedUpdateGivesSameBitsAsWholeUpdate) {
   }
 }
 
+// What a shard does: the tree's sum stepped out of place, divided inside the loop, written over
+// the sum itself; the bits of dividing first and stepping a copy of the parameters in place.
+TEST(ApplyOptimizer, OutOfPlaceWithADivisorGivesTheBitsOfDividingFirstAndSteppingInPlace) {
+  const size_t n = 1003;
+  std::vector<OptimizerOptions> configs(4);
+  configs[1].momentum = 0.9;
+  configs[1].nesterov = true;
+  configs[1].weight_decay = 0.01;
+  configs[2].kind = OptimizerKind::kAdam;
+  configs[2].weight_decay = 0.01;
+  configs[3].kind = OptimizerKind::kAdamW;
+  configs[3].weight_decay = 0.05;
+  const float divisor = 7.0f;
+  for (const OptimizerOptions& o : configs) {
+    ASSERT_TRUE(ValidateOptimizerOptions(o).ok());
+    std::vector<float> in_place = Values(n, 1), current = in_place;
+    OptimizerState in_place_state, shard_state;
+    for (int64_t t = 0; t < 4; ++t) {
+      std::vector<float> sum = Values(n, 200 + static_cast<uint32_t>(t));
+      std::vector<float> mean = sum;
+      for (float& g : mean) g = g / divisor;
+      ApplyOptimizer(o, t, in_place.data(), mean.data(), n, &in_place_state);
+      ApplyOptimizer(o, t, current.data(), sum.data(), divisor, sum.data(), n, &shard_state);
+      current = sum;
+      ASSERT_EQ(0, std::memcmp(in_place.data(), current.data(), n * sizeof(float)))
+          << OptimizerKindName(o.kind) << " step " << t;
+    }
+    EXPECT_EQ(in_place_state.slot0, shard_state.slot0);
+    EXPECT_EQ(in_place_state.slot1, shard_state.slot1);
+  }
+}
+
 TEST(ApplyOptimizer, AllocatesOnlyTheSlotsItUses) {
   const size_t n = 10;
   std::vector<float> p(n, 1.0f), g(n, 0.5f);
