@@ -297,7 +297,8 @@ class WorkerImpl final : public Worker {
                                 "', model " + r.spec.model + ")");
     }
     for (size_t s = 0; s < shards_.size(); ++s) {
-      if (r.shard_addresses[s] != shard_addresses_[s]) LOG(INFO) << "shard " << s << " moved to " << r.shard_addresses[s];
+      if (r.shard_addresses[s] == shard_addresses_[s]) continue;
+      LOG(INFO) << "shard " << s << " moved to " << r.shard_addresses[s];
     }
     Adopt(r);
     EPS_RETURN_IF_ERROR(ReconnectShards());
@@ -568,7 +569,7 @@ class WorkerImpl final : public Worker {
           // The prefetch waited at the shard longer than it may (a slow step): ask again, now that it is due.
           EPS_RETURN_IF_ERROR(SendPull(s, version));
           EPS_ASSIGN_OR_RETURN(in, Receive(shards_[s].get(), options_.rpc_timeout));
-          if (!in.envelope.ok()) return in.envelope.status().WithContext("bad pull reply from shard " + std::to_string(s));
+          if (!in.envelope.ok()) return in.envelope.status().WithContext("bad pull reply, shard " + std::to_string(s));
           err = std::get_if<ErrorReply>(&in.envelope->body);
         }
         if (err != nullptr) return err->ToStatus().WithContext("pull from shard " + std::to_string(s));
@@ -713,7 +714,8 @@ class WorkerImpl final : public Worker {
                              model_->TrainStep(train_, indices, StreamSeed(spec_.seed, v, plan.step.value())));
         // On the CPU the compute's own CPU time: a core shared with other processes must not
         // multiply the slowdown. On a GPU this thread mostly waits: its wall time.
-        SlowDown(options_.device == "cpu" ? ThreadCpuTime() - cpu_started : std::chrono::steady_clock::now() - started);
+        SlowDown(options_.device == "cpu" ? ThreadCpuTime() - cpu_started
+                                          : std::chrono::steady_clock::now() - started);
         lap(&times_.compute);
         compute += mark - started;
         if (v == 0) vw0_buffers = SnapshotBuffers();
@@ -772,7 +774,8 @@ class WorkerImpl final : public Worker {
     int64_t steps = 0;
     std::string ToString() const {
       auto ms = [this](Duration d) {
-        return std::to_string(std::chrono::duration<double, std::milli>(d).count() / double(std::max<int64_t>(steps, 1)));
+        const double total_ms = std::chrono::duration<double, std::milli>(d).count();
+        return std::to_string(total_ms / double(std::max<int64_t>(steps, 1)));
       };
       return "ms per train plan over " + std::to_string(steps) + ": plan wait " + ms(plan) + ", pull " + ms(pull) +
              ", compute " + ms(compute) + ", copies " + ms(copies) + ", push wait " + ms(push_wait);
