@@ -567,6 +567,7 @@ class WorkerImpl final : public Worker {
         const StatusCode code = err->code;
         if (prefetched && (code == StatusCode::kDeadlineExceeded || code == StatusCode::kUnavailable)) {
           // The prefetch waited at the shard longer than it may (a slow step): ask again, now that it is due.
+          LOG(INFO) << "the prefetched pull of version " << version << " expired at shard " << s << ": pulling again";
           EPS_RETURN_IF_ERROR(SendPull(s, version));
           EPS_ASSIGN_OR_RETURN(in, Receive(shards_[s].get(), options_.rpc_timeout));
           if (!in.envelope.ok()) return in.envelope.status().WithContext("bad pull reply, shard " + std::to_string(s));
