@@ -100,8 +100,8 @@ void ApplyOptimizer(const OptimizerOptions& options, int64_t step, float* params
 
 // The same step with gradient grad_sum[i] / divisor (the float division a shard's mean of V
 // VWs is), written to `out`: the bits of dividing first and stepping in place, without
-// either pass. `out` may be `params` or `grad_sum` (each element is read before it is
-// written); the optimizer state must not overlap any of them.
+// either pass. `out` may be `params`, `grad_sum` or a buffer overlapping neither; the
+// optimizer state must not overlap any of them.
 void ApplyOptimizer(const OptimizerOptions& options, int64_t step, const float* params, const float* grad_sum,
                     float divisor, float* out, size_t n, OptimizerState* state);
 

@@ -230,20 +230,26 @@ TEST(ApplyOptimizer, OutOfPlaceWithADivisorGivesTheBitsOfDividingFirstAndSteppin
   const float divisor = 7.0f;
   for (const OptimizerOptions& o : configs) {
     ASSERT_TRUE(ValidateOptimizerOptions(o).ok());
-    std::vector<float> in_place = Values(n, 1), current = in_place;
-    OptimizerState in_place_state, shard_state;
+    std::vector<float> in_place = Values(n, 1), current = in_place, elsewhere = in_place;
+    OptimizerState in_place_state, shard_state, elsewhere_state;
     for (int64_t t = 0; t < 4; ++t) {
       std::vector<float> sum = Values(n, 200 + static_cast<uint32_t>(t));
       std::vector<float> mean = sum;
       for (float& g : mean) g = g / divisor;
       ApplyOptimizer(o, t, in_place.data(), mean.data(), n, &in_place_state);
+      std::vector<float> out(n);  // a third buffer: out overlaps neither input
+      ApplyOptimizer(o, t, elsewhere.data(), sum.data(), divisor, out.data(), n, &elsewhere_state);
+      elsewhere = out;
       ApplyOptimizer(o, t, current.data(), sum.data(), divisor, sum.data(), n, &shard_state);
       current = sum;
       ASSERT_EQ(0, std::memcmp(in_place.data(), current.data(), n * sizeof(float)))
           << OptimizerKindName(o.kind) << " step " << t;
+      ASSERT_EQ(0, std::memcmp(in_place.data(), elsewhere.data(), n * sizeof(float)))
+          << OptimizerKindName(o.kind) << " step " << t;
     }
     EXPECT_EQ(in_place_state.slot0, shard_state.slot0);
     EXPECT_EQ(in_place_state.slot1, shard_state.slot1);
+    EXPECT_EQ(in_place_state.slot0, elsewhere_state.slot0);
   }
 }
 
