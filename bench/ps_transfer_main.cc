@@ -446,7 +446,7 @@ class Client {
       for (const ChunkBytes& cb : pulled->chunks) {
         if (cb.chunk.value() >= layout_.chunks.size()) return DataLoss("pulled an unknown chunk");
         const Chunk& c = layout_.chunks[cb.chunk.value()];
-        if (cb.size != static_cast<size_t>(c.numel) * WireDTypeSize(setup_.wire)) {
+        if (cb.size != layout_.WireBytes(c, setup_.wire)) {
           return DataLoss("pulled chunk of the wrong size");
         }
         // PullInto(): a copy, or the decoding from the wire dtype, which the worker always does.

@@ -9,6 +9,7 @@
 
 #include "common/ids.h"
 #include "common/status.h"
+#include "common/wire.h"
 
 namespace eps {
 
@@ -52,6 +53,11 @@ struct Layout {
   uint32_t num_shards = 0;
 
   size_t ChunkBytes(const Chunk& c) const { return c.bytes(tensors); }
+  // Bytes of chunk c in a message that carries fp32 values as `d` (other dtypes travel as stored).
+  size_t WireBytes(const Chunk& c, WireDType d) const {
+    return tensors[c.tensor].dtype == DType::kFloat32 ? static_cast<size_t>(c.numel) * WireDTypeSize(d)
+                                                        : ChunkBytes(c);
+  }
   std::vector<ChunkId> ChunksOf(ShardId shard) const;
   int64_t NumParameters() const;  // elements of all kParameter tensors
 };

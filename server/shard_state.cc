@@ -108,7 +108,7 @@ Status ShardState::Configure(const ShardConfig& config) {
 
 size_t ShardState::PushBytesOf(ChunkId id, Step step) const {
   if (step.value() < 0 || KindOf(id) == TensorKind::kBuffer) return BytesOf(id);
-  return static_cast<size_t>(layout_->chunks[id.value()].numel) * WireDTypeSize(spec_->grad_wire_dtype);
+  return layout_->WireBytes(layout_->chunks[id.value()], spec_->grad_wire_dtype);
 }
 
 void ShardState::Publish(ChunkId id, Value value) {

@@ -581,8 +581,8 @@ class WorkerImpl final : public Worker {
         if (cb.chunk.value() >= layout_.chunks.size()) return DataLoss("pulled an unknown chunk");
         const Chunk& c = layout_.chunks[cb.chunk.value()];
         const bool encoded = wire != WireDType::kFP32 && KindOf(c) == TensorKind::kParameter;
-        const size_t expected = encoded ? static_cast<size_t>(c.numel) * WireDTypeSize(wire) : layout_.ChunkBytes(c);
-        if (c.shard.value() != s || cb.size != expected || KindOf(c) == TensorKind::kLoss) {
+        const WireDType as = encoded ? wire : WireDType::kFP32;
+        if (c.shard.value() != s || cb.size != layout_.WireBytes(c, as) || KindOf(c) == TensorKind::kLoss) {
           return DataLoss("pulled chunk " + std::to_string(c.id.value()) + " does not match the layout");
         }
         const size_t elem = DTypeSize(layout_.tensors[c.tensor].dtype);
@@ -681,7 +681,7 @@ class WorkerImpl final : public Worker {
               return ChunkBytes{c.id, b->data() + c.offset * elem, layout_.ChunkBytes(c), b};
             }
             const size_t at = (flat_offset_[c.tensor] + c.offset) * wire_elem;
-            return ChunkBytes{c.id, flat + at, static_cast<size_t>(c.numel) * wire_elem, owner};
+            return ChunkBytes{c.id, flat + at, layout_.WireBytes(c, wire), owner};
           });
       EPS_RETURN_IF_ERROR(SendPush(s, std::move(push)));
     }
@@ -701,7 +701,7 @@ class WorkerImpl final : public Worker {
     const std::vector<Bytes> step_buffers = SnapshotBuffers();
     std::vector<Bytes> vw0_buffers;
     std::vector<int64_t> indices;
-    std::chrono::steady_clock::duration compute{0};
+    const auto compute_before = times_.compute;
     for (const Block& block : AlignedBlocks(plan.vw_lo, plan.vw_hi)) {
       TreeReducer reducer(block, spec_.virtual_workers, flat_size_, spec_.grad_wire_dtype);
       for (uint32_t v = block.lo; v < block.hi(); ++v) {
@@ -709,16 +709,11 @@ class WorkerImpl final : public Worker {
         if (v != plan.vw_lo) EPS_RETURN_IF_ERROR(RestoreBuffers(step_buffers));
         sampler_->Indices(VirtualWorkerId(v), plan.step, &indices);
         lap(&times_.copies);
-        const auto started = mark;
-        const auto cpu_started = ThreadCpuTime();
+        const Slowdown slowdown = StartSlowdown();
         EPS_ASSIGN_OR_RETURN(float loss,
                              model_->TrainStep(train_, indices, StreamSeed(spec_.seed, v, plan.step.value())));
-        // On the CPU the compute's own CPU time: a core shared with other processes must not
-        // multiply the slowdown. On a GPU this thread mostly waits: its wall time.
-        SlowDown(options_.device == "cpu" ? ThreadCpuTime() - cpu_started
-                                          : std::chrono::steady_clock::now() - started);
+        SlowDown(slowdown);
         lap(&times_.compute);
-        compute += mark - started;
         if (v == 0) vw0_buffers = SnapshotBuffers();
         EPS_RETURN_IF_ERROR(reducer.Add(Block{v, 1}, FlatGradient(loss)));
       }
@@ -731,7 +726,10 @@ class WorkerImpl final : public Worker {
     ++times_.steps;
     // Reported with the next step request: the coordinator sizes VW ranges by speed. The first
     // plan runs libtorch's one-time initialization and would make this worker look slow.
-    if (warmed_up_) seconds_per_vw_ = std::chrono::duration<double>(compute).count() / (plan.vw_hi - plan.vw_lo);
+    if (warmed_up_) {
+      const double compute = std::chrono::duration<double>(times_.compute - compute_before).count();
+      seconds_per_vw_ = compute / (plan.vw_hi - plan.vw_lo);
+    }
     warmed_up_ = true;
     return OkStatus();
   }
@@ -744,9 +742,21 @@ class WorkerImpl final : public Worker {
                                                                            std::chrono::nanoseconds(ts.tv_nsec));
   }
 
-  // Idles (slowdown - 1) x `compute`, in slices that watch the stop flag.
-  void SlowDown(std::chrono::steady_clock::duration compute) {
+  // When a VW's compute began, on the clock --slowdown measures it by: on the CPU the
+  // thread's CPU time (a core shared with other processes must not multiply the
+  // slowdown), on a GPU the wall time (this thread mostly waits). Not read without a slowdown.
+  struct Slowdown {
+    std::chrono::steady_clock::duration started{0};
+  };
+  Slowdown StartSlowdown() const {
+    if (options_.slowdown <= 1.0) return {};
+    return {options_.device == "cpu" ? ThreadCpuTime() : std::chrono::steady_clock::now().time_since_epoch()};
+  }
+
+  // Idles (slowdown - 1) x the compute begun at `since`, in slices that watch the stop flag.
+  void SlowDown(const Slowdown& since) {
     if (options_.slowdown <= 1.0) return;
+    const auto compute = StartSlowdown().started - since.started;
     const auto until = std::chrono::steady_clock::now() +
                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(compute * (options_.slowdown - 1));
     while (!stopping()) {

@@ -75,6 +75,26 @@ class RunDirTest(unittest.TestCase):
         self.procs.append(p)
         return p
 
+    # A job started process by process (instead of by local.sh), for tests that need a flag local.sh
+    # does not pass or a hand on each endpoint. Logs and address files go to the run dir d; token is
+    # the path of the job's token file.
+    def start_coordinator(self, d, token, *flags, job=MLP):
+        """Starts the coordinator; returns (process, its endpoint)."""
+        p = self.start([os.path.join(BIN, "coordinator"), f"--flagfile={job}", f"--run_dir={d}",
+                        f"--addr_file={d}/coordinator.addr", f"--token_file={token}", *flags], f"{d}/coordinator.log")
+        return p, wait_for_file(f"{d}/coordinator.addr", proc=p)
+
+    def start_shard(self, d, coordinator, token, shard, *flags):
+        """Starts shard `shard`; returns its endpoint."""
+        p = self.start([os.path.join(BIN, "shard"), f"--coordinator={coordinator}", f"--shard_id={shard}",
+                        f"--token_file={token}", f"--addr_file={d}/shard{shard}.addr", *flags], f"{d}/shard{shard}.log")
+        return wait_for_file(f"{d}/shard{shard}.addr", proc=p)
+
+    def start_worker(self, d, coordinator, token, index, *flags):
+        """Starts a worker logging to d/worker<index>.log; returns its process."""
+        return self.start([os.path.join(BIN, "worker"), f"--coordinator={coordinator}", f"--token_file={token}",
+                           *flags], f"{d}/worker{index}.log")
+
 
 def poll_until(check, timeout, what):
     """Calls check() every 20 ms until it returns something other than None; bounded by `timeout`."""

@@ -4,7 +4,7 @@ import os
 import subprocess
 import unittest
 
-from harness import BIN, ENV, MLP, RunDirTest, logs, read_result, wait_for_file, wait_for_line, wait_for_step
+from harness import BIN, ENV, MLP, RunDirTest, read_result, wait_for_step
 
 
 class BadJobSpec(RunDirTest):
@@ -52,21 +52,14 @@ class GarbageOnTheWire(RunDirTest):
         token = os.path.join(d, "token")
         with open(token, "w") as f:
             f.write("secret-token\n")
-        coord = self.start([os.path.join(BIN, "coordinator"), f"--flagfile={MLP}", self.STEPS, "--shards=2",
-                            "--workers=2", f"--run_dir={d}", f"--addr_file={d}/coordinator.addr",
-                            f"--token_file={token}", "--startup_timeout_s=120"], f"{d}/coordinator.log")
-        addr = wait_for_file(f"{d}/coordinator.addr", proc=coord)
-        shards = []
-        for s in range(2):
-            self.start([os.path.join(BIN, "shard"), f"--coordinator={addr}", f"--shard_id={s}",
-                        f"--token_file={token}", f"--addr_file={d}/shard{s}.addr"], f"{d}/shard{s}.log")
-            shards.append(wait_for_file(f"{d}/shard{s}.addr"))
+        coord, addr = self.start_coordinator(d, token, self.STEPS, "--shards=2", "--workers=2",
+                                             "--startup_timeout_s=120")
+        shards = [self.start_shard(d, addr, token, s) for s in range(2)]
         # Before training: every endpoint answers garbage with errors.
         for endpoint in [addr] + shards:
             self.garbage(endpoint, token)
         for w in range(2):
-            self.start([os.path.join(BIN, "worker"), f"--coordinator={addr}", f"--token_file={token}"],
-                       f"{d}/worker{w}.log")
+            self.start_worker(d, addr, token, w)
         # During training: again.
         wait_for_step(f"{d}/coordinator.log", 1)
         for endpoint in [addr] + shards:

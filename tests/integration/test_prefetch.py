@@ -4,7 +4,7 @@ fast worker pulls again instead of giving up its plan; the digest is the undistu
 import os
 import unittest
 
-from harness import BIN, MLP, RunDirTest, read_result, wait_for_file
+from harness import MLP, RunDirTest, read_result
 
 
 class PrefetchExpiry(RunDirTest):
@@ -16,16 +16,11 @@ class PrefetchExpiry(RunDirTest):
         token = os.path.join(d, "token")
         with open(token, "w") as f:
             f.write("prefetch-token\n")
-        coord = self.start([os.path.join(BIN, "coordinator"), f"--flagfile={MLP}", self.STEPS, "--workers=2",
-                            "--planner=equal", f"--run_dir={d}", f"--addr_file={d}/coordinator.addr",
-                            f"--token_file={token}"], f"{d}/coordinator.log")
-        addr = wait_for_file(f"{d}/coordinator.addr", proc=coord)
+        coord, addr = self.start_coordinator(d, token, self.STEPS, "--workers=2", "--planner=equal")
         # A pull may wait 50 ms; the slow worker's 4 VWs take far longer than that.
-        self.start([os.path.join(BIN, "shard"), f"--coordinator={addr}", "--shard_id=0", f"--token_file={token}",
-                    "--pull_wait_ms=50"], f"{d}/shard0.log")
+        self.start_shard(d, addr, token, 0, "--pull_wait_ms=50")
         for w, slowdown in enumerate([1, 40]):
-            self.start([os.path.join(BIN, "worker"), f"--coordinator={addr}", f"--token_file={token}",
-                        f"--slowdown={slowdown}"], f"{d}/worker{w}.log")
+            self.start_worker(d, addr, token, w, f"--slowdown={slowdown}")
         self.assertEqual(coord.wait(timeout=300), 0, open(f"{d}/coordinator.log").read()[-3000:])
         self.assertEqual(read_result(d)["params_sha256"], ref["params_sha256"])
         fast = open(f"{d}/worker0.log").read()
