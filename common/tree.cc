@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstring>
 
 namespace eps {
 
@@ -102,14 +103,23 @@ static void CombineInto(float* acc, const float* right, size_t n, WireDType roun
   }
 }
 
+// One level of the climb from `node` towards the root.
+struct Climb {
+  bool is_left;  // node is its parent's left child
+  Block sibling, parent;
+};
+static Climb ClimbFrom(const Block& node) {
+  const bool is_left = (node.lo / node.size) % 2 == 0;
+  const Block sibling{is_left ? node.lo + node.size : node.lo - node.size, node.size};
+  return {is_left, sibling, Block{is_left ? node.lo : sibling.lo, node.size * 2}};
+}
+
 void TreeReducer::Insert(const Block& b, std::vector<float> value) {
   counted_ += PresentLeaves(b);
   Block node = b;
   // Climb while the sibling is known: absent (all its leaves >= V) or present.
   while (node.size < root_.size) {
-    const bool is_left = (node.lo / node.size) % 2 == 0;
-    const Block sibling{is_left ? node.lo + node.size : node.lo - node.size, node.size};
-    const Block parent{is_left ? node.lo : sibling.lo, node.size * 2};
+    const auto [is_left, sibling, parent] = ClimbFrom(node);
     if (sibling.lo >= num_leaves_) {  // absent right subtree: parent = left
       node = parent;
       continue;
@@ -127,6 +137,58 @@ void TreeReducer::Insert(const Block& b, std::vector<float> value) {
     node = parent;
   }
   nodes_[node.lo] = {node.size, std::move(value)};
+}
+
+StatusOr<TreeFinisher> TreeReducer::Finish(const Block& b) {
+  EPS_RETURN_IF_ERROR(Check(b, n_));
+  if (counted_ + PresentLeaves(b) != PresentLeaves(root_)) {
+    return FailedPrecondition("block " + b.ToString() + " is not all the root " + root_.ToString() + " misses");
+  }
+  TreeFinisher finisher(n_, rounding_);
+  Block node = b;
+  while (node.size < root_.size) {
+    const auto [is_left, sibling, parent] = ClimbFrom(node);
+    node = parent;
+    if (sibling.lo >= num_leaves_) continue;  // absent right subtree: parent = left
+    // Every other present leaf is counted, so Insert merged each sibling into one node.
+    auto it = nodes_.find(sibling.lo);
+    if (it == nodes_.end() || it->second.first != sibling.size) {
+      return Internal("tree reducer lost node " + sibling.ToString());
+    }
+    finisher.path_.push_back({std::move(it->second.second), !is_left});
+    nodes_.erase(it);
+  }
+  nodes_.clear();
+  counted_ = 0;
+  return finisher;
+}
+
+void TreeFinisher::Add(size_t first, size_t n, const float* value, float* out) const {
+  assert(first + n <= n_);
+  if (path_.empty()) {
+    if (out != value) std::memcpy(out, value, n * sizeof(float));
+    RoundToWire(rounding_, out, n);
+    return;
+  }
+  // A cache-sized slice climbs the whole path before the next one starts.
+  constexpr size_t kSlice = 2048;
+  float acc[kSlice];
+  for (size_t at = 0; at < n; at += kSlice) {
+    const size_t len = std::min(kSlice, n - at);
+    std::memcpy(acc, value + at, len * sizeof(float));
+    RoundToWire(rounding_, acc, len);
+    for (size_t level = 0; level < path_.size(); ++level) {
+      const Sibling& s = path_[level];
+      const float* other = s.value.data() + first + at;
+      float* to = level + 1 == path_.size() ? out + at : acc;
+      if (s.is_left) {
+        for (size_t i = 0; i < len; ++i) to[i] = other[i] + acc[i];
+      } else {
+        for (size_t i = 0; i < len; ++i) to[i] = acc[i] + other[i];
+      }
+      RoundToWire(rounding_, to, len);
+    }
+  }
 }
 
 bool TreeReducer::complete() const { return counted_ == PresentLeaves(root_); }

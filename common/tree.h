@@ -46,6 +46,8 @@ std::vector<Block> AlignedBlocks(uint32_t lo, uint32_t hi);
 // acc[i] = acc[i] + right[i]: the one addition every tree node uses.
 void AddRightInto(float* acc, const float* right, size_t n);
 
+class TreeFinisher;
+
 // Reduces the subtree of the canonical tree (over `num_leaves` leaves) rooted at
 // `root`, from contributions for any of its nodes. Each leaf counts at most once:
 // a contribution that overlaps leaves already counted is refused whole.
@@ -73,6 +75,14 @@ class TreeReducer {
   // The root's value; only when complete(). Leaves the reducer empty.
   std::vector<float> TakeResult();
 
+  // For a last node whose value comes a range of elements at a time (a VW's
+  // gradients, parameter by parameter, as backward produces them): takes the
+  // reducer's nodes into a TreeFinisher, which gives the root's value over each
+  // range as soon as `b`'s value over it is known. `b` must hold exactly the
+  // present leaves the root still misses (FailedPrecondition otherwise), and
+  // passes Add's checks. Leaves the reducer empty.
+  [[nodiscard]] StatusOr<TreeFinisher> Finish(const Block& b);
+
   const Block& root() const { return root_; }
   size_t num_elements() const { return n_; }
 
@@ -89,6 +99,31 @@ class TreeReducer {
   const WireDType rounding_;
   uint32_t counted_ = 0;
   std::map<uint32_t, std::pair<uint32_t, std::vector<float>>> nodes_;  // lo -> (size, value)
+};
+
+// The root of a TreeReducer's subtree, one range of elements at a time, once
+// only its last node is missing (TreeReducer::Finish). The bits are those the
+// reducer would give with the whole last node added. Immutable: ranges may come
+// in any order, and a range given twice gives the same values twice.
+class TreeFinisher {
+ public:
+  // Writes the root's value over elements [first, first + n) to out[0, n),
+  // given the last node's value over them in value[0, n) (rounded here, as Add
+  // rounds a leaf). first + n <= num_elements(); `value` and `out` may be the same.
+  void Add(size_t first, size_t n, const float* value, float* out) const;
+  size_t num_elements() const { return n_; }
+
+ private:
+  friend class TreeReducer;
+  TreeFinisher(size_t n, WireDType rounding) : n_(n), rounding_(rounding) {}
+  // The sibling met at each level on the way from the last node up to the root.
+  struct Sibling {
+    std::vector<float> value;
+    bool is_left;  // the sibling is the left operand of the addition
+  };
+  size_t n_;
+  WireDType rounding_;
+  std::vector<Sibling> path_;
 };
 
 }  // namespace eps

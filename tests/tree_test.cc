@@ -174,6 +174,60 @@ INSTANTIATE_TEST_SUITE_P(WireDTypes, TreeReduceSplits,
                          ::testing::Values(WireDType::kFP32, WireDType::kBF16, WireDType::kFP16),
                          [](const auto& info) { return std::string(WireDTypeName(info.param)); });
 
+// A block's last leaf given range by range in any order (as backward hands a
+// VW's gradients over, parameter by parameter) gives the bits of the whole leaf
+// added, for every block of every split, with every wire dtype.
+TEST_P(TreeReduceSplits, FinishingRangeByRangeGivesTheBitsOfAddingTheLastLeafWhole) {
+  const WireDType rounding = GetParam();
+  std::mt19937_64 rng(11);
+  for (uint32_t v : {1u, 2u, 3u, 5u, 8u, 13u, 33u}) {
+    const Leaves leaves = RandomLeaves(v, kElems, rng);
+    for (int trial = 0; trial < 10; ++trial) {
+      for (auto [lo, hi] : RandomSplit(v, rng)) {
+        for (const Block& block : AlignedBlocks(lo, hi)) {
+          SCOPED_TRACE("V=" + std::to_string(v) + " block " + block.ToString());
+          const uint32_t last = std::min(block.hi(), v) - 1;
+          TreeReducer worker(block, v, kElems, rounding);
+          for (uint32_t leaf = block.lo; leaf < last; ++leaf) ASSERT_TRUE(worker.Add(Block{leaf, 1}, leaves[leaf]).ok());
+          auto finisher = worker.Finish(Block{last, 1});
+          ASSERT_TRUE(finisher.ok()) << finisher.status().ToString();
+          // Element ranges of random lengths, finished in random order; odd trials in place.
+          std::vector<std::pair<uint32_t, uint32_t>> ranges = RandomSplit(kElems, rng);
+          Shuffle(ranges, rng);
+          std::vector<float> root(kElems, std::nanf(""));
+          std::vector<float> value = leaves[last];
+          for (auto [first, end] : ranges) {
+            float* out = trial % 2 == 1 ? value.data() + first : root.data() + first;
+            finisher->Add(first, end - first, value.data() + first, out);
+            if (trial % 2 == 1) std::memcpy(root.data() + first, out, (end - first) * sizeof(float));
+          }
+          EXPECT_TRUE(SameBits(root, ReferenceNode(leaves, block.lo, block.size, rounding)));
+          EXPECT_FALSE(worker.complete());  // the reducer is empty again
+          EXPECT_EQ(worker.counted(), 0u);
+        }
+      }
+    }
+  }
+}
+
+TEST(TreeReduce, FinishRefusesABlockThatIsNotAllTheRootMisses) {
+  std::mt19937_64 rng(5);
+  const Leaves leaves = RandomLeaves(8, kElems, rng);
+  TreeReducer reducer(Block{0, 8}, 8, kElems);
+  for (uint32_t leaf = 0; leaf < 6; ++leaf) ASSERT_TRUE(reducer.Add(Block{leaf, 1}, leaves[leaf]).ok());
+  EXPECT_EQ(reducer.Finish(Block{7, 1}).status().code(), StatusCode::kFailedPrecondition);  // 6 is missing too
+  EXPECT_EQ(reducer.Finish(Block{5, 1}).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(reducer.Finish(Block{3, 2}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(reducer.counted(), 6u);  // refusals change nothing
+  auto finisher = reducer.Finish(Block{6, 2});
+  ASSERT_TRUE(finisher.ok());
+  std::vector<float> right = leaves[6];
+  for (size_t i = 0; i < kElems; ++i) right[i] = right[i] + leaves[7][i];
+  std::vector<float> root(kElems);
+  finisher->Add(0, kElems, right.data(), root.data());
+  EXPECT_TRUE(SameBits(root, Reference(leaves)));
+}
+
 TEST(TreeReduce, LeavesPushedOneByOneInAnyOrderGiveReferenceBits) {
   std::mt19937_64 rng(3);
   for (uint32_t v : {3u, 6u, 13u, 33u}) {
