@@ -360,12 +360,12 @@ class ShardImpl final : public Shard {
 
   void OnStepCompleted(StepDone done) {
     VLOG(1) << "step " << done.step << " done";
-    MaybeCheckpoint();
+    AnswerWaitingPulls();  // first: the workers wait for these bytes
+    MaybeCheckpoint();     // before the next push can step a chunk of the next step
     done.durable_step = durable_step_;
     done.checkpoint_error = checkpoint_error_;
     Status st = SendToCoordinator(std::move(done));
     if (!st.ok()) LOG(WARNING) << "could not report a step: " << st.ToString();
-    AnswerWaitingPulls();
   }
 
   // Hands a snapshot of the version just reached to the writer when it is due.

@@ -129,6 +129,7 @@ void ShardState::ResetBarrier() {
   for (ChunkId id : mine_) {
     ChunkSlot& s = slots_[id.value()];
     s.vw0_buffer.reset();
+    s.next.reset();
     s.reducer.reset();
     if (KindOf(id) != TensorKind::kBuffer) {
       s.reducer = std::make_unique<TreeReducer>(Block{0, TreeWidth(v)}, v, layout_->chunks[id.value()].numel,
@@ -192,6 +193,10 @@ StatusOr<ShardState::PushOutcome> ShardState::HandlePush(const Push& push) {
       }
       continue;
     }
+    if (s.next) {  // stepped already: its sum was complete
+      ++out.reply.duplicates;
+      continue;
+    }
     Status st = s.reducer->AddWire(push.block, c.data, s.reducer->num_elements());
     if (st.code() == StatusCode::kAlreadyExists) {
       ++out.reply.duplicates;
@@ -199,6 +204,8 @@ StatusOr<ShardState::PushOutcome> ShardState::HandlePush(const Push& push) {
       return st;  // cannot happen after ValidatePush; reported rather than assumed
     } else {
       ++out.reply.accepted;
+      // Stepped at once, while the other chunks of the step are still on their way.
+      if (KindOf(c.chunk) == TensorKind::kParameter && s.reducer->complete()) StepChunk(c.chunk);
     }
   }
   duplicates_ += out.reply.duplicates;
@@ -234,9 +241,28 @@ StatusOr<ShardState::PushOutcome> ShardState::HandleInit(const Push& push) {
 bool ShardState::BarrierComplete() const {
   for (ChunkId id : mine_) {
     const ChunkSlot& s = slots_[id.value()];
-    if (s.reducer ? !s.reducer->complete() : !s.vw0_buffer) return false;
+    switch (KindOf(id)) {
+      case TensorKind::kParameter:
+        if (!s.next) return false;
+        break;
+      case TensorKind::kBuffer:
+        if (!s.vw0_buffer) return false;
+        break;
+      case TensorKind::kLoss:
+        if (!s.reducer->complete()) return false;
+        break;
+    }
   }
   return true;
+}
+
+void ShardState::StepChunk(ChunkId id) {
+  ChunkSlot& s = slots_[id.value()];
+  // The tree's sum becomes the next version in place: no copy of w(t), no pass for sum / V.
+  auto next = std::make_shared<std::vector<float>>(s.reducer->TakeResult());
+  ApplyOptimizer(optimizer_, version_.value(), s.current->data(), next->data(),
+                 static_cast<float>(spec_->virtual_workers), next->data(), next->size(), &s.optimizer);
+  s.next = std::move(next);
 }
 
 StepDone ShardState::ApplyStep() {
@@ -245,14 +271,9 @@ StepDone ShardState::ApplyStep() {
   for (ChunkId id : mine_) {
     ChunkSlot& s = slots_[id.value()];
     switch (KindOf(id)) {
-      case TensorKind::kParameter: {
-        // The tree's sum becomes the next version in place: no copy of w(t), no pass for sum / V.
-        auto next = std::make_shared<std::vector<float>>(s.reducer->TakeResult());
-        ApplyOptimizer(optimizer_, version_.value(), s.current->data(), next->data(), v, next->data(), next->size(),
-                       &s.optimizer);
-        Publish(id, std::move(next));
+      case TensorKind::kParameter:
+        Publish(id, std::move(s.next));  // stepped when its sum was complete
         break;
-      }
       case TensorKind::kBuffer:
         Publish(id, std::move(s.vw0_buffer));
         break;

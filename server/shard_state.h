@@ -5,9 +5,13 @@
 //
 // Step t on this shard completes when, for every parameter and loss chunk it
 // owns, the pushed blocks cover all V leaves of the canonical tree, and every
-// buffer chunk came with the block holding VW 0. It then applies the optimizer to
-// sum/V and serves version t+1, keeping version t readable until the next step
-// completes (a VW recomputed after a crash must read exactly w(t)).
+// buffer chunk came with the block holding VW 0. Each parameter chunk is stepped
+// (the optimizer applied to sum/V) as soon as its own blocks are complete, while
+// the others may still be on their way; once the step completes the shard serves
+// version t+1, keeping version t readable until the next step completes (a VW
+// recomputed after a crash must read exactly w(t)). The barrier is only ever
+// reset by a completed step or a whole new state (Restore), so a chunk stepped
+// early never steps twice.
 //
 // With a compressed gradient wire dtype (common/wire.h) pushed gradient and loss
 // chunks arrive in it and the tree rounds every node to it; with a compressed
@@ -83,6 +87,8 @@ class ShardState {
 
   // The current version's snapshot: shares the values, copies the optimizer
   // slots (O(optimizer state) time). FailedPrecondition before version 0.
+  // Take it between steps, after the push that completed one and before the
+  // next step's first push (whose chunks may step the slots early).
   StatusOr<ShardSnapshot> Snapshot() const;
 
   // Replaces the whole state with a checkpoint's: job config, values,
@@ -112,6 +118,7 @@ class ShardState {
     WireValue current_wire, previous_wire;  // parameter chunks, with a compressed weight wire dtype
     OptimizerState optimizer;
     std::unique_ptr<TreeReducer> reducer;  // parameter and loss chunks
+    Value next;                            // parameter chunks: the step's new value, once its sum was complete
     Value vw0_buffer;                      // buffer chunks: VW 0's value of this step
     bool counted_for_buffer = false;
   };
@@ -127,6 +134,9 @@ class ShardState {
   StatusOr<PushOutcome> HandleInit(const Push& push);
   void ResetBarrier();
   bool BarrierComplete() const;
+  // Applies the optimizer to a parameter chunk whose sum is complete; the
+  // value waits in `next` until the whole step is (a pull must see one version).
+  void StepChunk(ChunkId id);
   StepDone ApplyStep();
   size_t BytesOf(ChunkId id) const { return layout_->ChunkBytes(layout_->chunks[id.value()]); }
   TensorKind KindOf(ChunkId id) const { return layout_->tensors[layout_->chunks[id.value()].tensor].kind; }

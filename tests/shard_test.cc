@@ -644,6 +644,40 @@ TEST(ShardStateBarrier, BlocksAndLeavesInAnyOrderGiveTheTreeSumBits) {
   }
 }
 
+// Workers push a block chunk by chunk as backward produces the gradients; the
+// shard steps each chunk as soon as its sum is complete. Until the last chunk
+// arrives every pull still sees w(t) whole, and the result has the same bits.
+TEST(ShardStateBarrier, ChunksPushedOneByOneAreServedOnlyAsOneWholeVersion) {
+  std::mt19937_64 rng(31);
+  Job job(24);
+  for (ShardId s : AllShards()) {
+    SCOPED_TRACE("shard " + std::to_string(s.value()));
+    auto state = InitializedShard(job, s);
+    for (int64_t t = 0; t < kSteps; ++t) {
+      Push whole = job.BlockPush(s, t, Block{0, Width(kVws)}, /*buffers=*/true);
+      std::vector<ChunkBytes> chunks = whole.chunks;
+      Shuffle(chunks, rng);
+      for (size_t k = 0; k < chunks.size(); ++k) {
+        auto out = state->HandlePush(MakePush(t, whole.block, {chunks[k]}));
+        ASSERT_TRUE(out.ok()) << out.status().ToString();
+        EXPECT_EQ(out->reply.accepted, 1u);
+        if (k + 1 == chunks.size()) {
+          EXPECT_TRUE(out->completed.has_value());
+          break;
+        }
+        EXPECT_FALSE(out->completed.has_value());
+        auto again = state->HandlePush(MakePush(t, whole.block, {chunks[k]}));  // must not step twice
+        ASSERT_TRUE(again.ok()) << again.status().ToString();
+        EXPECT_EQ(again->reply.duplicates, 1u);
+        EXPECT_EQ(state->HandlePull(MakePull(t + 1)).status().code(), StatusCode::kUnavailable);
+        ExpectVersion(*state, job, s, t);  // chunks stepped already still serve w(t)
+      }
+      ASSERT_EQ(state->version(), Step(t + 1));
+      ExpectVersion(*state, job, s, t + 1);
+    }
+  }
+}
+
 TEST(ShardStateBarrier, TheStepCompletesOnlyWithTheLastLeaf) {
   Job job(21);
   for (ShardId s : AllShards()) {
