@@ -4,6 +4,8 @@
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <zmq.hpp>
 
 #include <cstdlib>
@@ -154,6 +156,39 @@ TEST(ModelRunner, GivesBitwiseIdenticalGradientsWhenAStepRepeats) {
     ASSERT_TRUE(loss2.ok()) << loss2.status().ToString();
     EXPECT_EQ(std::memcmp(&*loss1, &*loss2, sizeof(float)), 0) << model;
     EXPECT_EQ(GradBytes(*r), grads1) << model << ": gradients accumulated or are not deterministic";
+  }
+}
+
+// The per-parameter callback sees each final gradient once, from inside
+// backward on the CPU (the last layer's before the first's), with the bits
+// GradData gives after the step; a step without the callback gives the same.
+TEST(ModelRunner, ReportsEveryParametersFinalGradientOnceLastLayersFirst) {
+  const Dataset data = SyntheticData(16);
+  const std::vector<int64_t> indices = {3, 1, 4, 1, 5, 9, 2, 6};
+  for (const char* model : {"mlp", "cnn", "cnn_bn"}) {
+    SCOPED_TRACE(model);
+    auto r = MustCreate(model);
+    ASSERT_NE(r, nullptr);
+    std::vector<size_t> order;
+    std::vector<std::vector<uint8_t>> seen(r->NumParameters());
+    StatusOr<float> loss = r->TrainStep(data, indices, 99, [&](size_t i) {
+      order.push_back(i);
+      const auto* p = reinterpret_cast<const uint8_t*>(r->GradData(i));
+      seen[i].assign(p, p + Bytes(r->Tensors()[i]));
+    });
+    ASSERT_TRUE(loss.ok()) << loss.status().ToString();
+    const auto grads = GradBytes(*r);
+    EXPECT_EQ(seen, grads);
+    std::vector<size_t> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    ASSERT_EQ(sorted.size(), r->NumParameters());
+    for (size_t i = 0; i < sorted.size(); ++i) EXPECT_EQ(sorted[i], i) << "each parameter once";
+    EXPECT_GE(order.front(), r->NumParameters() - 2) << "a parameter of the last layer comes first";
+    EXPECT_LE(order.back(), 1u) << "a parameter of the first layer comes last";
+    StatusOr<float> again = r->TrainStep(data, indices, 99);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(std::memcmp(&*loss, &*again, sizeof(float)), 0);
+    EXPECT_EQ(GradBytes(*r), grads);
   }
 }
 

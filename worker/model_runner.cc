@@ -3,6 +3,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -95,6 +96,13 @@ class TorchModelRunner final : public ModelRunner {
       grads_.push_back(HostZeros(p.value()));
     }
     num_parameters_ = tensors_.size();
+    reported_.assign(num_parameters_, false);
+    if (!on_gpu()) {
+      // Each parameter's gradient, as soon as backward has it (before it is stored as .grad).
+      for (size_t i = 0; i < num_parameters_; ++i) {
+        tensors_[i].register_hook([this, i](const torch::Tensor& g) { OnGradient(i, g); });
+      }
+    }
     for (const auto& b : model_->named_buffers()) {
       DType dtype;
       if (b.value().scalar_type() == torch::kFloat32) {
@@ -140,8 +148,8 @@ class TorchModelRunner final : public ModelRunner {
 #endif
   }
 
-  StatusOr<float> TrainStep(const Dataset& data, const std::vector<int64_t>& indices,
-                            uint64_t rng_seed) override {
+  StatusOr<float> TrainStep(const Dataset& data, const std::vector<int64_t>& indices, uint64_t rng_seed,
+                            const GradReady& ready) override {
     EPS_RETURN_IF_ERROR(CheckModelInput(data));
     if (indices.empty()) return InvalidArgument("a microbatch needs at least one sample");
     for (int64_t i : indices) {
@@ -160,13 +168,28 @@ class TorchModelRunner final : public ModelRunner {
       const torch::Tensor y = LabelsView(data).index_select(0, idx).to(device_);
       if (on_gpu()) ComputeAfterUploads();
       torch::Tensor loss = torch::nn::functional::cross_entropy(model_->forward(x), y);
+      struct Reporting {  // OnGradient reports to `ready` only inside this scope
+        TorchModelRunner& runner;
+        ~Reporting() { runner.ready_ = nullptr; }
+      } reporting{*this};
+      ready_ = ready ? &ready : nullptr;
+      std::fill(reported_.begin(), reported_.end(), false);
       loss.backward();
-      if (on_gpu()) return CopyResultsToHost(loss);
-      for (size_t i = 0; i < num_parameters_; ++i) {
-        const torch::Tensor& g = tensors_[i].grad();
-        grads_[i] = g.defined() ? g.contiguous() : torch::zeros_like(tensors_[i]);
+      float value;
+      if (on_gpu()) {
+        value = CopyResultsToHost(loss);
+      } else {
+        for (size_t i = 0; i < num_parameters_; ++i) {
+          const torch::Tensor& g = tensors_[i].grad();
+          grads_[i] = g.defined() ? g.contiguous() : torch::zeros_like(tensors_[i]);
+        }
+        value = loss.item<float>();
       }
-      return loss.item<float>();
+      // Parameters backward gave no gradient to (and every one on a GPU).
+      for (size_t i = 0; i < num_parameters_; ++i) {
+        if (ready_ != nullptr && !reported_[i]) (*ready_)(i);
+      }
+      return value;
     } catch (const std::exception& e) {
       // Gradients of a failed step are meaningless: do not expose stale ones.
       DiscardGradients();
@@ -215,6 +238,16 @@ class TorchModelRunner final : public ModelRunner {
 
  private:
   bool on_gpu() const { return device_.is_cuda(); }
+
+  // The hook on parameter i (CPU only): `g` is its final gradient. Holds no
+  // reference once it returns, so autograd stores `g` as .grad without a copy.
+  void OnGradient(size_t i, const torch::Tensor& g) {
+    if (ready_ == nullptr) return;
+    grads_[i] = g.contiguous();
+    (*ready_)(i);
+    reported_[i] = true;
+    grads_[i] = torch::Tensor();
+  }
 
   // Host memory of `t`'s shape and dtype, zeroed: pinned when `t` lives on a GPU.
   torch::Tensor HostZeros(const torch::Tensor& t) const {
@@ -291,6 +324,8 @@ class TorchModelRunner final : public ModelRunner {
   std::vector<torch::Tensor> host_;     // tensors_ on the host: the same tensors on the CPU, pinned mirrors on a GPU
   std::vector<torch::Tensor> grads_;    // one per parameter, contiguous, on the host (pinned on a GPU)
   size_t num_parameters_ = 0;
+  const GradReady* ready_ = nullptr;  // set during TrainStep's backward
+  std::vector<bool> reported_;        // by parameter: given to ready_ in this TrainStep
 #ifdef EPS_WITH_CUDA
   std::optional<CudaCopies> copies_;  // on a GPU only
   torch::Tensor loss_host_;           // pinned

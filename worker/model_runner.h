@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -100,14 +101,26 @@ class ModelRunner {
   // Internal if libtorch fails.
   [[nodiscard]] virtual Status Write(size_t i, size_t byte_offset, const void* src, size_t bytes) = 0;
 
+  // Called by TrainStep once per parameter, with its index, as soon as its
+  // gradient is final: GradData(i) gives it during the call. On the CPU from
+  // inside backward, in the order backward produces them (the last layers
+  // first), so the caller can send them on while the first layers' gradients
+  // are computed; on a GPU once all are on the host. Must not throw.
+  using GradReady = std::function<void(size_t param)>;
+
   // Runs one VW's microbatch in train mode: sets all gradients to none, reseeds
   // the default CPU and CUDA generators with rng_seed (dropout draws from
   // them), forward, cross-entropy averaged over the microbatch, backward.
   // Returns the loss once gradients and buffers are readable on the host.
   // InvalidArgument for empty or out-of-range indices, images that are not
   // 28x28, labels outside [0, 10), an inconsistent Dataset.
+  [[nodiscard]] StatusOr<float> TrainStep(const Dataset& data, const std::vector<int64_t>& indices,
+                                          uint64_t rng_seed) {
+    return TrainStep(data, indices, rng_seed, nullptr);
+  }
+  // As above, calling `ready` (if set) for every parameter on the way.
   [[nodiscard]] virtual StatusOr<float> TrainStep(const Dataset& data, const std::vector<int64_t>& indices,
-                                                  uint64_t rng_seed) = 0;
+                                                  uint64_t rng_seed, const GradReady& ready) = 0;
 
   // Gradient of parameter i (i < NumParameters()) after the last TrainStep:
   // contiguous float32, numel elements; zeros for a parameter that got no

@@ -181,6 +181,7 @@ class WorkerImpl final : public Worker {
   }
 
  private:
+  using Duration = std::chrono::steady_clock::duration;
   bool stopping() const { return stop_->load(); }
   static Status Stopped() { return Aborted("stopped by a signal"); }
 
@@ -652,38 +653,116 @@ class WorkerImpl final : public Worker {
     return flat;
   }
 
-  // Pushes a block's partial (gradients and loss in the job's gradient wire
-  // dtype; the reducer has rounded them to it, so encoding loses nothing).
-  Status PushBlock(const StepPlan& plan, const Block& block, std::vector<float> sum,
-                   const std::vector<Bytes>& vw0_buffers) {
+  // A block's partial on its way to the shards. Its value fills in tensor by
+  // tensor while the block's last VW runs backward (TreeFinisher), and the
+  // chunks of the tensors ready so far leave as soon as they are worth a push
+  // of their own: sending and the shards' optimizer overlap the rest of
+  // backward (the first layers, the costliest, come last).
+  struct OutgoingBlock {
+    Block block;
+    std::shared_ptr<float[]> sum;                    // the partial in flat layout, fp32
+    std::shared_ptr<uint16_t[]> encoded;             // the same in the gradient wire dtype, if compressed
+    std::vector<char> ready;                         // by tensor: its part of the partial is final
+    std::vector<char> sent;                          // by chunk
+    size_t unsent_bytes = 0;                         // ready, not sent
+  };
+
+  // Bytes of ready chunks worth a push of their own before backward ends.
+  static constexpr size_t kEagerPushBytes = 256 << 10;
+
+  OutgoingBlock StartBlock(const Block& block) {
+    OutgoingBlock out{block, std::shared_ptr<float[]>(new float[flat_size_]), nullptr,
+                      std::vector<char>(layout_.tensors.size(), 0), std::vector<char>(layout_.chunks.size(), 0), 0};
+    if (spec_.grad_wire_dtype != WireDType::kFP32) out.encoded.reset(new uint16_t[flat_size_]);
+    return out;
+  }
+
+  // Tensor i's part of the partial is final: pushes the chunks ready so far once they are worth it.
+  Status TensorReady(const StepPlan& plan, OutgoingBlock& out, size_t i) {
+    out.ready[i] = 1;
+    out.unsent_bytes += layout_.tensors[i].numel() * WireDTypeSize(spec_.grad_wire_dtype);
+    if (out.unsent_bytes < kEagerPushBytes) return OkStatus();
+    return PushReady(plan, out, {});
+  }
+
+  // Pushes every ready chunk not sent yet, in the gradient wire dtype (the
+  // finisher has rounded the partial to it, so encoding loses nothing); with
+  // `vw0_buffers` (the block holds VW 0, and its partial is complete) the
+  // buffer chunks too.
+  Status PushReady(const StepPlan& plan, OutgoingBlock& out, const std::vector<Bytes>& vw0_buffers) {
     const WireDType wire = spec_.grad_wire_dtype;
-    std::shared_ptr<const void> owner;
-    const uint8_t* flat = nullptr;  // the partial as sent, in the wire dtype
-    if (wire == WireDType::kFP32) {
-      auto values = std::make_shared<std::vector<float>>(std::move(sum));
-      flat = reinterpret_cast<const uint8_t*>(values->data());
-      owner = std::move(values);
-    } else {
-      auto encoded = std::make_shared<std::vector<uint16_t>>(sum.size());
-      EncodeWire(wire, sum.data(), sum.size(), encoded->data());
-      flat = reinterpret_cast<const uint8_t*>(encoded->data());
-      owner = std::move(encoded);
-    }
-    const size_t wire_elem = WireDTypeSize(wire);
     for (size_t s = 0; s < shards_.size(); ++s) {
-      Push push{plan.epoch, plan.step, block, {}};
+      Push push{plan.epoch, plan.step, out.block, {}};
       push.chunks = ChunksFor(
-          ShardId(s), [&](const Chunk& c) { return KindOf(c) != TensorKind::kBuffer || block.lo == 0; },
+          ShardId(s),
           [&](const Chunk& c) {
+            return !out.sent[c.id.value()] &&
+                   (KindOf(c) == TensorKind::kBuffer ? !vw0_buffers.empty() : out.ready[c.tensor] != 0);
+          },
+          [&](const Chunk& c) {
+            out.sent[c.id.value()] = 1;
             if (KindOf(c) == TensorKind::kBuffer) {
               const Bytes& b = vw0_buffers[c.tensor];
               const size_t elem = DTypeSize(layout_.tensors[c.tensor].dtype);
               return ChunkBytes{c.id, b->data() + c.offset * elem, layout_.ChunkBytes(c), b};
             }
-            const size_t at = (flat_offset_[c.tensor] + c.offset) * wire_elem;
-            return ChunkBytes{c.id, flat + at, layout_.WireBytes(c, wire), owner};
+            const size_t at = flat_offset_[c.tensor] + c.offset;
+            if (wire == WireDType::kFP32) {
+              return ChunkBytes{c.id, out.sum.get() + at, layout_.WireBytes(c, wire), out.sum};
+            }
+            EncodeWire(wire, out.sum.get() + at, c.numel, out.encoded.get() + at);
+            return ChunkBytes{c.id, out.encoded.get() + at, layout_.WireBytes(c, wire), out.encoded};
           });
       EPS_RETURN_IF_ERROR(SendPush(s, std::move(push)));
+    }
+    out.unsent_bytes = 0;
+    return OkStatus();
+  }
+
+  // Runs the block's VWs; the last one's gradients go out tensor by tensor as backward produces them.
+  Status TrainBlock(const StepPlan& plan, const Block& block, const std::vector<Bytes>& step_buffers,
+                    std::vector<Bytes>* vw0_buffers, const std::function<void(Duration*)>& lap) {
+    TreeReducer reducer(block, spec_.virtual_workers, flat_size_, spec_.grad_wire_dtype);
+    std::vector<int64_t> indices;
+    const uint32_t last = block.hi() - 1;
+    for (uint32_t v = block.lo; v <= last; ++v) {
+      if (stopping()) return Stopped();  // abandon the rest: blocks already pushed stay pushed
+      if (v != plan.vw_lo) EPS_RETURN_IF_ERROR(RestoreBuffers(step_buffers));
+      sampler_->Indices(VirtualWorkerId(v), plan.step, &indices);
+      const uint64_t seed = StreamSeed(spec_.seed, v, plan.step.value());
+      if (v != last) {
+        lap(&times_.copies);
+        const Slowdown slowdown = StartSlowdown();
+        EPS_ASSIGN_OR_RETURN(float loss, model_->TrainStep(train_, indices, seed));
+        SlowDown(slowdown);
+        lap(&times_.compute);
+        if (v == 0) *vw0_buffers = SnapshotBuffers();
+        EPS_RETURN_IF_ERROR(reducer.Add(Block{v, 1}, FlatGradient(loss)));
+        continue;
+      }
+      EPS_ASSIGN_OR_RETURN(TreeFinisher finisher, reducer.Finish(Block{v, 1}));
+      OutgoingBlock out = StartBlock(block);
+      Status pushing;                // the first error of a push from inside backward
+      Duration in_callbacks{0};     // time backward spent in the callback: not compute
+      lap(&times_.copies);
+      const Slowdown slowdown = StartSlowdown();
+      EPS_ASSIGN_OR_RETURN(float loss, model_->TrainStep(train_, indices, seed, [&](size_t i) {
+        const auto began = std::chrono::steady_clock::now();
+        const size_t n = layout_.tensors[i].numel();
+        finisher.Add(flat_offset_[i], n, model_->GradData(i), out.sum.get() + flat_offset_[i]);
+        if (pushing.ok()) pushing = TensorReady(plan, out, i);
+        in_callbacks += std::chrono::steady_clock::now() - began;
+      }));
+      SlowDown(slowdown);
+      lap(&times_.compute);
+      times_.compute -= in_callbacks;
+      times_.copies += in_callbacks;
+      EPS_RETURN_IF_ERROR(pushing);
+      if (v == 0) *vw0_buffers = SnapshotBuffers();
+      const size_t loss_at = flat_offset_[layout_.tensors.size() - 1];
+      finisher.Add(loss_at, 1, &loss, out.sum.get() + loss_at);
+      out.ready.back() = 1;
+      return PushReady(plan, out, block.lo == 0 ? *vw0_buffers : std::vector<Bytes>{});
     }
     return OkStatus();
   }
@@ -691,7 +770,7 @@ class WorkerImpl final : public Worker {
   Status Train(const StepPlan& plan) {
     if (plan.vw_hi > spec_.virtual_workers) return InvalidArgument("plan names VWs beyond V");
     auto mark = std::chrono::steady_clock::now();
-    auto lap = [&mark](std::chrono::steady_clock::duration* into) {
+    const std::function<void(Duration*)> lap = [&mark](Duration* into) {
       const auto now = std::chrono::steady_clock::now();
       *into += now - mark;
       mark = now;
@@ -700,24 +779,9 @@ class WorkerImpl final : public Worker {
     lap(&times_.pull);
     const std::vector<Bytes> step_buffers = SnapshotBuffers();
     std::vector<Bytes> vw0_buffers;
-    std::vector<int64_t> indices;
     const auto compute_before = times_.compute;
     for (const Block& block : AlignedBlocks(plan.vw_lo, plan.vw_hi)) {
-      TreeReducer reducer(block, spec_.virtual_workers, flat_size_, spec_.grad_wire_dtype);
-      for (uint32_t v = block.lo; v < block.hi(); ++v) {
-        if (stopping()) return Stopped();  // abandon the rest: blocks already pushed stay pushed
-        if (v != plan.vw_lo) EPS_RETURN_IF_ERROR(RestoreBuffers(step_buffers));
-        sampler_->Indices(VirtualWorkerId(v), plan.step, &indices);
-        lap(&times_.copies);
-        const Slowdown slowdown = StartSlowdown();
-        EPS_ASSIGN_OR_RETURN(float loss,
-                             model_->TrainStep(train_, indices, StreamSeed(spec_.seed, v, plan.step.value())));
-        SlowDown(slowdown);
-        lap(&times_.compute);
-        if (v == 0) vw0_buffers = SnapshotBuffers();
-        EPS_RETURN_IF_ERROR(reducer.Add(Block{v, 1}, FlatGradient(loss)));
-      }
-      EPS_RETURN_IF_ERROR(PushBlock(plan, block, reducer.TakeResult(), vw0_buffers));
+      EPS_RETURN_IF_ERROR(TrainBlock(plan, block, step_buffers, &vw0_buffers, lap));
     }
     EPS_RETURN_IF_ERROR(Prefetch(Step(plan.step.value() + 1)));
     lap(&times_.copies);
@@ -776,7 +840,6 @@ class WorkerImpl final : public Worker {
 
   // Where a worker's time goes, summed over its train plans; logged when the job ends.
   struct Times {
-    using Duration = std::chrono::steady_clock::duration;
     Duration plan{0};       // waiting for the coordinator's next plan (the other workers, the shards' barrier)
     Duration pull{0};       // pulling w(t) into the model
     Duration compute{0};    // the VWs' forward and backward (and any --slowdown)
