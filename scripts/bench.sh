@@ -9,7 +9,8 @@
 # Sections:
 #   vw   samples/s of the CNN job (examples/fashion_mnist_cnn.flags, V = 8 x 16 samples,
 #        1 shard) at 1 worker x 8 VWs and 2 workers x 4 VWs, against build/bin/baseline
-#        (the same model and microbatches in one plain libtorch loop, no parameter server).
+#        (the same model and microbatches in one plain libtorch loop, no parameter server);
+#        medians of 3 interleaved rounds, and where the 1 x 8 worker's time goes.
 #   elastic  one mlp job (examples/fashion_mnist_mlp.flags, 3000 steps whatever --steps says,
 #        1 shard, 2 workers, --heartbeat_timeout_ms=1000): the median step time, then 3 rounds
 #        of: attach a worker (launcher/attach.sh) and time its first counted contribution;
@@ -50,7 +51,7 @@
 # before each row, so a noisy row can be told from a slow one. This never fails on timing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-usage() { sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,51p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # A new section: a function section_NAME below, NAME here, and a line in the case at the end.
 all_sections=(vw elastic transfer wire ps_share ddp scaling hetero durable)
@@ -154,23 +155,33 @@ print("%.1f %.3f" % (sps, r["train_seconds"]))' \
 # Virtual-worker overhead: the same 8 x 16-sample microbatches per step, run by the
 # job on 1 worker (8 VWs) or 2 workers (4 VWs each, one thread each: this host's 2
 # cores), against the plain loop at 1 thread (the reference) and at 2 threads.
+# Three interleaved rounds of all four, medians: this host drifts by 10-15 % within
+# minutes, more than the overhead measured.
+median3() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
 section_vw() {
-  echo "== vw: cnn, V = 8 x 16 samples, $steps steps, 1 shard (host load $(load1), $(nproc) cores)"
+  local rounds=3
+  echo "== vw: cnn, V = 8 x 16 samples, $steps steps, 1 shard, medians of $rounds interleaved rounds (host load $(load1), $(nproc) cores)"
   printf '%-24s | %10s | %s\n' config samples/s "ratio vs baseline"
-  local l base sps secs
+  local l r sps secs
   # The cosine schedule needs more steps than its warm-up: shorten it for short runs.
   local job_flags=(--steps="$steps" --test_limit=-1)
   [ "$steps" -gt 200 ] || job_flags+=(--warmup_steps=$((steps / 2)))
   local base_flags=(--model=cnn --microbatches=8 --batch_per_vw=16)
-
-  l=$(load1); read -r base secs < <(baseline vw_baseline_1t "${base_flags[@]}" --threads=1)
-  row vw "baseline (1 thread)" "$base" "$base" "$secs" "$l"
-  l=$(load1); read -r sps secs < <(baseline vw_baseline_2t "${base_flags[@]}" --threads=2)
-  row vw "baseline (2 threads)" "$sps" "$base" "$secs" "$l"
-  l=$(load1); read -r sps secs < <(job vw_1x8 1 "$root/examples/fashion_mnist_cnn.flags" "${job_flags[@]}")
-  row vw "1 worker x 8 VWs" "$sps" "$base" "$secs" "$l"
-  l=$(load1); read -r sps secs < <(job vw_2x4 2 "$root/examples/fashion_mnist_cnn.flags" "${job_flags[@]}")
-  row vw "2 workers x 4 VWs" "$sps" "$base" "$secs" "$l"
+  local -a b1 b1s b2 b2s j1 j1s j2 j2s
+  l=$(load1)
+  for r in $(seq "$rounds"); do
+    read -r sps secs < <(baseline "vw_baseline_1t_$r" "${base_flags[@]}" --threads=1); b1+=("$sps"); b1s+=("$secs")
+    read -r sps secs < <(job "vw_1x8_$r" 1 "$root/examples/fashion_mnist_cnn.flags" "${job_flags[@]}"); j1+=("$sps"); j1s+=("$secs")
+    read -r sps secs < <(baseline "vw_baseline_2t_$r" "${base_flags[@]}" --threads=2); b2+=("$sps"); b2s+=("$secs")
+    read -r sps secs < <(job "vw_2x4_$r" 2 "$root/examples/fashion_mnist_cnn.flags" "${job_flags[@]}"); j2+=("$sps"); j2s+=("$secs")
+  done
+  for sps in "${b1[@]}" "${j1[@]}" "${b2[@]}" "${j2[@]}"; do [ "$sps" != 0 ] || failed=1; done
+  local base; base=$(median3 "${b1[@]}")
+  row vw "baseline (1 thread)" "$base" "$base" "$(median3 "${b1s[@]}")" "$l"
+  row vw "baseline (2 threads)" "$(median3 "${b2[@]}")" "$base" "$(median3 "${b2s[@]}")" "$l"
+  row vw "1 worker x 8 VWs" "$(median3 "${j1[@]}")" "$base" "$(median3 "${j1s[@]}")" "$l"
+  row vw "2 workers x 4 VWs" "$(median3 "${j2[@]}")" "$base" "$(median3 "${j2s[@]}")" "$l"
+  echo "   1 x 8, where the worker's time goes (last round): $(grep -h 'ms per train plan' -r "$out/runs/vw_1x8_$rounds/logs" | sed 's/.*ms per train plan/ms per train plan/' || true)"
 }
 
 # row_ms SECTION METRIC MS STEP_MS LOAD1: prints a row of a timing table and appends it to the
