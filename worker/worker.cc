@@ -843,7 +843,7 @@ class WorkerImpl final : public Worker {
     Duration plan{0};       // waiting for the coordinator's next plan (the other workers, the shards' barrier)
     Duration pull{0};       // pulling w(t) into the model
     Duration compute{0};    // the VWs' forward and backward (and any --slowdown)
-    Duration copies{0};     // sampling, flat gradients, tree adds, encoding and sending pushes
+    Duration copies{0};     // sampling, flat gradients, tree adds, encoding and sending pushes (also from backward hooks)
     Duration push_wait{0};  // waiting for the shards to acknowledge the pushes
     int64_t steps = 0;
     std::string ToString() const {

@@ -9,7 +9,10 @@
 // pre-sums every aligned block of its range along the canonical tree and pushes
 // one partial per block to each shard (VW 0's buffers ride with VW 0's block).
 // Pushes are not awaited one by one: replies are collected at the end of the
-// step, so sending overlaps the next VW's compute.
+// step, so sending overlaps the next VW's compute. A block's last VW hands its
+// gradients over from backward hooks: its part of the tree is finished tensor by
+// tensor and pushed once enough is ready, so the last layers' gradients travel
+// (and the shards step them) while the first layers' backward still runs.
 //
 // Elasticity: from registration on, a heartbeat thread with its own socket
 // tells the coordinator every `heartbeat_interval` that this worker lives, also
