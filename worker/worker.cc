@@ -725,42 +725,44 @@ class WorkerImpl final : public Worker {
     TreeReducer reducer(block, spec_.virtual_workers, flat_size_, spec_.grad_wire_dtype);
     std::vector<int64_t> indices;
     const uint32_t last = block.hi() - 1;
+    const ModelRunner::GradReady after_backward;  // VWs before the last: their gradients are read after it
     for (uint32_t v = block.lo; v <= last; ++v) {
       if (stopping()) return Stopped();  // abandon the rest: blocks already pushed stay pushed
       if (v != plan.vw_lo) EPS_RETURN_IF_ERROR(RestoreBuffers(step_buffers));
       sampler_->Indices(VirtualWorkerId(v), plan.step, &indices);
-      const uint64_t seed = StreamSeed(spec_.seed, v, plan.step.value());
-      if (v != last) {
-        lap(&times_.copies);
-        const Slowdown slowdown = StartSlowdown();
-        EPS_ASSIGN_OR_RETURN(float loss, model_->TrainStep(train_, indices, seed));
-        SlowDown(slowdown);
-        lap(&times_.compute);
-        if (v == 0) *vw0_buffers = SnapshotBuffers();
-        EPS_RETURN_IF_ERROR(reducer.Add(Block{v, 1}, FlatGradient(loss)));
-        continue;
+      const bool is_last = v == last;
+      std::optional<TreeFinisher> finisher;  // the last VW: the block's partial, tensor by tensor
+      OutgoingBlock out;
+      if (is_last) {
+        EPS_ASSIGN_OR_RETURN(TreeFinisher f, reducer.Finish(Block{v, 1}));
+        finisher.emplace(std::move(f));
+        out = StartBlock(block);
       }
-      EPS_ASSIGN_OR_RETURN(TreeFinisher finisher, reducer.Finish(Block{v, 1}));
-      OutgoingBlock out = StartBlock(block);
-      Status pushing;                // the first error of a push from inside backward
-      Duration in_callbacks{0};     // time backward spent in the callback: not compute
-      lap(&times_.copies);
-      const Slowdown slowdown = StartSlowdown();
-      EPS_ASSIGN_OR_RETURN(float loss, model_->TrainStep(train_, indices, seed, [&](size_t i) {
+      Status pushing;             // the first error of a push from inside backward
+      Duration in_callbacks{0};  // time backward spent in the callback: not compute
+      const ModelRunner::GradReady push_as_ready = [&](size_t i) {
         const auto began = std::chrono::steady_clock::now();
         const size_t n = layout_.tensors[i].numel();
-        finisher.Add(flat_offset_[i], n, model_->GradData(i), out.sum.get() + flat_offset_[i]);
+        finisher->Add(flat_offset_[i], n, model_->GradData(i), out.sum.get() + flat_offset_[i]);
         if (pushing.ok()) pushing = TensorReady(plan, out, i);
         in_callbacks += std::chrono::steady_clock::now() - began;
-      }));
+      };
+      lap(&times_.copies);
+      const Slowdown slowdown = StartSlowdown();
+      EPS_ASSIGN_OR_RETURN(float loss, model_->TrainStep(train_, indices, StreamSeed(spec_.seed, v, plan.step.value()),
+                                                         is_last ? push_as_ready : after_backward));
       SlowDown(slowdown);
       lap(&times_.compute);
       times_.compute -= in_callbacks;
       times_.copies += in_callbacks;
       EPS_RETURN_IF_ERROR(pushing);
       if (v == 0) *vw0_buffers = SnapshotBuffers();
-      const size_t loss_at = flat_offset_[layout_.tensors.size() - 1];
-      finisher.Add(loss_at, 1, &loss, out.sum.get() + loss_at);
+      if (!is_last) {
+        EPS_RETURN_IF_ERROR(reducer.Add(Block{v, 1}, FlatGradient(loss)));
+        continue;
+      }
+      const size_t loss_at = flat_offset_[layout_.tensors.size() - 1];  // the layout ends with the loss
+      finisher->Add(loss_at, 1, &loss, out.sum.get() + loss_at);
       out.ready.back() = 1;
       return PushReady(plan, out, block.lo == 0 ? *vw0_buffers : std::vector<Bytes>{});
     }
