@@ -192,6 +192,30 @@ TEST(ModelRunner, ReportsEveryParametersFinalGradientOnceLastLayersFirst) {
   }
 }
 
+// Taken gradients hold the step's bits and keep them through the next steps
+// (another thread reads them while the next VW computes).
+TEST(ModelRunner, TakenGradientsKeepTheirStepsBitsThroughLaterSteps) {
+  const Dataset data = SyntheticData(16);
+  for (const char* model : {"mlp", "cnn"}) {
+    SCOPED_TRACE(model);
+    auto r = MustCreate(model);
+    ASSERT_NE(r, nullptr);
+    ASSERT_TRUE(r->TrainStep(data, {3, 1, 4, 1}, 7).ok());
+    const auto first = GradBytes(*r);
+    StatusOr<ModelRunner::Gradients> taken = r->TakeGradients();
+    ASSERT_TRUE(taken.ok()) << taken.status().ToString();
+    ASSERT_EQ(taken->data.size(), r->NumParameters());
+    ASSERT_TRUE(r->TrainStep(data, {5, 9, 2, 6}, 8).ok());
+    const auto second = GradBytes(*r);
+    ASSERT_NE(second, first) << "other samples, other gradients";
+    ASSERT_TRUE(r->TrainStep(data, {0, 2}, 9).ok());
+    for (size_t i = 0; i < r->NumParameters(); ++i) {
+      const auto* p = reinterpret_cast<const uint8_t*>(taken->data[i]);
+      EXPECT_EQ(std::vector<uint8_t>(p, p + Bytes(r->Tensors()[i])), first[i]) << "parameter " << i;
+    }
+  }
+}
+
 TEST(ModelRunner, DrawsDropoutFromTheStepSeedInTheCnn) {
   const Dataset data = SyntheticData(8);
   const std::vector<int64_t> indices = {0, 1, 2, 3};

@@ -199,6 +199,22 @@ class TorchModelRunner final : public ModelRunner {
 
   const float* GradData(size_t i) const override { return grads_[i].data_ptr<float>(); }
 
+  // On the CPU TrainStep never writes into a gradient tensor (backward makes
+  // new ones after zero_grad(set_to_none)), so sharing them is enough.
+  StatusOr<Gradients> TakeGradients() override {
+    try {
+      auto held = std::make_shared<std::vector<torch::Tensor>>(grads_);
+      if (on_gpu()) {
+        for (torch::Tensor& g : grads_) g = torch::empty(g.sizes(), g.options().pinned_memory(true));
+      }
+      Gradients out{{}, held};
+      for (const torch::Tensor& g : *held) out.data.push_back(g.data_ptr<float>());
+      return out;
+    } catch (const std::exception& e) {
+      return FromTorch("TakeGradients", e);
+    }
+  }
+
   StatusOr<EvalStats> Evaluate(const Dataset& data, int64_t lo, int64_t hi, int64_t batch) override {
     EPS_RETURN_IF_ERROR(CheckModelInput(data));
     if (lo < 0 || lo > hi || hi > data.size || batch <= 0) {

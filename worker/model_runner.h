@@ -127,6 +127,18 @@ class ModelRunner {
   // gradient, and before the first TrainStep.
   virtual const float* GradData(size_t i) const = 0;
 
+  // The gradients of the last TrainStep, handed over: `data[i]` holds
+  // GradData(i)'s values, and the runner never writes that memory again, so
+  // another thread may read it while the next TrainStep runs. `owner` keeps it
+  // alive. On the CPU these are backward's own tensors (no copy); on a GPU the
+  // pinned host copies, the runner taking fresh ones for the next step (so
+  // there GradData is unspecified until the next TrainStep).
+  struct Gradients {
+    std::vector<const float*> data;
+    std::shared_ptr<const void> owner;
+  };
+  [[nodiscard]] virtual StatusOr<Gradients> TakeGradients() = 0;
+
   // Evaluates samples [lo, hi) in eval mode without gradients, `batch` at a time,
   // and restores train mode after. Does not change parameters or buffers.
   // InvalidArgument unless 0 <= lo <= hi <= data.size and batch > 0.

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/layout.h"
+#include "common/task_thread.h"
 #include "common/threads.h"
 #include "common/tree.h"
 #include "common/wire.h"
@@ -401,6 +402,7 @@ class WorkerImpl final : public Worker {
       shards_.push_back(std::move(ch));
     }
     outstanding_.assign(shards_.size(), 0);
+    EPS_ASSIGN_OR_RETURN(reducing_, TaskThread::Start());
     return OkStatus();
   }
 
@@ -640,12 +642,13 @@ class WorkerImpl final : public Worker {
   }
 
   // The VW's contribution: its gradients in flat layout order, then its loss.
-  std::vector<float> FlatGradient(float loss) const {
+  // Reads only `grads` and the layout: runs on the reducing thread.
+  std::vector<float> FlatGradient(const ModelRunner::Gradients& grads, float loss) const {
     std::vector<float> flat(flat_size_);
     for (size_t i = 0; i < layout_.tensors.size(); ++i) {
       const TensorSpec& t = layout_.tensors[i];
       if (t.kind == TensorKind::kParameter) {
-        std::memcpy(flat.data() + flat_offset_[i], model_->GradData(i), t.numel() * sizeof(float));
+        std::memcpy(flat.data() + flat_offset_[i], grads.data[i], t.numel() * sizeof(float));
       } else if (t.kind == TensorKind::kLoss) {
         flat[flat_offset_[i]] = loss;
       }
@@ -719,13 +722,19 @@ class WorkerImpl final : public Worker {
     return OkStatus();
   }
 
-  // Runs the block's VWs; the last one's gradients go out tensor by tensor as backward produces them.
+  // Runs the block's VWs. The gradients of each VW but the last go into the
+  // block's tree on the reducing thread while the next VW computes; the last
+  // one's finish the tree and go out tensor by tensor as backward produces them.
   Status TrainBlock(const StepPlan& plan, const Block& block, const std::vector<Bytes>& step_buffers,
                     std::vector<Bytes>* vw0_buffers, const std::function<void(Duration*)>& lap) {
     TreeReducer reducer(block, spec_.virtual_workers, flat_size_, spec_.grad_wire_dtype);
+    struct Drain {  // the reducing thread's tasks use `reducer`: none outlives it
+      TaskThread& reducing;
+      ~Drain() { (void)reducing.Wait(); }  // an early return reports its own error
+    } drain{*reducing_};
     std::vector<int64_t> indices;
     const uint32_t last = block.hi() - 1;
-    const ModelRunner::GradReady after_backward;  // VWs before the last: their gradients are read after it
+    const ModelRunner::GradReady after_backward;  // VWs before the last: their gradients are taken after it
     for (uint32_t v = block.lo; v <= last; ++v) {
       if (stopping()) return Stopped();  // abandon the rest: blocks already pushed stay pushed
       if (v != plan.vw_lo) EPS_RETURN_IF_ERROR(RestoreBuffers(step_buffers));
@@ -733,18 +742,24 @@ class WorkerImpl final : public Worker {
       const bool is_last = v == last;
       std::optional<TreeFinisher> finisher;  // the last VW: the block's partial, tensor by tensor
       OutgoingBlock out;
-      if (is_last) {
-        EPS_ASSIGN_OR_RETURN(TreeFinisher f, reducer.Finish(Block{v, 1}));
-        finisher.emplace(std::move(f));
-        out = StartBlock(block);
-      }
-      Status pushing;             // the first error of a push from inside backward
+      if (is_last) out = StartBlock(block);
+      Status pushing;             // the first error from inside backward
       Duration in_callbacks{0};  // time backward spent in the callback: not compute
       const ModelRunner::GradReady push_as_ready = [&](size_t i) {
         const auto began = std::chrono::steady_clock::now();
-        const size_t n = layout_.tensors[i].numel();
-        finisher->Add(flat_offset_[i], n, model_->GradData(i), out.sum.get() + flat_offset_[i]);
-        if (pushing.ok()) pushing = TensorReady(plan, out, i);
+        if (!finisher && pushing.ok()) {  // the first gradient: the earlier VWs' leaves are in by now
+          pushing = reducing_->Wait();
+          if (pushing.ok()) {
+            StatusOr<TreeFinisher> f = reducer.Finish(Block{v, 1});
+            if (f.ok()) finisher.emplace(std::move(f).value());
+            pushing = f.status();
+          }
+        }
+        if (pushing.ok()) {
+          const size_t n = layout_.tensors[i].numel();
+          finisher->Add(flat_offset_[i], n, model_->GradData(i), out.sum.get() + flat_offset_[i]);
+          pushing = TensorReady(plan, out, i);
+        }
         in_callbacks += std::chrono::steady_clock::now() - began;
       };
       lap(&times_.copies);
@@ -758,7 +773,10 @@ class WorkerImpl final : public Worker {
       EPS_RETURN_IF_ERROR(pushing);
       if (v == 0) *vw0_buffers = SnapshotBuffers();
       if (!is_last) {
-        EPS_RETURN_IF_ERROR(reducer.Add(Block{v, 1}, FlatGradient(loss)));
+        EPS_ASSIGN_OR_RETURN(ModelRunner::Gradients grads, model_->TakeGradients());
+        reducing_->Post([this, &reducer, v, grads = std::move(grads), loss] {
+          return reducer.Add(Block{v, 1}, FlatGradient(grads, loss));
+        });
         continue;
       }
       const size_t loss_at = flat_offset_[layout_.tensors.size() - 1];  // the layout ends with the loss
@@ -877,6 +895,7 @@ class WorkerImpl final : public Worker {
   Layout layout_;
   std::vector<size_t> flat_offset_;  // by tensor: start in the flat gradient vector
   std::vector<float> decoded_;       // a pulled chunk decoded from the weight wire dtype
+  std::unique_ptr<TaskThread> reducing_;  // adds each VW's gradients into its block's tree
   size_t flat_size_ = 0;
   std::vector<std::unique_ptr<Channel>> shards_;
   std::vector<int> outstanding_;  // push replies not yet collected, by shard
