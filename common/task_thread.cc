@@ -1,14 +1,19 @@
 #include "common/task_thread.h"
 
+#include <pthread.h>
+
 #include <utility>
 
 #include "common/threads.h"
 
 namespace eps {
 
-StatusOr<std::unique_ptr<TaskThread>> TaskThread::Start() {
+StatusOr<std::unique_ptr<TaskThread>> TaskThread::Start(const std::string& name) {
   std::unique_ptr<TaskThread> t(new TaskThread());
-  EPS_ASSIGN_OR_RETURN(t->thread_, StartThreadWithoutStopSignals([raw = t.get()] { raw->Run(); }));
+  EPS_ASSIGN_OR_RETURN(t->thread_, StartThreadWithoutStopSignals([raw = t.get(), name = name.substr(0, 15)] {
+                         pthread_setname_np(pthread_self(), name.c_str());
+                         raw->Run();
+                       }));
   return t;
 }
 
@@ -36,6 +41,8 @@ Status TaskThread::Wait() {
 }
 
 void TaskThread::Run() {
+  if (getenv("EPS_PIN")) { cpu_set_t c; CPU_ZERO(&c); CPU_SET(1, &c); sched_setaffinity(0, sizeof c, &c); }
+  if (getenv("EPS_IDLE")) { sched_param p{}; p.sched_priority = 0; sched_setscheduler(0, atoi(getenv("EPS_IDLE")) == 1 ? SCHED_IDLE : SCHED_BATCH, &p); }
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     changed_.wait(lock, [this] { return quit_ || !queue_.empty(); });

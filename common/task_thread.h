@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "common/status.h"
@@ -22,8 +23,9 @@ class TaskThread {
  public:
   using Task = std::function<Status()>;
 
+  // `name` (its first 15 characters) names the thread, for ps and perf.
   // Internal if the thread cannot start.
-  [[nodiscard]] static StatusOr<std::unique_ptr<TaskThread>> Start();
+  [[nodiscard]] static StatusOr<std::unique_ptr<TaskThread>> Start(const std::string& name);
   ~TaskThread();
   TaskThread(const TaskThread&) = delete;
   TaskThread& operator=(const TaskThread&) = delete;

@@ -9,13 +9,15 @@
 #include <thread>
 #include <utility>
 
+#include "common/cpus.h"
 #include "common/status.h"
 
 namespace eps {
 
 // Starts `fn` on a thread with SIGTERM and SIGINT blocked from its first
 // instruction (a thread inherits its creator's mask), so they reach the
-// thread that watches the stop flag. Internal if the thread cannot start.
+// thread that watches the stop flag; bound to HelperThreadCpus() (if set)
+// before `fn` runs. Internal if the thread cannot start.
 template <class Fn>
 StatusOr<std::thread> StartThreadWithoutStopSignals(Fn&& fn) {
   sigset_t block, old;
@@ -25,7 +27,10 @@ StatusOr<std::thread> StartThreadWithoutStopSignals(Fn&& fn) {
   pthread_sigmask(SIG_BLOCK, &block, &old);
   StatusOr<std::thread> thread = Internal("no thread");
   try {
-    thread = std::thread(std::forward<Fn>(fn));
+    thread = std::thread([cpus = HelperThreadCpus(), fn = std::forward<Fn>(fn)]() mutable {
+      if (!cpus.empty()) (void)PinThisThread(cpus);  // checked when they were set
+      fn();
+    });
   } catch (const std::system_error& e) {
     thread = Internal(std::string("cannot start a thread: ") + e.what());
   }

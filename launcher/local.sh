@@ -4,7 +4,8 @@
 #
 #   launcher/local.sh --job FILE --servers S --workers W --run-dir DIR [--slowdowns F0,F1,...]
 #                     [--devices D | D0,D1,...] [--checkpoint-every K] [--supervise]
-#                     [--worker-cpus C0:C1:...] [--server-cpus CPUS] [-- extra coordinator flags]
+#                     [--worker-cpus C0:C1:...] [--server-cpus CPUS] [--compute-cpus C0:C1:...]
+#                     [-- extra coordinator flags]
 #   launcher/local.sh --resume --run-dir DIR
 #
 # --checkpoint-every K  each shard keeps its state in RocksDB under DIR/store/shard<N>
@@ -28,18 +29,23 @@
 # --worker-cpus pins worker i to the CPUs Ci (taskset -c syntax, e.g. 0 or 2-3; workers
 #               separated by ':'), --server-cpus the coordinator and the shards: one core
 #               per worker on a shared host, as a benchmark of speeds needs (timing only).
+# --compute-cpus gives worker i --compute_cpus=Ci: its compute thread on the CPUs Ci, its
+#               other threads (ZeroMQ I/O, reduction, heartbeats) on the rest of the CPUs it
+#               may use; the shards and the coordinator follow the threads that wake them.
+#               Worth it on hosts whose scheduler queues woken threads on the waker's core
+#               (VMs without cache topology): timing only, never bits.
 # Logs go to DIR/logs/<process>.log, pid files to DIR/pids/, the coordinator's
 # address to DIR/coordinator.addr, the job's token to DIR/token (mode 0600) and
 # the result to DIR/result.json. Ctrl-C (or SIGTERM) stops every process. Exits
 # 0 only if the job succeeded.
 set -euo pipefail
 
-usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
 job="" servers=1 workers=1 run_dir="" slowdowns="" devices="" checkpoint_every=0 supervise=0 resume=0 extra=()
-worker_cpus="" server_cpus=""
+worker_cpus="" server_cpus="" compute_cpus=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --job) job=$2; shift 2 ;;
@@ -50,6 +56,7 @@ while [ $# -gt 0 ]; do
     --devices) devices=$2; shift 2 ;;
     --worker-cpus) worker_cpus=$2; shift 2 ;;
     --server-cpus) server_cpus=$2; shift 2 ;;
+    --compute-cpus) compute_cpus=$2; shift 2 ;;
     --checkpoint-every) checkpoint_every=$2; shift 2 ;;
     --supervise) supervise=1; shift ;;
     --resume) resume=1; shift ;;
@@ -77,10 +84,12 @@ fi
 [[ "$checkpoint_every" =~ ^[0-9]+$ ]] || { echo "local.sh: --checkpoint-every must be a number of steps" >&2; exit 2; }
 [[ "$worker_cpus" =~ ^[0-9,:-]*$ ]] || { echo "local.sh: --worker-cpus: CPU lists separated by ':'" >&2; exit 2; }
 [[ "$server_cpus" =~ ^[0-9,-]*$ ]] || { echo "local.sh: --server-cpus: a CPU list (e.g. 1 or 2-3)" >&2; exit 2; }
+[[ "$compute_cpus" =~ ^[0-9,:-]*$ ]] || { echo "local.sh: --compute-cpus: CPU lists separated by ':'" >&2; exit 2; }
 # pinned CPUS: the taskset prefix that runs a command on CPUS (nothing for none).
 pinned() { [ -z "$1" ] || printf '%s\0' taskset -c "$1"; }
 mapfile -d '' -t server_pin < <(pinned "$server_cpus")
 IFS=: read -r -a worker_cpu_list <<< "$worker_cpus"
+IFS=: read -r -a compute_cpu_list <<< "$compute_cpus"
 IFS=, read -r -a device_list <<< "$devices"
 for d in "${device_list[@]}"; do
   [[ "$d" =~ ^(cpu|cuda(:[0-9]+)?)$ ]] || { echo "local.sh: --devices: '$d' is not cpu or cuda:N" >&2; exit 2; }
@@ -110,7 +119,7 @@ if [ $resumed = 0 ]; then
   rm -rf "$run_dir/store"  # a fresh job
   launch=(--job "$job" --servers "$servers" --workers "$workers" --run-dir "$run_dir" --slowdowns "$slowdowns"
           --devices "$devices" --checkpoint-every "$checkpoint_every" --worker-cpus "$worker_cpus"
-          --server-cpus "$server_cpus")
+          --server-cpus "$server_cpus" --compute-cpus "$compute_cpus")
   [ $supervise = 1 ] && launch+=(--supervise)
   printf '%s\0' "${launch[@]}" -- "${extra[@]}" > "$run_dir/launch.args"
 else
@@ -214,8 +223,10 @@ for ((w = 0; w < workers; w++)); do
   device=cpu
   if [ ${#device_list[@]} -eq 1 ]; then device=${device_list[0]}; elif [ ${#device_list[@]} -gt 1 ]; then device=${device_list[$w]}; fi
   mapfile -d '' -t pin < <(pinned "${worker_cpu_list[$w]:-}")
+  compute=()
+  [ -n "${compute_cpu_list[$w]:-}" ] && compute=(--compute_cpus="${compute_cpu_list[$w]}")
   start "worker$w" "${pin[@]}" "$bin/worker" --coordinator="$addr" --token_file="$run_dir/token" \
-    --slowdown="${slow[$w]:-1}" --device="$device"
+    --slowdown="${slow[$w]:-1}" --device="$device" "${compute[@]}"
 done
 
 # Show the coordinator's progress lines while the job runs.

@@ -13,7 +13,7 @@ namespace eps {
 namespace {
 
 std::unique_ptr<TaskThread> StartOrDie() {
-  auto t = TaskThread::Start();
+  auto t = TaskThread::Start("test-tasks");
   EXPECT_TRUE(t.ok()) << t.status().ToString();
   return std::move(*t);
 }

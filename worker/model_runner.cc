@@ -174,6 +174,7 @@ class TorchModelRunner final : public ModelRunner {
       } reporting{*this};
       ready_ = ready ? &ready : nullptr;
       std::fill(reported_.begin(), reported_.end(), false);
+      reported_copies_.clear();
       loss.backward();
       float value;
       if (on_gpu()) {
@@ -256,12 +257,15 @@ class TorchModelRunner final : public ModelRunner {
   bool on_gpu() const { return device_.is_cuda(); }
 
   // The hook on parameter i (CPU only): `g` is its final gradient. Holds no
-  // reference once it returns, so autograd stores `g` as .grad without a copy.
+  // reference to `g` once it returns, so autograd stores it as .grad without a
+  // copy (and so it lives until the next TrainStep); a contiguous copy of a
+  // strided `g` is kept in `reported_copies_` that long instead.
   void OnGradient(size_t i, const torch::Tensor& g) {
     if (ready_ == nullptr) return;
     grads_[i] = g.contiguous();
     (*ready_)(i);
     reported_[i] = true;
+    if (!grads_[i].is_same(g)) reported_copies_.push_back(grads_[i]);
     grads_[i] = torch::Tensor();
   }
 
@@ -342,6 +346,7 @@ class TorchModelRunner final : public ModelRunner {
   size_t num_parameters_ = 0;
   const GradReady* ready_ = nullptr;  // set during TrainStep's backward
   std::vector<bool> reported_;        // by parameter: given to ready_ in this TrainStep
+  std::vector<torch::Tensor> reported_copies_;  // contiguous copies given to ready_ in this TrainStep
 #ifdef EPS_WITH_CUDA
   std::optional<CudaCopies> copies_;  // on a GPU only
   torch::Tensor loss_host_;           // pinned

@@ -102,10 +102,12 @@ class ModelRunner {
   [[nodiscard]] virtual Status Write(size_t i, size_t byte_offset, const void* src, size_t bytes) = 0;
 
   // Called by TrainStep once per parameter, with its index, as soon as its
-  // gradient is final: GradData(i) gives it during the call. On the CPU from
-  // inside backward, in the order backward produces them (the last layers
-  // first), so the caller can send them on while the first layers' gradients
-  // are computed; on a GPU once all are on the host. Must not throw.
+  // gradient is final: GradData(i) gives it during the call, and the memory it
+  // points to holds it until the next TrainStep (so another thread may read it
+  // meanwhile). On the CPU from inside backward, in the order backward
+  // produces them (the last layers first), so the caller can send them on
+  // while the first layers' gradients are computed; on a GPU once all are on
+  // the host. Must not throw.
   using GradReady = std::function<void(size_t param)>;
 
   // Runs one VW's microbatch in train mode: sets all gradients to none, reseeds

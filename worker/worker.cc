@@ -402,7 +402,7 @@ class WorkerImpl final : public Worker {
       shards_.push_back(std::move(ch));
     }
     outstanding_.assign(shards_.size(), 0);
-    EPS_ASSIGN_OR_RETURN(reducing_, TaskThread::Start());
+    EPS_ASSIGN_OR_RETURN(reducing_, TaskThread::Start("eps-reduce"));
     return OkStatus();
   }
 
@@ -722,69 +722,68 @@ class WorkerImpl final : public Worker {
     return OkStatus();
   }
 
-  // Runs the block's VWs. The gradients of each VW but the last go into the
-  // block's tree on the reducing thread while the next VW computes; the last
-  // one's finish the tree and go out tensor by tensor as backward produces them.
+  // Runs the block's VWs; the compute thread only computes. On the reducing
+  // thread, each VW's gradients but the last one's go into the block's tree
+  // while the next VW computes, and the last one's finish the tree and go out
+  // tensor by tensor as its backward produces them.
   Status TrainBlock(const StepPlan& plan, const Block& block, const std::vector<Bytes>& step_buffers,
                     std::vector<Bytes>* vw0_buffers, const std::function<void(Duration*)>& lap) {
+    const uint32_t last = block.hi() - 1;
+    // Used by the reducing thread only, from the tasks posted below.
     TreeReducer reducer(block, spec_.virtual_workers, flat_size_, spec_.grad_wire_dtype);
-    struct Drain {  // the reducing thread's tasks use `reducer`: none outlives it
+    std::optional<TreeFinisher> finisher;  // the block's partial, from the last VW's first gradient on
+    OutgoingBlock out = StartBlock(block);
+    // Adds the last VW's values of flat elements [at, at + n) into the partial.
+    const auto finish = [&](size_t at, size_t n, const float* value) -> Status {
+      if (!finisher) {
+        EPS_ASSIGN_OR_RETURN(TreeFinisher f, reducer.Finish(Block{last, 1}));
+        finisher.emplace(std::move(f));
+      }
+      finisher->Add(at, n, value, out.sum.get() + at);
+      return OkStatus();
+    };
+    struct Drain {  // the tasks use the locals above: none outlives them
       TaskThread& reducing;
       ~Drain() { (void)reducing.Wait(); }  // an early return reports its own error
     } drain{*reducing_};
-    std::vector<int64_t> indices;
-    const uint32_t last = block.hi() - 1;
+
+    // The last VW's parameter i is final in GradData(i), which holds it until the next TrainStep.
+    const ModelRunner::GradReady push_as_ready = [&](size_t i) {
+      reducing_->Post([&, i, grad = model_->GradData(i)] {
+        EPS_RETURN_IF_ERROR(finish(flat_offset_[i], layout_.tensors[i].numel(), grad));
+        return TensorReady(plan, out, i);
+      });
+    };
     const ModelRunner::GradReady after_backward;  // VWs before the last: their gradients are taken after it
+    std::vector<int64_t> indices;
+    float last_loss = 0;
     for (uint32_t v = block.lo; v <= last; ++v) {
       if (stopping()) return Stopped();  // abandon the rest: blocks already pushed stay pushed
       if (v != plan.vw_lo) EPS_RETURN_IF_ERROR(RestoreBuffers(step_buffers));
       sampler_->Indices(VirtualWorkerId(v), plan.step, &indices);
       const bool is_last = v == last;
-      std::optional<TreeFinisher> finisher;  // the last VW: the block's partial, tensor by tensor
-      OutgoingBlock out;
-      if (is_last) out = StartBlock(block);
-      Status pushing;             // the first error from inside backward
-      Duration in_callbacks{0};  // time backward spent in the callback: not compute
-      const ModelRunner::GradReady push_as_ready = [&](size_t i) {
-        const auto began = std::chrono::steady_clock::now();
-        if (!finisher && pushing.ok()) {  // the first gradient: the earlier VWs' leaves are in by now
-          pushing = reducing_->Wait();
-          if (pushing.ok()) {
-            StatusOr<TreeFinisher> f = reducer.Finish(Block{v, 1});
-            if (f.ok()) finisher.emplace(std::move(f).value());
-            pushing = f.status();
-          }
-        }
-        if (pushing.ok()) {
-          const size_t n = layout_.tensors[i].numel();
-          finisher->Add(flat_offset_[i], n, model_->GradData(i), out.sum.get() + flat_offset_[i]);
-          pushing = TensorReady(plan, out, i);
-        }
-        in_callbacks += std::chrono::steady_clock::now() - began;
-      };
       lap(&times_.copies);
       const Slowdown slowdown = StartSlowdown();
       EPS_ASSIGN_OR_RETURN(float loss, model_->TrainStep(train_, indices, StreamSeed(spec_.seed, v, plan.step.value()),
                                                          is_last ? push_as_ready : after_backward));
       SlowDown(slowdown);
       lap(&times_.compute);
-      times_.compute -= in_callbacks;
-      times_.copies += in_callbacks;
-      EPS_RETURN_IF_ERROR(pushing);
       if (v == 0) *vw0_buffers = SnapshotBuffers();
-      if (!is_last) {
+      if (is_last) {
+        last_loss = loss;
+      } else {
         EPS_ASSIGN_OR_RETURN(ModelRunner::Gradients grads, model_->TakeGradients());
         reducing_->Post([this, &reducer, v, grads = std::move(grads), loss] {
           return reducer.Add(Block{v, 1}, FlatGradient(grads, loss));
         });
-        continue;
       }
-      const size_t loss_at = flat_offset_[layout_.tensors.size() - 1];  // the layout ends with the loss
-      finisher->Add(loss_at, 1, &loss, out.sum.get() + loss_at);
+    }
+    reducing_->Post([&, loss_at = flat_offset_.back()] {  // the layout ends with the loss
+      EPS_RETURN_IF_ERROR(finish(loss_at, 1, &last_loss));
       out.ready.back() = 1;
       return PushReady(plan, out, block.lo == 0 ? *vw0_buffers : std::vector<Bytes>{});
-    }
-    return OkStatus();
+    });
+    return reducing_->Wait();
   }
 
   Status Train(const StepPlan& plan) {
@@ -863,7 +862,7 @@ class WorkerImpl final : public Worker {
     Duration plan{0};       // waiting for the coordinator's next plan (the other workers, the shards' barrier)
     Duration pull{0};       // pulling w(t) into the model
     Duration compute{0};    // the VWs' forward and backward (and any --slowdown)
-    Duration copies{0};     // sampling, flat gradients, tree adds, encoding and sending pushes (also from backward hooks)
+    Duration copies{0};     // sampling, taking gradients, waiting for the reducing thread to finish and push the partial
     Duration push_wait{0};  // waiting for the shards to acknowledge the pushes
     int64_t steps = 0;
     std::string ToString() const {

@@ -4,7 +4,9 @@
 #include <glog/logging.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "common/cpus.h"
 #include "common/files.h"
 #include "common/memory.h"
 #include "worker/model_runner.h"
@@ -40,6 +43,10 @@ DEFINE_int32(threads, 0,
 DEFINE_double(slowdown, 1.0,
               "Testing and demo aid standing in for slower hardware: idle (F - 1) x each VW's compute time "
               "(on the CPU its CPU time) after it (1: off). Changes timing, never bits");
+DEFINE_string(compute_cpus, "",
+              "Pin the compute (libtorch) threads to these CPUs (a list as taskset -c takes it: 0, 0-3, 0,2); "
+              "the worker's other threads (ZeroMQ I/O, gradient reduction, heartbeats) then run on the rest of "
+              "the CPUs it may use. Empty: no pinning. Changes timing, never bits");
 
 DEFINE_string(reported_device_kind, "",
               "Testing aid: report this device kind to the coordinator instead of the device's own (the "
@@ -55,6 +62,34 @@ void OnSignal(int sig) {
   g_stop = true;
   g_leave = true;
   std::signal(sig, SIG_DFL);
+}
+
+// --compute_cpus: the main thread (which computes, and starts libtorch's
+// threads) to `list`, the helper threads and ZeroMQ's I/O threads to the rest
+// of the CPUs this process may use. Before the context starts its I/O threads.
+eps::Status PinCompute(const std::string& list, zmq::context_t& context) {
+  EPS_ASSIGN_OR_RETURN(std::vector<int> compute, eps::ParseCpuList(list));
+  EPS_ASSIGN_OR_RETURN(std::vector<int> allowed, eps::AllowedCpus());
+  if (!std::includes(allowed.begin(), allowed.end(), compute.begin(), compute.end())) {
+    return eps::InvalidArgument("--compute_cpus=" + list + ": this process may only use CPUs " +
+                                eps::FormatCpuList(allowed));
+  }
+  std::vector<int> rest;
+  std::set_difference(allowed.begin(), allowed.end(), compute.begin(), compute.end(), std::back_inserter(rest));
+  EPS_RETURN_IF_ERROR(eps::PinThisThread(compute));
+  if (rest.empty()) {
+    LOG(WARNING) << "--compute_cpus=" << list << " leaves no CPU for the helper threads: they share the compute's";
+    return eps::OkStatus();
+  }
+  eps::SetHelperThreadCpus(rest);
+  for (int cpu : rest) {
+    if (zmq_ctx_set(context.handle(), ZMQ_THREAD_AFFINITY_CPU_ADD, cpu) != 0) {
+      return eps::Internal("zmq_ctx_set(ZMQ_THREAD_AFFINITY_CPU_ADD): " + std::string(zmq_strerror(zmq_errno())));
+    }
+  }
+  LOG(INFO) << "computing on CPUs " << eps::FormatCpuList(compute) << ", helper threads on "
+            << eps::FormatCpuList(rest);
+  return eps::OkStatus();
 }
 
 // Pool mode: train the jobs the scheduler names, one after another, until a signal.
@@ -164,6 +199,13 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   zmq::context_t context(1);
+  if (!FLAGS_compute_cpus.empty()) {
+    eps::Status st = PinCompute(FLAGS_compute_cpus, context);
+    if (!st.ok()) {
+      LOG(ERROR) << st.ToString();
+      return 2;
+    }
+  }
   if (!FLAGS_scheduler.empty()) {
     auto kind = eps::DeviceKind(FLAGS_device);
     if (!kind.ok()) {

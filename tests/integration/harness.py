@@ -51,10 +51,13 @@ class RunDirTest(unittest.TestCase):
         os.makedirs(d, exist_ok=True)
         return d
 
-    def run_local(self, name, job=MLP, servers=1, workers=1, extra=(), timeout=600, expect_ok=True, slowdowns=None):
-        """Runs launcher/local.sh to the end; returns (returncode, output, result dict or None)."""
+    def run_local(self, name, job=MLP, servers=1, workers=1, extra=(), timeout=600, expect_ok=True, slowdowns=None,
+                  launcher=()):
+        """Runs launcher/local.sh (with the options `launcher`) to the end; returns (returncode, output, result
+        dict or None)."""
         d = self.run_dir(name)
-        cmd = [LOCAL, "--job", job, "--servers", str(servers), "--workers", str(workers), "--run-dir", d]
+        cmd = [LOCAL, "--job", job, "--servers", str(servers), "--workers", str(workers), "--run-dir", d,
+               *launcher]
         if slowdowns:
             cmd += ["--slowdowns", slowdowns]
         if extra:

@@ -38,6 +38,22 @@ class BadJobSpec(RunDirTest):
         self.fails_before_training("grad-wire", ["--grad_wire_dtype=fp8"], "--grad_wire_dtype")
 
 
+class BadWorkerFlags(unittest.TestCase):
+    def worker_refuses(self, flag, needle):
+        # The flags are checked before the worker contacts anyone: no coordinator needed.
+        p = subprocess.run([os.path.join(BIN, "worker"), "--coordinator=tcp://127.0.0.1:9", flag], env=ENV,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        self.assertEqual(p.returncode, 2, p.stdout)
+        self.assertIn(needle, p.stdout)
+
+    def test_malformed_compute_cpus(self):
+        self.worker_refuses("--compute_cpus=3-1", "reversed range '3-1'")
+        self.worker_refuses("--compute_cpus=zero", "'zero' is not a CPU number")
+
+    def test_compute_cpus_outside_the_allowed_set(self):
+        self.worker_refuses(f"--compute_cpus={len(os.sched_getaffinity(0)) + 1000}", "this process may only use CPUs")
+
+
 class GarbageOnTheWire(RunDirTest):
     STEPS = "--steps=400"
 

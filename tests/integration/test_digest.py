@@ -23,6 +23,12 @@ class DigestAcrossPlacements(RunDirTest):
 
     def test_mlp_one_shard_every_placement_same_digest(self):
         d = self.digests(1)
+        # Pinned: each worker's compute thread on CPU 0, its other threads on the rest (timing only).
+        _, _, r = self.run_local("s1-w2-pinned", MLP, servers=1, workers=2, launcher=["--compute-cpus", "0:0"])
+        d["2 pinned"] = r["params_sha256"]
+        for w in range(2):
+            with open(os.path.join(self.tmp, "s1-w2-pinned", "logs", f"worker{w}.log")) as f:
+                self.assertIn("computing on CPUs 0", f.read())
         self.assertEqual(len(set(d.values())), 1, d)
 
     def test_mlp_two_shards_every_placement_same_digest_as_one_shard(self):
