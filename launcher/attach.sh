@@ -3,7 +3,8 @@
 # coordinator. The worker registers, gets the job spec (model, data location,
 # thread count) from the coordinator and is given VWs at the next step boundary.
 #
-#   launcher/attach.sh --coordinator tcp://HOST:PORT --token-file FILE [--device cpu] [--threads N] [--slowdown F] [--log FILE]
+#   launcher/attach.sh --coordinator tcp://HOST:PORT --token-file FILE [--device cpu] [--threads N]
+#                      [--compute-cpus CPUS] [--slowdown F] [--log FILE]
 #   launcher/attach.sh --scheduler tcp://HOST:PORT [--token-file POOL_TOKEN] [...]
 #
 # --token-file  the job's token (local.sh writes it to RUN_DIR/token); with
@@ -17,6 +18,9 @@
 #               coordinator runs with --allow_mixed_devices.
 # --threads N   cores the worker may use (default: the job's intra-op thread
 #               count); fewer than the job's count is refused, more stay unused.
+# --compute-cpus CPUS  the worker's compute thread(s) on CPUS (taskset -c syntax, e.g.
+#               0 or 0-3), its other threads (ZeroMQ I/O, reduction, heartbeats) on
+#               the rest of the CPUs it may use (timing only, never bits).
 # --slowdown F  testing/demo aid standing in for slower hardware: the worker
 #               idles (F - 1) x each VW's compute time (timing only, never bits).
 # --log FILE    append the worker's log to FILE instead of the terminal.
@@ -25,15 +29,15 @@
 # directory of the binaries (default build/bin).
 set -euo pipefail
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "attach.sh: $*" >&2; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
-coordinator="" scheduler="" token_file="" device=cpu threads=0 slowdown=1 log=""
+coordinator="" scheduler="" token_file="" device=cpu threads=0 slowdown=1 log="" compute_cpus=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --coordinator|--scheduler|--token-file|--device|--threads|--slowdown|--log)
+    --coordinator|--scheduler|--token-file|--device|--threads|--compute-cpus|--slowdown|--log)
       [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"
       case "$1" in
         --coordinator) coordinator=$2 ;;
@@ -41,6 +45,7 @@ while [ $# -gt 0 ]; do
         --token-file) token_file=$2 ;;
         --device) device=$2 ;;
         --threads) threads=$2 ;;
+        --compute-cpus) compute_cpus=$2 ;;
         --slowdown) slowdown=$2 ;;
         --log) log=$2 ;;
       esac
@@ -66,6 +71,9 @@ fi
 [[ "$device" =~ ^(cpu|cuda(:[0-9]+)?)$ ]] || die "--device '$device' is not cpu or cuda:N"
 [[ "$threads" =~ ^[0-9]+$ ]] || die "--threads must be a non-negative integer (0: the job's count)"
 [[ "$slowdown" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--slowdown must be a number >= 1"
+[[ "$compute_cpus" =~ ^[0-9,-]*$ ]] || die "--compute-cpus must be a CPU list like 0 or 0-3"
+compute=()
+[ -z "$compute_cpus" ] || compute=(--compute_cpus="$compute_cpus")
 [ -x "$bin/worker" ] || die "$bin/worker is missing: run scripts/setup.sh"
 if [ -n "$log" ]; then
   { : >> "$log"; } 2>/dev/null || die "cannot write the log file '$log'"
@@ -75,4 +83,4 @@ fi
 # Other libtorch processes may share this host: no OpenMP spinning.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 # exec: the worker gets this process id, so Ctrl-C and SIGTERM reach it directly.
-exec "$bin/worker" "${target[@]}" --device="$device" --threads="$threads" --slowdown="$slowdown"
+exec "$bin/worker" "${target[@]}" --device="$device" --threads="$threads" --slowdown="$slowdown" "${compute[@]}"

@@ -8,9 +8,10 @@
 #
 # Sections:
 #   vw   samples/s of the CNN job (examples/fashion_mnist_cnn.flags, V = 8 x 16 samples,
-#        1 shard) at 1 worker x 8 VWs and 2 workers x 4 VWs, against build/bin/baseline
-#        (the same model and microbatches in one plain libtorch loop, no parameter server);
-#        medians of 3 interleaved rounds, and where the 1 x 8 worker's time goes.
+#        1 shard) at 1 worker x 8 VWs and 2 workers x 4 VWs, each as is and with the compute
+#        threads pinned (local.sh --compute-cpus), against build/bin/baseline (the same model
+#        and microbatches in one plain libtorch loop, no parameter server); medians of 3
+#        interleaved rounds, and where the 1 x 8 worker's time goes.
 #   elastic  one mlp job (examples/fashion_mnist_mlp.flags, 3000 steps whatever --steps says,
 #        1 shard, 2 workers, --heartbeat_timeout_ms=1000): the median step time, then 3 rounds
 #        of: attach a worker (launcher/attach.sh) and time its first counted contribution;
@@ -51,7 +52,7 @@
 # before each row, so a noisy row can be told from a slow one. This never fails on timing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-usage() { sed -n '2,51p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,52p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # A new section: a function section_NAME below, NAME here, and a line in the case at the end.
 all_sections=(vw elastic transfer wire ps_share ddp scaling hetero durable)
@@ -134,12 +135,15 @@ baseline() {
 # (steady_samples_per_s: after the first 5 steps, as the baseline skips 5 warm-up steps;
 # else steps * V * batch_per_vw / train_seconds), or "0 0" if it failed.
 job() { job_on 1 "$@"; }
-# job_on SHARDS NAME WORKERS FLAGFILE [extra coordinator flags]: job() on SHARDS shards.
+# job_on SHARDS NAME WORKERS FLAGFILE [extra coordinator flags]: job() on SHARDS shards, with the
+# local.sh options in the array job_launch (none by default).
+job_launch=()
 job_on() {
   local shards=$1 name=$2 workers=$3 flags=$4; shift 4
   local dir=$out/runs/$name
   rm -rf "$dir"
-  if "$root/launcher/local.sh" --job "$flags" --servers "$shards" --workers "$workers" --run-dir "$dir" -- "$@" \
+  if "$root/launcher/local.sh" --job "$flags" --servers "$shards" --workers "$workers" --run-dir "$dir" \
+      "${job_launch[@]}" -- "$@" \
       > "$dir.log" 2>&1; then
     python3 -c 'import json, sys
 r = json.load(open(sys.argv[1]))
@@ -167,21 +171,33 @@ section_vw() {
   local job_flags=(--steps="$steps" --test_limit=-1)
   [ "$steps" -gt 200 ] || job_flags+=(--warmup_steps=$((steps / 2)))
   local base_flags=(--model=cnn --microbatches=8 --batch_per_vw=16)
-  local -a b1 b1s b2 b2s j1 j1s j2 j2s
+  local cnn=$root/examples/fashion_mnist_cnn.flags
+  local -a b1 b1s b2 b2s j1 j1s p1 p1s j2 j2s p2 p2s
   l=$(load1)
   for r in $(seq "$rounds"); do
     read -r sps secs < <(baseline "vw_baseline_1t_$r" "${base_flags[@]}" --threads=1); b1+=("$sps"); b1s+=("$secs")
-    read -r sps secs < <(job "vw_1x8_$r" 1 "$root/examples/fashion_mnist_cnn.flags" "${job_flags[@]}"); j1+=("$sps"); j1s+=("$secs")
+    read -r sps secs < <(job "vw_1x8_$r" 1 "$cnn" "${job_flags[@]}"); j1+=("$sps"); j1s+=("$secs")
+    job_launch=(--compute-cpus 0)
+    read -r sps secs < <(job "vw_1x8_pinned_$r" 1 "$cnn" "${job_flags[@]}"); p1+=("$sps"); p1s+=("$secs")
+    job_launch=()
     read -r sps secs < <(baseline "vw_baseline_2t_$r" "${base_flags[@]}" --threads=2); b2+=("$sps"); b2s+=("$secs")
-    read -r sps secs < <(job "vw_2x4_$r" 2 "$root/examples/fashion_mnist_cnn.flags" "${job_flags[@]}"); j2+=("$sps"); j2s+=("$secs")
+    read -r sps secs < <(job "vw_2x4_$r" 2 "$cnn" "${job_flags[@]}"); j2+=("$sps"); j2s+=("$secs")
+    job_launch=(--compute-cpus 0:1)
+    read -r sps secs < <(job "vw_2x4_pinned_$r" 2 "$cnn" "${job_flags[@]}"); p2+=("$sps"); p2s+=("$secs")
+    job_launch=()
   done
-  for sps in "${b1[@]}" "${j1[@]}" "${b2[@]}" "${j2[@]}"; do [ "$sps" != 0 ] || failed=1; done
+  for sps in "${b1[@]}" "${j1[@]}" "${p1[@]}" "${b2[@]}" "${j2[@]}" "${p2[@]}"; do [ "$sps" != 0 ] || failed=1; done
   local base; base=$(median3 "${b1[@]}")
   row vw "baseline (1 thread)" "$base" "$base" "$(median3 "${b1s[@]}")" "$l"
   row vw "baseline (2 threads)" "$(median3 "${b2[@]}")" "$base" "$(median3 "${b2s[@]}")" "$l"
   row vw "1 worker x 8 VWs" "$(median3 "${j1[@]}")" "$base" "$(median3 "${j1s[@]}")" "$l"
+  row vw "1 x 8, compute on CPU 0" "$(median3 "${p1[@]}")" "$base" "$(median3 "${p1s[@]}")" "$l"
   row vw "2 workers x 4 VWs" "$(median3 "${j2[@]}")" "$base" "$(median3 "${j2s[@]}")" "$l"
-  echo "   1 x 8, where the worker's time goes (last round): $(grep -h 'ms per train plan' -r "$out/runs/vw_1x8_$rounds/logs" | sed 's/.*ms per train plan/ms per train plan/' || true)"
+  row vw "2 x 4, compute on CPU 0:1" "$(median3 "${p2[@]}")" "$base" "$(median3 "${p2s[@]}")" "$l"
+  local name
+  for name in 1x8 1x8_pinned; do
+    echo "   $name, where the worker's time goes (last round): $(grep -h 'ms per train plan' -r "$out/runs/vw_${name}_$rounds/logs" | sed 's/.*ms per train plan/ms per train plan/' || true)"
+  done
 }
 
 # row_ms SECTION METRIC MS STEP_MS LOAD1: prints a row of a timing table and appends it to the
