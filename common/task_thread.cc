@@ -41,8 +41,6 @@ Status TaskThread::Wait() {
 }
 
 void TaskThread::Run() {
-  if (getenv("EPS_PIN")) { cpu_set_t c; CPU_ZERO(&c); CPU_SET(1, &c); sched_setaffinity(0, sizeof c, &c); }
-  if (getenv("EPS_IDLE")) { sched_param p{}; p.sched_priority = 0; sched_setscheduler(0, atoi(getenv("EPS_IDLE")) == 1 ? SCHED_IDLE : SCHED_BATCH, &p); }
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     changed_.wait(lock, [this] { return quit_ || !queue_.empty(); });
