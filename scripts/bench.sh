@@ -11,7 +11,7 @@
 #        1 shard) at 1 worker x 8 VWs and 2 workers x 4 VWs, each as is and with the compute
 #        threads pinned (local.sh --compute-cpus), against build/bin/baseline (the same model
 #        and microbatches in one plain libtorch loop, no parameter server); medians of 3
-#        interleaved rounds, and where the 1 x 8 worker's time goes.
+#        interleaved rounds and of the per-round ratios, and where the 1 x 8 worker's time goes.
 #   elastic  one mlp job (examples/fashion_mnist_mlp.flags, 3000 steps whatever --steps says,
 #        1 shard, 2 workers, --heartbeat_timeout_ms=1000): the median step time, then 3 rounds
 #        of: attach a worker (launcher/attach.sh) and time its first counted contribution;
@@ -162,6 +162,18 @@ print("%.1f %.3f" % (sps, r["train_seconds"]))' \
 # Three interleaved rounds of all four, medians: this host drifts by 10-15 % within
 # minutes, more than the overhead measured.
 median3() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
+# paired_median3 "B1 B2 B3" "J1 J2 J3": the median of the per-round ratios Ji / Bi (a drift of
+# the host between rounds moves both sides of a ratio; "-" when a baseline is 0).
+paired_median3() {
+  local -a b j ratios
+  read -r -a b <<< "$1"
+  read -r -a j <<< "$2"
+  local i
+  for i in 0 1 2; do
+    ratios+=("$(awk -v x="${j[$i]}" -v y="${b[$i]}" 'BEGIN { if (y > 0) printf "%.3f", x / y; else print "-" }')")
+  done
+  median3 "${ratios[@]}"
+}
 section_vw() {
   local rounds=3
   echo "== vw: cnn, V = 8 x 16 samples, $steps steps, 1 shard, medians of $rounds interleaved rounds (host load $(load1), $(nproc) cores)"
@@ -194,6 +206,7 @@ section_vw() {
   row vw "1 x 8, compute on CPU 0" "$(median3 "${p1[@]}")" "$base" "$(median3 "${p1s[@]}")" "$l"
   row vw "2 workers x 4 VWs" "$(median3 "${j2[@]}")" "$base" "$(median3 "${j2s[@]}")" "$l"
   row vw "2 x 4, compute on CPU 0:1" "$(median3 "${p2[@]}")" "$base" "$(median3 "${p2s[@]}")" "$l"
+  echo "   paired (median of the per-round ratios to the same round's baseline): 1 x 8 $(paired_median3 "${b1[*]}" "${j1[*]}"), pinned $(paired_median3 "${b1[*]}" "${p1[*]}"); 2 x 4 $(paired_median3 "${b1[*]}" "${j2[*]}"), pinned $(paired_median3 "${b1[*]}" "${p2[*]}")"
   local name
   for name in 1x8 1x8_pinned; do
     echo "   $name, where the worker's time goes (last round): $(grep -h 'ms per train plan' -r "$out/runs/vw_${name}_$rounds/logs" | sed 's/.*ms per train plan/ms per train plan/' || true)"
