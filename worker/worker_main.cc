@@ -77,18 +77,15 @@ eps::Status PinCompute(const std::string& list, zmq::context_t& context) {
   std::vector<int> rest;
   std::set_difference(allowed.begin(), allowed.end(), compute.begin(), compute.end(), std::back_inserter(rest));
   EPS_RETURN_IF_ERROR(eps::PinThisThread(compute));
-  if (rest.empty()) {
-    LOG(WARNING) << "--compute_cpus=" << list << " leaves no CPU for the helper threads: they share the compute's";
-    return eps::OkStatus();
-  }
+  LOG(INFO) << "computing on CPUs " << eps::FormatCpuList(compute) << ", helper threads on "
+            << (rest.empty() ? "the same (no other CPU is allowed)" : eps::FormatCpuList(rest));
+  if (rest.empty()) return eps::OkStatus();  // they inherit the main thread's
   eps::SetHelperThreadCpus(rest);
   for (int cpu : rest) {
     if (zmq_ctx_set(context.handle(), ZMQ_THREAD_AFFINITY_CPU_ADD, cpu) != 0) {
       return eps::Internal("zmq_ctx_set(ZMQ_THREAD_AFFINITY_CPU_ADD): " + std::string(zmq_strerror(zmq_errno())));
     }
   }
-  LOG(INFO) << "computing on CPUs " << eps::FormatCpuList(compute) << ", helper threads on "
-            << eps::FormatCpuList(rest);
   return eps::OkStatus();
 }
 
