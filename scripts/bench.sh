@@ -110,12 +110,12 @@ row() {
   if [ "$3" = 0 ]; then
     failed=1
     printf "%-${row_w}s | %10s | %s\n" "$2" failed -
-    echo "$run_id,$git_rev,$1,$2,,,$steps,,$6" >> "$csv"
+    echo "$run_id,$git_rev,$1,${2//,/;},,,$steps,,$6" >> "$csv"
     return
   fi
   ratio=$(awk -v x="$3" -v b="$4" 'BEGIN { if (x > 0 && b > 0) printf "%.2f", x / b; else print "-" }')
   printf "%-${row_w}s | %10s | %s\n" "$2" "$3" "$ratio"
-  echo "$run_id,$git_rev,$1,$2,$3,$ratio,$steps,$5,$6" >> "$csv"
+  echo "$run_id,$git_rev,$1,${2//,/;},$3,$ratio,$steps,$5,$6" >> "$csv"
 }
 
 # baseline NAME ARGS...: runs build/bin/baseline; prints "SAMPLES_PER_S SECONDS" ("0 0" if it failed).
@@ -203,9 +203,9 @@ section_vw() {
   row vw "baseline (1 thread)" "$base" "$base" "$(median3 "${b1s[@]}")" "$l"
   row vw "baseline (2 threads)" "$(median3 "${b2[@]}")" "$base" "$(median3 "${b2s[@]}")" "$l"
   row vw "1 worker x 8 VWs" "$(median3 "${j1[@]}")" "$base" "$(median3 "${j1s[@]}")" "$l"
-  row vw "1 x 8, compute on CPU 0" "$(median3 "${p1[@]}")" "$base" "$(median3 "${p1s[@]}")" "$l"
+  row vw "1 worker x 8 VWs pinned" "$(median3 "${p1[@]}")" "$base" "$(median3 "${p1s[@]}")" "$l"
   row vw "2 workers x 4 VWs" "$(median3 "${j2[@]}")" "$base" "$(median3 "${j2s[@]}")" "$l"
-  row vw "2 x 4, compute on CPU 0:1" "$(median3 "${p2[@]}")" "$base" "$(median3 "${p2s[@]}")" "$l"
+  row vw "2 workers x 4 VWs pinned" "$(median3 "${p2[@]}")" "$base" "$(median3 "${p2s[@]}")" "$l"
   echo "   paired (median of the per-round ratios to the same round's baseline): 1 x 8 $(paired_median3 "${b1[*]}" "${j1[*]}"), pinned $(paired_median3 "${b1[*]}" "${p1[*]}"); 2 x 4 $(paired_median3 "${b1[*]}" "${j2[*]}"), pinned $(paired_median3 "${b1[*]}" "${p2[*]}")"
   local name
   for name in 1x8 1x8_pinned; do
@@ -220,12 +220,12 @@ row_ms() {
   if [ -z "$3" ]; then
     failed=1
     printf '%-44s | %10s | %s\n' "$2" failed -
-    echo "$run_id,$git_rev,$1,$2,,,$elastic_steps,,$5" >> "$csv"
+    echo "$run_id,$git_rev,$1,${2//,/;},,,$elastic_steps,,$5" >> "$csv"
     return
   fi
   ratio=$(awk -v x="$3" -v b="$4" 'BEGIN { if (b > 0) printf "%.1f", x / b; else print "-" }')
   printf '%-44s | %10s | %s\n' "$2" "$3" "$ratio"
-  echo "$run_id,$git_rev,$1,$2,,$ratio,$elastic_steps,$(awk -v x="$3" 'BEGIN { printf "%.4f", x / 1000 }'),$5" >> "$csv"
+  echo "$run_id,$git_rev,$1,${2//,/;},,$ratio,$elastic_steps,$(awk -v x="$3" 'BEGIN { printf "%.4f", x / 1000 }'),$5" >> "$csv"
 }
 
 # wait_until SECONDS CMD...: runs CMD every 50 ms until it succeeds (0), SECONDS pass or the
@@ -475,10 +475,10 @@ section_elastic() {
 csv_ms() {
   if [ -z "$3" ]; then
     failed=1
-    echo "$run_id,$git_rev,$1,$2,,,$5,,$6" >> "$csv"
+    echo "$run_id,$git_rev,$1,${2//,/;},,,$5,,$6" >> "$csv"
     return
   fi
-  echo "$run_id,$git_rev,$1,$2,,$4,$5,$(awk -v x="$3" 'BEGIN { printf "%.4f", x / 1000 }'),$6" >> "$csv"
+  echo "$run_id,$git_rev,$1,${2//,/;},,$4,$5,$(awk -v x="$3" 'BEGIN { printf "%.4f", x / 1000 }'),$6" >> "$csv"
 }
 # ratio X Y: X / Y with 2 decimals ("-" when either is missing or 0).
 ratio() { awk -v x="$1" -v y="$2" 'BEGIN { if (x > 0 && y > 0) printf "%.2f", x / y; else print "-" }'; }
