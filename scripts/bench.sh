@@ -163,15 +163,13 @@ print("%.1f %.3f" % (sps, r["train_seconds"]))' \
 # minutes, more than the overhead measured.
 median3() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
 # paired_median3 "B1 B2 B3" "J1 J2 J3": the median of the per-round ratios Ji / Bi (a drift of
-# the host between rounds moves both sides of a ratio; "-" when a baseline is 0).
+# the host between rounds moves both sides of a ratio; see ratio below).
 paired_median3() {
   local -a b j ratios
   read -r -a b <<< "$1"
   read -r -a j <<< "$2"
   local i
-  for i in 0 1 2; do
-    ratios+=("$(awk -v x="${j[$i]}" -v y="${b[$i]}" 'BEGIN { if (y > 0) printf "%.3f", x / y; else print "-" }')")
-  done
+  for i in 0 1 2; do ratios+=("$(ratio "${j[$i]}" "${b[$i]}")"); done
   median3 "${ratios[@]}"
 }
 section_vw() {

@@ -729,19 +729,11 @@ class WorkerImpl final : public Worker {
   Status TrainBlock(const StepPlan& plan, const Block& block, const std::vector<Bytes>& step_buffers,
                     std::vector<Bytes>* vw0_buffers, const std::function<void(Duration*)>& lap) {
     const uint32_t last = block.hi() - 1;
-    // Used by the reducing thread only, from the tasks posted below.
+    // Used by the reducing thread only, from the tasks posted below (after a
+    // failed task it skips the rest, so none of them sees an empty finisher).
     TreeReducer reducer(block, spec_.virtual_workers, flat_size_, spec_.grad_wire_dtype);
-    std::optional<TreeFinisher> finisher;  // the block's partial, from the last VW's first gradient on
+    std::optional<TreeFinisher> finisher;  // the tree's last node: the last VW, added tensor by tensor
     OutgoingBlock out = StartBlock(block);
-    // Adds the last VW's values of flat elements [at, at + n) into the partial.
-    const auto finish = [&](size_t at, size_t n, const float* value) -> Status {
-      if (!finisher) {
-        EPS_ASSIGN_OR_RETURN(TreeFinisher f, reducer.Finish(Block{last, 1}));
-        finisher.emplace(std::move(f));
-      }
-      finisher->Add(at, n, value, out.sum.get() + at);
-      return OkStatus();
-    };
     struct Drain {  // the tasks use the locals above: none outlives them
       TaskThread& reducing;
       ~Drain() { (void)reducing.Wait(); }  // an early return reports its own error
@@ -750,7 +742,7 @@ class WorkerImpl final : public Worker {
     // The last VW's parameter i is final in GradData(i), which holds it until the next TrainStep.
     const ModelRunner::GradReady push_as_ready = [&](size_t i) {
       reducing_->Post([&, i, grad = model_->GradData(i)] {
-        EPS_RETURN_IF_ERROR(finish(flat_offset_[i], layout_.tensors[i].numel(), grad));
+        finisher->Add(flat_offset_[i], layout_.tensors[i].numel(), grad, out.sum.get() + flat_offset_[i]);
         return TensorReady(plan, out, i);
       });
     };
@@ -762,6 +754,13 @@ class WorkerImpl final : public Worker {
       if (v != plan.vw_lo) EPS_RETURN_IF_ERROR(RestoreBuffers(step_buffers));
       sampler_->Indices(VirtualWorkerId(v), plan.step, &indices);
       const bool is_last = v == last;
+      if (is_last) {  // after the earlier VWs' leaves: the tasks run in order
+        reducing_->Post([&] {
+          EPS_ASSIGN_OR_RETURN(TreeFinisher f, reducer.Finish(Block{last, 1}));
+          finisher.emplace(std::move(f));
+          return OkStatus();
+        });
+      }
       lap(&times_.copies);
       const Slowdown slowdown = StartSlowdown();
       EPS_ASSIGN_OR_RETURN(float loss, model_->TrainStep(train_, indices, StreamSeed(spec_.seed, v, plan.step.value()),
@@ -779,7 +778,7 @@ class WorkerImpl final : public Worker {
       }
     }
     reducing_->Post([&, loss_at = flat_offset_.back()] {  // the layout ends with the loss
-      EPS_RETURN_IF_ERROR(finish(loss_at, 1, &last_loss));
+      finisher->Add(loss_at, 1, &last_loss, out.sum.get() + loss_at);
       out.ready.back() = 1;
       return PushReady(plan, out, block.lo == 0 ? *vw0_buffers : std::vector<Bytes>{});
     });
