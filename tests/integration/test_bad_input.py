@@ -51,7 +51,8 @@ class BadWorkerFlags(unittest.TestCase):
         self.worker_refuses("--compute_cpus=zero", "'zero' is not a CPU number")
 
     def test_compute_cpus_outside_the_allowed_set(self):
-        self.worker_refuses(f"--compute_cpus={len(os.sched_getaffinity(0)) + 1000}", "this process may only use CPUs")
+        # One past the highest CPU this process may use: a number it can name, but not one it may run on.
+        self.worker_refuses(f"--compute_cpus={max(os.sched_getaffinity(0)) + 1}", "this process may only use CPUs")
 
 
 class GarbageOnTheWire(RunDirTest):
