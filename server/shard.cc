@@ -343,7 +343,11 @@ class ShardImpl final : public Shard {
                   << push->step << " block " << push->block.ToString();
       }
       Reply(in.peer, outcome->reply);
-      if (outcome->completed) OnStepCompleted(*outcome->completed);
+      if (outcome->completed) {
+        OnStepCompleted(*outcome->completed);
+      } else if (outcome->reply.accepted > 0) {
+        AnswerWaitingPulls();  // pulls of the step in progress whose chunks this push made final
+      }
     } else if (auto* pull = std::get_if<Pull>(&body)) {
       auto reply = state_.HandlePull(*pull);
       if (reply.ok()) {

@@ -111,17 +111,25 @@ size_t ShardState::PushBytesOf(ChunkId id, Step step) const {
   return layout_->WireBytes(layout_->chunks[id.value()], spec_->grad_wire_dtype);
 }
 
-void ShardState::Publish(ChunkId id, Value value) {
+ShardState::WireValue ShardState::EncodeForPulls(ChunkId id, const std::vector<float>& value) const {
+  const WireDType wire = spec_->weight_wire_dtype;
+  if (wire == WireDType::kFP32 || KindOf(id) != TensorKind::kParameter) return nullptr;
+  auto encoded = std::make_shared<std::vector<uint16_t>>(value.size());
+  EncodeWire(wire, value.data(), value.size(), encoded->data());
+  return encoded;
+}
+
+void ShardState::Publish(ChunkId id, Value value, WireValue wire) {
   ChunkSlot& s = slots_[id.value()];
   s.previous = std::move(s.current);
   s.current = std::move(value);
   s.previous_wire = std::move(s.current_wire);
-  const WireDType wire = spec_->weight_wire_dtype;
-  if (wire != WireDType::kFP32 && KindOf(id) == TensorKind::kParameter) {
-    auto encoded = std::make_shared<std::vector<uint16_t>>(s.current->size());
-    EncodeWire(wire, s.current->data(), s.current->size(), encoded->data());
-    s.current_wire = std::move(encoded);
-  }
+  s.current_wire = std::move(wire);
+}
+
+void ShardState::Publish(ChunkId id, Value value) {
+  WireValue wire = EncodeForPulls(id, *value);
+  Publish(id, std::move(value), std::move(wire));
 }
 
 void ShardState::ResetBarrier() {
@@ -130,6 +138,7 @@ void ShardState::ResetBarrier() {
     ChunkSlot& s = slots_[id.value()];
     s.vw0_buffer.reset();
     s.next.reset();
+    s.next_wire.reset();
     s.reducer.reset();
     if (KindOf(id) != TensorKind::kBuffer) {
       s.reducer = std::make_unique<TreeReducer>(Block{0, TreeWidth(v)}, v, layout_->chunks[id.value()].numel,
@@ -262,6 +271,7 @@ void ShardState::StepChunk(ChunkId id) {
   auto next = std::make_shared<std::vector<float>>(s.reducer->TakeResult());
   ApplyOptimizer(optimizer_, version_.value(), s.current->data(), next->data(),
                  static_cast<float>(spec_->virtual_workers), next->data(), next->size(), &s.optimizer);
+  s.next_wire = EncodeForPulls(id, *next);
   s.next = std::move(next);
 }
 
@@ -272,7 +282,7 @@ StepDone ShardState::ApplyStep() {
     ChunkSlot& s = slots_[id.value()];
     switch (KindOf(id)) {
       case TensorKind::kParameter:
-        Publish(id, std::move(s.next));  // stepped when its sum was complete
+        Publish(id, std::move(s.next), std::move(s.next_wire));  // stepped when its sum was complete
         break;
       case TensorKind::kBuffer:
         Publish(id, std::move(s.vw0_buffer));
@@ -291,11 +301,12 @@ StepDone ShardState::ApplyStep() {
 }
 
 StatusOr<PullReply> ShardState::HandlePull(const Pull& pull) const {
-  if (!layout_ || version_.value() < 0 || pull.version > version_) {
+  if (!layout_ || version_.value() < 0 || pull.version.value() > version_.value() + 1) {
     return Unavailable("version " + std::to_string(pull.version.value()) + " is not ready");
   }
   const bool previous = pull.version.value() == version_.value() - 1;
-  if (pull.version != version_ && !previous) {
+  const bool next = pull.version.value() == version_.value() + 1;  // the step in progress
+  if (pull.version != version_ && !previous && !next) {
     return FailedPrecondition("version " + std::to_string(pull.version.value()) + " is gone; the shard serves " +
                               std::to_string(version_.value()));
   }
@@ -312,13 +323,20 @@ StatusOr<PullReply> ShardState::HandlePull(const Pull& pull) const {
     }
     if (KindOf(id) == TensorKind::kLoss) continue;  // the loss has no value to pull
     const ChunkSlot& s = slots_[id.value()];
+    // Of the step in progress, a parameter chunk stepped already, and VW 0's
+    // buffers once pushed, are final: their bits can only be these.
+    const Value& stepped = KindOf(id) == TensorKind::kBuffer ? s.vw0_buffer : s.next;
+    if (next && !stepped) {
+      return Unavailable("chunk " + std::to_string(id.value()) + " of version " +
+                         std::to_string(pull.version.value()) + " is not stepped yet");
+    }
     if (pull.dtype != WireDType::kFP32 && KindOf(id) == TensorKind::kParameter) {
-      const WireValue& w = previous ? s.previous_wire : s.current_wire;
+      const WireValue& w = previous ? s.previous_wire : next ? s.next_wire : s.current_wire;
       if (!w) return FailedPrecondition("version " + std::to_string(pull.version.value()) + " is gone");
       reply.chunks.push_back({id, w->data(), w->size() * sizeof(uint16_t), w});
       continue;
     }
-    const Value& v = previous ? s.previous : s.current;
+    const Value& v = previous ? s.previous : next ? stepped : s.current;
     if (!v) return FailedPrecondition("version " + std::to_string(pull.version.value()) + " is gone");
     reply.chunks.push_back({id, v->data(), BytesOf(id), v});
   }

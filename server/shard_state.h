@@ -7,8 +7,9 @@
 // owns, the pushed blocks cover all V leaves of the canonical tree, and every
 // buffer chunk came with the block holding VW 0. Each parameter chunk is stepped
 // (the optimizer applied to sum/V) as soon as its own blocks are complete, while
-// the others may still be on their way; once the step completes the shard serves
-// version t+1, keeping version t readable until the next step completes (a VW
+// the others may still be on their way, and can be pulled at once as a chunk of
+// version t+1 (its bits can only be these); once the step completes the shard
+// serves all of version t+1, keeping version t readable until the next step completes (a VW
 // recomputed after a crash must read exactly w(t)). The barrier is only ever
 // reset by a completed step or a whole new state (Restore), so a chunk stepped
 // early never steps twice.
@@ -76,8 +77,12 @@ class ShardState {
   // overlap leaves already counted.
   StatusOr<PushOutcome> HandlePush(const Push& push);
 
-  // Unavailable: the version is not there yet (the caller may wait);
-  // FailedPrecondition: it is gone; InvalidArgument: a chunk is not ours.
+  // Serves the current and the previous version, and of the step in
+  // progress (version + 1) the chunks already final: parameter chunks stepped,
+  // buffer chunks pushed with VW 0's block. A pull is answered whole or not at
+  // all. Unavailable: the version, or one of the chunks, is not there yet (the
+  // caller may wait: every push may make more chunks final); FailedPrecondition:
+  // it is gone; InvalidArgument: a chunk is not ours.
   StatusOr<PullReply> HandlePull(const Pull& pull) const;
 
   uint64_t duplicates() const { return duplicates_; }
@@ -119,6 +124,7 @@ class ShardState {
     OptimizerState optimizer;
     std::unique_ptr<TreeReducer> reducer;  // parameter and loss chunks
     Value next;                            // parameter chunks: the step's new value, once its sum was complete
+    WireValue next_wire;                   // the same in the weight wire dtype, if compressed
     Value vw0_buffer;                      // buffer chunks: VW 0's value of this step
     bool counted_for_buffer = false;
   };
@@ -129,13 +135,18 @@ class ShardState {
   Status ValidatePush(const Push& push) const;
   // Bytes chunk `id` has in a push for `step` (-1: the initial values, always fp32).
   size_t PushBytesOf(ChunkId id, Step step) const;
-  // Makes `value` chunk `id`'s current version, the current one its previous.
+  // Chunk `id`'s value in the weight wire dtype, for the pulls that ask for it
+  // (null: a buffer, or the weights travel in fp32).
+  WireValue EncodeForPulls(ChunkId id, const std::vector<float>& value) const;
+  // Makes `value` (and `wire`, its encoding) chunk `id`'s current version, the
+  // current one its previous; without `wire`, encodes it.
+  void Publish(ChunkId id, Value value, WireValue wire);
   void Publish(ChunkId id, Value value);
   StatusOr<PushOutcome> HandleInit(const Push& push);
   void ResetBarrier();
   bool BarrierComplete() const;
   // Applies the optimizer to a parameter chunk whose sum is complete; the
-  // value waits in `next` until the whole step is (a pull must see one version).
+  // value is `next` (pulls of version + 1 may take it) until the whole step is.
   void StepChunk(ChunkId id);
   StepDone ApplyStep();
   size_t BytesOf(ChunkId id) const { return layout_->ChunkBytes(layout_->chunks[id.value()]); }

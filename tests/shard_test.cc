@@ -647,7 +647,10 @@ TEST(ShardStateBarrier, BlocksAndLeavesInAnyOrderGiveTheTreeSumBits) {
 // Workers push a block chunk by chunk as backward produces the gradients; the
 // shard steps each chunk as soon as its sum is complete. Until the last chunk
 // arrives every pull still sees w(t) whole, and the result has the same bits.
-TEST(ShardStateBarrier, ChunksPushedOneByOneAreServedOnlyAsOneWholeVersion) {
+// The step in progress, chunk by chunk: a chunk whose sum is complete (or a
+// buffer pushed with VW 0) can be pulled at version t+1 at once, with the bits
+// the completed step serves; the others, and so the whole version, only later.
+TEST(ShardStateBarrier, ChunksPushedOneByOneArePulledOneByOneAndWholeOnceTheStepCompletes) {
   std::mt19937_64 rng(31);
   Job job(24);
   for (ShardId s : AllShards()) {
@@ -671,6 +674,20 @@ TEST(ShardStateBarrier, ChunksPushedOneByOneAreServedOnlyAsOneWholeVersion) {
         EXPECT_EQ(again->reply.duplicates, 1u);
         EXPECT_EQ(state->HandlePull(MakePull(t + 1)).status().code(), StatusCode::kUnavailable);
         ExpectVersion(*state, job, s, t);  // chunks stepped already still serve w(t)
+        for (size_t j = 0; j < chunks.size(); ++j) {
+          const ChunkId id = chunks[j].chunk;
+          if (job.Kind(id) == TensorKind::kLoss) continue;
+          auto early = state->HandlePull(MakePull(t + 1, {id}));
+          if (j > k) {
+            EXPECT_EQ(early.status().code(), StatusCode::kUnavailable) << "chunk " << id << " is not pushed yet";
+            continue;
+          }
+          ASSERT_TRUE(early.ok()) << "chunk " << id << ": " << early.status().ToString();
+          ASSERT_EQ(early->chunks.size(), 1u);
+          EXPECT_EQ(early->version, Step(t + 1));
+          EXPECT_TRUE(SameBits(early->chunks[0], job.Expected(t + 1, id))) << "chunk " << id;
+        }
+        EXPECT_EQ(state->HandlePull(MakePull(t + 2)).status().code(), StatusCode::kUnavailable);
       }
       ASSERT_EQ(state->version(), Step(t + 1));
       ExpectVersion(*state, job, s, t + 1);
@@ -1069,7 +1086,18 @@ TEST(ShardStateWire, CompressedGradientsReduceOnTheRoundedTreeAndWeightsArePulle
     ASSERT_TRUE(first.ok()) << first.status().ToString();
     ASSERT_TRUE(state.HandlePush(block_push(Block{2, 1})).ok());
     ASSERT_TRUE(state.HandlePush(block_push(Block{3, 1})).ok());
-    auto last = state.HandlePush(block_push(Block{4, 1}));
+    // One parameter chunk of the last leaf first: it steps, and is pulled encoded before the step completes.
+    const Push tail = block_push(Block{4, 1});
+    const auto first_param = std::find_if(tail.chunks.begin(), tail.chunks.end(),
+                                          [&](const ChunkBytes& c) { return job.Kind(c.chunk) == TensorKind::kParameter; });
+    ASSERT_NE(first_param, tail.chunks.end());
+    ASSERT_TRUE(state.HandlePush(MakePush(0, tail.block, {*first_param})).ok());
+    Pull early_pull = MakePull(1, {first_param->chunk});
+    early_pull.dtype = weight;
+    auto early = state.HandlePull(early_pull);
+    ASSERT_TRUE(early.ok()) << early.status().ToString();
+    ASSERT_EQ(early->chunks.size(), 1u);
+    auto last = state.HandlePush(tail);
     ASSERT_TRUE(last.ok()) << last.status().ToString();
     ASSERT_TRUE(last->completed.has_value());
     if (s == job.LossShard()) {
@@ -1099,6 +1127,10 @@ TEST(ShardStateWire, CompressedGradientsReduceOnTheRoundedTreeAndWeightsArePulle
       EncodeWire(weight, next.data(), next.size(), want.data());
       ASSERT_EQ(encoded->chunks[k].size, want.size() * 2) << "chunk " << id;
       EXPECT_EQ(0, std::memcmp(encoded->chunks[k].data, want.data(), encoded->chunks[k].size)) << "chunk " << id;
+      if (id == first_param->chunk) {
+        ASSERT_EQ(early->chunks[0].size, want.size() * 2);
+        EXPECT_EQ(0, std::memcmp(early->chunks[0].data, want.data(), want.size() * 2)) << "pulled before the step completed";
+      }
     }
     EXPECT_TRUE(rounding_shows) << "bf16 gradients must change the result against fp32";
     // The previous version is still served encoded; a dtype the job does not use is refused.
