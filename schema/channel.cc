@@ -120,6 +120,22 @@ StatusOr<Channel::Incoming> Channel::Receive(std::chrono::milliseconds timeout) 
   }
 }
 
+StatusOr<size_t> AwaitReadable(std::initializer_list<Channel*> channels, std::chrono::milliseconds timeout) {
+  std::vector<zmq::pollitem_t> items;
+  items.reserve(channels.size());
+  for (Channel* c : channels) items.push_back({static_cast<void*>(c->socket()), 0, ZMQ_POLLIN, 0});
+  try {
+    if (zmq::poll(items.data(), items.size(), timeout) == 0) return DeadlineExceeded("no message within the deadline");
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EINTR) return Aborted("interrupted by a signal");
+    return Unavailable(std::string("poll failed: ") + e.what());
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i].revents & ZMQ_POLLIN) return i;
+  }
+  return Internal("poll woke without a readable socket");
+}
+
 StatusOr<Envelope> Call(Channel* channel, const Envelope& request, std::chrono::milliseconds timeout) {
   EPS_RETURN_IF_ERROR(channel->Send(request));
   EPS_ASSIGN_OR_RETURN(Channel::Incoming in, channel->Receive(timeout));

@@ -12,6 +12,7 @@
 #include <zmq.hpp>
 
 #include <chrono>
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -71,6 +72,11 @@ class Channel {
   const bool router_;
   const Options options_;
 };
+
+// Waits up to `timeout` (0: looks only) until one of `channels` has a message
+// waiting, and returns the lowest such index. DeadlineExceeded when none has;
+// Aborted when a signal interrupted the wait.
+StatusOr<size_t> AwaitReadable(std::initializer_list<Channel*> channels, std::chrono::milliseconds timeout);
 
 // Sends `request` on a DEALER channel and waits up to `timeout` for the reply.
 // An ErrorReply from the server comes back as its Status.

@@ -135,6 +135,11 @@ struct StepPlan {
   Epoch epoch{0};
   uint32_t vw_lo = 0, vw_hi = 0;   // train: VWs [vw_lo, vw_hi)
   int64_t eval_lo = 0, eval_hi = 0; // eval: test samples [eval_lo, eval_hi) at version `step`
+
+  friend bool operator==(const StepPlan& a, const StepPlan& b) {
+    return a.kind == b.kind && a.step == b.step && a.epoch == b.epoch && a.vw_lo == b.vw_lo && a.vw_hi == b.vw_hi &&
+           a.eval_lo == b.eval_lo && a.eval_hi == b.eval_hi;
+  }
 };
 
 struct StepDone {

@@ -207,6 +207,38 @@ TEST(Channel, ReceiveWithNothingSentTimesOut) {
   EXPECT_EQ(reply.status().code(), StatusCode::kDeadlineExceeded);
 }
 
+TEST(Channel, AwaitReadableNamesTheChannelWithAMessageAndLeavesItThere) {
+  zmq::context_t ctx;
+  auto first = BindOrDie(&ctx, "tcp://127.0.0.1:0");
+  auto second = BindOrDie(&ctx, "tcp://127.0.0.1:0");
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  auto a = ConnectOrDie(&ctx, first->endpoint());
+  auto b = ConnectOrDie(&ctx, second->endpoint());
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  for (milliseconds timeout : {milliseconds(0), milliseconds(10)}) {
+    auto none = AwaitReadable({a.get(), b.get()}, timeout);
+    ASSERT_FALSE(none.ok());
+    EXPECT_EQ(none.status().code(), StatusCode::kDeadlineExceeded);
+  }
+  // Only b's server answers: b is named, and the message stays for Receive.
+  ASSERT_TRUE(b->Send(Envelope{"t", Shutdown{"to b"}}).ok());
+  auto in = second->Receive(kWait);
+  ASSERT_TRUE(in.ok() && in->envelope.ok());
+  ASSERT_TRUE(second->SendTo(in->peer, Envelope{"srv", Shutdown{"from b"}}).ok());
+  auto ready = AwaitReadable({a.get(), b.get()}, kWait);
+  ASSERT_TRUE(ready.ok()) << ready.status().ToString();
+  EXPECT_EQ(*ready, 1u);
+  auto again = AwaitReadable({a.get(), b.get()}, milliseconds(0));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, 1u);
+  auto reply = b->TryReceive();
+  ASSERT_TRUE(reply.ok() && reply->envelope.ok());
+  EXPECT_EQ(std::get<Shutdown>(reply->envelope->body).reason, "from b");
+  EXPECT_EQ(AwaitReadable({a.get(), b.get()}, milliseconds(0)).status().code(), StatusCode::kDeadlineExceeded);
+}
+
 TEST(Channel, GarbageFromAPeerIsAnIncomingWithAnErrorAndTheRouterKeepsServing) {
   zmq::context_t ctx;
   auto server = BindOrDie(&ctx, "tcp://127.0.0.1:0");

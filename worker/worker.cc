@@ -242,6 +242,11 @@ class WorkerImpl final : public Worker {
   // never answers a request it has forgotten.
   StatusOr<Envelope> CallCoordinator(Body body, milliseconds timeout, bool until_refused = false) {
     EPS_RETURN_IF_ERROR(coordinator_->Send(Envelope{options_.token, std::move(body)}));
+    return AwaitCoordinator(timeout, until_refused);
+  }
+
+  // The coordinator's answer to the request sent last: the second half of CallCoordinator().
+  StatusOr<Envelope> AwaitCoordinator(milliseconds timeout, bool until_refused) {
     StatusOr<Channel::Incoming> received = Receive(coordinator_.get(), timeout, until_refused);
     if (until_refused && !received.ok() && received.status().code() == StatusCode::kAborted && !stopping()) {
       // Abandoned: a late answer must not be taken for the next call's.
@@ -251,6 +256,28 @@ class WorkerImpl final : public Worker {
     if (!in.envelope.ok()) return in.envelope.status().WithContext("bad reply from the coordinator");
     if (const auto* err = std::get_if<ErrorReply>(&in.envelope->body)) return err->ToStatus();
     return std::move(in.envelope).value();
+  }
+
+  // While this worker runs a plan ahead of the coordinator's answer (ahead_),
+  // takes that answer: with `wait`, waiting for it (before the plan's first
+  // push); without, only if it has come (or the heartbeats were refused). The
+  // plan guessed right: ahead_ clears and the plan goes on. Otherwise the
+  // answer is kept in overruled_ for Loop() and the plan ends, Aborted.
+  Status ConfirmPlan(bool wait) {
+    if (ahead_ == nullptr) return OkStatus();
+    if (!wait && !heartbeat_->refused() && !AwaitReadable({coordinator_.get()}, milliseconds(0)).ok()) {
+      return OkStatus();
+    }
+    StatusOr<Envelope> answer = AwaitCoordinator(options_.plan_timeout, /*until_refused=*/true);
+    if (answer.ok()) {
+      const auto* plan = std::get_if<StepPlan>(&answer->body);
+      if (plan != nullptr && *plan == *ahead_) {
+        ahead_ = nullptr;
+        return OkStatus();
+      }
+    }
+    overruled_ = std::move(answer);
+    return Aborted("the coordinator planned otherwise");
   }
 
   // Registers, repeating the request every kRegisterRepeat on a fresh
@@ -397,11 +424,11 @@ class WorkerImpl final : public Worker {
         flat_size_ += static_cast<size_t>(t.numel());
       }
     }
-    for (const std::string& address : shard_addresses_) {
-      EPS_ASSIGN_OR_RETURN(auto ch, Channel::Connect(context_, address));
-      shards_.push_back(std::move(ch));
-    }
+    shards_.resize(shard_addresses_.size());
+    pullers_.resize(shard_addresses_.size());
     outstanding_.assign(shards_.size(), 0);
+    EPS_RETURN_IF_ERROR(ReconnectShards());
+    pull_groups_ = PullGroups();
     EPS_ASSIGN_OR_RETURN(reducing_, TaskThread::Start("eps-reduce"));
     return OkStatus();
   }
@@ -427,9 +454,74 @@ class WorkerImpl final : public Worker {
     prefetched_.reset();
     for (size_t s = 0; s < shards_.size(); ++s) {
       EPS_ASSIGN_OR_RETURN(shards_[s], Channel::Connect(context_, shard_addresses_[s]));
+      EPS_ASSIGN_OR_RETURN(pullers_[s], Channel::Connect(context_, shard_addresses_[s]));
       outstanding_[s] = 0;
     }
     return OkStatus();
+  }
+
+  // By shard, the chunks each pull asks for: parameter chunks in backward
+  // order (the layout's, reversed), cut into groups of at least
+  // kEagerPushBytes as the last VW's pushes are, so that a group is stepped,
+  // and answered, about when one of those pushes arrives; then the buffer
+  // chunks, final only with VW 0's last push, in a group of their own.
+  std::vector<std::vector<std::vector<ChunkId>>> PullGroups() const {
+    std::vector<std::vector<std::vector<ChunkId>>> out(layout_.num_shards);
+    for (size_t s = 0; s < out.size(); ++s) {
+      std::vector<ChunkId> group, buffers;
+      size_t bytes = 0;
+      for (auto c = layout_.chunks.rbegin(); c != layout_.chunks.rend(); ++c) {
+        if (c->shard.value() != s || KindOf(*c) == TensorKind::kLoss) continue;
+        if (KindOf(*c) == TensorKind::kBuffer) {
+          buffers.push_back(c->id);
+          continue;
+        }
+        group.push_back(c->id);
+        bytes += layout_.WireBytes(*c, spec_.weight_wire_dtype);
+        if (bytes < kEagerPushBytes) continue;
+        out[s].push_back(std::move(group));
+        group.clear();
+        bytes = 0;
+      }
+      for (std::vector<ChunkId>* rest : {&group, &buffers}) {
+        if (!rest->empty()) out[s].push_back(std::move(*rest));
+      }
+    }
+    return out;
+  }
+
+  // Runs `guess` before the coordinator has answered the step request just
+  // sent, and returns that answer; `*ran` holds the outcome when the answer
+  // is `guess` itself (the plan has run), and stays empty when the guess was
+  // dropped (no push of it was sent).
+  StatusOr<Envelope> RunAhead(const StepPlan& guess, std::optional<Status>* ran) {
+    ahead_ = &guess;
+    Status st = Train(guess);
+    if (ahead_ == nullptr) {
+      ++times_.ahead;
+      *ran = std::move(st);
+      return Envelope{options_.token, guess};
+    }
+    ahead_ = nullptr;
+    ++times_.dropped;
+    VLOG(1) << "dropped the run ahead of step " << guess.step << ": " << st.ToString();
+    // Replies to the dropped run's pulls must not be taken for the next plan's.
+    EPS_RETURN_IF_ERROR(ReconnectShards());
+    if (!overruled_.has_value()) {
+      if (stopping()) return Stopped();
+      return AwaitPlan();
+    }
+    StatusOr<Envelope> answer = std::move(*overruled_);
+    overruled_.reset();
+    return answer;
+  }
+
+  // Waits for the coordinator's answer to the step request sent last.
+  StatusOr<Envelope> AwaitPlan() {
+    const auto asked = std::chrono::steady_clock::now();
+    StatusOr<Envelope> reply = AwaitCoordinator(options_.plan_timeout, /*until_refused=*/true);
+    times_.plan += std::chrono::steady_clock::now() - asked;
+    return reply;
   }
 
   Status Loop() {
@@ -437,6 +529,10 @@ class WorkerImpl final : public Worker {
     bool abandoned = false;    // the previous plan was given up
     bool report_model = true;  // the coordinator needs the model from every worker id
     int reregistrations = 0;   // in a row, without a plan in between
+    // The plan this worker expects next: after step t over VWs [lo, hi),
+    // step t+1 over the same VWs (the coordinator moves VWs only when
+    // membership or speeds change). It runs while the request is answered.
+    std::optional<StepPlan> guess;
     while (true) {
       if (stopping()) return LeaveJob(kStopReason);
       StepRequest request{id_, done, {}, 0, 0, abandoned, seconds_per_vw_};
@@ -447,9 +543,10 @@ class WorkerImpl final : public Worker {
         request.train_samples = train_.size;
         request.test_samples = test_.size;
       }
-      const auto asked = std::chrono::steady_clock::now();
-      StatusOr<Envelope> reply = CallCoordinator(request, options_.plan_timeout, /*until_refused=*/true);
-      times_.plan += std::chrono::steady_clock::now() - asked;
+      EPS_RETURN_IF_ERROR(coordinator_->Send(Envelope{options_.token, std::move(request)}));
+      std::optional<Status> ran;  // the answer's plan ran ahead of it, with this outcome
+      StatusOr<Envelope> reply = guess.has_value() ? RunAhead(*guess, &ran) : AwaitPlan();
+      guess.reset();
       if (!reply.ok()) {
         if (stopping()) return LeaveJob(kStopReason);
         const StatusCode code = reply.status().code();
@@ -479,8 +576,12 @@ class WorkerImpl final : public Worker {
           st = PushInitialValues();
           break;
         case PlanKind::kTrain:
-          st = Train(*plan);
-          if (st.ok()) done = plan->step;
+          st = ran.has_value() ? *ran : Train(*plan);
+          if (!st.ok()) break;
+          done = plan->step;
+          if (plan->step.value() + 1 < spec_.steps) {
+            guess = StepPlan{PlanKind::kTrain, Step(plan->step.value() + 1), plan->epoch, plan->vw_lo, plan->vw_hi, 0, 0};
+          }
           break;
         case PlanKind::kEval:
           st = Evaluate(*plan);
@@ -539,64 +640,120 @@ class WorkerImpl final : public Worker {
     return OkStatus();
   }
 
-  Status SendPull(size_t shard, Step version) {
-    return shards_[shard]->Send(Envelope{options_.token, Pull{version, {}, spec_.weight_wire_dtype}});
+  // Sends shard s one pull of `version` per pull group.
+  Status SendPulls(size_t s, Step version) {
+    for (const std::vector<ChunkId>& group : pull_groups_[s]) {
+      EPS_RETURN_IF_ERROR(pullers_[s]->Send(Envelope{options_.token, Pull{version, group, spec_.weight_wire_dtype}}));
+    }
+    return OkStatus();
   }
 
-  // Asks every shard for `version` now, behind this step's pushes: a shard
-  // answers once the step completes, so the bytes travel while this worker
-  // waits for its next plan, and PullInto(version) finds them there.
+  // Asks every shard for `version` now, while this step computes: a shard
+  // answers each pull group as soon as its chunks are stepped, so most bytes
+  // of w(t+1) travel during the last VW's backward, and PullInto(version)
+  // finds them there.
   Status Prefetch(Step version) {
-    for (size_t s = 0; s < shards_.size(); ++s) EPS_RETURN_IF_ERROR(SendPull(s, version));
+    for (size_t s = 0; s < pullers_.size(); ++s) EPS_RETURN_IF_ERROR(SendPulls(s, version));
     prefetched_ = version;
     return OkStatus();
+  }
+
+  // Shard s's answer to a pull. Ahead of the plan, the coordinator's answer
+  // is taken as soon as it comes: the shard answers once the step's chunks are
+  // stepped, and the coordinator may instead give this worker VWs of that very
+  // step (a crashed worker's), which that pull would wait for in vain.
+  StatusOr<Channel::Incoming> ReceivePulled(size_t s) {
+    Channel* shard = pullers_[s].get();
+    while (ahead_ != nullptr) {
+      if (stopping()) return Stopped();
+      StatusOr<size_t> ready = AwaitReadable({shard, coordinator_.get()}, kStopCheck);
+      if (ready.ok() && *ready == 0) break;
+      const StatusCode code = ready.status().code();
+      if (!ready.ok() && code != StatusCode::kDeadlineExceeded && code != StatusCode::kAborted) return ready.status();
+      EPS_RETURN_IF_ERROR(ConfirmPlan(/*wait=*/false));
+    }
+    return Receive(shard, options_.rpc_timeout);
   }
 
   // Pulls version `version` from every shard into the model; parameters in the
   // job's weight wire dtype. Takes the prefetched replies when they are of
   // that version; drops them (fresh sockets) when they are not.
   Status PullInto(Step version) {
-    const WireDType wire = spec_.weight_wire_dtype;
     const bool prefetched = prefetched_ == version;
     if (prefetched_.has_value() && !prefetched) EPS_RETURN_IF_ERROR(ReconnectShards());
     prefetched_.reset();
     if (!prefetched) {
-      for (size_t s = 0; s < shards_.size(); ++s) EPS_RETURN_IF_ERROR(SendPull(s, version));
+      for (size_t s = 0; s < pullers_.size(); ++s) EPS_RETURN_IF_ERROR(SendPulls(s, version));
     }
-    for (size_t s = 0; s < shards_.size(); ++s) {
-      EPS_ASSIGN_OR_RETURN(Channel::Incoming in, Receive(shards_[s].get(), options_.rpc_timeout));
-      if (!in.envelope.ok()) return in.envelope.status().WithContext("bad pull reply from shard " + std::to_string(s));
+    for (size_t s = 0; s < pullers_.size(); ++s) EPS_RETURN_IF_ERROR(TakePulled(s, version, prefetched));
+    return OkStatus();
+  }
+
+  // Takes shard s's answers to the pulls of `version`, one per pull group,
+  // into the model, and checks that every chunk came. A prefetched pull may
+  // have waited at the shard longer than it may (a slow step): what did not
+  // come is then asked for again, now that it is due.
+  Status TakePulled(size_t s, Step version, bool prefetched) {
+    const std::string from = "shard " + std::to_string(s);
+    pulled_.assign(layout_.chunks.size(), 0);
+    size_t answers = pull_groups_[s].size();
+    bool expired = false, pulled_again = false;
+    while (answers > 0) {
+      EPS_ASSIGN_OR_RETURN(Channel::Incoming in, ReceivePulled(s));
+      --answers;
+      if (!in.envelope.ok()) return in.envelope.status().WithContext("bad pull reply from " + from);
       if (auto* err = std::get_if<ErrorReply>(&in.envelope->body)) {
-        const StatusCode code = err->code;
-        if (prefetched && (code == StatusCode::kDeadlineExceeded || code == StatusCode::kUnavailable)) {
-          // The prefetch waited at the shard longer than it may (a slow step): ask again, now that it is due.
-          LOG(INFO) << "the prefetched pull of version " << version << " expired at shard " << s << ": pulling again";
-          EPS_RETURN_IF_ERROR(SendPull(s, version));
-          EPS_ASSIGN_OR_RETURN(in, Receive(shards_[s].get(), options_.rpc_timeout));
-          if (!in.envelope.ok()) return in.envelope.status().WithContext("bad pull reply, shard " + std::to_string(s));
-          err = std::get_if<ErrorReply>(&in.envelope->body);
-        }
-        if (err != nullptr) return err->ToStatus().WithContext("pull from shard " + std::to_string(s));
+        const bool late = err->code == StatusCode::kDeadlineExceeded || err->code == StatusCode::kUnavailable;
+        if (!prefetched || pulled_again || !late) return err->ToStatus().WithContext("pull from " + from);
+        expired = true;
+      } else {
+        auto* reply = std::get_if<PullReply>(&in.envelope->body);
+        if (reply == nullptr || reply->version != version) return Internal(from + " answered a pull with something else");
+        EPS_RETURN_IF_ERROR(WritePulled(s, *reply).WithContext("pull from " + from));
       }
-      auto* reply = std::get_if<PullReply>(&in.envelope->body);
-      if (reply == nullptr || reply->version != version) return Internal("shard answered a pull with something else");
-      for (const ChunkBytes& cb : reply->chunks) {
-        if (cb.chunk.value() >= layout_.chunks.size()) return DataLoss("pulled an unknown chunk");
-        const Chunk& c = layout_.chunks[cb.chunk.value()];
-        const bool encoded = wire != WireDType::kFP32 && KindOf(c) == TensorKind::kParameter;
-        const WireDType as = encoded ? wire : WireDType::kFP32;
-        if (c.shard.value() != s || cb.size != layout_.WireBytes(c, as) || KindOf(c) == TensorKind::kLoss) {
-          return DataLoss("pulled chunk " + std::to_string(c.id.value()) + " does not match the layout");
+      if (answers == 0 && expired && !pulled_again) {
+        LOG(INFO) << "the prefetched pull of version " << version << " expired at " << from << ": pulling again";
+        Pull rest{version, {}, spec_.weight_wire_dtype};
+        for (const auto& group : pull_groups_[s]) {
+          for (ChunkId id : group) {
+            if (!pulled_[id.value()]) rest.chunks.push_back(id);
+          }
         }
-        const size_t elem = DTypeSize(layout_.tensors[c.tensor].dtype);
-        if (!encoded) {
-          EPS_RETURN_IF_ERROR(model_->Write(c.tensor, c.offset * elem, cb.data, cb.size));
-          continue;
-        }
-        decoded_.resize(c.numel);
-        DecodeWire(wire, cb.data, decoded_.size(), decoded_.data());
-        EPS_RETURN_IF_ERROR(model_->Write(c.tensor, c.offset * elem, decoded_.data(), decoded_.size() * sizeof(float)));
+        EPS_RETURN_IF_ERROR(pullers_[s]->Send(Envelope{options_.token, std::move(rest)}));
+        pulled_again = true;
+        answers = 1;
       }
+    }
+    for (const auto& group : pull_groups_[s]) {
+      for (ChunkId id : group) {
+        if (!pulled_[id.value()]) return DataLoss(from + " did not send chunk " + std::to_string(id.value()));
+      }
+    }
+    return OkStatus();
+  }
+
+  // Writes the chunks of a pull reply from shard s into the model (decoding
+  // parameters from the weight wire dtype) and marks them in pulled_.
+  Status WritePulled(size_t s, const PullReply& reply) {
+    const WireDType wire = spec_.weight_wire_dtype;
+    for (const ChunkBytes& cb : reply.chunks) {
+      if (cb.chunk.value() >= layout_.chunks.size()) return DataLoss("pulled an unknown chunk");
+      const Chunk& c = layout_.chunks[cb.chunk.value()];
+      const bool encoded = wire != WireDType::kFP32 && KindOf(c) == TensorKind::kParameter;
+      const WireDType as = encoded ? wire : WireDType::kFP32;
+      if (c.shard.value() != s || cb.size != layout_.WireBytes(c, as) || KindOf(c) == TensorKind::kLoss ||
+          pulled_[c.id.value()]) {
+        return DataLoss("pulled chunk " + std::to_string(c.id.value()) + " does not match the layout");
+      }
+      pulled_[c.id.value()] = 1;
+      const size_t elem = DTypeSize(layout_.tensors[c.tensor].dtype);
+      if (!encoded) {
+        EPS_RETURN_IF_ERROR(model_->Write(c.tensor, c.offset * elem, cb.data, cb.size));
+        continue;
+      }
+      decoded_.resize(c.numel);
+      DecodeWire(wire, cb.data, decoded_.size(), decoded_.data());
+      EPS_RETURN_IF_ERROR(model_->Write(c.tensor, c.offset * elem, decoded_.data(), decoded_.size() * sizeof(float)));
     }
     return OkStatus();
   }
@@ -751,9 +908,12 @@ class WorkerImpl final : public Worker {
     float last_loss = 0;
     for (uint32_t v = block.lo; v <= last; ++v) {
       if (stopping()) return Stopped();  // abandon the rest: blocks already pushed stay pushed
+      const bool is_last = v == last;
+      lap(&times_.copies);
+      EPS_RETURN_IF_ERROR(ConfirmPlan(/*wait=*/is_last));  // the last VW's backward pushes
+      lap(&times_.plan);
       if (v != plan.vw_lo) EPS_RETURN_IF_ERROR(RestoreBuffers(step_buffers));
       sampler_->Indices(VirtualWorkerId(v), plan.step, &indices);
-      const bool is_last = v == last;
       if (is_last) {  // after the earlier VWs' leaves: the tasks run in order
         reducing_->Post([&] {
           EPS_ASSIGN_OR_RETURN(TreeFinisher f, reducer.Finish(Block{last, 1}));
@@ -794,6 +954,7 @@ class WorkerImpl final : public Worker {
       mark = now;
     };
     EPS_RETURN_IF_ERROR(PullInto(plan.step));
+    EPS_RETURN_IF_ERROR(Prefetch(Step(plan.step.value() + 1)));
     lap(&times_.pull);
     const std::vector<Bytes> step_buffers = SnapshotBuffers();
     std::vector<Bytes> vw0_buffers;
@@ -801,7 +962,6 @@ class WorkerImpl final : public Worker {
     for (const Block& block : AlignedBlocks(plan.vw_lo, plan.vw_hi)) {
       EPS_RETURN_IF_ERROR(TrainBlock(plan, block, step_buffers, &vw0_buffers, lap));
     }
-    EPS_RETURN_IF_ERROR(Prefetch(Step(plan.step.value() + 1)));
     lap(&times_.copies);
     EPS_RETURN_IF_ERROR(AwaitPushes());
     lap(&times_.push_wait);
@@ -864,13 +1024,16 @@ class WorkerImpl final : public Worker {
     Duration copies{0};     // sampling, taking gradients, waiting for the reducing thread to finish and push the partial
     Duration push_wait{0};  // waiting for the shards to acknowledge the pushes
     int64_t steps = 0;
+    int64_t ahead = 0;      // train plans run ahead of the coordinator's answer (they are among `steps`)
+    int64_t dropped = 0;    // runs ahead the answer overruled
     std::string ToString() const {
       auto ms = [this](Duration d) {
         const double total_ms = std::chrono::duration<double, std::milli>(d).count();
         return std::to_string(total_ms / double(std::max<int64_t>(steps, 1)));
       };
       return "ms per train plan over " + std::to_string(steps) + ": plan wait " + ms(plan) + ", pull " + ms(pull) +
-             ", compute " + ms(compute) + ", copies " + ms(copies) + ", push wait " + ms(push_wait);
+             ", compute " + ms(compute) + ", copies " + ms(copies) + ", push wait " + ms(push_wait) + "; " +
+             std::to_string(ahead) + " run ahead of their plan, " + std::to_string(dropped) + " runs ahead dropped";
     }
   };
   Times times_;
@@ -882,6 +1045,10 @@ class WorkerImpl final : public Worker {
   std::unique_ptr<Channel> coordinator_;
   const std::atomic<bool>* stop_ = nullptr;
   std::unique_ptr<Heartbeater> heartbeat_;  // from registration on
+  // The plan Train() runs ahead of the coordinator's answer (RunAhead's
+  // guess), until ConfirmPlan() takes the answer; nothing is pushed before.
+  const StepPlan* ahead_ = nullptr;
+  std::optional<StatusOr<Envelope>> overruled_;  // the answer that overruled a run ahead, for Loop()
 
   WorkerId id_;
   std::string host_;
@@ -895,9 +1062,12 @@ class WorkerImpl final : public Worker {
   std::vector<float> decoded_;       // a pulled chunk decoded from the weight wire dtype
   std::unique_ptr<TaskThread> reducing_;  // adds each VW's gradients into its block's tree
   size_t flat_size_ = 0;
-  std::vector<std::unique_ptr<Channel>> shards_;
+  std::vector<std::unique_ptr<Channel>> shards_;   // by shard: pushes and their replies
+  std::vector<std::unique_ptr<Channel>> pullers_;  // by shard: pulls and their replies (answered out of push order)
+  std::vector<std::vector<std::vector<ChunkId>>> pull_groups_;  // by shard: the chunks of each pull (PullGroups)
+  std::vector<char> pulled_;                       // by chunk: came in the pull being taken
   std::vector<int> outstanding_;  // push replies not yet collected, by shard
-  std::optional<Step> prefetched_;  // a pull of this version sent to every shard, its replies not yet taken
+  std::optional<Step> prefetched_;  // pulls of this version sent to every shard, their replies not yet taken
 };
 
 }  // namespace

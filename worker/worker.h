@@ -5,7 +5,9 @@
 // returns the job spec and the shard addresses; the worker builds the model,
 // loads the data, and then asks the coordinator for a plan before every step.
 // For a train plan over VWs [lo, hi) of step t it pulls w(t) and the step's
-// buffers, runs each VW on its own microbatch with its own random streams,
+// buffers (and asks at once for w(t+1): a shard answers each group of chunks as
+// soon as they are stepped, so those bytes travel while the step still
+// computes), runs each VW on its own microbatch with its own random streams,
 // pre-sums every aligned block of its range along the canonical tree and pushes
 // one partial per block to each shard (VW 0's buffers ride with VW 0's block).
 // Pushes are not awaited one by one: replies are collected at the end of the
@@ -13,6 +15,12 @@
 // gradients over from backward hooks: its part of the tree is finished tensor by
 // tensor and pushed once enough is ready, so the last layers' gradients travel
 // (and the shards step them) while the first layers' backward still runs.
+// After a train plan the worker does not wait for the next one: it sends the
+// request and runs step t+1 over the same VWs (the coordinator moves VWs only
+// when membership or speeds change) while the answer comes, and takes the
+// answer before its first push of that step. An answer that plans otherwise
+// (other VWs, an evaluation, a stop) drops what ran ahead: nothing of it was
+// pushed, and the answer is carried out instead.
 //
 // Elasticity: from registration on, a heartbeat thread with its own socket
 // tells the coordinator every `heartbeat_interval` that this worker lives, also

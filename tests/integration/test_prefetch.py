@@ -1,10 +1,13 @@
-"""The worker asks the shards for w(t+1) right behind its last push of step t. A shard holds such a
+"""A worker works ahead. It asks the shards for w(t+1) as soon as it has w(t), and a shard holds such a
 pull at most --pull_wait_ms: with a slow worker in the job the fast one's prefetch expires, and the
-fast worker pulls again instead of giving up its plan; the digest is the undisturbed run's."""
+fast worker pulls again instead of giving up its plan. And it runs step t+1 over the same VWs while
+the coordinator answers its request: an answer that plans otherwise (here an evaluation) drops what
+ran ahead. In both cases the digest is the undisturbed run's."""
 import os
+import re
 import unittest
 
-from harness import MLP, RunDirTest, read_result
+from harness import MLP, RunDirTest, logs, read_result
 
 
 class PrefetchExpiry(RunDirTest):
@@ -26,6 +29,20 @@ class PrefetchExpiry(RunDirTest):
         fast = open(f"{d}/worker0.log").read()
         self.assertIn("expired at shard 0: pulling again", fast)
         self.assertNotIn("gave up the plan", fast)
+
+
+class RunAhead(RunDirTest):
+    def test_each_step_runs_ahead_of_its_plan_and_an_evaluation_drops_the_guess(self):
+        _, _, ref = self.run_local("ref", MLP, extra=["--steps=40", "--test_limit=-1"])
+        # Evaluations after steps 10, 20 and 30 (and at the end): of the 39 steps that follow a train
+        # plan, the 3 that follow an evaluation are planned otherwise and dropped.
+        _, _, r = self.run_local("eval", MLP, extra=["--steps=40", "--eval_every=10", "--test_limit=500"])
+        self.assertEqual(r["params_sha256"], ref["params_sha256"])
+        d = self.run_dir("eval")
+        times = re.search(r"(\d+) run ahead of their plan, (\d+) runs ahead dropped",
+                          open(os.path.join(d, "logs", "worker0.log")).read())
+        self.assertIsNotNone(times, logs(d))
+        self.assertEqual((int(times.group(1)), int(times.group(2))), (36, 3))
 
 
 if __name__ == "__main__":
