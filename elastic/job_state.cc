@@ -144,12 +144,16 @@ void JobState::StartRollback(ShardId restarted, Step durable_step) {
   Step target = durable_step;
   for (Step d : shard_durable_) target = std::min(target, d);
   if (target.value() < 0) {
-    return Fail(DataLoss("shard " + std::to_string(restarted.value()) +
-                         " restarted without state and no checkpoint is held by every shard: run shards with "
-                         "--store and --checkpoint_every, or restart the job"));
+    // No step every shard holds: back to the initial values, which a worker
+    // pushes again (they depend only on the seed), and the job replays from step 0.
+    target = Step(-1);
+    std::printf("starting over from the initial values: shard %u restarted %s, and no checkpoint is held by "
+                "every shard\n",
+                restarted.value(), durable_step.value() < 0 ? "without state" : "from its checkpoint");
+  } else {
+    std::printf("rolling back to step %lld: shard %u restarted from its checkpoint of step %lld\n",
+                (long long)target.value(), restarted.value(), (long long)durable_step.value());
   }
-  std::printf("rolling back to step %lld: shard %u restarted from its checkpoint of step %lld\n",
-              (long long)target.value(), restarted.value(), (long long)durable_step.value());
   std::fflush(stdout);
   phase_ = Phase::kRollingBack;
   rollback_step_ = target;
@@ -173,14 +177,20 @@ Status JobState::OnRollbackDone(const RollbackDone& done) {
   shard_durable_[s] = done.durable_step;
   UpdateRetention();
   if (std::all_of(rollback_acked_.begin(), rollback_acked_.end(), [](bool b) { return b; })) {
-    // Every shard serves version R: the job goes on from step R.
+    // Every shard serves version R: the job goes on from step R (from its
+    // initialization for R = -1: the shards hold nothing).
     const Step r = rollback_step_;
     std::fill(shard_done_.begin(), shard_done_.end(), Step(r.value() - 1));
     losses_.erase(losses_.lower_bound(r.value()), losses_.end());
-    steps_done_ = r.value();
+    steps_done_ = std::max<int64_t>(r.value(), 0);
     for (auto& [id, w] : workers_) w.done_step = std::min(w.done_step, Step(r.value() - 1));
-    LOG(INFO) << "every shard serves version " << r << ": replaying from there";
-    StartStep(r);
+    if (r.value() < 0) {
+      LOG(INFO) << "every shard is empty: initializing the parameters again";
+      phase_ = Phase::kStarting;
+    } else {
+      LOG(INFO) << "every shard serves version " << r << ": replaying from there";
+      StartStep(r);
+    }
   }
   Progress();
   Advance();

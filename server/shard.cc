@@ -410,7 +410,8 @@ class ShardImpl final : public Shard {
   void OnRollback(Step step) {
     const Status st = RollBack(step);
     if (st.ok()) {
-      LOG(INFO) << "rolled back to version " << state_.version() << " from store " << store_->path();
+      LOG(INFO) << "rolled back to version " << state_.version()
+                << (store_ != nullptr ? " from store " + store_->path() : std::string(" (no store: empty)"));
     } else {
       LOG(WARNING) << "rollback to step " << step << " refused: " << st.ToString();
     }
@@ -420,15 +421,27 @@ class ShardImpl final : public Shard {
     AnswerWaitingPulls();
   }
 
+  // To a step's checkpoint; to step -1 (no step every shard holds), back to
+  // before the initial values, dropping every checkpoint.
   Status RollBack(Step step) {
     if (store_ == nullptr) {
-      return FailedPrecondition("shard " + std::to_string(options_.shard.value()) + " has no store to roll back from");
+      if (step.value() >= 0) {
+        return FailedPrecondition("shard " + std::to_string(options_.shard.value()) +
+                                  " has no store to roll back from");
+      }
+      state_.Clear();
+      return OkStatus();
     }
     // Checkpoints in flight belong to the abandoned future: let them land, the
     // rollback deletes them.
     EPS_RETURN_IF_ERROR(writer_->Flush(options_.store_wait));
     OnCheckpointsWritten(/*report=*/false);
-    EPS_RETURN_IF_ERROR(state_.RollbackTo(*store_, step));
+    if (step.value() < 0) {
+      EPS_RETURN_IF_ERROR(store_->DropCheckpointsAfter(step));
+      state_.Clear();
+    } else {
+      EPS_RETURN_IF_ERROR(state_.RollbackTo(*store_, step));
+    }
     durable_step_ = step;
     return OkStatus();
   }

@@ -448,6 +448,14 @@ Status ShardState::Restore(Checkpoint checkpoint) {
   return OkStatus();
 }
 
+void ShardState::Clear() {
+  version_ = Step(-1);
+  slots_.clear();
+  if (!layout_) return;
+  slots_.resize(layout_->chunks.size());
+  ResetBarrier();
+}
+
 Status ShardState::RollbackTo(StateStore& store, Step step) {
   auto checkpoint = store.ReadCheckpoint(step);
   if (checkpoint.status().code() == StatusCode::kNotFound) {

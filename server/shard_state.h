@@ -108,6 +108,10 @@ class ShardState {
   // pages already faulted in; pass it with std::move where it is not needed.
   Status Restore(Checkpoint checkpoint);
 
+  // Drops every version and the optimizer state, keeping the job config: the
+  // shard waits for the initial values again (a job that starts over).
+  void Clear();
+
   // Restores the store's checkpoint of `step` and deletes the store's
   // checkpoints newer than it: the job has abandoned that future, and a
   // restart must come back to `step`. InvalidArgument: the store holds no

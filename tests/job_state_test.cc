@@ -924,5 +924,43 @@ TEST(JobStateDurable, ShardsRetainTheNewestStepEveryShardHoldsAndARestartRollsBa
   for (uint32_t s = 0; s < kShards; ++s) EXPECT_EQ(d.Retains(s), std::vector<Step>{Step(1)}) << "shard " << s;
 }
 
+// A shard that comes back without state before every shard holds a
+// checkpoint leaves no step to roll back to: the job starts over from the
+// initial values (a worker pushes them again) and replays from step 0.
+TEST(JobStateDurable, AShardRestartedBeforeAnyCommonCheckpointStartsTheJobOver) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(2);
+  d.RunStep(0, ws);
+  EXPECT_TRUE(d.Confirm(ws[0], 1).ok());
+  d.ShardDone(0, 1, /*durable=*/1);  // shard 0 holds a checkpoint, shard 1 none
+  ASSERT_EQ(d.state.step(), Step(1));
+  d.Plans(ws[0]);
+  d.Plans(ws[1]);
+
+  ASSERT_TRUE(d.state.OnShardRegistered(ShardId(1), "ipc:///tmp/shard1", Step(-1), Step(-1)).ok());
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kRollingBack);
+  for (uint32_t s = 0; s < kShards; ++s) EXPECT_EQ(d.Rollbacks(s), std::vector<Step>{Step(-1)}) << "shard " << s;
+  for (uint32_t s = 0; s < kShards; ++s) {
+    ASSERT_TRUE(
+        d.state.OnRollbackDone(RollbackDone{ShardId(s), Step(-1), Step(-1), Step(-1), StatusCode::kOk, ""}).ok());
+  }
+  EXPECT_EQ(d.state.Summary().steps, 0);
+  // w0 waits for its next plan: it initializes the parameters again.
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kInitializing);
+  d.OnePlan(ws[0], PlanKind::kInit);
+  d.FinishStep(-1);
+  EXPECT_TRUE(d.Confirm(ws[0], -1).ok());
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kTraining);
+  EXPECT_EQ(d.state.step(), Step(0));
+  EXPECT_EQ(d.OnePlan(ws[0], PlanKind::kTrain).step, Step(0));
+  // w1's plan for step 1 fails at the shards; it gives it up and gets its range of step 0.
+  StepRequest gave_up;
+  gave_up.worker = ws[1];
+  gave_up.done_step = Step(0);
+  gave_up.abandoned = true;
+  ASSERT_TRUE(d.state.OnStepRequest(gave_up).ok());
+  EXPECT_EQ(d.OnePlan(ws[1], PlanKind::kTrain).step, Step(0));
+}
+
 }  // namespace
 }  // namespace eps

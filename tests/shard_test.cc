@@ -1882,5 +1882,37 @@ TEST(ShardService, CheckpointingNeedsAStoreAndABadStoreStopsTheShardAtOpen) {
   EXPECT_EQ(shard.status().code(), StatusCode::kFailedPrecondition) << shard.status().ToString();
 }
 
+// A job that starts over: the cleared shard waits for the initial values and,
+// its optimizer state gone too, replays the bits of a fresh shard.
+TEST(ShardStateClear, AClearedShardWaitsForTheInitialValuesAndReplaysAFreshShardsBits) {
+  Job job(54);
+  const ShardConfig adam = ConfigWith("adam");
+  for (ShardId s : AllShards()) {
+    SCOPED_TRACE("shard " + std::to_string(s.value()));
+    auto fresh = InitializedShardWith(job, s, adam);
+    RunStep(*fresh, job, s, 0);
+    auto state = InitializedShardWith(job, s, adam);
+    RunStep(*state, job, s, 0);
+    RunStep(*state, job, s, 1);
+    state->Clear();
+    EXPECT_EQ(state->version(), Step(-1));
+    for (int64_t v : {0, 1, 2}) EXPECT_EQ(state->HandlePull(MakePull(v)).status().code(), StatusCode::kUnavailable);
+    EXPECT_EQ(state->HandlePush(job.BlockPush(s, 0, Block{0, 4}, true)).status().code(), StatusCode::kUnavailable);
+    auto init = state->HandlePush(job.Init(s));
+    ASSERT_TRUE(init.ok()) << init.status().ToString();
+    EXPECT_TRUE(init->completed.has_value());
+    RunStep(*state, job, s, 0);
+    auto want = fresh->HandlePull(MakePull(1));
+    auto got = state->HandlePull(MakePull(1));
+    ASSERT_TRUE(want.ok() && got.ok());
+    ASSERT_EQ(got->chunks.size(), want->chunks.size());
+    for (size_t k = 0; k < got->chunks.size(); ++k) {
+      ASSERT_EQ(got->chunks[k].size, want->chunks[k].size);
+      EXPECT_EQ(0, std::memcmp(got->chunks[k].data, want->chunks[k].data, got->chunks[k].size))
+          << "chunk " << got->chunks[k].chunk;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace eps

@@ -395,13 +395,18 @@ class WorkerImpl final : public Worker {
     return OkStatus();
   }
 
-  Status Setup() {
+  // The job's model with its initial values (a function of the seed).
+  StatusOr<std::unique_ptr<ModelRunner>> NewModel() const {
     ModelOptions mo;
     mo.model = spec_.model;
     mo.init_seed = spec_.seed;
     mo.threads = static_cast<int>(spec_.threads);
     mo.device = options_.device;
-    EPS_ASSIGN_OR_RETURN(model_, ModelRunner::Create(mo));
+    return ModelRunner::Create(mo);
+  }
+
+  Status Setup() {
+    EPS_ASSIGN_OR_RETURN(model_, NewModel());
     const std::string dir = spec_.data_dir + "/";
     EPS_ASSIGN_OR_RETURN(train_, ReadIdxDataset(dir + "train-images-idx3-ubyte.gz", dir + "train-labels-idx1-ubyte.gz",
                                                 spec_.train_limit));
@@ -679,6 +684,7 @@ class WorkerImpl final : public Worker {
   // job's weight wire dtype. Takes the prefetched replies when they are of
   // that version; drops them (fresh sockets) when they are not.
   Status PullInto(Step version) {
+    holds_initial_values_ = false;
     const bool prefetched = prefetched_ == version;
     if (prefetched_.has_value() && !prefetched) EPS_RETURN_IF_ERROR(ReconnectShards());
     prefetched_.reset();
@@ -759,6 +765,10 @@ class WorkerImpl final : public Worker {
   }
 
   Status PushInitialValues() {
+    if (!holds_initial_values_) {  // the job starts over (a shard lost its state before any common checkpoint)
+      EPS_ASSIGN_OR_RETURN(model_, NewModel());
+      holds_initial_values_ = true;
+    }
     for (size_t s = 0; s < shards_.size(); ++s) {
       Push push{Epoch(0), Step(-1), Block{0, 1}, {}};
       push.chunks = ChunksFor(
@@ -1055,6 +1065,7 @@ class WorkerImpl final : public Worker {
   JobSpec spec_;
   std::vector<std::string> shard_addresses_;
   std::unique_ptr<ModelRunner> model_;
+  bool holds_initial_values_ = true;  // nothing was pulled into model_ yet
   Dataset train_, test_;
   std::unique_ptr<Sampler> sampler_;
   Layout layout_;

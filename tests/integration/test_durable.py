@@ -1,6 +1,7 @@
 """Durable state: a shard SIGKILLed mid-step or mid-checkpoint and restarted by
 local.sh --supervise restores its checkpoint, the job rolls back to the newest
-step every shard holds durably, replays, and ends with the undisturbed digest."""
+step every shard holds durably, replays, and ends with the undisturbed digest;
+with no checkpoint every shard holds, it starts over from the initial values."""
 import os
 import signal
 import subprocess
@@ -22,7 +23,7 @@ class DurableRun(RunDirTest):
 
 
 class ShardCrash(DurableRun):
-    def run_and_kill_shard(self, checkpoint_every, kill_at_step):
+    def run_and_kill_shard(self, checkpoint_every, kill_at_step, expect="rolling back to step"):
         ref = self.reference()
         d = self.run_dir("job")
         out = open(os.path.join(self.tmp, "local.out"), "w")
@@ -41,7 +42,7 @@ class ShardCrash(DurableRun):
         with open(coord_log) as f:
             log = f.read()
         self.assertIn("shard 1 restarted", log)
-        self.assertIn("rolling back to step", log)
+        self.assertIn(expect, log)
         self.assertEqual(result["steps"], STEPS)
         self.assertEqual(result["params_sha256"], ref)
 
@@ -70,6 +71,10 @@ class ShardCrash(DurableRun):
     def test_shard_killed_while_checkpointing_every_step_gives_the_same_digest(self):
         # Checkpointing every step keeps a write in flight almost always: the kill lands in one.
         self.run_and_kill_shard(checkpoint_every=1, kill_at_step=60)
+
+    def test_shard_killed_without_any_checkpoint_starts_the_job_over_with_the_same_digest(self):
+        # No store at all: the restarted shard holds nothing, so the job goes back to its initial values.
+        self.run_and_kill_shard(checkpoint_every=0, kill_at_step=60, expect="starting over from the initial values")
 
 
 class StopAndResume(DurableRun):
