@@ -835,6 +835,7 @@ class WorkerImpl final : public Worker {
     std::vector<char> ready;                         // by tensor: its part of the partial is final
     std::vector<char> sent;                          // by chunk
     size_t unsent_bytes = 0;                         // ready, not sent
+    bool eager = true;                               // pushes from backward; not ahead of an unconfirmed plan
   };
 
   // Bytes of ready chunks worth a push of their own before backward ends.
@@ -851,7 +852,7 @@ class WorkerImpl final : public Worker {
   Status TensorReady(const StepPlan& plan, OutgoingBlock& out, size_t i) {
     out.ready[i] = 1;
     out.unsent_bytes += layout_.tensors[i].numel() * WireDTypeSize(spec_.grad_wire_dtype);
-    if (out.unsent_bytes < kEagerPushBytes) return OkStatus();
+    if (!out.eager || out.unsent_bytes < kEagerPushBytes) return OkStatus();
     return PushReady(plan, out, {});
   }
 
@@ -919,12 +920,17 @@ class WorkerImpl final : public Worker {
     for (uint32_t v = block.lo; v <= last; ++v) {
       if (stopping()) return Stopped();  // abandon the rest: blocks already pushed stay pushed
       const bool is_last = v == last;
+      // Ahead of the plan the answer is taken as soon as it has come, and, when
+      // earlier VWs of the block ran meanwhile, waited for before the last one,
+      // whose backward pushes. A block of one VW computes ahead all the same,
+      // without pushing from backward until the answer has confirmed the plan.
       lap(&times_.copies);
-      EPS_RETURN_IF_ERROR(ConfirmPlan(/*wait=*/is_last));  // the last VW's backward pushes
+      EPS_RETURN_IF_ERROR(ConfirmPlan(/*wait=*/is_last && v != block.lo));
       lap(&times_.plan);
       if (v != plan.vw_lo) EPS_RETURN_IF_ERROR(RestoreBuffers(step_buffers));
       sampler_->Indices(VirtualWorkerId(v), plan.step, &indices);
       if (is_last) {  // after the earlier VWs' leaves: the tasks run in order
+        out.eager = ahead_ == nullptr;
         reducing_->Post([&] {
           EPS_ASSIGN_OR_RETURN(TreeFinisher f, reducer.Finish(Block{last, 1}));
           finisher.emplace(std::move(f));
@@ -947,6 +953,9 @@ class WorkerImpl final : public Worker {
         });
       }
     }
+    lap(&times_.copies);
+    EPS_RETURN_IF_ERROR(ConfirmPlan(/*wait=*/true));  // before the block's first push
+    lap(&times_.plan);
     reducing_->Post([&, loss_at = flat_offset_.back()] {  // the layout ends with the loss
       finisher->Add(loss_at, 1, &last_loss, out.sum.get() + loss_at);
       out.ready.back() = 1;
