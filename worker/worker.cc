@@ -890,33 +890,40 @@ class WorkerImpl final : public Worker {
     return OkStatus();
   }
 
+  // What the reducing thread's tasks for one block use. They hold it, so the
+  // compute thread goes on to the next block while they finish this one.
+  struct BlockWork {
+    BlockWork(const Block& block, uint32_t virtual_workers, size_t flat_size, WireDType wire, OutgoingBlock outgoing)
+        : reducer(block, virtual_workers, flat_size, wire), out(std::move(outgoing)) {}
+    TreeReducer reducer;
+    std::optional<TreeFinisher> finisher;  // the tree's last node: the last VW, added tensor by tensor
+    OutgoingBlock out;
+    float last_loss = 0;
+  };
+
   // Runs the block's VWs; the compute thread only computes. On the reducing
   // thread, each VW's gradients but the last one's go into the block's tree
   // while the next VW computes, and the last one's finish the tree and go out
-  // tensor by tensor as its backward produces them.
+  // tensor by tensor as its backward produces them, while the next block (if
+  // any) computes. Train() waits for the reducing thread once, at the end.
   Status TrainBlock(const StepPlan& plan, const Block& block, const std::vector<Bytes>& step_buffers,
                     std::vector<Bytes>* vw0_buffers, const std::function<void(Duration*)>& lap) {
     const uint32_t last = block.hi() - 1;
     // Used by the reducing thread only, from the tasks posted below (after a
     // failed task it skips the rest, so none of them sees an empty finisher).
-    TreeReducer reducer(block, spec_.virtual_workers, flat_size_, spec_.grad_wire_dtype);
-    std::optional<TreeFinisher> finisher;  // the tree's last node: the last VW, added tensor by tensor
-    OutgoingBlock out = StartBlock(block);
-    struct Drain {  // the tasks use the locals above: none outlives them
-      TaskThread& reducing;
-      ~Drain() { (void)reducing.Wait(); }  // an early return reports its own error
-    } drain{*reducing_};
-
-    // The last VW's parameter i is final in GradData(i), which holds it until the next TrainStep.
+    auto work = std::make_shared<BlockWork>(block, spec_.virtual_workers, flat_size_, spec_.grad_wire_dtype,
+                                            StartBlock(block));
+    // The last VW's parameter i is final in GradData(i), which holds it until
+    // the next TrainStep, and after it in the gradients taken then.
     const ModelRunner::GradReady push_as_ready = [&](size_t i) {
-      reducing_->Post([&, i, grad = model_->GradData(i)] {
-        finisher->Add(flat_offset_[i], layout_.tensors[i].numel(), grad, out.sum.get() + flat_offset_[i]);
-        return TensorReady(plan, out, i);
+      reducing_->Post([this, &plan, work, i, grad = model_->GradData(i)] {
+        work->finisher->Add(flat_offset_[i], layout_.tensors[i].numel(), grad, work->out.sum.get() + flat_offset_[i]);
+        return TensorReady(plan, work->out, i);
       });
     };
     const ModelRunner::GradReady after_backward;  // VWs before the last: their gradients are taken after it
     std::vector<int64_t> indices;
-    float last_loss = 0;
+    ModelRunner::Gradients last_grads;
     for (uint32_t v = block.lo; v <= last; ++v) {
       if (stopping()) return Stopped();  // abandon the rest: blocks already pushed stay pushed
       const bool is_last = v == last;
@@ -930,10 +937,10 @@ class WorkerImpl final : public Worker {
       if (v != plan.vw_lo) EPS_RETURN_IF_ERROR(RestoreBuffers(step_buffers));
       sampler_->Indices(VirtualWorkerId(v), plan.step, &indices);
       if (is_last) {  // after the earlier VWs' leaves: the tasks run in order
-        out.eager = ahead_ == nullptr;
-        reducing_->Post([&] {
-          EPS_ASSIGN_OR_RETURN(TreeFinisher f, reducer.Finish(Block{last, 1}));
-          finisher.emplace(std::move(f));
+        work->out.eager = ahead_ == nullptr;
+        reducing_->Post([work, last] {
+          EPS_ASSIGN_OR_RETURN(TreeFinisher f, work->reducer.Finish(Block{last, 1}));
+          work->finisher.emplace(std::move(f));
           return OkStatus();
         });
       }
@@ -944,24 +951,27 @@ class WorkerImpl final : public Worker {
       SlowDown(slowdown);
       lap(&times_.compute);
       if (v == 0) *vw0_buffers = SnapshotBuffers();
+      EPS_ASSIGN_OR_RETURN(ModelRunner::Gradients grads, model_->TakeGradients());
       if (is_last) {
-        last_loss = loss;
+        work->last_loss = loss;
+        last_grads = std::move(grads);
       } else {
-        EPS_ASSIGN_OR_RETURN(ModelRunner::Gradients grads, model_->TakeGradients());
-        reducing_->Post([this, &reducer, v, grads = std::move(grads), loss] {
-          return reducer.Add(Block{v, 1}, FlatGradient(grads, loss));
+        reducing_->Post([this, work, v, grads = std::move(grads), loss] {
+          return work->reducer.Add(Block{v, 1}, FlatGradient(grads, loss));
         });
       }
     }
     lap(&times_.copies);
     EPS_RETURN_IF_ERROR(ConfirmPlan(/*wait=*/true));  // before the block's first push
     lap(&times_.plan);
-    reducing_->Post([&, loss_at = flat_offset_.back()] {  // the layout ends with the loss
-      finisher->Add(loss_at, 1, &last_loss, out.sum.get() + loss_at);
-      out.ready.back() = 1;
-      return PushReady(plan, out, block.lo == 0 ? *vw0_buffers : std::vector<Bytes>{});
+    // The last task of the block: it holds the last VW's gradients until the tasks before it have read them.
+    reducing_->Post([this, &plan, work, grads = std::move(last_grads), loss_at = flat_offset_.back(),
+                     buffers = block.lo == 0 ? *vw0_buffers : std::vector<Bytes>{}] {  // the layout ends with the loss
+      work->finisher->Add(loss_at, 1, &work->last_loss, work->out.sum.get() + loss_at);
+      work->out.ready.back() = 1;
+      return PushReady(plan, work->out, buffers);
     });
-    return reducing_->Wait();
+    return OkStatus();
   }
 
   Status Train(const StepPlan& plan) {
@@ -978,9 +988,15 @@ class WorkerImpl final : public Worker {
     const std::vector<Bytes> step_buffers = SnapshotBuffers();
     std::vector<Bytes> vw0_buffers;
     const auto compute_before = times_.compute;
+    struct Drain {  // the reducing thread's tasks use `plan`: none outlives this call
+      TaskThread& reducing;
+      ~Drain() { (void)reducing.Wait(); }  // an early return reports its own error
+    } drain{*reducing_};
     for (const Block& block : AlignedBlocks(plan.vw_lo, plan.vw_hi)) {
       EPS_RETURN_IF_ERROR(TrainBlock(plan, block, step_buffers, &vw0_buffers, lap));
     }
+    lap(&times_.copies);
+    EPS_RETURN_IF_ERROR(reducing_->Wait());
     lap(&times_.copies);
     EPS_RETURN_IF_ERROR(AwaitPushes());
     lap(&times_.push_wait);
