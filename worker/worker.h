@@ -3,7 +3,8 @@
 //
 // It needs only the coordinator's address (and the job token): registration
 // returns the job spec and the shard addresses; the worker builds the model,
-// loads the data, and then asks the coordinator for a plan before every step.
+// loads the data, and then asks the coordinator for a plan for every step
+// (running the likely one while the answer comes, see below).
 // For a train plan over VWs [lo, hi) of step t it pulls w(t) and the step's
 // buffers (and asks at once for w(t+1): a shard answers each group of chunks as
 // soon as they are stepped, so those bytes travel while the step still
