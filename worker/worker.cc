@@ -995,7 +995,6 @@ class WorkerImpl final : public Worker {
     for (const Block& block : AlignedBlocks(plan.vw_lo, plan.vw_hi)) {
       EPS_RETURN_IF_ERROR(TrainBlock(plan, block, step_buffers, &vw0_buffers, lap));
     }
-    lap(&times_.copies);
     EPS_RETURN_IF_ERROR(reducing_->Wait());
     lap(&times_.copies);
     EPS_RETURN_IF_ERROR(AwaitPushes());
