@@ -653,7 +653,7 @@ class WorkerImpl final : public Worker {
     return OkStatus();
   }
 
-  // Asks every shard for `version` now, while this step computes: a shard
+  // Asks every shard for `version` now, before this step's last VW: a shard
   // answers each pull group as soon as its chunks are stepped, so most bytes
   // of w(t+1) travel during the last VW's backward, and PullInto(version)
   // finds them there.
@@ -936,6 +936,10 @@ class WorkerImpl final : public Worker {
       lap(&times_.plan);
       if (v != plan.vw_lo) EPS_RETURN_IF_ERROR(RestoreBuffers(step_buffers));
       sampler_->Indices(VirtualWorkerId(v), plan.step, &indices);
+      if (is_last && block.hi() == plan.vw_hi) {
+        // No chunk of w(t+1) can step before this VW's backward: the pulls need not wait at the shards longer.
+        EPS_RETURN_IF_ERROR(Prefetch(Step(plan.step.value() + 1)));
+      }
       if (is_last) {  // after the earlier VWs' leaves: the tasks run in order
         work->out.eager = ahead_ == nullptr;
         reducing_->Post([work, last] {
@@ -983,7 +987,6 @@ class WorkerImpl final : public Worker {
       mark = now;
     };
     EPS_RETURN_IF_ERROR(PullInto(plan.step));
-    EPS_RETURN_IF_ERROR(Prefetch(Step(plan.step.value() + 1)));
     lap(&times_.pull);
     const std::vector<Bytes> step_buffers = SnapshotBuffers();
     std::vector<Bytes> vw0_buffers;

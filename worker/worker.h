@@ -6,9 +6,9 @@
 // loads the data, and then asks the coordinator for a plan for every step
 // (running the likely one while the answer comes, see below).
 // For a train plan over VWs [lo, hi) of step t it pulls w(t) and the step's
-// buffers (and asks at once for w(t+1): a shard answers each group of chunks as
-// soon as they are stepped, so those bytes travel while the step still
-// computes), runs each VW on its own microbatch with its own random streams,
+// buffers, runs each VW on its own microbatch with its own random streams
+// (asking for w(t+1) before the last one: a shard answers each group of chunks
+// as soon as they are stepped, so those bytes travel while backward still runs),
 // pre-sums every aligned block of its range along the canonical tree and pushes
 // one partial per block to each shard (VW 0's buffers ride with VW 0's block).
 // Pushes are not awaited one by one: replies are collected at the end of the
