@@ -345,7 +345,7 @@ class ShardImpl final : public Shard {
       Reply(in.peer, outcome->reply);
       if (outcome->completed) {
         OnStepCompleted(*outcome->completed);
-      } else if (outcome->reply.accepted > 0) {
+      } else if (outcome->finalized) {
         AnswerWaitingPulls();  // pulls of the step in progress whose chunks this push made final
       }
     } else if (auto* pull = std::get_if<Pull>(&body)) {

@@ -199,6 +199,7 @@ StatusOr<ShardState::PushOutcome> ShardState::HandlePush(const Push& push) {
       } else {
         s.vw0_buffer = CopyBytes(c.data, c.size);
         ++out.reply.accepted;
+        out.finalized = true;
       }
       continue;
     }
@@ -214,7 +215,10 @@ StatusOr<ShardState::PushOutcome> ShardState::HandlePush(const Push& push) {
     } else {
       ++out.reply.accepted;
       // Stepped at once, while the other chunks of the step are still on their way.
-      if (KindOf(c.chunk) == TensorKind::kParameter && s.reducer->complete()) StepChunk(c.chunk);
+      if (KindOf(c.chunk) == TensorKind::kParameter && s.reducer->complete()) {
+        StepChunk(c.chunk);
+        out.finalized = true;
+      }
     }
   }
   duplicates_ += out.reply.duplicates;

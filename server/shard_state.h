@@ -71,6 +71,7 @@ class ShardState {
   struct PushOutcome {
     PushReply reply;
     std::optional<StepDone> completed;  // set when this push completed a step (or the initial values)
+    bool finalized = false;             // it made a chunk of the step in progress final (pullable as version + 1)
   };
   // Validates the whole push before it touches any state. Pushes for a step
   // already applied are dropped and counted as duplicates, as are blocks that

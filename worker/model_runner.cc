@@ -174,13 +174,13 @@ class TorchModelRunner final : public ModelRunner {
       } reporting{*this};
       ready_ = ready ? &ready : nullptr;
       std::fill(reported_.begin(), reported_.end(), false);
-      reported_copies_.clear();
       loss.backward();
       float value;
       if (on_gpu()) {
         value = CopyResultsToHost(loss);
       } else {
         for (size_t i = 0; i < num_parameters_; ++i) {
+          if (reported_[i] && grads_[i].defined()) continue;  // the hook's contiguous copy of a strided gradient
           const torch::Tensor& g = tensors_[i].grad();
           grads_[i] = g.defined() ? g.contiguous() : torch::zeros_like(tensors_[i]);
         }
@@ -258,15 +258,15 @@ class TorchModelRunner final : public ModelRunner {
 
   // The hook on parameter i (CPU only): `g` is its final gradient. Holds no
   // reference to `g` once it returns, so autograd stores it as .grad without a
-  // copy (and so it lives until the next TrainStep); a contiguous copy of a
-  // strided `g` is kept in `reported_copies_` that long instead.
+  // copy, and TrainStep then takes that .grad (the same memory) as grads_[i];
+  // the contiguous copy of a strided `g` stays grads_[i] itself. Either way
+  // GradData(i) keeps the memory the hook was given, also in TakeGradients.
   void OnGradient(size_t i, const torch::Tensor& g) {
     if (ready_ == nullptr) return;
     grads_[i] = g.contiguous();
     (*ready_)(i);
     reported_[i] = true;
-    if (!grads_[i].is_same(g)) reported_copies_.push_back(grads_[i]);
-    grads_[i] = torch::Tensor();
+    if (grads_[i].is_same(g)) grads_[i] = torch::Tensor();
   }
 
   // Host memory of `t`'s shape and dtype, zeroed: pinned when `t` lives on a GPU.
@@ -346,7 +346,6 @@ class TorchModelRunner final : public ModelRunner {
   size_t num_parameters_ = 0;
   const GradReady* ready_ = nullptr;  // set during TrainStep's backward
   std::vector<bool> reported_;        // by parameter: given to ready_ in this TrainStep
-  std::vector<torch::Tensor> reported_copies_;  // contiguous copies given to ready_ in this TrainStep
 #ifdef EPS_WITH_CUDA
   std::optional<CudaCopies> copies_;  // on a GPU only
   torch::Tensor loss_host_;           // pinned

@@ -585,7 +585,8 @@ class WorkerImpl final : public Worker {
           if (!st.ok()) break;
           done = plan->step;
           if (plan->step.value() + 1 < spec_.steps) {
-            guess = StepPlan{PlanKind::kTrain, Step(plan->step.value() + 1), plan->epoch, plan->vw_lo, plan->vw_hi, 0, 0};
+            guess = StepPlan{PlanKind::kTrain, Step(plan->step.value() + 1), plan->epoch, plan->vw_lo, plan->vw_hi,
+                             0, 0};
           }
           break;
         case PlanKind::kEval:
@@ -714,28 +715,33 @@ class WorkerImpl final : public Worker {
         expired = true;
       } else {
         auto* reply = std::get_if<PullReply>(&in.envelope->body);
-        if (reply == nullptr || reply->version != version) return Internal(from + " answered a pull with something else");
+        if (reply == nullptr || reply->version != version) {
+          return Internal(from + " answered a pull with something else");
+        }
         EPS_RETURN_IF_ERROR(WritePulled(s, *reply).WithContext("pull from " + from));
       }
       if (answers == 0 && expired && !pulled_again) {
         LOG(INFO) << "the prefetched pull of version " << version << " expired at " << from << ": pulling again";
-        Pull rest{version, {}, spec_.weight_wire_dtype};
-        for (const auto& group : pull_groups_[s]) {
-          for (ChunkId id : group) {
-            if (!pulled_[id.value()]) rest.chunks.push_back(id);
-          }
-        }
+        Pull rest{version, NotPulled(s), spec_.weight_wire_dtype};
         EPS_RETURN_IF_ERROR(pullers_[s]->Send(Envelope{options_.token, std::move(rest)}));
         pulled_again = true;
         answers = 1;
       }
     }
+    const std::vector<ChunkId> missing = NotPulled(s);
+    if (!missing.empty()) return DataLoss(from + " did not send chunk " + std::to_string(missing[0].value()));
+    return OkStatus();
+  }
+
+  // Shard s's chunks that the pull being taken has not brought yet.
+  std::vector<ChunkId> NotPulled(size_t s) const {
+    std::vector<ChunkId> out;
     for (const auto& group : pull_groups_[s]) {
       for (ChunkId id : group) {
-        if (!pulled_[id.value()]) return DataLoss(from + " did not send chunk " + std::to_string(id.value()));
+        if (!pulled_[id.value()]) out.push_back(id);
       }
     }
-    return OkStatus();
+    return out;
   }
 
   // Writes the chunks of a pull reply from shard s into the model (decoding
