@@ -120,7 +120,7 @@ StatusOr<Channel::Incoming> Channel::Receive(std::chrono::milliseconds timeout) 
   }
 }
 
-StatusOr<size_t> AwaitReadable(std::initializer_list<Channel*> channels, std::chrono::milliseconds timeout) {
+StatusOr<size_t> AwaitReadable(const std::vector<Channel*>& channels, std::chrono::milliseconds timeout) {
   std::vector<zmq::pollitem_t> items;
   items.reserve(channels.size());
   for (Channel* c : channels) items.push_back({static_cast<void*>(c->socket()), 0, ZMQ_POLLIN, 0});

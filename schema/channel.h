@@ -12,9 +12,9 @@
 #include <zmq.hpp>
 
 #include <chrono>
-#include <initializer_list>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "schema/codec.h"
 
@@ -76,7 +76,7 @@ class Channel {
 // Waits up to `timeout` (0: looks only) until one of `channels` has a message
 // waiting, and returns the lowest such index. DeadlineExceeded when none has;
 // Aborted when a signal interrupted the wait.
-StatusOr<size_t> AwaitReadable(std::initializer_list<Channel*> channels, std::chrono::milliseconds timeout);
+StatusOr<size_t> AwaitReadable(const std::vector<Channel*>& channels, std::chrono::milliseconds timeout);
 
 // Sends `request` on a DEALER channel and waits up to `timeout` for the reply.
 // An ErrorReply from the server comes back as its Status.

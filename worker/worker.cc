@@ -456,7 +456,7 @@ class WorkerImpl final : public Worker {
   // Fresh sockets to every shard: replies to an abandoned plan (or an unused
   // prefetch) must not be taken for the next plan's.
   Status ReconnectShards() {
-    prefetched_.reset();
+    pulling_.reset();
     for (size_t s = 0; s < shards_.size(); ++s) {
       EPS_ASSIGN_OR_RETURN(shards_[s], Channel::Connect(context_, shard_addresses_[s]));
       EPS_ASSIGN_OR_RETURN(pullers_[s], Channel::Connect(context_, shard_addresses_[s]));
@@ -627,42 +627,65 @@ class WorkerImpl final : public Worker {
     return OkStatus();
   }
 
-  // Collects every outstanding push reply.
+  // Collects every outstanding push reply. The replies to a pull in flight
+  // (w(t+1), prefetched before the step's last VW) that come meanwhile go into
+  // the model at once: the compute thread has nothing else to do, and the
+  // next step's PullInto then finds less to take. A pull reply's error does
+  // not end this step: PullInto returns it.
   Status AwaitPushes() {
-    for (size_t s = 0; s < shards_.size(); ++s) {
-      while (outstanding_[s] > 0) {
-        EPS_ASSIGN_OR_RETURN(Channel::Incoming in, Receive(shards_[s].get(), options_.rpc_timeout));
-        --outstanding_[s];
-        if (!in.envelope.ok()) return in.envelope.status().WithContext("bad reply from shard " + std::to_string(s));
-        if (auto* err = std::get_if<ErrorReply>(&in.envelope->body)) {
-          return err->ToStatus().WithContext("shard " + std::to_string(s));
-        }
-        if (!std::holds_alternative<PushReply>(in.envelope->body)) {
-          return Internal(std::string("shard ") + std::to_string(s) + " answered a push with " +
-                          BodyName(in.envelope->body));
-        }
+    const auto deadline = std::chrono::steady_clock::now() + options_.rpc_timeout;
+    std::vector<Channel*> watch;
+    std::vector<std::pair<bool, size_t>> watched;  // by watched channel: (a push socket, its shard)
+    while (true) {
+      watch.clear();
+      watched.clear();
+      for (size_t s = 0; s < shards_.size(); ++s) {
+        if (outstanding_[s] == 0) continue;
+        watch.push_back(shards_[s].get());
+        watched.emplace_back(true, s);
+      }
+      if (watch.empty()) return OkStatus();
+      for (size_t s = 0; pulling_.has_value() && pulling_->failed.ok() && s < pullers_.size(); ++s) {
+        if (pulling_->answers[s] == 0) continue;
+        watch.push_back(pullers_[s].get());
+        watched.emplace_back(false, s);
+      }
+      if (stopping()) return Stopped();
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        return DeadlineExceeded("no push reply within " + std::to_string(options_.rpc_timeout.count()) + " ms");
+      }
+      StatusOr<size_t> ready = AwaitReadable(watch, std::min(left, kStopCheck));
+      if (!ready.ok()) {
+        // DeadlineExceeded: this slice is over; Aborted: a signal interrupted the poll.
+        const StatusCode code = ready.status().code();
+        if (code != StatusCode::kDeadlineExceeded && code != StatusCode::kAborted) return ready.status();
+        continue;
+      }
+      EPS_ASSIGN_OR_RETURN(Channel::Incoming in, watch[*ready]->TryReceive());
+      const auto [push, s] = watched[*ready];
+      if (!push) {
+        Status st = TakePullReply(s, std::move(in));
+        if (!st.ok()) pulling_->failed = std::move(st);
+        continue;
+      }
+      --outstanding_[s];
+      if (!in.envelope.ok()) return in.envelope.status().WithContext("bad reply from shard " + std::to_string(s));
+      if (auto* err = std::get_if<ErrorReply>(&in.envelope->body)) {
+        return err->ToStatus().WithContext("shard " + std::to_string(s));
+      }
+      if (!std::holds_alternative<PushReply>(in.envelope->body)) {
+        return Internal(std::string("shard ") + std::to_string(s) + " answered a push with " +
+                        BodyName(in.envelope->body));
       }
     }
-    return OkStatus();
-  }
-
-  // Sends shard s one pull of `version` per pull group.
-  Status SendPulls(size_t s, Step version) {
-    for (const std::vector<ChunkId>& group : pull_groups_[s]) {
-      EPS_RETURN_IF_ERROR(pullers_[s]->Send(Envelope{options_.token, Pull{version, group, spec_.weight_wire_dtype}}));
-    }
-    return OkStatus();
   }
 
   // Asks every shard for `version` now, before this step's last VW: a shard
   // answers each pull group as soon as its chunks are stepped, so most bytes
-  // of w(t+1) travel during the last VW's backward, and PullInto(version)
-  // finds them there.
-  Status Prefetch(Step version) {
-    for (size_t s = 0; s < pullers_.size(); ++s) EPS_RETURN_IF_ERROR(SendPulls(s, version));
-    prefetched_ = version;
-    return OkStatus();
-  }
+  // of w(t+1) travel during the last VW's backward, and are in the model by
+  // the time PullInto(version) asks for them.
+  Status Prefetch(Step version) { return StartPull(version, /*prefetch=*/true); }
 
   // Shard s's answer to a pull. Ahead of the plan, the coordinator's answer
   // is taken as soon as it comes: the shard answers once the step's chunks are
@@ -681,55 +704,70 @@ class WorkerImpl final : public Worker {
     return Receive(shard, options_.rpc_timeout);
   }
 
-  // Pulls version `version` from every shard into the model; parameters in the
-  // job's weight wire dtype. Takes the prefetched replies when they are of
-  // that version; drops them (fresh sockets) when they are not.
-  Status PullInto(Step version) {
-    holds_initial_values_ = false;
-    const bool prefetched = prefetched_ == version;
-    if (prefetched_.has_value() && !prefetched) EPS_RETURN_IF_ERROR(ReconnectShards());
-    prefetched_.reset();
-    if (!prefetched) {
-      for (size_t s = 0; s < pullers_.size(); ++s) EPS_RETURN_IF_ERROR(SendPulls(s, version));
+  // Sends every shard one pull of `version` per pull group; their replies
+  // are then taken by TakePullReply, from PullInto or, for a prefetch,
+  // already while the step's pushes are acknowledged (AwaitPushes).
+  Status StartPull(Step version, bool prefetch) {
+    pulling_ = PullInFlight{version, prefetch, std::vector<size_t>(pullers_.size()),
+                            std::vector<char>(pullers_.size(), 0), std::vector<char>(pullers_.size(), 0), OkStatus()};
+    pulled_.assign(layout_.chunks.size(), 0);
+    for (size_t s = 0; s < pullers_.size(); ++s) {
+      for (const std::vector<ChunkId>& group : pull_groups_[s]) {
+        EPS_RETURN_IF_ERROR(
+            pullers_[s]->Send(Envelope{options_.token, Pull{version, group, spec_.weight_wire_dtype}}));
+        ++pulling_->answers[s];
+      }
     }
-    for (size_t s = 0; s < pullers_.size(); ++s) EPS_RETURN_IF_ERROR(TakePulled(s, version, prefetched));
     return OkStatus();
   }
 
-  // Takes shard s's answers to the pulls of `version`, one per pull group,
-  // into the model, and checks that every chunk came. A prefetched pull may
-  // have waited at the shard longer than it may (a slow step): what did not
-  // come is then asked for again, now that it is due.
-  Status TakePulled(size_t s, Step version, bool prefetched) {
-    const std::string from = "shard " + std::to_string(s);
-    pulled_.assign(layout_.chunks.size(), 0);
-    size_t answers = pull_groups_[s].size();
-    bool expired = false, pulled_again = false;
-    while (answers > 0) {
-      EPS_ASSIGN_OR_RETURN(Channel::Incoming in, ReceivePulled(s));
-      --answers;
-      if (!in.envelope.ok()) return in.envelope.status().WithContext("bad pull reply from " + from);
-      if (auto* err = std::get_if<ErrorReply>(&in.envelope->body)) {
-        const bool late = err->code == StatusCode::kDeadlineExceeded || err->code == StatusCode::kUnavailable;
-        if (!prefetched || pulled_again || !late) return err->ToStatus().WithContext("pull from " + from);
-        expired = true;
-      } else {
-        auto* reply = std::get_if<PullReply>(&in.envelope->body);
-        if (reply == nullptr || reply->version != version) {
-          return Internal(from + " answered a pull with something else");
-        }
-        EPS_RETURN_IF_ERROR(WritePulled(s, *reply).WithContext("pull from " + from));
+  // Pulls version `version` from every shard into the model; parameters in the
+  // job's weight wire dtype. Takes the prefetched replies when they are of
+  // that version; drops them (fresh sockets) when they are not. Checks that
+  // every chunk came.
+  Status PullInto(Step version) {
+    if (pulling_.has_value() && pulling_->version != version) EPS_RETURN_IF_ERROR(ReconnectShards());
+    if (!pulling_.has_value()) EPS_RETURN_IF_ERROR(StartPull(version, /*prefetch=*/false));
+    EPS_RETURN_IF_ERROR(pulling_->failed);
+    for (size_t s = 0; s < pullers_.size(); ++s) {
+      while (pulling_->answers[s] > 0) {
+        EPS_ASSIGN_OR_RETURN(Channel::Incoming in, ReceivePulled(s));
+        EPS_RETURN_IF_ERROR(TakePullReply(s, std::move(in)));
       }
-      if (answers == 0 && expired && !pulled_again) {
-        LOG(INFO) << "the prefetched pull of version " << version << " expired at " << from << ": pulling again";
-        Pull rest{version, NotPulled(s), spec_.weight_wire_dtype};
-        EPS_RETURN_IF_ERROR(pullers_[s]->Send(Envelope{options_.token, std::move(rest)}));
-        pulled_again = true;
-        answers = 1;
+      const std::vector<ChunkId> missing = NotPulled(s);
+      if (!missing.empty()) {
+        return DataLoss("shard " + std::to_string(s) + " did not send chunk " + std::to_string(missing[0].value()));
       }
     }
-    const std::vector<ChunkId> missing = NotPulled(s);
-    if (!missing.empty()) return DataLoss(from + " did not send chunk " + std::to_string(missing[0].value()));
+    pulling_.reset();
+    return OkStatus();
+  }
+
+  // Takes one of shard s's answers to the pull in flight into the model. A
+  // prefetched pull may have waited at the shard longer than it may (a slow
+  // step): once every group is answered, what did not come is asked for
+  // again, now that it is due.
+  Status TakePullReply(size_t s, Channel::Incoming in) {
+    PullInFlight& p = *pulling_;
+    const std::string from = "shard " + std::to_string(s);
+    --p.answers[s];
+    if (!in.envelope.ok()) return in.envelope.status().WithContext("bad pull reply from " + from);
+    if (auto* err = std::get_if<ErrorReply>(&in.envelope->body)) {
+      const bool late = err->code == StatusCode::kDeadlineExceeded || err->code == StatusCode::kUnavailable;
+      if (!p.prefetch || p.pulled_again[s] || !late) return err->ToStatus().WithContext("pull from " + from);
+      p.expired[s] = 1;
+    } else {
+      auto* reply = std::get_if<PullReply>(&in.envelope->body);
+      if (reply == nullptr || reply->version != p.version) return Internal(from + " answered a pull with something else");
+      EPS_RETURN_IF_ERROR(WritePulled(s, *reply).WithContext("pull from " + from));
+    }
+    if (p.answers[s] == 0 && p.expired[s] && !p.pulled_again[s]) {
+      LOG(INFO) << "the prefetched pull of version " << p.version << " expired at " << from << ": pulling again";
+      Pull rest{p.version, NotPulled(s), spec_.weight_wire_dtype};
+      EPS_RETURN_IF_ERROR(pullers_[s]->Send(Envelope{options_.token, std::move(rest)}));
+      p.pulled_again[s] = 1;
+      p.answers[s] = 1;
+    }
     return OkStatus();
   }
 
@@ -758,6 +796,7 @@ class WorkerImpl final : public Worker {
         return DataLoss("pulled chunk " + std::to_string(c.id.value()) + " does not match the layout");
       }
       pulled_[c.id.value()] = 1;
+      holds_initial_values_ = false;
       const size_t elem = DTypeSize(layout_.tensors[c.tensor].dtype);
       if (!encoded) {
         EPS_RETURN_IF_ERROR(model_->Write(c.tensor, c.offset * elem, cb.data, cb.size));
@@ -771,6 +810,9 @@ class WorkerImpl final : public Worker {
   }
 
   Status PushInitialValues() {
+    // A prefetch (of a step >= 1) is of no use once the job starts over, and
+    // its replies must not be written into the model the pushes below read.
+    if (pulling_.has_value()) EPS_RETURN_IF_ERROR(ReconnectShards());
     if (!holds_initial_values_) {  // the job starts over (a shard lost its state before any common checkpoint)
       EPS_ASSIGN_OR_RETURN(model_, NewModel());
       holds_initial_values_ = true;
@@ -1109,9 +1151,18 @@ class WorkerImpl final : public Worker {
   std::vector<std::unique_ptr<Channel>> shards_;   // by shard: pushes and their replies
   std::vector<std::unique_ptr<Channel>> pullers_;  // by shard: pulls and their replies (answered out of push order)
   std::vector<std::vector<std::vector<ChunkId>>> pull_groups_;  // by shard: the chunks of each pull (PullGroups)
-  std::vector<char> pulled_;                       // by chunk: came in the pull being taken
   std::vector<int> outstanding_;  // push replies not yet collected, by shard
-  std::optional<Step> prefetched_;  // pulls of this version sent to every shard, their replies not yet taken
+  // A pull of one version sent to every shard, its replies being taken.
+  struct PullInFlight {
+    Step version;
+    bool prefetch;                  // sent before it was due (Prefetch)
+    std::vector<size_t> answers;    // by shard: replies not yet taken
+    std::vector<char> expired;      // by shard: a prefetched group waited too long at the shard
+    std::vector<char> pulled_again;  // by shard: what did not come was asked for again
+    Status failed;                  // a reply taken while the pushes were acknowledged failed: PullInto returns it
+  };
+  std::optional<PullInFlight> pulling_;
+  std::vector<char> pulled_;  // by chunk: came in the pull in flight
 };
 
 }  // namespace
