@@ -10,8 +10,9 @@
 #   vw   samples/s of the CNN job (examples/fashion_mnist_cnn.flags, V = 8 x 16 samples,
 #        1 shard) at 1 worker x 8 VWs and 2 workers x 4 VWs, each as is and with the compute
 #        threads pinned (local.sh --compute-cpus), against build/bin/baseline (the same model
-#        and microbatches in one plain libtorch loop, no parameter server); medians of 3
-#        interleaved rounds and of the per-round ratios, and where the 1 x 8 worker's time goes.
+#        and microbatches in one plain libtorch loop, no parameter server); medians of 5
+#        interleaved rounds and of the per-round ratios (with their range), and where the 1 x 8
+#        worker's time goes.
 #   elastic  one mlp job (examples/fashion_mnist_mlp.flags, 3000 steps whatever --steps says,
 #        1 shard, 2 workers, --heartbeat_timeout_ms=1000): the median step time, then 3 rounds
 #        of: attach a worker (launcher/attach.sh) and time its first counted contribution;
@@ -159,21 +160,25 @@ print("%.1f %.3f" % (sps, r["train_seconds"]))' \
 # Virtual-worker overhead: the same 8 x 16-sample microbatches per step, run by the
 # job on 1 worker (8 VWs) or 2 workers (4 VWs each, one thread each: this host's 2
 # cores), against the plain loop at 1 thread (the reference) and at 2 threads.
-# Three interleaved rounds of all four, medians: this host drifts by 10-15 % within
+# Five interleaved rounds of all six, medians: this host drifts by 10-30 % within
 # minutes, more than the overhead measured.
-median3() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
-# paired_median3 "B1 B2 B3" "J1 J2 J3": the median of the per-round ratios Ji / Bi (a drift of
-# the host between rounds moves both sides of a ratio; see ratio below).
-paired_median3() {
+# median X...: the median (of an even count, the mean of the middle two).
+median() {
+  printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+# paired "B1 B2 ..." "J1 J2 ...": the median of the per-round ratios Ji / Bi and their range, as
+# "M (LO-HI)" (a drift of the host between rounds moves both sides of a ratio; see ratio below).
+paired() {
   local -a b j ratios
   read -r -a b <<< "$1"
   read -r -a j <<< "$2"
   local i
-  for i in 0 1 2; do ratios+=("$(ratio "${j[$i]}" "${b[$i]}")"); done
-  median3 "${ratios[@]}"
+  for i in "${!b[@]}"; do ratios+=("$(ratio "${j[$i]}" "${b[$i]}")"); done
+  printf '%s (%s-%s)' "$(median "${ratios[@]}")" "$(printf '%s\n' "${ratios[@]}" | sort -g | head -1)" \
+    "$(printf '%s\n' "${ratios[@]}" | sort -g | tail -1)"
 }
 section_vw() {
-  local rounds=3
+  local rounds=5
   echo "== vw: cnn, V = 8 x 16 samples, $steps steps, 1 shard, medians of $rounds interleaved rounds (host load $(load1), $(nproc) cores)"
   printf '%-24s | %10s | %s\n' config samples/s "ratio vs baseline"
   local l r sps secs
@@ -197,14 +202,14 @@ section_vw() {
     job_launch=()
   done
   for sps in "${b1[@]}" "${j1[@]}" "${p1[@]}" "${b2[@]}" "${j2[@]}" "${p2[@]}"; do [ "$sps" != 0 ] || failed=1; done
-  local base; base=$(median3 "${b1[@]}")
-  row vw "baseline (1 thread)" "$base" "$base" "$(median3 "${b1s[@]}")" "$l"
-  row vw "baseline (2 threads)" "$(median3 "${b2[@]}")" "$base" "$(median3 "${b2s[@]}")" "$l"
-  row vw "1 worker x 8 VWs" "$(median3 "${j1[@]}")" "$base" "$(median3 "${j1s[@]}")" "$l"
-  row vw "1 worker x 8 VWs pinned" "$(median3 "${p1[@]}")" "$base" "$(median3 "${p1s[@]}")" "$l"
-  row vw "2 workers x 4 VWs" "$(median3 "${j2[@]}")" "$base" "$(median3 "${j2s[@]}")" "$l"
-  row vw "2 workers x 4 VWs pinned" "$(median3 "${p2[@]}")" "$base" "$(median3 "${p2s[@]}")" "$l"
-  echo "   paired (median of the per-round ratios to the same round's baseline): 1 x 8 $(paired_median3 "${b1[*]}" "${j1[*]}"), pinned $(paired_median3 "${b1[*]}" "${p1[*]}"); 2 x 4 $(paired_median3 "${b1[*]}" "${j2[*]}"), pinned $(paired_median3 "${b1[*]}" "${p2[*]}")"
+  local base; base=$(median "${b1[@]}")
+  row vw "baseline (1 thread)" "$base" "$base" "$(median "${b1s[@]}")" "$l"
+  row vw "baseline (2 threads)" "$(median "${b2[@]}")" "$base" "$(median "${b2s[@]}")" "$l"
+  row vw "1 worker x 8 VWs" "$(median "${j1[@]}")" "$base" "$(median "${j1s[@]}")" "$l"
+  row vw "1 worker x 8 VWs pinned" "$(median "${p1[@]}")" "$base" "$(median "${p1s[@]}")" "$l"
+  row vw "2 workers x 4 VWs" "$(median "${j2[@]}")" "$base" "$(median "${j2s[@]}")" "$l"
+  row vw "2 workers x 4 VWs pinned" "$(median "${p2[@]}")" "$base" "$(median "${p2s[@]}")" "$l"
+  echo "   paired (median and range of the per-round ratios to the same round's baseline): 1 x 8 $(paired "${b1[*]}" "${j1[*]}"), pinned $(paired "${b1[*]}" "${p1[*]}"); 2 x 4 $(paired "${b1[*]}" "${j2[*]}"), pinned $(paired "${b1[*]}" "${p2[*]}")"
   local name
   for name in 1x8 1x8_pinned; do
     echo "   $name, where the worker's time goes (last round): $(grep -h 'ms per train plan' -r "$out/runs/vw_${name}_$rounds/logs" | sed 's/.*ms per train plan/ms per train plan/' || true)"
