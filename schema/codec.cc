@@ -307,6 +307,16 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       EPS_RETURN_IF_ERROR(r.ListSize(in.getChunks(), "pull chunks"));
       for (uint32_t c : in.getChunks()) m.chunks.push_back(ChunkId(c));
       EPS_ASSIGN_OR_RETURN(m.dtype, WireDTypeFromCode(in.getDtype()));
+      if (in.hasShm()) {
+        auto shm = in.getShm();
+        m.shm = ShmRegionRef{shm.getPid(), shm.getFd(), shm.getToken(), shm.getSize()};
+        if (in.getShmOffsets().size() != m.chunks.size()) {
+          return InvalidArgument("a pull into shared memory names one offset per chunk");
+        }
+        for (uint64_t o : in.getShmOffsets()) m.shm_offsets.push_back(o);
+      } else if (in.getShmOffsets().size() != 0) {
+        return InvalidArgument("shared-memory offsets in a pull without a region");
+      }
       *body = std::move(m);
       return OkStatus();
     }
@@ -315,6 +325,8 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       auto in = b.getPullReply();
       m.version = Step(in.getVersion());
       EPS_RETURN_IF_ERROR(r.Chunks(in.getChunks(), &m.chunks));
+      EPS_RETURN_IF_ERROR(r.ListSize(in.getShmChunks(), "shared-memory chunks"));
+      for (auto c : in.getShmChunks()) m.shm_chunks.push_back({ChunkId(c.getChunk()), c.getOffset(), c.getSize()});
       *body = std::move(m);
       return OkStatus();
     }
@@ -521,11 +533,26 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
             o.setDtype(static_cast<uint8_t>(m.dtype));
             auto c = o.initChunks(m.chunks.size());
             for (size_t i = 0; i < m.chunks.size(); ++i) c.set(i, m.chunks[i].value());
+            if (m.shm.has_value()) {
+              auto shm = o.initShm();
+              shm.setPid(m.shm->pid);
+              shm.setFd(m.shm->fd);
+              shm.setToken(m.shm->token);
+              shm.setSize(m.shm->size);
+              auto offsets = o.initShmOffsets(m.shm_offsets.size());
+              for (size_t i = 0; i < m.shm_offsets.size(); ++i) offsets.set(i, m.shm_offsets[i]);
+            }
           },
           [&](const PullReply& m) {
             auto o = b.initPullReply();
             o.setVersion(m.version.value());
             SetChunks(o.initChunks(m.chunks.size()), m.chunks, &frames);
+            auto shm = o.initShmChunks(m.shm_chunks.size());
+            for (size_t i = 0; i < m.shm_chunks.size(); ++i) {
+              shm[i].setChunk(m.shm_chunks[i].chunk.value());
+              shm[i].setOffset(m.shm_chunks[i].offset);
+              shm[i].setSize(m.shm_chunks[i].size);
+            }
           },
           [&](const EvalResult& m) {
             auto o = b.initEvalResult();

@@ -188,11 +188,27 @@ struct Pull {
   chunks @1 :List(UInt32);        # empty: every chunk the shard owns
   dtype @2 :UInt8 = 0;            # eps::WireDType of the parameter chunks in the reply: fp32, or the
                                   # job's weightWireDtype (buffers always travel as fp32)
+  shm @3 :ShmRegionRef;           # optional: a region of the worker's (common/shm.h) for the reply's bytes,
+  shmOffsets @4 :List(UInt64);    # where each of `chunks` goes in it (same length as chunks)
+}
+
+struct ShmRegionRef {
+  pid @0 :UInt32;
+  fd @1 :Int32;
+  token @2 :UInt64;
+  size @3 :UInt64;
+}
+
+struct ShmChunk {
+  chunk @0 :UInt32;
+  offset @1 :UInt64;
+  size @2 :UInt64;
 }
 
 struct PullReply {
   version @0 :Int64;
-  chunks @1 :List(ChunkRef);
+  chunks @1 :List(ChunkRef);      # bytes in frames
+  shmChunks @2 :List(ShmChunk);   # bytes already in the region the pull named
 }
 
 struct EvalResult {

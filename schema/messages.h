@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "common/ids.h"
 #include "common/layout.h"
+#include "common/shm.h"
 #include "common/status.h"
 #include "common/tree.h"
 #include "common/wire.h"
@@ -168,11 +170,23 @@ struct Pull {
   Step version{0};
   std::vector<ChunkId> chunks;  // empty: all chunks of the shard
   WireDType dtype = WireDType::kFP32;  // of the parameter chunks in the reply: fp32 or the job's weight dtype
+  // A region of the worker's on this host for the reply's bytes (common/shm.h),
+  // and where each of `chunks` goes in it; the shard may answer inline instead.
+  std::optional<ShmRegionRef> shm{};
+  std::vector<uint64_t> shm_offsets{};
+};
+
+// A chunk of a pull reply written into the pull's shared-memory region.
+struct ShmChunk {
+  ChunkId chunk;
+  uint64_t offset = 0;
+  uint64_t size = 0;
 };
 
 struct PullReply {
   Step version{0};
-  std::vector<ChunkBytes> chunks;
+  std::vector<ChunkBytes> chunks;     // bytes in the message
+  std::vector<ShmChunk> shm_chunks{};  // bytes in the pull's region
 };
 
 struct EvalResult {

@@ -223,6 +223,19 @@ class ShardImpl final : public Shard {
   }
   void ReplyError(const std::string& peer, const Status& st) { Reply(peer, ErrorReply{st.code(), st.message()}); }
 
+  // A pull that names a shared-memory region of a worker on this host gets its
+  // bytes there (common/shm.h), others, and those the shard cannot map, inline.
+  void ReplyToPull(const std::string& peer, const Pull& pull, PullReply reply) {
+    if (pull.shm.has_value()) {
+      Status st = MoveIntoShm(pull, &shm_, &reply);
+      if (!st.ok() && inline_pulls_++ % 1000 == 0) {
+        LOG(INFO) << "answered a pull that named shared memory inline (" << inline_pulls_ << " so far): "
+                  << st.ToString();
+      }
+    }
+    Reply(peer, std::move(reply));
+  }
+
   // Until the next beacon or the first waiting pull's deadline, whichever comes first.
   std::chrono::milliseconds NextTimeout() const {
     Clock::time_point next = next_register_;
@@ -351,7 +364,7 @@ class ShardImpl final : public Shard {
     } else if (auto* pull = std::get_if<Pull>(&body)) {
       auto reply = state_.HandlePull(*pull);
       if (reply.ok()) {
-        Reply(in.peer, std::move(reply).value());
+        ReplyToPull(in.peer, *pull, std::move(reply).value());
       } else if (reply.status().code() == StatusCode::kUnavailable) {
         waiting_.push_back({in.peer, std::move(*pull), Clock::now() + options_.pull_wait});
       } else {
@@ -461,7 +474,7 @@ class ShardImpl final : public Shard {
     for (WaitingPull& w : waiting_) {
       auto reply = state_.HandlePull(w.pull);
       if (reply.ok()) {
-        Reply(w.peer, std::move(reply).value());
+        ReplyToPull(w.peer, w.pull, std::move(reply).value());
       } else if (reply.status().code() == StatusCode::kUnavailable) {
         still.push_back(std::move(w));
       } else {
@@ -486,6 +499,8 @@ class ShardImpl final : public Shard {
   std::unique_ptr<Channel> coordinator_;
   ShardState state_;
   std::deque<WaitingPull> waiting_;  // ordered by deadline (all share one wait)
+  ShmMappings shm_;                   // the regions of the workers on this host that pulls named
+  int64_t inline_pulls_ = 0;          // pulls that named shared memory, answered inline
   bool done_ = false;
   Status fatal_;
   Clock::time_point next_register_;                   // the next beacon

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "common/layout.h"
+#include "common/shm.h"
 #include "common/tree.h"
 #include "schema/messages.h"
 #include "server/optimizer.h"
@@ -166,5 +167,11 @@ class ShardState {
   Step version_{-1};
   uint64_t duplicates_ = 0;
 };
+
+// Moves `reply`'s bytes into the shared-memory region `pull` names (at the
+// offsets it gives per chunk), when the pull names one, `maps` can map it, and
+// every chunk fits in it after the header; then the reply carries only where
+// they are. Otherwise the reply stays inline, and the status says why.
+Status MoveIntoShm(const Pull& pull, ShmMappings* maps, PullReply* reply);
 
 }  // namespace eps

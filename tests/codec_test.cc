@@ -100,8 +100,10 @@ std::vector<Envelope> EveryMessageKind() {
   push.chunks = {MakeChunk(0, 1000, 1), MakeChunk(7, 4, 2), MakeChunk(3, 0, 3), MakeChunk(12, 1 << 16, 4)};
   out.push_back({"tok-push", push});
   out.push_back({"tok-pr", PushReply{Step(41), 5, 2}});
-  out.push_back({"tok-pull", Pull{Step(8), {ChunkId(1), ChunkId(5), ChunkId(4000000000u)}, WireDType::kBF16}});
-  out.push_back({"tok-pullr", PullReply{Step(8), {MakeChunk(1, 300, 5), MakeChunk(5, 70000, 6)}}});
+  out.push_back({"tok-pull", Pull{Step(8), {ChunkId(1), ChunkId(5), ChunkId(4000000000u)}, WireDType::kBF16,
+                                  ShmRegionRef{4242, 17, 0xfeedULL << 40, 1 << 20}, {64, 4096, 1 << 19}}});
+  out.push_back({"tok-pullr", PullReply{Step(8), {MakeChunk(1, 300, 5), MakeChunk(5, 70000, 6)},
+                                        {{ChunkId(2), 64, 4000}, {ChunkId(7), 4096, 12}}}});
   out.push_back({"tok-eval", EvalResult{WorkerId(4), Step(30), 1000, 2000, 987, 123.5}});
   out.push_back({"", Shutdown{"job finished"}});
   out.push_back({"tok-hb", Heartbeat{WorkerId(17)}});
@@ -224,9 +226,17 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.version, b.version);
           EXPECT_EQ(a.chunks, b.chunks);
           EXPECT_EQ(a.dtype, b.dtype);
+          EXPECT_EQ(a.shm, b.shm);
+          EXPECT_EQ(a.shm_offsets, b.shm_offsets);
         } else if constexpr (std::is_same_v<T, PullReply>) {
           EXPECT_EQ(a.version, b.version);
           ExpectSameChunks(a.chunks, b.chunks);
+          ASSERT_EQ(a.shm_chunks.size(), b.shm_chunks.size());
+          for (size_t i = 0; i < a.shm_chunks.size(); ++i) {
+            EXPECT_EQ(a.shm_chunks[i].chunk, b.shm_chunks[i].chunk);
+            EXPECT_EQ(a.shm_chunks[i].offset, b.shm_chunks[i].offset);
+            EXPECT_EQ(a.shm_chunks[i].size, b.shm_chunks[i].size);
+          }
         } else if constexpr (std::is_same_v<T, EvalResult>) {
           EXPECT_EQ(a.worker, b.worker);
           EXPECT_EQ(a.version, b.version);
@@ -653,6 +663,13 @@ void ExpectDecodeSurvives(const std::vector<Frame>& frames, int* accepted) {
     EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument) << got.status().ToString();
     EXPECT_FALSE(got.status().message().empty());
   }
+}
+
+TEST(Codec, APullIntoSharedMemoryNamesOneOffsetPerChunk) {
+  const ShmRegionRef region{4242, 17, 99, 1 << 20};
+  ExpectInvalid(EncodeOrDie({"t", Pull{Step(1), {ChunkId(1), ChunkId(2)}, WireDType::kFP32, region, {64}}}),
+                "one offset per chunk");
+  EXPECT_TRUE(Decode(EncodeOrDie({"t", Pull{Step(1), {ChunkId(1)}, WireDType::kFP32, region, {64}}})).ok());
 }
 
 TEST(CodecFuzz, RandomBytesGiveStatusNotCrash) {

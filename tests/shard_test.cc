@@ -1162,6 +1162,55 @@ TEST(ShardStatePull, TheCurrentVersionHoldsEveryOwnedChunk) {
   }
 }
 
+TEST(ShardStatePull, APullIntoSharedMemoryGetsTheSameBytesThereAndABadOneStaysInline) {
+  Job job(50);
+  const ShardId s = AllShards().front();
+  auto state = InitializedShard(job, s);
+  const std::vector<ChunkId> wanted = job.Pullable(s);
+  auto inline_reply = state->HandlePull(MakePull(0, wanted));
+  ASSERT_TRUE(inline_reply.ok());
+  size_t bytes = 0;
+  for (const ChunkBytes& cb : inline_reply->chunks) bytes += cb.size;
+  auto region = ShmRegion::Create(ShmRegion::kHeaderBytes + bytes);
+  ASSERT_TRUE(region.ok()) << region.status().ToString();
+  Pull pull = MakePull(0, wanted);
+  pull.shm = (*region)->ref();
+  uint64_t at = ShmRegion::kHeaderBytes;
+  for (const ChunkBytes& cb : inline_reply->chunks) {
+    pull.shm_offsets.push_back(at);
+    at += cb.size;
+  }
+  ShmMappings maps;
+  auto reply = state->HandlePull(pull);
+  ASSERT_TRUE(reply.ok());
+  ASSERT_TRUE(MoveIntoShm(pull, &maps, &*reply).ok());
+  EXPECT_TRUE(reply->chunks.empty());
+  ASSERT_EQ(reply->shm_chunks.size(), wanted.size());
+  for (size_t k = 0; k < wanted.size(); ++k) {
+    const ShmChunk& c = reply->shm_chunks[k];
+    EXPECT_EQ(c.chunk, wanted[k]);
+    EXPECT_EQ(c.offset, pull.shm_offsets[k]);
+    ChunkBytes there{c.chunk, (*region)->data() + c.offset, c.size, nullptr};
+    EXPECT_TRUE(SameBits(there, job.Expected(0, wanted[k])));
+  }
+  // A chunk that would not fit, an offset into the header, a wrong token: inline, the region untouched.
+  std::vector<uint8_t> before((*region)->data(), (*region)->data() + (*region)->ref().size);
+  Pull too_far = pull;
+  too_far.shm_offsets.back() = (*region)->ref().size - 1;
+  Pull into_header = pull;
+  into_header.shm_offsets.front() = 8;
+  Pull wrong_token = pull;
+  wrong_token.shm->token ^= 1;
+  for (const Pull& bad : {too_far, into_header, wrong_token}) {
+    auto r = state->HandlePull(bad);
+    ASSERT_TRUE(r.ok());
+    EXPECT_FALSE(MoveIntoShm(bad, &maps, &*r).ok());
+    EXPECT_EQ(r->chunks.size(), wanted.size());
+    EXPECT_TRUE(r->shm_chunks.empty());
+  }
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), (*region)->data()));
+}
+
 TEST(ShardStatePull, ThePreviousVersionStaysReadableForOneStep) {
   Job job(51);
   for (ShardId s : AllShards()) {

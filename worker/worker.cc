@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/layout.h"
+#include "common/shm.h"
 #include "common/task_thread.h"
 #include "common/threads.h"
 #include "common/tree.h"
@@ -429,8 +430,18 @@ class WorkerImpl final : public Worker {
         flat_size_ += static_cast<size_t>(t.numel());
       }
     }
+    // Each chunk's place in its shard's shared-memory region, in the dtype it is pulled in.
+    shm_offset_.assign(layout_.chunks.size(), 0);
+    shm_size_.assign(layout_.num_shards, ShmRegion::kHeaderBytes);
+    for (const Chunk& c : layout_.chunks) {
+      if (KindOf(c) == TensorKind::kLoss) continue;
+      uint64_t& end = shm_size_[c.shard.value()];
+      shm_offset_[c.id.value()] = end;
+      end += (PulledBytes(c) + 63) / 64 * 64;
+    }
     shards_.resize(shard_addresses_.size());
     pullers_.resize(shard_addresses_.size());
+    pull_regions_.resize(shard_addresses_.size());
     outstanding_.assign(shards_.size(), 0);
     EPS_RETURN_IF_ERROR(ReconnectShards());
     pull_groups_ = PullGroups();
@@ -461,6 +472,16 @@ class WorkerImpl final : public Worker {
       EPS_ASSIGN_OR_RETURN(shards_[s], Channel::Connect(context_, shard_addresses_[s]));
       EPS_ASSIGN_OR_RETURN(pullers_[s], Channel::Connect(context_, shard_addresses_[s]));
       outstanding_[s] = 0;
+      // A fresh region with the fresh socket: a shard may still answer the old one's pulls into the old one.
+      pull_regions_[s].reset();
+      if (!options_.shm_pulls) continue;
+      auto region = ShmRegion::Create(shm_size_[s]);
+      if (region.ok()) {
+        pull_regions_[s] = std::move(region).value();
+      } else {
+        LOG(WARNING) << "no shared memory for the pulls from shard " << s << " (pulling through the socket): "
+                     << region.status().ToString();
+      }
     }
     return OkStatus();
   }
@@ -713,8 +734,7 @@ class WorkerImpl final : public Worker {
     pulled_.assign(layout_.chunks.size(), 0);
     for (size_t s = 0; s < pullers_.size(); ++s) {
       for (const std::vector<ChunkId>& group : pull_groups_[s]) {
-        EPS_RETURN_IF_ERROR(
-            pullers_[s]->Send(Envelope{options_.token, Pull{version, group, spec_.weight_wire_dtype}}));
+        EPS_RETURN_IF_ERROR(pullers_[s]->Send(Envelope{options_.token, MakePull(s, version, group)}));
         ++pulling_->answers[s];
       }
     }
@@ -763,8 +783,7 @@ class WorkerImpl final : public Worker {
     }
     if (p.answers[s] == 0 && p.expired[s] && !p.pulled_again[s]) {
       LOG(INFO) << "the prefetched pull of version " << p.version << " expired at " << from << ": pulling again";
-      Pull rest{p.version, NotPulled(s), spec_.weight_wire_dtype};
-      EPS_RETURN_IF_ERROR(pullers_[s]->Send(Envelope{options_.token, std::move(rest)}));
+      EPS_RETURN_IF_ERROR(pullers_[s]->Send(Envelope{options_.token, MakePull(s, p.version, NotPulled(s))}));
       p.pulled_again[s] = 1;
       p.answers[s] = 1;
     }
@@ -782,31 +801,60 @@ class WorkerImpl final : public Worker {
     return out;
   }
 
-  // Writes the chunks of a pull reply from shard s into the model (decoding
-  // parameters from the weight wire dtype) and marks them in pulled_.
-  Status WritePulled(size_t s, const PullReply& reply) {
-    const WireDType wire = spec_.weight_wire_dtype;
-    for (const ChunkBytes& cb : reply.chunks) {
-      if (cb.chunk.value() >= layout_.chunks.size()) return DataLoss("pulled an unknown chunk");
-      const Chunk& c = layout_.chunks[cb.chunk.value()];
-      const bool encoded = wire != WireDType::kFP32 && KindOf(c) == TensorKind::kParameter;
-      const WireDType as = encoded ? wire : WireDType::kFP32;
-      if (c.shard.value() != s || cb.size != layout_.WireBytes(c, as) || KindOf(c) == TensorKind::kLoss ||
-          pulled_[c.id.value()]) {
-        return DataLoss("pulled chunk " + std::to_string(c.id.value()) + " does not match the layout");
-      }
-      pulled_[c.id.value()] = 1;
-      holds_initial_values_ = false;
-      const size_t elem = DTypeSize(layout_.tensors[c.tensor].dtype);
-      if (!encoded) {
-        EPS_RETURN_IF_ERROR(model_->Write(c.tensor, c.offset * elem, cb.data, cb.size));
-        continue;
-      }
-      decoded_.resize(c.numel);
-      DecodeWire(wire, cb.data, decoded_.size(), decoded_.data());
-      EPS_RETURN_IF_ERROR(model_->Write(c.tensor, c.offset * elem, decoded_.data(), decoded_.size() * sizeof(float)));
+  // A pull of `chunks` from shard s, naming the shard's shared-memory region, if any, and each chunk's place in it.
+  Pull MakePull(size_t s, Step version, std::vector<ChunkId> chunks) const {
+    Pull pull{version, std::move(chunks), spec_.weight_wire_dtype, std::nullopt, {}};
+    if (const ShmRegion* region = pull_regions_[s].get()) {
+      pull.shm = region->ref();
+      for (ChunkId c : pull.chunks) pull.shm_offsets.push_back(shm_offset_[c.value()]);
     }
+    return pull;
+  }
+
+  // The bytes of a chunk as pulled: a parameter in the weight wire dtype, anything else as it is.
+  size_t PulledBytes(const Chunk& c) const {
+    const bool encoded = spec_.weight_wire_dtype != WireDType::kFP32 && KindOf(c) == TensorKind::kParameter;
+    return layout_.WireBytes(c, encoded ? spec_.weight_wire_dtype : WireDType::kFP32);
+  }
+
+  // Writes the chunks of a pull reply from shard s into the model, from the
+  // message or from the pull's shared-memory region, and marks them in pulled_.
+  Status WritePulled(size_t s, const PullReply& reply) {
+    for (const ChunkBytes& cb : reply.chunks) EPS_RETURN_IF_ERROR(WritePulledChunk(s, cb.chunk, cb.data, cb.size));
+    if (reply.shm_chunks.empty()) {
+      ++times_.inline_replies;
+      return OkStatus();
+    }
+    const ShmRegion* region = pull_regions_[s].get();
+    if (region == nullptr) return DataLoss("a pull reply in shared memory that no pull named");
+    for (const ShmChunk& c : reply.shm_chunks) {
+      if (c.chunk.value() >= layout_.chunks.size() || c.offset != shm_offset_[c.chunk.value()]) {
+        return DataLoss("pulled chunk " + std::to_string(c.chunk.value()) + " is not where the pull asked for it");
+      }
+      EPS_RETURN_IF_ERROR(WritePulledChunk(s, c.chunk, region->data() + c.offset, c.size));
+    }
+    ++times_.shm_replies;
     return OkStatus();
+  }
+
+  // Writes one pulled chunk of shard s into the model, decoding a parameter
+  // from the weight wire dtype.
+  Status WritePulledChunk(size_t s, ChunkId id, const void* data, size_t size) {
+    if (id.value() >= layout_.chunks.size()) return DataLoss("pulled an unknown chunk");
+    const Chunk& c = layout_.chunks[id.value()];
+    if (c.shard.value() != s || size != PulledBytes(c) || KindOf(c) == TensorKind::kLoss || pulled_[id.value()]) {
+      return DataLoss("pulled chunk " + std::to_string(id.value()) + " does not match the layout");
+    }
+    pulled_[id.value()] = 1;
+    holds_initial_values_ = false;
+    const size_t elem = DTypeSize(layout_.tensors[c.tensor].dtype);
+    const WireDType wire = spec_.weight_wire_dtype;
+    if (wire == WireDType::kFP32 || KindOf(c) != TensorKind::kParameter) {
+      return model_->Write(c.tensor, c.offset * elem, data, size);
+    }
+    decoded_.resize(c.numel);
+    DecodeWire(wire, data, decoded_.size(), decoded_.data());
+    return model_->Write(c.tensor, c.offset * elem, decoded_.data(), decoded_.size() * sizeof(float));
   }
 
   Status PushInitialValues() {
@@ -1111,6 +1159,8 @@ class WorkerImpl final : public Worker {
     int64_t steps = 0;
     int64_t ahead = 0;      // train plans run ahead of the coordinator's answer (they are among `steps`)
     int64_t dropped = 0;    // runs ahead the answer overruled
+    int64_t shm_replies = 0;     // pull replies whose bytes came through shared memory
+    int64_t inline_replies = 0;  // pull replies whose bytes came in the message
     std::string ToString() const {
       auto ms = [this](Duration d) {
         const double total_ms = std::chrono::duration<double, std::milli>(d).count();
@@ -1118,7 +1168,9 @@ class WorkerImpl final : public Worker {
       };
       return "ms per train plan over " + std::to_string(steps) + ": plan wait " + ms(plan) + ", pull " + ms(pull) +
              ", compute " + ms(compute) + ", copies " + ms(copies) + ", push wait " + ms(push_wait) + "; " +
-             std::to_string(ahead) + " run ahead of their plan, " + std::to_string(dropped) + " runs ahead dropped";
+             std::to_string(ahead) + " run ahead of their plan, " + std::to_string(dropped) + " runs ahead dropped; " +
+             std::to_string(shm_replies) + " pull replies through shared memory, " + std::to_string(inline_replies) +
+             " inline";
     }
   };
   Times times_;
@@ -1150,6 +1202,9 @@ class WorkerImpl final : public Worker {
   size_t flat_size_ = 0;
   std::vector<std::unique_ptr<Channel>> shards_;   // by shard: pushes and their replies
   std::vector<std::unique_ptr<Channel>> pullers_;  // by shard: pulls and their replies (answered out of push order)
+  std::vector<std::unique_ptr<ShmRegion>> pull_regions_;  // by shard: where it may write pull replies (or null)
+  std::vector<uint64_t> shm_offset_;  // by chunk: its place in its shard's region
+  std::vector<uint64_t> shm_size_;    // by shard: its region's size
   std::vector<std::vector<std::vector<ChunkId>>> pull_groups_;  // by shard: the chunks of each pull (PullGroups)
   std::vector<int> outstanding_;  // push replies not yet collected, by shard
   // A pull of one version sent to every shard, its replies being taken.

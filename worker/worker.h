@@ -81,6 +81,10 @@ struct WorkerOptions {
   // never what the worker computes; lets a CPU-only test exercise the refusal
   // of a worker of another kind.
   std::string reported_device_kind;
+  // Offer each shard a shared-memory region for its pull replies (common/shm.h):
+  // a shard on the same host writes w(t+1) there instead of sending it through
+  // the socket; one elsewhere answers inline. Changes timing, never bits.
+  bool shm_pulls = true;
 };
 
 class Worker {

@@ -48,6 +48,9 @@ DEFINE_string(compute_cpus, "",
               "the worker's other threads (ZeroMQ I/O, gradient reduction, heartbeats) then run on the rest of "
               "the CPUs it may use. Empty: no pinning. Changes timing, never bits");
 
+DEFINE_bool(shm_pulls, true,
+            "Offer the shards a shared-memory region for the pull replies: a shard on the same host writes "
+            "the weights there instead of through the socket (others answer inline). Changes timing, never bits");
 DEFINE_string(reported_device_kind, "",
               "Testing aid: report this device kind to the coordinator instead of the device's own (the "
               "computation is unchanged)");
@@ -180,6 +183,7 @@ int main(int argc, char** argv) {
   options.threads = FLAGS_threads;
   options.slowdown = FLAGS_slowdown;
   options.reported_device_kind = FLAGS_reported_device_kind;
+  options.shm_pulls = FLAGS_shm_pulls;
   if (!(FLAGS_slowdown >= 1.0) || FLAGS_slowdown > 1000) {
     LOG(ERROR) << "--slowdown must be in [1, 1000], got " << FLAGS_slowdown;
     return 2;

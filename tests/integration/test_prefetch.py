@@ -45,5 +45,31 @@ class RunAhead(RunDirTest):
         self.assertEqual((int(times.group(1)), int(times.group(2))), (36, 3))
 
 
+class SharedMemoryPulls(RunDirTest):
+    REPLIES = r"(\d+) pull replies through shared memory, (\d+) inline"
+
+    def test_a_shard_on_the_same_host_answers_every_pull_through_shared_memory_with_the_same_bits(self):
+        _, _, ref = self.run_local("shm", MLP, extra=["--steps=40"])
+        d = self.run_dir("shm")
+        replies = re.search(self.REPLIES, open(os.path.join(d, "logs", "worker0.log")).read())
+        self.assertIsNotNone(replies, logs(d))
+        self.assertGreater(int(replies.group(1)), 40)
+        self.assertEqual(int(replies.group(2)), 0)
+        # The same job with the offer turned off: every reply inline, the same digest.
+        d = self.run_dir("socket")
+        token = os.path.join(d, "token")
+        with open(token, "w") as f:
+            f.write("shm-token\n")
+        coord, addr = self.start_coordinator(d, token, "--steps=40", "--workers=1")
+        self.start_shard(d, addr, token, 0)
+        self.start_worker(d, addr, token, 0, "--shm_pulls=false")
+        self.assertEqual(coord.wait(timeout=300), 0, open(f"{d}/coordinator.log").read()[-3000:])
+        self.assertEqual(read_result(d)["params_sha256"], ref["params_sha256"])
+        replies = re.search(self.REPLIES, open(f"{d}/worker0.log").read())
+        self.assertIsNotNone(replies)
+        self.assertEqual(int(replies.group(1)), 0)
+        self.assertGreater(int(replies.group(2)), 40)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
