@@ -1,6 +1,5 @@
 #include "server/shard_state.h"
 
-#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -476,24 +475,22 @@ Status ShardState::RollbackTo(StateStore& store, Step step) {
 
 Status MoveIntoShm(const Pull& pull, ShmMappings* maps, PullReply* reply) {
   if (!pull.shm.has_value()) return FailedPrecondition("the pull names no shared memory");
-  if (pull.shm_offsets.size() != pull.chunks.size()) return InvalidArgument("one shared-memory offset per chunk");
+  // HandlePull answers the chunks a pull names in the order it names them: the i-th goes to the i-th offset.
+  if (pull.shm_offsets.size() != reply->chunks.size()) return InvalidArgument("one shared-memory offset per chunk");
   const uint64_t size = pull.shm->size;
-  std::vector<uint64_t> offsets;
-  for (const ChunkBytes& cb : reply->chunks) {
-    const auto at = std::find(pull.chunks.begin(), pull.chunks.end(), cb.chunk);
-    if (at == pull.chunks.end()) return InvalidArgument("the pull names no place for a chunk of its reply");
-    const uint64_t offset = pull.shm_offsets[at - pull.chunks.begin()];
+  for (size_t i = 0; i < reply->chunks.size(); ++i) {
+    const ChunkBytes& cb = reply->chunks[i];
+    const uint64_t offset = pull.shm_offsets[i];
     if (offset < ShmRegion::kHeaderBytes || offset > size || cb.size > size - offset) {
       return InvalidArgument("chunk " + std::to_string(cb.chunk.value()) + " does not fit in the shared-memory region");
     }
-    offsets.push_back(offset);
   }
   EPS_ASSIGN_OR_RETURN(uint8_t* region, maps->Map(*pull.shm));
   reply->shm_chunks.clear();
   for (size_t i = 0; i < reply->chunks.size(); ++i) {
     const ChunkBytes& cb = reply->chunks[i];
-    std::memcpy(region + offsets[i], cb.data, cb.size);
-    reply->shm_chunks.push_back({cb.chunk, offsets[i], cb.size});
+    std::memcpy(region + pull.shm_offsets[i], cb.data, cb.size);
+    reply->shm_chunks.push_back({cb.chunk, pull.shm_offsets[i], cb.size});
   }
   reply->chunks.clear();
   return OkStatus();

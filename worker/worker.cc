@@ -215,11 +215,12 @@ class WorkerImpl final : public Worker {
 
   // ---- coordinator ----------------------------------------------------------
 
-  // Waits up to `timeout` for a message on `channel`, looking at the stop flag
-  // at least every kStopCheck: Stopped() once it is set. With
-  // `until_refused`, also Aborted once the heartbeat thread saw this worker
-  // refused.
-  StatusOr<Channel::Incoming> Receive(Channel* channel, milliseconds timeout, bool until_refused = false) const {
+  // Waits up to `timeout` until one of `channels` has a message, and returns
+  // the lowest such index, looking at the stop flag at least every
+  // kStopCheck: Stopped() once it is set. With `until_refused`, also Aborted
+  // once the heartbeat thread saw this worker refused.
+  StatusOr<size_t> AwaitAny(const std::vector<Channel*>& channels, milliseconds timeout,
+                            bool until_refused = false) const {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (true) {
       if (stopping()) return Stopped();
@@ -229,12 +230,18 @@ class WorkerImpl final : public Worker {
       }
       const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return DeadlineExceeded("no message within " + std::to_string(timeout.count()) + " ms");
-      StatusOr<Channel::Incoming> in = channel->Receive(std::min(left, kStopCheck));
-      if (in.ok()) return in;
+      StatusOr<size_t> ready = AwaitReadable(channels, std::min(left, kStopCheck));
+      if (ready.ok()) return ready;
       // DeadlineExceeded: this slice is over; Aborted: a signal interrupted the poll.
-      const StatusCode code = in.status().code();
-      if (code != StatusCode::kDeadlineExceeded && code != StatusCode::kAborted) return in.status();
+      const StatusCode code = ready.status().code();
+      if (code != StatusCode::kDeadlineExceeded && code != StatusCode::kAborted) return ready.status();
     }
+  }
+
+  // AwaitAny on one channel, then its message.
+  StatusOr<Channel::Incoming> Receive(Channel* channel, milliseconds timeout, bool until_refused = false) const {
+    EPS_RETURN_IF_ERROR(AwaitAny({channel}, timeout, until_refused).status());
+    return channel->TryReceive();
   }
 
   // Call() with a wait that stops with the stop flag. An ErrorReply comes back as its Status.
@@ -654,7 +661,6 @@ class WorkerImpl final : public Worker {
   // next step's PullInto then finds less to take. A pull reply's error does
   // not end this step: PullInto returns it.
   Status AwaitPushes() {
-    const auto deadline = std::chrono::steady_clock::now() + options_.rpc_timeout;
     std::vector<Channel*> watch;
     std::vector<std::pair<bool, size_t>> watched;  // by watched channel: (a push socket, its shard)
     while (true) {
@@ -671,20 +677,10 @@ class WorkerImpl final : public Worker {
         watch.push_back(pullers_[s].get());
         watched.emplace_back(false, s);
       }
-      if (stopping()) return Stopped();
-      const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) {
-        return DeadlineExceeded("no push reply within " + std::to_string(options_.rpc_timeout.count()) + " ms");
-      }
-      StatusOr<size_t> ready = AwaitReadable(watch, std::min(left, kStopCheck));
-      if (!ready.ok()) {
-        // DeadlineExceeded: this slice is over; Aborted: a signal interrupted the poll.
-        const StatusCode code = ready.status().code();
-        if (code != StatusCode::kDeadlineExceeded && code != StatusCode::kAborted) return ready.status();
-        continue;
-      }
-      EPS_ASSIGN_OR_RETURN(Channel::Incoming in, watch[*ready]->TryReceive());
-      const auto [push, s] = watched[*ready];
+      // Each message may wait rpc_timeout, as each reply did when they were awaited one by one.
+      EPS_ASSIGN_OR_RETURN(const size_t ready, AwaitAny(watch, options_.rpc_timeout));
+      EPS_ASSIGN_OR_RETURN(Channel::Incoming in, watch[ready]->TryReceive());
+      const auto [push, s] = watched[ready];
       if (!push) {
         Status st = TakePullReply(s, std::move(in));
         if (!st.ok()) pulling_->failed = std::move(st);
