@@ -78,7 +78,26 @@ void SetChunks(capnp::List<wire::ChunkRef>::Builder out, const std::vector<Chunk
   }
 }
 
+void SetShmRef(wire::ShmRegionRef::Builder out, const ShmRegionRef& ref) {
+  out.setPid(ref.pid);
+  out.setFd(ref.fd);
+  out.setToken(ref.token);
+  out.setSize(ref.size);
+}
+
+void SetShmChunks(capnp::List<wire::ShmChunk>::Builder out, const std::vector<ShmChunk>& chunks) {
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    out[i].setChunk(chunks[i].chunk.value());
+    out[i].setOffset(chunks[i].offset);
+    out[i].setSize(chunks[i].size);
+  }
+}
+
 // ---- decoding -------------------------------------------------------------
+
+ShmRegionRef ReadShmRef(wire::ShmRegionRef::Reader in) {
+  return ShmRegionRef{in.getPid(), in.getFd(), in.getToken(), in.getSize()};
+}
 
 class Reader {
  public:
@@ -164,6 +183,13 @@ class Reader {
       const Frame& f = frames_[frame];
       out->push_back({ChunkId(ref.getChunk()), f.data, f.size, f.owner});
     }
+    return OkStatus();
+  }
+
+  Status ShmChunks(capnp::List<wire::ShmChunk>::Reader in, std::vector<ShmChunk>* out) {
+    EPS_RETURN_IF_ERROR(ListSize(in, "shared-memory chunks"));
+    out->clear();
+    for (auto c : in) out->push_back({ChunkId(c.getChunk()), c.getOffset(), c.getSize()});
     return OkStatus();
   }
 
@@ -288,6 +314,11 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       m.step = Step(in.getStep());
       m.block = Block{in.getBlockLo(), in.getBlockSize()};
       EPS_RETURN_IF_ERROR(r.Chunks(in.getChunks(), &m.chunks));
+      if (in.hasShm()) m.shm = ReadShmRef(in.getShm());
+      EPS_RETURN_IF_ERROR(r.ShmChunks(in.getShmChunks(), &m.shm_chunks));
+      if (!m.shm.has_value() && !m.shm_chunks.empty()) {
+        return InvalidArgument("shared-memory chunks in a push without a region");
+      }
       *body = std::move(m);
       return OkStatus();
     }
@@ -308,8 +339,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       for (uint32_t c : in.getChunks()) m.chunks.push_back(ChunkId(c));
       EPS_ASSIGN_OR_RETURN(m.dtype, WireDTypeFromCode(in.getDtype()));
       if (in.hasShm()) {
-        auto shm = in.getShm();
-        m.shm = ShmRegionRef{shm.getPid(), shm.getFd(), shm.getToken(), shm.getSize()};
+        m.shm = ReadShmRef(in.getShm());
         if (in.getShmOffsets().size() != m.chunks.size()) {
           return InvalidArgument("a pull into shared memory names one offset per chunk");
         }
@@ -325,8 +355,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       auto in = b.getPullReply();
       m.version = Step(in.getVersion());
       EPS_RETURN_IF_ERROR(r.Chunks(in.getChunks(), &m.chunks));
-      EPS_RETURN_IF_ERROR(r.ListSize(in.getShmChunks(), "shared-memory chunks"));
-      for (auto c : in.getShmChunks()) m.shm_chunks.push_back({ChunkId(c.getChunk()), c.getOffset(), c.getSize()});
+      EPS_RETURN_IF_ERROR(r.ShmChunks(in.getShmChunks(), &m.shm_chunks));
       *body = std::move(m);
       return OkStatus();
     }
@@ -520,6 +549,8 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
             o.setBlockLo(m.block.lo);
             o.setBlockSize(m.block.size);
             SetChunks(o.initChunks(m.chunks.size()), m.chunks, &frames);
+            if (m.shm.has_value()) SetShmRef(o.initShm(), *m.shm);
+            SetShmChunks(o.initShmChunks(m.shm_chunks.size()), m.shm_chunks);
           },
           [&](const PushReply& m) {
             auto o = b.initPushReply();
@@ -534,11 +565,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
             auto c = o.initChunks(m.chunks.size());
             for (size_t i = 0; i < m.chunks.size(); ++i) c.set(i, m.chunks[i].value());
             if (m.shm.has_value()) {
-              auto shm = o.initShm();
-              shm.setPid(m.shm->pid);
-              shm.setFd(m.shm->fd);
-              shm.setToken(m.shm->token);
-              shm.setSize(m.shm->size);
+              SetShmRef(o.initShm(), *m.shm);
               auto offsets = o.initShmOffsets(m.shm_offsets.size());
               for (size_t i = 0; i < m.shm_offsets.size(); ++i) offsets.set(i, m.shm_offsets[i]);
             }
@@ -547,12 +574,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
             auto o = b.initPullReply();
             o.setVersion(m.version.value());
             SetChunks(o.initChunks(m.chunks.size()), m.chunks, &frames);
-            auto shm = o.initShmChunks(m.shm_chunks.size());
-            for (size_t i = 0; i < m.shm_chunks.size(); ++i) {
-              shm[i].setChunk(m.shm_chunks[i].chunk.value());
-              shm[i].setOffset(m.shm_chunks[i].offset);
-              shm[i].setSize(m.shm_chunks[i].size);
-            }
+            SetShmChunks(o.initShmChunks(m.shm_chunks.size()), m.shm_chunks);
           },
           [&](const EvalResult& m) {
             auto o = b.initEvalResult();

@@ -175,6 +175,9 @@ struct Push {
   blockLo @2 :UInt32;
   blockSize @3 :UInt32;
   chunks @4 :List(ChunkRef);
+  shm @5 :ShmRegionRef;           # optional: a region of the worker's (common/shm.h) holding the bytes of
+  shmChunks @6 :List(ShmChunk);   # these chunks; the shard reads them before it answers, and refuses the
+                                  # push with FailedPrecondition when it cannot map the region
 }
 
 struct PushReply {

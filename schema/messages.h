@@ -153,11 +153,23 @@ struct StepDone {
   std::string checkpoint_error;  // why the newest checkpoint attempt failed (empty: it did not)
 };
 
+// A chunk's bytes in a shared-memory region: of a push, or of a pull reply
+// (written into the region the pull named).
+struct ShmChunk {
+  ChunkId chunk;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
 struct Push {
   Epoch epoch{0};
   Step step{0};  // -1: initial values, stored as version 0
   Block block;
-  std::vector<ChunkBytes> chunks;
+  std::vector<ChunkBytes> chunks;  // bytes in the message
+  // A region of the worker's on this host (common/shm.h) holding the bytes of
+  // `shm_chunks`; the worker writes it again only after the shard's reply.
+  std::optional<ShmRegionRef> shm{};
+  std::vector<ShmChunk> shm_chunks{};
 };
 
 struct PushReply {
@@ -174,13 +186,6 @@ struct Pull {
   // and where each of `chunks` goes in it; the shard may answer inline instead.
   std::optional<ShmRegionRef> shm{};
   std::vector<uint64_t> shm_offsets{};
-};
-
-// A chunk of a pull reply written into the pull's shared-memory region.
-struct ShmChunk {
-  ChunkId chunk;
-  uint64_t offset = 0;
-  uint64_t size = 0;
 };
 
 struct PullReply {

@@ -344,7 +344,11 @@ class ShardImpl final : public Shard {
     }
     Body& body = in.envelope->body;
     if (auto* push = std::get_if<Push>(&body)) {
-      auto outcome = state_.HandlePush(*push);
+      // Bytes in a worker's shared memory are read in place, before the reply lets the worker write there again.
+      Status readable = options_.refuse_shm_pushes && push->shm.has_value()
+                            ? FailedPrecondition("refusing pushes in shared memory (--refuse_shm_pushes)")
+                            : ResolveShmChunks(&shm_, push);
+      auto outcome = readable.ok() ? state_.HandlePush(*push) : StatusOr<ShardState::PushOutcome>(readable);
       if (!outcome.ok()) {
         LOG(WARNING) << "refused push for step " << push->step << " block " << push->block.ToString() << ": "
                      << outcome.status().ToString();
@@ -499,7 +503,7 @@ class ShardImpl final : public Shard {
   std::unique_ptr<Channel> coordinator_;
   ShardState state_;
   std::deque<WaitingPull> waiting_;  // ordered by deadline (all share one wait)
-  ShmMappings shm_;                   // the regions of the workers on this host that pulls named
+  ShmMappings shm_;                   // the regions of the workers on this host that pulls and pushes named
   int64_t inline_pulls_ = 0;          // pulls that named shared memory, answered inline
   bool done_ = false;
   Status fatal_;

@@ -13,6 +13,9 @@ DEFINE_string(coordinator, "", "The coordinator's endpoint, e.g. tcp://127.0.0.1
 DEFINE_string(bind, "tcp://127.0.0.1:0", "Endpoint workers connect to (port 0: any free port)");
 DEFINE_string(token_file, "", "File holding the job's secret token (empty: no token)");
 DEFINE_int32(pull_wait_ms, 30000, "How long a pull may wait for its version");
+DEFINE_bool(refuse_shm_pushes, false,
+            "Testing aid: refuse every push that names shared memory, as a shard that cannot map the worker's "
+            "regions would (the worker then pushes through the socket)");
 DEFINE_string(addr_file, "", "Write the endpoint workers connect to into this file once serving");
 DEFINE_string(store, "", "RocksDB directory of this shard's durable state (empty: memory only). A shard "
                          "started on a store holding checkpoints restores the newest one");
@@ -50,6 +53,7 @@ int main(int argc, char** argv) {
   }
   options.token = *token;
   options.pull_wait = std::chrono::milliseconds(FLAGS_pull_wait_ms);
+  options.refuse_shm_pushes = FLAGS_refuse_shm_pushes;
   options.store_path = FLAGS_store;
   options.checkpoint_every = FLAGS_checkpoint_every;
   options.keep_checkpoints = FLAGS_keep_checkpoints;

@@ -496,4 +496,19 @@ Status MoveIntoShm(const Pull& pull, ShmMappings* maps, PullReply* reply) {
   return OkStatus();
 }
 
+Status ResolveShmChunks(ShmMappings* maps, Push* push) {
+  if (push->shm_chunks.empty()) return OkStatus();
+  if (!push->shm.has_value()) return InvalidArgument("shared-memory chunks in a push without a region");
+  const uint64_t size = push->shm->size;
+  for (const ShmChunk& c : push->shm_chunks) {
+    if (c.offset < ShmRegion::kHeaderBytes || c.offset > size || c.size > size - c.offset) {
+      return InvalidArgument("chunk " + std::to_string(c.chunk.value()) + " lies outside the shared-memory region");
+    }
+  }
+  EPS_ASSIGN_OR_RETURN(const uint8_t* region, maps->Map(*push->shm));
+  for (const ShmChunk& c : push->shm_chunks) push->chunks.push_back({c.chunk, region + c.offset, c.size, nullptr});
+  push->shm_chunks.clear();
+  return OkStatus();
+}
+
 }  // namespace eps

@@ -98,6 +98,8 @@ std::vector<Envelope> EveryMessageKind() {
   push.step = Step(-1);
   push.block = Block{8, 4};
   push.chunks = {MakeChunk(0, 1000, 1), MakeChunk(7, 4, 2), MakeChunk(3, 0, 3), MakeChunk(12, 1 << 16, 4)};
+  push.shm = ShmRegionRef{4243, 9, 0xbeefULL << 32, 1 << 24};  // chunks both in frames and in shared memory
+  push.shm_chunks = {{ChunkId(2), 64, 4096}, {ChunkId(9), 8192, 1 << 20}};
   out.push_back({"tok-push", push});
   out.push_back({"tok-pr", PushReply{Step(41), 5, 2}});
   out.push_back({"tok-pull", Pull{Step(8), {ChunkId(1), ChunkId(5), ChunkId(4000000000u)}, WireDType::kBF16,
@@ -169,6 +171,15 @@ void ExpectSameChunks(const std::vector<ChunkBytes>& sent, const std::vector<Chu
   }
 }
 
+void ExpectSameShmChunks(const std::vector<ShmChunk>& sent, const std::vector<ShmChunk>& got) {
+  ASSERT_EQ(sent.size(), got.size());
+  for (size_t i = 0; i < sent.size(); ++i) {
+    EXPECT_EQ(sent[i].chunk, got[i].chunk);
+    EXPECT_EQ(sent[i].offset, got[i].offset);
+    EXPECT_EQ(sent[i].size, got[i].size);
+  }
+}
+
 void ExpectSameBody(const Body& sent, const Body& got) {
   ASSERT_EQ(sent.index(), got.index()) << BodyName(sent) << " came back as " << BodyName(got);
   std::visit(
@@ -218,6 +229,8 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.step, b.step);
           EXPECT_EQ(a.block, b.block);
           ExpectSameChunks(a.chunks, b.chunks);
+          EXPECT_EQ(a.shm, b.shm);
+          ExpectSameShmChunks(a.shm_chunks, b.shm_chunks);
         } else if constexpr (std::is_same_v<T, PushReply>) {
           EXPECT_EQ(a.step, b.step);
           EXPECT_EQ(a.accepted, b.accepted);
@@ -231,12 +244,7 @@ void ExpectSameBody(const Body& sent, const Body& got) {
         } else if constexpr (std::is_same_v<T, PullReply>) {
           EXPECT_EQ(a.version, b.version);
           ExpectSameChunks(a.chunks, b.chunks);
-          ASSERT_EQ(a.shm_chunks.size(), b.shm_chunks.size());
-          for (size_t i = 0; i < a.shm_chunks.size(); ++i) {
-            EXPECT_EQ(a.shm_chunks[i].chunk, b.shm_chunks[i].chunk);
-            EXPECT_EQ(a.shm_chunks[i].offset, b.shm_chunks[i].offset);
-            EXPECT_EQ(a.shm_chunks[i].size, b.shm_chunks[i].size);
-          }
+          ExpectSameShmChunks(a.shm_chunks, b.shm_chunks);
         } else if constexpr (std::is_same_v<T, EvalResult>) {
           EXPECT_EQ(a.worker, b.worker);
           EXPECT_EQ(a.version, b.version);
@@ -670,6 +678,13 @@ TEST(Codec, APullIntoSharedMemoryNamesOneOffsetPerChunk) {
   ExpectInvalid(EncodeOrDie({"t", Pull{Step(1), {ChunkId(1), ChunkId(2)}, WireDType::kFP32, region, {64}}}),
                 "one offset per chunk");
   EXPECT_TRUE(Decode(EncodeOrDie({"t", Pull{Step(1), {ChunkId(1)}, WireDType::kFP32, region, {64}}})).ok());
+}
+
+TEST(Codec, APushNamesSharedMemoryChunksOnlyWithARegion) {
+  Push push{Epoch(1), Step(3), Block{0, 2}, {}, std::nullopt, {{ChunkId(1), 64, 16}}};
+  ExpectInvalid(EncodeOrDie({"t", push}), "without a region");
+  push.shm = ShmRegionRef{4242, 17, 99, 1 << 20};
+  EXPECT_TRUE(Decode(EncodeOrDie({"t", push})).ok());
 }
 
 TEST(CodecFuzz, RandomBytesGiveStatusNotCrash) {

@@ -1211,6 +1211,63 @@ TEST(ShardStatePull, APullIntoSharedMemoryGetsTheSameBytesThereAndABadOneStaysIn
   EXPECT_TRUE(std::equal(before.begin(), before.end(), (*region)->data()));
 }
 
+// Moves the bytes of every other chunk of `push` into `region` (after its
+// header, one after another) and names them there, as a worker on the same
+// host does; the rest stay in the message (as a worker's buffer chunks do).
+Push IntoShm(Push push, ShmRegion& region) {
+  std::vector<ChunkBytes> kept;
+  uint64_t at = ShmRegion::kHeaderBytes;
+  push.shm = region.ref();
+  for (size_t i = 0; i < push.chunks.size(); ++i) {
+    const ChunkBytes& cb = push.chunks[i];
+    if (i % 2 == 1) {
+      kept.push_back(cb);
+      continue;
+    }
+    if (at + cb.size > region.ref().size) ADD_FAILURE() << "the test region is too small";
+    std::memcpy(region.data() + at, cb.data, cb.size);
+    push.shm_chunks.push_back({cb.chunk, at, cb.size});
+    at += cb.size;
+  }
+  push.chunks = std::move(kept);
+  return push;
+}
+
+TEST(ShardStatePush, APushFromSharedMemoryStepsAsTheSameInlinePushAndOneItCannotReadChangesNothing) {
+  Job job(53);
+  for (ShardId s : AllShards()) {
+    auto via_shm = InitializedShard(job, s);
+    auto region = ShmRegion::Create(1 << 20);
+    ASSERT_TRUE(region.ok()) << region.status().ToString();
+    ShmMappings maps;
+    for (int64_t t = 0; t < 2; ++t) {
+      for (auto [block, buffers] : {std::pair{Block{0, 4}, true}, std::pair{Block{4, 1}, false}}) {
+        Push push = IntoShm(job.BlockPush(s, t, block, buffers), **region);
+        ASSERT_FALSE(push.shm_chunks.empty());
+        // Chunks outside the region or in its header, a region it cannot map: refused, the push as it was.
+        for (auto [bad, code] : {std::pair{0, StatusCode::kInvalidArgument}, std::pair{1, StatusCode::kInvalidArgument},
+                                 std::pair{2, StatusCode::kFailedPrecondition}}) {
+          Push refused = push;
+          if (bad == 0) refused.shm_chunks.back().offset = (*region)->ref().size - 1;
+          if (bad == 1) refused.shm_chunks.front().offset = 8;
+          if (bad == 2) refused.shm->token ^= 1;
+          EXPECT_EQ(ResolveShmChunks(&maps, &refused).code(), code) << bad;
+          EXPECT_EQ(refused.chunks.size(), push.chunks.size());
+          EXPECT_EQ(refused.shm_chunks.size(), push.shm_chunks.size());
+        }
+        ASSERT_TRUE(ResolveShmChunks(&maps, &push).ok());
+        EXPECT_TRUE(push.shm_chunks.empty());
+        auto outcome = via_shm->HandlePush(push);
+        ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();
+        EXPECT_EQ(outcome->reply.duplicates, 0u);
+      }
+      // The same bits as the inline pushes give (the job's expectation).
+      EXPECT_EQ(via_shm->version(), Step(t + 1));
+      ExpectVersion(*via_shm, job, s, t + 1);
+    }
+  }
+}
+
 TEST(ShardStatePull, ThePreviousVersionStaysReadableForOneStep) {
   Job job(51);
   for (ShardId s : AllShards()) {

@@ -446,9 +446,14 @@ class WorkerImpl final : public Worker {
       shm_offset_[c.id.value()] = end;
       end += (PulledBytes(c) + 63) / 64 * 64;
     }
+    // A block partial's region: the fp32 sum, then its encoding in the gradient wire dtype, if compressed.
+    push_region_size_ = ShmRegion::kHeaderBytes + (flat_size_ * sizeof(float) + 63) / 64 * 64;
+    if (spec_.grad_wire_dtype != WireDType::kFP32) push_region_size_ += flat_size_ * WireDTypeSize(spec_.grad_wire_dtype);
     shards_.resize(shard_addresses_.size());
     pullers_.resize(shard_addresses_.size());
     pull_regions_.resize(shard_addresses_.size());
+    shm_pushes_.assign(shard_addresses_.size(), 0);
+    shm_refused_.assign(shard_addresses_.size(), 0);
     outstanding_.assign(shards_.size(), 0);
     EPS_RETURN_IF_ERROR(ReconnectShards());
     pull_groups_ = PullGroups();
@@ -475,13 +480,16 @@ class WorkerImpl final : public Worker {
   // prefetch) must not be taken for the next plan's.
   Status ReconnectShards() {
     pulling_.reset();
+    // A shard may still read the pushes sent on the old sockets: their regions are never written again.
+    push_regions_used_.clear();
     for (size_t s = 0; s < shards_.size(); ++s) {
       EPS_ASSIGN_OR_RETURN(shards_[s], Channel::Connect(context_, shard_addresses_[s]));
       EPS_ASSIGN_OR_RETURN(pullers_[s], Channel::Connect(context_, shard_addresses_[s]));
       outstanding_[s] = 0;
+      shm_pushes_[s] = 0;  // the shard may have moved: pushes wait for a pull answered through shared memory
       // A fresh region with the fresh socket: a shard may still answer the old one's pulls into the old one.
       pull_regions_[s].reset();
-      if (!options_.shm_pulls) continue;
+      if (!options_.shm) continue;
       auto region = ShmRegion::Create(shm_size_[s]);
       if (region.ok()) {
         pull_regions_[s] = std::move(region).value();
@@ -649,7 +657,8 @@ class WorkerImpl final : public Worker {
   TensorKind KindOf(const Chunk& c) const { return layout_.tensors[c.tensor].kind; }
 
   Status SendPush(size_t shard, Push push) {
-    if (push.chunks.empty()) return OkStatus();
+    if (push.chunks.empty() && push.shm_chunks.empty()) return OkStatus();
+    ++(push.shm_chunks.empty() ? times_.inline_pushes : times_.shm_pushes);
     EPS_RETURN_IF_ERROR(shards_[shard]->Send(Envelope{options_.token, std::move(push)}));
     ++outstanding_[shard];
     return OkStatus();
@@ -671,7 +680,12 @@ class WorkerImpl final : public Worker {
         watch.push_back(shards_[s].get());
         watched.emplace_back(true, s);
       }
-      if (watch.empty()) return OkStatus();
+      if (watch.empty()) {
+        // Every push is acknowledged: the shards have read the regions they named.
+        for (auto& region : push_regions_used_) push_regions_free_.push_back(std::move(region));
+        push_regions_used_.clear();
+        return OkStatus();
+      }
       for (size_t s = 0; pulling_.has_value() && pulling_->failed.ok() && s < pullers_.size(); ++s) {
         if (pulling_->answers[s] == 0) continue;
         watch.push_back(pullers_[s].get());
@@ -689,6 +703,13 @@ class WorkerImpl final : public Worker {
       --outstanding_[s];
       if (!in.envelope.ok()) return in.envelope.status().WithContext("bad reply from shard " + std::to_string(s));
       if (auto* err = std::get_if<ErrorReply>(&in.envelope->body)) {
+        if (err->code == StatusCode::kFailedPrecondition && shm_pushes_[s]) {
+          // The shard cannot map this worker's regions after all (the plan is abandoned and pushed again).
+          LOG(WARNING) << "shard " << s << " cannot read pushes in shared memory (" << err->message
+                       << "): pushing to it through the socket from now on";
+          shm_refused_[s] = 1;
+          shm_pushes_[s] = 0;
+        }
         return err->ToStatus().WithContext("shard " + std::to_string(s));
       }
       if (!std::holds_alternative<PushReply>(in.envelope->body)) {
@@ -830,6 +851,7 @@ class WorkerImpl final : public Worker {
       EPS_RETURN_IF_ERROR(WritePulledChunk(s, c.chunk, region->data() + c.offset, c.size));
     }
     ++times_.shm_replies;
+    shm_pushes_[s] = !shm_refused_[s];  // the shard can map this worker's regions
     return OkStatus();
   }
 
@@ -924,6 +946,8 @@ class WorkerImpl final : public Worker {
     Block block;
     std::shared_ptr<float[]> sum;                    // the partial in flat layout, fp32
     std::shared_ptr<uint16_t[]> encoded;             // the same in the gradient wire dtype, if compressed
+    std::shared_ptr<ShmRegion> region;               // holding `sum` and `encoded`, or null (on the heap)
+    std::vector<char> shm_to;                        // by shard: push from `region` (the message names the bytes)
     std::vector<char> ready;                         // by tensor: its part of the partial is final
     std::vector<char> sent;                          // by chunk
     size_t unsent_bytes = 0;                         // ready, not sent
@@ -933,11 +957,45 @@ class WorkerImpl final : public Worker {
   // Bytes of ready chunks worth a push of their own before backward ends.
   static constexpr size_t kEagerPushBytes = 256 << 10;
 
+  // Runs on the compute thread: it owns the region pool and the shard flags read here.
   OutgoingBlock StartBlock(const Block& block) {
-    OutgoingBlock out{block, std::shared_ptr<float[]>(new float[flat_size_]), nullptr,
-                      std::vector<char>(layout_.tensors.size(), 0), std::vector<char>(layout_.chunks.size(), 0), 0};
-    if (spec_.grad_wire_dtype != WireDType::kFP32) out.encoded.reset(new uint16_t[flat_size_]);
+    OutgoingBlock out{block,    nullptr, nullptr, nullptr, shm_pushes_, std::vector<char>(layout_.tensors.size(), 0),
+                      std::vector<char>(layout_.chunks.size(), 0)};
+    const bool compressed = spec_.grad_wire_dtype != WireDType::kFP32;
+    if (std::find(out.shm_to.begin(), out.shm_to.end(), 1) != out.shm_to.end()) out.region = TakePushRegion();
+    if (out.region == nullptr) {
+      std::fill(out.shm_to.begin(), out.shm_to.end(), 0);
+      out.sum.reset(new float[flat_size_]);
+      if (compressed) out.encoded.reset(new uint16_t[flat_size_]);
+      return out;
+    }
+    uint8_t* at = out.region->data() + ShmRegion::kHeaderBytes;
+    out.sum = std::shared_ptr<float[]>(out.region, reinterpret_cast<float*>(at));
+    at += (flat_size_ * sizeof(float) + 63) / 64 * 64;
+    if (compressed) out.encoded = std::shared_ptr<uint16_t[]>(out.region, reinterpret_cast<uint16_t*>(at));
     return out;
+  }
+
+  // A region for a block partial, written by nobody else until the step's
+  // pushes are all acknowledged (AwaitPushes gives it back) or dropped with
+  // the sockets; reused, so that neither side faults its pages in again.
+  // Null if none can be made (the block is pushed through the socket).
+  std::shared_ptr<ShmRegion> TakePushRegion() {
+    std::shared_ptr<ShmRegion> region;
+    if (!push_regions_free_.empty()) {
+      region = std::move(push_regions_free_.back());
+      push_regions_free_.pop_back();
+    } else {
+      auto made = ShmRegion::Create(push_region_size_);
+      if (!made.ok()) {
+        LOG_EVERY_N(WARNING, 100) << "no shared memory for a push (pushing through the socket): "
+                                  << made.status().ToString();
+        return nullptr;
+      }
+      region = std::move(made).value();
+    }
+    push_regions_used_.push_back(region);
+    return region;
   }
 
   // Tensor i's part of the partial is final: pushes the chunks ready so far once they are worth it.
@@ -952,30 +1010,39 @@ class WorkerImpl final : public Worker {
   // finisher has rounded the partial to it, so encoding loses nothing); with
   // `vw0_buffers` (the block holds VW 0, and its partial is complete) the
   // buffer chunks too.
+  // The partial's chunks go in the message, or, to a shard in out.shm_to, stay
+  // in out.region and the message says where; buffers always go in the message.
   Status PushReady(const StepPlan& plan, OutgoingBlock& out, const std::vector<Bytes>& vw0_buffers) {
     const WireDType wire = spec_.grad_wire_dtype;
     for (size_t s = 0; s < shards_.size(); ++s) {
       Push push{plan.epoch, plan.step, out.block, {}};
-      push.chunks = ChunksFor(
-          ShardId(s),
-          [&](const Chunk& c) {
-            return !out.sent[c.id.value()] &&
-                   (KindOf(c) == TensorKind::kBuffer ? !vw0_buffers.empty() : out.ready[c.tensor] != 0);
-          },
-          [&](const Chunk& c) {
-            out.sent[c.id.value()] = 1;
-            if (KindOf(c) == TensorKind::kBuffer) {
-              const Bytes& b = vw0_buffers[c.tensor];
-              const size_t elem = DTypeSize(layout_.tensors[c.tensor].dtype);
-              return ChunkBytes{c.id, b->data() + c.offset * elem, layout_.ChunkBytes(c), b};
-            }
-            const size_t at = flat_offset_[c.tensor] + c.offset;
-            if (wire == WireDType::kFP32) {
-              return ChunkBytes{c.id, out.sum.get() + at, layout_.WireBytes(c, wire), out.sum};
-            }
+      for (const Chunk& c : layout_.chunks) {
+        if (c.shard.value() != s || out.sent[c.id.value()]) continue;
+        if (KindOf(c) == TensorKind::kBuffer) {
+          if (vw0_buffers.empty()) continue;
+          const Bytes& b = vw0_buffers[c.tensor];
+          const size_t elem = DTypeSize(layout_.tensors[c.tensor].dtype);
+          push.chunks.push_back({c.id, b->data() + c.offset * elem, layout_.ChunkBytes(c), b});
+        } else {
+          if (!out.ready[c.tensor]) continue;
+          const size_t at = flat_offset_[c.tensor] + c.offset;
+          const void* bytes = out.sum.get() + at;
+          std::shared_ptr<const void> owner = out.sum;
+          if (wire != WireDType::kFP32) {
             EncodeWire(wire, out.sum.get() + at, c.numel, out.encoded.get() + at);
-            return ChunkBytes{c.id, out.encoded.get() + at, layout_.WireBytes(c, wire), out.encoded};
-          });
+            bytes = out.encoded.get() + at;
+            owner = out.encoded;
+          }
+          if (out.shm_to[s]) {
+            const uint64_t offset = static_cast<const uint8_t*>(bytes) - out.region->data();
+            push.shm_chunks.push_back({c.id, offset, layout_.WireBytes(c, wire)});
+          } else {
+            push.chunks.push_back({c.id, bytes, layout_.WireBytes(c, wire), std::move(owner)});
+          }
+        }
+        out.sent[c.id.value()] = 1;
+      }
+      if (!push.shm_chunks.empty()) push.shm = out.region->ref();
       EPS_RETURN_IF_ERROR(SendPush(s, std::move(push)));
     }
     out.unsent_bytes = 0;
@@ -1157,6 +1224,8 @@ class WorkerImpl final : public Worker {
     int64_t dropped = 0;    // runs ahead the answer overruled
     int64_t shm_replies = 0;     // pull replies whose bytes came through shared memory
     int64_t inline_replies = 0;  // pull replies whose bytes came in the message
+    int64_t shm_pushes = 0;      // pushes that named bytes in shared memory (written by the reducing thread)
+    int64_t inline_pushes = 0;   // pushes with all their bytes in the message (likewise)
     std::string ToString() const {
       auto ms = [this](Duration d) {
         const double total_ms = std::chrono::duration<double, std::milli>(d).count();
@@ -1166,7 +1235,8 @@ class WorkerImpl final : public Worker {
              ", compute " + ms(compute) + ", copies " + ms(copies) + ", push wait " + ms(push_wait) + "; " +
              std::to_string(ahead) + " run ahead of their plan, " + std::to_string(dropped) + " runs ahead dropped; " +
              std::to_string(shm_replies) + " pull replies through shared memory, " + std::to_string(inline_replies) +
-             " inline";
+             " inline; " + std::to_string(shm_pushes) + " pushes through shared memory, " +
+             std::to_string(inline_pushes) + " inline";
     }
   };
   Times times_;
@@ -1201,6 +1271,11 @@ class WorkerImpl final : public Worker {
   std::vector<std::unique_ptr<ShmRegion>> pull_regions_;  // by shard: where it may write pull replies (or null)
   std::vector<uint64_t> shm_offset_;  // by chunk: its place in its shard's region
   std::vector<uint64_t> shm_size_;    // by shard: its region's size
+  std::vector<char> shm_pushes_;   // by shard: it answered a pull through shared memory, so it can read pushes there
+  std::vector<char> shm_refused_;  // by shard: it refused a push in shared memory: through the socket for good
+  size_t push_region_size_ = 0;    // a block partial's region (StartBlock)
+  // Regions of block partials: named by pushes not all acknowledged yet, and free for the next blocks.
+  std::vector<std::shared_ptr<ShmRegion>> push_regions_used_, push_regions_free_;
   std::vector<std::vector<std::vector<ChunkId>>> pull_groups_;  // by shard: the chunks of each pull (PullGroups)
   std::vector<int> outstanding_;  // push replies not yet collected, by shard
   // A pull of one version sent to every shard, its replies being taken.

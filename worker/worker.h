@@ -81,10 +81,13 @@ struct WorkerOptions {
   // never what the worker computes; lets a CPU-only test exercise the refusal
   // of a worker of another kind.
   std::string reported_device_kind;
-  // Offer each shard a shared-memory region for its pull replies (common/shm.h):
-  // a shard on the same host writes w(t+1) there instead of sending it through
-  // the socket; one elsewhere answers inline. Changes timing, never bits.
-  bool shm_pulls = true;
+  // Move tensor bytes through shared memory (common/shm.h) with the shards on
+  // this host: each pull offers a region that a shard on the same host writes
+  // w(t+1) into instead of sending it through the socket (one elsewhere
+  // answers inline), and once a shard has answered a pull that way, the block
+  // partials are pushed to it from regions too (the message names where they
+  // are). Changes timing, never bits.
+  bool shm = true;
 };
 
 class Worker {

@@ -48,9 +48,11 @@ DEFINE_string(compute_cpus, "",
               "the worker's other threads (ZeroMQ I/O, gradient reduction, heartbeats) then run on the rest of "
               "the CPUs it may use. Empty: no pinning. Changes timing, never bits");
 
-DEFINE_bool(shm_pulls, true,
-            "Offer the shards a shared-memory region for the pull replies: a shard on the same host writes "
-            "the weights there instead of through the socket (others answer inline). Changes timing, never bits");
+DEFINE_bool(shm, true,
+            "Move tensor bytes to and from shards on this host through shared memory instead of the socket: "
+            "each pull offers a region the shard writes the weights into (a shard elsewhere answers inline), "
+            "and once a shard has answered that way the block partials are pushed to it from regions too. "
+            "Changes timing, never bits");
 DEFINE_string(reported_device_kind, "",
               "Testing aid: report this device kind to the coordinator instead of the device's own (the "
               "computation is unchanged)");
@@ -183,7 +185,7 @@ int main(int argc, char** argv) {
   options.threads = FLAGS_threads;
   options.slowdown = FLAGS_slowdown;
   options.reported_device_kind = FLAGS_reported_device_kind;
-  options.shm_pulls = FLAGS_shm_pulls;
+  options.shm = FLAGS_shm;
   if (!(FLAGS_slowdown >= 1.0) || FLAGS_slowdown > 1000) {
     LOG(ERROR) << "--slowdown must be in [1, 1000], got " << FLAGS_slowdown;
     return 2;

@@ -87,9 +87,9 @@ class RunDirTest(unittest.TestCase):
                         f"--addr_file={d}/coordinator.addr", f"--token_file={token}", *flags], f"{d}/coordinator.log")
         return p, wait_for_file(f"{d}/coordinator.addr", proc=p)
 
-    def start_shard(self, d, coordinator, token, shard, *flags):
-        """Starts shard `shard`; returns its endpoint."""
-        p = self.start([os.path.join(BIN, "shard"), f"--coordinator={coordinator}", f"--shard_id={shard}",
+    def start_shard(self, d, coordinator, token, shard, *flags, prefix=()):
+        """Starts shard `shard` (its command line after `prefix`); returns its endpoint."""
+        p = self.start([*prefix, os.path.join(BIN, "shard"), f"--coordinator={coordinator}", f"--shard_id={shard}",
                         f"--token_file={token}", f"--addr_file={d}/shard{shard}.addr", *flags], f"{d}/shard{shard}.log")
         return wait_for_file(f"{d}/shard{shard}.addr", proc=p)
 
