@@ -22,7 +22,7 @@ std::string Errno(const std::string& what) { return what + ": " + std::strerror(
 
 StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Create(size_t size) {
   if (size < kHeaderBytes) return InvalidArgument("a shared-memory region holds at least its header");
-  const int fd = memfd_create("eps-pull", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  const int fd = memfd_create("eps-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Unavailable(Errno("memfd_create"));
   auto fail = [fd](const std::string& what) {
     Status st = Unavailable(Errno(what));
@@ -51,28 +51,30 @@ ShmMappings::~ShmMappings() {
   for (const Mapping& m : maps_) munmap(m.data, m.ref.size);
 }
 
-StatusOr<uint8_t*> ShmMappings::Map(const ShmRegionRef& ref) {
-  for (auto it = maps_.begin(); it != maps_.end(); ++it) {
-    if (it->ref == ref) {
-      maps_.splice(maps_.begin(), maps_, it);
-      return it->data;
-    }
-  }
-  if (std::find(refused_.begin(), refused_.end(), ref) != refused_.end()) {
+StatusOr<uint8_t*> ShmMappings::Map(const ShmRegionRef& ref, Clock::time_point now) {
+  auto it = std::find_if(maps_.begin(), maps_.end(), [&](const Mapping& m) { return m.ref == ref; });
+  if (it != maps_.end()) {
+    maps_.splice(maps_.begin(), maps_, it);
+  } else if (std::find(refused_.begin(), refused_.end(), ref) != refused_.end()) {
     return FailedPrecondition("shared-memory region refused before");
+  } else {
+    StatusOr<uint8_t*> data = Open(ref);
+    if (!data.ok()) {
+      refused_.push_front(ref);
+      if (refused_.size() > capacity_) refused_.pop_back();
+      return data.status();
+    }
+    maps_.push_front({ref, *data, now});
+    if (maps_.size() > capacity_) Unmap();
   }
-  StatusOr<uint8_t*> data = Open(ref);
-  if (!data.ok()) {
-    refused_.push_front(ref);
-    if (refused_.size() > capacity_) refused_.pop_back();
-    return data.status();
-  }
-  maps_.push_front({ref, *data});
-  if (maps_.size() > capacity_) {
-    munmap(maps_.back().data, maps_.back().ref.size);
-    maps_.pop_back();
-  }
-  return *data;
+  maps_.front().used = now;
+  while (maps_.size() > 1 && now - maps_.back().used > idle_) Unmap();
+  return maps_.front().data;
+}
+
+void ShmMappings::Unmap() {
+  munmap(maps_.back().data, maps_.back().ref.size);
+  maps_.pop_back();
 }
 
 StatusOr<uint8_t*> ShmMappings::Open(const ShmRegionRef& ref) const {

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <chrono>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -59,10 +60,14 @@ class ShmRegion {
 
 // The shard's side: the regions it has mapped, the most recently used first,
 // at most `capacity` of them (the oldest is unmapped), and the names it could
-// not map (not retried). Not thread-safe.
+// not map (not retried). A mapping not used for `idle` is unmapped at the next
+// Map: the memory of a worker that died, or that renewed its regions with its
+// sockets, is not kept alive here for long. Not thread-safe.
 class ShmMappings {
  public:
-  explicit ShmMappings(size_t capacity = 32) : capacity_(capacity) {}
+  using Clock = std::chrono::steady_clock;
+  explicit ShmMappings(size_t capacity = 32, Clock::duration idle = std::chrono::seconds(30))
+      : capacity_(capacity), idle_(idle) {}
   ~ShmMappings();
   ShmMappings(const ShmMappings&) = delete;
   ShmMappings& operator=(const ShmMappings&) = delete;
@@ -70,16 +75,21 @@ class ShmMappings {
   // The start of the named region, mapped read-write. FailedPrecondition when
   // it cannot be opened, is not a sealed memfd, is smaller than named or
   // does not hold the token (the caller answers inline).
-  StatusOr<uint8_t*> Map(const ShmRegionRef& ref);
+  // Valid until the next Map.
+  StatusOr<uint8_t*> Map(const ShmRegionRef& ref, Clock::time_point now = Clock::now());
   size_t mapped() const { return maps_.size(); }
 
  private:
   struct Mapping {
     ShmRegionRef ref;
     uint8_t* data;
+    Clock::time_point used;
   };
   StatusOr<uint8_t*> Open(const ShmRegionRef& ref) const;
+  // Unmaps the least recently used mapping.
+  void Unmap();
   size_t capacity_;
+  Clock::duration idle_;
   std::list<Mapping> maps_;          // most recently used first
   std::list<ShmRegionRef> refused_;  // at most `capacity_`, newest first
 };

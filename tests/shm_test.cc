@@ -80,5 +80,25 @@ TEST(Shm, TheOldestMappingGoesBeyondCapacity) {
   EXPECT_TRUE(maps.Map((*b)->ref()).ok());
 }
 
+TEST(Shm, AMappingUnusedForTheIdleTimeIsUnmapped) {
+  ShmMappings maps(8, std::chrono::seconds(10));
+  auto a = ShmRegion::Create(ShmRegion::kHeaderBytes + 64);
+  auto b = ShmRegion::Create(ShmRegion::kHeaderBytes + 64);
+  auto c = ShmRegion::Create(ShmRegion::kHeaderBytes + 64);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  const auto t0 = ShmMappings::Clock::now();
+  ASSERT_TRUE(maps.Map((*a)->ref(), t0).ok());
+  ASSERT_TRUE(maps.Map((*b)->ref(), t0 + std::chrono::seconds(5)).ok());
+  ASSERT_TRUE(maps.Map((*c)->ref(), t0 + std::chrono::seconds(12)).ok());  // a idled 12 s: unmapped
+  EXPECT_EQ(maps.mapped(), 2u);
+  ASSERT_TRUE(maps.Map((*b)->ref(), t0 + std::chrono::seconds(14)).ok());  // in use: kept
+  EXPECT_EQ(maps.mapped(), 2u);
+  ASSERT_TRUE(maps.Map((*b)->ref(), t0 + std::chrono::seconds(40)).ok());  // c idled 28 s
+  EXPECT_EQ(maps.mapped(), 1u);
+  // a maps again (its region still exists): an idle mapping is not a refused one.
+  EXPECT_TRUE(maps.Map((*a)->ref(), t0 + std::chrono::seconds(41)).ok());
+  EXPECT_EQ(maps.mapped(), 2u);
+}
+
 }  // namespace
 }  // namespace eps

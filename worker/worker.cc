@@ -480,8 +480,7 @@ class WorkerImpl final : public Worker {
   // prefetch) must not be taken for the next plan's.
   Status ReconnectShards() {
     pulling_.reset();
-    // A shard may still read the pushes sent on the old sockets: their regions are never written again.
-    push_regions_used_.clear();
+    ReleasePushRegions();
     for (size_t s = 0; s < shards_.size(); ++s) {
       EPS_ASSIGN_OR_RETURN(shards_[s], Channel::Connect(context_, shard_addresses_[s]));
       EPS_ASSIGN_OR_RETURN(pullers_[s], Channel::Connect(context_, shard_addresses_[s]));
@@ -681,9 +680,7 @@ class WorkerImpl final : public Worker {
         watched.emplace_back(true, s);
       }
       if (watch.empty()) {
-        // Every push is acknowledged: the shards have read the regions they named.
-        for (auto& region : push_regions_used_) push_regions_free_.push_back(std::move(region));
-        push_regions_used_.clear();
+        ReleasePushRegions();
         return OkStatus();
       }
       for (size_t s = 0; pulling_.has_value() && pulling_->failed.ok() && s < pullers_.size(); ++s) {
@@ -974,6 +971,19 @@ class WorkerImpl final : public Worker {
     at += (flat_size_ * sizeof(float) + 63) / 64 * 64;
     if (compressed) out.encoded = std::shared_ptr<uint16_t[]>(out.region, reinterpret_cast<uint16_t*>(at));
     return out;
+  }
+
+  // The regions of the blocks pushed so far become the ones the next blocks
+  // reuse (those left unused are dropped: the plan's range shrank) once every
+  // push is answered (a shard reads a push's region before it answers). A push
+  // not answered yet may still be read, maybe after this worker gave it up:
+  // with one outstanding, the regions are dropped instead, never written again.
+  void ReleasePushRegions() {
+    if (push_regions_used_.empty()) return;
+    if (std::all_of(outstanding_.begin(), outstanding_.end(), [](int n) { return n == 0; })) {
+      push_regions_free_ = std::move(push_regions_used_);
+    }
+    push_regions_used_.clear();
   }
 
   // A region for a block partial, written by nobody else until the step's
