@@ -444,11 +444,14 @@ class WorkerImpl final : public Worker {
       if (KindOf(c) == TensorKind::kLoss) continue;
       uint64_t& end = shm_size_[c.shard.value()];
       shm_offset_[c.id.value()] = end;
-      end += (PulledBytes(c) + 63) / 64 * 64;
+      end += Aligned(PulledBytes(c));
     }
     // A block partial's region: the fp32 sum, then its encoding in the gradient wire dtype, if compressed.
-    push_region_size_ = ShmRegion::kHeaderBytes + (flat_size_ * sizeof(float) + 63) / 64 * 64;
-    if (spec_.grad_wire_dtype != WireDType::kFP32) push_region_size_ += flat_size_ * WireDTypeSize(spec_.grad_wire_dtype);
+    push_encoded_at_ = ShmRegion::kHeaderBytes + Aligned(flat_size_ * sizeof(float));
+    push_region_size_ = push_encoded_at_;
+    if (spec_.grad_wire_dtype != WireDType::kFP32) {
+      push_region_size_ += flat_size_ * WireDTypeSize(spec_.grad_wire_dtype);
+    }
     shards_.resize(shard_addresses_.size());
     pullers_.resize(shard_addresses_.size());
     pull_regions_.resize(shard_addresses_.size());
@@ -654,6 +657,9 @@ class WorkerImpl final : public Worker {
   }
 
   TensorKind KindOf(const Chunk& c) const { return layout_.tensors[c.tensor].kind; }
+
+  // `bytes` rounded up to a cache line: where the next thing starts in a shared-memory region.
+  static uint64_t Aligned(uint64_t bytes) { return (bytes + 63) / 64 * 64; }
 
   Status SendPush(size_t shard, Push push) {
     if (push.chunks.empty() && push.shm_chunks.empty()) return OkStatus();
@@ -956,7 +962,7 @@ class WorkerImpl final : public Worker {
 
   // Runs on the compute thread: it owns the region pool and the shard flags read here.
   OutgoingBlock StartBlock(const Block& block) {
-    OutgoingBlock out{block,    nullptr, nullptr, nullptr, shm_pushes_, std::vector<char>(layout_.tensors.size(), 0),
+    OutgoingBlock out{block, nullptr, nullptr, nullptr, shm_pushes_, std::vector<char>(layout_.tensors.size(), 0),
                       std::vector<char>(layout_.chunks.size(), 0)};
     const bool compressed = spec_.grad_wire_dtype != WireDType::kFP32;
     if (std::find(out.shm_to.begin(), out.shm_to.end(), 1) != out.shm_to.end()) out.region = TakePushRegion();
@@ -966,10 +972,11 @@ class WorkerImpl final : public Worker {
       if (compressed) out.encoded.reset(new uint16_t[flat_size_]);
       return out;
     }
-    uint8_t* at = out.region->data() + ShmRegion::kHeaderBytes;
-    out.sum = std::shared_ptr<float[]>(out.region, reinterpret_cast<float*>(at));
-    at += (flat_size_ * sizeof(float) + 63) / 64 * 64;
-    if (compressed) out.encoded = std::shared_ptr<uint16_t[]>(out.region, reinterpret_cast<uint16_t*>(at));
+    uint8_t* base = out.region->data();
+    out.sum = std::shared_ptr<float[]>(out.region, reinterpret_cast<float*>(base + ShmRegion::kHeaderBytes));
+    if (compressed) {
+      out.encoded = std::shared_ptr<uint16_t[]>(out.region, reinterpret_cast<uint16_t*>(base + push_encoded_at_));
+    }
     return out;
   }
 
@@ -1019,9 +1026,9 @@ class WorkerImpl final : public Worker {
   // Pushes every ready chunk not sent yet, in the gradient wire dtype (the
   // finisher has rounded the partial to it, so encoding loses nothing); with
   // `vw0_buffers` (the block holds VW 0, and its partial is complete) the
-  // buffer chunks too.
-  // The partial's chunks go in the message, or, to a shard in out.shm_to, stay
-  // in out.region and the message says where; buffers always go in the message.
+  // buffer chunks too. The partial's chunks go in the message, or, to a shard
+  // in out.shm_to, stay in out.region and the message says where; buffers
+  // always go in the message.
   Status PushReady(const StepPlan& plan, OutgoingBlock& out, const std::vector<Bytes>& vw0_buffers) {
     const WireDType wire = spec_.grad_wire_dtype;
     for (size_t s = 0; s < shards_.size(); ++s) {
@@ -1284,6 +1291,7 @@ class WorkerImpl final : public Worker {
   std::vector<char> shm_pushes_;   // by shard: it answered a pull through shared memory, so it can read pushes there
   std::vector<char> shm_refused_;  // by shard: it refused a push in shared memory: through the socket for good
   size_t push_region_size_ = 0;    // a block partial's region (StartBlock)
+  size_t push_encoded_at_ = 0;     // where the partial's encoding starts in it
   // Regions of block partials: named by pushes not all acknowledged yet, and free for the next blocks.
   std::vector<std::shared_ptr<ShmRegion>> push_regions_used_, push_regions_free_;
   std::vector<std::vector<std::vector<ChunkId>>> pull_groups_;  // by shard: the chunks of each pull (PullGroups)
