@@ -20,6 +20,10 @@ std::string Errno(const std::string& what) { return what + ": " + std::strerror(
 
 }  // namespace
 
+bool ShmRegionRef::Holds(uint64_t offset, uint64_t bytes) const {
+  return offset >= ShmRegion::kHeaderBytes && offset <= size && bytes <= size - offset;
+}
+
 StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Create(size_t size) {
   if (size < kHeaderBytes) return InvalidArgument("a shared-memory region holds at least its header");
   const int fd = memfd_create("eps-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);

@@ -35,6 +35,8 @@ struct ShmRegionRef {
   bool operator==(const ShmRegionRef& o) const {
     return pid == o.pid && fd == o.fd && token == o.token && size == o.size;
   }
+  // Whether `bytes` bytes at `offset` lie inside the region, after its header.
+  bool Holds(uint64_t offset, uint64_t bytes) const;
 };
 
 // The worker's side: a sealed memfd of `size` bytes mapped read-write, its

@@ -477,11 +477,9 @@ Status MoveIntoShm(const Pull& pull, ShmMappings* maps, PullReply* reply) {
   if (!pull.shm.has_value()) return FailedPrecondition("the pull names no shared memory");
   // HandlePull answers the chunks a pull names in the order it names them: the i-th goes to the i-th offset.
   if (pull.shm_offsets.size() != reply->chunks.size()) return InvalidArgument("one shared-memory offset per chunk");
-  const uint64_t size = pull.shm->size;
   for (size_t i = 0; i < reply->chunks.size(); ++i) {
     const ChunkBytes& cb = reply->chunks[i];
-    const uint64_t offset = pull.shm_offsets[i];
-    if (offset < ShmRegion::kHeaderBytes || offset > size || cb.size > size - offset) {
+    if (!pull.shm->Holds(pull.shm_offsets[i], cb.size)) {
       return InvalidArgument("chunk " + std::to_string(cb.chunk.value()) + " does not fit in the shared-memory region");
     }
   }
@@ -499,9 +497,8 @@ Status MoveIntoShm(const Pull& pull, ShmMappings* maps, PullReply* reply) {
 Status ResolveShmChunks(ShmMappings* maps, Push* push) {
   if (push->shm_chunks.empty()) return OkStatus();
   if (!push->shm.has_value()) return InvalidArgument("shared-memory chunks in a push without a region");
-  const uint64_t size = push->shm->size;
   for (const ShmChunk& c : push->shm_chunks) {
-    if (c.offset < ShmRegion::kHeaderBytes || c.offset > size || c.size > size - c.offset) {
+    if (!push->shm->Holds(c.offset, c.size)) {
       return InvalidArgument("chunk " + std::to_string(c.chunk.value()) + " lies outside the shared-memory region");
     }
   }

@@ -647,15 +647,6 @@ class WorkerImpl final : public Worker {
 
   // ---- shards ---------------------------------------------------------------
 
-  std::vector<ChunkBytes> ChunksFor(ShardId shard, const std::function<bool(const Chunk&)>& take,
-                                    const std::function<ChunkBytes(const Chunk&)>& bytes) const {
-    std::vector<ChunkBytes> out;
-    for (const Chunk& c : layout_.chunks) {
-      if (c.shard == shard && take(c)) out.push_back(bytes(c));
-    }
-    return out;
-  }
-
   TensorKind KindOf(const Chunk& c) const { return layout_.tensors[c.tensor].kind; }
 
   // `bytes` rounded up to a cache line: where the next thing starts in a shared-memory region.
@@ -888,13 +879,12 @@ class WorkerImpl final : public Worker {
     }
     for (size_t s = 0; s < shards_.size(); ++s) {
       Push push{Epoch(0), Step(-1), Block{0, 1}, {}};
-      push.chunks = ChunksFor(
-          ShardId(s), [&](const Chunk& c) { return KindOf(c) != TensorKind::kLoss; },
-          [&](const Chunk& c) {
-            const size_t elem = DTypeSize(layout_.tensors[c.tensor].dtype);
-            return ChunkBytes{c.id, static_cast<const uint8_t*>(model_->Data(c.tensor)) + c.offset * elem,
-                              layout_.ChunkBytes(c), nullptr};
-          });
+      for (const Chunk& c : layout_.chunks) {
+        if (c.shard.value() != s || KindOf(c) == TensorKind::kLoss) continue;
+        const size_t elem = DTypeSize(layout_.tensors[c.tensor].dtype);
+        push.chunks.push_back({c.id, static_cast<const uint8_t*>(model_->Data(c.tensor)) + c.offset * elem,
+                               layout_.ChunkBytes(c), nullptr});
+      }
       EPS_RETURN_IF_ERROR(SendPush(s, std::move(push)));
     }
     // The chunks point into the model: wait for the replies before it changes.
