@@ -71,13 +71,17 @@
 #include "storage/state_store.h"
 
 DEFINE_string(dir, "", "Scratch folder for the stores (must not exist; removed at the end)");
-DEFINE_string(write_elems, "10000000,100000000", "Model sizes (fp32 elements) of the write measurement, comma-separated");
-DEFINE_int64(recover_elems, 100000000, "Parameters of the recovered shard (0: skip the recovery measurement)");
+DEFINE_string(write_elems, "10000000,100000000",
+              "Model sizes (fp32 elements) of the write measurement, comma-separated");
+DEFINE_int64(recover_elems, 100000000,
+             "Parameters of the recovered shard (0: skip the recovery measurement)");
 DEFINE_int64(chunk_elems, 1 << 20, "Largest chunk (blob), in elements (1<<20 = 4 MiB)");
 DEFINE_int32(reps, 3, "Rounds of each measurement (store and raw alternate); medians are reported");
-DEFINE_bool(cold, false, "Also time recovery after dropping the database files from the page cache");
+DEFINE_bool(cold, false,
+            "Also time recovery after dropping the database files from the page cache");
 // Internal: one recovery in this process, started by the recover measurement.
-DEFINE_string(recover_child, "", "internal: store | raw: recover --recover_path once and print the seconds");
+DEFINE_string(recover_child, "",
+              "internal: store | raw: recover --recover_path once and print the seconds");
 DEFINE_string(recover_path, "", "internal: the database the child recovers");
 DEFINE_uint64(recover_bytes, 0, "internal: the bytes the raw database holds");
 
@@ -90,7 +94,9 @@ using Clock = std::chrono::steady_clock;
 constexpr char kJob[] = "durable_bench";
 constexpr char kOwner[] = "shard/0";
 
-double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 double Median(std::vector<double> xs) {
   if (xs.empty()) return 0;
@@ -149,7 +155,8 @@ rocksdb::Options RawOptions(bool create) {
 
 StatusOr<std::unique_ptr<rocksdb::DB>> OpenRaw(const std::string& path, bool create) {
   rocksdb::DB* db = nullptr;
-  EPS_RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(RawOptions(create), path, &db), "opening raw " + path));
+  EPS_RETURN_IF_ERROR(
+      FromRocks(rocksdb::DB::Open(RawOptions(create), path, &db), "opening raw " + path));
   return std::unique_ptr<rocksdb::DB>(db);
 }
 
@@ -164,12 +171,15 @@ StatusOr<RawWriteTimes> RawWrite(rocksdb::DB& db, const std::vector<BlobRef>& bl
   size_t reserved = 0;
   if (reserve) {
     reserved = 64;  // the batch's header
-    for (size_t i = 0; i < blobs.size(); ++i) reserved += 1 + 10 + RawKey(i).size() + blobs[i].size;  // tag, varints
+    for (size_t i = 0; i < blobs.size(); ++i)
+      reserved += 1 + 10 + RawKey(i).size() + blobs[i].size;  // tag, varints
   }
   rocksdb::WriteBatch batch(reserved);
   for (size_t i = 0; i < blobs.size(); ++i) {
-    EPS_RETURN_IF_ERROR(FromRocks(
-        batch.Put(RawKey(i), rocksdb::Slice(static_cast<const char*>(blobs[i].data), blobs[i].size)), "batching"));
+    EPS_RETURN_IF_ERROR(
+        FromRocks(batch.Put(RawKey(i),
+                            rocksdb::Slice(static_cast<const char*>(blobs[i].data), blobs[i].size)),
+                  "batching"));
   }
   RawWriteTimes t;
   t.batch_s = SecondsSince(t0);
@@ -189,13 +199,15 @@ StatusOr<double> RawRecover(const std::string& path, size_t expected_bytes) {
   std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const rocksdb::Slice v = it->value();
-    if (v.size() > expected_bytes - at) return Internal("raw database " + path + " holds more bytes than written");
+    if (v.size() > expected_bytes - at)
+      return Internal("raw database " + path + " holds more bytes than written");
     std::memcpy(buffer.get() + at, v.data(), v.size());
     at += v.size();
   }
   EPS_RETURN_IF_ERROR(FromRocks(it->status(), "raw read"));
   const double s = SecondsSince(t0);
-  if (at != expected_bytes) return Internal("raw database " + path + " gave back fewer bytes than written");
+  if (at != expected_bytes)
+    return Internal("raw database " + path + " gave back fewer bytes than written");
   return s;
 }
 
@@ -243,10 +255,13 @@ Status MeasureMemory(size_t bytes) {
   std::memcpy(p, src.data(), bytes);
   const double warm = SecondsSince(t0);
   munmap(p, bytes);
-  std::printf("memcpy of %.0f MB: %.3f s into fresh pages (%.1f us per 4 KiB page), %.3f s into warm ones\n",
-              bytes / 1e6, fresh, (fresh - warm) * 1e6 / (bytes / 4096.0), warm);
-  std::printf("result kind=memory bytes=%zu fresh_s=%.4f warm_s=%.4f fresh_gbps=%.3f warm_gbps=%.3f\n", bytes, fresh,
-              warm, GBps(bytes, fresh), GBps(bytes, warm));
+  std::printf(
+      "memcpy of %.0f MB: %.3f s into fresh pages (%.1f us per 4 KiB page), %.3f s into warm "
+      "ones\n",
+      bytes / 1e6, fresh, (fresh - warm) * 1e6 / (bytes / 4096.0), warm);
+  std::printf(
+      "result kind=memory bytes=%zu fresh_s=%.4f warm_s=%.4f fresh_gbps=%.3f warm_gbps=%.3f\n",
+      bytes, fresh, warm, GBps(bytes, fresh), GBps(bytes, warm));
   return OkStatus();
 }
 
@@ -257,7 +272,10 @@ Status MeasureWrite(const std::string& scratch, int64_t elems) {
   std::vector<BlobRef> blobs;
   for (int64_t at = 0, i = 0; at < elems; at += FLAGS_chunk_elems, ++i) {
     const int64_t n = std::min<int64_t>(FLAGS_chunk_elems, elems - at);
-    blobs.push_back({"value/" + std::to_string(i), values.data() + at, static_cast<size_t>(n) * sizeof(float), {}});
+    blobs.push_back({"value/" + std::to_string(i),
+                     values.data() + at,
+                     static_cast<size_t>(n) * sizeof(float),
+                     {}});
   }
   const size_t bytes = BytesOf(blobs);
   std::vector<double> store_s, raw_s, raw_batch_s, reserved_s;
@@ -282,14 +300,16 @@ Status MeasureWrite(const std::string& scratch, int64_t elems) {
     fs::remove_all(store_dir);
   }
   const double st = Median(store_s), raw = Median(raw_s), reserved = Median(reserved_s);
-  std::printf("write %" PRId64 " floats (%zu blobs, %.0f MB), seconds per round: StateStore %s | raw %s "
+  std::printf("write %" PRId64
+              " floats (%zu blobs, %.0f MB), seconds per round: StateStore %s | raw %s "
               "(of which building the batch %s) | raw, batch reserved %s\n",
-              elems, blobs.size(), bytes / 1e6, Join(store_s).c_str(), Join(raw_s).c_str(), Join(raw_batch_s).c_str(),
-              Join(reserved_s).c_str());
-  std::printf("result kind=write elems=%" PRId64 " bytes=%zu blobs=%zu reps=%d store_s=%.4f raw_s=%.4f "
+              elems, blobs.size(), bytes / 1e6, Join(store_s).c_str(), Join(raw_s).c_str(),
+              Join(raw_batch_s).c_str(), Join(reserved_s).c_str());
+  std::printf("result kind=write elems=%" PRId64
+              " bytes=%zu blobs=%zu reps=%d store_s=%.4f raw_s=%.4f "
               "raw_batch_s=%.4f reserved_s=%.4f store_gbps=%.3f raw_gbps=%.3f reserved_gbps=%.3f\n",
-              elems, bytes, blobs.size(), FLAGS_reps, st, raw, Median(raw_batch_s), reserved, GBps(bytes, st),
-              GBps(bytes, raw), GBps(bytes, reserved));
+              elems, bytes, blobs.size(), FLAGS_reps, st, raw, Median(raw_batch_s), reserved,
+              GBps(bytes, st), GBps(bytes, raw), GBps(bytes, reserved));
   std::fflush(stdout);
   return OkStatus();
 }
@@ -300,7 +320,8 @@ Status MeasureWrite(const std::string& scratch, int64_t elems) {
 // numbers it printed. Its stderr goes to ours.
 StatusOr<std::vector<double>> RunChild(const char* kind, const std::string& path, size_t bytes) {
   std::vector<std::string> args = {"/proc/self/exe", std::string("--recover_child=") + kind,
-                                   "--recover_path=" + path, "--recover_bytes=" + std::to_string(bytes),
+                                   "--recover_path=" + path,
+                                   "--recover_bytes=" + std::to_string(bytes),
                                    "--chunk_elems=" + std::to_string(FLAGS_chunk_elems)};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -323,22 +344,24 @@ StatusOr<std::vector<double>> RunChild(const char* kind, const std::string& path
   std::string out;
   char buf[256];
   for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) != 0;) {
-    if (n > 0) out.append(buf, static_cast<size_t>(n));
-    else if (errno != EINTR) break;
+    if (n > 0)
+      out.append(buf, static_cast<size_t>(n));
+    else if (errno != EINTR)
+      break;
   }
   close(fds[0]);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return Internal(std::string("the ") + kind + " recovery of " + path + " failed (status " + std::to_string(status) + ")");
+    return Internal(std::string("the ") + kind + " recovery of " + path + " failed (status " +
+                    std::to_string(status) + ")");
   }
   std::vector<double> xs;
   std::istringstream in(out);
   for (double x; in >> x;) xs.push_back(x);
   return xs;
 }
-
 
 // A configured shard (the only one of its job) at version 1 of a model of one
 // `elems`-parameter tensor: initial values, then one step of SGD with momentum,
@@ -355,7 +378,8 @@ StatusOr<std::unique_ptr<ShardState>> TrainedShard(int64_t elems) {
   spec.optimizer.momentum = 0.9;
   spec.chunk_elems = FLAGS_chunk_elems;
   spec.num_shards = 1;
-  const ShardConfig config{spec, {{"w", TensorKind::kParameter, DType::kFloat32, {elems}}, LossTensor()}};
+  const ShardConfig config{spec,
+                           {{"w", TensorKind::kParameter, DType::kFloat32, {elems}}, LossTensor()}};
   EPS_ASSIGN_OR_RETURN(Layout layout, MakeLayout(config.tensors, 1, spec.chunk_elems));
   auto state = std::make_unique<ShardState>(ShardId(0));
   EPS_RETURN_IF_ERROR(state->Configure(config));
@@ -397,16 +421,19 @@ Status MeasureRecover(const std::string& scratch, int64_t elems) {
     blobs = snapshot.blobs.size();
     {
       EPS_ASSIGN_OR_RETURN(std::unique_ptr<StateStore> store, OpenStore(store_dir, true));
-      EPS_RETURN_IF_ERROR(store->WriteCheckpoint(snapshot.version, snapshot.blobs, snapshot.metadata));
+      EPS_RETURN_IF_ERROR(
+          store->WriteCheckpoint(snapshot.version, snapshot.blobs, snapshot.metadata));
     }  // flushed and closed
     EPS_ASSIGN_OR_RETURN(std::unique_ptr<rocksdb::DB> db, OpenRaw(raw_dir, true));
     EPS_RETURN_IF_ERROR(RawWrite(*db, snapshot.blobs, false).status());
     EPS_RETURN_IF_ERROR(FromRocks(db->Flush(rocksdb::FlushOptions()), "raw flush"));
     EPS_RETURN_IF_ERROR(FromRocks(db->Close(), "raw close"));
   }
-  std::printf("recover: %zu blobs, %zu bytes (values + momentum); ShardState::Snapshot took %.1f ms\n", blobs, bytes,
+  std::printf(
+      "recover: %zu blobs, %zu bytes (values + momentum); ShardState::Snapshot took %.1f ms\n",
+      blobs, bytes, snapshot_ms);
+  std::printf("result kind=snapshot elems=%" PRId64 " bytes=%zu ms=%.2f\n", elems, bytes,
               snapshot_ms);
-  std::printf("result kind=snapshot elems=%" PRId64 " bytes=%zu ms=%.2f\n", elems, bytes, snapshot_ms);
 
   std::vector<const char*> caches = {"warm"};
   if (FLAGS_cold) caches.push_back("cold");
@@ -424,12 +451,14 @@ Status MeasureRecover(const std::string& scratch, int64_t elems) {
       if (raw.size() != 1) return Internal("the raw recovery printed no time");
       raw_s.push_back(raw[0]);
     }
-    std::printf("recover %s, seconds per round: open+LatestCheckpoint %s | +Restore %s | raw %s\n", cache,
-                Join(open_read_s).c_str(), Join(restore_s).c_str(), Join(raw_s).c_str());
+    std::printf("recover %s, seconds per round: open+LatestCheckpoint %s | +Restore %s | raw %s\n",
+                cache, Join(open_read_s).c_str(), Join(restore_s).c_str(), Join(raw_s).c_str());
     const double o = Median(open_read_s), rs = Median(restore_s), raw = Median(raw_s);
-    std::printf("result kind=recover cache=%s elems=%" PRId64 " bytes=%zu reps=%d read_s=%.4f restore_s=%.4f "
+    std::printf("result kind=recover cache=%s elems=%" PRId64
+                " bytes=%zu reps=%d read_s=%.4f restore_s=%.4f "
                 "raw_s=%.4f read_gbps=%.3f restore_gbps=%.3f raw_gbps=%.3f\n",
-                cache, elems, bytes, FLAGS_reps, o, rs, raw, GBps(bytes, o), GBps(bytes, rs), GBps(bytes, raw));
+                cache, elems, bytes, FLAGS_reps, o, rs, raw, GBps(bytes, o), GBps(bytes, rs),
+                GBps(bytes, raw));
     std::fflush(stdout);
   }
   return OkStatus();
@@ -443,7 +472,8 @@ Status RecoverOnce() {
     std::printf("%.6f\n", s);
     return OkStatus();
   }
-  if (FLAGS_recover_child != "store") return InvalidArgument("--recover_child must be store or raw");
+  if (FLAGS_recover_child != "store")
+    return InvalidArgument("--recover_child must be store or raw");
   const Clock::time_point t0 = Clock::now();
   EPS_ASSIGN_OR_RETURN(std::unique_ptr<StateStore> store, OpenStore(FLAGS_recover_path, false));
   EPS_ASSIGN_OR_RETURN(Checkpoint checkpoint, store->LatestCheckpoint());
@@ -468,7 +498,8 @@ Status Run() {
     if (item.empty()) continue;
     char* end = nullptr;
     const long long n = std::strtoll(item.c_str(), &end, 10);
-    if (*end != '\0' || n < 1) return InvalidArgument("--write_elems: '" + item + "' is not a positive count");
+    if (*end != '\0' || n < 1)
+      return InvalidArgument("--write_elems: '" + item + "' is not a positive count");
     sizes.push_back(n);
   }
   Status st = MeasureMemory(400000000);
@@ -485,7 +516,8 @@ Status Run() {
 }  // namespace eps
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("durable_bench --dir=SCRATCH [--write_elems=N,M] [--recover_elems=N] [--reps=3]");
+  gflags::SetUsageMessage(
+      "durable_bench --dir=SCRATCH [--write_elems=N,M] [--recover_elems=N] [--reps=3]");
   eps::KeepFreedMemory();  // as the shard does (server/shard_main.cc)
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;

@@ -43,8 +43,8 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <csignal>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -73,8 +73,9 @@ DEFINE_double(compute_ms, 10, "share mode: simulated compute per VW (busy loop),
 DEFINE_int32(warmup, 2, "Unmeasured steps (per kind) before the measured ones");
 DEFINE_int32(rounds, 3, "transfer: alternating rounds of raw and PS steps");
 DEFINE_int32(iters, 5, "Measured steps per round (transfer) or in all (share)");
-DEFINE_string(wire_dtype, "fp32", "fp32, bf16 or fp16: the job's gradient and weight wire dtype (the raw "
-                                  "baseline always moves the fp32 bytes)");
+DEFINE_string(wire_dtype, "fp32",
+              "fp32, bf16 or fp16: the job's gradient and weight wire dtype (the raw "
+              "baseline always moves the fp32 bytes)");
 DEFINE_string(log_dir, "", "Folder for the servers' logs (empty: discard them)");
 DEFINE_int32(timeout_s, 60, "Deadline of every wait (registration, replies, exits)");
 // raw_server mode (set by transfer mode when it starts the echo servers)
@@ -87,7 +88,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-double MsSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+double MsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 
 double Median(std::vector<double> xs) {
   if (xs.empty()) return 0;
@@ -150,7 +153,8 @@ void Reap(std::vector<Child>* children, Clock::time_point deadline) {
     int status = 0;
     waitpid(c.pid, &status, 0);
     if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-      std::fprintf(stderr, "ps_transfer: %s (pid %d) ended with status %d\n", c.name.c_str(), c.pid, status);
+      std::fprintf(stderr, "ps_transfer: %s (pid %d) ended with status %d\n", c.name.c_str(), c.pid,
+                   status);
     }
     c.pid = -1;
   }
@@ -199,7 +203,8 @@ int RunRawServer() {
   data.set(zmq::sockopt::linger, 0);
   data.bind("tcp://127.0.0.1:*");
   const std::string endpoint = data.get(zmq::sockopt::last_endpoint);
-  Status st = (*control)->Send(Envelope{"", RegisterShard{ShardId(kRawIdBase + FLAGS_shard_id), endpoint, Step(-1)}});
+  Status st = (*control)->Send(
+      Envelope{"", RegisterShard{ShardId(kRawIdBase + FLAGS_shard_id), endpoint, Step(-1)}});
   if (!st.ok()) {
     std::fprintf(stderr, "raw_server: %s\n", st.ToString().c_str());
     return 1;
@@ -214,7 +219,8 @@ int RunRawServer() {
     zmq::poll(items, 2, milliseconds(1000));
     if (items[1].revents & ZMQ_POLLIN) {
       auto in = (*control)->TryReceive();
-      if (in.ok() && in->envelope.ok() && std::holds_alternative<Shutdown>(in->envelope->body)) return 0;
+      if (in.ok() && in->envelope.ok() && std::holds_alternative<Shutdown>(in->envelope->body))
+        return 0;
     }
     if (items[0].revents & ZMQ_POLLIN) {
       last_activity = Clock::now();
@@ -263,10 +269,12 @@ void ReportMemoryCost(size_t bytes) {
     munmap(p, bytes);
   }
   const double pages = static_cast<double>(bytes) / 4096;
-  std::printf("memory: memcpy of %.1f MB: %.1f ms into a warm buffer (%.1f GB/s), %.1f ms into fresh pages "
-              "(%.2f us per 4 KiB page fault)\n",
-              bytes / 1e6, warm_ms, bytes / warm_ms / 1e6, fresh_ms, (fresh_ms - warm_ms) * 1e3 / pages);
-  std::printf("result mode=memory bytes=%zu warm_ms=%.2f fresh_ms=%.2f\n", bytes, warm_ms, fresh_ms);
+  std::printf(
+      "memory: memcpy of %.1f MB: %.1f ms into a warm buffer (%.1f GB/s), %.1f ms into fresh pages "
+      "(%.2f us per 4 KiB page fault)\n",
+      bytes / 1e6, warm_ms, bytes / warm_ms / 1e6, fresh_ms, (fresh_ms - warm_ms) * 1e3 / pages);
+  std::printf("result mode=memory bytes=%zu warm_ms=%.2f fresh_ms=%.2f\n", bytes, warm_ms,
+              fresh_ms);
 }
 
 // ---- the synthetic job ---------------------------------------------------------
@@ -278,7 +286,7 @@ struct Setup {
   int64_t elems = 0;
   int64_t chunk_elems = 0;
   int64_t total_steps = 0;
-  bool worker_copies = false;  // share mode: copy as worker/worker.cc does
+  bool worker_copies = false;         // share mode: copy as worker/worker.cc does
   WireDType wire = WireDType::kFP32;  // gradients pushed and weights pulled in this dtype
   double compute_ms = 0;
   uint32_t V() const { return clients * vws_per_client; }
@@ -321,8 +329,11 @@ struct StepTimes {
     total.push_back(pl + c + w + ps);
   }
   void Append(const StepTimes& o) {
-    for (auto [mine, theirs] : {std::pair{&pull, &o.pull}, {&compute, &o.compute}, {&worker, &o.worker},
-                                {&push, &o.push}, {&total, &o.total}}) {
+    for (auto [mine, theirs] : {std::pair{&pull, &o.pull},
+                                {&compute, &o.compute},
+                                {&worker, &o.worker},
+                                {&push, &o.push},
+                                {&total, &o.total}}) {
       mine->insert(mine->end(), theirs->begin(), theirs->end());
     }
   }
@@ -363,12 +374,15 @@ class Client {
     auto values = std::make_shared<std::vector<float>>(model_);
     for (uint32_t s = 0; s < shards_.size(); ++s) {
       for (;;) {
-        Push push{Epoch(0), Step(-1), Block{0, 1}, ChunksOf(s, values, sizeof(float), /*with_loss=*/false)};
+        Push push{Epoch(0), Step(-1), Block{0, 1},
+                  ChunksOf(s, values, sizeof(float), /*with_loss=*/false)};
         EPS_RETURN_IF_ERROR(shards_[s]->Send(Envelope{"", std::move(push)}));
         Status st = AwaitReply(s).status();
         if (st.ok()) break;
-        if (st.code() != StatusCode::kUnavailable || Clock::now() > deadline) return st.WithContext("initial push");
-        std::this_thread::sleep_for(milliseconds(20));  // bounded retry back-off, not a readiness poll
+        if (st.code() != StatusCode::kUnavailable || Clock::now() > deadline)
+          return st.WithContext("initial push");
+        std::this_thread::sleep_for(
+            milliseconds(20));  // bounded retry back-off, not a readiness poll
       }
     }
     return OkStatus();
@@ -406,7 +420,8 @@ class Client {
         sum = std::make_shared<std::vector<float>>(reducer.TakeResult());
         worker_ms += MsSince(w0);
       }
-      std::shared_ptr<std::vector<uint16_t>> encoded;  // the partial in the wire dtype, as worker.cc's PushBlock
+      std::shared_ptr<std::vector<uint16_t>>
+          encoded;  // the partial in the wire dtype, as worker.cc's PushBlock
       if (setup_.wire != WireDType::kFP32) {
         auto w0 = Clock::now();
         encoded = std::make_shared<std::vector<uint16_t>>(sum->size());
@@ -437,11 +452,13 @@ class Client {
 
   // Waits for version `v` (untimed: lines the clients up after the initial push).
   Status Pull(Step v) {
-    for (auto& ch : shards_) EPS_RETURN_IF_ERROR(ch->Send(Envelope{"", eps::Pull{v, {}, setup_.wire}}));
+    for (auto& ch : shards_)
+      EPS_RETURN_IF_ERROR(ch->Send(Envelope{"", eps::Pull{v, {}, setup_.wire}}));
     for (uint32_t s = 0; s < shards_.size(); ++s) {
       EPS_ASSIGN_OR_RETURN(Envelope reply, AwaitReply(s));
       auto* pulled = std::get_if<PullReply>(&reply.body);
-      if (pulled == nullptr || pulled->version != v) return Internal("a pull was answered with something else");
+      if (pulled == nullptr || pulled->version != v)
+        return Internal("a pull was answered with something else");
       size_t n = 0;
       for (const ChunkBytes& cb : pulled->chunks) {
         if (cb.chunk.value() >= layout_.chunks.size()) return DataLoss("pulled an unknown chunk");
@@ -465,7 +482,8 @@ class Client {
   Status RawStep(StepTimes* times) {
     auto t0 = Clock::now();
     for (uint32_t s = 0; s < raw_.size(); ++s) {
-      const std::vector<ChunkBytes> chunks = ChunksOf(s, gradient_, sizeof(float), /*with_loss=*/false);
+      const std::vector<ChunkBytes> chunks =
+          ChunksOf(s, gradient_, sizeof(float), /*with_loss=*/false);
       for (size_t i = 0; i < chunks.size(); ++i) {
         zmq::message_t m(const_cast<void*>(chunks[i].data), chunks[i].size, &NoFree, nullptr);
         raw_[s].send(m, i + 1 < chunks.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
@@ -473,7 +491,8 @@ class Client {
     }
     for (uint32_t s = 0; s < raw_.size(); ++s) {
       zmq::pollitem_t item{static_cast<void*>(raw_[s]), 0, ZMQ_POLLIN, 0};
-      if (zmq::poll(&item, 1, milliseconds(FLAGS_timeout_s * 1000)) == 0) return DeadlineExceeded("raw reply");
+      if (zmq::poll(&item, 1, milliseconds(FLAGS_timeout_s * 1000)) == 0)
+        return DeadlineExceeded("raw reply");
       size_t bytes = 0;
       zmq::message_t m;
       do {
@@ -497,8 +516,8 @@ class Client {
  private:
   // The chunks of `shard` in `flat`, the parameters then the loss in elements of `elem` bytes.
   template <class T>
-  std::vector<ChunkBytes> ChunksOf(uint32_t shard, const std::shared_ptr<std::vector<T>>& flat, size_t elem,
-                                   bool with_loss) const {
+  std::vector<ChunkBytes> ChunksOf(uint32_t shard, const std::shared_ptr<std::vector<T>>& flat,
+                                   size_t elem, bool with_loss) const {
     std::vector<ChunkBytes> out;
     const auto* base = reinterpret_cast<const uint8_t*>(flat->data());
     for (const Chunk& c : layout_.chunks) {
@@ -512,7 +531,8 @@ class Client {
   }
 
   StatusOr<Envelope> AwaitReply(uint32_t s) {
-    EPS_ASSIGN_OR_RETURN(Channel::Incoming in, shards_[s]->Receive(milliseconds(FLAGS_timeout_s * 1000)));
+    EPS_ASSIGN_OR_RETURN(Channel::Incoming in,
+                         shards_[s]->Receive(milliseconds(FLAGS_timeout_s * 1000)));
     if (!in.envelope.ok()) return in.envelope.status();
     if (auto* err = std::get_if<ErrorReply>(&in.envelope->body)) return err->ToStatus();
     return std::move(in.envelope).value();
@@ -555,7 +575,8 @@ class Bench {
     for (uint32_t s = 0; s < setup_.shards; ++s) {
       const std::string id = "--shard_id=" + std::to_string(s);
       const std::string pull_wait = "--pull_wait_ms=" + std::to_string(FLAGS_timeout_s * 1000);
-      EPS_ASSIGN_OR_RETURN(Child c, Spawn({shard_bin, coord, id, pull_wait}, "shard" + std::to_string(s)));
+      EPS_ASSIGN_OR_RETURN(Child c,
+                           Spawn({shard_bin, coord, id, pull_wait}, "shard" + std::to_string(s)));
       children_.push_back(c);
       if (with_raw) {
         EPS_ASSIGN_OR_RETURN(Child r, Spawn({self, "--mode=raw_server", coord, id,
@@ -572,7 +593,8 @@ class Bench {
     const auto deadline = Clock::now() + std::chrono::seconds(FLAGS_timeout_s);
     for (size_t got = 0; got < expected;) {
       const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) return DeadlineExceeded("the servers did not register in time (see --log_dir)");
+      if (left.count() <= 0)
+        return DeadlineExceeded("the servers did not register in time (see --log_dir)");
       auto in = coordinator_->Receive(left);
       if (!in.ok()) {
         if (in.status().code() == StatusCode::kDeadlineExceeded) continue;
@@ -580,7 +602,8 @@ class Bench {
       }
       if (!in->envelope.ok()) return in->envelope.status().WithContext("a server's registration");
       auto* reg = std::get_if<RegisterShard>(&in->envelope->body);
-      if (reg == nullptr) return Internal(std::string("unexpected ") + BodyName(in->envelope->body));
+      if (reg == nullptr)
+        return Internal(std::string("unexpected ") + BodyName(in->envelope->body));
       const uint32_t id = reg->shard.value();
       if (id >= kRawIdBase && id - kRawIdBase < raw_peers_.size()) {
         raw_peers_[id - kRawIdBase] = in->peer;
@@ -659,7 +682,8 @@ class Bench {
 Status Initialize(uint32_t c, Client& client, Barrier& barrier) {
   const auto deadline = Clock::now() + std::chrono::seconds(FLAGS_timeout_s);
   if (c == 0) EPS_RETURN_IF_ERROR(client.PushInitialValues(deadline));
-  if (!barrier.Wait(milliseconds(FLAGS_timeout_s * 1000))) return DeadlineExceeded("clients out of step");
+  if (!barrier.Wait(milliseconds(FLAGS_timeout_s * 1000)))
+    return DeadlineExceeded("clients out of step");
   return OkStatus();
 }
 
@@ -710,17 +734,22 @@ int RunTransfer() {
   }
   const double mb = static_cast<double>(FLAGS_elems) * 4 / 1e6;
   const double raw_ms = Median(raw.total), ps_ms = Median(ps.total);
-  std::printf("transfer: %u shard(s), %u client(s), %.1f MB of fp32 pushed and pulled per client and step as %s, "
-              "%lld-element chunks\n",
-              setup.shards, setup.clients, mb, WireDTypeName(setup.wire), static_cast<long long>(setup.chunk_elems));
+  std::printf(
+      "transfer: %u shard(s), %u client(s), %.1f MB of fp32 pushed and pulled per client and step "
+      "as %s, "
+      "%lld-element chunks\n",
+      setup.shards, setup.clients, mb, WireDTypeName(setup.wire),
+      static_cast<long long>(setup.chunk_elems));
   std::printf("  %-22s %10s %10s %10s %10s\n", "path", "push ms", "pull ms", "total ms", "vs raw");
   std::printf("  %-22s %10s %10s %10.1f %10.2f\n", "raw ZeroMQ round trip", "-", "-", raw_ms, 1.0);
-  std::printf("  %-22s %10.1f %10.1f %10.1f %10.2f\n", "ElasticPS push+pull", Median(ps.push), Median(ps.pull), ps_ms,
-              ps_ms > 0 ? raw_ms / ps_ms : 0);
-  std::printf("result mode=transfer shards=%u clients=%u elems=%lld wire=%s raw_ms=%.2f ps_ms=%.2f push_ms=%.2f "
-              "pull_ms=%.2f samples=%zu\n",
-              setup.shards, setup.clients, static_cast<long long>(FLAGS_elems), WireDTypeName(setup.wire), raw_ms,
-              ps_ms, Median(ps.push), Median(ps.pull), ps.total.size());
+  std::printf("  %-22s %10.1f %10.1f %10.1f %10.2f\n", "ElasticPS push+pull", Median(ps.push),
+              Median(ps.pull), ps_ms, ps_ms > 0 ? raw_ms / ps_ms : 0);
+  std::printf(
+      "result mode=transfer shards=%u clients=%u elems=%lld wire=%s raw_ms=%.2f ps_ms=%.2f "
+      "push_ms=%.2f "
+      "pull_ms=%.2f samples=%zu\n",
+      setup.shards, setup.clients, static_cast<long long>(FLAGS_elems), WireDTypeName(setup.wire),
+      raw_ms, ps_ms, Median(ps.push), Median(ps.pull), ps.total.size());
   ReportMemoryCost(static_cast<size_t>(FLAGS_elems) * sizeof(float));
   return 0;
 }
@@ -761,15 +790,19 @@ int RunShare() {
   const double step = Median(times.total), compute = Median(times.compute);
   std::printf("share: %lld parameters, V = %u in one worker, %.1f ms compute per VW, %u shard(s)\n",
               static_cast<long long>(FLAGS_elems), setup.V(), FLAGS_compute_ms, setup.shards);
-  std::printf("  step %.1f ms = pull %.1f + compute %.1f + worker copies %.1f (of which tree adds %.1f) + push %.1f;"
-              " PS share %.1f %%\n",
-              step, Median(times.pull), compute, Median(times.worker), Median(times.tree), Median(times.push),
-              step > 0 ? 100 * (step - compute) / step : 0);
-  std::printf("result mode=share shards=%u vws=%u elems=%lld wire=%s step_ms=%.2f compute_ms=%.2f pull_ms=%.2f worker_ms=%.2f "
-              "tree_ms=%.2f push_ms=%.2f samples=%zu\n",
-              setup.shards, setup.V(), static_cast<long long>(FLAGS_elems), WireDTypeName(setup.wire), step,
-              compute, Median(times.pull),
-              Median(times.worker), Median(times.tree), Median(times.push), times.total.size());
+  std::printf(
+      "  step %.1f ms = pull %.1f + compute %.1f + worker copies %.1f (of which tree adds %.1f) + "
+      "push %.1f;"
+      " PS share %.1f %%\n",
+      step, Median(times.pull), compute, Median(times.worker), Median(times.tree),
+      Median(times.push), step > 0 ? 100 * (step - compute) / step : 0);
+  std::printf(
+      "result mode=share shards=%u vws=%u elems=%lld wire=%s step_ms=%.2f compute_ms=%.2f "
+      "pull_ms=%.2f worker_ms=%.2f "
+      "tree_ms=%.2f push_ms=%.2f samples=%zu\n",
+      setup.shards, setup.V(), static_cast<long long>(FLAGS_elems), WireDTypeName(setup.wire), step,
+      compute, Median(times.pull), Median(times.worker), Median(times.tree), Median(times.push),
+      times.total.size());
   ReportMemoryCost(static_cast<size_t>(FLAGS_elems) * sizeof(float));
   return 0;
 }
@@ -778,13 +811,16 @@ int RunShare() {
 }  // namespace eps
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("ps_transfer --mode=transfer|share [--shards=S --clients=C --elems=N ...]");
-  // As the workers it stands in for (and the shards it starts) do; MALLOC_ARENA_MAX from the environment still applies.
+  gflags::SetUsageMessage(
+      "ps_transfer --mode=transfer|share [--shards=S --clients=C --elems=N ...]");
+  // As the workers it stands in for (and the shards it starts) do; MALLOC_ARENA_MAX from the
+  // environment still applies.
   eps::KeepFreedMemory();
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   std::signal(SIGPIPE, SIG_IGN);
-  if (FLAGS_shards < 1 || FLAGS_clients < 1 || FLAGS_elems < 1 || FLAGS_chunk_elems < 1 || FLAGS_iters < 1 ||
-      FLAGS_rounds < 1 || FLAGS_warmup < 0 || FLAGS_vws_per_client < 1 || FLAGS_timeout_s < 1) {
+  if (FLAGS_shards < 1 || FLAGS_clients < 1 || FLAGS_elems < 1 || FLAGS_chunk_elems < 1 ||
+      FLAGS_iters < 1 || FLAGS_rounds < 1 || FLAGS_warmup < 0 || FLAGS_vws_per_client < 1 ||
+      FLAGS_timeout_s < 1) {
     std::fprintf(stderr, "ps_transfer: counts and sizes must be positive\n");
     return 2;
   }

@@ -13,12 +13,14 @@ namespace {
 
 // A CPU number: digits only, below CPU_SETSIZE.
 StatusOr<int> ParseCpu(const std::string& s, const std::string& list) {
-  if (s.empty() || s.size() > 6 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+  if (s.empty() || s.size() > 6 ||
+      !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     return InvalidArgument("CPU list '" + list + "': '" + s + "' is not a CPU number");
   }
   const int cpu = std::stoi(s);
   if (cpu >= CPU_SETSIZE) {
-    return InvalidArgument("CPU list '" + list + "': CPU " + s + " is beyond " + std::to_string(CPU_SETSIZE - 1));
+    return InvalidArgument("CPU list '" + list + "': CPU " + s + " is beyond " +
+                           std::to_string(CPU_SETSIZE - 1));
   }
   return cpu;
 }
@@ -42,7 +44,8 @@ StatusOr<std::vector<int>> ParseCpuList(const std::string& list) {
     int hi = lo;
     if (dash != std::string::npos) {
       EPS_ASSIGN_OR_RETURN(hi, ParseCpu(entry.substr(dash + 1), list));
-      if (hi < lo) return InvalidArgument("CPU list '" + list + "': reversed range '" + entry + "'");
+      if (hi < lo)
+        return InvalidArgument("CPU list '" + list + "': reversed range '" + entry + "'");
     }
     for (int c = lo; c <= hi; ++c) out.push_back(c);
     begin = end + 1;
@@ -85,7 +88,8 @@ Status PinThisThread(const std::vector<int>& cpus) {
   for (int c : cpus) CPU_SET(c, &set);
   const int err = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
   if (err != 0) {
-    return InvalidArgument("cannot pin a thread to CPUs " + FormatCpuList(cpus) + ": " + std::strerror(err));
+    return InvalidArgument("cannot pin a thread to CPUs " + FormatCpuList(cpus) + ": " +
+                           std::strerror(err));
   }
   return OkStatus();
 }

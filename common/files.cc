@@ -13,7 +13,8 @@ Status WriteFileAtomically(const std::string& path, const std::string& text) {
     out.flush();
     if (!out.good()) return Unavailable("cannot write " + tmp);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Unavailable("cannot rename " + tmp + " to " + path);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    return Unavailable("cannot rename " + tmp + " to " + path);
   return OkStatus();
 }
 

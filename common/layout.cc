@@ -8,9 +8,12 @@ size_t DTypeSize(DType d) { return d == DType::kInt64 ? 8 : 4; }
 
 const char* TensorKindName(TensorKind k) {
   switch (k) {
-    case TensorKind::kParameter: return "parameter";
-    case TensorKind::kBuffer: return "buffer";
-    case TensorKind::kLoss: return "loss";
+    case TensorKind::kParameter:
+      return "parameter";
+    case TensorKind::kBuffer:
+      return "buffer";
+    case TensorKind::kLoss:
+      return "loss";
   }
   return "unknown";
 }
@@ -39,7 +42,8 @@ int64_t Layout::NumParameters() const {
   return n;
 }
 
-StatusOr<Layout> MakeLayout(std::vector<TensorSpec> tensors, uint32_t num_shards, int64_t chunk_elems) {
+StatusOr<Layout> MakeLayout(std::vector<TensorSpec> tensors, uint32_t num_shards,
+                            int64_t chunk_elems) {
   if (num_shards == 0) return InvalidArgument("a layout needs at least one shard");
   if (chunk_elems <= 0) return InvalidArgument("chunk_elems must be positive");
   if (tensors.empty()) return InvalidArgument("a model needs at least one tensor");
@@ -50,7 +54,8 @@ StatusOr<Layout> MakeLayout(std::vector<TensorSpec> tensors, uint32_t num_shards
     if (t.name.empty() || !names.insert(t.name).second) {
       return InvalidArgument("tensor name '" + t.name + "' is empty or repeated");
     }
-    if (t.shape.size() > 8) return InvalidArgument("tensor " + t.name + " has more than 8 dimensions");
+    if (t.shape.size() > 8)
+      return InvalidArgument("tensor " + t.name + " has more than 8 dimensions");
     int64_t n = 1;
     for (int64_t d : t.shape) {
       if (d <= 0 || d > kMaxElems || n > kMaxElems / d) {

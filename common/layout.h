@@ -38,8 +38,8 @@ struct TensorSpec {
 
 struct Chunk {
   ChunkId id;
-  uint32_t tensor = 0;   // index into Layout::tensors
-  int64_t offset = 0;    // first element within the tensor
+  uint32_t tensor = 0;  // index into Layout::tensors
+  int64_t offset = 0;   // first element within the tensor
   int64_t numel = 0;
   ShardId shard;
   size_t bytes(const std::vector<TensorSpec>& tensors) const {
@@ -55,8 +55,9 @@ struct Layout {
   size_t ChunkBytes(const Chunk& c) const { return c.bytes(tensors); }
   // Bytes of chunk c in a message that carries fp32 values as `d` (other dtypes travel as stored).
   size_t WireBytes(const Chunk& c, WireDType d) const {
-    return tensors[c.tensor].dtype == DType::kFloat32 ? static_cast<size_t>(c.numel) * WireDTypeSize(d)
-                                                        : ChunkBytes(c);
+    return tensors[c.tensor].dtype == DType::kFloat32
+               ? static_cast<size_t>(c.numel) * WireDTypeSize(d)
+               : ChunkBytes(c);
   }
   std::vector<ChunkId> ChunksOf(ShardId shard) const;
   int64_t NumParameters() const;  // elements of all kParameter tensors
@@ -66,7 +67,8 @@ struct Layout {
 // parameters, at most one loss tensor of one element) and cuts every tensor into
 // chunks of at most `chunk_elems` elements; each chunk goes to the shard with the
 // fewest bytes so far (lowest id on ties).
-StatusOr<Layout> MakeLayout(std::vector<TensorSpec> tensors, uint32_t num_shards, int64_t chunk_elems);
+StatusOr<Layout> MakeLayout(std::vector<TensorSpec> tensors, uint32_t num_shards,
+                            int64_t chunk_elems);
 
 // The loss pseudo-tensor every job carries: one float per VW.
 TensorSpec LossTensor();

@@ -25,7 +25,8 @@ bool ShmRegionRef::Holds(uint64_t offset, uint64_t bytes) const {
 }
 
 StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Create(size_t size) {
-  if (size < kHeaderBytes) return InvalidArgument("a shared-memory region holds at least its header");
+  if (size < kHeaderBytes)
+    return InvalidArgument("a shared-memory region holds at least its header");
   const int fd = memfd_create("eps-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Unavailable(Errno("memfd_create"));
   auto fail = [fd](const std::string& what) {
@@ -34,7 +35,8 @@ StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Create(size_t size) {
     return st;
   };
   if (ftruncate(fd, static_cast<off_t>(size)) != 0) return fail("ftruncate");
-  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) return fail("F_ADD_SEALS");
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    return fail("F_ADD_SEALS");
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return fail("mmap");
   std::random_device random;
@@ -56,7 +58,8 @@ ShmMappings::~ShmMappings() {
 }
 
 StatusOr<uint8_t*> ShmMappings::Map(const ShmRegionRef& ref, Clock::time_point now) {
-  auto it = std::find_if(maps_.begin(), maps_.end(), [&](const Mapping& m) { return m.ref == ref; });
+  auto it =
+      std::find_if(maps_.begin(), maps_.end(), [&](const Mapping& m) { return m.ref == ref; });
   if (it != maps_.end()) {
     maps_.splice(maps_.begin(), maps_, it);
   } else if (std::find(refused_.begin(), refused_.end(), ref) != refused_.end()) {

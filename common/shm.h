@@ -15,8 +15,8 @@
 // after that shard has answered one of its pulls through shared memory.
 #pragma once
 
-#include <cstddef>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <list>
 #include <memory>

@@ -10,7 +10,8 @@ namespace eps {
 
 StatusOr<std::unique_ptr<TaskThread>> TaskThread::Start(const std::string& name) {
   std::unique_ptr<TaskThread> t(new TaskThread());
-  EPS_ASSIGN_OR_RETURN(t->thread_, StartThreadWithoutStopSignals([raw = t.get(), name = name.substr(0, 15)] {
+  EPS_ASSIGN_OR_RETURN(t->thread_,
+                       StartThreadWithoutStopSignals([raw = t.get(), name = name.substr(0, 15)] {
                          pthread_setname_np(pthread_self(), name.c_str());
                          raw->Run();
                        }));

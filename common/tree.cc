@@ -57,13 +57,15 @@ bool TreeReducer::Overlaps(const Block& b) const {
 
 Status TreeReducer::Check(const Block& b, size_t n) const {
   if (!IsTreeNode(b, num_leaves_) || b.lo < root_.lo || b.hi() > root_.hi()) {
-    return InvalidArgument("block " + b.ToString() + " is not a tree node under " + root_.ToString());
+    return InvalidArgument("block " + b.ToString() + " is not a tree node under " +
+                           root_.ToString());
   }
   if (n != n_) {
-    return InvalidArgument("block " + b.ToString() + " has " + std::to_string(n) + " elements, expected " +
-                           std::to_string(n_));
+    return InvalidArgument("block " + b.ToString() + " has " + std::to_string(n) +
+                           " elements, expected " + std::to_string(n_));
   }
-  if (Overlaps(b)) return AlreadyExists("block " + b.ToString() + " overlaps leaves already counted");
+  if (Overlaps(b))
+    return AlreadyExists("block " + b.ToString() + " overlaps leaves already counted");
   return OkStatus();
 }
 
@@ -73,7 +75,8 @@ Status TreeReducer::Add(const Block& b, const float* data, size_t n) {
 
 Status TreeReducer::Add(const Block& b, std::vector<float> value) {
   EPS_RETURN_IF_ERROR(Check(b, value.size()));
-  RoundToWire(rounding_, value.data(), n_);  // a leaf's first rounding; a no-op on a node already rounded
+  RoundToWire(rounding_, value.data(),
+              n_);  // a leaf's first rounding; a no-op on a node already rounded
   Insert(b, std::move(value));
   return OkStatus();
 }
@@ -92,7 +95,8 @@ Status TreeReducer::AddWire(const Block& b, const void* data, size_t n) {
   return OkStatus();
 }
 
-// acc = round(acc + right), in cache-sized slices so the rounding reads what the addition just wrote.
+// acc = round(acc + right), in cache-sized slices so the rounding reads what the addition just
+// wrote.
 static void CombineInto(float* acc, const float* right, size_t n, WireDType rounding) {
   constexpr size_t kSlice = 4096;
   if (rounding == WireDType::kFP32) return AddRightInto(acc, right, n);
@@ -142,7 +146,8 @@ void TreeReducer::Insert(const Block& b, std::vector<float> value) {
 StatusOr<TreeFinisher> TreeReducer::Finish(const Block& b) {
   EPS_RETURN_IF_ERROR(Check(b, n_));
   if (counted_ + PresentLeaves(b) != PresentLeaves(root_)) {
-    return FailedPrecondition("block " + b.ToString() + " is not all the root " + root_.ToString() + " misses");
+    return FailedPrecondition("block " + b.ToString() + " is not all the root " + root_.ToString() +
+                              " misses");
   }
   TreeFinisher finisher(n_, rounding_);
   Block node = b;

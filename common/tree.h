@@ -29,7 +29,9 @@ struct Block {
   uint32_t lo = 0;
   uint32_t size = 0;
   uint32_t hi() const { return lo + size; }
-  friend bool operator==(const Block& a, const Block& b) { return a.lo == b.lo && a.size == b.size; }
+  friend bool operator==(const Block& a, const Block& b) {
+    return a.lo == b.lo && a.size == b.size;
+  }
   std::string ToString() const;
 };
 
@@ -56,7 +58,8 @@ class TreeFinisher;
 // Not thread-safe.
 class TreeReducer {
  public:
-  TreeReducer(Block root, uint32_t num_leaves, size_t num_elements, WireDType rounding = WireDType::kFP32);
+  TreeReducer(Block root, uint32_t num_leaves, size_t num_elements,
+              WireDType rounding = WireDType::kFP32);
 
   // Adds the value of node `b`. InvalidArgument: not a node under root, or wrong
   // size. AlreadyExists: overlaps leaves already counted (nothing is changed).

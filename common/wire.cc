@@ -20,7 +20,8 @@ float FromBits(uint32_t u) {
 // bf16 is fp32's upper half: round the lower half away, to nearest, ties to even.
 uint16_t ToBF16(float f) {
   const uint32_t u = Bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // NaN stays NaN (quiet)
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x40u);  // NaN stays NaN (quiet)
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 

@@ -3,18 +3,18 @@
 #include <glog/logging.h>
 #include <sys/stat.h>
 
-#include <optional>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "common/files.h"
 #include "common/layout.h"
 #include "common/wire.h"
 #include "elastic/job_state.h"
 #include "elastic/model_export.h"
-#include "storage/state_store.h"
 #include "schema/channel.h"
+#include "storage/state_store.h"
 
 namespace eps {
 namespace {
@@ -24,13 +24,15 @@ using Clock = std::chrono::steady_clock;
 const char* const kDataFiles[] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                                   "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
 
-StatusOr<JobState::Resumed> ReadResumed(const StateStore& store, const std::string& job, const JobSpec& flags) {
+StatusOr<JobState::Resumed> ReadResumed(const StateStore& store, const std::string& job,
+                                        const JobSpec& flags) {
   EPS_ASSIGN_OR_RETURN(ShardConfig config, DecodeStoredJob(job));
   JobSpec stored = config.spec;
   JobSpec given = flags;
   given.steps = stored.steps;  // resolved from --epochs when the job began
   if (!(stored == given)) {
-    return FailedPrecondition("the store holds job '" + stored.job_id + "' with another spec than these flags");
+    return FailedPrecondition("the store holds job '" + stored.job_id +
+                              "' with another spec than these flags");
   }
   JobState::Resumed r;
   r.tensors = config.tensors;
@@ -56,8 +58,9 @@ StatusOr<JobState::Resumed> ReadResumed(const StateStore& store, const std::stri
 
 class CoordinatorImpl final : public Coordinator {
  public:
-  CoordinatorImpl(CoordinatorOptions options, std::unique_ptr<Channel> channel, zmq::context_t* context,
-                  std::unique_ptr<StateStore> store, const std::optional<JobState::Resumed>& resumed)
+  CoordinatorImpl(CoordinatorOptions options, std::unique_ptr<Channel> channel,
+                  zmq::context_t* context, std::unique_ptr<StateStore> store,
+                  const std::optional<JobState::Resumed>& resumed)
       : options_(std::move(options)),
         channel_(std::move(channel)),
         context_(context),
@@ -76,8 +79,9 @@ class CoordinatorImpl final : public Coordinator {
 
   Status Run(const volatile bool* stop) override {
     const JobSpec& spec = options_.spec;
-    LOG(INFO) << "coordinator of job '" << spec.job_id << "' on " << endpoint() << ": V=" << spec.virtual_workers
-              << " batch/VW=" << spec.batch_per_vw << " model=" << spec.model << " shards=" << spec.num_shards
+    LOG(INFO) << "coordinator of job '" << spec.job_id << "' on " << endpoint()
+              << ": V=" << spec.virtual_workers << " batch/VW=" << spec.batch_per_vw
+              << " model=" << spec.model << " shards=" << spec.num_shards
               << " min workers=" << options_.workers;
     auto last_progress = Clock::now();
     Step last_printed_step{-1};
@@ -100,8 +104,8 @@ class CoordinatorImpl final : public Coordinator {
       Persist();  // before any plan of a new assignment leaves
       Flush();
       const auto now = Clock::now();
-      if (now - last_progress >= options_.progress_every && state_.phase() == JobState::Phase::kTraining &&
-          state_.step() != last_printed_step) {
+      if (now - last_progress >= options_.progress_every &&
+          state_.phase() == JobState::Phase::kTraining && state_.step() != last_printed_step) {
         last_progress = now;
         last_printed_step = state_.step();
         PrintLine(state_.ProgressLine());
@@ -113,7 +117,8 @@ class CoordinatorImpl final : public Coordinator {
       }
     }
     for (uint32_t s = 0; s < shard_peers_.size(); ++s) {  // after a forced stop too
-      if (!state_.done() && !shard_peers_[s].empty()) Send(shard_peers_[s], Shutdown{"coordinator exits"});
+      if (!state_.done() && !shard_peers_[s].empty())
+        Send(shard_peers_[s], Shutdown{"coordinator exits"});
     }
     return state_.fatal();
   }
@@ -148,12 +153,14 @@ class CoordinatorImpl final : public Coordinator {
     if (!persisted_job_ && !state_.tensors().empty()) {
       st = store_->PutAll({{kJobKey, EncodeStoredJob(state_.spec(), state_.tensors())},
                            {"samples", nlohmann::json{{"train", state_.train_samples()},
-                                                      {"test", state_.test_samples()}}.dump()}});
+                                                      {"test", state_.test_samples()}}
+                                           .dump()}});
       persisted_job_ = st.ok();
     }
     if (st.ok() && state_.epoch() != persisted_epoch_) {
-      st = store_->Put("assignment",
-                       nlohmann::json{{"epoch", state_.epoch().value()}, {"ranges", state_.AssignmentRanges()}}.dump());
+      st = store_->Put("assignment", nlohmann::json{{"epoch", state_.epoch().value()},
+                                                    {"ranges", state_.AssignmentRanges()}}
+                                         .dump());
       if (st.ok()) persisted_epoch_ = state_.epoch();
     }
     // Before a registration reply names a worker id, the store knows the id is taken.
@@ -168,12 +175,15 @@ class CoordinatorImpl final : public Coordinator {
     Status st = channel_->SendTo(peer, Envelope{options_.token, std::move(body)});
     if (!st.ok()) LOG(WARNING) << "message lost: " << st.ToString();
   }
-  void SendError(const std::string& peer, const Status& st) { Send(peer, ErrorReply{st.code(), st.message()}); }
+  void SendError(const std::string& peer, const Status& st) {
+    Send(peer, ErrorReply{st.code(), st.message()});
+  }
 
   void Flush() {
     for (Outgoing& o : state_.TakeOutgoing()) {
       if (o.to == Outgoing::To::kShard) {
-        if (o.id < shard_peers_.size() && !shard_peers_[o.id].empty()) Send(shard_peers_[o.id], std::move(o.body));
+        if (o.id < shard_peers_.size() && !shard_peers_[o.id].empty())
+          Send(shard_peers_[o.id], std::move(o.body));
         continue;
       }
       auto it = worker_peers_.find(WorkerId(o.id));
@@ -195,7 +205,8 @@ class CoordinatorImpl final : public Coordinator {
     Body& body = in.envelope->body;
     Status st;
     if (auto* m = std::get_if<RegisterShard>(&body)) {
-      const bool new_peer = m->shard.value() >= shard_peers_.size() || shard_peers_[m->shard.value()] != in.peer;
+      const bool new_peer =
+          m->shard.value() >= shard_peers_.size() || shard_peers_[m->shard.value()] != in.peer;
       st = state_.OnShardRegistered(m->shard, m->address, m->durable_step, m->version, new_peer);
       if (st.ok()) shard_peers_[m->shard.value()] = in.peer;
     } else if (auto* m = std::get_if<RegisterWorker>(&body)) {
@@ -203,13 +214,17 @@ class CoordinatorImpl final : public Coordinator {
     } else if (std::get_if<JobInfo>(&body)) {
       Send(in.peer, state_.Info());  // for the inter-job scheduler
     } else if (auto* m = std::get_if<StepRequest>(&body)) {
-      if (IsPeerOf(m->worker, in.peer)) st = state_.OnStepRequest(*m);
-      else st = Aborted("unknown worker: register again");
+      if (IsPeerOf(m->worker, in.peer))
+        st = state_.OnStepRequest(*m);
+      else
+        st = Aborted("unknown worker: register again");
     } else if (auto* m = std::get_if<Heartbeat>(&body)) {
       st = state_.OnHeartbeat(m->worker);  // from the worker's heartbeat socket: errors go there
     } else if (auto* m = std::get_if<Leave>(&body)) {
-      if (IsPeerOf(m->worker, in.peer)) st = state_.OnLeave(m->worker, m->reason);
-      else Send(in.peer, StepPlan{PlanKind::kStop, state_.step(), state_.epoch(), 0, 0, 0, 0});
+      if (IsPeerOf(m->worker, in.peer))
+        st = state_.OnLeave(m->worker, m->reason);
+      else
+        Send(in.peer, StepPlan{PlanKind::kStop, state_.step(), state_.epoch(), 0, 0, 0, 0});
     } else if (auto* m = std::get_if<StepDone>(&body)) {
       if (m->shard.value() < shard_peers_.size() && shard_peers_[m->shard.value()] == in.peer) {
         st = state_.OnStepDone(m->shard, *m);
@@ -224,7 +239,8 @@ class CoordinatorImpl final : public Coordinator {
       }
     } else if (auto* m = std::get_if<EvalResult>(&body)) {
       // Never answered: the worker's next message is a step request awaiting its plan.
-      Status ignored = IsPeerOf(m->worker, in.peer) ? state_.OnEvalResult(*m) : Aborted("unknown worker");
+      Status ignored =
+          IsPeerOf(m->worker, in.peer) ? state_.OnEvalResult(*m) : Aborted("unknown worker");
       if (!ignored.ok()) LOG(WARNING) << "dropped an evaluation result: " << ignored.ToString();
     } else if (auto* m = std::get_if<ErrorReply>(&body)) {
       state_.OnJobError(m->message);  // a shard or worker found the job impossible (bad spec)
@@ -247,10 +263,12 @@ class CoordinatorImpl final : public Coordinator {
     ModelChunks chunks;
     for (uint32_t s = 0; s < spec.num_shards; ++s) {
       EPS_ASSIGN_OR_RETURN(auto ch, Channel::Connect(context_, state_.shard_addresses()[s]));
-      EPS_ASSIGN_OR_RETURN(Envelope reply, Call(ch.get(), Envelope{options_.token, Pull{Step(summary.steps), {}}},
-                                                std::chrono::milliseconds(30000)));
+      EPS_ASSIGN_OR_RETURN(Envelope reply,
+                           Call(ch.get(), Envelope{options_.token, Pull{Step(summary.steps), {}}},
+                                std::chrono::milliseconds(30000)));
       auto* pulled = std::get_if<PullReply>(&reply.body);
-      if (pulled == nullptr) return Internal("shard " + std::to_string(s) + " answered a pull with something else");
+      if (pulled == nullptr)
+        return Internal("shard " + std::to_string(s) + " answered a pull with something else");
       for (ChunkBytes& c : pulled->chunks) chunks[c.chunk.value()] = c;
     }
     auto digests = DigestModel(layout, chunks);
@@ -273,8 +291,8 @@ class CoordinatorImpl final : public Coordinator {
     j["buffers_sha256"] = digests->buffers_sha256;
     j["train_seconds"] = summary.train_time.count();
     if (summary.steady_steps > 0 && summary.steady_time.count() > 0) {
-      j["steady_samples_per_s"] =
-          double(summary.steady_steps) * spec.virtual_workers * spec.batch_per_vw / summary.steady_time.count();
+      j["steady_samples_per_s"] = double(summary.steady_steps) * spec.virtual_workers *
+                                  spec.batch_per_vw / summary.steady_time.count();
     }
     j["workers_seen"] = summary.workers_seen;
     EPS_RETURN_IF_ERROR(WriteSafetensors(options_.run_dir + "/model.safetensors", layout, chunks,
@@ -283,7 +301,8 @@ class CoordinatorImpl final : public Coordinator {
     if (store_) EPS_RETURN_IF_ERROR(store_->Put("done", j.dump()));
     PrintLine(state_.ProgressLine());
     char line[256];
-    std::snprintf(line, sizeof(line), "result: steps %lld  final loss %.4f  test accuracy %s  params_sha256 %s",
+    std::snprintf(line, sizeof(line),
+                  "result: steps %lld  final loss %.4f  test accuracy %s  params_sha256 %s",
                   (long long)summary.steps, summary.final_loss,
                   summary.evaluated ? std::to_string(summary.test_accuracy).c_str() : "n/a",
                   j["params_sha256"].get<std::string>().c_str());
@@ -308,7 +327,8 @@ class CoordinatorImpl final : public Coordinator {
 
 Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.virtual_workers < 1) return InvalidArgument("--virtual_workers must be at least 1");
-  if (spec.virtual_workers > (1u << 20)) return InvalidArgument("--virtual_workers must be at most 2^20");
+  if (spec.virtual_workers > (1u << 20))
+    return InvalidArgument("--virtual_workers must be at most 2^20");
   if (spec.batch_per_vw < 1) return InvalidArgument("--batch_per_vw must be at least 1");
   if (spec.num_shards < 1) return InvalidArgument("--shards must be at least 1");
   if (spec.threads < 1) return InvalidArgument("--threads must be at least 1");
@@ -321,15 +341,18 @@ Status ValidateJobSpec(const JobSpec& spec) {
     const std::string path = spec.data_dir + "/" + f;
     struct stat st;
     if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-      return NotFound("data file " + path + " is missing (Debian package dataset-fashion-mnist, or --data_dir)");
+      return NotFound("data file " + path +
+                      " is missing (Debian package dataset-fashion-mnist, or --data_dir)");
     }
   }
   return OkStatus();
 }
 
-StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOptions& options, zmq::context_t* context) {
+StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOptions& options,
+                                                         zmq::context_t* context) {
   EPS_RETURN_IF_ERROR(ValidateJobSpec(options.spec));
-  if (options.spec.steps == 0 && !(options.epochs > 0)) return InvalidArgument("set --steps or --epochs");
+  if (options.spec.steps == 0 && !(options.epochs > 0))
+    return InvalidArgument("set --steps or --epochs");
   if (options.workers < 1) return InvalidArgument("--workers must be at least 1");
   if (options.run_dir.empty()) return InvalidArgument("--run_dir is required");
   std::unique_ptr<StateStore> store;

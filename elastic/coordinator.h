@@ -13,11 +13,10 @@
 // Run() owns the socket and all state: one thread, no locks.
 #pragma once
 
-#include <zmq.hpp>
-
 #include <chrono>
 #include <memory>
 #include <string>
+#include <zmq.hpp>
 
 #include "common/status.h"
 #include "elastic/planner.h"
@@ -28,20 +27,20 @@ namespace eps {
 struct CoordinatorOptions {
   JobSpec spec;
   std::string bind = "tcp://127.0.0.1:0";
-  std::string token;                    // required from every peer when not empty
-  std::string run_dir;                  // result.json goes here
-  std::string store_path;               // RocksDB store of the job's state (empty: none). A coordinator
-                                        // restarted on it binds the same endpoint and resumes the job
-  uint32_t workers = 1;                 // start training once this many workers registered
-  double epochs = 0;                    // when spec.steps == 0: train this many passes over the data
-  int64_t eval_every = 0;               // evaluate the test set every N steps (0: only at the end)
+  std::string token;       // required from every peer when not empty
+  std::string run_dir;     // result.json goes here
+  std::string store_path;  // RocksDB store of the job's state (empty: none). A coordinator
+                           // restarted on it binds the same endpoint and resumes the job
+  uint32_t workers = 1;    // start training once this many workers registered
+  double epochs = 0;       // when spec.steps == 0: train this many passes over the data
+  int64_t eval_every = 0;  // evaluate the test set every N steps (0: only at the end)
   std::chrono::milliseconds heartbeat_timeout{3000};  // a worker silent this long is dead
   std::chrono::milliseconds startup_timeout{120000};  // the shards must register by then
-  std::chrono::milliseconds step_timeout{300000};     // while workers live, a step must finish by then
-  std::chrono::milliseconds progress_every{1000};     // progress line period
-  PlannerOptions planner;                             // VW counts by measured speed, or equal
-  double replan_threshold = 0.25;                     // hysteresis of speed-driven re-planning
-  int64_t probe_idle_after = 1000;                    // re-measure a worker idle this many steps (0: never)
+  std::chrono::milliseconds step_timeout{300000};  // while workers live, a step must finish by then
+  std::chrono::milliseconds progress_every{1000};  // progress line period
+  PlannerOptions planner;                          // VW counts by measured speed, or equal
+  double replan_threshold = 0.25;                  // hysteresis of speed-driven re-planning
+  int64_t probe_idle_after = 1000;  // re-measure a worker idle this many steps (0: never)
 };
 
 // Checks what can be checked before any process starts: sizes, counts, the data files.
@@ -49,7 +48,8 @@ Status ValidateJobSpec(const JobSpec& spec);
 
 class Coordinator {
  public:
-  static StatusOr<std::unique_ptr<Coordinator>> Open(const CoordinatorOptions& options, zmq::context_t* context);
+  static StatusOr<std::unique_ptr<Coordinator>> Open(const CoordinatorOptions& options,
+                                                     zmq::context_t* context);
   virtual ~Coordinator() = default;
   virtual const std::string& endpoint() const = 0;
   // Runs the job to its end. OK when result.json was written.

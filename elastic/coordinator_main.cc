@@ -15,7 +15,8 @@
 // The job.
 DEFINE_string(job_id, "job", "Name of the job");
 DEFINE_string(model, "mlp", "Model: mlp, cnn or cnn_bn");
-DEFINE_string(data_dir, "/usr/share/datasets/fashion-mnist", "Folder with the Fashion-MNIST IDX files (.gz)");
+DEFINE_string(data_dir, "/usr/share/datasets/fashion-mnist",
+              "Folder with the Fashion-MNIST IDX files (.gz)");
 DEFINE_uint32(virtual_workers, 8, "V: number of virtual workers (fixed for the job)");
 DEFINE_uint32(batch_per_vw, 32, "Samples per virtual worker per step");
 DEFINE_uint64(seed, 1, "Seed of the data order, the initialization and every random stream");
@@ -27,13 +28,16 @@ DEFINE_int64(test_limit, 0, "Evaluate on the first N test samples (0: all, -1: n
 DEFINE_int64(eval_every, 0, "Evaluate the test set every N steps (0: only at the end)");
 DEFINE_uint32(eval_batch, 1000, "Batch size of evaluation");
 DEFINE_bool(allow_mixed_devices, false,
-            "Accept workers whose device kind (cpu, or cuda:<GPU name>) differs from the first worker's. Their "
+            "Accept workers whose device kind (cpu, or cuda:<GPU name>) differs from the first "
+            "worker's. Their "
             "gradients differ in their bits, so the job's result then depends on placement");
-DEFINE_string(wire_dtype, "fp32",
-              "fp32, bf16 or fp16: the format gradients are pushed and weights pulled in. bf16 and fp16 halve "
-              "the bytes and change the numerics against fp32 (every node of the reduction tree is rounded, "
-              "workers compute with rounded weights; the shards keep fp32 masters); results stay independent "
-              "of placement");
+DEFINE_string(
+    wire_dtype, "fp32",
+    "fp32, bf16 or fp16: the format gradients are pushed and weights pulled in. bf16 and fp16 "
+    "halve "
+    "the bytes and change the numerics against fp32 (every node of the reduction tree is rounded, "
+    "workers compute with rounded weights; the shards keep fp32 masters); results stay independent "
+    "of placement");
 DEFINE_string(grad_wire_dtype, "", "Gradients only: overrides --wire_dtype for pushes");
 DEFINE_string(weight_wire_dtype, "", "Weights only: overrides --wire_dtype for pulls");
 // The optimizer.
@@ -57,21 +61,27 @@ DEFINE_int64(chunk_elems, 1 << 20, "Largest chunk of a tensor, in elements");
 DEFINE_uint32(workers, 1, "Start training once this many workers have registered");
 DEFINE_string(bind, "tcp://127.0.0.1:0", "Endpoint to serve on (port 0: any free port)");
 DEFINE_string(run_dir, "", "Folder for result.json");
-DEFINE_string(store, "", "RocksDB directory of the coordinator's state (empty: none). Restarted on the same "
-                         "store, the coordinator binds its former endpoint and resumes the job");
+DEFINE_string(store, "",
+              "RocksDB directory of the coordinator's state (empty: none). Restarted on the same "
+              "store, the coordinator binds its former endpoint and resumes the job");
 DEFINE_string(addr_file, "", "Write the bound endpoint to this file once serving");
 DEFINE_string(token_file, "", "File holding the job's secret token (empty: none)");
 DEFINE_int32(startup_timeout_s, 120, "The shards must register within this time");
-DEFINE_int32(step_timeout_s, 300, "While workers are alive, a step or an evaluation must complete within this time");
-DEFINE_string(planner, "speed", "VW counts per worker: speed (by measured seconds per VW) or equal");
+DEFINE_int32(step_timeout_s, 300,
+             "While workers are alive, a step or an evaluation must complete within this time");
+DEFINE_string(planner, "speed",
+              "VW counts per worker: speed (by measured seconds per VW) or equal");
 DEFINE_uint32(max_vws_per_worker, 0, "At most this many VWs on one worker (memory); 0: no cap");
-DEFINE_int64(probe_idle_steps, 1000,
-             "A worker that held no VW for this many steps is measured again (its speed estimate is "
-             "forgotten, so the planner counts it at the median speed); 0: never");
-DEFINE_double(replan_threshold, 0.25,
-              "Re-plan by speed without a membership change only if the slowest worker's predicted load "
-              "improves by more than this fraction");
-DEFINE_int32(heartbeat_timeout_ms, 3000, "A worker whose heartbeats stop for this long is declared dead");
+DEFINE_int64(
+    probe_idle_steps, 1000,
+    "A worker that held no VW for this many steps is measured again (its speed estimate is "
+    "forgotten, so the planner counts it at the median speed); 0: never");
+DEFINE_double(
+    replan_threshold, 0.25,
+    "Re-plan by speed without a membership change only if the slowest worker's predicted load "
+    "improves by more than this fraction");
+DEFINE_int32(heartbeat_timeout_ms, 3000,
+             "A worker whose heartbeats stop for this long is declared dead");
 
 namespace {
 volatile bool g_stop = false;
@@ -80,7 +90,8 @@ void OnSignal(int) { g_stop = true; }
 }  // namespace
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("eps_coordinator --flagfile=JOB.flags --run_dir=DIR [--shards=S --workers=W]");
+  gflags::SetUsageMessage(
+      "eps_coordinator --flagfile=JOB.flags --run_dir=DIR [--shards=S --workers=W]");
   eps::KeepFreedMemory();
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;
@@ -145,11 +156,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.probe_idle_after = FLAGS_probe_idle_steps;
-  for (auto [flag, name, field] : {std::tuple{"--grad_wire_dtype", &FLAGS_grad_wire_dtype, &s.grad_wire_dtype},
-                                   std::tuple{"--weight_wire_dtype", &FLAGS_weight_wire_dtype, &s.weight_wire_dtype}}) {
+  for (auto [flag, name, field] :
+       {std::tuple{"--grad_wire_dtype", &FLAGS_grad_wire_dtype, &s.grad_wire_dtype},
+        std::tuple{"--weight_wire_dtype", &FLAGS_weight_wire_dtype, &s.weight_wire_dtype}}) {
     auto dtype = eps::ParseWireDType(name->empty() ? FLAGS_wire_dtype : *name);
     if (!dtype.ok()) {
-      LOG(ERROR) << "invalid job: " << (name->empty() ? "--wire_dtype" : flag) << ": " << dtype.status().ToString();
+      LOG(ERROR) << "invalid job: " << (name->empty() ? "--wire_dtype" : flag) << ": "
+                 << dtype.status().ToString();
       return 2;
     }
     *field = *dtype;

@@ -24,14 +24,17 @@
 #include "server/shard_state.h"
 #include "storage/state_store.h"
 
-DEFINE_string(stores, "", "The job's store directory: coordinator/ and shard<N>/ in it (local.sh: RUN_DIR/store)");
+DEFINE_string(
+    stores, "",
+    "The job's store directory: coordinator/ and shard<N>/ in it (local.sh: RUN_DIR/store)");
 DEFINE_string(out, "", "The safetensors file to write");
 DEFINE_int64(step, -1, "The checkpoint to export (default: the newest one every shard holds)");
 
 namespace eps {
 namespace {
 
-StatusOr<std::unique_ptr<StateStore>> OpenReadOnly(const std::string& path, const std::string& job_id,
+StatusOr<std::unique_ptr<StateStore>> OpenReadOnly(const std::string& path,
+                                                   const std::string& job_id,
                                                    const std::string& owner) {
   StoreOptions o;
   o.path = path;
@@ -51,7 +54,8 @@ Status Export(const std::string& stores, const std::string& out, Step wanted) {
   EPS_ASSIGN_OR_RETURN(auto coordinator, OpenReadOnly(stores + "/coordinator", "", "coordinator"));
   auto record = coordinator->Get(kJobKey);
   if (!record.ok()) {
-    return record.status().WithContext("the coordinator's store holds no job record yet (the job never started)");
+    return record.status().WithContext(
+        "the coordinator's store holds no job record yet (the job never started)");
   }
   EPS_ASSIGN_OR_RETURN(ShardConfig job, DecodeStoredJob(*record));
   const JobSpec& spec = job.spec;
@@ -78,7 +82,8 @@ Status Export(const std::string& stores, const std::string& out, Step wanted) {
     }
     if (common.empty()) {
       std::string what;
-      for (size_t s = 0; s < held.size(); ++s) what += "; shard " + std::to_string(s) + " holds " + Join(held[s]);
+      for (size_t s = 0; s < held.size(); ++s)
+        what += "; shard " + std::to_string(s) + " holds " + Join(held[s]);
       return NotFound("no checkpoint is held by every shard" + what);
     }
     step = *common.rbegin();
@@ -88,18 +93,22 @@ Status Export(const std::string& stores, const std::string& out, Step wanted) {
   for (uint32_t s = 0; s < spec.num_shards; ++s) {
     auto checkpoint = shards[s]->ReadCheckpoint(step);
     if (!checkpoint.ok()) {
-      return checkpoint.status().WithContext("shard " + std::to_string(s) + " holds steps " + Join(held[s]));
+      return checkpoint.status().WithContext("shard " + std::to_string(s) + " holds steps " +
+                                             Join(held[s]));
     }
     ShardState state{ShardId(s)};
-    EPS_RETURN_IF_ERROR(state.Restore(std::move(checkpoint).value()).WithContext("shard " + std::to_string(s)));
+    EPS_RETURN_IF_ERROR(
+        state.Restore(std::move(checkpoint).value()).WithContext("shard " + std::to_string(s)));
     EPS_ASSIGN_OR_RETURN(PullReply pulled, state.HandlePull(Pull{step, {}}));
     for (ChunkBytes& c : pulled.chunks) chunks[c.chunk.value()] = std::move(c);
   }
   EPS_ASSIGN_OR_RETURN(ModelDigests digests, DigestModel(layout, chunks));
-  EPS_RETURN_IF_ERROR(WriteSafetensors(out, layout, chunks, step, spec.job_id, spec.model, digests));
+  EPS_RETURN_IF_ERROR(
+      WriteSafetensors(out, layout, chunks, step, spec.job_id, spec.model, digests));
   std::printf("exported step %lld of job '%s' (%s, %lld parameters) to %s\nparams_sha256 %s\n",
               static_cast<long long>(step.value()), spec.job_id.c_str(), spec.model.c_str(),
-              static_cast<long long>(layout.NumParameters()), out.c_str(), digests.params_sha256.c_str());
+              static_cast<long long>(layout.NumParameters()), out.c_str(),
+              digests.params_sha256.c_str());
   return OkStatus();
 }
 
@@ -112,7 +121,8 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
   if (FLAGS_stores.empty() || FLAGS_out.empty()) {
-    std::fprintf(stderr, "export_model: --stores and --out are required\n%s\n", gflags::ProgramUsage());
+    std::fprintf(stderr, "export_model: --stores and --out are required\n%s\n",
+                 gflags::ProgramUsage());
     return 2;
   }
   const eps::Status st = eps::Export(FLAGS_stores, FLAGS_out, eps::Step(FLAGS_step));

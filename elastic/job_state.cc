@@ -26,8 +26,8 @@ JobState::JobState(JobSpec spec, JobStateOptions options, const Clock* clock)
 
 // ---- events -----------------------------------------------------------------
 
-Status JobState::OnShardRegistered(ShardId shard, const std::string& address, Step durable_step, Step version,
-                                   bool new_peer) {
+Status JobState::OnShardRegistered(ShardId shard, const std::string& address, Step durable_step,
+                                   Step version, bool new_peer) {
   if (shard.value() >= spec_.num_shards) {
     return InvalidArgument("shard id " + std::to_string(shard.value()) + " but the job has " +
                            std::to_string(spec_.num_shards) + " shards");
@@ -45,8 +45,8 @@ Status JobState::OnShardRegistered(ShardId shard, const std::string& address, St
   }
   // A shard restored from its store serves its newest checkpoint, even if it does not say so.
   shard_version_[s] = std::max(version, durable_step);
-  const bool restarted = shard_registered_[s] && phase_ != Phase::kStarting && phase_ != Phase::kResuming &&
-                         phase_ < Phase::kFinalizing;
+  const bool restarted = shard_registered_[s] && phase_ != Phase::kStarting &&
+                         phase_ != Phase::kResuming && phase_ < Phase::kFinalizing;
   const bool moved = shard_registered_[s] && shard_addresses_[s] != address;
   shard_registered_[s] = true;
   shard_addresses_[s] = address;
@@ -72,11 +72,13 @@ Status JobState::OnShardRegistered(ShardId shard, const std::string& address, St
 // checkpoints still in their writers, so "the newest N" alone could leave the
 // shards without a common step.
 void JobState::UpdateRetention() {
-  if (!std::all_of(shard_registered_.begin(), shard_registered_.end(), [](bool b) { return b; })) return;
+  if (!std::all_of(shard_registered_.begin(), shard_registered_.end(), [](bool b) { return b; }))
+    return;
   const Step floor = *std::min_element(shard_durable_.begin(), shard_durable_.end());
   if (floor.value() < 0 || floor == retain_sent_) return;  // none yet: the shards keep everything
   retain_sent_ = floor;
-  for (uint32_t s = 0; s < spec_.num_shards; ++s) out_.push_back({Outgoing::To::kShard, s, Retain{floor}});
+  for (uint32_t s = 0; s < spec_.num_shards; ++s)
+    out_.push_back({Outgoing::To::kShard, s, Retain{floor}});
 }
 
 void JobState::Resume(const Resumed& r) {
@@ -88,10 +90,12 @@ void JobState::Resume(const Resumed& r) {
   train_samples_ = r.train_samples;
   test_samples_ = r.test_samples;
   epoch_ = r.epoch;
-  next_worker_ = r.next_worker;  // ids are never reused: a new worker must not inherit an old one's beats
+  next_worker_ =
+      r.next_worker;  // ids are never reused: a new worker must not inherit an old one's beats
   resume_ranges_ = r.ranges;
   phase_ = Phase::kResuming;
-  LOG(INFO) << "resuming job '" << spec_.job_id << "' (" << spec_.steps << " steps, assignment epoch " << epoch_
+  LOG(INFO) << "resuming job '" << spec_.job_id << "' (" << spec_.steps
+            << " steps, assignment epoch " << epoch_
             << "): waiting for every shard to report its version";
 }
 
@@ -111,7 +115,8 @@ void JobState::FinishResume() {
     phase_ = Phase::kStarting;
     return;
   }
-  for (uint32_t s = 0; s < spec_.num_shards; ++s) shard_done_[s] = Step(shard_version_[s].value() - 1);
+  for (uint32_t s = 0; s < spec_.num_shards; ++s)
+    shard_done_[s] = Step(shard_version_[s].value() - 1);
   steps_done_ = t.value();
   train_started_ = clock_->Now();
   std::printf("resumed at step %lld after a coordinator restart\n", (long long)t.value());
@@ -147,9 +152,11 @@ void JobState::StartRollback(ShardId restarted, Step durable_step) {
     // No step every shard holds: back to the initial values, which a worker
     // pushes again (they depend only on the seed), and the job replays from step 0.
     target = Step(-1);
-    std::printf("starting over from the initial values: shard %u restarted %s, and no checkpoint is held by "
-                "every shard\n",
-                restarted.value(), durable_step.value() < 0 ? "without state" : "from its checkpoint");
+    std::printf(
+        "starting over from the initial values: shard %u restarted %s, and no checkpoint is held "
+        "by "
+        "every shard\n",
+        restarted.value(), durable_step.value() < 0 ? "without state" : "from its checkpoint");
   } else {
     std::printf("rolling back to step %lld: shard %u restarted from its checkpoint of step %lld\n",
                 (long long)target.value(), restarted.value(), (long long)durable_step.value());
@@ -160,16 +167,19 @@ void JobState::StartRollback(ShardId restarted, Step durable_step) {
   rollback_acked_.assign(spec_.num_shards, false);
   work_.clear();
   eval_slices_.clear();
-  for (uint32_t s = 0; s < spec_.num_shards; ++s) out_.push_back({Outgoing::To::kShard, s, Rollback{target}});
+  for (uint32_t s = 0; s < spec_.num_shards; ++s)
+    out_.push_back({Outgoing::To::kShard, s, Rollback{target}});
   Progress();
 }
 
 Status JobState::OnRollbackDone(const RollbackDone& done) {
   const uint32_t s = done.shard.value();
-  if (s >= spec_.num_shards || !shard_registered_[s]) return NotFound("rollback report from an unknown shard");
+  if (s >= spec_.num_shards || !shard_registered_[s])
+    return NotFound("rollback report from an unknown shard");
   if (phase_ != Phase::kRollingBack || done.step != rollback_step_) return OkStatus();  // stale
   if (done.code != StatusCode::kOk) {
-    Fail(done.ToStatus().WithContext("shard " + std::to_string(s) + " could not roll back to step " +
+    Fail(done.ToStatus().WithContext("shard " + std::to_string(s) +
+                                     " could not roll back to step " +
                                      std::to_string(done.step.value())));
     return OkStatus();
   }
@@ -197,14 +207,17 @@ Status JobState::OnRollbackDone(const RollbackDone& done) {
   return OkStatus();
 }
 
-Status CheckDeviceKind(const std::string& job_kind, const std::string& worker_kind, bool allow_mixed) {
+Status CheckDeviceKind(const std::string& job_kind, const std::string& worker_kind,
+                       bool allow_mixed) {
   if (job_kind.empty() || worker_kind == job_kind || allow_mixed) return OkStatus();
-  return FailedPrecondition("this worker computes on '" + worker_kind + "', the job's workers on '" + job_kind +
-                            "': the bits would then depend on placement; the job accepts that only when its "
-                            "coordinator runs with --allow_mixed_devices");
+  return FailedPrecondition(
+      "this worker computes on '" + worker_kind + "', the job's workers on '" + job_kind +
+      "': the bits would then depend on placement; the job accepts that only when its "
+      "coordinator runs with --allow_mixed_devices");
 }
 
-WorkerId JobState::OnWorkerRegistered(const std::string& host, uint32_t pid, const std::string& device_kind) {
+WorkerId JobState::OnWorkerRegistered(const std::string& host, uint32_t pid,
+                                      const std::string& device_kind) {
   // A worker whose registration went unanswered sends it again (the
   // coordinator may have restarted in between): the same process keeps its id
   // until it reported its model.
@@ -240,7 +253,8 @@ WorkerId JobState::OnWorkerRegistered(const std::string& host, uint32_t pid, con
 Status JobState::OnStepRequest(const StepRequest& r) {
   auto it = workers_.find(r.worker);
   if (it == workers_.end() || !it->second.alive) {
-    return Aborted("worker " + std::to_string(r.worker.value()) + " is not a member: register again");
+    return Aborted("worker " + std::to_string(r.worker.value()) +
+                   " is not a member: register again");
   }
   WorkerInfo& w = it->second;
   w.last_seen = clock_->Now();
@@ -263,7 +277,8 @@ Status JobState::OnStepRequest(const StepRequest& r) {
     // Everything this worker held is confirmed: it asks only after its pushes were acknowledged.
     for (const Work& item : work_) {  // for scripts/bench.sh (--v=1): when a contribution counted
       if (item.holder == r.worker) {
-        VLOG(1) << "worker " << r.worker << " confirmed [" << item.lo << "," << item.hi << ") of step " << step_;
+        VLOG(1) << "worker " << r.worker << " confirmed [" << item.lo << "," << item.hi
+                << ") of step " << step_;
       }
     }
     work_.erase(std::remove_if(work_.begin(), work_.end(),
@@ -293,7 +308,8 @@ Status JobState::OnHeartbeat(WorkerId worker) {
 
 Status JobState::OnLeave(WorkerId worker, const std::string& reason) {
   auto it = workers_.find(worker);
-  if (it == workers_.end() || !it->second.alive) return OkStatus();  // already gone: the ack is the same
+  if (it == workers_.end() || !it->second.alive)
+    return OkStatus();  // already gone: the ack is the same
   DeclareDead(worker, "left (" + reason + ")");
   Send(worker, StepPlan{PlanKind::kStop, step_, epoch_, 0, 0, 0, 0});
   Advance();
@@ -321,7 +337,8 @@ Status JobState::OnEvalResult(const EvalResult& r) {
   auto it = workers_.find(r.worker);
   if (it == workers_.end() || !it->second.alive) return Aborted("not a member");
   it->second.last_seen = clock_->Now();
-  if (phase_ != Phase::kEvaluating || r.version != eval_version_) return OkStatus();  // stale: ignore
+  if (phase_ != Phase::kEvaluating || r.version != eval_version_)
+    return OkStatus();  // stale: ignore
   for (EvalSlice& s : eval_slices_) {
     if (s.lo == r.lo && s.hi == r.hi && !s.done) {
       s.done = true;
@@ -340,19 +357,22 @@ void JobState::Tick() {
   const auto now = clock_->Now();
   for (auto& [id, w] : workers_) {
     // A worker learns its id from the registration reply: it cannot beat before that.
-    const bool unanswered = std::find(unanswered_registrations_.begin(), unanswered_registrations_.end(), id) !=
-                            unanswered_registrations_.end();
+    const bool unanswered =
+        std::find(unanswered_registrations_.begin(), unanswered_registrations_.end(), id) !=
+        unanswered_registrations_.end();
     if (w.alive && !unanswered && now - w.last_seen > options_.heartbeat_timeout) {
       DeclareDead(id, "missed heartbeats for " +
-                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - w.last_seen).count()) +
+                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             now - w.last_seen)
+                                             .count()) +
                           " ms");
     }
   }
   Advance();
   // Watchdog: while shards are missing, or workers are alive, something must move.
   const bool waiting_for_shards = !AllShardsRegistered();
-  const bool working = phase_ == Phase::kTraining || phase_ == Phase::kEvaluating || phase_ == Phase::kRollingBack ||
-                       phase_ == Phase::kResuming;
+  const bool working = phase_ == Phase::kTraining || phase_ == Phase::kEvaluating ||
+                       phase_ == Phase::kRollingBack || phase_ == Phase::kResuming;
   if ((waiting_for_shards || (working && HasLiveReadyWorker())) && now > progress_deadline_) {
     Fail(DeadlineExceeded(waiting_for_shards ? "the shards did not all register in time"
                                              : "no progress within the step timeout (step " +
@@ -375,7 +395,8 @@ std::vector<Outgoing> JobState::TakeOutgoing() {
 // ---- membership -------------------------------------------------------------
 
 Status JobState::AcceptModel(const StepRequest& r) {
-  if (r.tensors.empty()) return InvalidArgument("the first step request must carry the model's tensors");
+  if (r.tensors.empty())
+    return InvalidArgument("the first step request must carry the model's tensors");
   std::vector<TensorSpec> tensors = r.tensors;
   tensors.push_back(LossTensor());
   if (!tensors_.empty()) {
@@ -392,10 +413,12 @@ Status JobState::AcceptModel(const StepRequest& r) {
     if (spec_.steps <= 0) return InvalidArgument("--epochs gives no whole step");
   }
   tensors_ = std::move(tensors);
-  LOG(INFO) << "model: " << layout_.NumParameters() << " parameters in " << layout_.chunks.size() << " chunks; "
-            << spec_.steps << " steps; " << train_samples_ << " training and " << test_samples_ << " test samples";
+  LOG(INFO) << "model: " << layout_.NumParameters() << " parameters in " << layout_.chunks.size()
+            << " chunks; " << spec_.steps << " steps; " << train_samples_ << " training and "
+            << test_samples_ << " test samples";
   for (uint32_t s = 0; s < spec_.num_shards; ++s) {
-    if (shard_registered_[s]) out_.push_back({Outgoing::To::kShard, s, ShardConfig{spec_, tensors_}});
+    if (shard_registered_[s])
+      out_.push_back({Outgoing::To::kShard, s, ShardConfig{spec_, tensors_}});
   }
   return OkStatus();
 }
@@ -416,10 +439,12 @@ void JobState::DeclareDead(WorkerId id, const std::string& why) {
   for (EvalSlice& s : eval_slices_) {
     if (s.holder == id && !s.done) s.holder.reset();
   }
-  if (w.init_holder && phase_ == Phase::kInitializing) phase_ = Phase::kStarting;  // someone else initializes
+  if (w.init_holder && phase_ == Phase::kInitializing)
+    phase_ = Phase::kStarting;  // someone else initializes
   LOG(WARNING) << "worker " << id << " " << why << "; "
-               << (moved.str().empty() ? "it held no unfinished VWs" : "its VWs" + moved.str() + " of step " +
-                                                                        std::to_string(step_.value()) + " move");
+               << (moved.str().empty() ? "it held no unfinished VWs"
+                                       : "its VWs" + moved.str() + " of step " +
+                                             std::to_string(step_.value()) + " move");
 }
 
 bool JobState::HasLiveReadyWorker() const {
@@ -439,7 +464,9 @@ bool JobState::AllShardsRegistered() const {
   return std::all_of(shard_registered_.begin(), shard_registered_.end(), [](bool b) { return b; });
 }
 
-Step JobState::MinShardDone() const { return *std::min_element(shard_done_.begin(), shard_done_.end()); }
+Step JobState::MinShardDone() const {
+  return *std::min_element(shard_done_.begin(), shard_done_.end());
+}
 
 bool JobState::MembershipChanged() const {
   size_t ready = 0;
@@ -469,7 +496,8 @@ bool JobState::Assign(const VwPlan* given) {
     if (!planned.ok()) {
       assignment_.clear();
       if (!lacks_capacity_) {
-        std::printf("paused at step %lld: %s\n", (long long)step_.value(), planned.status().message().c_str());
+        std::printf("paused at step %lld: %s\n", (long long)step_.value(),
+                    planned.status().message().c_str());
         std::fflush(stdout);
       }
       lacks_capacity_ = true;
@@ -480,10 +508,12 @@ bool JobState::Assign(const VwPlan* given) {
   lacks_capacity_ = false;
   assignment_.clear();
   for (size_t i = 0; i < live.size() && i < plan.ranges.size(); ++i) {
-    assignment_[live[i]] = {plan.ranges[i].lo, plan.ranges[i].hi};  // empty when a worker gets no VW
+    assignment_[live[i]] = {plan.ranges[i].lo,
+                            plan.ranges[i].hi};  // empty when a worker gets no VW
   }
   epoch_ = Epoch(epoch_.value() + 1);
-  LOG(INFO) << "assignment epoch " << epoch_ << " from step " << step_ << ": " << AssignmentString();
+  LOG(INFO) << "assignment epoch " << epoch_ << " from step " << step_ << ": "
+            << AssignmentString();
   return true;
 }
 
@@ -499,7 +529,8 @@ void JobState::MaybeReplan() {
       w.idle_since = -1;
     } else if (w.idle_since < 0) {
       w.idle_since = step_.value();
-    } else if (options_.probe_idle_after > 0 && step_.value() - w.idle_since >= options_.probe_idle_after &&
+    } else if (options_.probe_idle_after > 0 &&
+               step_.value() - w.idle_since >= options_.probe_idle_after &&
                speeds_.Estimate(live[i])) {
       LOG(INFO) << "worker " << live[i] << " held no VW for " << step_.value() - w.idle_since
                 << " steps: its speed is measured again";
@@ -507,14 +538,16 @@ void JobState::MaybeReplan() {
       w.idle_since = step_.value();
     }
   }
-  auto advice = ShouldReplan(counts, speeds_.Estimates(live), options_.planner, options_.replan_threshold);
+  auto advice =
+      ShouldReplan(counts, speeds_.Estimates(live), options_.planner, options_.replan_threshold);
   if (!advice.ok() || !advice->replan) return;
   std::ostringstream est;
   for (WorkerId id : live) {
     auto e = speeds_.Estimate(id);
     est << " w" << id << "=" << (e ? std::to_string(*e * 1000).substr(0, 6) + "ms" : "?");
   }
-  LOG(INFO) << "re-planning VWs by measured speed (seconds per VW:" << est.str() << "): " << advice->reason;
+  LOG(INFO) << "re-planning VWs by measured speed (seconds per VW:" << est.str()
+            << "): " << advice->reason;
   Assign(&advice->plan);
 }
 
@@ -607,12 +640,13 @@ void JobState::Advance() {
       break;
     case Phase::kEvaluating:
       DispatchEval();
-      if (std::all_of(eval_slices_.begin(), eval_slices_.end(), [](const EvalSlice& s) { return s.done; })) {
+      if (std::all_of(eval_slices_.begin(), eval_slices_.end(),
+                      [](const EvalSlice& s) { return s.done; })) {
         test_accuracy_ = double(eval_correct_) / double(test_samples_);
         test_loss_ = eval_loss_ / double(test_samples_);
         evaluated_ = true;
-        std::printf("eval  step %lld: test accuracy %.4f, test loss %.4f\n", (long long)eval_version_.value(),
-                    test_accuracy_, test_loss_);
+        std::printf("eval  step %lld: test accuracy %.4f, test loss %.4f\n",
+                    (long long)eval_version_.value(), test_accuracy_, test_loss_);
         std::fflush(stdout);
         if (eval_version_.value() >= spec_.steps) {
           Finalize();
@@ -665,7 +699,8 @@ void JobState::DispatchTrain() {
         }
       }
       if (pick != nullptr) {
-        LOG(INFO) << "worker " << id << " recomputes [" << pick->lo << "," << pick->hi << ") of step " << step_;
+        LOG(INFO) << "worker " << id << " recomputes [" << pick->lo << "," << pick->hi
+                  << ") of step " << step_;
       }
     }
     if (pick == nullptr) continue;
@@ -674,7 +709,8 @@ void JobState::DispatchTrain() {
   }
   const bool stalled = !work_.empty() && !HasLiveReadyWorker();
   if (stalled && !paused_) {
-    std::printf("paused at step %lld: no worker left; waiting for one to attach\n", (long long)step_.value());
+    std::printf("paused at step %lld: no worker left; waiting for one to attach\n",
+                (long long)step_.value());
     std::fflush(stdout);
   } else if (!stalled && paused_) {
     std::printf("resumed at step %lld: a worker attached\n", (long long)step_.value());
@@ -686,13 +722,15 @@ void JobState::DispatchTrain() {
 void JobState::OnStepFinished() {
   for (const Work& item : work_) {  // held ranges whose confirmation the shards' report overtook
     if (item.holder) {
-      VLOG(1) << "worker " << *item.holder << " confirmed [" << item.lo << "," << item.hi << ") of step " << step_;
+      VLOG(1) << "worker " << *item.holder << " confirmed [" << item.lo << "," << item.hi
+              << ") of step " << step_;
     }
   }
   VLOG(1) << "step " << step_ << " complete";
   const Step next(step_.value() + 1);
   steps_done_ = next.value();
-  if (steps_done_ == JobSummary::kWarmupSteps && warmed_up_ == Clock::time_point{}) warmed_up_ = clock_->Now();
+  if (steps_done_ == JobSummary::kWarmupSteps && warmed_up_ == Clock::time_point{})
+    warmed_up_ = clock_->Now();
   work_.clear();
   if (next.value() >= spec_.steps) {
     train_ended_ = clock_->Now();
@@ -713,7 +751,8 @@ void JobState::StartEval(Step version) {
   eval_loss_ = 0;
   const int64_t n = static_cast<int64_t>(std::max<size_t>(1, assignment_.size()));
   const int64_t per = (test_samples_ + n - 1) / n;
-  for (int64_t lo = 0; lo < test_samples_; lo += per) eval_slices_.push_back({lo, std::min(test_samples_, lo + per), std::nullopt, false});
+  for (int64_t lo = 0; lo < test_samples_; lo += per)
+    eval_slices_.push_back({lo, std::min(test_samples_, lo + per), std::nullopt, false});
   Progress();
   DispatchEval();
 }
@@ -743,12 +782,14 @@ void JobState::StopWorkers() {
       w.alive = false;  // it exits now
     }
   }
-  for (WorkerId id : unanswered_registrations_) Send(id, ErrorReply{StatusCode::kAborted, "the job is over"});
+  for (WorkerId id : unanswered_registrations_)
+    Send(id, ErrorReply{StatusCode::kAborted, "the job is over"});
   unanswered_registrations_.clear();
   if (live_workers() == 0 && phase_ != Phase::kDone) {
     for (uint32_t s = 0; s < spec_.num_shards; ++s) {
       if (shard_registered_[s]) {
-        out_.push_back({Outgoing::To::kShard, s, Shutdown{fatal_.ok() ? "job finished" : fatal_.ToString()}});
+        out_.push_back(
+            {Outgoing::To::kShard, s, Shutdown{fatal_.ok() ? "job finished" : fatal_.ToString()}});
       }
     }
     phase_ = Phase::kDone;
@@ -777,7 +818,8 @@ std::string JobState::ProgressLine() const {
   const double secs = std::chrono::duration<double>(clock_->Now() - train_started_).count();
   const double samples = double(steps_done_) * spec_.virtual_workers * spec_.batch_per_vw;
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "step %lld/%lld  epoch %.2f  loss %.4f  samples/s %.0f  workers %zu  ",
+  std::snprintf(buf, sizeof(buf),
+                "step %lld/%lld  epoch %.2f  loss %.4f  samples/s %.0f  workers %zu  ",
                 (long long)steps_done_, (long long)spec_.steps, samples / double(train_samples_),
                 losses_.rbegin()->second, secs > 0 ? samples / secs : 0.0, live_workers());
   return std::string(buf) + (paused_ ? "paused" : AssignmentString());

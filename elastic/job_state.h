@@ -40,15 +40,15 @@
 namespace eps {
 
 struct JobStateOptions {
-  uint32_t min_workers = 1;     // training starts once this many workers are ready
-  int64_t eval_every = 0;       // 0: evaluate only at the end
-  double epochs = 0;            // when spec.steps == 0
+  uint32_t min_workers = 1;  // training starts once this many workers are ready
+  int64_t eval_every = 0;    // 0: evaluate only at the end
+  double epochs = 0;         // when spec.steps == 0
   std::chrono::milliseconds heartbeat_timeout{3000};
   std::chrono::milliseconds startup_timeout{120000};  // for the shards to register
   std::chrono::milliseconds step_timeout{300000};     // progress while workers are alive
-  PlannerOptions planner;        // how VW counts follow measured speeds (planner.h)
-  double replan_threshold = 0.25; // re-plan without a membership change only if the slowest
-                                 // worker's predicted load improves by more than this
+  PlannerOptions planner;          // how VW counts follow measured speeds (planner.h)
+  double replan_threshold = 0.25;  // re-plan without a membership change only if the slowest
+                                   // worker's predicted load improves by more than this
   // A worker that held no VW for this many steps has its speed estimate
   // forgotten, so the planner counts it at the median speed and measures it
   // again: a worker that got faster (its GPU freed by another job) is not left
@@ -61,7 +61,8 @@ struct JobStateOptions {
 // "cuda:<GPU name>": bits are reproducible only within one kind, so another
 // kind is refused (FailedPrecondition, a message for the worker) unless the
 // job accepts placement-dependent bits (`allow_mixed`). Pure.
-Status CheckDeviceKind(const std::string& job_kind, const std::string& worker_kind, bool allow_mixed);
+Status CheckDeviceKind(const std::string& job_kind, const std::string& worker_kind,
+                       bool allow_mixed);
 
 // One message to send.
 struct Outgoing {
@@ -88,7 +89,15 @@ struct JobSummary {
 class JobState {
  public:
   enum class Phase {
-    kStarting, kInitializing, kTraining, kEvaluating, kRollingBack, kResuming, kFinalizing, kStopping, kDone
+    kStarting,
+    kInitializing,
+    kTraining,
+    kEvaluating,
+    kRollingBack,
+    kResuming,
+    kFinalizing,
+    kStopping,
+    kDone
   };
 
   // What a restarted coordinator read back from its store.
@@ -98,7 +107,7 @@ class JobState {
     int64_t train_samples = 0, test_samples = 0;
     Epoch epoch{0};
     std::vector<std::pair<uint32_t, uint32_t>> ranges;  // the last assignment's VW ranges
-    uint32_t next_worker = 0;                            // the first worker id not handed out
+    uint32_t next_worker = 0;                           // the first worker id not handed out
   };
   // Before any event: the job resumes where the shards are once they all
   // registered again. The step in flight is recomputed in the ranges of the last
@@ -120,7 +129,8 @@ class JobState {
   // at once and never becomes a member; the id is spent. The same process
   // (host, pid) registering again before it reported its model keeps its id and
   // is answered again: a worker repeats an unanswered registration.
-  WorkerId OnWorkerRegistered(const std::string& host, uint32_t pid, const std::string& device_kind = "cpu");
+  WorkerId OnWorkerRegistered(const std::string& host, uint32_t pid,
+                              const std::string& device_kind = "cpu");
   // Aborted: the worker is unknown or was declared dead; it must register again.
   Status OnStepRequest(const StepRequest& request);
   Status OnHeartbeat(WorkerId worker);
@@ -185,7 +195,9 @@ class JobState {
   };
 
   void Advance();
-  void Send(WorkerId w, Body body) { out_.push_back({Outgoing::To::kWorker, w.value(), std::move(body)}); }
+  void Send(WorkerId w, Body body) {
+    out_.push_back({Outgoing::To::kWorker, w.value(), std::move(body)});
+  }
   void Plan(WorkerId w, const StepPlan& plan);
   void Fail(Status status);
   Status AcceptModel(const StepRequest& request);
@@ -217,9 +229,9 @@ class JobState {
   std::vector<std::string> shard_addresses_;
   std::vector<Step> shard_done_;
   std::vector<bool> shard_registered_;
-  std::vector<Step> shard_durable_;   // newest checkpoint each shard reported
-  Step retain_sent_{-2};              // the retention floor last sent to the shards (-2: none)
-  std::vector<Step> shard_version_;   // version each shard served when it registered
+  std::vector<Step> shard_durable_;  // newest checkpoint each shard reported
+  Step retain_sent_{-2};             // the retention floor last sent to the shards (-2: none)
+  std::vector<Step> shard_version_;  // version each shard served when it registered
   std::vector<std::pair<uint32_t, uint32_t>> resume_ranges_;
   Step rollback_step_{-1};
   std::vector<bool> rollback_acked_;

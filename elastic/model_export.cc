@@ -14,8 +14,8 @@ namespace {
 StatusOr<const ChunkBytes*> Find(const Layout& layout, const ModelChunks& chunks, const Chunk& c) {
   auto it = chunks.find(c.id.value());
   if (it == chunks.end() || it->second.size != layout.ChunkBytes(c)) {
-    return DataLoss("chunk " + std::to_string(c.id.value()) + " of tensor '" + layout.tensors[c.tensor].name +
-                    "' is missing or has the wrong size");
+    return DataLoss("chunk " + std::to_string(c.id.value()) + " of tensor '" +
+                    layout.tensors[c.tensor].name + "' is missing or has the wrong size");
   }
   return &it->second;
 }
@@ -33,8 +33,9 @@ StatusOr<ModelDigests> DigestModel(const Layout& layout, const ModelChunks& chun
   return ModelDigests{params.HexDigest(), buffers.HexDigest()};
 }
 
-Status WriteSafetensors(const std::string& path, const Layout& layout, const ModelChunks& chunks, const Step& step,
-                        const std::string& job_id, const std::string& model, const ModelDigests& digests) {
+Status WriteSafetensors(const std::string& path, const Layout& layout, const ModelChunks& chunks,
+                        const Step& step, const std::string& job_id, const std::string& model,
+                        const ModelDigests& digests) {
   nlohmann::json header;
   header["__metadata__"] = {{"job_id", job_id},
                             {"model", model},

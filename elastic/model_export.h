@@ -33,8 +33,9 @@ struct ModelDigests {
 StatusOr<ModelDigests> DigestModel(const Layout& layout, const ModelChunks& chunks);
 
 // Writes `path` atomically. `metadata` goes into the header's __metadata__.
-Status WriteSafetensors(const std::string& path, const Layout& layout, const ModelChunks& chunks, const Step& step,
-                        const std::string& job_id, const std::string& model, const ModelDigests& digests);
+Status WriteSafetensors(const std::string& path, const Layout& layout, const ModelChunks& chunks,
+                        const Step& step, const std::string& job_id, const std::string& model,
+                        const ModelDigests& digests);
 
 // The job as the coordinator stores it under kJobKey: the ShardConfig the shards
 // got (spec and tensors, the loss tensor included), in its wire form.

@@ -70,7 +70,9 @@ std::vector<uint32_t> SpeedCounts(uint32_t v, const std::vector<double>& t, uint
 
 }  // namespace
 
-const char* PlannerKindName(PlannerKind kind) { return kind == PlannerKind::kEqual ? "equal" : "speed"; }
+const char* PlannerKindName(PlannerKind kind) {
+  return kind == PlannerKind::kEqual ? "equal" : "speed";
+}
 
 StatusOr<PlannerKind> ParsePlannerKind(const std::string& name) {
   if (name == "equal") return PlannerKind::kEqual;
@@ -124,7 +126,8 @@ StatusOr<VwPlan> PlanVws(uint32_t v, const std::vector<std::optional<double>>& s
                              " seconds per VW: must be finite and > 0");
     }
   }
-  const uint32_t cap = options.max_vws_per_worker == 0 ? v : std::min(options.max_vws_per_worker, v);
+  const uint32_t cap =
+      options.max_vws_per_worker == 0 ? v : std::min(options.max_vws_per_worker, v);
   if (uint64_t(cap) * n < v) {
     return ResourceExhausted("V = " + std::to_string(v) + " does not fit on " + std::to_string(n) +
                              " workers with at most " + std::to_string(options.max_vws_per_worker) +
@@ -132,7 +135,8 @@ StatusOr<VwPlan> PlanVws(uint32_t v, const std::vector<std::optional<double>>& s
   }
   VwPlan plan;
   plan.seconds_per_vw = EffectiveSecondsPerVw(seconds_per_vw);
-  plan.counts = options.kind == PlannerKind::kEqual ? EqualCounts(v, n) : SpeedCounts(v, plan.seconds_per_vw, cap);
+  plan.counts = options.kind == PlannerKind::kEqual ? EqualCounts(v, n)
+                                                    : SpeedCounts(v, plan.seconds_per_vw, cap);
   plan.ranges = RangesFromCounts(plan.counts);
   plan.bottleneck = Bottleneck(plan.counts, plan.seconds_per_vw);
   return plan;
@@ -145,7 +149,8 @@ StatusOr<ReplanAdvice> ShouldReplan(const std::vector<uint32_t>& current_counts,
     return InvalidArgument(std::to_string(current_counts.size()) + " current counts for " +
                            std::to_string(seconds_per_vw.size()) + " workers");
   }
-  if (!(threshold >= 0 && threshold < 1)) return InvalidArgument("replan threshold must be in [0, 1)");
+  if (!(threshold >= 0 && threshold < 1))
+    return InvalidArgument("replan threshold must be in [0, 1)");
   uint64_t v = 0;
   uint32_t most = 0;
   for (uint32_t c : current_counts) {
@@ -167,7 +172,8 @@ StatusOr<ReplanAdvice> ShouldReplan(const std::vector<uint32_t>& current_counts,
     advice.reason = "the current assignment is the plan; " + numbers;
   } else if (advice.planned_bottleneck < advice.current_bottleneck * (1 - threshold)) {
     advice.replan = true;
-    advice.reason = numbers + " (" + Num(100 * (1 - advice.planned_bottleneck / advice.current_bottleneck)) +
+    advice.reason = numbers + " (" +
+                    Num(100 * (1 - advice.planned_bottleneck / advice.current_bottleneck)) +
                     " % better, over the " + Num(100 * threshold) + " % threshold)";
   } else {
     advice.reason = numbers + " (within the " + Num(100 * threshold) + " % threshold: keep)";
@@ -176,7 +182,8 @@ StatusOr<ReplanAdvice> ShouldReplan(const std::vector<uint32_t>& current_counts,
 }
 
 StatusOr<SpeedEstimator> SpeedEstimator::Create(const SpeedEstimatorOptions& options) {
-  if (!(options.alpha > 0 && options.alpha <= 1)) return InvalidArgument("speed estimator: alpha must be in (0, 1]");
+  if (!(options.alpha > 0 && options.alpha <= 1))
+    return InvalidArgument("speed estimator: alpha must be in (0, 1]");
   if (options.window < 1) return InvalidArgument("speed estimator: window must be >= 1");
   if (!(options.min_factor > 0 && options.min_factor <= 1 && options.max_factor >= 1 &&
         std::isfinite(options.max_factor))) {
@@ -187,8 +194,8 @@ StatusOr<SpeedEstimator> SpeedEstimator::Create(const SpeedEstimatorOptions& opt
 
 Status SpeedEstimator::Report(WorkerId worker, double seconds_per_vw) {
   if (!ValidTime(seconds_per_vw)) {
-    return InvalidArgument("worker " + std::to_string(worker.value()) + " reports " + Num(seconds_per_vw) +
-                           " seconds per VW: must be finite and > 0");
+    return InvalidArgument("worker " + std::to_string(worker.value()) + " reports " +
+                           Num(seconds_per_vw) + " seconds per VW: must be finite and > 0");
   }
   State& s = workers_[worker];
   s.recent.push_back(seconds_per_vw);
@@ -200,7 +207,8 @@ Status SpeedEstimator::Report(WorkerId worker, double seconds_per_vw) {
   if (s.reports <= options_.window) {
     s.estimate = median;
   } else {
-    const double x = std::clamp(median, options_.min_factor * s.estimate, options_.max_factor * s.estimate);
+    const double x =
+        std::clamp(median, options_.min_factor * s.estimate, options_.max_factor * s.estimate);
     s.estimate = (1 - options_.alpha) * s.estimate + options_.alpha * x;
   }
   return OkStatus();
@@ -214,7 +222,8 @@ std::optional<double> SpeedEstimator::Estimate(WorkerId worker) const {
   return it->second.estimate;
 }
 
-std::vector<std::optional<double>> SpeedEstimator::Estimates(const std::vector<WorkerId>& workers) const {
+std::vector<std::optional<double>> SpeedEstimator::Estimates(
+    const std::vector<WorkerId>& workers) const {
   std::vector<std::optional<double>> out;
   out.reserve(workers.size());
   for (WorkerId w : workers) out.push_back(Estimate(w));

@@ -46,10 +46,10 @@ struct VwRange {
 };
 
 struct VwPlan {
-  std::vector<uint32_t> counts;         // per worker, in the order given; sums to V
-  std::vector<VwRange> ranges;          // contiguous in that order, covering [0, V)
-  std::vector<double> seconds_per_vw;   // the times the plan used (unknowns filled in)
-  double bottleneck = 0;                // predicted step time: max_i counts[i] * seconds_per_vw[i]
+  std::vector<uint32_t> counts;        // per worker, in the order given; sums to V
+  std::vector<VwRange> ranges;         // contiguous in that order, covering [0, V)
+  std::vector<double> seconds_per_vw;  // the times the plan used (unknowns filled in)
+  double bottleneck = 0;               // predicted step time: max_i counts[i] * seconds_per_vw[i]
 };
 
 // Seconds per VW step for each worker: a measured value where there is one; an

@@ -21,7 +21,8 @@ StatusOr<std::vector<PoolJobConfig>> ReadJobsFile(const std::string& path) {
     std::string token_file, extra;
     if (!(fields >> job.id)) continue;  // blank or a comment
     if (!(fields >> job.coordinator >> token_file) || (fields >> extra)) {
-      return InvalidArgument(where + ": expected 'ID COORDINATOR_ENDPOINT TOKEN_FILE' (TOKEN_FILE '-' for none)");
+      return InvalidArgument(
+          where + ": expected 'ID COORDINATOR_ENDPOINT TOKEN_FILE' (TOKEN_FILE '-' for none)");
     }
     auto token = ReadTokenFile(token_file == "-" ? "" : token_file);
     if (!token.ok()) return token.status().WithContext(where);
@@ -32,8 +33,8 @@ StatusOr<std::vector<PoolJobConfig>> ReadJobsFile(const std::string& path) {
   return jobs;
 }
 
-StatusOr<PoolScheduler> PoolScheduler::Create(std::vector<PoolJobConfig> jobs, PoolSchedulerOptions options,
-                                              const Clock* clock) {
+StatusOr<PoolScheduler> PoolScheduler::Create(std::vector<PoolJobConfig> jobs,
+                                              PoolSchedulerOptions options, const Clock* clock) {
   std::set<std::string> ids;
   for (const PoolJobConfig& j : jobs) {
     if (j.id.empty()) return InvalidArgument("a job without an id");
@@ -42,7 +43,8 @@ StatusOr<PoolScheduler> PoolScheduler::Create(std::vector<PoolJobConfig> jobs, P
   return PoolScheduler(std::move(jobs), options, clock);
 }
 
-PoolScheduler::PoolScheduler(std::vector<PoolJobConfig> jobs, PoolSchedulerOptions options, const Clock* clock)
+PoolScheduler::PoolScheduler(std::vector<PoolJobConfig> jobs, PoolSchedulerOptions options,
+                             const Clock* clock)
     : jobs_(std::move(jobs)), options_(options), clock_(clock) {}
 
 const PoolJobConfig* PoolScheduler::FindJob(const std::string& id) const {
@@ -74,7 +76,8 @@ PoolAssign PoolScheduler::OnRequest(const PoolRequest& request) {
     }
   }
   // Until a round placed it, a worker keeps the job it is in.
-  if (target_.find(request.host) == target_.end() && !request.job.empty() && FindJob(request.job) != nullptr) {
+  if (target_.find(request.host) == target_.end() && !request.job.empty() &&
+      FindJob(request.job) != nullptr) {
     target_[request.host] = request.job;
   }
   return AssignmentOf(request.host);
@@ -91,7 +94,8 @@ void PoolScheduler::OnJobInfo(const std::string& job, const JobInfoReply& info) 
 
 void PoolScheduler::OnJobSilent(const std::string& job) {
   auto it = views_.find(job);
-  if (it != views_.end() && it->second.ran && ++it->second.silent >= kSilentRounds) it->second.over = true;
+  if (it != views_.end() && it->second.ran && ++it->second.silent >= kSilentRounds)
+    it->second.over = true;
 }
 
 namespace {

@@ -59,8 +59,8 @@ struct PoolSchedulerOptions {
 class PoolScheduler {
  public:
   // InvalidArgument for an empty or duplicate job id.
-  static StatusOr<PoolScheduler> Create(std::vector<PoolJobConfig> jobs, PoolSchedulerOptions options,
-                                        const Clock* clock);
+  static StatusOr<PoolScheduler> Create(std::vector<PoolJobConfig> jobs,
+                                        PoolSchedulerOptions options, const Clock* clock);
 
   // A pool worker's poll; the answer names the job it should train. A poll
   // that names a job it saw end (`ended`, once the job ran) ends that job at
@@ -110,8 +110,8 @@ class PoolScheduler {
   const Clock* clock_;
   std::map<std::string, Member> members_;  // by host
   uint32_t next_id_ = 0;
-  std::map<std::string, JobView> views_;          // by job id
-  std::map<std::string, std::string> target_;     // host -> job it should train ("" idle)
+  std::map<std::string, JobView> views_;       // by job id
+  std::map<std::string, std::string> target_;  // host -> job it should train ("" idle)
 };
 
 }  // namespace eps

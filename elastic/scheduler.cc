@@ -44,10 +44,12 @@ Status Validate(const std::vector<SchedulerJob>& jobs, const std::vector<PoolWor
     if (j.max_workers != 0 && j.max_workers < j.min_workers) {
       return InvalidArgument("job '" + j.id + "': max_workers < min_workers");
     }
-    if (!(std::isfinite(j.weight) && j.weight >= 0)) return InvalidArgument("job '" + j.id + "': bad weight");
+    if (!(std::isfinite(j.weight) && j.weight >= 0))
+      return InvalidArgument("job '" + j.id + "': bad weight");
     for (const auto& [type, t] : j.seconds_per_vw) {
       if (!(std::isfinite(t) && t > 0)) {
-        return InvalidArgument("job '" + j.id + "': seconds per VW on " + type + " must be finite and > 0");
+        return InvalidArgument("job '" + j.id + "': seconds per VW on " + type +
+                               " must be finite and > 0");
       }
     }
   }
@@ -57,7 +59,8 @@ Status Validate(const std::vector<SchedulerJob>& jobs, const std::vector<PoolWor
       return InvalidArgument("worker " + std::to_string(w.id.value()) + " is listed twice");
     }
     if (!(std::isfinite(w.speed) && w.speed > 0)) {
-      return InvalidArgument("worker " + std::to_string(w.id.value()) + ": speed must be finite and > 0");
+      return InvalidArgument("worker " + std::to_string(w.id.value()) +
+                             ": speed must be finite and > 0");
     }
   }
   return OkStatus();
@@ -66,7 +69,8 @@ Status Validate(const std::vector<SchedulerJob>& jobs, const std::vector<PoolWor
 // One round's world: jobs x pool, with the greedy that fills an allocation.
 class Round {
  public:
-  Round(const std::vector<SchedulerJob>& jobs, const std::vector<PoolWorker>& pool, std::vector<int> sticky)
+  Round(const std::vector<SchedulerJob>& jobs, const std::vector<PoolWorker>& pool,
+        std::vector<int> sticky)
       : jobs_(jobs), pool_(pool), sticky_(std::move(sticky)) {}
 
   // Why a worker got its job: the greedy pick that gave it.
@@ -74,8 +78,8 @@ class Round {
     std::string how;  // with the numbers
   };
   struct Allocation {
-    std::vector<int> owner;         // per pool index: job index or kIdle
-    std::vector<double> throughput;  // per job
+    std::vector<int> owner;                 // per pool index: job index or kIdle
+    std::vector<double> throughput;         // per job
     std::vector<std::optional<Pick>> pick;  // per pool index, for workers the greedy placed
     double objective = 0;
   };
@@ -92,7 +96,8 @@ class Round {
     std::vector<PoolWorker> ws;
     ws.reserve(members.size());
     for (size_t p : members) ws.push_back(pool_[p]);
-    std::sort(ws.begin(), ws.end(), [](const PoolWorker& a, const PoolWorker& b) { return a.id < b.id; });
+    std::sort(ws.begin(), ws.end(),
+              [](const PoolWorker& a, const PoolWorker& b) { return a.id < b.id; });
     return JobThroughput(jobs_[j], ws);
   }
 
@@ -119,7 +124,8 @@ class Round {
       SortForJob(j, &keep);
       if (jobs_[j].single_device_type && !keep.empty()) {
         const std::string type = pool_[keep[0]].device_type;
-        keep.erase(std::remove_if(keep.begin(), keep.end(), [&](size_t p) { return pool_[p].device_type != type; }),
+        keep.erase(std::remove_if(keep.begin(), keep.end(),
+                                  [&](size_t p) { return pool_[p].device_type != type; }),
                    keep.end());
       }
       if (keep.size() > MaxWorkers(jobs_[j])) keep.resize(MaxWorkers(jobs_[j]));
@@ -143,7 +149,8 @@ class Round {
       for (int j = 0; j < int(jobs_.size()); ++j) {
         const SchedulerJob& job = jobs_[j];
         const std::vector<size_t> members = Members(owner, j);
-        const uint32_t limit = std::min(MaxWorkers(job), job.virtual_workers);  // each needs a VW to help
+        const uint32_t limit =
+            std::min(MaxWorkers(job), job.virtual_workers);  // each needs a VW to help
         if (members.size() >= limit) continue;
         const size_t room = limit - members.size();
         // Candidate lists: one, or one per device type for a single-type job not placed yet.
@@ -177,9 +184,9 @@ class Round {
       if (best_job < 0) break;
       for (size_t p : best_bundle) {
         owner[p] = best_job;
-        a.pick[p] = Pick{"greedy: " + Num(a.throughput[best_job]) + " -> " + Num(best_after) + " samples/s with " +
-                         std::to_string(best_bundle.size()) + " more, weighted gain " + Num(best_gain) +
-                         " per added worker"};
+        a.pick[p] = Pick{"greedy: " + Num(a.throughput[best_job]) + " -> " + Num(best_after) +
+                         " samples/s with " + std::to_string(best_bundle.size()) +
+                         " more, weighted gain " + Num(best_gain) + " per added worker"};
       }
       a.throughput[best_job] = best_after;
     }
@@ -193,7 +200,8 @@ class Round {
   // gain, which can be the wrong job for the fastest worker (a job that speeds
   // up 1.25x on it beats one that speeds up 4x, if the first gains more in absolute terms).
   void Improve(Allocation* a) const {
-    const size_t limit = 4 * pool_.size() + 16;  // each swap strictly raises the objective; this only bounds it
+    const size_t limit =
+        4 * pool_.size() + 16;  // each swap strictly raises the objective; this only bounds it
     for (size_t swaps = 0; swaps < limit;) {
       bool improved = false;
       std::set<std::tuple<int, std::string, double, int, std::string, double>> tried;
@@ -202,8 +210,10 @@ class Round {
           const int jp = a->owner[p], jq = a->owner[q];
           if (jp == jq) continue;
           const PoolWorker &wp = pool_[p], &wq = pool_[q];
-          if (wp.device_type == wq.device_type && wp.speed == wq.speed) continue;  // same worker to every job
-          if (!tried.insert({jp, wp.device_type, wp.speed, jq, wq.device_type, wq.speed}).second) continue;
+          if (wp.device_type == wq.device_type && wp.speed == wq.speed)
+            continue;  // same worker to every job
+          if (!tried.insert({jp, wp.device_type, wp.speed, jq, wq.device_type, wq.speed}).second)
+            continue;
           std::vector<int> owner = a->owner;
           std::swap(owner[p], owner[q]);
           double delta = 0;
@@ -224,11 +234,13 @@ class Round {
           if (!ok || !(delta > 1e-9 * std::max(a->objective, 1e-300))) continue;
           a->owner = std::move(owner);
           for (auto [j, t] : changed) a->throughput[j] = t;
-          const auto name = [&](int j) { return j == kIdle ? std::string("idle") : "job " + jobs_[j].id; };
-          a->pick[p] = Pick{"swapped with worker " + std::to_string(wq.id.value()) + " (" + name(jq) + " -> " +
-                            name(jp) + "): weighted throughput +" + Num(delta)};
-          a->pick[q] = Pick{"swapped with worker " + std::to_string(wp.id.value()) + " (" + name(jp) + " -> " +
-                            name(jq) + "): weighted throughput +" + Num(delta)};
+          const auto name = [&](int j) {
+            return j == kIdle ? std::string("idle") : "job " + jobs_[j].id;
+          };
+          a->pick[p] = Pick{"swapped with worker " + std::to_string(wq.id.value()) + " (" +
+                            name(jq) + " -> " + name(jp) + "): weighted throughput +" + Num(delta)};
+          a->pick[q] = Pick{"swapped with worker " + std::to_string(wp.id.value()) + " (" +
+                            name(jp) + " -> " + name(jq) + "): weighted throughput +" + Num(delta)};
           Total(a);
           improved = true;
           ++swaps;
@@ -252,7 +264,8 @@ class Round {
 }  // namespace
 
 double JobThroughput(const SchedulerJob& job, const std::vector<PoolWorker>& workers) {
-  if (workers.empty() || workers.size() < job.min_workers || workers.size() > MaxWorkers(job)) return 0;
+  if (workers.empty() || workers.size() < job.min_workers || workers.size() > MaxWorkers(job))
+    return 0;
   if (job.throughput) return job.throughput(workers);
   std::vector<std::optional<double>> times;
   times.reserve(workers.size());
@@ -261,13 +274,16 @@ double JobThroughput(const SchedulerJob& job, const std::vector<PoolWorker>& wor
     if (!t || !(std::isfinite(*t) && *t > 0)) return 0;
     times.push_back(t);
   }
-  StatusOr<VwPlan> plan = PlanVws(job.virtual_workers, times, {job.planner, job.max_vws_per_worker});
+  StatusOr<VwPlan> plan =
+      PlanVws(job.virtual_workers, times, {job.planner, job.max_vws_per_worker});
   if (!plan.ok() || plan->bottleneck <= 0) return 0;
   return double(job.virtual_workers) * job.batch_per_vw / plan->bottleneck;
 }
 
-StatusOr<ScheduleResult> Schedule(const std::vector<SchedulerJob>& jobs, const std::vector<PoolWorker>& pool,
-                                  const std::map<WorkerId, std::string>& current, const SchedulerOptions& options) {
+StatusOr<ScheduleResult> Schedule(const std::vector<SchedulerJob>& jobs,
+                                  const std::vector<PoolWorker>& pool,
+                                  const std::map<WorkerId, std::string>& current,
+                                  const SchedulerOptions& options) {
   EPS_RETURN_IF_ERROR(Validate(jobs, pool));
   if (!(options.move_threshold >= 0 && std::isfinite(options.move_threshold))) {
     return InvalidArgument("move_threshold must be finite and >= 0");
@@ -284,7 +300,8 @@ StatusOr<ScheduleResult> Schedule(const std::vector<SchedulerJob>& jobs, const s
   const Round round(jobs, pool, now);
   const std::vector<int> kept = round.Repair(now);
   std::vector<double> before(jobs.size());
-  for (int j = 0; j < int(jobs.size()); ++j) before[j] = round.Throughput(j, round.Members(kept, j));
+  for (int j = 0; j < int(jobs.size()); ++j)
+    before[j] = round.Throughput(j, round.Members(kept, j));
 
   const Round::Allocation top_up = round.Greedy(kept);
   Round::Allocation scratch = round.Greedy(std::vector<int>(pool.size(), kIdle));
@@ -298,21 +315,23 @@ StatusOr<ScheduleResult> Schedule(const std::vector<SchedulerJob>& jobs, const s
   for (int j = 0; j < int(jobs.size()); ++j) result.throughput[jobs[j].id] = chosen.throughput[j];
   std::string why_rebalance;
   if (rebalance) {
-    why_rebalance = "rebalance: weighted throughput " + Num(top_up.objective) + " without moves, " +
-                    Num(scratch.objective) + " with (" +
-                    (top_up.objective > 0 ? "+" + Num(100 * (scratch.objective / top_up.objective - 1)) + " %"
-                                          : std::string("from none")) +
-                    " > " + Num(100 * options.move_threshold) + " %)";
+    why_rebalance =
+        "rebalance: weighted throughput " + Num(top_up.objective) + " without moves, " +
+        Num(scratch.objective) + " with (" +
+        (top_up.objective > 0 ? "+" + Num(100 * (scratch.objective / top_up.objective - 1)) + " %"
+                              : std::string("from none")) +
+        " > " + Num(100 * options.move_threshold) + " %)";
   }
   auto job_change = [&](int j) {
     return "job " + jobs[j].id + ": " + std::to_string(round.Members(kept, j).size()) + " -> " +
-           std::to_string(round.Members(chosen.owner, j).size()) + " workers, " + Num(before[j]) + " -> " +
-           Num(chosen.throughput[j]) + " samples/s";
+           std::to_string(round.Members(chosen.owner, j).size()) + " workers, " + Num(before[j]) +
+           " -> " + Num(chosen.throughput[j]) + " samples/s";
   };
 
   std::vector<size_t> order(pool.size());
   for (size_t p = 0; p < pool.size(); ++p) order[p] = p;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return pool[a].id < pool[b].id; });
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return pool[a].id < pool[b].id; });
   for (size_t p : order) {
     const int to = chosen.owner[p];
     if (to != kIdle) result.allocation[pool[p].id] = jobs[to].id;
@@ -329,7 +348,8 @@ StatusOr<ScheduleResult> Schedule(const std::vector<SchedulerJob>& jobs, const s
     }
     if (!from_id.empty()) {
       reason += "; from ";
-      reason += now[p] == kIdle ? "job " + from_id + ", which is gone or cannot use it" : job_change(now[p]);
+      reason += now[p] == kIdle ? "job " + from_id + ", which is gone or cannot use it"
+                                : job_change(now[p]);
     }
     if (rebalance && now[p] != kIdle) reason += "; " + why_rebalance;
     result.decisions.push_back({pool[p].id, from_id, to_id, std::move(reason)});

@@ -73,7 +73,8 @@ struct SchedulerJob {
 double JobThroughput(const SchedulerJob& job, const std::vector<PoolWorker>& workers);
 
 struct SchedulerOptions {
-  // A round moves busy workers only if that raises the weighted throughput by more than this fraction.
+  // A round moves busy workers only if that raises the weighted throughput by more than this
+  // fraction.
   double move_threshold = 0.05;
 };
 
@@ -88,8 +89,8 @@ struct ScheduleResult {
   std::map<WorkerId, std::string> allocation;  // the busy workers and their jobs
   std::map<std::string, double> throughput;    // samples/s of every job under `allocation`
   double objective = 0;                        // sum of weight x throughput
-  bool rebalanced = false;                     // busy workers moved (the from-scratch allocation won)
-  std::vector<SchedulerDecision> decisions;    // in worker-id order
+  bool rebalanced = false;                   // busy workers moved (the from-scratch allocation won)
+  std::vector<SchedulerDecision> decisions;  // in worker-id order
 };
 
 // One round. `jobs` in priority order (e.g. arrival); `current`: worker -> job
@@ -97,7 +98,8 @@ struct ScheduleResult {
 // finished or left, its workers are free).
 // InvalidArgument for duplicate ids, V = 0, a time that is not finite and > 0,
 // a weight that is not finite and >= 0, or max_workers < min_workers.
-StatusOr<ScheduleResult> Schedule(const std::vector<SchedulerJob>& jobs, const std::vector<PoolWorker>& pool,
+StatusOr<ScheduleResult> Schedule(const std::vector<SchedulerJob>& jobs,
+                                  const std::vector<PoolWorker>& pool,
                                   const std::map<WorkerId, std::string>& current,
                                   const SchedulerOptions& options = {});
 

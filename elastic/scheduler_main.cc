@@ -4,7 +4,8 @@
 // its reason. It starts no processes: a launcher, Slurm or Kubernetes
 // provides them. Policy: elastic/pool_scheduler.h and elastic/scheduler.h.
 //
-//   pool_scheduler --jobs=FILE [--bind=tcp://0.0.0.0:PORT] [--addr_file=F] [--token_file=POOL_TOKEN]
+//   pool_scheduler --jobs=FILE [--bind=tcp://0.0.0.0:PORT] [--addr_file=F]
+//   [--token_file=POOL_TOKEN]
 //
 // It exits 0 once every job of the file has run and ended, or on SIGTERM.
 #include <gflags/gflags.h>
@@ -22,7 +23,8 @@
 #include "elastic/pool_scheduler.h"
 #include "schema/channel.h"
 
-DEFINE_string(jobs, "", "Jobs file: one 'ID COORDINATOR_ENDPOINT TOKEN_FILE' per line ('-': no token)");
+DEFINE_string(jobs, "",
+              "Jobs file: one 'ID COORDINATOR_ENDPOINT TOKEN_FILE' per line ('-': no token)");
 DEFINE_string(bind, "tcp://127.0.0.1:0", "Endpoint the pool workers reach");
 DEFINE_string(addr_file, "", "Write the bound endpoint to this file once serving");
 DEFINE_string(token_file, "", "The pool's token, which pool workers must present (empty: none)");
@@ -44,8 +46,12 @@ using std::chrono::milliseconds;
 
 class SchedulerProcess {
  public:
-  SchedulerProcess(PoolScheduler scheduler, std::unique_ptr<Channel> pool, zmq::context_t* context, std::string token)
-      : scheduler_(std::move(scheduler)), pool_(std::move(pool)), context_(context), token_(std::move(token)) {}
+  SchedulerProcess(PoolScheduler scheduler, std::unique_ptr<Channel> pool, zmq::context_t* context,
+                   std::string token)
+      : scheduler_(std::move(scheduler)),
+        pool_(std::move(pool)),
+        context_(context),
+        token_(std::move(token)) {}
 
   Status Run() {
     auto next_round = std::chrono::steady_clock::now();
@@ -57,13 +63,16 @@ class SchedulerProcess {
           LOG(INFO) << "every job has ended";
           return OkStatus();
         }
-        // From the round's end: a round that waited on silent coordinators leaves time for the pool.
+        // From the round's end: a round that waited on silent coordinators leaves time for the
+        // pool.
         next_round = std::chrono::steady_clock::now() + milliseconds(FLAGS_round_ms);
         continue;
       }
       auto in = pool_->Receive(std::chrono::duration_cast<milliseconds>(next_round - now));
       if (!in.ok()) {
-        if (in.status().code() == StatusCode::kDeadlineExceeded || in.status().code() == StatusCode::kAborted) continue;
+        if (in.status().code() == StatusCode::kDeadlineExceeded ||
+            in.status().code() == StatusCode::kAborted)
+          continue;
         return in.status();
       }
       OnPoolMessage(*in);
@@ -91,8 +100,9 @@ class SchedulerProcess {
     if (auto* r = std::get_if<PoolRequest>(&in.envelope->body)) {
       Reply(in.peer, scheduler_.OnRequest(*r));
     } else {
-      Reply(in.peer, ErrorReply{StatusCode::kInvalidArgument,
-                                std::string("the scheduler does not serve ") + BodyName(in.envelope->body)});
+      Reply(in.peer,
+            ErrorReply{StatusCode::kInvalidArgument,
+                       std::string("the scheduler does not serve ") + BodyName(in.envelope->body)});
     }
   }
 
@@ -104,7 +114,8 @@ class SchedulerProcess {
       if (channel == nullptr) {
         EPS_ASSIGN_OR_RETURN(channel, Channel::Connect(context_, job.coordinator));
       }
-      auto reply = Call(channel.get(), Envelope{job.token, JobInfo{}}, milliseconds(FLAGS_info_timeout_ms));
+      auto reply =
+          Call(channel.get(), Envelope{job.token, JobInfo{}}, milliseconds(FLAGS_info_timeout_ms));
       auto* info = reply.ok() ? std::get_if<JobInfoReply>(&reply->body) : nullptr;
       if (info != nullptr) {
         scheduler_.OnJobInfo(job.id, *info);
@@ -123,8 +134,8 @@ class SchedulerProcess {
     }
     for (const SchedulerDecision& d : *decisions) {
       std::printf("decision: %s from %s to %s: %s\n", scheduler_.HostOf(d.worker).c_str(),
-                  d.from_job.empty() ? "idle" : d.from_job.c_str(), d.to_job.empty() ? "idle" : d.to_job.c_str(),
-                  d.reason.c_str());
+                  d.from_job.empty() ? "idle" : d.from_job.c_str(),
+                  d.to_job.empty() ? "idle" : d.to_job.c_str(), d.reason.c_str());
     }
     const std::string allocation = scheduler_.AllocationString();
     if (allocation != last_allocation_) std::printf("allocation: %s\n", allocation.c_str());
@@ -145,7 +156,8 @@ class SchedulerProcess {
 }  // namespace eps
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("pool_scheduler --jobs=FILE [--bind=ENDPOINT] [--addr_file=FILE] [--token_file=FILE]");
+  gflags::SetUsageMessage(
+      "pool_scheduler --jobs=FILE [--bind=ENDPOINT] [--addr_file=FILE] [--token_file=FILE]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
@@ -153,9 +165,10 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "--jobs is required";
     return 2;
   }
-  if (FLAGS_round_ms < 10 || FLAGS_worker_timeout_ms < FLAGS_round_ms || FLAGS_info_timeout_ms < 1 ||
-      !(FLAGS_move_threshold >= 0)) {
-    LOG(ERROR) << "--round_ms must be >= 10, --worker_timeout_ms >= --round_ms, --info_timeout_ms >= 1 and "
+  if (FLAGS_round_ms < 10 || FLAGS_worker_timeout_ms < FLAGS_round_ms ||
+      FLAGS_info_timeout_ms < 1 || !(FLAGS_move_threshold >= 0)) {
+    LOG(ERROR) << "--round_ms must be >= 10, --worker_timeout_ms >= --round_ms, --info_timeout_ms "
+                  ">= 1 and "
                   "--move_threshold >= 0";
     return 2;
   }
@@ -180,7 +193,8 @@ int main(int argc, char** argv) {
     LOG(ERROR) << pool.status().ToString();
     return 2;
   }
-  LOG(INFO) << "pool scheduler for " << scheduler->jobs().size() << " jobs on " << (*pool)->endpoint();
+  LOG(INFO) << "pool scheduler for " << scheduler->jobs().size() << " jobs on "
+            << (*pool)->endpoint();
   if (!FLAGS_addr_file.empty()) {
     eps::Status st = eps::WriteFileAtomically(FLAGS_addr_file, (*pool)->endpoint() + "\n");
     if (!st.ok()) {
@@ -190,7 +204,8 @@ int main(int argc, char** argv) {
   }
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
-  eps::SchedulerProcess process(std::move(scheduler).value(), std::move(pool).value(), &context, *token);
+  eps::SchedulerProcess process(std::move(scheduler).value(), std::move(pool).value(), &context,
+                                *token);
   eps::Status st = process.Run();
   if (!st.ok()) {
     LOG(ERROR) << "scheduler failed: " << st.ToString();

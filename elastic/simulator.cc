@@ -55,7 +55,8 @@ bool ParseInt(const std::string& s, int64_t lo, int64_t hi, int64_t* out) {
 
 Status ValidateJob(const TraceJob& j) {
   if (j.id.empty()) return InvalidArgument("a job has an empty job_id");
-  if (!(std::isfinite(j.arrival_s) && j.arrival_s >= 0)) return InvalidArgument(j.id + ": arrival_s must be >= 0");
+  if (!(std::isfinite(j.arrival_s) && j.arrival_s >= 0))
+    return InvalidArgument(j.id + ": arrival_s must be >= 0");
   if (j.steps <= 0) return InvalidArgument(j.id + ": steps must be > 0");
   if (j.v == 0) return InvalidArgument(j.id + ": v must be > 0");
   if (j.batch_per_vw == 0) return InvalidArgument(j.id + ": batch_per_vw must be > 0");
@@ -78,7 +79,7 @@ class SplitMix {
     return z ^ (z >> 31);
   }
   double Uniform() { return double(Next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  uint64_t Below(uint64_t n) { return Next() % n; }                // bias is negligible for small n
+  uint64_t Below(uint64_t n) { return Next() % n; }              // bias is negligible for small n
 
  private:
   uint64_t s_;
@@ -120,14 +121,16 @@ StatusOr<std::vector<TraceJob>> ParseTrace(const std::string& csv) {
       header = fields;
       std::set<std::string> seen;
       for (const std::string& h : header) {
-        if (!seen.insert(h).second) return InvalidArgument(where + "column '" + h + "' appears twice");
-        if (h != "arrival_s" && h != "job_id" && h != "steps" && h != "v" && h != "batch_per_vw" && h != "gpus" &&
-            (h.size() < 3 || h.compare(0, 2, "t_") != 0)) {
+        if (!seen.insert(h).second)
+          return InvalidArgument(where + "column '" + h + "' appears twice");
+        if (h != "arrival_s" && h != "job_id" && h != "steps" && h != "v" && h != "batch_per_vw" &&
+            h != "gpus" && (h.size() < 3 || h.compare(0, 2, "t_") != 0)) {
           return InvalidArgument(where + "unknown column '" + h + "'");
         }
       }
       for (const char* need : {"arrival_s", "job_id", "steps", "v", "batch_per_vw", "gpus"}) {
-        if (!seen.count(need)) return InvalidArgument(where + "the header lacks column '" + std::string(need) + "'");
+        if (!seen.count(need))
+          return InvalidArgument(where + "the header lacks column '" + std::string(need) + "'");
       }
       continue;
     }
@@ -163,8 +166,10 @@ StatusOr<std::vector<TraceJob>> ParseTrace(const std::string& csv) {
       }
       if (!ok) return InvalidArgument(where + "bad " + h + " '" + f + "'");
     }
-    if (Status st = ValidateJob(j); !st.ok()) return st.WithContext("trace line " + std::to_string(line_no));
-    if (!ids.insert(j.id).second) return InvalidArgument(where + "job_id '" + j.id + "' appears twice");
+    if (Status st = ValidateJob(j); !st.ok())
+      return st.WithContext("trace line " + std::to_string(line_no));
+    if (!ids.insert(j.id).second)
+      return InvalidArgument(where + "job_id '" + j.id + "' appears twice");
     jobs.push_back(std::move(j));
   }
   if (header.empty()) return InvalidArgument("the trace has no header line");
@@ -183,8 +188,8 @@ std::string FormatTrace(const std::vector<TraceJob>& jobs, const std::string& co
   for (const std::string& type : types) os << ",t_" << type;
   os << "\n";
   for (const TraceJob& j : jobs) {
-    os << Fmt("%.1f", j.arrival_s) << "," << j.id << "," << j.steps << "," << j.v << "," << j.batch_per_vw << ","
-       << j.gpus;
+    os << Fmt("%.1f", j.arrival_s) << "," << j.id << "," << j.steps << "," << j.v << ","
+       << j.batch_per_vw << "," << j.gpus;
     for (const std::string& type : types) {
       auto it = j.seconds_per_vw.find(type);
       os << "," << (it == j.seconds_per_vw.end() ? "" : Fmt("%g", it->second));
@@ -200,11 +205,13 @@ StatusOr<ClusterSpec> ParseCluster(const std::string& spec) {
   for (const std::string& part : Split(spec, ',')) {
     const size_t colon = part.find(':');
     int64_t n = 0;
-    if (colon == std::string::npos || colon == 0 || !ParseInt(part.substr(colon + 1), 1, 1 << 20, &n)) {
+    if (colon == std::string::npos || colon == 0 ||
+        !ParseInt(part.substr(colon + 1), 1, 1 << 20, &n)) {
       return InvalidArgument("cluster: '" + part + "' is not TYPE:COUNT (COUNT >= 1)");
     }
     const std::string type = part.substr(0, colon);
-    if (!seen.insert(type).second) return InvalidArgument("cluster: type " + type + " appears twice");
+    if (!seen.insert(type).second)
+      return InvalidArgument("cluster: type " + type + " appears twice");
     c.types.push_back({type, uint32_t(n)});
   }
   if (c.types.empty()) return InvalidArgument("cluster: no device type");
@@ -213,15 +220,19 @@ StatusOr<ClusterSpec> ParseCluster(const std::string& spec) {
 
 std::string FormatCluster(const ClusterSpec& cluster) {
   std::string s;
-  for (const auto& [type, n] : cluster.types) s += (s.empty() ? "" : ",") + type + ":" + std::to_string(n);
+  for (const auto& [type, n] : cluster.types)
+    s += (s.empty() ? "" : ",") + type + ":" + std::to_string(n);
   return s;
 }
 
 const char* PolicyName(Policy policy) {
   switch (policy) {
-    case Policy::kFifo: return "fifo";
-    case Policy::kElasticHomo: return "elastic-homo";
-    case Policy::kElasticHetero: return "elastic-hetero";
+    case Policy::kFifo:
+      return "fifo";
+    case Policy::kElasticHomo:
+      return "elastic-homo";
+    case Policy::kElasticHetero:
+      return "elastic-hetero";
   }
   return "?";
 }
@@ -239,10 +250,12 @@ namespace {
 
 class Simulation {
  public:
-  Simulation(const std::vector<TraceJob>& trace, const ClusterSpec& cluster, const SimulatorOptions& options)
+  Simulation(const std::vector<TraceJob>& trace, const ClusterSpec& cluster,
+             const SimulatorOptions& options)
       : trace_(trace), options_(options) {
     for (const auto& [type, n] : cluster.types) {
-      for (uint32_t k = 0; k < n; ++k) pool_.push_back({WorkerId(uint32_t(pool_.size())), type, 1.0});
+      for (uint32_t k = 0; k < n; ++k)
+        pool_.push_back({WorkerId(uint32_t(pool_.size())), type, 1.0});
     }
     holder_.assign(pool_.size(), -1);
     runs_.resize(trace.size());
@@ -264,8 +277,9 @@ class Simulation {
       }
       if (largest == 0) return InvalidArgument(j.id + " can run on no device type of the cluster");
       if (options_.policy == Policy::kFifo && std::min(j.gpus, j.v) > largest) {
-        return InvalidArgument(j.id + " asks for " + std::to_string(j.gpus) + " GPUs of one type; the cluster has " +
-                               std::to_string(largest) + " of its largest usable type");
+        return InvalidArgument(j.id + " asks for " + std::to_string(j.gpus) +
+                               " GPUs of one type; the cluster has " + std::to_string(largest) +
+                               " of its largest usable type");
       }
     }
     return OkStatus();
@@ -286,7 +300,8 @@ class Simulation {
           t = std::min(t, finish[i]);
         }
       }
-      if (!std::isfinite(t)) return Internal("simulation stuck at t=" + Fmt("%.1f", now_) + ": no job can run");
+      if (!std::isfinite(t))
+        return Internal("simulation stuck at t=" + Fmt("%.1f", now_) + ": no job can run");
       for (size_t i = 0; i < runs_.size(); ++i) {
         JobRun& r = runs_[i];
         if (!r.arrived || r.done) continue;
@@ -298,7 +313,8 @@ class Simulation {
       for (size_t i = 0; i < runs_.size(); ++i) {
         if (finish[i] <= now_) Finish(i);
       }
-      done = size_t(std::count_if(runs_.begin(), runs_.end(), [](const JobRun& r) { return r.done; }));
+      done =
+          size_t(std::count_if(runs_.begin(), runs_.end(), [](const JobRun& r) { return r.done; }));
       while (next_arrival < order_.size() && trace_[order_[next_arrival]].arrival_s <= now_) {
         runs_[order_[next_arrival++]].arrived = true;
       }
@@ -309,8 +325,9 @@ class Simulation {
     double first = std::numeric_limits<double>::infinity(), last = 0, jct = 0;
     for (size_t i = 0; i < runs_.size(); ++i) {
       const JobRun& r = runs_[i];
-      JobResult jr{trace_[i].id, trace_[i].arrival_s, r.start, r.finish, r.finish - trace_[i].arrival_s,
-                   r.reallocations};
+      JobResult jr{
+          trace_[i].id,   trace_[i].arrival_s, r.start, r.finish, r.finish - trace_[i].arrival_s,
+          r.reallocations};
       first = std::min(first, jr.arrival_s);
       last = std::max(last, jr.finish_s);
       jct += jr.jct_s;
@@ -333,7 +350,7 @@ class Simulation {
     bool arrived = false, started = false, done = false;
     double remaining = 0;  // steps
     std::vector<size_t> workers;
-    double rate = 0;       // steps/s outside stalls
+    double rate = 0;  // steps/s outside stalls
     double stall_until = 0;
     double start = 0, finish = 0;
     uint64_t reallocations = 0;
@@ -382,7 +399,8 @@ class Simulation {
       return;
     }
     const SchedulerJob job = AsSchedulerJob(i);
-    r.rate = JobThroughput(job, Workers(r.workers)) / (double(job.virtual_workers) * job.batch_per_vw);
+    r.rate =
+        JobThroughput(job, Workers(r.workers)) / (double(job.virtual_workers) * job.batch_per_vw);
     r.stall_until = now_ + options_.rescale_s;
     if (r.started) {
       ++r.reallocations;
@@ -413,9 +431,11 @@ class Simulation {
       }
       if (best.empty()) break;  // strict FIFO: nobody overtakes the head
       Place(i, std::move(best));
-      if (runs_[i].rate <= 0) return InvalidArgument(j.id + ": no feasible plan on its GPUs (cap?)");
+      if (runs_[i].rate <= 0)
+        return InvalidArgument(j.id + ": no feasible plan on its GPUs (cap?)");
       if (options_.record_decisions) {
-        log_.push_back("t=" + Fmt("%.1f", now_) + ": " + j.id + " starts on " + std::to_string(g) + " GPUs");
+        log_.push_back("t=" + Fmt("%.1f", now_) + ": " + j.id + " starts on " + std::to_string(g) +
+                       " GPUs");
       }
     }
     return OkStatus();
@@ -440,9 +460,10 @@ class Simulation {
     for (const SchedulerDecision& d : round.decisions) {
       if (!d.from_job.empty()) ++moves_;
       if (options_.record_decisions) {
-        log_.push_back("t=" + Fmt("%.1f", now_) + ": worker " + std::to_string(d.worker.value()) + " (" +
-                       pool_[d.worker.value()].device_type + ") " + (d.from_job.empty() ? "idle" : d.from_job) +
-                       " -> " + (d.to_job.empty() ? "idle" : d.to_job) + ": " + d.reason);
+        log_.push_back("t=" + Fmt("%.1f", now_) + ": worker " + std::to_string(d.worker.value()) +
+                       " (" + pool_[d.worker.value()].device_type + ") " +
+                       (d.from_job.empty() ? "idle" : d.from_job) + " -> " +
+                       (d.to_job.empty() ? "idle" : d.to_job) + ": " + d.reason);
       }
     }
     for (size_t k = 0; k < jobs.size(); ++k) {
@@ -460,7 +481,7 @@ class Simulation {
   const SimulatorOptions options_;
   std::vector<PoolWorker> pool_;  // id = index
   std::vector<int> holder_;       // per pool index: the job index holding it, or -1
-  std::vector<JobRun> runs_;         // per trace index
+  std::vector<JobRun> runs_;      // per trace index
   std::vector<size_t> order_;     // trace indices in arrival order
   double now_ = 0;
   uint64_t moves_ = 0;
@@ -471,7 +492,8 @@ class Simulation {
 
 StatusOr<SimulationResult> Simulate(const std::vector<TraceJob>& trace, const ClusterSpec& cluster,
                                     const SimulatorOptions& options) {
-  if (!(std::isfinite(options.rescale_s) && options.rescale_s >= 0)) return InvalidArgument("rescale_s must be >= 0");
+  if (!(std::isfinite(options.rescale_s) && options.rescale_s >= 0))
+    return InvalidArgument("rescale_s must be >= 0");
   if (cluster.types.empty()) return InvalidArgument("the cluster has no device type");
   std::set<std::string> ids;
   for (const TraceJob& j : trace) {
@@ -498,20 +520,22 @@ std::string FormatTable(const std::vector<SimulationResult>& results) {
   const SimulationResult* fifo = FindFifo(results);
   char buf[256];
   std::string out;
-  std::snprintf(buf, sizeof(buf), "%-15s %5s %12s %13s", "policy", "jobs", "avg JCT (s)", "makespan (s)");
+  std::snprintf(buf, sizeof(buf), "%-15s %5s %12s %13s", "policy", "jobs", "avg JCT (s)",
+                "makespan (s)");
   out += buf;
   if (fifo) out += "  JCT vs fifo  makespan vs fifo";
   out += "  busy GPUs  moves\n";
   for (const SimulationResult& r : results) {
-    std::snprintf(buf, sizeof(buf), "%-15s %5zu %12.1f %13.1f", PolicyName(r.policy), r.jobs.size(), r.avg_jct_s,
-                  r.makespan_s);
+    std::snprintf(buf, sizeof(buf), "%-15s %5zu %12.1f %13.1f", PolicyName(r.policy), r.jobs.size(),
+                  r.avg_jct_s, r.makespan_s);
     out += buf;
     if (fifo) {
       std::snprintf(buf, sizeof(buf), "  %10.2fx  %15.2fx", Ratio(fifo->avg_jct_s, r.avg_jct_s),
                     Ratio(fifo->makespan_s, r.makespan_s));
       out += buf;
     }
-    std::snprintf(buf, sizeof(buf), "  %8.0f %%  %5llu\n", 100 * r.busy_gpu_fraction, (unsigned long long)r.moves);
+    std::snprintf(buf, sizeof(buf), "  %8.0f %%  %5llu\n", 100 * r.busy_gpu_fraction,
+                  (unsigned long long)r.moves);
     out += buf;
   }
   return out;
@@ -520,11 +544,13 @@ std::string FormatTable(const std::vector<SimulationResult>& results) {
 std::string FormatCsv(const std::vector<SimulationResult>& results) {
   const SimulationResult* fifo = FindFifo(results);
   std::string out =
-      "policy,jobs,avg_jct_s,makespan_s,jct_speedup_vs_fifo,makespan_speedup_vs_fifo,busy_gpu_fraction,moves\n";
+      "policy,jobs,avg_jct_s,makespan_s,jct_speedup_vs_fifo,makespan_speedup_vs_fifo,busy_gpu_"
+      "fraction,moves\n";
   char buf[256];
   for (const SimulationResult& r : results) {
-    std::snprintf(buf, sizeof(buf), "%s,%zu,%.3f,%.3f,%.4f,%.4f,%.4f,%llu\n", PolicyName(r.policy), r.jobs.size(),
-                  r.avg_jct_s, r.makespan_s, fifo ? Ratio(fifo->avg_jct_s, r.avg_jct_s) : 0.0,
+    std::snprintf(buf, sizeof(buf), "%s,%zu,%.3f,%.3f,%.4f,%.4f,%.4f,%llu\n", PolicyName(r.policy),
+                  r.jobs.size(), r.avg_jct_s, r.makespan_s,
+                  fifo ? Ratio(fifo->avg_jct_s, r.avg_jct_s) : 0.0,
                   fifo ? Ratio(fifo->makespan_s, r.makespan_s) : 0.0, r.busy_gpu_fraction,
                   (unsigned long long)r.moves);
     out += buf;
@@ -537,8 +563,9 @@ std::string FormatJobsCsv(const std::vector<SimulationResult>& results) {
   char buf[256];
   for (const SimulationResult& r : results) {
     for (const JobResult& j : r.jobs) {
-      std::snprintf(buf, sizeof(buf), "%s,%s,%.3f,%.3f,%.3f,%.3f,%llu\n", PolicyName(r.policy), j.id.c_str(),
-                    j.arrival_s, j.start_s, j.finish_s, j.jct_s, (unsigned long long)j.reallocations);
+      std::snprintf(buf, sizeof(buf), "%s,%s,%.3f,%.3f,%.3f,%.3f,%llu\n", PolicyName(r.policy),
+                    j.id.c_str(), j.arrival_s, j.start_s, j.finish_s, j.jct_s,
+                    (unsigned long long)j.reallocations);
       out += buf;
     }
   }
@@ -573,16 +600,19 @@ std::vector<TraceJob> GenerateTrace(const TraceGenOptions& o) {
 
 std::string DescribeTraceGen(const TraceGenOptions& o) {
   std::ostringstream os;
-  os << "A synthetic trace from `simulator --generate_trace --seed=" << o.seed << " --jobs=" << o.jobs
-     << " --mean_interarrival_s=" << o.mean_interarrival_s << " --min_steps=" << o.min_steps
-     << " --max_steps=" << o.max_steps << "`\n";
-  os << o.jobs << " jobs; Poisson arrivals (exponential gaps, mean " << o.mean_interarrival_s << " s);\n";
-  os << "steps log-uniform in [" << o.min_steps << ", " << o.max_steps << "]; V uniform over {4, 8, 8, 16};\n";
+  os << "A synthetic trace from `simulator --generate_trace --seed=" << o.seed
+     << " --jobs=" << o.jobs << " --mean_interarrival_s=" << o.mean_interarrival_s
+     << " --min_steps=" << o.min_steps << " --max_steps=" << o.max_steps << "`\n";
+  os << o.jobs << " jobs; Poisson arrivals (exponential gaps, mean " << o.mean_interarrival_s
+     << " s);\n";
+  os << "steps log-uniform in [" << o.min_steps << ", " << o.max_steps
+     << "]; V uniform over {4, 8, 8, 16};\n";
   os << "gpus (what a non-elastic job asks for) uniform over {1, 2, 4, 8}, at most V;\n";
-  os << "model uniform over 4 synthetic speed profiles (seconds per VW step on A100 / V100 / T4, batch per VW):\n";
+  os << "model uniform over 4 synthetic speed profiles (seconds per VW step on A100 / V100 / T4, "
+        "batch per VW):\n";
   for (const Profile& p : kProfiles) {
-    os << "  " << p.name << ": " << p.a100 << " / " << p.v100 << " / " << p.t4 << " s, batch " << p.batch_per_vw
-       << "\n";
+    os << "  " << p.name << ": " << p.a100 << " / " << p.v100 << " / " << p.t4 << " s, batch "
+       << p.batch_per_vw << "\n";
   }
   os << "Columns: see elastic/simulator.h.";
   return os.str();

@@ -66,16 +66,16 @@ StatusOr<Policy> ParsePolicy(const std::string& name);
 
 struct SimulatorOptions {
   Policy policy = Policy::kElasticHetero;
-  double rescale_s = 10;              // stall of a job whenever its worker set changes
-  uint32_t max_vws_per_worker = 0;    // the planner's cap (0: none)
-  double move_threshold = 0.05;       // the scheduler's
-  bool record_decisions = false;      // fill SimulationResult::log
+  double rescale_s = 10;            // stall of a job whenever its worker set changes
+  uint32_t max_vws_per_worker = 0;  // the planner's cap (0: none)
+  double move_threshold = 0.05;     // the scheduler's
+  bool record_decisions = false;    // fill SimulationResult::log
 };
 
 struct JobResult {
   std::string id;
   double arrival_s = 0, start_s = 0, finish_s = 0;
-  double jct_s = 0;           // finish - arrival
+  double jct_s = 0;            // finish - arrival
   uint64_t reallocations = 0;  // changes of its worker set after the start
 };
 
@@ -83,7 +83,7 @@ struct SimulationResult {
   Policy policy = Policy::kFifo;
   std::vector<JobResult> jobs;  // in trace order
   double avg_jct_s = 0;
-  double makespan_s = 0;        // last finish - first arrival
+  double makespan_s = 0;         // last finish - first arrival
   double busy_gpu_fraction = 0;  // GPU-seconds held by jobs / (GPUs x makespan)
   uint64_t moves = 0;            // worker moves the scheduler decided
   std::vector<std::string> log;  // "t=...: decision" lines, if record_decisions
@@ -97,7 +97,8 @@ StatusOr<SimulationResult> Simulate(const std::vector<TraceJob>& trace, const Cl
 // A table for humans: per policy, average JCT, makespan, and FIFO's divided by
 // each (the improvement factor; needs a fifo row, else no ratio columns).
 std::string FormatTable(const std::vector<SimulationResult>& results);
-// The same numbers as CSV: policy,jobs,avg_jct_s,makespan_s,jct_speedup_vs_fifo,makespan_speedup_vs_fifo,busy_gpu_fraction,moves
+// The same numbers as CSV:
+// policy,jobs,avg_jct_s,makespan_s,jct_speedup_vs_fifo,makespan_speedup_vs_fifo,busy_gpu_fraction,moves
 std::string FormatCsv(const std::vector<SimulationResult>& results);
 // Per job and policy: policy,job_id,arrival_s,start_s,finish_s,jct_s,reallocations
 std::string FormatJobsCsv(const std::vector<SimulationResult>& results);

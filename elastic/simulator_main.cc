@@ -15,10 +15,13 @@
 
 DEFINE_string(trace, "", "The job trace (CSV, see elastic/simulator.h)");
 DEFINE_string(cluster, "A100:4,V100:8,T4:8", "GPUs per device type, TYPE:COUNT,...");
-DEFINE_string(policies, "fifo,elastic-homo,elastic-hetero", "Policies to compare (fifo is the ratios' base)");
-DEFINE_double(rescale_s, 10, "Seconds a job stalls whenever its set of workers changes (its start included)");
+DEFINE_string(policies, "fifo,elastic-homo,elastic-hetero",
+              "Policies to compare (fifo is the ratios' base)");
+DEFINE_double(rescale_s, 10,
+              "Seconds a job stalls whenever its set of workers changes (its start included)");
 DEFINE_uint32(max_vws_per_worker, 0, "The planner's cap of VWs per worker (0: none)");
-DEFINE_double(move_threshold, 0.05, "The scheduler moves busy workers only for more than this relative gain");
+DEFINE_double(move_threshold, 0.05,
+              "The scheduler moves busy workers only for more than this relative gain");
 DEFINE_bool(csv, false, "Print the table as CSV");
 DEFINE_string(jobs_csv, "", "Also write per-job results (CSV) to this file");
 DEFINE_bool(log_decisions, false, "Print every scheduler decision with its reason (to stderr)");
@@ -39,7 +42,8 @@ int Fail(const eps::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("simulator --trace=FILE [--cluster=A100:4,V100:8,T4:8] [--csv] [--jobs_csv=FILE]");
+  gflags::SetUsageMessage(
+      "simulator --trace=FILE [--cluster=A100:4,V100:8,T4:8] [--csv] [--jobs_csv=FILE]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
 
   if (FLAGS_generate_trace) {
@@ -49,8 +53,10 @@ int main(int argc, char** argv) {
     o.mean_interarrival_s = FLAGS_mean_interarrival_s;
     o.min_steps = FLAGS_min_steps;
     o.max_steps = FLAGS_max_steps;
-    if (o.jobs == 0 || !(o.mean_interarrival_s >= 0) || o.min_steps < 1 || o.max_steps < o.min_steps) {
-      return Fail(eps::InvalidArgument("need --jobs >= 1, --mean_interarrival_s >= 0, 1 <= --min_steps <= --max_steps"));
+    if (o.jobs == 0 || !(o.mean_interarrival_s >= 0) || o.min_steps < 1 ||
+        o.max_steps < o.min_steps) {
+      return Fail(eps::InvalidArgument(
+          "need --jobs >= 1, --mean_interarrival_s >= 0, 1 <= --min_steps <= --max_steps"));
     }
     std::cout << eps::FormatTrace(eps::GenerateTrace(o), eps::DescribeTraceGen(o));
     return 0;
@@ -79,7 +85,8 @@ int main(int argc, char** argv) {
     o.record_decisions = FLAGS_log_decisions;
     auto result = eps::Simulate(*trace, *cluster, o);
     if (!result.ok()) return Fail(result.status().WithContext(name));
-    for (const std::string& line : result->log) std::fprintf(stderr, "%s: %s\n", name.c_str(), line.c_str());
+    for (const std::string& line : result->log)
+      std::fprintf(stderr, "%s: %s\n", name.c_str(), line.c_str());
     results.push_back(std::move(result).value());
   }
 

@@ -9,7 +9,9 @@ namespace {
 
 constexpr size_t kCopyBelowBytes = 256;  // tiny frames are cheaper to copy than to pin
 
-void ReleaseOwner(void* /*data*/, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); }
+void ReleaseOwner(void* /*data*/, void* hint) {
+  delete static_cast<std::shared_ptr<const void>*>(hint);
+}
 
 zmq::message_t ToMessage(const Frame& f) {
   if (f.size < kCopyBelowBytes || !f.owner) return zmq::message_t(f.data, f.size);
@@ -27,11 +29,15 @@ void ApplyOptions(zmq::socket_t& s, const Channel::Options& o) {
 }  // namespace
 
 Channel::Channel(zmq::socket_t socket, std::string endpoint, bool router, Options options)
-    : socket_(std::move(socket)), endpoint_(std::move(endpoint)), router_(router), options_(std::move(options)) {}
+    : socket_(std::move(socket)),
+      endpoint_(std::move(endpoint)),
+      router_(router),
+      options_(std::move(options)) {}
 
 Channel::~Channel() = default;
 
-StatusOr<std::unique_ptr<Channel>> Channel::Bind(zmq::context_t* context, const std::string& endpoint,
+StatusOr<std::unique_ptr<Channel>> Channel::Bind(zmq::context_t* context,
+                                                 const std::string& endpoint,
                                                  const Options& options) {
   try {
     zmq::socket_t s(*context, zmq::socket_type::router);
@@ -39,7 +45,8 @@ StatusOr<std::unique_ptr<Channel>> Channel::Bind(zmq::context_t* context, const 
     s.set(zmq::sockopt::router_mandatory, 1);
     // ZeroMQ spells "any port" as '*'; accept the conventional ":0" too.
     std::string ep = endpoint;
-    if (ep.size() > 2 && ep.compare(ep.size() - 2, 2, ":0") == 0) ep = ep.substr(0, ep.size() - 1) + "*";
+    if (ep.size() > 2 && ep.compare(ep.size() - 2, 2, ":0") == 0)
+      ep = ep.substr(0, ep.size() - 1) + "*";
     s.bind(ep);
     std::string bound = s.get(zmq::sockopt::last_endpoint);
     return std::unique_ptr<Channel>(new Channel(std::move(s), bound, true, options));
@@ -48,7 +55,8 @@ StatusOr<std::unique_ptr<Channel>> Channel::Bind(zmq::context_t* context, const 
   }
 }
 
-StatusOr<std::unique_ptr<Channel>> Channel::Connect(zmq::context_t* context, const std::string& endpoint,
+StatusOr<std::unique_ptr<Channel>> Channel::Connect(zmq::context_t* context,
+                                                    const std::string& endpoint,
                                                     const Options& options) {
   try {
     zmq::socket_t s(*context, zmq::socket_type::dealer);
@@ -74,7 +82,8 @@ Status Channel::SendFrames(const std::string* peer, const Envelope& envelope) {
   EPS_ASSIGN_OR_RETURN(std::vector<Frame> frames, Encode(envelope));
   try {
     if (peer != nullptr) {
-      if (!socket_.send(zmq::buffer(*peer), zmq::send_flags::sndmore)) return Unavailable("send would block");
+      if (!socket_.send(zmq::buffer(*peer), zmq::send_flags::sndmore))
+        return Unavailable("send would block");
     }
     for (size_t i = 0; i < frames.size(); ++i) {
       auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
@@ -90,7 +99,8 @@ Status Channel::SendFrames(const std::string* peer, const Envelope& envelope) {
 StatusOr<Channel::Incoming> Channel::Receive(std::chrono::milliseconds timeout) {
   try {
     zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, timeout) == 0) return DeadlineExceeded("no message within the deadline");
+    if (zmq::poll(&item, 1, timeout) == 0)
+      return DeadlineExceeded("no message within the deadline");
     auto parts = std::make_shared<std::vector<zmq::message_t>>();
     do {
       parts->emplace_back();
@@ -120,12 +130,14 @@ StatusOr<Channel::Incoming> Channel::Receive(std::chrono::milliseconds timeout) 
   }
 }
 
-StatusOr<size_t> AwaitReadable(const std::vector<Channel*>& channels, std::chrono::milliseconds timeout) {
+StatusOr<size_t> AwaitReadable(const std::vector<Channel*>& channels,
+                               std::chrono::milliseconds timeout) {
   std::vector<zmq::pollitem_t> items;
   items.reserve(channels.size());
   for (Channel* c : channels) items.push_back({static_cast<void*>(c->socket()), 0, ZMQ_POLLIN, 0});
   try {
-    if (zmq::poll(items.data(), items.size(), timeout) == 0) return DeadlineExceeded("no message within the deadline");
+    if (zmq::poll(items.data(), items.size(), timeout) == 0)
+      return DeadlineExceeded("no message within the deadline");
   } catch (const zmq::error_t& e) {
     if (e.num() == EINTR) return Aborted("interrupted by a signal");
     return Unavailable(std::string("poll failed: ") + e.what());
@@ -136,10 +148,12 @@ StatusOr<size_t> AwaitReadable(const std::vector<Channel*>& channels, std::chron
   return Internal("poll woke without a readable socket");
 }
 
-StatusOr<Envelope> Call(Channel* channel, const Envelope& request, std::chrono::milliseconds timeout) {
+StatusOr<Envelope> Call(Channel* channel, const Envelope& request,
+                        std::chrono::milliseconds timeout) {
   EPS_RETURN_IF_ERROR(channel->Send(request));
   EPS_ASSIGN_OR_RETURN(Channel::Incoming in, channel->Receive(timeout));
-  if (!in.envelope.ok()) return in.envelope.status().WithContext("bad reply from " + channel->endpoint());
+  if (!in.envelope.ok())
+    return in.envelope.status().WithContext("bad reply from " + channel->endpoint());
   if (const auto* err = std::get_if<ErrorReply>(&in.envelope->body)) return err->ToStatus();
   return std::move(in.envelope).value();
 }

@@ -9,12 +9,11 @@
 // Not thread-safe: one thread owns a channel and its socket.
 #pragma once
 
-#include <zmq.hpp>
-
 #include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
+#include <zmq.hpp>
 
 #include "schema/codec.h"
 
@@ -29,15 +28,19 @@ class Channel {
   };
 
   // ROUTER bound to `endpoint` ("tcp://127.0.0.1:0" picks a free port).
-  static StatusOr<std::unique_ptr<Channel>> Bind(zmq::context_t* context, const std::string& endpoint,
+  static StatusOr<std::unique_ptr<Channel>> Bind(zmq::context_t* context,
+                                                 const std::string& endpoint,
                                                  const Options& options);
-  static StatusOr<std::unique_ptr<Channel>> Bind(zmq::context_t* context, const std::string& endpoint) {
+  static StatusOr<std::unique_ptr<Channel>> Bind(zmq::context_t* context,
+                                                 const std::string& endpoint) {
     return Bind(context, endpoint, Options());
   }
   // DEALER connected to `endpoint`. Connecting is asynchronous: errors surface on Send/Receive.
-  static StatusOr<std::unique_ptr<Channel>> Connect(zmq::context_t* context, const std::string& endpoint,
+  static StatusOr<std::unique_ptr<Channel>> Connect(zmq::context_t* context,
+                                                    const std::string& endpoint,
                                                     const Options& options);
-  static StatusOr<std::unique_ptr<Channel>> Connect(zmq::context_t* context, const std::string& endpoint) {
+  static StatusOr<std::unique_ptr<Channel>> Connect(zmq::context_t* context,
+                                                    const std::string& endpoint) {
     return Connect(context, endpoint, Options());
   }
 
@@ -52,7 +55,7 @@ class Channel {
   Status SendTo(const std::string& peer, const Envelope& envelope);
 
   struct Incoming {
-    std::string peer;            // routing id (ROUTER only)
+    std::string peer;  // routing id (ROUTER only)
     StatusOr<Envelope> envelope = InvalidArgument("no message");
   };
   // Waits up to `timeout` for one message. DeadlineExceeded when none came;
@@ -76,10 +79,12 @@ class Channel {
 // Waits up to `timeout` (0: looks only) until one of `channels` has a message
 // waiting, and returns the lowest such index. DeadlineExceeded when none has;
 // Aborted when a signal interrupted the wait.
-StatusOr<size_t> AwaitReadable(const std::vector<Channel*>& channels, std::chrono::milliseconds timeout);
+StatusOr<size_t> AwaitReadable(const std::vector<Channel*>& channels,
+                               std::chrono::milliseconds timeout);
 
 // Sends `request` on a DEALER channel and waits up to `timeout` for the reply.
 // An ErrorReply from the server comes back as its Status.
-StatusOr<Envelope> Call(Channel* channel, const Envelope& request, std::chrono::milliseconds timeout);
+StatusOr<Envelope> Call(Channel* channel, const Envelope& request,
+                        std::chrono::milliseconds timeout);
 
 }  // namespace eps

@@ -22,7 +22,8 @@ Overloaded(Ts...) -> Overloaded<Ts...>;
 
 // ---- encoding -------------------------------------------------------------
 
-void SetTensors(capnp::List<wire::TensorSpec>::Builder out, const std::vector<TensorSpec>& tensors) {
+void SetTensors(capnp::List<wire::TensorSpec>::Builder out,
+                const std::vector<TensorSpec>& tensors) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     auto t = out[i];
     t.setName(tensors[i].name);
@@ -105,14 +106,16 @@ class Reader {
       : frames_(frames), limits_(limits), used_(frames.size(), false) {}
 
   Status Text(capnp::Text::Reader t, std::string* out) {
-    if (t.size() > limits_.max_text) return InvalidArgument("text field longer than " + std::to_string(limits_.max_text));
+    if (t.size() > limits_.max_text)
+      return InvalidArgument("text field longer than " + std::to_string(limits_.max_text));
     *out = t.cStr();
     return OkStatus();
   }
 
   template <class L>
   Status ListSize(const L& list, const char* what) {
-    if (list.size() > limits_.max_list) return InvalidArgument(std::string(what) + " list too long");
+    if (list.size() > limits_.max_list)
+      return InvalidArgument(std::string(what) + " list too long");
     return OkStatus();
   }
 
@@ -122,11 +125,14 @@ class Reader {
     for (auto t : in) {
       TensorSpec spec;
       EPS_RETURN_IF_ERROR(Text(t.getName(), &spec.name));
-      if (t.getKind() > static_cast<uint8_t>(TensorKind::kLoss)) return InvalidArgument("unknown tensor kind");
-      if (t.getDtype() > static_cast<uint8_t>(DType::kInt64)) return InvalidArgument("unknown dtype");
+      if (t.getKind() > static_cast<uint8_t>(TensorKind::kLoss))
+        return InvalidArgument("unknown tensor kind");
+      if (t.getDtype() > static_cast<uint8_t>(DType::kInt64))
+        return InvalidArgument("unknown dtype");
       spec.kind = static_cast<TensorKind>(t.getKind());
       spec.dtype = static_cast<DType>(t.getDtype());
-      if (t.getShape().size() > 8) return InvalidArgument("tensor " + spec.name + " has more than 8 dimensions");
+      if (t.getShape().size() > 8)
+        return InvalidArgument("tensor " + spec.name + " has more than 8 dimensions");
       for (int64_t d : t.getShape()) spec.shape.push_back(d);
       out->push_back(std::move(spec));
     }
@@ -178,7 +184,8 @@ class Reader {
         return InvalidArgument("chunk " + std::to_string(ref.getChunk()) + " names missing frame " +
                                std::to_string(ref.getFrame()));
       }
-      if (used_[frame]) return InvalidArgument("frame " + std::to_string(ref.getFrame()) + " referenced twice");
+      if (used_[frame])
+        return InvalidArgument("frame " + std::to_string(ref.getFrame()) + " referenced twice");
       used_[frame] = true;
       const Frame& f = frames_[frame];
       out->push_back({ChunkId(ref.getChunk()), f.data, f.size, f.owner});
@@ -196,7 +203,9 @@ class Reader {
   // Every byte frame must belong to some chunk: stray frames mean a confused peer.
   Status AllFramesUsed() const {
     for (size_t i = 1; i < used_.size(); ++i) {
-      if (!used_[i]) return InvalidArgument("frame " + std::to_string(i - 1) + " is not referenced by any chunk");
+      if (!used_[i])
+        return InvalidArgument("frame " + std::to_string(i - 1) +
+                               " is not referenced by any chunk");
     }
     return OkStatus();
   }
@@ -275,7 +284,8 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       m.test_samples = in.getTestSamples();
       m.abandoned = in.getAbandoned();
       m.seconds_per_vw = in.getSecondsPerVw();
-      if (!(m.seconds_per_vw >= 0) || m.seconds_per_vw > 1e6) return InvalidArgument("bad seconds_per_vw");
+      if (!(m.seconds_per_vw >= 0) || m.seconds_per_vw > 1e6)
+        return InvalidArgument("bad seconds_per_vw");
       *body = std::move(m);
       return OkStatus();
     }
@@ -283,7 +293,8 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       StepPlan m;
       auto in = b.getStepPlan();
       const auto kind = static_cast<uint16_t>(in.getKind());
-      if (kind > static_cast<uint16_t>(PlanKind::kStop)) return InvalidArgument("unknown plan kind");
+      if (kind > static_cast<uint16_t>(PlanKind::kStop))
+        return InvalidArgument("unknown plan kind");
       m.kind = static_cast<PlanKind>(kind);
       m.step = Step(in.getStep());
       m.epoch = Epoch(in.getEpoch());
@@ -291,7 +302,8 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       m.vw_hi = in.getVwHi();
       m.eval_lo = in.getEvalLo();
       m.eval_hi = in.getEvalHi();
-      if (m.vw_lo > m.vw_hi || m.eval_lo > m.eval_hi) return InvalidArgument("plan with an inverted range");
+      if (m.vw_lo > m.vw_hi || m.eval_lo > m.eval_hi)
+        return InvalidArgument("plan with an inverted range");
       *body = m;
       return OkStatus();
     }
@@ -464,12 +476,14 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
 }  // namespace
 
 const char* BodyName(const Body& body) {
-  static const char* const kNames[] = {"error",       "registerWorker", "registerWorkerReply", "registerShard",
-                                       "shardConfig", "stepRequest",    "stepPlan",            "stepDone",
-                                       "push",        "pushReply",      "pull",                "pullReply",
-                                       "evalResult",  "shutdown",       "heartbeat",           "leave",
-                                       "rollback",    "rollbackDone",   "retain",              "poolRequest",
-                                       "poolAssign",  "jobInfo",        "jobInfoReply"};
+  static const char* const kNames[] = {"error",         "registerWorker", "registerWorkerReply",
+                                       "registerShard", "shardConfig",    "stepRequest",
+                                       "stepPlan",      "stepDone",       "push",
+                                       "pushReply",     "pull",           "pullReply",
+                                       "evalResult",    "shutdown",       "heartbeat",
+                                       "leave",         "rollback",       "rollbackDone",
+                                       "retain",        "poolRequest",    "poolAssign",
+                                       "jobInfo",       "jobInfoReply"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }
@@ -481,160 +495,161 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
   env.setToken(envelope.token);
   std::vector<Frame> frames(1);
   auto b = env.initBody();
-  std::visit(
-      Overloaded{
-          [&](const ErrorReply& m) {
-            auto o = b.initError();
-            o.setCode(static_cast<uint16_t>(m.code));
-            o.setMessage(m.message);
-          },
-          [&](const RegisterWorker& m) {
-            auto o = b.initRegisterWorker();
-            o.setHost(m.host);
-            o.setPid(m.pid);
-            o.setDeviceKind(m.device_kind);
-          },
-          [&](const RegisterWorkerReply& m) {
-            auto o = b.initRegisterWorkerReply();
-            o.setWorker(m.worker.value());
-            SetSpec(o.initSpec(), m.spec);
-            auto a = o.initShardAddresses(m.shard_addresses.size());
-            for (size_t i = 0; i < m.shard_addresses.size(); ++i) a.set(i, m.shard_addresses[i]);
-          },
-          [&](const RegisterShard& m) {
-            auto o = b.initRegisterShard();
-            o.setShard(m.shard.value());
-            o.setAddress(m.address);
-            o.setDurableStep(m.durable_step.value());
-            o.setVersion(m.version.value());
-          },
-          [&](const ShardConfig& m) {
-            auto o = b.initShardConfig();
-            SetSpec(o.initSpec(), m.spec);
-            SetTensors(o.initTensors(m.tensors.size()), m.tensors);
-          },
-          [&](const StepRequest& m) {
-            auto o = b.initStepRequest();
-            o.setWorker(m.worker.value());
-            o.setDoneStep(m.done_step.value());
-            SetTensors(o.initTensors(m.tensors.size()), m.tensors);
-            o.setTrainSamples(m.train_samples);
-            o.setTestSamples(m.test_samples);
-            o.setAbandoned(m.abandoned);
-            o.setSecondsPerVw(m.seconds_per_vw);
-          },
-          [&](const StepPlan& m) {
-            auto o = b.initStepPlan();
-            o.setKind(static_cast<wire::StepPlan::Kind>(m.kind));
-            o.setStep(m.step.value());
-            o.setEpoch(m.epoch.value());
-            o.setVwLo(m.vw_lo);
-            o.setVwHi(m.vw_hi);
-            o.setEvalLo(m.eval_lo);
-            o.setEvalHi(m.eval_hi);
-          },
-          [&](const StepDone& m) {
-            auto o = b.initStepDone();
-            o.setShard(m.shard.value());
-            o.setStep(m.step.value());
-            o.setHasLoss(m.has_loss);
-            o.setLoss(m.loss);
-            o.setDurableStep(m.durable_step.value());
-            o.setCheckpointError(m.checkpoint_error);
-          },
-          [&](const Push& m) {
-            auto o = b.initPush();
-            o.setEpoch(m.epoch.value());
-            o.setStep(m.step.value());
-            o.setBlockLo(m.block.lo);
-            o.setBlockSize(m.block.size);
-            SetChunks(o.initChunks(m.chunks.size()), m.chunks, &frames);
-            if (m.shm.has_value()) SetShmRef(o.initShm(), *m.shm);
-            SetShmChunks(o.initShmChunks(m.shm_chunks.size()), m.shm_chunks);
-          },
-          [&](const PushReply& m) {
-            auto o = b.initPushReply();
-            o.setStep(m.step.value());
-            o.setAccepted(m.accepted);
-            o.setDuplicates(m.duplicates);
-          },
-          [&](const Pull& m) {
-            auto o = b.initPull();
-            o.setVersion(m.version.value());
-            o.setDtype(static_cast<uint8_t>(m.dtype));
-            auto c = o.initChunks(m.chunks.size());
-            for (size_t i = 0; i < m.chunks.size(); ++i) c.set(i, m.chunks[i].value());
-            if (m.shm.has_value()) {
-              SetShmRef(o.initShm(), *m.shm);
-              auto offsets = o.initShmOffsets(m.shm_offsets.size());
-              for (size_t i = 0; i < m.shm_offsets.size(); ++i) offsets.set(i, m.shm_offsets[i]);
-            }
-          },
-          [&](const PullReply& m) {
-            auto o = b.initPullReply();
-            o.setVersion(m.version.value());
-            SetChunks(o.initChunks(m.chunks.size()), m.chunks, &frames);
-            SetShmChunks(o.initShmChunks(m.shm_chunks.size()), m.shm_chunks);
-          },
-          [&](const EvalResult& m) {
-            auto o = b.initEvalResult();
-            o.setWorker(m.worker.value());
-            o.setVersion(m.version.value());
-            o.setLo(m.lo);
-            o.setHi(m.hi);
-            o.setCorrect(m.correct);
-            o.setLossSum(m.loss_sum);
-          },
-          [&](const Shutdown& m) { b.initShutdown().setReason(m.reason); },
-          [&](const Heartbeat& m) { b.initHeartbeat().setWorker(m.worker.value()); },
-          [&](const Leave& m) {
-            auto o = b.initLeave();
-            o.setWorker(m.worker.value());
-            o.setReason(m.reason);
-          },
-          [&](const Rollback& m) { b.initRollback().setStep(m.step.value()); },
-          [&](const RollbackDone& m) {
-            auto o = b.initRollbackDone();
-            o.setShard(m.shard.value());
-            o.setStep(m.step.value());
-            o.setVersion(m.version.value());
-            o.setDurableStep(m.durable_step.value());
-            o.setCode(static_cast<uint16_t>(m.code));
-            o.setMessage(m.message);
-          },
-          [&](const Retain& m) { b.initRetain().setFromStep(m.from_step.value()); },
-          [&](const PoolRequest& m) {
-            auto o = b.initPoolRequest();
-            o.setHost(m.host);
-            o.setDeviceKind(m.device_kind);
-            o.setJob(m.job);
-            o.setEnded(m.ended);
-          },
-          [&](const PoolAssign& m) {
-            auto o = b.initPoolAssign();
-            o.setJob(m.job);
-            o.setCoordinator(m.coordinator);
-            o.setToken(m.token);
-          },
-          [&](const JobInfo&) { b.initJobInfo(); },
-          [&](const JobInfoReply& m) {
-            auto o = b.initJobInfoReply();
-            o.setJobId(m.job_id);
-            o.setVirtualWorkers(m.virtual_workers);
-            o.setBatchPerVw(m.batch_per_vw);
-            o.setMinWorkers(m.min_workers);
-            o.setMaxVwsPerWorker(m.max_vws_per_worker);
-            o.setSteps(m.steps);
-            o.setStep(m.step);
-            auto ws = o.initWorkers(static_cast<unsigned>(m.workers.size()));
-            for (size_t i = 0; i < m.workers.size(); ++i) {
-              ws[i].setHost(m.workers[i].host);
-              ws[i].setDeviceKind(m.workers[i].device_kind);
-              ws[i].setSecondsPerVw(m.workers[i].seconds_per_vw);
-            }
-          },
-      },
-      envelope.body);
+  std::visit(Overloaded{
+                 [&](const ErrorReply& m) {
+                   auto o = b.initError();
+                   o.setCode(static_cast<uint16_t>(m.code));
+                   o.setMessage(m.message);
+                 },
+                 [&](const RegisterWorker& m) {
+                   auto o = b.initRegisterWorker();
+                   o.setHost(m.host);
+                   o.setPid(m.pid);
+                   o.setDeviceKind(m.device_kind);
+                 },
+                 [&](const RegisterWorkerReply& m) {
+                   auto o = b.initRegisterWorkerReply();
+                   o.setWorker(m.worker.value());
+                   SetSpec(o.initSpec(), m.spec);
+                   auto a = o.initShardAddresses(m.shard_addresses.size());
+                   for (size_t i = 0; i < m.shard_addresses.size(); ++i)
+                     a.set(i, m.shard_addresses[i]);
+                 },
+                 [&](const RegisterShard& m) {
+                   auto o = b.initRegisterShard();
+                   o.setShard(m.shard.value());
+                   o.setAddress(m.address);
+                   o.setDurableStep(m.durable_step.value());
+                   o.setVersion(m.version.value());
+                 },
+                 [&](const ShardConfig& m) {
+                   auto o = b.initShardConfig();
+                   SetSpec(o.initSpec(), m.spec);
+                   SetTensors(o.initTensors(m.tensors.size()), m.tensors);
+                 },
+                 [&](const StepRequest& m) {
+                   auto o = b.initStepRequest();
+                   o.setWorker(m.worker.value());
+                   o.setDoneStep(m.done_step.value());
+                   SetTensors(o.initTensors(m.tensors.size()), m.tensors);
+                   o.setTrainSamples(m.train_samples);
+                   o.setTestSamples(m.test_samples);
+                   o.setAbandoned(m.abandoned);
+                   o.setSecondsPerVw(m.seconds_per_vw);
+                 },
+                 [&](const StepPlan& m) {
+                   auto o = b.initStepPlan();
+                   o.setKind(static_cast<wire::StepPlan::Kind>(m.kind));
+                   o.setStep(m.step.value());
+                   o.setEpoch(m.epoch.value());
+                   o.setVwLo(m.vw_lo);
+                   o.setVwHi(m.vw_hi);
+                   o.setEvalLo(m.eval_lo);
+                   o.setEvalHi(m.eval_hi);
+                 },
+                 [&](const StepDone& m) {
+                   auto o = b.initStepDone();
+                   o.setShard(m.shard.value());
+                   o.setStep(m.step.value());
+                   o.setHasLoss(m.has_loss);
+                   o.setLoss(m.loss);
+                   o.setDurableStep(m.durable_step.value());
+                   o.setCheckpointError(m.checkpoint_error);
+                 },
+                 [&](const Push& m) {
+                   auto o = b.initPush();
+                   o.setEpoch(m.epoch.value());
+                   o.setStep(m.step.value());
+                   o.setBlockLo(m.block.lo);
+                   o.setBlockSize(m.block.size);
+                   SetChunks(o.initChunks(m.chunks.size()), m.chunks, &frames);
+                   if (m.shm.has_value()) SetShmRef(o.initShm(), *m.shm);
+                   SetShmChunks(o.initShmChunks(m.shm_chunks.size()), m.shm_chunks);
+                 },
+                 [&](const PushReply& m) {
+                   auto o = b.initPushReply();
+                   o.setStep(m.step.value());
+                   o.setAccepted(m.accepted);
+                   o.setDuplicates(m.duplicates);
+                 },
+                 [&](const Pull& m) {
+                   auto o = b.initPull();
+                   o.setVersion(m.version.value());
+                   o.setDtype(static_cast<uint8_t>(m.dtype));
+                   auto c = o.initChunks(m.chunks.size());
+                   for (size_t i = 0; i < m.chunks.size(); ++i) c.set(i, m.chunks[i].value());
+                   if (m.shm.has_value()) {
+                     SetShmRef(o.initShm(), *m.shm);
+                     auto offsets = o.initShmOffsets(m.shm_offsets.size());
+                     for (size_t i = 0; i < m.shm_offsets.size(); ++i)
+                       offsets.set(i, m.shm_offsets[i]);
+                   }
+                 },
+                 [&](const PullReply& m) {
+                   auto o = b.initPullReply();
+                   o.setVersion(m.version.value());
+                   SetChunks(o.initChunks(m.chunks.size()), m.chunks, &frames);
+                   SetShmChunks(o.initShmChunks(m.shm_chunks.size()), m.shm_chunks);
+                 },
+                 [&](const EvalResult& m) {
+                   auto o = b.initEvalResult();
+                   o.setWorker(m.worker.value());
+                   o.setVersion(m.version.value());
+                   o.setLo(m.lo);
+                   o.setHi(m.hi);
+                   o.setCorrect(m.correct);
+                   o.setLossSum(m.loss_sum);
+                 },
+                 [&](const Shutdown& m) { b.initShutdown().setReason(m.reason); },
+                 [&](const Heartbeat& m) { b.initHeartbeat().setWorker(m.worker.value()); },
+                 [&](const Leave& m) {
+                   auto o = b.initLeave();
+                   o.setWorker(m.worker.value());
+                   o.setReason(m.reason);
+                 },
+                 [&](const Rollback& m) { b.initRollback().setStep(m.step.value()); },
+                 [&](const RollbackDone& m) {
+                   auto o = b.initRollbackDone();
+                   o.setShard(m.shard.value());
+                   o.setStep(m.step.value());
+                   o.setVersion(m.version.value());
+                   o.setDurableStep(m.durable_step.value());
+                   o.setCode(static_cast<uint16_t>(m.code));
+                   o.setMessage(m.message);
+                 },
+                 [&](const Retain& m) { b.initRetain().setFromStep(m.from_step.value()); },
+                 [&](const PoolRequest& m) {
+                   auto o = b.initPoolRequest();
+                   o.setHost(m.host);
+                   o.setDeviceKind(m.device_kind);
+                   o.setJob(m.job);
+                   o.setEnded(m.ended);
+                 },
+                 [&](const PoolAssign& m) {
+                   auto o = b.initPoolAssign();
+                   o.setJob(m.job);
+                   o.setCoordinator(m.coordinator);
+                   o.setToken(m.token);
+                 },
+                 [&](const JobInfo&) { b.initJobInfo(); },
+                 [&](const JobInfoReply& m) {
+                   auto o = b.initJobInfoReply();
+                   o.setJobId(m.job_id);
+                   o.setVirtualWorkers(m.virtual_workers);
+                   o.setBatchPerVw(m.batch_per_vw);
+                   o.setMinWorkers(m.min_workers);
+                   o.setMaxVwsPerWorker(m.max_vws_per_worker);
+                   o.setSteps(m.steps);
+                   o.setStep(m.step);
+                   auto ws = o.initWorkers(static_cast<unsigned>(m.workers.size()));
+                   for (size_t i = 0; i < m.workers.size(); ++i) {
+                     ws[i].setHost(m.workers[i].host);
+                     ws[i].setDeviceKind(m.workers[i].device_kind);
+                     ws[i].setSecondsPerVw(m.workers[i].seconds_per_vw);
+                   }
+                 },
+             },
+             envelope.body);
   auto flat = std::make_shared<kj::Array<capnp::word>>(capnp::messageToFlatArray(*message));
   frames[0] = Frame{flat->begin(), flat->size() * sizeof(capnp::word), flat};
   return frames;
@@ -645,7 +660,8 @@ StatusOr<Envelope> Decode(const std::vector<Frame>& frames, const DecodeLimits& 
   if (frames.size() > limits.max_frames) return InvalidArgument("too many frames");
   const Frame& head = frames[0];
   if (head.size == 0 || head.size % sizeof(capnp::word) != 0) {
-    return InvalidArgument("envelope of " + std::to_string(head.size) + " bytes is not a whole number of words");
+    return InvalidArgument("envelope of " + std::to_string(head.size) +
+                           " bytes is not a whole number of words");
   }
   if (head.size > limits.max_header_bytes) return InvalidArgument("envelope larger than the limit");
   // Cap'n Proto reads words in place; copy the (small) envelope only if misaligned.
@@ -656,7 +672,8 @@ StatusOr<Envelope> Decode(const std::vector<Frame>& frames, const DecodeLimits& 
     std::memcpy(aligned.begin(), head.data, head.size);
     words = aligned.asPtr();
   } else {
-    words = kj::ArrayPtr<const capnp::word>(static_cast<const capnp::word*>(head.data), head.size / sizeof(capnp::word));
+    words = kj::ArrayPtr<const capnp::word>(static_cast<const capnp::word*>(head.data),
+                                            head.size / sizeof(capnp::word));
   }
   Envelope out;
   Status status;
@@ -667,8 +684,8 @@ StatusOr<Envelope> Decode(const std::vector<Frame>& frames, const DecodeLimits& 
     capnp::FlatArrayMessageReader reader(words, options);
     auto env = reader.getRoot<wire::Envelope>();
     if (env.getVersion() != wire::PROTOCOL_VERSION) {
-      status = InvalidArgument("protocol version " + std::to_string(env.getVersion()) + ", this build speaks " +
-                               std::to_string(wire::PROTOCOL_VERSION));
+      status = InvalidArgument("protocol version " + std::to_string(env.getVersion()) +
+                               ", this build speaks " + std::to_string(wire::PROTOCOL_VERSION));
       return;
     }
     Reader r(frames, limits);
@@ -676,7 +693,9 @@ StatusOr<Envelope> Decode(const std::vector<Frame>& frames, const DecodeLimits& 
     if (status.ok()) status = DecodeBody(env, r, &out.body);
     if (status.ok()) status = r.AllFramesUsed();
   });
-  KJ_IF_MAYBE(e, exception) { return InvalidArgument(std::string("malformed envelope: ") + e->getDescription().cStr()); }
+  KJ_IF_MAYBE (e, exception) {
+    return InvalidArgument(std::string("malformed envelope: ") + e->getDescription().cStr());
+  }
   if (!status.ok()) return status;
   return out;
 }

@@ -26,11 +26,12 @@ struct Frame {
 struct DecodeLimits {
   size_t max_header_bytes = 8 << 20;  // the envelope itself, not the chunks
   size_t max_frames = 1 << 16;
-  size_t max_list = 1 << 20;          // tensors, chunks, shape dims...
+  size_t max_list = 1 << 20;  // tensors, chunks, shape dims...
   size_t max_text = 64 << 10;
 };
 
 StatusOr<std::vector<Frame>> Encode(const Envelope& envelope);
-StatusOr<Envelope> Decode(const std::vector<Frame>& frames, const DecodeLimits& limits = DecodeLimits());
+StatusOr<Envelope> Decode(const std::vector<Frame>& frames,
+                          const DecodeLimits& limits = DecodeLimits());
 
 }  // namespace eps

@@ -46,9 +46,10 @@ struct OptimizerSpec {
   double min_lr = 0;
 
   friend bool operator==(const OptimizerSpec& a, const OptimizerSpec& b) {
-    return a.kind == b.kind && a.lr == b.lr && a.momentum == b.momentum && a.dampening == b.dampening &&
-           a.nesterov == b.nesterov && a.weight_decay == b.weight_decay && a.beta1 == b.beta1 &&
-           a.beta2 == b.beta2 && a.eps == b.eps && a.schedule == b.schedule && a.step_size == b.step_size &&
+    return a.kind == b.kind && a.lr == b.lr && a.momentum == b.momentum &&
+           a.dampening == b.dampening && a.nesterov == b.nesterov &&
+           a.weight_decay == b.weight_decay && a.beta1 == b.beta1 && a.beta2 == b.beta2 &&
+           a.eps == b.eps && a.schedule == b.schedule && a.step_size == b.step_size &&
            a.gamma == b.gamma && a.warmup_steps == b.warmup_steps && a.min_lr == b.min_lr;
   }
 };
@@ -78,12 +79,13 @@ struct JobSpec {
 
   friend bool operator==(const JobSpec& a, const JobSpec& b) {
     return a.job_id == b.job_id && a.model == b.model && a.data_dir == b.data_dir &&
-           a.virtual_workers == b.virtual_workers && a.batch_per_vw == b.batch_per_vw && a.seed == b.seed &&
-           a.steps == b.steps && a.threads == b.threads && a.optimizer == b.optimizer &&
-           a.train_limit == b.train_limit && a.test_limit == b.test_limit && a.chunk_elems == b.chunk_elems &&
+           a.virtual_workers == b.virtual_workers && a.batch_per_vw == b.batch_per_vw &&
+           a.seed == b.seed && a.steps == b.steps && a.threads == b.threads &&
+           a.optimizer == b.optimizer && a.train_limit == b.train_limit &&
+           a.test_limit == b.test_limit && a.chunk_elems == b.chunk_elems &&
            a.num_shards == b.num_shards && a.eval_batch == b.eval_batch &&
-           a.allow_mixed_devices == b.allow_mixed_devices && a.grad_wire_dtype == b.grad_wire_dtype &&
-           a.weight_wire_dtype == b.weight_wire_dtype;
+           a.allow_mixed_devices == b.allow_mixed_devices &&
+           a.grad_wire_dtype == b.grad_wire_dtype && a.weight_wire_dtype == b.weight_wire_dtype;
   }
 };
 
@@ -110,8 +112,9 @@ struct RegisterWorkerReply {
 struct RegisterShard {
   ShardId shard;
   std::string address;
-  Step durable_step{-1};  // newest checkpoint in the shard's store, which it has restored (-1: none)
-  Step version{-1};       // the version it serves now (-1: before its initial values)
+  Step durable_step{
+      -1};           // newest checkpoint in the shard's store, which it has restored (-1: none)
+  Step version{-1};  // the version it serves now (-1: before its initial values)
 };
 
 struct ShardConfig {
@@ -125,8 +128,8 @@ struct StepRequest {
   std::vector<TensorSpec> tensors;  // the worker's model (first request only)
   int64_t train_samples = 0;        // data set sizes it loaded (first request only)
   int64_t test_samples = 0;
-  bool abandoned = false;           // the previous plan was given up: its work is not done
-  double seconds_per_vw = 0;        // measured compute time per VW in the previous train plan (0: none)
+  bool abandoned = false;     // the previous plan was given up: its work is not done
+  double seconds_per_vw = 0;  // measured compute time per VW in the previous train plan (0: none)
 };
 
 enum class PlanKind : uint8_t { kWait = 0, kInit = 1, kTrain = 2, kEval = 3, kStop = 4 };
@@ -135,12 +138,12 @@ struct StepPlan {
   PlanKind kind = PlanKind::kWait;
   Step step{0};
   Epoch epoch{0};
-  uint32_t vw_lo = 0, vw_hi = 0;   // train: VWs [vw_lo, vw_hi)
-  int64_t eval_lo = 0, eval_hi = 0; // eval: test samples [eval_lo, eval_hi) at version `step`
+  uint32_t vw_lo = 0, vw_hi = 0;     // train: VWs [vw_lo, vw_hi)
+  int64_t eval_lo = 0, eval_hi = 0;  // eval: test samples [eval_lo, eval_hi) at version `step`
 
   friend bool operator==(const StepPlan& a, const StepPlan& b) {
-    return a.kind == b.kind && a.step == b.step && a.epoch == b.epoch && a.vw_lo == b.vw_lo && a.vw_hi == b.vw_hi &&
-           a.eval_lo == b.eval_lo && a.eval_hi == b.eval_hi;
+    return a.kind == b.kind && a.step == b.step && a.epoch == b.epoch && a.vw_lo == b.vw_lo &&
+           a.vw_hi == b.vw_hi && a.eval_lo == b.eval_lo && a.eval_hi == b.eval_hi;
   }
 };
 
@@ -148,7 +151,7 @@ struct StepDone {
   ShardId shard;
   Step step{-1};  // the shard now serves version step+1
   bool has_loss = false;
-  float loss = 0;  // mean VW loss of the step
+  float loss = 0;                // mean VW loss of the step
   Step durable_step{-1};         // newest checkpoint written durably (-1: none)
   std::string checkpoint_error;  // why the newest checkpoint attempt failed (empty: it did not)
 };
@@ -181,7 +184,8 @@ struct PushReply {
 struct Pull {
   Step version{0};
   std::vector<ChunkId> chunks;  // empty: all chunks of the shard
-  WireDType dtype = WireDType::kFP32;  // of the parameter chunks in the reply: fp32 or the job's weight dtype
+  WireDType dtype =
+      WireDType::kFP32;  // of the parameter chunks in the reply: fp32 or the job's weight dtype
   // A region of the worker's on this host for the reply's bytes (common/shm.h),
   // and where each of `chunks` goes in it; the shard may answer inline instead.
   std::optional<ShmRegionRef> shm{};
@@ -190,7 +194,7 @@ struct Pull {
 
 struct PullReply {
   Step version{0};
-  std::vector<ChunkBytes> chunks;     // bytes in the message
+  std::vector<ChunkBytes> chunks;      // bytes in the message
   std::vector<ShmChunk> shm_chunks{};  // bytes in the pull's region
 };
 
@@ -240,7 +244,7 @@ struct Retain {
 struct PoolRequest {
   std::string host;  // "hostname:pid"
   std::string device_kind = "cpu";
-  std::string job;   // empty: none
+  std::string job;    // empty: none
   std::string ended;  // a job this worker saw end (empty: none)
 };
 
@@ -269,10 +273,10 @@ struct JobInfoReply {
   std::vector<WorkerSpeed> workers;
 };
 
-using Body = std::variant<ErrorReply, RegisterWorker, RegisterWorkerReply, RegisterShard, ShardConfig,
-                          StepRequest, StepPlan, StepDone, Push, PushReply, Pull, PullReply, EvalResult,
-                          Shutdown, Heartbeat, Leave, Rollback, RollbackDone, Retain, PoolRequest, PoolAssign,
-                          JobInfo, JobInfoReply>;
+using Body = std::variant<ErrorReply, RegisterWorker, RegisterWorkerReply, RegisterShard,
+                          ShardConfig, StepRequest, StepPlan, StepDone, Push, PushReply, Pull,
+                          PullReply, EvalResult, Shutdown, Heartbeat, Leave, Rollback, RollbackDone,
+                          Retain, PoolRequest, PoolAssign, JobInfo, JobInfoReply>;
 
 struct Envelope {
   std::string token;

@@ -2,8 +2,8 @@
 
 #include <cassert>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 // Bit-exactness needs every rounding spelled out in the source. With -ffp-contract=fast (GCC's
@@ -77,8 +77,8 @@ inline float SgdElement(const SgdConstants& c, bool first, float w, float d, flo
 // branched on) every element, which kept the Adam loops scalar (3x slower). The gradient
 // is g[i] / div; div == 1 skips the division (x / 1 == x exactly), which costs as much again.
 EPS_OPTIMIZER_CLONES
-void SgdOverParams(const SgdConstants c, bool first, float* __restrict p, const float* __restrict g, float div,
-                   float* __restrict buf, size_t n) {
+void SgdOverParams(const SgdConstants c, bool first, float* __restrict p, const float* __restrict g,
+                   float div, float* __restrict buf, size_t n) {
   if (div == 1.0f) {
     for (size_t i = 0; i < n; ++i) p[i] = SgdElement(c, first, p[i], g[i], buf, i);
   } else {
@@ -87,8 +87,8 @@ void SgdOverParams(const SgdConstants c, bool first, float* __restrict p, const 
 }
 
 EPS_OPTIMIZER_CLONES
-void SgdOverGrad(const SgdConstants c, bool first, const float* __restrict p, float* __restrict g, float div,
-                 float* __restrict buf, size_t n) {
+void SgdOverGrad(const SgdConstants c, bool first, const float* __restrict p, float* __restrict g,
+                 float div, float* __restrict buf, size_t n) {
   if (div == 1.0f) {
     for (size_t i = 0; i < n; ++i) g[i] = SgdElement(c, first, p[i], g[i], buf, i);
   } else {
@@ -117,8 +117,8 @@ struct AdamConstants {
 //   exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
 //   denom = (exp_avg_sq.sqrt() / sqrt(bias_correction2)).add_(eps);
 //   p.addcdiv_(exp_avg, denom, -(lr / bias_correction1));
-inline float AdamElement(const AdamConstants& c, float w, float grad, float* exp_avg, float* exp_avg_sq,
-                         size_t i) {
+inline float AdamElement(const AdamConstants& c, float w, float grad, float* exp_avg,
+                         float* exp_avg_sq, size_t i) {
   // Selects, not branches: the loops vectorize only without control flow.
   w = c.decoupled ? w * c.decay : w;
   grad = c.l2 ? std::fma(w, c.wd, grad) : grad;
@@ -133,8 +133,8 @@ inline float AdamElement(const AdamConstants& c, float w, float grad, float* exp
 }
 
 EPS_OPTIMIZER_CLONES
-void AdamOverParams(const AdamConstants c, float* __restrict p, const float* __restrict g, float div,
-                    float* __restrict exp_avg, float* __restrict exp_avg_sq, size_t n) {
+void AdamOverParams(const AdamConstants c, float* __restrict p, const float* __restrict g,
+                    float div, float* __restrict exp_avg, float* __restrict exp_avg_sq, size_t n) {
   if (div == 1.0f) {
     for (size_t i = 0; i < n; ++i) p[i] = AdamElement(c, p[i], g[i], exp_avg, exp_avg_sq, i);
   } else {
@@ -201,7 +201,8 @@ Status ValidateOptimizerOptions(const OptimizerOptions& o) {
     if (!Finite(o.beta2) || o.beta2 < 0 || o.beta2 >= 1) {
       return Bad("beta2", "must be in [0, 1), got " + Num(o.beta2));
     }
-    if (!Finite(o.eps) || o.eps <= 0) return Bad("eps", "must be finite and > 0, got " + Num(o.eps));
+    if (!Finite(o.eps) || o.eps <= 0)
+      return Bad("eps", "must be finite and > 0, got " + Num(o.eps));
   }
 
   switch (o.schedule) {
@@ -209,7 +210,8 @@ Status ValidateOptimizerOptions(const OptimizerOptions& o) {
       break;
     case ScheduleKind::kStep:
       if (o.step_size <= 0) {
-        return Bad("step_size", "must be > 0 for the step schedule, got " + std::to_string(o.step_size));
+        return Bad("step_size",
+                   "must be > 0 for the step schedule, got " + std::to_string(o.step_size));
       }
       if (!Finite(o.gamma) || o.gamma <= 0) {
         return Bad("gamma", "must be finite and > 0 for the step schedule, got " + Num(o.gamma));
@@ -221,7 +223,8 @@ Status ValidateOptimizerOptions(const OptimizerOptions& o) {
       }
       if (o.total_steps <= o.warmup_steps) {
         return Bad("total_steps", "must be > warmup_steps (" + std::to_string(o.warmup_steps) +
-                                      ") for the cosine schedule, got " + std::to_string(o.total_steps));
+                                      ") for the cosine schedule, got " +
+                                      std::to_string(o.total_steps));
       }
       if (!Finite(o.min_lr) || o.min_lr < 0 || o.min_lr > o.lr) {
         return Bad("min_lr", "must be in [0, lr] for the cosine schedule, got " + Num(o.min_lr));
@@ -241,7 +244,8 @@ StatusOr<OptimizerKind> ParseOptimizerKind(std::string_view name) {
   if (name == "sgd") return OptimizerKind::kSgd;
   if (name == "adam") return OptimizerKind::kAdam;
   if (name == "adamw") return OptimizerKind::kAdamW;
-  return InvalidArgument("unknown optimizer '" + std::string(name) + "' (expected sgd, adam or adamw)");
+  return InvalidArgument("unknown optimizer '" + std::string(name) +
+                         "' (expected sgd, adam or adamw)");
 }
 
 StatusOr<ScheduleKind> ParseScheduleKind(std::string_view name) {
@@ -290,8 +294,8 @@ double LearningRate(const OptimizerOptions& o, int64_t step) {
         return o.lr * (static_cast<double>(t + 1) / static_cast<double>(o.warmup_steps));
       }
       if (t >= o.total_steps) return o.min_lr;
-      const double progress =
-          static_cast<double>(t - o.warmup_steps) / static_cast<double>(o.total_steps - o.warmup_steps);
+      const double progress = static_cast<double>(t - o.warmup_steps) /
+                              static_cast<double>(o.total_steps - o.warmup_steps);
       const double lr = o.min_lr + 0.5 * (o.lr - o.min_lr) * (1.0 + std::cos(kPi * progress));
       // Rounding can put the step just after warmup a hair above lr; keep the schedule in range.
       return lr > o.lr ? o.lr : (lr < o.min_lr ? o.min_lr : lr);
@@ -305,14 +309,16 @@ int NumOptimizerSlots(const OptimizerOptions& o) {
   return 2;
 }
 
-void ApplyOptimizer(const OptimizerOptions& o, int64_t step, float* params, const float* grad, size_t n,
-                    OptimizerState* state) {
+void ApplyOptimizer(const OptimizerOptions& o, int64_t step, float* params, const float* grad,
+                    size_t n, OptimizerState* state) {
   ApplyOptimizer(o, step, params, grad, 1.0f, params, n, state);
 }
 
-void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params, const float* grad_sum,
-                    float divisor, float* out, size_t n, OptimizerState* state) {
-  // The loops overwrite the parameters or the gradient: any other `out` starts as a copy of the parameters.
+void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params,
+                    const float* grad_sum, float divisor, float* out, size_t n,
+                    OptimizerState* state) {
+  // The loops overwrite the parameters or the gradient: any other `out` starts as a copy of the
+  // parameters.
   const bool over_grad = out == grad_sum;
   if (!over_grad && out != params) std::memcpy(out, params, n * sizeof(float));
   assert(step >= 0);

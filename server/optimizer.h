@@ -47,8 +47,8 @@ struct OptimizerOptions {
   double eps = 1e-8;
 
   ScheduleKind schedule = ScheduleKind::kConstant;
-  int64_t step_size = 0;  // kStep: steps between decays, > 0.
-  double gamma = 0.1;     // kStep: decay factor, > 0.
+  int64_t step_size = 0;     // kStep: steps between decays, > 0.
+  double gamma = 0.1;        // kStep: decay factor, > 0.
   int64_t warmup_steps = 0;  // kCosine: >= 0.
   double min_lr = 0;         // kCosine: in [0, lr].
   int64_t total_steps = 0;   // kCosine: > warmup_steps.
@@ -102,7 +102,8 @@ void ApplyOptimizer(const OptimizerOptions& options, int64_t step, float* params
 // VWs is), written to `out`: the bits of dividing first and stepping in place, without
 // either pass. `out` may be `params`, `grad_sum` or a buffer overlapping neither; the
 // optimizer state must not overlap any of them.
-void ApplyOptimizer(const OptimizerOptions& options, int64_t step, const float* params, const float* grad_sum,
-                    float divisor, float* out, size_t n, OptimizerState* state);
+void ApplyOptimizer(const OptimizerOptions& options, int64_t step, const float* params,
+                    const float* grad_sum, float divisor, float* out, size_t n,
+                    OptimizerState* state);
 
 }  // namespace eps

@@ -38,7 +38,8 @@ class CheckpointWriter {
     Status status;
   };
 
-  CheckpointWriter(StateStore* store, int wake_fd) : store_(store), wake_fd_(wake_fd), thread_([this] { Loop(); }) {}
+  CheckpointWriter(StateStore* store, int wake_fd)
+      : store_(store), wake_fd_(wake_fd), thread_([this] { Loop(); }) {}
 
   // Finishes the checkpoint being written; drops one still waiting.
   ~CheckpointWriter() {
@@ -67,7 +68,8 @@ class CheckpointWriter {
   Status Flush(std::chrono::milliseconds wait) {
     std::unique_lock<std::mutex> lock(mu_);
     if (!cv_.wait_for(lock, wait, [&] { return !queued_.has_value() && !busy_; })) {
-      return Unavailable("checkpoints still being written after " + std::to_string(wait.count()) + " ms");
+      return Unavailable("checkpoints still being written after " + std::to_string(wait.count()) +
+                         " ms");
     }
     return OkStatus();
   }
@@ -96,7 +98,8 @@ class CheckpointWriter {
       results_.push_back({step, std::move(st)});
       cv_.notify_all();
       const uint64_t one = 1;
-      if (write(wake_fd_, &one, sizeof one) != sizeof one) PLOG(WARNING) << "could not wake the shard's loop";
+      if (write(wake_fd_, &one, sizeof one) != sizeof one)
+        PLOG(WARNING) << "could not wake the shard's loop";
     }
   }
 
@@ -113,7 +116,8 @@ class CheckpointWriter {
 
 class ShardImpl final : public Shard {
  public:
-  ShardImpl(ShardOptions options, std::unique_ptr<Channel> workers, std::unique_ptr<Channel> coordinator)
+  ShardImpl(ShardOptions options, std::unique_ptr<Channel> workers,
+            std::unique_ptr<Channel> coordinator)
       : options_(std::move(options)),
         workers_(std::move(workers)),
         coordinator_(std::move(coordinator)),
@@ -134,7 +138,8 @@ class ShardImpl final : public Shard {
     o.create_if_missing = !options_.job_id.empty();
     auto store = StateStore::Open(o);
     if (store.status().code() == StatusCode::kNotFound && options_.job_id.empty()) {
-      LOG(INFO) << "no store at " << options_.store_path << " yet: it is created once the coordinator names the job";
+      LOG(INFO) << "no store at " << options_.store_path
+                << " yet: it is created once the coordinator names the job";
       return OkStatus();
     }
     if (!store.ok()) return store.status();
@@ -161,7 +166,8 @@ class ShardImpl final : public Shard {
       ExpirePulls();
       if (!done_ && Clock::now() >= next_register_) {
         Status st = Register();
-        if (!st.ok()) LOG(WARNING) << "could not re-register with the coordinator: " << st.ToString();
+        if (!st.ok())
+          LOG(WARNING) << "could not re-register with the coordinator: " << st.ToString();
       }
     }
     FinishCheckpoints();
@@ -191,12 +197,15 @@ class ShardImpl final : public Shard {
     EPS_ASSIGN_OR_RETURN(std::vector<Step> held, store_->ListCheckpoints());
     if (!held.empty()) {
       auto checkpoint = store_->LatestCheckpoint();
-      if (!checkpoint.ok()) return checkpoint.status().WithContext("restoring from store " + store_->path());
-      EPS_RETURN_IF_ERROR(state_.Restore(std::move(checkpoint).value()).WithContext("restoring from store " + store_->path()));
+      if (!checkpoint.ok())
+        return checkpoint.status().WithContext("restoring from store " + store_->path());
+      EPS_RETURN_IF_ERROR(state_.Restore(std::move(checkpoint).value())
+                              .WithContext("restoring from store " + store_->path()));
       durable_step_ = checkpoint->step;
       restored_ = checkpoint->step;
-      LOG(INFO) << "restored version " << restored_ << " of job '" << store_->job_id() << "' from store "
-                << store_->path() << " (" << state_.chunks().size() << " chunks)";
+      LOG(INFO) << "restored version " << restored_ << " of job '" << store_->job_id()
+                << "' from store " << store_->path() << " (" << state_.chunks().size()
+                << " chunks)";
     }
     wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0) return Internal(std::string("eventfd: ") + std::strerror(errno));
@@ -209,7 +218,8 @@ class ShardImpl final : public Shard {
   // coordinator that knows the shard on this connection takes it as a no-op.
   Status Register() {
     next_register_ = Clock::now() + options_.register_every;
-    return SendToCoordinator(RegisterShard{options_.shard, endpoint(), durable_step_, state_.version()});
+    return SendToCoordinator(
+        RegisterShard{options_.shard, endpoint(), durable_step_, state_.version()});
   }
 
   template <class M>
@@ -221,7 +231,9 @@ class ShardImpl final : public Shard {
     Status st = workers_->SendTo(peer, Envelope{options_.token, std::move(body)});
     if (!st.ok()) LOG(WARNING) << "reply lost: " << st.ToString();
   }
-  void ReplyError(const std::string& peer, const Status& st) { Reply(peer, ErrorReply{st.code(), st.message()}); }
+  void ReplyError(const std::string& peer, const Status& st) {
+    Reply(peer, ErrorReply{st.code(), st.message()});
+  }
 
   // A pull that names a shared-memory region of a worker on this host gets its
   // bytes there (common/shm.h), others, and those the shard cannot map, inline.
@@ -229,8 +241,8 @@ class ShardImpl final : public Shard {
     if (pull.shm.has_value()) {
       Status st = MoveIntoShm(pull, &shm_, &reply);
       if (!st.ok() && inline_pulls_++ % 1000 == 0) {
-        LOG(INFO) << "answered a pull that named shared memory inline (" << inline_pulls_ << " so far): "
-                  << st.ToString();
+        LOG(INFO) << "answered a pull that named shared memory inline (" << inline_pulls_
+                  << " so far): " << st.ToString();
       }
     }
     Reply(peer, std::move(reply));
@@ -247,8 +259,8 @@ class ShardImpl final : public Shard {
   // Stops the shard with `st`, telling the coordinator why.
   void Refuse(const Status& st) {
     LOG(ERROR) << "refusing the job config: " << st.ToString();
-    (void)SendToCoordinator(
-        ErrorReply{st.code(), "shard " + std::to_string(options_.shard.value()) + ": " + st.message()});
+    (void)SendToCoordinator(ErrorReply{
+        st.code(), "shard " + std::to_string(options_.shard.value()) + ": " + st.message()});
     fatal_ = st;
     done_ = true;
   }
@@ -257,7 +269,8 @@ class ShardImpl final : public Shard {
   Status CheckStoreFor(const ShardConfig& config) {
     if (options_.store_path.empty()) return OkStatus();
     if (store_ == nullptr) {
-      EPS_ASSIGN_OR_RETURN(std::unique_ptr<StateStore> store, StateStore::Open(StoreOptionsFor(config.spec.job_id)));
+      EPS_ASSIGN_OR_RETURN(std::unique_ptr<StateStore> store,
+                           StateStore::Open(StoreOptionsFor(config.spec.job_id)));
       return AttachStore(std::move(store));
     }
     if (store_->job_id() != config.spec.job_id) {
@@ -270,7 +283,8 @@ class ShardImpl final : public Shard {
   Status OnCoordinatorMessage() {
     EPS_ASSIGN_OR_RETURN(Channel::Incoming in, coordinator_->TryReceive());
     if (!in.envelope.ok()) {
-      LOG(WARNING) << "dropped a bad message from the coordinator: " << in.envelope.status().ToString();
+      LOG(WARNING) << "dropped a bad message from the coordinator: "
+                   << in.envelope.status().ToString();
       return OkStatus();
     }
     Body& body = in.envelope->body;
@@ -279,7 +293,8 @@ class ShardImpl final : public Shard {
       if (st.ok()) {
         st = state_.Configure(*config);
         if (!st.ok() && restored_.value() >= 0) {
-          st = st.WithContext("the state restored from store " + store_->path() + " does not fit the job");
+          st = st.WithContext("the state restored from store " + store_->path() +
+                              " does not fit the job");
         }
       }
       if (!st.ok()) {
@@ -292,7 +307,8 @@ class ShardImpl final : public Shard {
     } else if (auto* retain = std::get_if<Retain>(&body)) {
       if (store_ != nullptr) store_->RetainFrom(retain->from_step);
     } else if (auto* shutdown = std::get_if<Shutdown>(&body)) {
-      LOG(INFO) << "shutdown: " << shutdown->reason << " (" << state_.duplicates() << " duplicate contributions dropped)";
+      LOG(INFO) << "shutdown: " << shutdown->reason << " (" << state_.duplicates()
+                << " duplicate contributions dropped)";
       done_ = true;
     } else if (auto* err = std::get_if<ErrorReply>(&body)) {
       OnCoordinatorError(err->ToStatus());
@@ -322,8 +338,10 @@ class ShardImpl final : public Shard {
     const auto now = Clock::now();
     if (last_refusal_log_.has_value() && now - *last_refusal_log_ < kRefusalLogEvery) return;
     LOG(WARNING) << "the coordinator refused a message from this shard (" << refusals_unlogged_
-                 << (refusals_unlogged_ == 1 ? " refusal" : " refusals") << " since the last note): " << st.ToString()
-                 << "; serving on, registering again every " << options_.register_every.count() << " ms";
+                 << (refusals_unlogged_ == 1 ? " refusal" : " refusals")
+                 << " since the last note): " << st.ToString()
+                 << "; serving on, registering again every " << options_.register_every.count()
+                 << " ms";
     last_refusal_log_ = now;
     refusals_unlogged_ = 0;
   }
@@ -344,20 +362,24 @@ class ShardImpl final : public Shard {
     }
     Body& body = in.envelope->body;
     if (auto* push = std::get_if<Push>(&body)) {
-      // Bytes in a worker's shared memory are read in place, before the reply lets the worker write there again.
-      Status readable = options_.refuse_shm_pushes && push->shm.has_value()
-                            ? FailedPrecondition("refusing pushes in shared memory (--refuse_shm_pushes)")
-                            : ResolveShmChunks(&shm_, push);
-      auto outcome = readable.ok() ? state_.HandlePush(*push) : StatusOr<ShardState::PushOutcome>(readable);
+      // Bytes in a worker's shared memory are read in place, before the reply lets the worker write
+      // there again.
+      Status readable =
+          options_.refuse_shm_pushes && push->shm.has_value()
+              ? FailedPrecondition("refusing pushes in shared memory (--refuse_shm_pushes)")
+              : ResolveShmChunks(&shm_, push);
+      auto outcome =
+          readable.ok() ? state_.HandlePush(*push) : StatusOr<ShardState::PushOutcome>(readable);
       if (!outcome.ok()) {
-        LOG(WARNING) << "refused push for step " << push->step << " block " << push->block.ToString() << ": "
-                     << outcome.status().ToString();
+        LOG(WARNING) << "refused push for step " << push->step << " block "
+                     << push->block.ToString() << ": " << outcome.status().ToString();
         ReplyError(in.peer, outcome.status());
         return;
       }
       if (outcome->reply.duplicates > 0) {
-        LOG(INFO) << "dropped " << outcome->reply.duplicates << " duplicate chunk contributions for step "
-                  << push->step << " block " << push->block.ToString();
+        LOG(INFO) << "dropped " << outcome->reply.duplicates
+                  << " duplicate chunk contributions for step " << push->step << " block "
+                  << push->block.ToString();
       }
       Reply(in.peer, outcome->reply);
       if (outcome->completed) {
@@ -394,9 +416,11 @@ class ShardImpl final : public Shard {
     if (writer_ == nullptr || options_.checkpoint_every <= 0) return;
     if (state_.version().value() % options_.checkpoint_every != 0) return;
     auto snapshot = state_.Snapshot();
-    Status st = snapshot.ok() ? writer_->Enqueue(std::move(snapshot).value(), options_.store_wait) : snapshot.status();
+    Status st = snapshot.ok() ? writer_->Enqueue(std::move(snapshot).value(), options_.store_wait)
+                              : snapshot.status();
     if (!st.ok()) {
-      checkpoint_error_ = "checkpoint of step " + std::to_string(state_.version().value()) + ": " + st.ToString();
+      checkpoint_error_ =
+          "checkpoint of step " + std::to_string(state_.version().value()) + ": " + st.ToString();
       LOG(ERROR) << checkpoint_error_;
     }
   }
@@ -405,7 +429,8 @@ class ShardImpl final : public Shard {
   // durable step (or the error) in a StepDone for the step completed last.
   void OnCheckpointsWritten(bool report) {
     uint64_t count = 0;
-    if (read(wake_fd_, &count, sizeof count) < 0 && errno != EAGAIN) PLOG(WARNING) << "eventfd read";
+    if (read(wake_fd_, &count, sizeof count) < 0 && errno != EAGAIN)
+      PLOG(WARNING) << "eventfd read";
     std::vector<CheckpointWriter::Result> results = writer_->TakeResults();
     if (results.empty()) return;
     for (CheckpointWriter::Result& r : results) {
@@ -414,12 +439,14 @@ class ShardImpl final : public Shard {
         checkpoint_error_.clear();
         LOG(INFO) << "checkpoint of step " << r.step << " is durable";
       } else {
-        checkpoint_error_ = "checkpoint of step " + std::to_string(r.step.value()) + ": " + r.status.ToString();
+        checkpoint_error_ =
+            "checkpoint of step " + std::to_string(r.step.value()) + ": " + r.status.ToString();
         LOG(ERROR) << checkpoint_error_ << " (serving on from memory)";
       }
     }
     if (!report) return;
-    StepDone done{options_.shard, Step(state_.version().value() - 1), false, 0.0f, durable_step_, checkpoint_error_};
+    StepDone done{options_.shard,   Step(state_.version().value() - 1), false, 0.0f, durable_step_,
+                  checkpoint_error_};
     Status st = SendToCoordinator(std::move(done));
     if (!st.ok()) LOG(WARNING) << "could not report the durable step: " << st.ToString();
   }
@@ -428,11 +455,13 @@ class ShardImpl final : public Shard {
     const Status st = RollBack(step);
     if (st.ok()) {
       LOG(INFO) << "rolled back to version " << state_.version()
-                << (store_ != nullptr ? " from store " + store_->path() : std::string(" (no store: empty)"));
+                << (store_ != nullptr ? " from store " + store_->path()
+                                      : std::string(" (no store: empty)"));
     } else {
       LOG(WARNING) << "rollback to step " << step << " refused: " << st.ToString();
     }
-    RollbackDone done{options_.shard, step, state_.version(), durable_step_, st.code(), st.message()};
+    RollbackDone done{options_.shard, step,      state_.version(),
+                      durable_step_,  st.code(), st.message()};
     Status sent = SendToCoordinator(std::move(done));
     if (!sent.ok()) LOG(WARNING) << "could not answer the rollback: " << sent.ToString();
     AnswerWaitingPulls();
@@ -491,9 +520,10 @@ class ShardImpl final : public Shard {
   void ExpirePulls() {
     const auto now = Clock::now();
     while (!waiting_.empty() && waiting_.front().deadline <= now) {
-      ReplyError(waiting_.front().peer,
-                 DeadlineExceeded("version " + std::to_string(waiting_.front().pull.version.value()) +
-                                  " did not arrive in time"));
+      ReplyError(
+          waiting_.front().peer,
+          DeadlineExceeded("version " + std::to_string(waiting_.front().pull.version.value()) +
+                           " did not arrive in time"));
       waiting_.pop_front();
     }
   }
@@ -503,15 +533,15 @@ class ShardImpl final : public Shard {
   std::unique_ptr<Channel> coordinator_;
   ShardState state_;
   std::deque<WaitingPull> waiting_;  // ordered by deadline (all share one wait)
-  ShmMappings shm_;                   // the regions of the workers on this host that pulls and pushes named
-  int64_t inline_pulls_ = 0;          // pulls that named shared memory, answered inline
+  ShmMappings shm_;           // the regions of the workers on this host that pulls and pushes named
+  int64_t inline_pulls_ = 0;  // pulls that named shared memory, answered inline
   bool done_ = false;
   Status fatal_;
-  Clock::time_point next_register_;                   // the next beacon
+  Clock::time_point next_register_;                    // the next beacon
   std::optional<Clock::time_point> last_refusal_log_;  // when a passing refusal was last logged
   int64_t refusals_unlogged_ = 0;                      // passing refusals since then
 
-  std::unique_ptr<StateStore> store_;        // null: memory only (or not created yet)
+  std::unique_ptr<StateStore> store_;         // null: memory only (or not created yet)
   std::unique_ptr<CheckpointWriter> writer_;  // with store_; destroyed before it
   int wake_fd_ = -1;                          // the writer's eventfd
   Step restored_{-1};
@@ -522,12 +552,14 @@ class ShardImpl final : public Shard {
 }  // namespace
 
 StatusOr<std::unique_ptr<Shard>> Shard::Open(const ShardOptions& options, zmq::context_t* context) {
-  if (options.coordinator.empty()) return InvalidArgument("a shard needs the coordinator's address");
+  if (options.coordinator.empty())
+    return InvalidArgument("a shard needs the coordinator's address");
   if (options.checkpoint_every < 0) return InvalidArgument("checkpoint_every must be >= 0");
   if (options.checkpoint_every > 0 && options.store_path.empty()) {
     return InvalidArgument("checkpoint_every needs a store");
   }
-  if (options.register_every.count() <= 0) return InvalidArgument("register_every must be positive");
+  if (options.register_every.count() <= 0)
+    return InvalidArgument("register_every must be positive");
   EPS_ASSIGN_OR_RETURN(auto workers, Channel::Bind(context, options.bind));
   EPS_ASSIGN_OR_RETURN(auto coordinator, Channel::Connect(context, options.coordinator));
   auto shard = std::make_unique<ShardImpl>(options, std::move(workers), std::move(coordinator));

@@ -33,11 +33,10 @@
 // corrupt one, stops the shard with the error.
 #pragma once
 
-#include <zmq.hpp>
-
 #include <chrono>
 #include <memory>
 #include <string>
+#include <zmq.hpp>
 
 #include "common/ids.h"
 #include "common/status.h"
@@ -46,10 +45,10 @@ namespace eps {
 
 struct ShardOptions {
   ShardId shard;
-  std::string bind = "tcp://127.0.0.1:0";  // where workers reach this shard
-  std::string coordinator;                 // the coordinator's endpoint
-  std::string token;                       // the job's secret; empty: none required
-  std::chrono::milliseconds pull_wait{30000};  // how long a pull may wait for its version
+  std::string bind = "tcp://127.0.0.1:0";          // where workers reach this shard
+  std::string coordinator;                         // the coordinator's endpoint
+  std::string token;                               // the job's secret; empty: none required
+  std::chrono::milliseconds pull_wait{30000};      // how long a pull may wait for its version
   std::chrono::milliseconds register_every{1000};  // between beacons (RegisterShard again); > 0
   // A testing aid: refuse every push that names shared memory, as a shard
   // that cannot map the worker's regions would (the worker then pushes to it
@@ -72,15 +71,17 @@ struct ShardOptions {
 class Shard {
  public:
   // Binds, connects, and opens and restores the store if there is one.
-  static StatusOr<std::unique_ptr<Shard>> Open(const ShardOptions& options, zmq::context_t* context);
+  static StatusOr<std::unique_ptr<Shard>> Open(const ShardOptions& options,
+                                               zmq::context_t* context);
   virtual ~Shard() = default;
   // The endpoint workers connect to, with the real port.
   virtual const std::string& endpoint() const = 0;
   // The version restored from the store at Open (-1: none).
   virtual Step restored_version() const = 0;
   // Serves until the coordinator says Shutdown (OK), or the job's config is
-  // invalid or the coordinator refuses the shard for good (the error). `stop` set by a signal handler ends it early (Aborted).
-  // Either way it first waits (up to store_wait) for pending checkpoints.
+  // invalid or the coordinator refuses the shard for good (the error). `stop` set by a signal
+  // handler ends it early (Aborted). Either way it first waits (up to store_wait) for pending
+  // checkpoints.
   virtual Status Run(const volatile bool* stop) = 0;
 };
 

@@ -14,15 +14,18 @@ DEFINE_string(bind, "tcp://127.0.0.1:0", "Endpoint workers connect to (port 0: a
 DEFINE_string(token_file, "", "File holding the job's secret token (empty: no token)");
 DEFINE_int32(pull_wait_ms, 30000, "How long a pull may wait for its version");
 DEFINE_bool(refuse_shm_pushes, false,
-            "Testing aid: refuse every push that names shared memory, as a shard that cannot map the worker's "
+            "Testing aid: refuse every push that names shared memory, as a shard that cannot map "
+            "the worker's "
             "regions would (the worker then pushes through the socket)");
 DEFINE_string(addr_file, "", "Write the endpoint workers connect to into this file once serving");
-DEFINE_string(store, "", "RocksDB directory of this shard's durable state (empty: memory only). A shard "
-                         "started on a store holding checkpoints restores the newest one");
+DEFINE_string(store, "",
+              "RocksDB directory of this shard's durable state (empty: memory only). A shard "
+              "started on a store holding checkpoints restores the newest one");
 DEFINE_int64(checkpoint_every, 0, "Write a checkpoint every N steps (0: never; needs --store)");
 DEFINE_int32(keep_checkpoints, 2, "How many of the newest checkpoints the store keeps");
-DEFINE_string(job_id, "", "The job's id, to create or check --store before the coordinator names the job "
-                          "(empty: learn it from the store or the coordinator)");
+DEFINE_string(job_id, "",
+              "The job's id, to create or check --store before the coordinator names the job "
+              "(empty: learn it from the store or the coordinator)");
 
 namespace {
 volatile bool g_stop = false;

@@ -22,7 +22,9 @@ std::shared_ptr<std::vector<float>> CopyBytes(const void* data, size_t bytes) {
 constexpr char kMetadataFormat[] = "eps-shard-checkpoint 1 shard=%" SCNu32 "\n";
 
 std::string ValueBlob(ChunkId id) { return "value/" + std::to_string(id.value()); }
-std::string SlotBlob(int slot, ChunkId id) { return "slot" + std::to_string(slot) + "/" + std::to_string(id.value()); }
+std::string SlotBlob(int slot, ChunkId id) {
+  return "slot" + std::to_string(slot) + "/" + std::to_string(id.value());
+}
 
 StatusOr<std::string> EncodeMetadata(ShardId shard, const ShardConfig& config) {
   char header[64];
@@ -42,12 +44,15 @@ Status DecodeMetadata(const std::string& metadata, ShardId* shard, ShardConfig* 
     return DataLoss("checkpoint metadata has no shard header");
   }
   std::snprintf(check, sizeof check, kMetadataFormat, id);
-  if (metadata.compare(0, eol + 1, check) != 0) return DataLoss("checkpoint metadata has a malformed shard header");
+  if (metadata.compare(0, eol + 1, check) != 0)
+    return DataLoss("checkpoint metadata has a malformed shard header");
   auto frame = std::make_shared<std::string>(metadata.substr(eol + 1));
   auto envelope = Decode({Frame{frame->data(), frame->size(), frame}});
-  if (!envelope.ok()) return DataLoss("checkpoint metadata holds no job config: " + envelope.status().message());
+  if (!envelope.ok())
+    return DataLoss("checkpoint metadata holds no job config: " + envelope.status().message());
   auto* c = std::get_if<ShardConfig>(&envelope->body);
-  if (c == nullptr) return DataLoss("checkpoint metadata holds a " + std::string(BodyName(envelope->body)));
+  if (c == nullptr)
+    return DataLoss("checkpoint metadata holds a " + std::string(BodyName(envelope->body)));
   *shard = ShardId(id);
   *config = std::move(*c);
   return OkStatus();
@@ -55,7 +60,8 @@ Status DecodeMetadata(const std::string& metadata, ShardId* shard, ShardConfig* 
 
 }  // namespace
 
-StatusOr<OptimizerOptions> OptimizerOptionsFromSpec(const OptimizerSpec& spec, int64_t total_steps) {
+StatusOr<OptimizerOptions> OptimizerOptionsFromSpec(const OptimizerSpec& spec,
+                                                    int64_t total_steps) {
   OptimizerOptions o;
   EPS_ASSIGN_OR_RETURN(o.kind, ParseOptimizerKind(spec.kind));
   EPS_ASSIGN_OR_RETURN(o.schedule, ParseScheduleKind(spec.schedule));
@@ -77,13 +83,16 @@ StatusOr<OptimizerOptions> OptimizerOptionsFromSpec(const OptimizerSpec& spec, i
 }
 
 Status ShardState::Configure(const ShardConfig& config) {
-  if (spec_ && !(*spec_ == config.spec)) return FailedPrecondition("shard already serves another job spec");
-  if (config.spec.virtual_workers == 0) return InvalidArgument("virtual_workers must be at least 1");
+  if (spec_ && !(*spec_ == config.spec))
+    return FailedPrecondition("shard already serves another job spec");
+  if (config.spec.virtual_workers == 0)
+    return InvalidArgument("virtual_workers must be at least 1");
   if (shard_.value() >= config.spec.num_shards) {
     return InvalidArgument("shard id " + std::to_string(shard_.value()) + " but the job has " +
                            std::to_string(config.spec.num_shards) + " shards");
   }
-  EPS_ASSIGN_OR_RETURN(OptimizerOptions opts, OptimizerOptionsFromSpec(config.spec.optimizer, config.spec.steps));
+  EPS_ASSIGN_OR_RETURN(OptimizerOptions opts,
+                       OptimizerOptionsFromSpec(config.spec.optimizer, config.spec.steps));
   if (config.tensors.empty()) {
     if (!spec_) {
       spec_ = config.spec;
@@ -91,7 +100,8 @@ Status ShardState::Configure(const ShardConfig& config) {
     }
     return OkStatus();
   }
-  EPS_ASSIGN_OR_RETURN(Layout layout, MakeLayout(config.tensors, config.spec.num_shards, config.spec.chunk_elems));
+  EPS_ASSIGN_OR_RETURN(Layout layout,
+                       MakeLayout(config.tensors, config.spec.num_shards, config.spec.chunk_elems));
   if (layout_) {
     if (layout_->tensors == layout.tensors) return OkStatus();
     return FailedPrecondition("shard already holds a different model layout");
@@ -111,7 +121,8 @@ size_t ShardState::PushBytesOf(ChunkId id, Step step) const {
   return layout_->WireBytes(layout_->chunks[id.value()], spec_->grad_wire_dtype);
 }
 
-ShardState::WireValue ShardState::EncodeForPulls(ChunkId id, const std::vector<float>& value) const {
+ShardState::WireValue ShardState::EncodeForPulls(ChunkId id,
+                                                 const std::vector<float>& value) const {
   const WireDType wire = spec_->weight_wire_dtype;
   if (wire == WireDType::kFP32 || KindOf(id) != TensorKind::kParameter) return nullptr;
   auto encoded = std::make_shared<std::vector<uint16_t>>(value.size());
@@ -141,8 +152,8 @@ void ShardState::ResetBarrier() {
     s.next_wire.reset();
     s.reducer.reset();
     if (KindOf(id) != TensorKind::kBuffer) {
-      s.reducer = std::make_unique<TreeReducer>(Block{0, TreeWidth(v)}, v, layout_->chunks[id.value()].numel,
-                                                spec_->grad_wire_dtype);
+      s.reducer = std::make_unique<TreeReducer>(
+          Block{0, TreeWidth(v)}, v, layout_->chunks[id.value()].numel, spec_->grad_wire_dtype);
     }
   }
 }
@@ -158,11 +169,13 @@ Status ShardState::ValidatePush(const Push& push) const {
                              std::to_string(layout_->chunks[c.chunk.value()].shard.value()));
     }
     if (!seen.insert(c.chunk.value()).second) {
-      return InvalidArgument("chunk " + std::to_string(c.chunk.value()) + " appears twice in one push");
+      return InvalidArgument("chunk " + std::to_string(c.chunk.value()) +
+                             " appears twice in one push");
     }
     if (c.size != PushBytesOf(c.chunk, push.step)) {
-      return InvalidArgument("chunk " + std::to_string(c.chunk.value()) + " has " + std::to_string(c.size) +
-                             " bytes, expected " + std::to_string(PushBytesOf(c.chunk, push.step)));
+      return InvalidArgument("chunk " + std::to_string(c.chunk.value()) + " has " +
+                             std::to_string(c.size) + " bytes, expected " +
+                             std::to_string(PushBytesOf(c.chunk, push.step)));
     }
     if (push.step.value() >= 0 && KindOf(c.chunk) == TensorKind::kBuffer && push.block.lo != 0) {
       return InvalidArgument("buffers come only with the block holding VW 0");
@@ -188,8 +201,8 @@ StatusOr<ShardState::PushOutcome> ShardState::HandlePush(const Push& push) {
     return out;
   }
   if (push.step > version_) {
-    return Aborted("push for step " + std::to_string(push.step.value()) + " but the shard is at step " +
-                   std::to_string(version_.value()));
+    return Aborted("push for step " + std::to_string(push.step.value()) +
+                   " but the shard is at step " + std::to_string(version_.value()));
   }
   for (const ChunkBytes& c : push.chunks) {
     ChunkSlot& s = slots_[c.chunk.value()];
@@ -244,7 +257,8 @@ StatusOr<ShardState::PushOutcome> ShardState::HandleInit(const Push& push) {
     if (KindOf(id) != TensorKind::kLoss && !slots_[id.value()].current) return out;
   }
   for (ChunkId id : mine_) {
-    if (KindOf(id) != TensorKind::kLoss) Publish(id, std::move(slots_[id.value()].current));  // no previous yet
+    if (KindOf(id) != TensorKind::kLoss)
+      Publish(id, std::move(slots_[id.value()].current));  // no previous yet
   }
   version_ = Step(0);
   out.completed = StepDone{shard_, Step(-1), false, 0.0f, Step(-1), ""};
@@ -274,7 +288,8 @@ void ShardState::StepChunk(ChunkId id) {
   // The tree's sum becomes the next version in place: no copy of w(t), no pass for sum / V.
   auto next = std::make_shared<std::vector<float>>(s.reducer->TakeResult());
   ApplyOptimizer(optimizer_, version_.value(), s.current->data(), next->data(),
-                 static_cast<float>(spec_->virtual_workers), next->data(), next->size(), &s.optimizer);
+                 static_cast<float>(spec_->virtual_workers), next->data(), next->size(),
+                 &s.optimizer);
   s.next_wire = EncodeForPulls(id, *next);
   s.next = std::move(next);
 }
@@ -286,7 +301,8 @@ StepDone ShardState::ApplyStep() {
     ChunkSlot& s = slots_[id.value()];
     switch (KindOf(id)) {
       case TensorKind::kParameter:
-        Publish(id, std::move(s.next), std::move(s.next_wire));  // stepped when its sum was complete
+        Publish(id, std::move(s.next),
+                std::move(s.next_wire));  // stepped when its sum was complete
         break;
       case TensorKind::kBuffer:
         Publish(id, std::move(s.vw0_buffer));
@@ -311,11 +327,12 @@ StatusOr<PullReply> ShardState::HandlePull(const Pull& pull) const {
   const bool previous = pull.version.value() == version_.value() - 1;
   const bool next = pull.version.value() == version_.value() + 1;  // the step in progress
   if (pull.version != version_ && !previous && !next) {
-    return FailedPrecondition("version " + std::to_string(pull.version.value()) + " is gone; the shard serves " +
-                              std::to_string(version_.value()));
+    return FailedPrecondition("version " + std::to_string(pull.version.value()) +
+                              " is gone; the shard serves " + std::to_string(version_.value()));
   }
   if (pull.dtype != WireDType::kFP32 && pull.dtype != spec_->weight_wire_dtype) {
-    return InvalidArgument(std::string("pulls in ") + WireDTypeName(pull.dtype) + ": the job's weights travel in " +
+    return InvalidArgument(std::string("pulls in ") + WireDTypeName(pull.dtype) +
+                           ": the job's weights travel in " +
                            WireDTypeName(spec_->weight_wire_dtype) + " or fp32");
   }
   PullReply reply;
@@ -336,12 +353,14 @@ StatusOr<PullReply> ShardState::HandlePull(const Pull& pull) const {
     }
     if (pull.dtype != WireDType::kFP32 && KindOf(id) == TensorKind::kParameter) {
       const WireValue& w = previous ? s.previous_wire : next ? s.next_wire : s.current_wire;
-      if (!w) return FailedPrecondition("version " + std::to_string(pull.version.value()) + " is gone");
+      if (!w)
+        return FailedPrecondition("version " + std::to_string(pull.version.value()) + " is gone");
       reply.chunks.push_back({id, w->data(), w->size() * sizeof(uint16_t), w});
       continue;
     }
     const Value& v = previous ? s.previous : next ? stepped : s.current;
-    if (!v) return FailedPrecondition("version " + std::to_string(pull.version.value()) + " is gone");
+    if (!v)
+      return FailedPrecondition("version " + std::to_string(pull.version.value()) + " is gone");
     reply.chunks.push_back({id, v->data(), BytesOf(id), v});
   }
   return reply;
@@ -350,7 +369,8 @@ StatusOr<PullReply> ShardState::HandlePull(const Pull& pull) const {
 // ---- durable state --------------------------------------------------------------
 
 StatusOr<ShardSnapshot> ShardState::Snapshot() const {
-  if (!layout_ || version_.value() < 0) return FailedPrecondition("no version to snapshot before the initial values");
+  if (!layout_ || version_.value() < 0)
+    return FailedPrecondition("no version to snapshot before the initial values");
   ShardSnapshot out;
   out.version = version_;
   EPS_ASSIGN_OR_RETURN(out.metadata, EncodeMetadata(shard_, ShardConfig{*spec_, layout_->tensors}));
@@ -379,11 +399,12 @@ StatusOr<std::unique_ptr<ShardState>> ShardState::Load(Checkpoint&& checkpoint) 
   ShardConfig config;
   EPS_RETURN_IF_ERROR(DecodeMetadata(checkpoint.metadata, &shard, &config).WithContext(what));
   if (shard != shard_) {
-    return FailedPrecondition(what + " belongs to shard " + std::to_string(shard.value()) + ", this is shard " +
-                              std::to_string(shard_.value()));
+    return FailedPrecondition(what + " belongs to shard " + std::to_string(shard.value()) +
+                              ", this is shard " + std::to_string(shard_.value()));
   }
   if (config.tensors.empty()) return DataLoss(what + " has no model");
-  if (spec_ && !(*spec_ == config.spec)) return FailedPrecondition(what + " is of another job spec than this shard's");
+  if (spec_ && !(*spec_ == config.spec))
+    return FailedPrecondition(what + " is of another job spec than this shard's");
   if (layout_ && layout_->tensors != config.tensors) {
     return FailedPrecondition(what + " holds another model layout than this shard's");
   }
@@ -393,27 +414,30 @@ StatusOr<std::unique_ptr<ShardState>> ShardState::Load(Checkpoint&& checkpoint) 
 
   std::unordered_map<std::string, Blob*> blobs;
   for (Blob& b : checkpoint.blobs) {
-    if (!blobs.emplace(b.name, &b).second) return DataLoss(what + " holds blob '" + b.name + "' twice");
+    if (!blobs.emplace(b.name, &b).second)
+      return DataLoss(what + " holds blob '" + b.name + "' twice");
   }
   size_t used = 0;
   auto take = [&](const std::string& name, size_t bytes) -> StatusOr<Blob*> {
     auto it = blobs.find(name);
     if (it == blobs.end()) return DataLoss(what + " lacks blob '" + name + "'");
     if (it->second->bytes.size() != bytes) {
-      return DataLoss("blob '" + name + "' of " + what + " has " + std::to_string(it->second->bytes.size()) +
-                      " bytes, the layout says " + std::to_string(bytes));
+      return DataLoss("blob '" + name + "' of " + what + " has " +
+                      std::to_string(it->second->bytes.size()) + " bytes, the layout says " +
+                      std::to_string(bytes));
     }
     ++used;
     return it->second;
   };
-  // The optimizer runs on every parameter chunk at every step: its state exists exactly after step 0.
+  // The optimizer runs on every parameter chunk at every step: its state exists exactly after step
+  // 0.
   const bool initialized = checkpoint.step.value() > 0;
   const int slots = NumOptimizerSlots(next->optimizer_);
   for (ChunkId id : next->mine_) {
     const TensorKind kind = next->KindOf(id);
     if (kind == TensorKind::kLoss) continue;
     ChunkSlot& s = next->slots_[id.value()];
-    EPS_ASSIGN_OR_RETURN(Blob* value, take(ValueBlob(id), next->BytesOf(id)));
+    EPS_ASSIGN_OR_RETURN(Blob * value, take(ValueBlob(id), next->BytesOf(id)));
     next->Publish(id, CopyBytes(value->bytes.data(), value->bytes.size()));
     // Released at once: the next copy can land on these pages, already faulted in.
     std::string().swap(value->bytes);
@@ -423,7 +447,7 @@ StatusOr<std::unique_ptr<ShardState>> ShardState::Load(Checkpoint&& checkpoint) 
     const size_t n = static_cast<size_t>(next->layout_->chunks[id.value()].numel);
     std::vector<float>* dst[2] = {&s.optimizer.slot0, &s.optimizer.slot1};
     for (int k = 0; k < slots; ++k) {
-      EPS_ASSIGN_OR_RETURN(Blob* slot, take(SlotBlob(k, id), n * sizeof(float)));
+      EPS_ASSIGN_OR_RETURN(Blob * slot, take(SlotBlob(k, id), n * sizeof(float)));
       dst[k]->resize(n);
       std::memcpy(dst[k]->data(), slot->bytes.data(), slot->bytes.size());
       std::string().swap(slot->bytes);
@@ -463,8 +487,8 @@ void ShardState::Clear() {
 Status ShardState::RollbackTo(StateStore& store, Step step) {
   auto checkpoint = store.ReadCheckpoint(step);
   if (checkpoint.status().code() == StatusCode::kNotFound) {
-    return InvalidArgument("shard " + std::to_string(shard_.value()) + " holds no checkpoint of step " +
-                           std::to_string(step.value()));
+    return InvalidArgument("shard " + std::to_string(shard_.value()) +
+                           " holds no checkpoint of step " + std::to_string(step.value()));
   }
   if (!checkpoint.ok()) return checkpoint.status();
   EPS_ASSIGN_OR_RETURN(std::unique_ptr<ShardState> next, Load(std::move(checkpoint).value()));
@@ -475,15 +499,18 @@ Status ShardState::RollbackTo(StateStore& store, Step step) {
 
 Status MoveIntoShm(const Pull& pull, ShmMappings* maps, PullReply* reply) {
   if (!pull.shm.has_value()) return FailedPrecondition("the pull names no shared memory");
-  // HandlePull answers the chunks a pull names in the order it names them: the i-th goes to the i-th offset.
-  if (pull.shm_offsets.size() != reply->chunks.size()) return InvalidArgument("one shared-memory offset per chunk");
+  // HandlePull answers the chunks a pull names in the order it names them: the i-th goes to the
+  // i-th offset.
+  if (pull.shm_offsets.size() != reply->chunks.size())
+    return InvalidArgument("one shared-memory offset per chunk");
   for (size_t i = 0; i < reply->chunks.size(); ++i) {
     const ChunkBytes& cb = reply->chunks[i];
     if (!pull.shm->Holds(pull.shm_offsets[i], cb.size)) {
-      return InvalidArgument("chunk " + std::to_string(cb.chunk.value()) + " does not fit in the shared-memory region");
+      return InvalidArgument("chunk " + std::to_string(cb.chunk.value()) +
+                             " does not fit in the shared-memory region");
     }
   }
-  EPS_ASSIGN_OR_RETURN(uint8_t* region, maps->Map(*pull.shm));
+  EPS_ASSIGN_OR_RETURN(uint8_t * region, maps->Map(*pull.shm));
   reply->shm_chunks.clear();
   for (size_t i = 0; i < reply->chunks.size(); ++i) {
     const ChunkBytes& cb = reply->chunks[i];
@@ -496,14 +523,17 @@ Status MoveIntoShm(const Pull& pull, ShmMappings* maps, PullReply* reply) {
 
 Status ResolveShmChunks(ShmMappings* maps, Push* push) {
   if (push->shm_chunks.empty()) return OkStatus();
-  if (!push->shm.has_value()) return InvalidArgument("shared-memory chunks in a push without a region");
+  if (!push->shm.has_value())
+    return InvalidArgument("shared-memory chunks in a push without a region");
   for (const ShmChunk& c : push->shm_chunks) {
     if (!push->shm->Holds(c.offset, c.size)) {
-      return InvalidArgument("chunk " + std::to_string(c.chunk.value()) + " lies outside the shared-memory region");
+      return InvalidArgument("chunk " + std::to_string(c.chunk.value()) +
+                             " lies outside the shared-memory region");
     }
   }
   EPS_ASSIGN_OR_RETURN(const uint8_t* region, maps->Map(*push->shm));
-  for (const ShmChunk& c : push->shm_chunks) push->chunks.push_back({c.chunk, region + c.offset, c.size, nullptr});
+  for (const ShmChunk& c : push->shm_chunks)
+    push->chunks.push_back({c.chunk, region + c.offset, c.size, nullptr});
   push->shm_chunks.clear();
   return OkStatus();
 }

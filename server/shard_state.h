@@ -71,8 +71,10 @@ class ShardState {
 
   struct PushOutcome {
     PushReply reply;
-    std::optional<StepDone> completed;  // set when this push completed a step (or the initial values)
-    bool finalized = false;             // it made a chunk of the step in progress final (pullable as version + 1)
+    std::optional<StepDone>
+        completed;  // set when this push completed a step (or the initial values)
+    bool finalized =
+        false;  // it made a chunk of the step in progress final (pullable as version + 1)
   };
   // Validates the whole push before it touches any state. Pushes for a step
   // already applied are dropped and counted as duplicates, as are blocks that
@@ -123,15 +125,16 @@ class ShardState {
 
  private:
   using Value = std::shared_ptr<const std::vector<float>>;  // raw storage, 4-byte units
-  using WireValue = std::shared_ptr<const std::vector<uint16_t>>;  // a parameter value in the weight wire dtype
+  using WireValue =
+      std::shared_ptr<const std::vector<uint16_t>>;  // a parameter value in the weight wire dtype
   struct ChunkSlot {
     Value current, previous;
     WireValue current_wire, previous_wire;  // parameter chunks, with a compressed weight wire dtype
     OptimizerState optimizer;
     std::unique_ptr<TreeReducer> reducer;  // parameter and loss chunks
-    Value next;                            // parameter chunks: the step's new value, once its sum was complete
-    WireValue next_wire;                   // the same in the weight wire dtype, if compressed
-    Value vw0_buffer;                      // buffer chunks: VW 0's value of this step
+    Value next;           // parameter chunks: the step's new value, once its sum was complete
+    WireValue next_wire;  // the same in the weight wire dtype, if compressed
+    Value vw0_buffer;     // buffer chunks: VW 0's value of this step
     bool counted_for_buffer = false;
   };
 
@@ -156,7 +159,9 @@ class ShardState {
   void StepChunk(ChunkId id);
   StepDone ApplyStep();
   size_t BytesOf(ChunkId id) const { return layout_->ChunkBytes(layout_->chunks[id.value()]); }
-  TensorKind KindOf(ChunkId id) const { return layout_->tensors[layout_->chunks[id.value()].tensor].kind; }
+  TensorKind KindOf(ChunkId id) const {
+    return layout_->tensors[layout_->chunks[id.value()].tensor].kind;
+  }
 
   const ShardId shard_;
   std::optional<JobSpec> spec_;

@@ -157,7 +157,8 @@ std::string EncodeIdentity(const Identity& id) {
 
 bool DecodeIdentity(std::string_view data, Identity* id) {
   RecordReader r(data);
-  return r.Open(kIdentityMagic) && r.Bytes(&id->job_id, kMaxName) && r.Bytes(&id->owner, kMaxName) && r.done();
+  return r.Open(kIdentityMagic) && r.Bytes(&id->job_id, kMaxName) &&
+         r.Bytes(&id->owner, kMaxName) && r.done();
 }
 
 struct Manifest {
@@ -166,7 +167,8 @@ struct Manifest {
   std::vector<std::pair<std::string, uint64_t>> blobs;  // name, size
 };
 
-std::string EncodeManifest(Step step, std::string_view metadata, const std::vector<BlobRef>& blobs) {
+std::string EncodeManifest(Step step, std::string_view metadata,
+                           const std::vector<BlobRef>& blobs) {
   std::string out(kManifestMagic, 8);
   PutU64(&out, static_cast<uint64_t>(step.value()));
   PutBytes(&out, metadata);
@@ -182,8 +184,8 @@ std::string EncodeManifest(Step step, std::string_view metadata, const std::vect
 bool DecodeManifest(std::string_view data, Manifest* m) {
   RecordReader r(data);
   uint64_t step = 0, count = 0;
-  if (!r.Open(kManifestMagic) || !r.U64(&step) || !r.Bytes(&m->metadata, data.size()) || !r.U64(&count) ||
-      count > kMaxBlobs) {
+  if (!r.Open(kManifestMagic) || !r.U64(&step) || !r.Bytes(&m->metadata, data.size()) ||
+      !r.U64(&count) || count > kMaxBlobs) {
     return false;
   }
   m->step = Step(static_cast<int64_t>(step));
@@ -242,8 +244,8 @@ Status FromErrno(int err, const std::string& path, const std::string& what) {
 
 Status CheckName(std::string_view name, const char* what) {
   if (name.empty() || name.size() > kMaxName) {
-    return InvalidArgument(std::string(what) + " must have 1 to " + std::to_string(kMaxName) + " bytes, not " +
-                           std::to_string(name.size()));
+    return InvalidArgument(std::string(what) + " must have 1 to " + std::to_string(kMaxName) +
+                           " bytes, not " + std::to_string(name.size()));
   }
   return OkStatus();
 }
@@ -268,7 +270,8 @@ class StateStoreImpl final : public StateStore {
       rocksdb::FlushOptions flush;
       flush.wait = true;
       st = db_->Flush(flush);
-      if (!st.ok()) LOG(WARNING) << "store " << path_ << ": flush at close failed: " << st.ToString();
+      if (!st.ok())
+        LOG(WARNING) << "store " << path_ << ": flush at close failed: " << st.ToString();
     }
     st = db_->Close();
     if (!st.ok()) LOG(WARNING) << "store " << path_ << ": close failed: " << st.ToString();
@@ -278,7 +281,8 @@ class StateStoreImpl final : public StateStore {
   const std::string& job_id() const override { return job_id_; }
   const std::string& owner() const override { return owner_; }
 
-  Status WriteCheckpoint(Step step, const std::vector<BlobRef>& blobs, std::string_view metadata) override {
+  Status WriteCheckpoint(Step step, const std::vector<BlobRef>& blobs,
+                         std::string_view metadata) override {
     EPS_RETURN_IF_ERROR(CheckBlobs(step, blobs));
     std::lock_guard<std::mutex> lock(write_mu_);
     EPS_ASSIGN_OR_RETURN(std::vector<Step> held, ListCheckpoints());
@@ -293,9 +297,10 @@ class StateStoreImpl final : public StateStore {
       after.erase(after.begin());
     }
     if (std::find(drop.begin(), drop.end(), step) != drop.end()) {
-      return FailedPrecondition("checkpoint of step " + std::to_string(step.value()) + " is older than the " +
-                                std::to_string(keep_) + " newest held in store " + path_ +
-                                " and than the step every shard holds (" + std::to_string(floor.value()) + ")");
+      return FailedPrecondition(
+          "checkpoint of step " + std::to_string(step.value()) + " is older than the " +
+          std::to_string(keep_) + " newest held in store " + path_ +
+          " and than the step every shard holds (" + std::to_string(floor.value()) + ")");
     }
     // Sized up front: a batch left to grow doubles and recopies the blobs each
     // time (measured: 1.3-2.0 s of a 2.4 s write of 400 MB; sized, 3x faster).
@@ -305,7 +310,8 @@ class StateStoreImpl final : public StateStore {
     EPS_RETURN_IF_ERROR(AddBlobs(&batch, step, blobs));
     for (Step old : drop) EPS_RETURN_IF_ERROR(AddDrop(&batch, old));
     // The manifest is the batch's last entry: the checkpoint exists once it does.
-    EPS_RETURN_IF_ERROR(Rocks(batch.Put(ManifestKey(step), EncodeManifest(step, metadata, blobs)), "batching"));
+    EPS_RETURN_IF_ERROR(
+        Rocks(batch.Put(ManifestKey(step), EncodeManifest(step, metadata, blobs)), "batching"));
     return Rocks(db_->Write(sync_, &batch), "writing checkpoint " + std::to_string(step.value()));
   }
 
@@ -322,7 +328,8 @@ class StateStoreImpl final : public StateStore {
       Step s;
       if (it->key().size() != sizeof(kManifestPrefix) - 1 + kStepDigits ||
           !ParseStep(it->key(), sizeof(kManifestPrefix) - 1, &s)) {
-        return DataLoss("store " + path_ + " holds a malformed checkpoint key '" + it->key().ToString() + "'");
+        return DataLoss("store " + path_ + " holds a malformed checkpoint key '" +
+                        it->key().ToString() + "'");
       }
       steps.push_back(s);
     }
@@ -351,7 +358,9 @@ class StateStoreImpl final : public StateStore {
     const std::string what = "checkpoint " + std::to_string(step.value());
     std::string value;
     rocksdb::Status rs = db_->Get(ro, ManifestKey(step), &value);
-    if (rs.IsNotFound()) return NotFound("store " + path_ + " holds no checkpoint of step " + std::to_string(step.value()));
+    if (rs.IsNotFound())
+      return NotFound("store " + path_ + " holds no checkpoint of step " +
+                      std::to_string(step.value()));
     EPS_RETURN_IF_ERROR(Rocks(rs, "reading the manifest of " + what));
     Manifest manifest;
     if (!DecodeManifest(value, &manifest) || manifest.step != step) {
@@ -376,12 +385,14 @@ class StateStoreImpl final : public StateStore {
       }
       if (it->value().size() != size) {
         return DataLoss("blob '" + name + "' of " + what + " in store " + path_ + " has " +
-                        std::to_string(it->value().size()) + " bytes, its manifest says " + std::to_string(size));
+                        std::to_string(it->value().size()) + " bytes, its manifest says " +
+                        std::to_string(size));
       }
       out.blobs.push_back({name, it->value().ToString()});
     }
     EPS_RETURN_IF_ERROR(Rocks(it->status(), "reading " + what));
-    if (it->Valid()) return DataLoss(what + " in store " + path_ + " holds blobs its manifest does not list");
+    if (it->Valid())
+      return DataLoss(what + " in store " + path_ + " holds blobs its manifest does not list");
     return out;
   }
 
@@ -393,13 +404,15 @@ class StateStoreImpl final : public StateStore {
       if (s > step) EPS_RETURN_IF_ERROR(AddDrop(&batch, s));
     }
     if (batch.Count() == 0) return OkStatus();
-    return Rocks(db_->Write(sync_, &batch), "dropping checkpoints after step " + std::to_string(step.value()));
+    return Rocks(db_->Write(sync_, &batch),
+                 "dropping checkpoints after step " + std::to_string(step.value()));
   }
 
   Status Put(std::string_view key, std::string_view value) override {
     EPS_RETURN_IF_ERROR(CheckName(key, "a key"));
-    return Rocks(db_->Put(sync_, kKvPrefix + std::string(key), rocksdb::Slice(value.data(), value.size())),
-                 "writing key '" + std::string(key) + "'");
+    return Rocks(
+        db_->Put(sync_, kKvPrefix + std::string(key), rocksdb::Slice(value.data(), value.size())),
+        "writing key '" + std::string(key) + "'");
   }
 
   Status PutAll(const std::vector<std::pair<std::string, std::string>>& entries) override {
@@ -415,14 +428,16 @@ class StateStoreImpl final : public StateStore {
     EPS_RETURN_IF_ERROR(CheckName(key, "a key"));
     std::string value;
     rocksdb::Status st = db_->Get(ReadOpts(), kKvPrefix + std::string(key), &value);
-    if (st.IsNotFound()) return NotFound("store " + path_ + " has no key '" + std::string(key) + "'");
+    if (st.IsNotFound())
+      return NotFound("store " + path_ + " has no key '" + std::string(key) + "'");
     EPS_RETURN_IF_ERROR(Rocks(st, "reading key '" + std::string(key) + "'"));
     return value;
   }
 
   Status Delete(std::string_view key) override {
     EPS_RETURN_IF_ERROR(CheckName(key, "a key"));
-    return Rocks(db_->Delete(sync_, kKvPrefix + std::string(key)), "deleting key '" + std::string(key) + "'");
+    return Rocks(db_->Delete(sync_, kKvPrefix + std::string(key)),
+                 "deleting key '" + std::string(key) + "'");
   }
 
   // Deletes blobs that no manifest owns (left by a writer that did not use one
@@ -438,12 +453,14 @@ class StateStoreImpl final : public StateStore {
     for (it->Seek(kBlobPrefix); it->Valid();) {
       Step s;
       if (!ParseStep(it->key(), sizeof(kBlobPrefix) - 1, &s)) {
-        return DataLoss("store " + path_ + " holds a malformed blob key '" + it->key().ToString() + "'");
+        return DataLoss("store " + path_ + " holds a malformed blob key '" + it->key().ToString() +
+                        "'");
       }
       std::string ignored;
       rocksdb::Status rs = db_->Get(ReadOpts(), ManifestKey(s), &ignored);
       if (rs.IsNotFound()) {
-        LOG(WARNING) << "store " << path_ << ": removing the blobs of an incomplete checkpoint of step " << s;
+        LOG(WARNING) << "store " << path_
+                     << ": removing the blobs of an incomplete checkpoint of step " << s;
         EPS_RETURN_IF_ERROR(Rocks(batch.DeleteRange(BlobBegin(s), BlobEnd(s)), "batching"));
       } else {
         EPS_RETURN_IF_ERROR(Rocks(rs, "reading a manifest"));
@@ -466,7 +483,8 @@ class StateStoreImpl final : public StateStore {
   Status EditManifest(Step step, const std::function<void(std::string*)>& edit) {
     std::lock_guard<std::mutex> lock(write_mu_);
     std::string value;
-    EPS_RETURN_IF_ERROR(Rocks(db_->Get(ReadOpts(), ManifestKey(step), &value), "reading a manifest"));
+    EPS_RETURN_IF_ERROR(
+        Rocks(db_->Get(ReadOpts(), ManifestKey(step), &value), "reading a manifest"));
     edit(&value);
     return Rocks(db_->Put(sync_, ManifestKey(step), value), "writing a manifest");
   }
@@ -494,13 +512,16 @@ class StateStoreImpl final : public StateStore {
   }
 
   static Status CheckBlobs(Step step, const std::vector<BlobRef>& blobs) {
-    if (step.value() < 0) return InvalidArgument("a checkpoint step must be >= 0, not " + std::to_string(step.value()));
+    if (step.value() < 0)
+      return InvalidArgument("a checkpoint step must be >= 0, not " + std::to_string(step.value()));
     if (blobs.size() > kMaxBlobs) return InvalidArgument("too many blobs in one checkpoint");
     std::set<std::string_view> names;
     for (const BlobRef& b : blobs) {
       EPS_RETURN_IF_ERROR(CheckName(b.name, "a blob name"));
-      if (!names.insert(b.name).second) return InvalidArgument("blob name '" + b.name + "' appears twice");
-      if (b.data == nullptr && b.size > 0) return InvalidArgument("blob '" + b.name + "' has no bytes");
+      if (!names.insert(b.name).second)
+        return InvalidArgument("blob name '" + b.name + "' appears twice");
+      if (b.data == nullptr && b.size > 0)
+        return InvalidArgument("blob '" + b.name + "' has no bytes");
     }
     return OkStatus();
   }
@@ -510,7 +531,8 @@ class StateStoreImpl final : public StateStore {
     EPS_RETURN_IF_ERROR(Rocks(batch->DeleteRange(BlobBegin(step), BlobEnd(step)), "batching"));
     for (size_t i = 0; i < blobs.size(); ++i) {
       const char* data = blobs[i].size > 0 ? static_cast<const char*>(blobs[i].data) : "";
-      EPS_RETURN_IF_ERROR(Rocks(batch->Put(BlobKey(step, i), rocksdb::Slice(data, blobs[i].size)), "batching"));
+      EPS_RETURN_IF_ERROR(
+          Rocks(batch->Put(BlobKey(step, i), rocksdb::Slice(data, blobs[i].size)), "batching"));
     }
     return OkStatus();
   }
@@ -533,16 +555,21 @@ class StateStoreImpl final : public StateStore {
 };
 
 StateStoreImpl* Impl(StateStore* store) { return static_cast<StateStoreImpl*>(store); }
-const StateStoreImpl* Impl(const StateStore* store) { return static_cast<const StateStoreImpl*>(store); }
+const StateStoreImpl* Impl(const StateStore* store) {
+  return static_cast<const StateStoreImpl*>(store);
+}
 
 // RocksDB's warnings and errors go to the process log. RocksDB's own LOG file
 // is not used: it lives on the store's disk, and when that disk is full the
 // Debian build's file logger trips an assertion instead of failing cleanly.
 class GlogLogger final : public rocksdb::Logger {
  public:
-  explicit GlogLogger(std::string path) : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL), path_(std::move(path)) {}
+  explicit GlogLogger(std::string path)
+      : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL), path_(std::move(path)) {}
   using rocksdb::Logger::Logv;
-  void Logv(const char* format, va_list ap) override { Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap); }
+  void Logv(const char* format, va_list ap) override {
+    Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap);
+  }
   void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
     if (level < GetInfoLogLevel()) return;
     char buf[1024];
@@ -580,7 +607,8 @@ rocksdb::Options DbOptions(const StoreOptions& o) {
 
 StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& o) {
   if (o.path.empty()) return InvalidArgument("a store needs a path");
-  if (o.owner.empty() || o.owner.size() > kMaxName) return InvalidArgument("a store needs an owner");
+  if (o.owner.empty() || o.owner.size() > kMaxName)
+    return InvalidArgument("a store needs an owner");
   if (o.job_id.size() > kMaxName) return InvalidArgument("job id too long");
   if (o.keep_checkpoints < 1) return InvalidArgument("keep_checkpoints must be at least 1");
   std::error_code ec;
@@ -595,7 +623,7 @@ StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& o) {
 
   rocksdb::DB* raw = nullptr;
   rocksdb::Status rs = o.read_only ? rocksdb::DB::OpenForReadOnly(DbOptions(o), o.path, &raw)
-                                    : rocksdb::DB::Open(DbOptions(o), o.path, &raw);
+                                   : rocksdb::DB::Open(DbOptions(o), o.path, &raw);
   if (!rs.ok()) return FromRocks(rs, o.path, "opening");
   std::unique_ptr<rocksdb::DB> db(raw);
 
@@ -612,7 +640,8 @@ StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& o) {
     std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
     it->SeekToFirst();
     if (!it->status().ok()) return FromRocks(it->status(), o.path, "opening");
-    if (it->Valid()) return FailedPrecondition(o.path + " is a RocksDB database but not an ElasticPS store");
+    if (it->Valid())
+      return FailedPrecondition(o.path + " is a RocksDB database but not an ElasticPS store");
     if (o.job_id.empty()) return InvalidArgument("creating store " + o.path + " needs a job id");
     identity = Identity{o.job_id, o.owner};
     rocksdb::WriteOptions sync;
@@ -625,23 +654,28 @@ StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& o) {
     return DataLoss("the identity record of store " + o.path + " is corrupt");
   }
   if ((!o.job_id.empty() && identity.job_id != o.job_id) || identity.owner != o.owner) {
-    return FailedPrecondition("store " + o.path + " belongs to job '" + identity.job_id + "' (owner '" +
-                              identity.owner + "'), not to job '" + (o.job_id.empty() ? identity.job_id : o.job_id) +
-                              "' (owner '" + o.owner + "')");
+    return FailedPrecondition("store " + o.path + " belongs to job '" + identity.job_id +
+                              "' (owner '" + identity.owner + "'), not to job '" +
+                              (o.job_id.empty() ? identity.job_id : o.job_id) + "' (owner '" +
+                              o.owner + "')");
   }
   auto store = std::make_unique<StateStoreImpl>(o, std::move(db), std::move(identity));
   if (!o.read_only) EPS_RETURN_IF_ERROR(store->RemoveOrphanBlobs());
   return std::unique_ptr<StateStore>(std::move(store));
 }
 
-Status WriteBlobsWithoutManifestForTesting(StateStore* store, Step step, const std::vector<BlobRef>& blobs) {
+Status WriteBlobsWithoutManifestForTesting(StateStore* store, Step step,
+                                           const std::vector<BlobRef>& blobs) {
   return Impl(store)->WriteBlobsOnly(step, blobs);
 }
 
-Status EditManifestForTesting(StateStore* store, Step step, const std::function<void(std::string*)>& edit) {
+Status EditManifestForTesting(StateStore* store, Step step,
+                              const std::function<void(std::string*)>& edit) {
   return Impl(store)->EditManifest(step, edit);
 }
 
-StatusOr<size_t> CountBlobsForTesting(const StateStore& store, Step step) { return Impl(&store)->CountBlobs(step); }
+StatusOr<size_t> CountBlobsForTesting(const StateStore& store, Step step) {
+  return Impl(&store)->CountBlobs(step);
+}
 
 }  // namespace eps

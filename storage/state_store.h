@@ -50,7 +50,7 @@
 namespace eps {
 
 struct StoreOptions {
-  std::string path;   // the store's directory (created with its parents if missing and allowed)
+  std::string path;  // the store's directory (created with its parents if missing and allowed)
   // The job the store belongs to. Required to create a store. Empty when opening
   // an existing one: accept the job it was created for (see StateStore::job_id()),
   // for a process that learns its job later and checks it then.
@@ -112,7 +112,8 @@ class StateStore {
   // older than the newest keep_checkpoints and older than RetainFrom's step.
   // InvalidArgument: a negative step, an empty, over-long or repeated blob
   // name. FailedPrecondition: `step` would fall out of retention at once.
-  virtual Status WriteCheckpoint(Step step, const std::vector<BlobRef>& blobs, std::string_view metadata = {}) = 0;
+  virtual Status WriteCheckpoint(Step step, const std::vector<BlobRef>& blobs,
+                                 std::string_view metadata = {}) = 0;
 
   // Checkpoints of `step` and newer survive later writes even beyond the newest
   // keep_checkpoints: a shard keeps every step the job may still roll back to

@@ -56,7 +56,8 @@ std::future<Status> Serve(Channel* server, int n, std::function<Body(const Envel
 }
 
 Status Await(std::future<Status>& f) {
-  if (f.wait_for(kWait + milliseconds(5000)) != std::future_status::ready) return DeadlineExceeded("server hung");
+  if (f.wait_for(kWait + milliseconds(5000)) != std::future_status::ready)
+    return DeadlineExceeded("server hung");
   return f.get();
 }
 
@@ -143,7 +144,8 @@ TEST(Channel, SixteenMebibyteChunkArrivesByteExactBothWays) {
     for (size_t i = 0; i < 2; ++i) {
       const ChunkBytes& want = i == 0 ? big : small;
       const ChunkBytes& got = push->chunks[i];
-      if (got.chunk != want.chunk || got.size != want.size || std::memcmp(got.data, want.data, want.size) != 0) {
+      if (got.chunk != want.chunk || got.size != want.size ||
+          std::memcmp(got.data, want.data, want.size) != 0) {
         return DataLoss("chunk " + std::to_string(i) + " arrived changed");
       }
     }
@@ -174,7 +176,8 @@ TEST(Channel, ErrorReplyComesBackAsTheStatusOfCall) {
   auto client = ConnectOrDie(&ctx, server->endpoint());
   ASSERT_NE(client, nullptr);
   auto done = Serve(server.get(), 2, [](const Envelope& e) -> Body {
-    if (std::get<Shutdown>(e.body).reason == "ok-code") return ErrorReply{StatusCode::kOk, "not an error"};
+    if (std::get<Shutdown>(e.body).reason == "ok-code")
+      return ErrorReply{StatusCode::kOk, "not an error"};
     return ErrorReply{StatusCode::kFailedPrecondition, "step 3 is over"};
   });
   auto reply = Call(client.get(), Envelope{"t", Shutdown{"x"}}, kWait);
@@ -236,7 +239,8 @@ TEST(Channel, AwaitReadableNamesTheChannelWithAMessageAndLeavesItThere) {
   auto reply = b->TryReceive();
   ASSERT_TRUE(reply.ok() && reply->envelope.ok());
   EXPECT_EQ(std::get<Shutdown>(reply->envelope->body).reason, "from b");
-  EXPECT_EQ(AwaitReadable({a.get(), b.get()}, milliseconds(0)).status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(AwaitReadable({a.get(), b.get()}, milliseconds(0)).status().code(),
+            StatusCode::kDeadlineExceeded);
 }
 
 TEST(Channel, GarbageFromAPeerIsAnIncomingWithAnErrorAndTheRouterKeepsServing) {
@@ -274,7 +278,9 @@ TEST(Channel, GarbageFromAPeerIsAnIncomingWithAnErrorAndTheRouterKeepsServing) {
   // And a proper client is served as usual, with an answer routed back to it.
   auto client = ConnectOrDie(&ctx, server->endpoint());
   ASSERT_NE(client, nullptr);
-  auto done = Serve(server.get(), 1, [](const Envelope&) -> Body { return PushReply{Step(1), 2, 3}; });
+  auto done = Serve(server.get(), 1, [](const Envelope&) -> Body {
+    return PushReply{Step(1), 2, 3};
+  });
   auto reply = Call(client.get(), Envelope{"t", Pull{Step(1), {}}}, kWait);
   ASSERT_TRUE(reply.ok()) << reply.status().ToString();
   EXPECT_EQ(std::get<PushReply>(reply->body).accepted, 2u);
@@ -291,7 +297,8 @@ TEST(Channel, SendToUnknownPeerIsUnavailable) {
   EXPECT_EQ(server->Send(Envelope{"t", Shutdown{"x"}}).code(), StatusCode::kFailedPrecondition);
   auto client = ConnectOrDie(&ctx, server->endpoint());
   ASSERT_NE(client, nullptr);
-  EXPECT_EQ(client->SendTo("x", Envelope{"t", Shutdown{"x"}}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client->SendTo("x", Envelope{"t", Shutdown{"x"}}).code(),
+            StatusCode::kFailedPrecondition);
 }
 
 TEST(Channel, IpcEndpointInTempDirWorks) {

@@ -61,11 +61,12 @@ JobSpec FullSpec() {
 }
 
 std::vector<TensorSpec> FullTensors() {
-  return {{"conv.weight", TensorKind::kParameter, DType::kFloat32, {8, 3, 5, 5}},
-          {"bn.num_batches_tracked", TensorKind::kBuffer, DType::kInt64, {}},
-          {"bn.running_var", TensorKind::kBuffer, DType::kFloat32, {8}},
-          {"huge", TensorKind::kParameter, DType::kFloat32, {int64_t{1} << 40, 1, 2, 3, 4, 5, 6, 7}},
-          LossTensor()};
+  return {
+      {"conv.weight", TensorKind::kParameter, DType::kFloat32, {8, 3, 5, 5}},
+      {"bn.num_batches_tracked", TensorKind::kBuffer, DType::kInt64, {}},
+      {"bn.running_var", TensorKind::kBuffer, DType::kFloat32, {8}},
+      {"huge", TensorKind::kParameter, DType::kFloat32, {int64_t{1} << 40, 1, 2, 3, 4, 5, 6, 7}},
+      LossTensor()};
 }
 
 // Chunk bytes with an owner, filled with a pattern that depends on `seed`.
@@ -79,7 +80,8 @@ std::vector<Envelope> EveryMessageKind() {
   std::vector<Envelope> out;
   out.push_back({"tok-error", ErrorReply{StatusCode::kFailedPrecondition, "step 7 is over"}});
   out.push_back({"tok-rw", RegisterWorker{"host-a.example", 4242, "cuda:NVIDIA H200"}});
-  out.push_back({"tok-rwr", RegisterWorkerReply{WorkerId(9), FullSpec(), {"tcp://10.0.0.1:5000", "", "ipc:///x"}}});
+  out.push_back({"tok-rwr", RegisterWorkerReply{
+                                WorkerId(9), FullSpec(), {"tcp://10.0.0.1:5000", "", "ipc:///x"}}});
   out.push_back({"tok-rs", RegisterShard{ShardId(3), "tcp://10.0.0.2:6000", Step(40), Step(41)}});
   out.push_back({"tok-sc", ShardConfig{FullSpec(), FullTensors()}});
   out.push_back({"tok-sr", StepRequest{WorkerId(5), Step(-1), FullTensors()}});
@@ -92,32 +94,46 @@ std::vector<Envelope> EveryMessageKind() {
   plan.eval_lo = 100;
   plan.eval_hi = 20000;
   out.push_back({"tok-plan", plan});
-  out.push_back({"tok-done", StepDone{ShardId(2), Step(17), true, 2.71828f, Step(15), "disk full"}});
+  out.push_back(
+      {"tok-done", StepDone{ShardId(2), Step(17), true, 2.71828f, Step(15), "disk full"}});
   Push push;
   push.epoch = Epoch(6);
   push.step = Step(-1);
   push.block = Block{8, 4};
-  push.chunks = {MakeChunk(0, 1000, 1), MakeChunk(7, 4, 2), MakeChunk(3, 0, 3), MakeChunk(12, 1 << 16, 4)};
-  push.shm = ShmRegionRef{4243, 9, 0xbeefULL << 32, 1 << 24};  // chunks both in frames and in shared memory
+  push.chunks = {MakeChunk(0, 1000, 1), MakeChunk(7, 4, 2), MakeChunk(3, 0, 3),
+                 MakeChunk(12, 1 << 16, 4)};
+  push.shm = ShmRegionRef{4243, 9, 0xbeefULL << 32,
+                          1 << 24};  // chunks both in frames and in shared memory
   push.shm_chunks = {{ChunkId(2), 64, 4096}, {ChunkId(9), 8192, 1 << 20}};
   out.push_back({"tok-push", push});
   out.push_back({"tok-pr", PushReply{Step(41), 5, 2}});
-  out.push_back({"tok-pull", Pull{Step(8), {ChunkId(1), ChunkId(5), ChunkId(4000000000u)}, WireDType::kBF16,
-                                  ShmRegionRef{4242, 17, 0xfeedULL << 40, 1 << 20}, {64, 4096, 1 << 19}}});
-  out.push_back({"tok-pullr", PullReply{Step(8), {MakeChunk(1, 300, 5), MakeChunk(5, 70000, 6)},
+  out.push_back({"tok-pull", Pull{Step(8),
+                                  {ChunkId(1), ChunkId(5), ChunkId(4000000000u)},
+                                  WireDType::kBF16,
+                                  ShmRegionRef{4242, 17, 0xfeedULL << 40, 1 << 20},
+                                  {64, 4096, 1 << 19}}});
+  out.push_back({"tok-pullr", PullReply{Step(8),
+                                        {MakeChunk(1, 300, 5), MakeChunk(5, 70000, 6)},
                                         {{ChunkId(2), 64, 4000}, {ChunkId(7), 4096, 12}}}});
   out.push_back({"tok-eval", EvalResult{WorkerId(4), Step(30), 1000, 2000, 987, 123.5}});
   out.push_back({"", Shutdown{"job finished"}});
   out.push_back({"tok-hb", Heartbeat{WorkerId(17)}});
   out.push_back({"tok-leave", Leave{WorkerId(9), "SIGTERM"}});
   out.push_back({"tok-rb", Rollback{Step(120)}});
-  out.push_back({"tok-rbd", RollbackDone{ShardId(4), Step(120), Step(130), Step(130), StatusCode::kInvalidArgument,
-                                         "no checkpoint of step 120"}});
+  out.push_back(
+      {"tok-rbd", RollbackDone{ShardId(4), Step(120), Step(130), Step(130),
+                               StatusCode::kInvalidArgument, "no checkpoint of step 120"}});
   out.push_back({"tok-ret", Retain{Step(96)}});
   out.push_back({"tok-pool", PoolRequest{"node7:4242", "cuda:NVIDIA H200", "job-a", "job-b"}});
   out.push_back({"tok-pa", PoolAssign{"job-b", "tcp://10.0.0.2:5555", "secret-b"}});
   out.push_back({"tok-ji", JobInfo{}});
-  out.push_back({"tok-jir", JobInfoReply{"job-b", 8, 32, 2, 4, 1000, 417,
+  out.push_back({"tok-jir", JobInfoReply{"job-b",
+                                         8,
+                                         32,
+                                         2,
+                                         4,
+                                         1000,
+                                         417,
                                          {{"node7:4242", "cpu", 0.0125}, {"node8:17", "cpu", 0}}}});
   return out;
 }
@@ -363,7 +379,9 @@ class RawEnvelope {
     data[byte + 1] = static_cast<uint8_t>(v >> 8);
   }
   // The body struct (pointer 1 of the envelope; pointer 0 is the token).
-  capnp::AnyStruct::Builder body() { return root().getPointerSection()[1].getAs<capnp::AnyStruct>(); }
+  capnp::AnyStruct::Builder body() {
+    return root().getPointerSection()[1].getAs<capnp::AnyStruct>();
+  }
   Frame Flat() {
     auto flat = std::make_shared<kj::Array<capnp::word>>(capnp::messageToFlatArray(message_));
     return Frame{flat->begin(), flat->size() * sizeof(capnp::word), flat};
@@ -534,7 +552,8 @@ TEST(Codec, UnknownMessageKindIsRefused) {
   RawEnvelope raw(frames[0]);
   ASSERT_EQ(raw.Get16(2), kShutdownTag);
   // The first tag past the last kind this build knows, and far ones.
-  for (uint16_t tag : {static_cast<uint16_t>(std::variant_size_v<Body>), uint16_t{99}, uint16_t{0xffff}}) {
+  for (uint16_t tag :
+       {static_cast<uint16_t>(std::variant_size_v<Body>), uint16_t{99}, uint16_t{0xffff}}) {
     raw.Set16(2, tag);
     ExpectInvalid({raw.Flat()}, "unknown message kind");
   }
@@ -586,7 +605,8 @@ TEST(Codec, FrameReferencedTwiceIsInvalid) {
   RawEnvelope raw(frames[0]);
   ASSERT_EQ(raw.Get16(2), kPushTag);
   // Push.chunks is pointer 0 of the Push; ChunkRef is {chunk: UInt32, frame: UInt32}.
-  auto refs = raw.body().getPointerSection()[0].getAs<capnp::AnyList>().as<capnp::List<capnp::AnyStruct>>();
+  auto refs =
+      raw.body().getPointerSection()[0].getAs<capnp::AnyList>().as<capnp::List<capnp::AnyStruct>>();
   ASSERT_EQ(refs.size(), 2u);
   auto second = refs[1].getDataSection();
   ASSERT_EQ(second[0] | (second[1] << 8), 0xA1B3) << "ChunkRef.chunk moved";
@@ -628,8 +648,9 @@ TEST(Codec, DecodeLimitsAreEnforced) {
   EXPECT_TRUE(Decode(EncodeOrDie({"0123456789", Shutdown{"0123456789"}}), limits).ok());
   ExpectInvalid(EncodeOrDie({"0123456789a", Shutdown{"x"}}), "text", limits);
   ExpectInvalid(EncodeOrDie({"t", Shutdown{"0123456789a"}}), "text", limits);
-  ExpectInvalid(EncodeOrDie({"t", RegisterWorkerReply{WorkerId(1), JobSpec(), {"tcp://127.0.0.1:1"}}}), "text",
-                limits);
+  ExpectInvalid(
+      EncodeOrDie({"t", RegisterWorkerReply{WorkerId(1), JobSpec(), {"tcp://127.0.0.1:1"}}}),
+      "text", limits);
   JobSpec spec;
   spec.optimizer.schedule = "cosine-with-restarts";
   ExpectInvalid(EncodeOrDie({"t", ShardConfig{spec, {}}}), "text", limits);
@@ -643,9 +664,12 @@ TEST(Codec, DecodeLimitsAreEnforced) {
   limits = DecodeLimits();
   limits.max_list = 2;
   EXPECT_TRUE(Decode(EncodeOrDie({"t", Pull{Step(0), {ChunkId(1), ChunkId(2)}}}), limits).ok());
-  ExpectInvalid(EncodeOrDie({"t", Pull{Step(0), {ChunkId(1), ChunkId(2), ChunkId(3)}}}), "too long", limits);
-  ExpectInvalid(EncodeOrDie({"t", StepRequest{WorkerId(1), Step(0), FullTensors()}}), "too long", limits);
-  ExpectInvalid(EncodeOrDie({"t", RegisterWorkerReply{WorkerId(1), JobSpec(), {"a", "b", "c"}}}), "too long", limits);
+  ExpectInvalid(EncodeOrDie({"t", Pull{Step(0), {ChunkId(1), ChunkId(2), ChunkId(3)}}}), "too long",
+                limits);
+  ExpectInvalid(EncodeOrDie({"t", StepRequest{WorkerId(1), Step(0), FullTensors()}}), "too long",
+                limits);
+  ExpectInvalid(EncodeOrDie({"t", RegisterWorkerReply{WorkerId(1), JobSpec(), {"a", "b", "c"}}}),
+                "too long", limits);
 
   // Frames.
   Push push;
@@ -675,9 +699,11 @@ void ExpectDecodeSurvives(const std::vector<Frame>& frames, int* accepted) {
 
 TEST(Codec, APullIntoSharedMemoryNamesOneOffsetPerChunk) {
   const ShmRegionRef region{4242, 17, 99, 1 << 20};
-  ExpectInvalid(EncodeOrDie({"t", Pull{Step(1), {ChunkId(1), ChunkId(2)}, WireDType::kFP32, region, {64}}}),
-                "one offset per chunk");
-  EXPECT_TRUE(Decode(EncodeOrDie({"t", Pull{Step(1), {ChunkId(1)}, WireDType::kFP32, region, {64}}})).ok());
+  ExpectInvalid(
+      EncodeOrDie({"t", Pull{Step(1), {ChunkId(1), ChunkId(2)}, WireDType::kFP32, region, {64}}}),
+      "one offset per chunk");
+  EXPECT_TRUE(
+      Decode(EncodeOrDie({"t", Pull{Step(1), {ChunkId(1)}, WireDType::kFP32, region, {64}}})).ok());
 }
 
 TEST(Codec, APushNamesSharedMemoryChunksOnlyWithARegion) {
@@ -703,7 +729,8 @@ TEST(CodecFuzz, RandomBytesGiveStatusNotCrash) {
     }
     std::vector<Frame> frames{OwnedFrame(bytes.data(), bytes.size(), rng() % 8)};
     static const uint8_t kPayload[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-    for (uint64_t extra = rng() % 3; extra > 0; --extra) frames.push_back(OwnedFrame(kPayload, rng() % 16));
+    for (uint64_t extra = rng() % 3; extra > 0; --extra)
+      frames.push_back(OwnedFrame(kPayload, rng() % 16));
     ExpectDecodeSurvives(frames, &accepted);
   }
   EXPECT_LT(accepted, 4000) << "random bytes should not all decode";
@@ -717,7 +744,8 @@ TEST(CodecFuzz, BitFlipsOfValidMessagesGiveStatusNotCrash) {
     const auto* head = static_cast<const uint8_t*>(frames[0].data);
     for (int trial = 0; trial < 300; ++trial) {
       std::vector<uint8_t> bytes(head, head + frames[0].size);
-      for (uint64_t flips = 1 + rng() % 4; flips > 0; --flips) bytes[rng() % bytes.size()] ^= 1u << (rng() % 8);
+      for (uint64_t flips = 1 + rng() % 4; flips > 0; --flips)
+        bytes[rng() % bytes.size()] ^= 1u << (rng() % 8);
       std::vector<Frame> wire = frames;
       wire[0] = OwnedFrame(bytes.data(), bytes.size(), rng() % 8);
       ExpectDecodeSurvives(wire, &accepted);
@@ -735,7 +763,8 @@ TEST(CodecFuzz, EveryTruncationOfValidMessagesIsInvalid) {
       std::vector<Frame> wire = frames;
       wire[0] = OwnedFrame(frames[0].data, size, rng() % 8);
       auto got = Decode(wire);
-      ASSERT_FALSE(got.ok()) << "header truncated to " << size << " of " << frames[0].size << " bytes decoded";
+      ASSERT_FALSE(got.ok()) << "header truncated to " << size << " of " << frames[0].size
+                             << " bytes decoded";
       EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument);
     }
   }

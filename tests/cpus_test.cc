@@ -26,7 +26,8 @@ TEST(CpuList, ParsesNumbersAndRangesSortedWithoutDuplicates) {
 }
 
 TEST(CpuList, RefusesMalformedListsClearly) {
-  for (const char* bad : {"", ",", "0,", ",1", "a", "-1", "1-", "3-1", "0-1-2", "1 ", " 1", "0x1", "99999999"}) {
+  for (const char* bad :
+       {"", ",", "0,", ",1", "a", "-1", "1-", "3-1", "0-1-2", "1 ", " 1", "0x1", "99999999"}) {
     StatusOr<std::vector<int>> got = ParseCpuList(bad);
     ASSERT_FALSE(got.ok()) << "'" << bad << "' was accepted";
     EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument) << bad;
@@ -68,7 +69,8 @@ TEST(Pinning, HelperThreadsStartOnTheHelperCpus) {
   const std::vector<int> helpers = {allowed->front()};
   auto cpus_of_a_helper = [] {
     std::vector<int> seen;
-    StatusOr<std::thread> t = StartThreadWithoutStopSignals([&seen] { seen = AllowedCpus().value(); });
+    StatusOr<std::thread> t =
+        StartThreadWithoutStopSignals([&seen] { seen = AllowedCpus().value(); });
     EXPECT_TRUE(t.ok());
     t->join();
     return seen;

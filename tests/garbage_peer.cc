@@ -16,12 +16,14 @@ using eps::Envelope;
 using eps::Frame;
 
 // Sends raw frames on a fresh DEALER and waits for an ErrorReply.
-bool Probe(zmq::context_t* ctx, const std::string& endpoint, const char* what, const std::vector<std::string>& frames) {
+bool Probe(zmq::context_t* ctx, const std::string& endpoint, const char* what,
+           const std::vector<std::string>& frames) {
   auto ch = eps::Channel::Connect(ctx, endpoint);
   if (!ch.ok()) return false;
   zmq::socket_t& s = (*ch)->socket();
   for (size_t i = 0; i < frames.size(); ++i) {
-    s.send(zmq::buffer(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    s.send(zmq::buffer(frames[i]),
+           i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
   }
   auto in = (*ch)->Receive(std::chrono::milliseconds(10000));
   if (!in.ok()) {
@@ -82,7 +84,8 @@ int main(int argc, char** argv) {
   bool ok = true;
   ok &= Probe(&ctx, endpoint, "random bytes", {random_bytes(37)});
   ok &= Probe(&ctx, endpoint, "random words", {random_bytes(4096)});
-  ok &= Probe(&ctx, endpoint, "random multipart", {random_bytes(64), random_bytes(100), random_bytes(3)});
+  ok &= Probe(&ctx, endpoint, "random multipart",
+              {random_bytes(64), random_bytes(100), random_bytes(3)});
   ok &= Probe(&ctx, endpoint, "empty frame", {std::string()});
   {
     std::vector<std::string> cut = valid_push;
@@ -102,7 +105,8 @@ int main(int argc, char** argv) {
   }
   {
     std::vector<std::string> flipped = valid_push;
-    for (int i = 0; i < 8; ++i) flipped[0][8 + rng() % (flipped[0].size() - 8)] ^= static_cast<char>(1 + rng() % 255);
+    for (int i = 0; i < 8; ++i)
+      flipped[0][8 + rng() % (flipped[0].size() - 8)] ^= static_cast<char>(1 + rng() % 255);
     // Bit flips may still decode into some valid message; either way an error must come back.
     ok &= Probe(&ctx, endpoint, "bit-flipped envelope", flipped);
   }
@@ -116,7 +120,9 @@ int main(int argc, char** argv) {
     bad.step = eps::Step(1 << 30);
     ok &= Probe(&ctx, endpoint, "push for a future step", Encoded(Envelope{token, bad}));
   }
-  ok &= Probe(&ctx, endpoint, "wrong token", Encoded(Envelope{token + "x", eps::Pull{eps::Step(0), {}}}));
-  std::printf("%s\n", ok ? "all probes answered with errors" : "some probes were not answered with errors");
+  ok &= Probe(&ctx, endpoint, "wrong token",
+              Encoded(Envelope{token + "x", eps::Pull{eps::Step(0), {}}}));
+  std::printf("%s\n",
+              ok ? "all probes answered with errors" : "some probes were not answered with errors");
   return ok ? 0 : 1;
 }

@@ -40,8 +40,8 @@ void PutU32(std::vector<uint8_t>* out, uint32_t v) {
   for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<uint8_t>(v >> shift));
 }
 
-std::vector<uint8_t> ImageFile(uint32_t n, uint32_t rows, uint32_t cols, const std::vector<uint8_t>& pixels,
-                               uint32_t magic = 0x00000803) {
+std::vector<uint8_t> ImageFile(uint32_t n, uint32_t rows, uint32_t cols,
+                               const std::vector<uint8_t>& pixels, uint32_t magic = 0x00000803) {
   std::vector<uint8_t> out;
   PutU32(&out, magic);
   PutU32(&out, n);
@@ -51,7 +51,8 @@ std::vector<uint8_t> ImageFile(uint32_t n, uint32_t rows, uint32_t cols, const s
   return out;
 }
 
-std::vector<uint8_t> LabelFile(uint32_t n, const std::vector<uint8_t>& labels, uint32_t magic = 0x00000801) {
+std::vector<uint8_t> LabelFile(uint32_t n, const std::vector<uint8_t>& labels,
+                               uint32_t magic = 0x00000801) {
   std::vector<uint8_t> out;
   PutU32(&out, magic);
   PutU32(&out, n);
@@ -69,7 +70,8 @@ void WritePlain(const std::string& path, const std::vector<uint8_t>& bytes) {
 void WriteGz(const std::string& path, const std::vector<uint8_t>& bytes) {
   gzFile f = gzopen(path.c_str(), "wb");
   ASSERT_NE(f, nullptr);
-  ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())), static_cast<int>(bytes.size()));
+  ASSERT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())),
+            static_cast<int>(bytes.size()));
   ASSERT_EQ(gzclose(f), Z_OK);
 }
 
@@ -159,7 +161,8 @@ TEST(IdxReader, RejectsBadMagic) {
 
 TEST(IdxReader, ReportsTruncatedImagesAsDataLoss) {
   TempDir dir;
-  const std::string images = dir.File("images"), gz = dir.File("images.gz"), labels = dir.File("labels");
+  const std::string images = dir.File("images"), gz = dir.File("images.gz"),
+                    labels = dir.File("labels");
   std::vector<uint8_t> bytes = ImageFile(3, 2, 3, kPixels);
   bytes.resize(bytes.size() - 5);
   WritePlain(images, bytes);
@@ -204,7 +207,8 @@ TEST(IdxReader, RejectsALabelCountThatDiffersFromTheImageCount) {
   StatusOr<Dataset> ds = ReadIdxDataset(images, labels, 0);
   ASSERT_FALSE(ds.ok());
   EXPECT_EQ(ds.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(ds.status().message().find("mismatched counts"), std::string::npos) << ds.status().ToString();
+  EXPECT_NE(ds.status().message().find("mismatched counts"), std::string::npos)
+      << ds.status().ToString();
 }
 
 TEST(IdxReader, RejectsAbsurdDimensionsWithoutAllocatingForThem) {
@@ -229,7 +233,8 @@ TEST(IdxReader, RejectsAbsurdDimensionsWithoutAllocatingForThem) {
 
 TEST(IdxReader, ReadsTheFashionMnistTrainingSet) {
   const std::string dir = "/usr/share/datasets/fashion-mnist/";
-  const std::string images = dir + "train-images-idx3-ubyte.gz", labels = dir + "train-labels-idx1-ubyte.gz";
+  const std::string images = dir + "train-images-idx3-ubyte.gz",
+                    labels = dir + "train-labels-idx1-ubyte.gz";
   struct stat st;
   if (stat(images.c_str(), &st) != 0 || stat(labels.c_str(), &st) != 0)
     GTEST_SKIP() << "no Fashion-MNIST here";
@@ -249,7 +254,8 @@ TEST(IdxReader, ReadsTheFashionMnistTrainingSet) {
   for (int64_t c : per_class) EXPECT_EQ(c, 6000);  // Fashion-MNIST is balanced
   double sum = 0;
   for (float p : ds->images) sum += p;
-  EXPECT_NEAR(sum / static_cast<double>(ds->images.size()), 0.0, 0.01);  // normalized by its own mean
+  EXPECT_NEAR(sum / static_cast<double>(ds->images.size()), 0.0,
+              0.01);  // normalized by its own mean
 }
 
 }  // namespace

@@ -45,7 +45,9 @@ JobStateOptions Options(uint32_t min_workers = 1) {
   return o;
 }
 
-std::vector<TensorSpec> Model(int64_t n = 10) { return {{"w", TensorKind::kParameter, DType::kFloat32, {n}}}; }
+std::vector<TensorSpec> Model(int64_t n = 10) {
+  return {{"w", TensorKind::kParameter, DType::kFloat32, {n}}};
+}
 
 using Range = std::pair<uint32_t, uint32_t>;
 
@@ -215,7 +217,8 @@ Range RangeOf(const StepPlan& p) { return {p.vw_lo, p.vw_hi}; }
   uint32_t next = 0;
   for (const Range& r : ranges) {
     if (r.first != next || r.second <= r.first) {
-      return ::testing::AssertionFailure() << "range [" << r.first << "," << r.second << ") after " << next;
+      return ::testing::AssertionFailure()
+             << "range [" << r.first << "," << r.second << ") after " << next;
     }
     next = r.second;
   }
@@ -236,7 +239,8 @@ TEST(JobState, RegistrationRepliesWaitUntilEveryShardRegistered) {
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].worker, w0);
   EXPECT_EQ(r[0].spec.virtual_workers, kV);
-  EXPECT_EQ(r[0].shard_addresses, (std::vector<std::string>{"ipc:///tmp/shard0", "ipc:///tmp/shard1"}));
+  EXPECT_EQ(r[0].shard_addresses,
+            (std::vector<std::string>{"ipc:///tmp/shard0", "ipc:///tmp/shard1"}));
 
   const WorkerId w1 = d.AddWorker();  // shards known: answered at once
   ASSERT_EQ(d.Replies(w1).size(), 1u);
@@ -251,12 +255,14 @@ TEST(DeviceKind, OnlyTheFirstWorkersKindIsAcceptedUnlessTheJobAllowsMixing) {
   const Status cpu_gpu = CheckDeviceKind("cpu", "cuda:NVIDIA H200", false);
   EXPECT_EQ(cpu_gpu.code(), StatusCode::kFailedPrecondition);
   for (const char* part : {"'cuda:NVIDIA H200'", "'cpu'", "--allow_mixed_devices"}) {
-    EXPECT_NE(cpu_gpu.message().find(part), std::string::npos) << cpu_gpu.message() << " lacks " << part;
+    EXPECT_NE(cpu_gpu.message().find(part), std::string::npos)
+        << cpu_gpu.message() << " lacks " << part;
   }
   EXPECT_EQ(CheckDeviceKind("cuda:NVIDIA H200", "cuda:NVIDIA A100-SXM4-80GB", false).code(),
             StatusCode::kFailedPrecondition)
       << "two GPU models are two kinds";
-  EXPECT_EQ(CheckDeviceKind("cuda:NVIDIA H200", "cpu", false).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(CheckDeviceKind("cuda:NVIDIA H200", "cpu", false).code(),
+            StatusCode::kFailedPrecondition);
   EXPECT_TRUE(CheckDeviceKind("cpu", "cuda:NVIDIA H200", true).ok());
   EXPECT_TRUE(CheckDeviceKind("cuda:NVIDIA H200", "cuda:NVIDIA A100-SXM4-80GB", true).ok());
 }
@@ -269,10 +275,12 @@ TEST(JobState, AWorkerOfAnotherDeviceKindIsRefusedAtOnceAndTheJobGoesOn) {
   const std::vector<ErrorReply> errors = d.Errors(gpu);
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_EQ(errors[0].code, StatusCode::kFailedPrecondition);
-  EXPECT_NE(errors[0].message.find("--allow_mixed_devices"), std::string::npos) << errors[0].message;
+  EXPECT_NE(errors[0].message.find("--allow_mixed_devices"), std::string::npos)
+      << errors[0].message;
   EXPECT_TRUE(d.Replies(gpu).empty());
   EXPECT_NE(gpu, ws[0]);
-  // Not a member: its step requests are refused, and the job runs on with w0 alone, in the same epoch.
+  // Not a member: its step requests are refused, and the job runs on with w0 alone, in the same
+  // epoch.
   EXPECT_EQ(d.Report(gpu).code(), StatusCode::kAborted);
   EXPECT_EQ(d.state.live_workers(), 1u);
   const Epoch epoch = d.state.epoch();
@@ -339,7 +347,8 @@ TEST(JobState, AWorkerRegisteredBeforeSlowShardsIsStillAnswered) {
   d.Pass(seconds(4));  // past the heartbeat timeout, within the startup timeout
   d.RegisterShards();
   EXPECT_TRUE(d.state.fatal().ok());
-  EXPECT_EQ(d.Replies(w0).size() + d.Errors(w0).size(), 1u) << "the worker waits for an answer that never comes";
+  EXPECT_EQ(d.Replies(w0).size() + d.Errors(w0).size(), 1u)
+      << "the worker waits for an answer that never comes";
   EXPECT_TRUE(d.Report(w0).ok());
 }
 
@@ -454,7 +463,8 @@ TEST(JobState, AWorkerIdleForProbeIdleAfterStepsIsMeasuredAgain) {
   ASSERT_EQ(d.state.AssignmentRanges(), (Ranges{{0, 8}}));
   int64_t t = 1;
   for (; t < 10 && d.state.AssignmentRanges() == Ranges{{0, 8}}; ++t) step(t, 0);
-  EXPECT_EQ(d.state.AssignmentRanges(), (Ranges{{0, 4}, {4, 8}})) << "w1 probed at the median speed";
+  EXPECT_EQ(d.state.AssignmentRanges(), (Ranges{{0, 4}, {4, 8}}))
+      << "w1 probed at the median speed";
   EXPECT_LE(t, 2 + o.probe_idle_after + 1);
   step(t, 1.0);  // still slow: its VWs go back
   EXPECT_EQ(d.state.AssignmentRanges(), (Ranges{{0, 8}}));
@@ -647,12 +657,15 @@ TEST(JobState, EvaluationRegivesACrashedWorkersSliceAndEndsOnlyWhenEverySliceIsD
   d.Pass(seconds(4), {ws[0]});  // w1 crashes holding [50,100)
   EXPECT_EQ(d.state.live_workers(), 1u);
   ASSERT_TRUE(d.state.OnEvalResult({ws[0], Step(kSteps), 0, 50, 40, 10.0}).ok());
-  ASSERT_TRUE(d.state.OnEvalResult({ws[0], Step(kSteps), 0, 50, 40, 10.0}).ok());  // a repeat counts once
-  EXPECT_EQ(d.state.phase(), JobState::Phase::kEvaluating) << "half of the test set is not evaluated";
+  ASSERT_TRUE(
+      d.state.OnEvalResult({ws[0], Step(kSteps), 0, 50, 40, 10.0}).ok());  // a repeat counts once
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kEvaluating)
+      << "half of the test set is not evaluated";
   ASSERT_TRUE(d.Confirm(ws[0], kSteps - 1).ok());
   const StepPlan again = d.OnePlan(ws[0], PlanKind::kEval);
   EXPECT_EQ(again.step, Step(kSteps));
-  EXPECT_EQ(std::make_pair(again.eval_lo, again.eval_hi), std::make_pair(int64_t{50}, int64_t{100}));
+  EXPECT_EQ(std::make_pair(again.eval_lo, again.eval_hi),
+            std::make_pair(int64_t{50}, int64_t{100}));
 
   ASSERT_TRUE(d.state.OnEvalResult({ws[0], Step(kSteps), 50, 100, 30, 20.0}).ok());
   EXPECT_EQ(d.state.phase(), JobState::Phase::kFinalizing);
@@ -791,7 +804,8 @@ TEST(JobState, NoProgressWithinTheStepTimeoutFailsTheJobWhileAWorkerIsAlive) {
   for (WorkerId w : ws) d.OnePlan(w, PlanKind::kTrain);
   ASSERT_TRUE(d.Confirm(ws[0], 0).ok());  // w1 never finishes, yet keeps heartbeating
   d.Pass(seconds(10), ws);
-  EXPECT_TRUE(d.state.fatal().ok()) << "heartbeats are not progress, but the deadline is not passed yet";
+  EXPECT_TRUE(d.state.fatal().ok())
+      << "heartbeats are not progress, but the deadline is not passed yet";
   d.Pass(seconds(1), ws);
   EXPECT_EQ(d.state.fatal().code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(d.state.phase(), JobState::Phase::kTraining);
@@ -831,7 +845,8 @@ TEST(JobState, AWorkerWhoseModelDiffersFromTheFirstIsRefused) {
   EXPECT_TRUE(d.Plans(w1).empty());
 
   d.RunStep(0, ws);
-  EXPECT_EQ(RangeOf(d.OnePlan(ws[0], PlanKind::kTrain)), Range(0, kV)) << "w1 is not a ready member";
+  EXPECT_EQ(RangeOf(d.OnePlan(ws[0], PlanKind::kTrain)), Range(0, kV))
+      << "w1 is not a ready member";
   EXPECT_TRUE(d.Plans(w1).empty());
 }
 
@@ -880,7 +895,6 @@ TEST(JobState, AnAbandonedPlanIsNotConfirmedAndIsHandedOutAgain) {
   EXPECT_TRUE(d.Plans(ws[1]).empty());
 }
 
-
 // ---- durable state ---------------------------------------------------------------
 
 // Shards report durable steps that drift apart (checkpoints still in their
@@ -892,23 +906,30 @@ TEST(JobStateDurable, ShardsRetainTheNewestStepEveryShardHoldsAndARestartRollsBa
   EXPECT_TRUE(d.Confirm(ws[0], 0).ok());
   d.ShardDone(0, 0, /*durable=*/0);
   d.ShardDone(1, 0, /*durable=*/-1);
-  for (uint32_t s = 0; s < kShards; ++s) EXPECT_TRUE(d.Retains(s).empty()) << "shard 1 holds nothing yet";
+  for (uint32_t s = 0; s < kShards; ++s)
+    EXPECT_TRUE(d.Retains(s).empty()) << "shard 1 holds nothing yet";
   EXPECT_TRUE(d.Confirm(ws[0], 1).ok());
   d.ShardDone(0, 1, 1);
   d.ShardDone(1, 1, 0);
-  for (uint32_t s = 0; s < kShards; ++s) EXPECT_EQ(d.Retains(s), std::vector<Step>{Step(0)}) << "shard " << s;
+  for (uint32_t s = 0; s < kShards; ++s)
+    EXPECT_EQ(d.Retains(s), std::vector<Step>{Step(0)}) << "shard " << s;
   EXPECT_TRUE(d.Confirm(ws[0], 2).ok());
   d.ShardDone(0, 2, 2);
   d.ShardDone(1, 2, 0);  // shard 1's disk lags
-  for (uint32_t s = 0; s < kShards; ++s) EXPECT_TRUE(d.Retains(s).empty()) << "the floor did not move";
+  for (uint32_t s = 0; s < kShards; ++s)
+    EXPECT_TRUE(d.Retains(s).empty()) << "the floor did not move";
   ASSERT_EQ(d.state.step(), Step(3));
 
   // Shard 1 restarts from step 0, the one shard 0 was told to keep: both roll back there.
   ASSERT_TRUE(d.state.OnShardRegistered(ShardId(1), "ipc:///tmp/shard1", Step(0), Step(0)).ok());
   EXPECT_EQ(d.state.phase(), JobState::Phase::kRollingBack);
-  for (uint32_t s = 0; s < kShards; ++s) EXPECT_EQ(d.Rollbacks(s), std::vector<Step>{Step(0)}) << "shard " << s;
+  for (uint32_t s = 0; s < kShards; ++s)
+    EXPECT_EQ(d.Rollbacks(s), std::vector<Step>{Step(0)}) << "shard " << s;
   for (uint32_t s = 0; s < kShards; ++s) {
-    ASSERT_TRUE(d.state.OnRollbackDone(RollbackDone{ShardId(s), Step(0), Step(0), Step(0), StatusCode::kOk, ""}).ok());
+    ASSERT_TRUE(d.state
+                    .OnRollbackDone(
+                        RollbackDone{ShardId(s), Step(0), Step(0), Step(0), StatusCode::kOk, ""})
+                    .ok());
   }
   EXPECT_EQ(d.state.phase(), JobState::Phase::kTraining);
   EXPECT_EQ(d.state.step(), Step(0));
@@ -921,7 +942,8 @@ TEST(JobStateDurable, ShardsRetainTheNewestStepEveryShardHoldsAndARestartRollsBa
   EXPECT_TRUE(d.Confirm(ws[0], 1).ok());
   d.ShardDone(0, 1, 1);
   d.ShardDone(1, 1, 1);
-  for (uint32_t s = 0; s < kShards; ++s) EXPECT_EQ(d.Retains(s), std::vector<Step>{Step(1)}) << "shard " << s;
+  for (uint32_t s = 0; s < kShards; ++s)
+    EXPECT_EQ(d.Retains(s), std::vector<Step>{Step(1)}) << "shard " << s;
 }
 
 // A shard that comes back without state before every shard holds a
@@ -939,10 +961,13 @@ TEST(JobStateDurable, AShardRestartedBeforeAnyCommonCheckpointStartsTheJobOver) 
 
   ASSERT_TRUE(d.state.OnShardRegistered(ShardId(1), "ipc:///tmp/shard1", Step(-1), Step(-1)).ok());
   EXPECT_EQ(d.state.phase(), JobState::Phase::kRollingBack);
-  for (uint32_t s = 0; s < kShards; ++s) EXPECT_EQ(d.Rollbacks(s), std::vector<Step>{Step(-1)}) << "shard " << s;
+  for (uint32_t s = 0; s < kShards; ++s)
+    EXPECT_EQ(d.Rollbacks(s), std::vector<Step>{Step(-1)}) << "shard " << s;
   for (uint32_t s = 0; s < kShards; ++s) {
-    ASSERT_TRUE(
-        d.state.OnRollbackDone(RollbackDone{ShardId(s), Step(-1), Step(-1), Step(-1), StatusCode::kOk, ""}).ok());
+    ASSERT_TRUE(d.state
+                    .OnRollbackDone(
+                        RollbackDone{ShardId(s), Step(-1), Step(-1), Step(-1), StatusCode::kOk, ""})
+                    .ok());
   }
   EXPECT_EQ(d.state.Summary().steps, 0);
   // w0 waits for its next plan: it initializes the parameters again.

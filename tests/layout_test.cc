@@ -22,7 +22,7 @@ TensorSpec Buffer(std::string name, std::vector<int64_t> shape, DType dtype = DT
 std::vector<TensorSpec> SmallModel() {
   return {Param("conv.weight", {8, 3, 3, 3}),  // 216
           Param("conv.bias", {8}),
-          Param("fc.weight", {10, 37}),        // 370
+          Param("fc.weight", {10, 37}),  // 370
           Param("fc.bias", {10}),
           Buffer("bn.running_mean", {8}),
           Buffer("bn.num_batches_tracked", {}, DType::kInt64),
@@ -32,7 +32,8 @@ std::vector<TensorSpec> SmallModel() {
 // Checks that the chunks tile every tensor exactly once, in order, with dense ids.
 void ExpectExactCover(const Layout& layout, int64_t chunk_elems) {
   size_t expected_chunks = 0;
-  for (const TensorSpec& t : layout.tensors) expected_chunks += (t.numel() + chunk_elems - 1) / chunk_elems;
+  for (const TensorSpec& t : layout.tensors)
+    expected_chunks += (t.numel() + chunk_elems - 1) / chunk_elems;
   ASSERT_EQ(layout.chunks.size(), expected_chunks);
   uint32_t tensor = 0;
   int64_t next = 0;  // next element of `tensor` to be covered
@@ -40,7 +41,8 @@ void ExpectExactCover(const Layout& layout, int64_t chunk_elems) {
     const Chunk& c = layout.chunks[i];
     EXPECT_EQ(c.id, ChunkId(static_cast<uint32_t>(i)));
     if (c.tensor != tensor) {
-      EXPECT_EQ(next, layout.tensors[tensor].numel()) << "tensor " << tensor << " not fully covered";
+      EXPECT_EQ(next, layout.tensors[tensor].numel())
+          << "tensor " << tensor << " not fully covered";
       EXPECT_EQ(c.tensor, tensor + 1) << "chunks out of model order at " << i;
       tensor = c.tensor;
       next = 0;
@@ -50,7 +52,8 @@ void ExpectExactCover(const Layout& layout, int64_t chunk_elems) {
     EXPECT_GT(c.numel, 0);
     EXPECT_LE(c.numel, chunk_elems);
     EXPECT_LT(c.shard.value(), layout.num_shards);
-    EXPECT_EQ(layout.ChunkBytes(c), static_cast<size_t>(c.numel) * DTypeSize(layout.tensors[c.tensor].dtype));
+    EXPECT_EQ(layout.ChunkBytes(c),
+              static_cast<size_t>(c.numel) * DTypeSize(layout.tensors[c.tensor].dtype));
     next = c.offset + c.numel;
   }
   EXPECT_EQ(tensor + 1, layout.tensors.size());
@@ -60,7 +63,8 @@ void ExpectExactCover(const Layout& layout, int64_t chunk_elems) {
 TEST(Layout, ChunksCoverEveryElementExactlyOnceWithDenseIdsInOrder) {
   for (int64_t chunk_elems : {1, 7, 8, 100, 216, 1000}) {
     for (uint32_t shards : {1u, 2u, 3u, 5u}) {
-      SCOPED_TRACE("chunk_elems=" + std::to_string(chunk_elems) + " shards=" + std::to_string(shards));
+      SCOPED_TRACE("chunk_elems=" + std::to_string(chunk_elems) +
+                   " shards=" + std::to_string(shards));
       auto layout = MakeLayout(SmallModel(), shards, chunk_elems);
       ASSERT_TRUE(layout.ok()) << layout.status().ToString();
       EXPECT_EQ(layout->num_shards, shards);
@@ -161,15 +165,19 @@ TEST(Layout, RejectsListsNoJobCanTrain) {
   expect_invalid({Param("w", {-2, 3})}, 2, 10, "negative dim");
   expect_invalid({Param("w", {int64_t{1} << 32, int64_t{1} << 32})}, 2, 10, "overflowing shape");
   expect_invalid({Param("w", {1, 1, 1, 1, 1, 1, 1, 1, 1})}, 2, 10, "nine dims");
-  expect_invalid({TensorSpec{"w", TensorKind::kParameter, DType::kInt64, {3}}}, 2, 10, "int64 parameter");
-  expect_invalid({Param("w", {3}), LossTensor(), TensorSpec{"loss2", TensorKind::kLoss, DType::kFloat32, {1}}}, 2,
-                 10, "two loss tensors");
-  expect_invalid({TensorSpec{"loss", TensorKind::kLoss, DType::kFloat32, {2}}}, 2, 10, "loss of two elements");
+  expect_invalid({TensorSpec{"w", TensorKind::kParameter, DType::kInt64, {3}}}, 2, 10,
+                 "int64 parameter");
+  expect_invalid(
+      {Param("w", {3}), LossTensor(), TensorSpec{"loss2", TensorKind::kLoss, DType::kFloat32, {1}}},
+      2, 10, "two loss tensors");
+  expect_invalid({TensorSpec{"loss", TensorKind::kLoss, DType::kFloat32, {2}}}, 2, 10,
+                 "loss of two elements");
   expect_invalid({TensorSpec{"loss", TensorKind::kLoss, DType::kInt64, {1}}}, 2, 10, "int64 loss");
 
   // The same lists, repaired, are accepted: the rejections above are about what they name.
   EXPECT_TRUE(MakeLayout({Param("w", {3}), Param("v", {4})}, 2, 10).ok());
-  EXPECT_TRUE(MakeLayout({Param("w", {3}), Buffer("steps", {1}, DType::kInt64), LossTensor()}, 1, 1).ok());
+  EXPECT_TRUE(
+      MakeLayout({Param("w", {3}), Buffer("steps", {1}, DType::kInt64), LossTensor()}, 1, 1).ok());
   EXPECT_TRUE(MakeLayout({Param("w", {1, 1, 1, 1, 1, 1, 1, 1})}, 1, 1).ok());
 }
 

@@ -6,11 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <zmq.hpp>
-
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+#include <zmq.hpp>
 
 #include "worker/worker.h"
 
@@ -59,7 +58,8 @@ std::vector<std::vector<uint8_t>> TensorBytes(ModelRunner& r) {
 }
 
 void RestoreTensorBytes(ModelRunner& r, const std::vector<std::vector<uint8_t>>& bytes) {
-  for (size_t i = 0; i < bytes.size(); ++i) ASSERT_TRUE(r.Write(i, 0, bytes[i].data(), bytes[i].size()).ok());
+  for (size_t i = 0; i < bytes.size(); ++i)
+    ASSERT_TRUE(r.Write(i, 0, bytes[i].data(), bytes[i].size()).ok());
 }
 
 // Every gradient, as bytes.
@@ -247,7 +247,8 @@ TEST(ModelRunner, RestoringBatchNormBuffersMakesTheNextStepRepeatExactly) {
   const size_t np = r->NumParameters();
   for (size_t i = 0; i < after.size(); ++i) {
     if (i < np) {
-      EXPECT_EQ(after[i], before[i]) << "parameter " << r->Tensors()[i].name << " changed in TrainStep";
+      EXPECT_EQ(after[i], before[i])
+          << "parameter " << r->Tensors()[i].name << " changed in TrainStep";
     } else {
       EXPECT_NE(after[i], before[i]) << "buffer " << r->Tensors()[i].name << " did not change";
     }
@@ -309,9 +310,11 @@ TEST(Device, DeviceNamesAreCheckedAndCpuIsItsOwnKind) {
   StatusOr<std::string> cpu = DeviceKind("cpu");
   ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
   EXPECT_EQ(*cpu, "cpu");
-  for (const char* bad : {"", "gpu", "CPU", "cuda:", "cuda:x", "cuda0", "cuda:-1", "cuda:123", "cuda:0 "}) {
+  for (const char* bad :
+       {"", "gpu", "CPU", "cuda:", "cuda:x", "cuda0", "cuda:-1", "cuda:123", "cuda:0 "}) {
     EXPECT_EQ(DeviceKind(bad).status().code(), StatusCode::kInvalidArgument) << "'" << bad << "'";
-    EXPECT_EQ(ModelRunner::Create({"mlp", 0, 1, bad}).status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(ModelRunner::Create({"mlp", 0, 1, bad}).status().code(), StatusCode::kInvalidArgument)
+        << bad;
   }
 }
 
@@ -327,7 +330,8 @@ TEST(Device, ACudaDeviceIsRefusedClearlyByABuildWithoutCuda) {
     EXPECT_NE(kind.message().find("this build has no CUDA"), std::string::npos) << kind.message();
     const Status runner = ModelRunner::Create({"mlp", 0, 1, gpu}).status();
     EXPECT_EQ(runner.code(), StatusCode::kInvalidArgument) << gpu;
-    EXPECT_NE(runner.message().find("this build has no CUDA"), std::string::npos) << runner.message();
+    EXPECT_NE(runner.message().find("this build has no CUDA"), std::string::npos)
+        << runner.message();
   }
   // The worker refuses at once, before it talks to anyone.
   zmq::context_t context(1);

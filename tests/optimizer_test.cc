@@ -7,20 +7,20 @@
 // reproduces with std::fma. ATen's DEFAULT kernels (a CPU without FMA, or
 // ATEN_CPU_CAPABILITY=default) round the product first instead; there the test can only bound
 // the difference (see ExpectMatchesTorch).
+#include "server/optimizer.h"
+
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <cmath>
-#include <iostream>
 #include <cstdint>
 #include <cstring>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include "server/optimizer.h"
 
 namespace eps {
 namespace {
@@ -114,8 +114,8 @@ void ExpectMatchesTorch(const OptimizerOptions& o, int64_t n, int64_t steps) {
       for (int64_t i = 0; i < n; ++i) {
         if (std::memcmp(&theirs[i], &ours[i], sizeof(float)) != 0 && mismatches++ == 0) first = i;
       }
-      ASSERT_EQ(mismatches, 0) << "step " << t << ": first at " << first << ": torch " << theirs[first]
-                               << " ours " << ours[first];
+      ASSERT_EQ(mismatches, 0) << "step " << t << ": first at " << first << ": torch "
+                               << theirs[first] << " ours " << ours[first];
     } else {
       // ATen's non-FMA kernels round alpha * b before the add, so each fused multiply-add of
       // ours differs from theirs by up to half an ULP of the product, and the state carries that

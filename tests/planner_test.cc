@@ -64,7 +64,8 @@ TEST(Planner, SpeedPlanMatchesBruteForceOnEverySmallCase) {
       for (uint32_t cap = 0; cap <= v; ++cap) {
         for (int trial = 0; trial < 20; ++trial) {
           std::vector<double> t(n);
-          for (double& x : t) x = trial % 4 == 0 ? double(1 + rng() % 3) : speed(rng);  // some exact ties
+          for (double& x : t)
+            x = trial % 4 == 0 ? double(1 + rng() % 3) : speed(rng);  // some exact ties
           const Times measured(t.begin(), t.end());
           const uint32_t brute_cap = cap == 0 ? v : cap;
           StatusOr<VwPlan> plan = PlanVws(v, measured, {PlannerKind::kSpeed, cap});
@@ -75,7 +76,8 @@ TEST(Planner, SpeedPlanMatchesBruteForceOnEverySmallCase) {
           }
           ASSERT_TRUE(plan.ok()) << plan.status().ToString();
           ExpectValid(*plan, v, n, cap);
-          EXPECT_EQ(plan->bottleneck, BruteForce(v, t, brute_cap)) << "v=" << v << " n=" << n << " cap=" << cap;
+          EXPECT_EQ(plan->bottleneck, BruteForce(v, t, brute_cap))
+              << "v=" << v << " n=" << n << " cap=" << cap;
           ++cases;
         }
       }
@@ -97,7 +99,8 @@ TEST(Planner, PlansAreDeterministicAndEqualSpeedsGiveTheEqualSplit) {
     }
   }
   // Equal split as JobState::Assign: the first V % n workers get one more.
-  EXPECT_EQ(PlanVws(10, Times(4), {PlannerKind::kEqual, 0})->counts, (std::vector<uint32_t>{3, 3, 2, 2}));
+  EXPECT_EQ(PlanVws(10, Times(4), {PlannerKind::kEqual, 0})->counts,
+            (std::vector<uint32_t>{3, 3, 2, 2}));
 }
 
 TEST(Planner, GivesVwsInProportionToSpeed) {
@@ -194,7 +197,8 @@ TEST(Replan, NoisyReportsWithinFivePercentNeverReplanAtTenPercent) {
     ASSERT_TRUE(current.ok());
     SpeedEstimator estimator;
     for (int report = 0; report < 30; ++report) {
-      for (size_t i = 0; i < n; ++i) ASSERT_TRUE(estimator.Report(ids[i], *truth[i] * noise(rng)).ok());
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_TRUE(estimator.Report(ids[i], *truth[i] * noise(rng)).ok());
       auto advice = ShouldReplan(current->counts, estimator.Estimates(ids), {}, 0.10);
       ASSERT_TRUE(advice.ok());
       EXPECT_FALSE(advice->replan) << advice->reason;
@@ -250,7 +254,8 @@ TEST(Replan, CapViolationReplansAndBadInputIsRefused) {
   EXPECT_EQ(advice->plan.counts, (std::vector<uint32_t>{4, 4}));
   EXPECT_FALSE(ShouldReplan({1, 2}, {1.0}, {}, 0.1).ok());
   EXPECT_FALSE(ShouldReplan({1, 2}, {1.0, 1.0}, {}, 1.5).ok());
-  EXPECT_FALSE(ShouldReplan({9, 0}, {1.0, 1.0}, {PlannerKind::kSpeed, 4}, 0.1).ok());  // V = 9 cannot fit
+  EXPECT_FALSE(
+      ShouldReplan({9, 0}, {1.0, 1.0}, {PlannerKind::kSpeed, 4}, 0.1).ok());  // V = 9 cannot fit
 }
 
 TEST(SpeedEstimator, OneOutlierDoesNotMoveTheEstimate) {

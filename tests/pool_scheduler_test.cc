@@ -3,12 +3,12 @@
 #include "elastic/pool_scheduler.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <string>
-#include <unistd.h>
 
 namespace eps {
 namespace {
@@ -31,12 +31,14 @@ JobInfoReply Info(const std::string& id, uint32_t v, int64_t steps, int64_t step
 class Pool {
  public:
   Pool() {
-    auto s = PoolScheduler::Create({{"short", "tcp://127.0.0.1:1001", "tok-s"}, {"long", "tcp://127.0.0.1:1002", "tok-l"}},
-                                   PoolSchedulerOptions(), &clock);
+    auto s = PoolScheduler::Create(
+        {{"short", "tcp://127.0.0.1:1001", "tok-s"}, {"long", "tcp://127.0.0.1:1002", "tok-l"}},
+        PoolSchedulerOptions(), &clock);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     scheduler.emplace(std::move(s).value());
   }
-  PoolAssign Poll(const std::string& host, const std::string& job = "", const std::string& kind = "cpu") {
+  PoolAssign Poll(const std::string& host, const std::string& job = "",
+                  const std::string& kind = "cpu") {
     return scheduler->OnRequest(PoolRequest{host, kind, job, ""});
   }
   std::vector<SchedulerDecision> Round() {
@@ -87,7 +89,8 @@ TEST(PoolScheduler, TheJobClosestToItsEndGetsTheWorkersItCanUseAndTheRestGoElsew
   EXPECT_EQ(count["short"], 2);
   EXPECT_EQ(count["long"], 1);
   // Nothing changed: the next round moves nobody.
-  for (const SchedulerDecision& d : p.Round()) ADD_FAILURE() << d.from_job << " -> " << d.to_job << ": " << d.reason;
+  for (const SchedulerDecision& d : p.Round())
+    ADD_FAILURE() << d.from_job << " -> " << d.to_job << ": " << d.reason;
 
   // The short job ends: its coordinator stops answering. One silent round is
   // a restart, perhaps; kSilentRounds in a row, an end: its workers go to the other job.
@@ -158,7 +161,8 @@ TEST(PoolScheduler, MeasuredSpeedsComeFromTheJobsReports) {
   p.scheduler->OnJobInfo("long", Info("long", 8, 1000, 0));
   p.Round();
   p.Follow({"fast:1", "slow:2"});
-  p.scheduler->OnJobInfo("long", Info("long", 8, 1000, 10, {{"fast:1", "cpu", 0.01}, {"slow:2", "cpu", 0.04}}));
+  p.scheduler->OnJobInfo(
+      "long", Info("long", 8, 1000, 10, {{"fast:1", "cpu", 0.01}, {"slow:2", "cpu", 0.04}}));
   p.Round();
   // Both stay on the only job; the job's VWs split by speed happens in its coordinator.
   for (const auto& [h, job] : p.Follow({"fast:1", "slow:2"})) EXPECT_EQ(job, "long") << h;
@@ -168,7 +172,8 @@ TEST(PoolScheduler, DuplicateOrEmptyJobIdsAreRefused) {
   FakeClock clock;
   EXPECT_EQ(PoolScheduler::Create({{"a", "x", ""}, {"a", "y", ""}}, {}, &clock).status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(PoolScheduler::Create({{"", "x", ""}}, {}, &clock).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(PoolScheduler::Create({{"", "x", ""}}, {}, &clock).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(PoolScheduler, TheJobsFileNamesJobsCoordinatorsAndTokenFiles) {
@@ -176,7 +181,8 @@ TEST(PoolScheduler, TheJobsFileNamesJobsCoordinatorsAndTokenFiles) {
   ASSERT_NE(mkdtemp(dir), nullptr);
   const std::string token = std::string(dir) + "/token", jobs = std::string(dir) + "/jobs";
   std::ofstream(token) << "s3cret\n";
-  std::ofstream(jobs) << "# id coordinator token\n\njob-a tcp://10.0.0.1:5555 " << token << "\njob-b ipc:///tmp/b -  # none\n";
+  std::ofstream(jobs) << "# id coordinator token\n\njob-a tcp://10.0.0.1:5555 " << token
+                      << "\njob-b ipc:///tmp/b -  # none\n";
   auto read = ReadJobsFile(jobs);
   ASSERT_TRUE(read.ok()) << read.status().ToString();
   ASSERT_EQ(read->size(), 2u);

@@ -32,7 +32,8 @@ std::vector<int64_t> ReferenceStream(uint64_t seed, int64_t n, int64_t length) {
 
 TEST(EpochPermutation, IsAPermutationOfTheDataSet) {
   for (int64_t n : {1, 2, 3, 10, 97, 1000}) {
-    for (int64_t e : {0, 1, 7}) EXPECT_TRUE(IsPermutation(EpochPermutation(42, e, n), n)) << n << " " << e;
+    for (int64_t e : {0, 1, 7})
+      EXPECT_TRUE(IsPermutation(EpochPermutation(42, e, n), n)) << n << " " << e;
   }
   EXPECT_TRUE(EpochPermutation(42, 0, 0).empty());
 }

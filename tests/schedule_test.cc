@@ -1,14 +1,14 @@
 // Learning-rate schedules, option validation and name parsing of server/optimizer.h, plus the
 // libtorch-free properties of ApplyOptimizer (chunking invariance, state handling). Runs under
 // ASan + UBSan; tests/optimizer_test.cc checks the arithmetic against libtorch.
-#include "server/optimizer.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "server/optimizer.h"
 
 namespace eps {
 namespace {
@@ -52,8 +52,8 @@ TEST(LearningRate, CosineWarmsUpLinearlyThenDecaysToMinLr) {
   ASSERT_TRUE(ValidateOptimizerOptions(o).ok());
   EXPECT_DOUBLE_EQ(LearningRate(o, 0), 0.1 / 4);  // first warmup step: lr / warmup
   EXPECT_DOUBLE_EQ(LearningRate(o, 1), 0.1 * 2 / 4);
-  EXPECT_EQ(LearningRate(o, 3), 0.1);  // end of warmup: exactly lr
-  EXPECT_EQ(LearningRate(o, 4), 0.1);  // cosine starts at lr
+  EXPECT_EQ(LearningRate(o, 3), 0.1);                                  // end of warmup: exactly lr
+  EXPECT_EQ(LearningRate(o, 4), 0.1);                                  // cosine starts at lr
   EXPECT_DOUBLE_EQ(LearningRate(o, 12), 0.001 + 0.5 * (0.1 - 0.001));  // half way
   EXPECT_EQ(LearningRate(o, 20), 0.001);  // total_steps: exactly min_lr
   EXPECT_EQ(LearningRate(o, 21), 0.001);
@@ -144,7 +144,8 @@ TEST(ValidateOptimizerOptions, RejectsEachBadOptionNamingIt) {
   ExpectRejected(Cosine(0.1, 0.2, 0, 10), "min_lr");
   ExpectRejected(Cosine(0.1, -0.01, 0, 10), "min_lr");
   ExpectRejected(sgd([](OptimizerOptions& o) { o.warmup_steps = 5; }), "warmup_steps");
-  ExpectRejected(sgd([](OptimizerOptions& o) { o.schedule = static_cast<ScheduleKind>(9); }), "schedule");
+  ExpectRejected(sgd([](OptimizerOptions& o) { o.schedule = static_cast<ScheduleKind>(9); }),
+                 "schedule");
 }
 
 TEST(OptimizerNames, ParseRoundTripsAndRejectsUnknownNames) {
@@ -210,7 +211,8 @@ TEST(ApplyOptimizer, ChunkedUpdateGivesSameBitsAsWholeUpdate) {
                        &part_states[c]);
       }
     }
-    EXPECT_EQ(0, std::memcmp(whole.data(), parts.data(), n * sizeof(float))) << OptimizerKindName(o.kind);
+    EXPECT_EQ(0, std::memcmp(whole.data(), parts.data(), n * sizeof(float)))
+        << OptimizerKindName(o.kind);
     EXPECT_NE(whole, Values(n, 1)) << "the optimizer did not move the parameters";
   }
 }

@@ -12,7 +12,8 @@
 namespace eps {
 namespace {
 
-SchedulerJob Job(const std::string& id, uint32_t v, std::map<std::string, double> times, double weight = 1.0) {
+SchedulerJob Job(const std::string& id, uint32_t v, std::map<std::string, double> times,
+                 double weight = 1.0) {
   SchedulerJob j;
   j.id = id;
   j.virtual_workers = v;
@@ -49,10 +50,12 @@ TEST(JobThroughput, IsVTimesBatchOverThePlannersBottleneck) {
 }
 
 TEST(Scheduler, TheJobThatGainsMoreGetsTheWorker) {
-  // a runs on 2 workers with V = 2: a third adds nothing. b (V = 8) has 1 worker: a second doubles it.
+  // a runs on 2 workers with V = 2: a third adds nothing. b (V = 8) has 1 worker: a second doubles
+  // it.
   std::vector<SchedulerJob> jobs{Job("a", 2, {{"gpu", 1.0}}), Job("b", 8, {{"gpu", 1.0}})};
   auto pool = Pool({"gpu", "gpu", "gpu", "gpu"});
-  std::map<WorkerId, std::string> current{{WorkerId(0), "a"}, {WorkerId(1), "a"}, {WorkerId(2), "b"}};
+  std::map<WorkerId, std::string> current{
+      {WorkerId(0), "a"}, {WorkerId(1), "a"}, {WorkerId(2), "b"}};
   auto r = Schedule(jobs, pool, current);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_FALSE(r->rebalanced);
@@ -62,13 +65,15 @@ TEST(Scheduler, TheJobThatGainsMoreGetsTheWorker) {
   EXPECT_EQ(d.from_job, "");
   EXPECT_EQ(d.to_job, "b");
   // b: 80 samples per step, 8 s on one worker, 4 s on two: 10 -> 20 samples/s.
-  EXPECT_NE(d.reason.find("job b: 1 -> 2 workers, 10 -> 20 samples/s"), std::string::npos) << d.reason;
+  EXPECT_NE(d.reason.find("job b: 1 -> 2 workers, 10 -> 20 samples/s"), std::string::npos)
+      << d.reason;
   EXPECT_DOUBLE_EQ(r->throughput.at("a"), 20.0);
   EXPECT_DOUBLE_EQ(r->throughput.at("b"), 20.0);
 }
 
 TEST(Scheduler, WeightsDecideBetweenEqualGains) {
-  std::vector<SchedulerJob> jobs{Job("long", 4, {{"gpu", 1.0}}, 0.001), Job("short", 4, {{"gpu", 1.0}}, 0.01)};
+  std::vector<SchedulerJob> jobs{Job("long", 4, {{"gpu", 1.0}}, 0.001),
+                                 Job("short", 4, {{"gpu", 1.0}}, 0.01)};
   auto r = Schedule(jobs, Pool({"gpu", "gpu"}), {});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(CountFor(*r, "short"), 2u);
@@ -78,7 +83,8 @@ TEST(Scheduler, WeightsDecideBetweenEqualGains) {
   r = Schedule(jobs, Pool({"gpu", "gpu"}), {});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->allocation.at(WorkerId(0)), "long");
-  EXPECT_EQ(r->allocation.at(WorkerId(1)), "long");  // 4 VWs: 2 workers double it, as one would for "short"
+  EXPECT_EQ(r->allocation.at(WorkerId(1)),
+            "long");  // 4 VWs: 2 workers double it, as one would for "short"
 }
 
 TEST(Scheduler, FastWorkersGoWhereTheyHelpMost) {
@@ -97,7 +103,8 @@ TEST(Scheduler, MinWorkersAreGivenAsABundle) {
   auto r = Schedule({needs3}, Pool({"gpu", "gpu", "gpu"}), {});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(CountFor(*r, "needs3"), 3u);
-  EXPECT_NE(r->decisions[0].reason.find("with 3 more"), std::string::npos) << r->decisions[0].reason;
+  EXPECT_NE(r->decisions[0].reason.find("with 3 more"), std::string::npos)
+      << r->decisions[0].reason;
   r = Schedule({needs3}, Pool({"gpu", "gpu"}), {});
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->allocation.empty());  // 2 workers cannot run it: they stay idle
@@ -123,14 +130,16 @@ TEST(Scheduler, SingleDeviceTypeJobsStayOnOneType) {
   hetero.single_device_type = false;
   r = Schedule({hetero}, Pool({"T4", "A100", "T4", "A100"}), {});
   ASSERT_TRUE(r.ok());
-  // 4 VWs: 2 on each A100 (2 s) is the bottleneck with or without T4s (a T4 with 1 VW takes 2 s too).
+  // 4 VWs: 2 on each A100 (2 s) is the bottleneck with or without T4s (a T4 with 1 VW takes 2 s
+  // too).
   EXPECT_DOUBLE_EQ(r->throughput.at("homo"), 40.0 / 2.0);
 }
 
 TEST(Scheduler, MovesBusyWorkersOnlyPastTheThreshold) {
   // a holds both workers. b arrives with a slightly higher weight: giving b
   // both raises the weighted total by 4 %, under the 5 % threshold.
-  std::vector<SchedulerJob> jobs{Job("a", 2, {{"gpu", 1.0}}, 1.0), Job("b", 2, {{"gpu", 1.0}}, 1.04)};
+  std::vector<SchedulerJob> jobs{Job("a", 2, {{"gpu", 1.0}}, 1.0),
+                                 Job("b", 2, {{"gpu", 1.0}}, 1.04)};
   std::map<WorkerId, std::string> current{{WorkerId(0), "a"}, {WorkerId(1), "a"}};
   auto r = Schedule(jobs, Pool({"gpu", "gpu"}), current);
   ASSERT_TRUE(r.ok());
@@ -145,9 +154,11 @@ TEST(Scheduler, MovesBusyWorkersOnlyPastTheThreshold) {
   for (const SchedulerDecision& d : r->decisions) {
     EXPECT_EQ(d.from_job, "a");
     EXPECT_EQ(d.to_job, "b");
-    EXPECT_NE(d.reason.find("job a: 2 -> 0 workers, 20 -> 0 samples/s"), std::string::npos) << d.reason;
-    EXPECT_NE(d.reason.find("rebalance: weighted throughput 20 without moves, 200 with (+900 % > 5 %)"),
-              std::string::npos)
+    EXPECT_NE(d.reason.find("job a: 2 -> 0 workers, 20 -> 0 samples/s"), std::string::npos)
+        << d.reason;
+    EXPECT_NE(
+        d.reason.find("rebalance: weighted throughput 20 without moves, 200 with (+900 % > 5 %)"),
+        std::string::npos)
         << d.reason;
   }
 }
@@ -161,7 +172,8 @@ TEST(Scheduler, WorkersOfFinishedJobsAreFreedAndIdleOnesStay) {
   EXPECT_EQ(r->decisions[0].to_job, "a");  // V = 1: one worker is enough
   EXPECT_EQ(r->decisions[1].from_job, "gone");
   EXPECT_EQ(r->decisions[1].to_job, "");
-  EXPECT_NE(r->decisions[1].reason.find("job gone, which is gone"), std::string::npos) << r->decisions[1].reason;
+  EXPECT_NE(r->decisions[1].reason.find("job gone, which is gone"), std::string::npos)
+      << r->decisions[1].reason;
 }
 
 TEST(Scheduler, IsDeterministic) {

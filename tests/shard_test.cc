@@ -7,7 +7,7 @@
 // the mean is sum / V, and plain SGD is p + (-lr) * g with one fused
 // multiply-add, the arithmetic of libtorch's p.add_(g, -lr) that
 // server/optimizer.h reproduces. Every comparison is on bits.
-#include "server/shard_state.h"
+#include "server/shard.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "schema/channel.h"
-#include "server/shard.h"
+#include "server/shard_state.h"
 #include "storage/state_store.h"
 
 namespace eps {
@@ -114,10 +114,13 @@ Values SequentialSum(const std::vector<Values>& leaves) {
 }
 
 bool SameBits(const ChunkBytes& c, const Values& v) {
-  return c.data != nullptr && c.size == v.size() * sizeof(float) && std::memcmp(c.data, v.data(), c.size) == 0;
+  return c.data != nullptr && c.size == v.size() * sizeof(float) &&
+         std::memcmp(c.data, v.data(), c.size) == 0;
 }
 
-ChunkBytes Bytes(ChunkId id, const Values& v) { return ChunkBytes{id, v.data(), v.size() * sizeof(float), nullptr}; }
+ChunkBytes Bytes(ChunkId id, const Values& v) {
+  return ChunkBytes{id, v.data(), v.size() * sizeof(float), nullptr};
+}
 
 Push MakePush(int64_t step, Block block, std::vector<ChunkBytes> chunks) {
   Push p;
@@ -159,7 +162,8 @@ class Job {
         }
       }
       for (const Chunk& c : layout_.chunks) {
-        if (Kind(c.id) == TensorKind::kBuffer) buffers_[t][c.id.value()] = Fill(c, rng, /*salt=*/t + 1);
+        if (Kind(c.id) == TensorKind::kBuffer)
+          buffers_[t][c.id.value()] = Fill(c, rng, /*salt=*/t + 1);
       }
     }
     // Step 0's losses by hand: the tree gives ((1e8 + 1) + (-1e8 + 1)) + 0.5 = 0.5,
@@ -176,7 +180,8 @@ class Job {
           case TensorKind::kParameter: {
             const Values sum = TreeSum(t, c.id);
             next[id] = expected_.back()[id];
-            for (size_t i = 0; i < sum.size(); ++i) next[id][i] = std::fma(sum[i] / 5.0f, -kLr, next[id][i]);
+            for (size_t i = 0; i < sum.size(); ++i)
+              next[id][i] = std::fma(sum[i] / 5.0f, -kLr, next[id][i]);
             break;
           }
           case TensorKind::kBuffer:
@@ -192,7 +197,9 @@ class Job {
   }
 
   const Layout& layout() const { return layout_; }
-  TensorKind Kind(ChunkId id) const { return layout_.tensors[layout_.chunks[id.value()].tensor].kind; }
+  TensorKind Kind(ChunkId id) const {
+    return layout_.tensors[layout_.chunks[id.value()].tensor].kind;
+  }
   size_t BytesOf(ChunkId id) const { return layout_.ChunkBytes(layout_.chunks[id.value()]); }
 
   ChunkId LossChunk() const {
@@ -230,7 +237,9 @@ class Job {
     for (ChunkId id : Pullable(s)) chunks.push_back(Bytes(id, init_[id.value()]));
     return MakePush(-1, Block{0, 1}, std::move(chunks));
   }
-  Push InitOf(ChunkId id) const { return MakePush(-1, Block{0, 1}, {Bytes(id, init_[id.value()])}); }
+  Push InitOf(ChunkId id) const {
+    return MakePush(-1, Block{0, 1}, {Bytes(id, init_[id.value()])});
+  }
   // Other values for every owned non-loss chunk, for a repeated initialization.
   Push OtherInit(ShardId s) {
     std::vector<ChunkBytes> chunks;
@@ -277,7 +286,9 @@ class Job {
     return storage_.back();
   }
 
-  const Values& Expected(int64_t version, ChunkId id) const { return expected_.at(version)[id.value()]; }
+  const Values& Expected(int64_t version, ChunkId id) const {
+    return expected_.at(version)[id.value()];
+  }
   float ExpectedLoss(int64_t t) const { return loss_.at(t); }
   Values TreeSum(int64_t t, ChunkId id) const {
     std::vector<Values> leaves;
@@ -319,7 +330,7 @@ class Job {
   std::vector<std::vector<Values>> buffers_;             // [step][chunk]: VW 0's buffers
   std::vector<std::vector<Values>> expected_;            // [version][chunk]
   std::vector<float> loss_;                              // [step]
-  std::deque<Values> storage_;                           // bytes pushes point into (stable addresses)
+  std::deque<Values> storage_;  // bytes pushes point into (stable addresses)
 };
 
 std::unique_ptr<ShardState> ConfiguredShard(ShardId s) {
@@ -374,7 +385,8 @@ std::vector<ShardId> AllShards() { return {ShardId(0), ShardId(1)}; }
 bool OrderShows(const Job& job, int64_t t) {
   for (ShardId s : AllShards()) {
     bool differs = false;
-    for (ChunkId id : job.Owned(s, TensorKind::kParameter)) differs |= job.TreeSum(t, id) != job.LeftToRightSum(t, id);
+    for (ChunkId id : job.Owned(s, TensorKind::kParameter))
+      differs |= job.TreeSum(t, id) != job.LeftToRightSum(t, id);
     if (!differs) return false;
   }
   return true;
@@ -386,7 +398,9 @@ TEST(ShardTestJob, EveryShardOwnsParametersAndBuffersAndOneOwnsTheLoss) {
     EXPECT_GE(job.Owned(s, TensorKind::kParameter).size(), 2u) << s;
     EXPECT_GE(job.Owned(s, TensorKind::kBuffer).size(), 1u) << s;
   }
-  EXPECT_EQ(job.Owned(ShardId(0), TensorKind::kLoss).size() + job.Owned(ShardId(1), TensorKind::kLoss).size(), 1u);
+  EXPECT_EQ(job.Owned(ShardId(0), TensorKind::kLoss).size() +
+                job.Owned(ShardId(1), TensorKind::kLoss).size(),
+            1u);
   EXPECT_TRUE(OrderShows(job, 0));
   EXPECT_EQ(job.ExpectedLoss(0), 0.5f / 5.0f);
   EXPECT_NE(job.LeftToRightSum(0, job.LossChunk())[0], job.TreeSum(0, job.LossChunk())[0]);
@@ -559,13 +573,15 @@ TEST(ShardStateInit, AChunkRepeatedBeforeCompletionKeepsItsFirstValue) {
   auto state = ConfiguredShard(s);
   const std::vector<ChunkId> chunks = job.Pullable(s);
   ASSERT_TRUE(state->HandlePush(job.InitOf(chunks[0])).ok());
-  auto again = state->HandlePush(MakePush(-1, Block{0, 1}, {Bytes(chunks[0], job.Garbage(chunks[0]))}));
+  auto again =
+      state->HandlePush(MakePush(-1, Block{0, 1}, {Bytes(chunks[0], job.Garbage(chunks[0]))}));
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->reply.accepted, 0u);
   EXPECT_EQ(again->reply.duplicates, 1u);
   EXPECT_EQ(state->duplicates(), 1u);
   EXPECT_FALSE(again->completed.has_value());
-  for (size_t k = 1; k < chunks.size(); ++k) ASSERT_TRUE(state->HandlePush(job.InitOf(chunks[k])).ok());
+  for (size_t k = 1; k < chunks.size(); ++k)
+    ASSERT_TRUE(state->HandlePush(job.InitOf(chunks[k])).ok());
   EXPECT_EQ(state->version(), Step(0));
   ExpectVersion(*state, job, s, 0);
 }
@@ -624,7 +640,8 @@ TEST(ShardStateBarrier, BlocksAndLeavesInAnyOrderGiveTheTreeSumBits) {
           EXPECT_EQ(out->reply.step, Step(0));
           EXPECT_EQ(out->reply.duplicates, 0u);
           if (k + 1 < order.size()) {
-            EXPECT_FALSE(out->completed.has_value()) << "completed early, after " << order[k].ToString();
+            EXPECT_FALSE(out->completed.has_value())
+                << "completed early, after " << order[k].ToString();
             EXPECT_EQ(state->version(), Step(0));
             EXPECT_EQ(state->HandlePull(MakePull(1)).status().code(), StatusCode::kUnavailable);
             continue;
@@ -669,7 +686,8 @@ TEST(ShardStateBarrier, ChunksPushedOneByOneArePulledOneByOneAndWholeOnceTheStep
           break;
         }
         EXPECT_FALSE(out->completed.has_value());
-        auto again = state->HandlePush(MakePush(t, whole.block, {chunks[k]}));  // must not step twice
+        auto again =
+            state->HandlePush(MakePush(t, whole.block, {chunks[k]}));  // must not step twice
         ASSERT_TRUE(again.ok()) << again.status().ToString();
         EXPECT_EQ(again->reply.duplicates, 1u);
         EXPECT_EQ(state->HandlePull(MakePull(t + 1)).status().code(), StatusCode::kUnavailable);
@@ -679,7 +697,8 @@ TEST(ShardStateBarrier, ChunksPushedOneByOneArePulledOneByOneAndWholeOnceTheStep
           if (job.Kind(id) == TensorKind::kLoss) continue;
           auto early = state->HandlePull(MakePull(t + 1, {id}));
           if (j > k) {
-            EXPECT_EQ(early.status().code(), StatusCode::kUnavailable) << "chunk " << id << " is not pushed yet";
+            EXPECT_EQ(early.status().code(), StatusCode::kUnavailable)
+                << "chunk " << id << " is not pushed yet";
             continue;
           }
           ASSERT_TRUE(early.ok()) << "chunk " << id << ": " << early.status().ToString();
@@ -795,7 +814,8 @@ TEST(ShardStateBarrier, TheNewBuffersAreTheFirstOnesPushedWithVwZero) {
     EXPECT_EQ(state->version(), Step(1));
     // Version 1's buffers are VW 0's of step 0, not the initial ones nor the garbage.
     ExpectVersion(*state, job, s, 1);
-    for (ChunkId id : job.Owned(s, TensorKind::kBuffer)) EXPECT_NE(job.Expected(1, id), job.Expected(0, id));
+    for (ChunkId id : job.Owned(s, TensorKind::kBuffer))
+      EXPECT_NE(job.Expected(1, id), job.Expected(0, id));
   }
 }
 
@@ -906,12 +926,14 @@ TEST(ShardStateDuplicates, AFuturePushLeavesNoTraceInTheNextStep) {
   for (ShardId s : AllShards()) {
     auto state = InitializedShard(job, s);
     for (Block b : {Block{0, 4}, Block{4, 1}}) {
-      EXPECT_EQ(state->HandlePush(job.BlockPush(s, 1, b, b.lo == 0, /*garbage=*/true)).status().code(),
-                StatusCode::kAborted);
+      EXPECT_EQ(
+          state->HandlePush(job.BlockPush(s, 1, b, b.lo == 0, /*garbage=*/true)).status().code(),
+          StatusCode::kAborted);
     }
     EXPECT_EQ(state->duplicates(), 0u);
     RunStep(*state, job, s, 0);
-    EXPECT_EQ(state->HandlePush(job.BlockPush(s, 2, Block{0, 4}, true)).status().code(), StatusCode::kAborted);
+    EXPECT_EQ(state->HandlePush(job.BlockPush(s, 2, Block{0, 4}, true)).status().code(),
+              StatusCode::kAborted);
     RunStep(*state, job, s, 1);
     ExpectVersion(*state, job, s, 2);
   }
@@ -949,13 +971,15 @@ std::vector<BadChunk> BadChunks(Job& job, ShardId s, ChunkId valid, ChunkId size
       {"too few bytes", ChunkBytes{sized, shorter.data(), shorter.size() * sizeof(float), nullptr}},
       {"one byte short", ChunkBytes{sized, any.data(), any.size() * sizeof(float) - 1, nullptr}},
       {"no bytes", ChunkBytes{sized, any.data(), 0, nullptr}},
-      {"unknown chunk id", ChunkBytes{ChunkId(static_cast<uint32_t>(job.layout().chunks.size())), any.data(),
-                                      any.size() * sizeof(float), nullptr}},
-      {"huge chunk id", ChunkBytes{ChunkId(0xffffffffu), any.data(), any.size() * sizeof(float), nullptr}},
+      {"unknown chunk id", ChunkBytes{ChunkId(static_cast<uint32_t>(job.layout().chunks.size())),
+                                      any.data(), any.size() * sizeof(float), nullptr}},
+      {"huge chunk id",
+       ChunkBytes{ChunkId(0xffffffffu), any.data(), any.size() * sizeof(float), nullptr}},
       {"chunk of the other shard",
        ChunkBytes{foreign, foreign_bytes.data(), foreign_bytes.size() * sizeof(float), nullptr}},
-      {"the valid chunk repeated", ChunkBytes{valid, job.Raw(job.BytesOf(valid) / sizeof(float)).data(),
-                                              job.BytesOf(valid), nullptr}},
+      {"the valid chunk repeated",
+       ChunkBytes{valid, job.Raw(job.BytesOf(valid) / sizeof(float)).data(), job.BytesOf(valid),
+                  nullptr}},
   };
 }
 
@@ -978,7 +1002,8 @@ TEST(ShardStateValidation, APushWithOneInvalidChunkIsRefusedWholeAndCountsNothin
       EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
       EXPECT_EQ(state->duplicates(), 0u);
       // The valid chunks alone are then accepted, not duplicates: nothing was counted.
-      out = state->HandlePush(MakePush(0, leaf, {Bytes(valid, valid_bytes), Bytes(second, second_bytes)}));
+      out = state->HandlePush(
+          MakePush(0, leaf, {Bytes(valid, valid_bytes), Bytes(second, second_bytes)}));
       ASSERT_TRUE(out.ok()) << out.status().ToString();
       EXPECT_EQ(out->reply.accepted, 2u);
       EXPECT_EQ(out->reply.duplicates, 0u);
@@ -1018,16 +1043,19 @@ TEST(ShardStateValidation, ABlockThatIsNotATreeNodeIsInvalid) {
   for (ShardId s : AllShards()) {
     auto state = InitializedShard(job, s);
     // Misaligned, not a power of two, empty, only absent leaves (V = 5), beyond the tree.
-    for (Block b : {Block{1, 2}, Block{2, 4}, Block{0, 3}, Block{0, 0}, Block{3, 0}, Block{5, 1}, Block{6, 2},
-                    Block{7, 1}, Block{8, 8}, Block{0, 16}, Block{0xffffffffu, 1}}) {
+    for (Block b : {Block{1, 2}, Block{2, 4}, Block{0, 3}, Block{0, 0}, Block{3, 0}, Block{5, 1},
+                    Block{6, 2}, Block{7, 1}, Block{8, 8}, Block{0, 16}, Block{0xffffffffu, 1}}) {
       // No tree partial exists for b: garbage it is. Blocks starting at 0 carry
       // buffers too, first, so that a shard checking the block only when it
       // reaches a reduced chunk would already have taken them.
       Push push = job.BlockPush(s, 0, b, b.lo == 0, /*garbage=*/true);
-      std::stable_partition(push.chunks.begin(), push.chunks.end(),
-                            [&](const ChunkBytes& c) { return job.Kind(c.chunk) == TensorKind::kBuffer; });
-      ASSERT_EQ(job.Kind(push.chunks[0].chunk), b.lo == 0 ? TensorKind::kBuffer : job.Kind(push.chunks[0].chunk));
-      EXPECT_EQ(state->HandlePush(push).status().code(), StatusCode::kInvalidArgument) << b.ToString();
+      std::stable_partition(push.chunks.begin(), push.chunks.end(), [&](const ChunkBytes& c) {
+        return job.Kind(c.chunk) == TensorKind::kBuffer;
+      });
+      ASSERT_EQ(job.Kind(push.chunks[0].chunk),
+                b.lo == 0 ? TensorKind::kBuffer : job.Kind(push.chunks[0].chunk));
+      EXPECT_EQ(state->HandlePush(push).status().code(), StatusCode::kInvalidArgument)
+          << b.ToString();
     }
     EXPECT_EQ(state->duplicates(), 0u);
     EXPECT_EQ(state->version(), Step(0));
@@ -1086,10 +1114,12 @@ TEST(ShardStateWire, CompressedGradientsReduceOnTheRoundedTreeAndWeightsArePulle
     ASSERT_TRUE(first.ok()) << first.status().ToString();
     ASSERT_TRUE(state.HandlePush(block_push(Block{2, 1})).ok());
     ASSERT_TRUE(state.HandlePush(block_push(Block{3, 1})).ok());
-    // One parameter chunk of the last leaf first: it steps, and is pulled encoded before the step completes.
+    // One parameter chunk of the last leaf first: it steps, and is pulled encoded before the step
+    // completes.
     const Push tail = block_push(Block{4, 1});
-    const auto first_param = std::find_if(tail.chunks.begin(), tail.chunks.end(),
-                                          [&](const ChunkBytes& c) { return job.Kind(c.chunk) == TensorKind::kParameter; });
+    const auto first_param = std::find_if(
+        tail.chunks.begin(), tail.chunks.end(),
+        [&](const ChunkBytes& c) { return job.Kind(c.chunk) == TensorKind::kParameter; });
     ASSERT_NE(first_param, tail.chunks.end());
     ASSERT_TRUE(state.HandlePush(MakePush(0, tail.block, {*first_param})).ok());
     Pull early_pull = MakePull(1, {first_param->chunk});
@@ -1101,7 +1131,8 @@ TEST(ShardStateWire, CompressedGradientsReduceOnTheRoundedTreeAndWeightsArePulle
     ASSERT_TRUE(last.ok()) << last.status().ToString();
     ASSERT_TRUE(last->completed.has_value());
     if (s == job.LossShard()) {
-      EXPECT_EQ(last->completed->loss, ReferenceNode(job.Leaves(0, job.LossChunk()), 0, Width(kVws), grad)[0] / 5.0f);
+      EXPECT_EQ(last->completed->loss,
+                ReferenceNode(job.Leaves(0, job.LossChunk()), 0, Width(kVws), grad)[0] / 5.0f);
     }
 
     auto masters = state.HandlePull(MakePull(1));
@@ -1126,10 +1157,12 @@ TEST(ShardStateWire, CompressedGradientsReduceOnTheRoundedTreeAndWeightsArePulle
       std::vector<uint16_t> want(next.size());
       EncodeWire(weight, next.data(), next.size(), want.data());
       ASSERT_EQ(encoded->chunks[k].size, want.size() * 2) << "chunk " << id;
-      EXPECT_EQ(0, std::memcmp(encoded->chunks[k].data, want.data(), encoded->chunks[k].size)) << "chunk " << id;
+      EXPECT_EQ(0, std::memcmp(encoded->chunks[k].data, want.data(), encoded->chunks[k].size))
+          << "chunk " << id;
       if (id == first_param->chunk) {
         ASSERT_EQ(early->chunks[0].size, want.size() * 2);
-        EXPECT_EQ(0, std::memcmp(early->chunks[0].data, want.data(), want.size() * 2)) << "pulled before the step completed";
+        EXPECT_EQ(0, std::memcmp(early->chunks[0].data, want.data(), want.size() * 2))
+            << "pulled before the step completed";
       }
     }
     EXPECT_TRUE(rounding_shows) << "bf16 gradients must change the result against fp32";
@@ -1193,7 +1226,8 @@ TEST(ShardStatePull, APullIntoSharedMemoryGetsTheSameBytesThereAndABadOneStaysIn
     ChunkBytes there{c.chunk, (*region)->data() + c.offset, c.size, nullptr};
     EXPECT_TRUE(SameBits(there, job.Expected(0, wanted[k])));
   }
-  // A chunk that would not fit, an offset into the header, a wrong token: inline, the region untouched.
+  // A chunk that would not fit, an offset into the header, a wrong token: inline, the region
+  // untouched.
   std::vector<uint8_t> before((*region)->data(), (*region)->data() + (*region)->ref().size);
   Pull too_far = pull;
   too_far.shm_offsets.back() = (*region)->ref().size - 1;
@@ -1233,7 +1267,8 @@ Push IntoShm(Push push, ShmRegion& region) {
   return push;
 }
 
-TEST(ShardStatePush, APushFromSharedMemoryStepsAsTheSameInlinePushAndOneItCannotReadChangesNothing) {
+TEST(ShardStatePush,
+     APushFromSharedMemoryStepsAsTheSameInlinePushAndOneItCannotReadChangesNothing) {
   Job job(53);
   for (ShardId s : AllShards()) {
     auto via_shm = InitializedShard(job, s);
@@ -1244,8 +1279,10 @@ TEST(ShardStatePush, APushFromSharedMemoryStepsAsTheSameInlinePushAndOneItCannot
       for (auto [block, buffers] : {std::pair{Block{0, 4}, true}, std::pair{Block{4, 1}, false}}) {
         Push push = IntoShm(job.BlockPush(s, t, block, buffers), **region);
         ASSERT_FALSE(push.shm_chunks.empty());
-        // Chunks outside the region or in its header, a region it cannot map: refused, the push as it was.
-        for (auto [bad, code] : {std::pair{0, StatusCode::kInvalidArgument}, std::pair{1, StatusCode::kInvalidArgument},
+        // Chunks outside the region or in its header, a region it cannot map: refused, the push as
+        // it was.
+        for (auto [bad, code] : {std::pair{0, StatusCode::kInvalidArgument},
+                                 std::pair{1, StatusCode::kInvalidArgument},
                                  std::pair{2, StatusCode::kFailedPrecondition}}) {
           Push refused = push;
           if (bad == 0) refused.shm_chunks.back().offset = (*region)->ref().size - 1;
@@ -1307,11 +1344,14 @@ TEST(ShardStatePull, AChunkNotOnThisShardIsInvalid) {
   for (ShardId s : AllShards()) {
     auto state = InitializedShard(job, s);
     const ChunkId mine = job.Pullable(s).at(0);
-    for (ChunkId bad : {job.Foreign(s, TensorKind::kParameter), job.Foreign(s, TensorKind::kBuffer),
-                        ChunkId(static_cast<uint32_t>(job.layout().chunks.size())), ChunkId(0xffffffffu)}) {
-      EXPECT_EQ(state->HandlePull(MakePull(0, {mine, bad})).status().code(), StatusCode::kInvalidArgument)
+    for (ChunkId bad :
+         {job.Foreign(s, TensorKind::kParameter), job.Foreign(s, TensorKind::kBuffer),
+          ChunkId(static_cast<uint32_t>(job.layout().chunks.size())), ChunkId(0xffffffffu)}) {
+      EXPECT_EQ(state->HandlePull(MakePull(0, {mine, bad})).status().code(),
+                StatusCode::kInvalidArgument)
           << bad;
-      EXPECT_EQ(state->HandlePull(MakePull(0, {bad})).status().code(), StatusCode::kInvalidArgument) << bad;
+      EXPECT_EQ(state->HandlePull(MakePull(0, {bad})).status().code(), StatusCode::kInvalidArgument)
+          << bad;
     }
   }
 }
@@ -1384,7 +1424,8 @@ ShardConfig ConfigWith(const std::string& optimizer) {
   return c;
 }
 
-std::unique_ptr<ShardState> InitializedShardWith(const Job& job, ShardId s, const ShardConfig& config) {
+std::unique_ptr<ShardState> InitializedShardWith(const Job& job, ShardId s,
+                                                 const ShardConfig& config) {
   auto state = std::make_unique<ShardState>(s);
   EXPECT_TRUE(state->Configure(config).ok());
   auto out = state->HandlePush(job.Init(s));
@@ -1408,7 +1449,8 @@ Checkpoint AsCheckpoint(const ShardSnapshot& s) {
   Checkpoint c;
   c.step = s.version;
   c.metadata = s.metadata;
-  for (const BlobRef& b : s.blobs) c.blobs.push_back({b.name, std::string(static_cast<const char*>(b.data), b.size)});
+  for (const BlobRef& b : s.blobs)
+    c.blobs.push_back({b.name, std::string(static_cast<const char*>(b.data), b.size)});
   return c;
 }
 
@@ -1456,7 +1498,8 @@ TEST(ShardStateDurable, ASnapshotHoldsValuesAndExactlyTheOptimizerSlotsInUse) {
     const ShardId s(0);
     auto state = InitializedShardWith(job, s, ConfigWith(optimizer));
     const size_t params = job.Owned(s, TensorKind::kParameter).size();
-    EXPECT_EQ(SnapshotOf(*state).blobs.size(), job.Pullable(s).size());  // no optimizer state before step 0
+    EXPECT_EQ(SnapshotOf(*state).blobs.size(),
+              job.Pullable(s).size());  // no optimizer state before step 0
     RunStep(*state, job, s, 0);
     const Checkpoint c = SnapshotOf(*state);
     EXPECT_EQ(c.step, Step(1));
@@ -1548,7 +1591,8 @@ TEST(ShardStateDurable, RollbackToAnOlderCheckpointThenReplayingGivesTheSameBits
       // The abandoned future is gone from the store too: a restart comes back to step 1.
       EXPECT_EQ(store->ListCheckpoints().value(), (std::vector<Step>{Step(1)}));
       // A push of the abandoned future is refused; the replay is accepted.
-      EXPECT_EQ(state->HandlePush(job.BlockPush(s, 2, Block{0, 4}, true)).status().code(), StatusCode::kAborted);
+      EXPECT_EQ(state->HandlePush(job.BlockPush(s, 2, Block{0, 4}, true)).status().code(),
+                StatusCode::kAborted);
       RunStep(*state, job, s, 1);
       RunStep(*state, job, s, 2);
       ExpectSameState(*state, *uninterrupted);
@@ -1623,7 +1667,8 @@ TEST(ShardStateDurable, AMalformedCheckpointIsDataLossAndChangesNothing) {
   };
   edit("a value missing", [](Checkpoint& c) { c.blobs.erase(c.blobs.begin()); });
   edit("a slot missing", [](Checkpoint& c) {
-    c.blobs.erase(std::find_if(c.blobs.begin(), c.blobs.end(), [](const Blob& b) { return b.name.rfind("slot", 0) == 0; }));
+    c.blobs.erase(std::find_if(c.blobs.begin(), c.blobs.end(),
+                               [](const Blob& b) { return b.name.rfind("slot", 0) == 0; }));
   });
   edit("a value one byte short", [](Checkpoint& c) { c.blobs[0].bytes.pop_back(); });
   edit("a value one float long", [](Checkpoint& c) { c.blobs[0].bytes.append(4, '\0'); });
@@ -1634,7 +1679,8 @@ TEST(ShardStateDurable, AMalformedCheckpointIsDataLossAndChangesNothing) {
   edit("no metadata", [](Checkpoint& c) { c.metadata.clear(); });
   edit("a bad header", [](Checkpoint& c) { c.metadata[0] = 'X'; });
   edit("a truncated config", [](Checkpoint& c) { c.metadata.resize(c.metadata.size() - 9); });
-  edit("a flipped config byte", [](Checkpoint& c) { c.metadata[c.metadata.find('\n') + 3] ^= 0x7f; });
+  edit("a flipped config byte",
+       [](Checkpoint& c) { c.metadata[c.metadata.find('\n') + 3] ^= 0x7f; });
   for (const auto& [what, c] : bad) {
     SCOPED_TRACE(what);
     auto state = InitializedShardWith(job, s, ConfigWith("momentum"));
@@ -1670,7 +1716,9 @@ class FakeCoordinator {
   // The next message of type M from the shard that satisfies `match`, skipping
   // others; nullopt when none comes in time.
   template <class M>
-  std::optional<M> Next(const std::function<bool(const M&)>& match = [](const M&) { return true; }) {
+  std::optional<M> Next(const std::function<bool(const M&)>& match = [](const M&) {
+    return true;
+  }) {
     const auto deadline = std::chrono::steady_clock::now() + kWait;
     while (std::chrono::steady_clock::now() < deadline) {
       auto in = channel_->Receive(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -1726,7 +1774,9 @@ class FakeWorker {
     EXPECT_TRUE(channel.ok());
     channel_ = std::move(channel).value();
   }
-  StatusOr<Envelope> Send(Body body) { return Call(channel_.get(), Envelope{"", std::move(body)}, kWait); }
+  StatusOr<Envelope> Send(Body body) {
+    return Call(channel_.get(), Envelope{"", std::move(body)}, kWait);
+  }
   void Push(const eps::Push& push) {
     auto reply = Send(push);
     ASSERT_TRUE(reply.ok()) << reply.status().ToString();
@@ -1744,14 +1794,16 @@ class FakeWorker {
     auto* pulled = std::get_if<PullReply>(&reply->body);
     ASSERT_NE(pulled, nullptr);
     ASSERT_EQ(pulled->chunks.size(), job.Pullable(s).size());
-    for (const ChunkBytes& c : pulled->chunks) EXPECT_TRUE(SameBits(c, job.Expected(version, c.chunk))) << c.chunk;
+    for (const ChunkBytes& c : pulled->chunks)
+      EXPECT_TRUE(SameBits(c, job.Expected(version, c.chunk))) << c.chunk;
   }
 
  private:
   std::unique_ptr<Channel> channel_;
 };
 
-ShardOptions StoreShardOptions(const FakeCoordinator& coordinator, const std::string& store, ShardId s) {
+ShardOptions StoreShardOptions(const FakeCoordinator& coordinator, const std::string& store,
+                               ShardId s) {
   ShardOptions o;
   o.shard = s;
   o.coordinator = coordinator.endpoint();
@@ -1762,7 +1814,8 @@ ShardOptions StoreShardOptions(const FakeCoordinator& coordinator, const std::st
 }
 
 auto DurableAt(int64_t step) {
-  return std::function<bool(const StepDone&)>([step](const StepDone& d) { return d.durable_step == Step(step); });
+  return std::function<bool(const StepDone&)>(
+      [step](const StepDone& d) { return d.durable_step == Step(step); });
 }
 
 TEST(ShardStateWire, ARestoredStateServesItsWeightsEncodedToo) {
@@ -1823,7 +1876,8 @@ TEST(ShardService, CheckpointsEveryStepRestoresAfterARestartAndRollsBackOnReques
     // No coordinator named a retention floor: every checkpoint is still held.
     auto store = OpenStore(dir.Sub("store"), s);
     ASSERT_NE(store, nullptr);
-    EXPECT_EQ(store->ListCheckpoints().value(), (std::vector<Step>{Step(0), Step(1), Step(2), Step(3)}));
+    EXPECT_EQ(store->ListCheckpoints().value(),
+              (std::vector<Step>{Step(0), Step(1), Step(2), Step(3)}));
   }
   {
     // A restart on the same store restores version 3 before it registers.
@@ -1832,7 +1886,8 @@ TEST(ShardService, CheckpointsEveryStepRestoresAfterARestartAndRollsBackOnReques
     EXPECT_EQ(running.shard()->restored_version(), Step(kSteps));
     // Not a beacon of the first life still queued: this life's address.
     const std::string address = running.shard()->endpoint();
-    auto reg = coordinator.Next<RegisterShard>([&](const RegisterShard& r) { return r.address == address; });
+    auto reg = coordinator.Next<RegisterShard>(
+        [&](const RegisterShard& r) { return r.address == address; });
     ASSERT_TRUE(reg.has_value());
     EXPECT_EQ(reg->durable_step, Step(kSteps));
     EXPECT_EQ(reg->version, Step(kSteps));
@@ -1855,7 +1910,8 @@ TEST(ShardService, CheckpointsEveryStepRestoresAfterARestartAndRollsBackOnReques
     ASSERT_TRUE(coordinator.Next<StepDone>(DurableAt(3)).has_value());
     worker.ExpectVersion(job, s, 3);
 
-    // Writing step 3 dropped the steps below the floor: a rollback to 0 is refused, nothing changes.
+    // Writing step 3 dropped the steps below the floor: a rollback to 0 is refused, nothing
+    // changes.
     coordinator.Send(Rollback{Step(0)});
     auto refused = coordinator.Next<RollbackDone>();
     ASSERT_TRUE(refused.has_value());
@@ -1869,9 +1925,11 @@ TEST(ShardService, CheckpointsEveryStepRestoresAfterARestartAndRollsBackOnReques
   ShardOptions other = StoreShardOptions(coordinator, dir.Sub("store"), s);
   other.job_id = "another-job";
   RunningShard wrong_job(&context, other);
-  EXPECT_EQ(wrong_job.open_status().code(), StatusCode::kFailedPrecondition) << wrong_job.open_status().ToString();
+  EXPECT_EQ(wrong_job.open_status().code(), StatusCode::kFailedPrecondition)
+      << wrong_job.open_status().ToString();
   RunningShard wrong_shard(&context, StoreShardOptions(coordinator, dir.Sub("store"), ShardId(1)));
-  EXPECT_EQ(wrong_shard.open_status().code(), StatusCode::kFailedPrecondition) << wrong_shard.open_status().ToString();
+  EXPECT_EQ(wrong_shard.open_status().code(), StatusCode::kFailedPrecondition)
+      << wrong_shard.open_status().ToString();
 }
 
 TEST(ShardService, AShardWithoutAStoreRefusesARollbackAndServesOn) {
@@ -1928,7 +1986,8 @@ TEST(ShardService, RegistersAgainEveryIntervalWithTheVersionItServes) {
   FakeWorker worker(&context, reg->address);
   worker.Push(job.Init(s));
   worker.Step(job, s, 0);
-  auto at_one = coordinator.Next<RegisterShard>([](const RegisterShard& r) { return r.version == Step(1); });
+  auto at_one =
+      coordinator.Next<RegisterShard>([](const RegisterShard& r) { return r.version == Step(1); });
   ASSERT_TRUE(at_one.has_value());
   EXPECT_EQ(at_one->durable_step, Step(-1));  // no store
   coordinator.Send(Shutdown{"done"});
@@ -1961,7 +2020,8 @@ TEST(ShardService, ServesOnThroughTransientCoordinatorErrorsAndStopsOnAConfigItC
     }
     worker.Step(job, s, 0);
     worker.ExpectVersion(job, s, 1);  // serves on
-    auto beacon = coordinator.Next<RegisterShard>([](const RegisterShard& r) { return r.version == Step(1); });
+    auto beacon = coordinator.Next<RegisterShard>(
+        [](const RegisterShard& r) { return r.version == Step(1); });
     ASSERT_TRUE(beacon.has_value());  // and keeps registering
     coordinator.Send(ErrorReply{fatal, "shard id 1 but the job has 1 shards"});
     const Status st = running.Join();
@@ -1981,7 +2041,11 @@ TEST(ShardService, CheckpointingNeedsAStoreAndABadStoreStopsTheShardAtOpen) {
   o.register_every = std::chrono::milliseconds(0);
   EXPECT_EQ(Shard::Open(o, &context).status().code(), StatusCode::kInvalidArgument);
   // A path through a regular file, with the job known up front.
-  { std::FILE* f = std::fopen(dir.Sub("file").c_str(), "w"); ASSERT_NE(f, nullptr); std::fclose(f); }
+  {
+    std::FILE* f = std::fopen(dir.Sub("file").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fclose(f);
+  }
   o = StoreShardOptions(coordinator, dir.Sub("file") + "/store", ShardId(0));
   o.job_id = Spec().job_id;
   auto shard = Shard::Open(o, &context);
@@ -2002,8 +2066,10 @@ TEST(ShardStateClear, AClearedShardWaitsForTheInitialValuesAndReplaysAFreshShard
     RunStep(*state, job, s, 1);
     state->Clear();
     EXPECT_EQ(state->version(), Step(-1));
-    for (int64_t v : {0, 1, 2}) EXPECT_EQ(state->HandlePull(MakePull(v)).status().code(), StatusCode::kUnavailable);
-    EXPECT_EQ(state->HandlePush(job.BlockPush(s, 0, Block{0, 4}, true)).status().code(), StatusCode::kUnavailable);
+    for (int64_t v : {0, 1, 2})
+      EXPECT_EQ(state->HandlePull(MakePull(v)).status().code(), StatusCode::kUnavailable);
+    EXPECT_EQ(state->HandlePush(job.BlockPush(s, 0, Block{0, 4}, true)).status().code(),
+              StatusCode::kUnavailable);
     auto init = state->HandlePush(job.Init(s));
     ASSERT_TRUE(init.ok()) << init.status().ToString();
     EXPECT_TRUE(init->completed.has_value());

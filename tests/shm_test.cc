@@ -18,7 +18,8 @@ TEST(Shm, AShardWritesIntoTheWorkersRegionThroughItsName) {
   ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
   EXPECT_NE(*mapped, (*region)->data());  // a mapping of its own, of the same memory
   std::memcpy(*mapped + ShmRegion::kHeaderBytes, "weights", 8);
-  EXPECT_STREQ(reinterpret_cast<const char*>((*region)->data() + ShmRegion::kHeaderBytes), "weights");
+  EXPECT_STREQ(reinterpret_cast<const char*>((*region)->data() + ShmRegion::kHeaderBytes),
+               "weights");
   // The same name maps to the same place; the shard keeps one mapping per region.
   auto again = maps.Map((*region)->ref());
   ASSERT_TRUE(again.ok());
@@ -57,7 +58,8 @@ TEST(Shm, AFileThatIsNotASealedMemfdIsRefusedEvenWithTheToken) {
   const int fd = memfd_create("unsealed", MFD_CLOEXEC);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(ftruncate(fd, static_cast<off_t>((*region)->ref().size)), 0);
-  ASSERT_EQ(pwrite(fd, (*region)->data(), ShmRegion::kHeaderBytes, 0), ssize_t{ShmRegion::kHeaderBytes});
+  ASSERT_EQ(pwrite(fd, (*region)->data(), ShmRegion::kHeaderBytes, 0),
+            ssize_t{ShmRegion::kHeaderBytes});
   ShmRegionRef unsealed = (*region)->ref();
   unsealed.fd = fd;
   ShmMappings maps;

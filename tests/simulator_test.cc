@@ -14,7 +14,8 @@
 namespace eps {
 namespace {
 
-SimulationResult Simulated(const std::string& csv, const std::string& cluster, Policy policy, double rescale_s) {
+SimulationResult Simulated(const std::string& csv, const std::string& cluster, Policy policy,
+                           double rescale_s) {
   auto trace = ParseTrace(csv);
   EXPECT_TRUE(trace.ok()) << trace.status().ToString();
   auto c = ParseCluster(cluster);
@@ -83,7 +84,8 @@ TEST(Simulator, HeterogeneousPlacementUsesTheSlowGpuToo) {
   EXPECT_DOUBLE_EQ(Simulated(csv, "A:1,B:1", Policy::kElasticHomo, 5).jobs[0].finish_s, 305);
   EXPECT_DOUBLE_EQ(Simulated(csv, "A:1,B:1", Policy::kElasticHetero, 5).jobs[0].finish_s, 205);
   // A job that cannot use B runs on A alone, whatever the policy.
-  const std::string a_only = "arrival_s,job_id,steps,v,batch_per_vw,gpus,t_A,t_B\n0,j,100,3,1,1,1,\n";
+  const std::string a_only =
+      "arrival_s,job_id,steps,v,batch_per_vw,gpus,t_A,t_B\n0,j,100,3,1,1,1,\n";
   EXPECT_DOUBLE_EQ(Simulated(a_only, "A:1,B:1", Policy::kElasticHetero, 5).jobs[0].finish_s, 305);
 }
 
@@ -159,15 +161,16 @@ TEST(Simulator, RefusesTracesThatCannotRun) {
 TEST(TraceParsing, RejectsMalformedLines) {
   const std::string header = "arrival_s,job_id,steps,v,batch_per_vw,gpus,t_A\n";
   EXPECT_TRUE(ParseTrace(header + "0,j,1,1,1,1,1\n").ok());
-  EXPECT_FALSE(ParseTrace("").ok());                                      // no header
+  EXPECT_FALSE(ParseTrace("").ok());                                             // no header
   EXPECT_FALSE(ParseTrace("arrival_s,job_id,steps,v,batch_per_vw,t_A\n").ok());  // no gpus column
-  EXPECT_FALSE(ParseTrace("arrival_s,job_id,steps,v,batch_per_vw,gpus,speed\n").ok());  // unknown column
-  EXPECT_FALSE(ParseTrace(header + "0,j,1,1,1,1\n").ok());                // a field short
+  EXPECT_FALSE(
+      ParseTrace("arrival_s,job_id,steps,v,batch_per_vw,gpus,speed\n").ok());  // unknown column
+  EXPECT_FALSE(ParseTrace(header + "0,j,1,1,1,1\n").ok());                     // a field short
   EXPECT_FALSE(ParseTrace(header + "x,j,1,1,1,1,1\n").ok());
-  EXPECT_FALSE(ParseTrace(header + "0,j,0,1,1,1,1\n").ok());              // no steps
-  EXPECT_FALSE(ParseTrace(header + "0,j,1,0,1,1,1\n").ok());              // V = 0
-  EXPECT_FALSE(ParseTrace(header + "0,j,1,1,1,1,-1\n").ok());             // negative time
-  EXPECT_FALSE(ParseTrace(header + "0,j,1,1,1,1,\n").ok());               // runs nowhere
+  EXPECT_FALSE(ParseTrace(header + "0,j,0,1,1,1,1\n").ok());                 // no steps
+  EXPECT_FALSE(ParseTrace(header + "0,j,1,0,1,1,1\n").ok());                 // V = 0
+  EXPECT_FALSE(ParseTrace(header + "0,j,1,1,1,1,-1\n").ok());                // negative time
+  EXPECT_FALSE(ParseTrace(header + "0,j,1,1,1,1,\n").ok());                  // runs nowhere
   EXPECT_FALSE(ParseTrace(header + "0,j,1,1,1,1,1\n5,j,1,1,1,1,1\n").ok());  // duplicate id
   auto bad = ParseTrace(header + "0,j,1,1,1,1,1\n0,k,1,1,1,1,nan\n");
   ASSERT_FALSE(bad.ok());

@@ -51,7 +51,8 @@ class TempDir {
   std::string path_;
 };
 
-StoreOptions Options(const std::string& path, const std::string& job = "job-a", const std::string& owner = "shard/0") {
+StoreOptions Options(const std::string& path, const std::string& job = "job-a",
+                     const std::string& owner = "shard/0") {
   StoreOptions o;
   o.path = path;
   o.job_id = job;
@@ -83,7 +84,8 @@ struct Blobs {
   std::vector<std::string> bytes;
   std::vector<BlobRef> Refs() const {
     std::vector<BlobRef> refs;
-    for (size_t i = 0; i < names.size(); ++i) refs.push_back({names[i], bytes[i].data(), bytes[i].size(), nullptr});
+    for (size_t i = 0; i < names.size(); ++i)
+      refs.push_back({names[i], bytes[i].data(), bytes[i].size(), nullptr});
     return refs;
   }
 };
@@ -97,7 +99,8 @@ Blobs MakeBlobs(int64_t step, const std::vector<size_t>& sizes, uint64_t salt = 
   return b;
 }
 
-void ExpectCheckpoint(const Checkpoint& got, int64_t step, const Blobs& want, const std::string& metadata) {
+void ExpectCheckpoint(const Checkpoint& got, int64_t step, const Blobs& want,
+                      const std::string& metadata) {
   EXPECT_EQ(got.step, Step(step));
   EXPECT_EQ(got.metadata, metadata);
   ASSERT_EQ(got.blobs.size(), want.names.size());
@@ -119,7 +122,9 @@ std::vector<Step> ListOrDie(const StateStore& store) {
   return list.ok() ? *list : std::vector<Step>{};
 }
 
-bool Mentions(const Status& st, const std::string& part) { return st.message().find(part) != std::string::npos; }
+bool Mentions(const Status& st, const std::string& part) {
+  return st.message().find(part) != std::string::npos;
+}
 
 // ---------------------------------------------------------------------------
 // Round trip
@@ -183,12 +188,17 @@ TEST(StateStore, BadCheckpointArgumentsAreInvalidAndWriteNothing) {
   auto store = OpenOrDie(Options(dir.Sub("s")));
   const std::string x = "x";
   EXPECT_EQ(store->WriteCheckpoint(Step(-1), {}).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(store->WriteCheckpoint(Step(1), {{"", x.data(), 1, nullptr}}).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(store->WriteCheckpoint(Step(1), {{std::string(1025, 'n'), x.data(), 1, nullptr}}).code(),
+  EXPECT_EQ(store->WriteCheckpoint(Step(1), {{"", x.data(), 1, nullptr}}).code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(store->WriteCheckpoint(Step(1), {{"a", x.data(), 1, nullptr}, {"a", x.data(), 1, nullptr}}).code(),
+  EXPECT_EQ(
+      store->WriteCheckpoint(Step(1), {{std::string(1025, 'n'), x.data(), 1, nullptr}}).code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      store->WriteCheckpoint(Step(1), {{"a", x.data(), 1, nullptr}, {"a", x.data(), 1, nullptr}})
+          .code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->WriteCheckpoint(Step(1), {{"a", nullptr, 1, nullptr}}).code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(store->WriteCheckpoint(Step(1), {{"a", nullptr, 1, nullptr}}).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(ListOrDie(*store).empty());
 }
 
@@ -205,7 +215,7 @@ TEST(StateStore, ACheckpointInterruptedBeforeItsManifestIsInvisibleAfterReopenin
     ASSERT_TRUE(WriteBlobsWithoutManifestForTesting(store.get(), Step(20), twenty.Refs()).ok());
     auto count = CountBlobsForTesting(*store, Step(20));
     ASSERT_TRUE(count.ok());
-    ASSERT_EQ(*count, 3u);  // the blobs are really there...
+    ASSERT_EQ(*count, 3u);                      // the blobs are really there...
     EXPECT_EQ(ListOrDie(*store), Steps({10}));  // ...but no reader sees them
   }
   auto store = OpenOrDie(Options(dir.Sub("s")));
@@ -247,7 +257,8 @@ TEST(StateStore, ASigkillDuringACheckpointWriteLeavesOnlyWholeCheckpoints) {
       int64_t step = held.ok() && !held->empty() ? held->back().value() + 1 : 0;
       for (;; ++step) {
         const Blobs b = MakeBlobs(step, sizes);
-        if (!(*store)->WriteCheckpoint(Step(step), b.Refs(), "step " + std::to_string(step)).ok()) _exit(4);
+        if (!(*store)->WriteCheckpoint(Step(step), b.Refs(), "step " + std::to_string(step)).ok())
+          _exit(4);
         if (write(fds[1], &step, sizeof step) != sizeof step) _exit(5);
       }
     }
@@ -272,7 +283,8 @@ TEST(StateStore, ASigkillDuringACheckpointWriteLeavesOnlyWholeCheckpoints) {
     for (Step s : held) {
       auto c = store->ReadCheckpoint(s);
       ASSERT_TRUE(c.ok()) << c.status().ToString();
-      ExpectCheckpoint(*c, s.value(), MakeBlobs(s.value(), sizes), "step " + std::to_string(s.value()));
+      ExpectCheckpoint(*c, s.value(), MakeBlobs(s.value(), sizes),
+                       "step " + std::to_string(s.value()));
     }
   }
 }
@@ -299,7 +311,8 @@ TEST(StateStore, RetentionKeepsExactlyTheNewestTwo) {
     ExpectCheckpoint(*c, kept, MakeBlobs(kept, {64, 64}), "");
   }
   // A step older than both kept ones would be dropped at once: refused.
-  EXPECT_EQ(store->WriteCheckpoint(Step(12), MakeBlobs(12, {8}).Refs()).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->WriteCheckpoint(Step(12), MakeBlobs(12, {8}).Refs()).code(),
+            StatusCode::kFailedPrecondition);
   EXPECT_EQ(ListOrDie(*store), Steps({15, 20}));
   // One between them replaces the older.
   ASSERT_TRUE(store->WriteCheckpoint(Step(17), MakeBlobs(17, {8}).Refs()).ok());
@@ -322,7 +335,7 @@ TEST(StateStore, RetentionFollowsKeepCheckpoints) {
 TEST(StateStore, RetainFromKeepsEveryCheckpointFromTheFloorOn) {
   TempDir dir;
   auto store = OpenOrDie(Options(dir.Sub("s")));  // keep 2
-  store->RetainFrom(Step(-1));                     // floor unknown: keep all
+  store->RetainFrom(Step(-1));                    // floor unknown: keep all
   for (int64_t step = 0; step < 4; ++step) ASSERT_TRUE(store->WriteCheckpoint(Step(step), {}).ok());
   EXPECT_EQ(ListOrDie(*store), Steps({0, 1, 2, 3}));
   store->RetainFrom(Step(1));  // every shard holds step 1: 0 may go at the next write
@@ -344,7 +357,8 @@ TEST(StateStore, DropCheckpointsAfterRemovesOnlyNewerOnes) {
   o.keep_checkpoints = 3;
   {
     auto store = OpenOrDie(o);
-    for (int64_t step : {10, 20, 30}) ASSERT_TRUE(store->WriteCheckpoint(Step(step), MakeBlobs(step, {16}).Refs()).ok());
+    for (int64_t step : {10, 20, 30})
+      ASSERT_TRUE(store->WriteCheckpoint(Step(step), MakeBlobs(step, {16}).Refs()).ok());
     ASSERT_TRUE(store->DropCheckpointsAfter(Step(30)).ok());
     EXPECT_EQ(ListOrDie(*store), Steps({10, 20, 30}));
     ASSERT_TRUE(store->DropCheckpointsAfter(Step(15)).ok());
@@ -373,7 +387,8 @@ TEST(StateStore, AStoreOfAnotherJobOrOwnerIsRefusedNamingBoth) {
   auto other_owner = StateStore::Open(Options(path, "job-a", "shard/1"));
   ASSERT_FALSE(other_owner.ok());
   EXPECT_EQ(other_owner.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(Mentions(other_owner.status(), "shard/0") && Mentions(other_owner.status(), "shard/1"))
+  EXPECT_TRUE(Mentions(other_owner.status(), "shard/0") &&
+              Mentions(other_owner.status(), "shard/1"))
       << other_owner.status().ToString();
   // Without a job id an existing store is opened for its own job.
   auto adopted = StateStore::Open(Options(path, "", "shard/0"));
@@ -383,9 +398,12 @@ TEST(StateStore, AStoreOfAnotherJobOrOwnerIsRefusedNamingBoth) {
 
 TEST(StateStore, CreatingNeedsAJobIdAndAnOwnerAndOpeningOnlyAMissingStoreIsNotFound) {
   TempDir dir;
-  EXPECT_EQ(StateStore::Open(Options(dir.Sub("a"), "", "shard/0")).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(StateStore::Open(Options(dir.Sub("a"), "job", "")).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(StateStore::Open(Options("", "job", "x")).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(StateStore::Open(Options(dir.Sub("a"), "", "shard/0")).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(StateStore::Open(Options(dir.Sub("a"), "job", "")).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(StateStore::Open(Options("", "job", "x")).status().code(),
+            StatusCode::kInvalidArgument);
   StoreOptions o = Options(dir.Sub("b"));
   o.create_if_missing = false;
   EXPECT_EQ(StateStore::Open(o).status().code(), StatusCode::kNotFound);
@@ -450,7 +468,8 @@ TEST(StateStore, APathThroughARegularFileIsAClearFailedPrecondition) {
 std::string WriteAndFindSst(const std::string& path, const std::string& blob) {
   {
     auto store = OpenOrDie(Options(path));
-    EXPECT_TRUE(store->WriteCheckpoint(Step(3), {{"p", blob.data(), blob.size(), nullptr}}, "m").ok());
+    EXPECT_TRUE(
+        store->WriteCheckpoint(Step(3), {{"p", blob.data(), blob.size(), nullptr}}, "m").ok());
   }
   for (const auto& e : fs::directory_iterator(path)) {
     if (e.path().extension() != ".sst") continue;
@@ -498,11 +517,11 @@ TEST(StateStore, ACorruptManifestIsDataLoss) {
   auto store = OpenOrDie(Options(dir.Sub("s")));
   ASSERT_TRUE(store->WriteCheckpoint(Step(5), MakeBlobs(5, {100, 200}).Refs(), "meta").ok());
   const std::vector<std::function<void(std::string*)>> edits = {
-      [](std::string* m) { (*m)[m->size() / 2] ^= 0x40; },     // one bit in the middle
-      [](std::string* m) { (*m)[0] = 'X'; },                   // the magic
-      [](std::string* m) { m->resize(m->size() - 5); },        // truncated
-      [](std::string* m) { m->push_back('\0'); },              // trailing garbage
-      [](std::string* m) { m->clear(); },                      // empty
+      [](std::string* m) { (*m)[m->size() / 2] ^= 0x40; },  // one bit in the middle
+      [](std::string* m) { (*m)[0] = 'X'; },                // the magic
+      [](std::string* m) { m->resize(m->size() - 5); },     // truncated
+      [](std::string* m) { m->push_back('\0'); },           // trailing garbage
+      [](std::string* m) { m->clear(); },                   // empty
       [](std::string* m) { *m = std::string(m->size(), '\xff'); },
   };
   for (size_t i = 0; i < edits.size(); ++i) {
@@ -513,7 +532,8 @@ TEST(StateStore, ACorruptManifestIsDataLoss) {
                 }).ok());
     auto c = store->ReadCheckpoint(Step(5));
     EXPECT_EQ(c.status().code(), StatusCode::kDataLoss) << "edit " << i;
-    ASSERT_TRUE(EditManifestForTesting(store.get(), Step(5), [&](std::string* m) { *m = saved; }).ok());
+    ASSERT_TRUE(
+        EditManifestForTesting(store.get(), Step(5), [&](std::string* m) { *m = saved; }).ok());
     ASSERT_TRUE(store->ReadCheckpoint(Step(5)).ok());
   }
 }
@@ -523,15 +543,20 @@ TEST(StateStore, BlobsThatDisagreeWithTheManifestAreDataLoss) {
   auto store = OpenOrDie(Options(dir.Sub("s")));
   ASSERT_TRUE(store->WriteCheckpoint(Step(5), MakeBlobs(5, {100, 200}).Refs()).ok());
   // Same count, one blob of another size.
-  ASSERT_TRUE(WriteBlobsWithoutManifestForTesting(store.get(), Step(5), MakeBlobs(5, {100, 199}).Refs()).ok());
+  ASSERT_TRUE(
+      WriteBlobsWithoutManifestForTesting(store.get(), Step(5), MakeBlobs(5, {100, 199}).Refs())
+          .ok());
   auto c = store->ReadCheckpoint(Step(5));
   EXPECT_EQ(c.status().code(), StatusCode::kDataLoss);
   EXPECT_TRUE(Mentions(c.status(), "199")) << c.status().ToString();
   // A missing blob.
-  ASSERT_TRUE(WriteBlobsWithoutManifestForTesting(store.get(), Step(5), MakeBlobs(5, {100}).Refs()).ok());
+  ASSERT_TRUE(
+      WriteBlobsWithoutManifestForTesting(store.get(), Step(5), MakeBlobs(5, {100}).Refs()).ok());
   EXPECT_EQ(store->ReadCheckpoint(Step(5)).status().code(), StatusCode::kDataLoss);
   // A blob too many.
-  ASSERT_TRUE(WriteBlobsWithoutManifestForTesting(store.get(), Step(5), MakeBlobs(5, {100, 200, 1}).Refs()).ok());
+  ASSERT_TRUE(
+      WriteBlobsWithoutManifestForTesting(store.get(), Step(5), MakeBlobs(5, {100, 200, 1}).Refs())
+          .ok());
   EXPECT_EQ(store->ReadCheckpoint(Step(5)).status().code(), StatusCode::kDataLoss);
 }
 

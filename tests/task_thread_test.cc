@@ -57,15 +57,27 @@ TEST(TaskThreadTest, WaitBlocksUntilTheRunningTaskEnds) {
 TEST(TaskThreadTest, WaitReportsTheFirstErrorOnceAndSkipsTheTasksAfterIt) {
   auto t = StartOrDie();
   std::vector<int> ran;
-  t->Post([&ran] { ran.push_back(1); return OkStatus(); });
-  t->Post([&ran] { ran.push_back(2); return InvalidArgument("first"); });
-  t->Post([&ran] { ran.push_back(3); return Internal("second"); });
+  t->Post([&ran] {
+    ran.push_back(1);
+    return OkStatus();
+  });
+  t->Post([&ran] {
+    ran.push_back(2);
+    return InvalidArgument("first");
+  });
+  t->Post([&ran] {
+    ran.push_back(3);
+    return Internal("second");
+  });
   Status st = t->Wait();
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(st.message(), "first");
   EXPECT_EQ(ran, (std::vector<int>{1, 2}));
   // Reported once: the next round runs normally.
-  t->Post([&ran] { ran.push_back(4); return OkStatus(); });
+  t->Post([&ran] {
+    ran.push_back(4);
+    return OkStatus();
+  });
   EXPECT_TRUE(t->Wait().ok());
   EXPECT_EQ(ran, (std::vector<int>{1, 2, 4}));
 }

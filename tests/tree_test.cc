@@ -31,8 +31,9 @@ Leaves RandomLeaves(uint32_t v, size_t n, std::mt19937_64& rng) {
   Leaves leaves(v, std::vector<float>(n));
   for (auto& leaf : leaves) {
     for (float& x : leaf) {
-      const double mantissa = 1.0 + static_cast<double>(rng() >> 11) / 9007199254740992.0;  // [1, 2)
-      const int exponent = static_cast<int>(Below(rng, 49)) - 24;                           // [-24, 24]
+      const double mantissa =
+          1.0 + static_cast<double>(rng() >> 11) / 9007199254740992.0;  // [1, 2)
+      const int exponent = static_cast<int>(Below(rng, 49)) - 24;       // [-24, 24]
       x = static_cast<float>((rng() & 1 ? -1.0 : 1.0) * std::ldexp(mantissa, exponent));
     }
   }
@@ -123,7 +124,8 @@ TEST_P(TreeReduceSplits, PartialBlocksGiveSameBitsAsLeavesForEverySplitAndOrder)
     const Leaves leaves = RandomLeaves(v, kElems, rng);
     const std::vector<float> expected = Reference(leaves, rounding);
     if (rounding != WireDType::kFP32 && v > 1) {
-      EXPECT_FALSE(SameBits(expected, Reference(leaves))) << "rounding must show in the bits, V=" << v;
+      EXPECT_FALSE(SameBits(expected, Reference(leaves)))
+          << "rounding must show in the bits, V=" << v;
     }
     for (int trial = 0; trial < 40; ++trial) {
       SCOPED_TRACE("V=" + std::to_string(v) + " trial " + std::to_string(trial));
@@ -132,7 +134,8 @@ TEST_P(TreeReduceSplits, PartialBlocksGiveSameBitsAsLeavesForEverySplitAndOrder)
         for (const Block& block : AlignedBlocks(lo, hi)) {
           TreeReducer worker(block, v, kElems, rounding);
           std::vector<uint32_t> order;
-          for (uint32_t leaf = block.lo; leaf < std::min(block.hi(), v); ++leaf) order.push_back(leaf);
+          for (uint32_t leaf = block.lo; leaf < std::min(block.hi(), v); ++leaf)
+            order.push_back(leaf);
           if (trial % 2 == 1) Shuffle(order, rng);
           for (size_t k = 0; k < order.size(); ++k) {
             EXPECT_FALSE(worker.complete());
@@ -144,8 +147,10 @@ TEST_P(TreeReduceSplits, PartialBlocksGiveSameBitsAsLeavesForEverySplitAndOrder)
           }
           ASSERT_TRUE(worker.complete()) << block.ToString();
           std::vector<float> partial = worker.TakeResult();
-          ASSERT_TRUE(SameBits(partial, ReferenceNode(leaves, block.lo, block.size, rounding))) << block.ToString();
-          std::vector<uint8_t> wire(kElems * WireDTypeSize(rounding));  // the wire carries it exactly
+          ASSERT_TRUE(SameBits(partial, ReferenceNode(leaves, block.lo, block.size, rounding)))
+              << block.ToString();
+          std::vector<uint8_t> wire(kElems *
+                                    WireDTypeSize(rounding));  // the wire carries it exactly
           EncodeWire(rounding, partial.data(), kElems, wire.data());
           partials.push_back({block, std::move(wire)});
         }
@@ -188,7 +193,8 @@ TEST_P(TreeReduceSplits, FinishingRangeByRangeGivesTheBitsOfAddingTheLastLeafWho
           SCOPED_TRACE("V=" + std::to_string(v) + " block " + block.ToString());
           const uint32_t last = std::min(block.hi(), v) - 1;
           TreeReducer worker(block, v, kElems, rounding);
-          for (uint32_t leaf = block.lo; leaf < last; ++leaf) ASSERT_TRUE(worker.Add(Block{leaf, 1}, leaves[leaf]).ok());
+          for (uint32_t leaf = block.lo; leaf < last; ++leaf)
+            ASSERT_TRUE(worker.Add(Block{leaf, 1}, leaves[leaf]).ok());
           auto finisher = worker.Finish(Block{last, 1});
           ASSERT_TRUE(finisher.ok()) << finisher.status().ToString();
           // Element ranges of random lengths, finished in random order; odd trials in place.
@@ -199,7 +205,8 @@ TEST_P(TreeReduceSplits, FinishingRangeByRangeGivesTheBitsOfAddingTheLastLeafWho
           for (auto [first, end] : ranges) {
             float* out = trial % 2 == 1 ? value.data() + first : root.data() + first;
             finisher->Add(first, end - first, value.data() + first, out);
-            if (trial % 2 == 1) std::memcpy(root.data() + first, out, (end - first) * sizeof(float));
+            if (trial % 2 == 1)
+              std::memcpy(root.data() + first, out, (end - first) * sizeof(float));
           }
           EXPECT_TRUE(SameBits(root, ReferenceNode(leaves, block.lo, block.size, rounding)));
           EXPECT_FALSE(worker.complete());  // the reducer is empty again
@@ -214,8 +221,10 @@ TEST(TreeReduce, FinishRefusesABlockThatIsNotAllTheRootMisses) {
   std::mt19937_64 rng(5);
   const Leaves leaves = RandomLeaves(8, kElems, rng);
   TreeReducer reducer(Block{0, 8}, 8, kElems);
-  for (uint32_t leaf = 0; leaf < 6; ++leaf) ASSERT_TRUE(reducer.Add(Block{leaf, 1}, leaves[leaf]).ok());
-  EXPECT_EQ(reducer.Finish(Block{7, 1}).status().code(), StatusCode::kFailedPrecondition);  // 6 is missing too
+  for (uint32_t leaf = 0; leaf < 6; ++leaf)
+    ASSERT_TRUE(reducer.Add(Block{leaf, 1}, leaves[leaf]).ok());
+  EXPECT_EQ(reducer.Finish(Block{7, 1}).status().code(),
+            StatusCode::kFailedPrecondition);  // 6 is missing too
   EXPECT_EQ(reducer.Finish(Block{5, 1}).status().code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(reducer.Finish(Block{3, 2}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(reducer.counted(), 6u);  // refusals change nothing
@@ -257,7 +266,8 @@ TEST(TreeReduce, OverlappingBlockIsRefusedAndChangesNothing) {
 
   // A node above, a leaf inside, and the same block again: all refused whole.
   std::vector<float> garbage(kElems, 1e30f);
-  for (Block b : {Block{4, 4}, Block{0, 8}, Block{5, 1}, Block{4, 2}, Block{8, 1}, Block{8, 4}, Block{0, 16}}) {
+  for (Block b : {Block{4, 4}, Block{0, 8}, Block{5, 1}, Block{4, 2}, Block{8, 1}, Block{8, 4},
+                  Block{0, 16}}) {
     const Status s = shard.Add(b, garbage);
     EXPECT_EQ(s.code(), StatusCode::kAlreadyExists) << b.ToString() << ": " << s.ToString();
     EXPECT_EQ(shard.counted(), counted);
@@ -265,7 +275,8 @@ TEST(TreeReduce, OverlappingBlockIsRefusedAndChangesNothing) {
     EXPECT_FALSE(shard.complete());
   }
   // The rest still completes to the reference bits: the refused values left no trace.
-  for (Block b : shard.Missing()) ASSERT_TRUE(shard.Add(b, ReferenceNode(leaves, b.lo, b.size)).ok());
+  for (Block b : shard.Missing())
+    ASSERT_TRUE(shard.Add(b, ReferenceNode(leaves, b.lo, b.size)).ok());
   ASSERT_TRUE(shard.complete());
   EXPECT_TRUE(SameBits(shard.TakeResult(), Reference(leaves)));
 }
@@ -285,13 +296,13 @@ TEST(TreeReduce, BlocksThatAreNotTreeNodesUnderRootAreInvalid) {
   const uint32_t v = 5;  // tree width 8
   TreeReducer shard(Block{0, 8}, v, 2);
   const std::vector<float> value(2, 1.0f);
-  for (Block b : {Block{1, 2},    // not aligned
-                  Block{2, 3},    // not a power of two
-                  Block{0, 0},    // empty
-                  Block{5, 1},    // absent leaf
-                  Block{6, 2},    // absent subtree
-                  Block{8, 1},    // beyond the tree
-                  Block{0, 16},   // wider than the tree
+  for (Block b : {Block{1, 2},   // not aligned
+                  Block{2, 3},   // not a power of two
+                  Block{0, 0},   // empty
+                  Block{5, 1},   // absent leaf
+                  Block{6, 2},   // absent subtree
+                  Block{8, 1},   // beyond the tree
+                  Block{0, 16},  // wider than the tree
                   Block{16, 16}}) {
     EXPECT_EQ(shard.Add(b, value).code(), StatusCode::kInvalidArgument) << b.ToString();
   }
@@ -306,7 +317,8 @@ TEST(TreeReduce, BlocksThatAreNotTreeNodesUnderRootAreInvalid) {
 TEST(TreeReduce, WrongElementCountIsInvalid) {
   TreeReducer shard(Block{0, 4}, 4, 3);
   EXPECT_EQ(shard.Add(Block{0, 1}, std::vector<float>{1, 2}).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(shard.Add(Block{0, 1}, std::vector<float>{1, 2, 3, 4}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard.Add(Block{0, 1}, std::vector<float>{1, 2, 3, 4}).code(),
+            StatusCode::kInvalidArgument);
   const float four[4] = {1, 2, 3, 4};
   EXPECT_EQ(shard.Add(Block{1, 1}, four, 4).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(shard.counted(), 0u);
@@ -340,7 +352,10 @@ TEST(TreeReduce, MissingListsExactlyTheUncountedLeavesAsAlignedBlocks) {
       }
       std::vector<Block> expected;
       for (uint32_t lo = 0; lo < v;) {
-        if (have[lo]) { ++lo; continue; }
+        if (have[lo]) {
+          ++lo;
+          continue;
+        }
         uint32_t hi = lo;
         while (hi < v && !have[hi]) ++hi;
         for (Block b : AlignedBlocks(lo, hi)) expected.push_back(b);
@@ -438,7 +453,8 @@ TEST(TreeShape, AlignedBlocksCoverEveryRangeExactlyWithFewestAlignedBlocks) {
         cursor = b.hi();
       }
       EXPECT_EQ(cursor, hi);
-      EXPECT_EQ(blocks.size(), fewest[lo][hi]) << "[" << lo << "," << hi << ") -> " << Describe(blocks);
+      EXPECT_EQ(blocks.size(), fewest[lo][hi])
+          << "[" << lo << "," << hi << ") -> " << Describe(blocks);
     }
   }
 }

@@ -25,7 +25,8 @@
 #include "worker/models.h"
 
 DEFINE_string(model, "cnn", "mlp | cnn | cnn_bn");
-DEFINE_string(data_dir, "/usr/share/datasets/fashion-mnist", "Folder with the Fashion-MNIST IDX files (.gz)");
+DEFINE_string(data_dir, "/usr/share/datasets/fashion-mnist",
+              "Folder with the Fashion-MNIST IDX files (.gz)");
 DEFINE_int64(train_limit, -1, "Use the first N training samples (<= 0: all)");
 DEFINE_int32(microbatches, 8, "Microbatches per step (k, the job's V)");
 DEFINE_int32(batch_per_vw, 16, "Samples per microbatch");
@@ -41,17 +42,21 @@ DEFINE_uint64(seed, 1, "Seeds initialization, sampling and dropout");
 
 namespace {
 
-eps::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(torch::nn::Sequential& model) {
+eps::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
+    torch::nn::Sequential& model) {
   if (FLAGS_optimizer == "adamw") {
     return std::unique_ptr<torch::optim::Optimizer>(std::make_unique<torch::optim::AdamW>(
-        model->parameters(), torch::optim::AdamWOptions(FLAGS_lr).weight_decay(FLAGS_weight_decay)));
+        model->parameters(),
+        torch::optim::AdamWOptions(FLAGS_lr).weight_decay(FLAGS_weight_decay)));
   }
   if (FLAGS_optimizer == "sgd") {
     return std::unique_ptr<torch::optim::Optimizer>(std::make_unique<torch::optim::SGD>(
-        model->parameters(),
-        torch::optim::SGDOptions(FLAGS_lr).momentum(FLAGS_momentum).weight_decay(FLAGS_weight_decay)));
+        model->parameters(), torch::optim::SGDOptions(FLAGS_lr)
+                                 .momentum(FLAGS_momentum)
+                                 .weight_decay(FLAGS_weight_decay)));
   }
-  return eps::InvalidArgument("unknown optimizer '" + FLAGS_optimizer + "' (expected adamw or sgd)");
+  return eps::InvalidArgument("unknown optimizer '" + FLAGS_optimizer +
+                              "' (expected adamw or sgd)");
 }
 
 // Draws microbatches without replacement from a fresh random permutation per epoch.
@@ -75,14 +80,15 @@ class Batches {
 };
 
 int Run() {
-  if (FLAGS_microbatches < 1 || FLAGS_batch_per_vw < 1 || FLAGS_steps < 1 || FLAGS_warmup_steps < 0 ||
-      FLAGS_threads < 1) {
-    LOG(ERROR) << "--microbatches, --batch_per_vw, --steps and --threads must be >= 1, --warmup_steps >= 0";
+  if (FLAGS_microbatches < 1 || FLAGS_batch_per_vw < 1 || FLAGS_steps < 1 ||
+      FLAGS_warmup_steps < 0 || FLAGS_threads < 1) {
+    LOG(ERROR) << "--microbatches, --batch_per_vw, --steps and --threads must be >= 1, "
+                  "--warmup_steps >= 0";
     return 2;
   }
   const std::string dir = FLAGS_data_dir + "/";
-  auto train = eps::ReadIdxDataset(dir + "train-images-idx3-ubyte.gz", dir + "train-labels-idx1-ubyte.gz",
-                                    FLAGS_train_limit);
+  auto train = eps::ReadIdxDataset(dir + "train-images-idx3-ubyte.gz",
+                                   dir + "train-labels-idx1-ubyte.gz", FLAGS_train_limit);
   if (!train.ok()) {
     LOG(ERROR) << train.status().ToString();
     return 2;
@@ -140,21 +146,25 @@ int Run() {
   for (int s = 0; s < FLAGS_warmup_steps; ++s) step();
   const auto start = std::chrono::steady_clock::now();
   for (int s = 0; s < FLAGS_steps; ++s) step();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   const double samples = static_cast<double>(FLAGS_steps) * FLAGS_microbatches * FLAGS_batch_per_vw;
   LOG(INFO) << "model " << FLAGS_model << " on " << FLAGS_device << ", " << FLAGS_threads
             << " thread(s), last step loss " << step_loss;
-  std::printf("baseline samples_per_s=%.1f steps=%d seconds=%.3f\n", samples / seconds, FLAGS_steps, seconds);
+  std::printf("baseline samples_per_s=%.1f steps=%d seconds=%.3f\n", samples / seconds, FLAGS_steps,
+              seconds);
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  setenv("CUBLAS_WORKSPACE_CONFIG", eps::kCublasWorkspaceConfig, /*overwrite=*/1);  // as the worker does
+  setenv("CUBLAS_WORKSPACE_CONFIG", eps::kCublasWorkspaceConfig,
+         /*overwrite=*/1);  // as the worker does
   gflags::SetUsageMessage(
-      "baseline [--model=cnn] [--microbatches=8] [--batch_per_vw=16] [--steps=300] [--threads=1] [--device=cpu]");
+      "baseline [--model=cnn] [--microbatches=8] [--batch_per_vw=16] [--steps=300] [--threads=1] "
+      "[--device=cpu]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);

@@ -28,7 +28,9 @@ struct Dataset {
 // Fashion-MNIST mean and standard deviation.
 constexpr float kPixelMean = 0.2860f;
 constexpr float kPixelStd = 0.3530f;
-inline float NormalizePixel(uint8_t p) { return (static_cast<float>(p) / 255.0f - kPixelMean) / kPixelStd; }
+inline float NormalizePixel(uint8_t p) {
+  return (static_cast<float>(p) / 255.0f - kPixelMean) / kPixelStd;
+}
 
 // Reads an IDX image file (magic 0x00000803, [n, rows, cols] unsigned bytes) and
 // an IDX label file (magic 0x00000801, [n] unsigned bytes), each gzip-compressed
@@ -41,7 +43,7 @@ inline float NormalizePixel(uint8_t p) { return (static_cast<float>(p) / 255.0f 
 //                    dimensions, image and label counts that differ.
 //   DataLoss         a file ends before its header says it should, or its gzip
 //                    stream is corrupt.
-[[nodiscard]] StatusOr<Dataset> ReadIdxDataset(const std::string& images_path, const std::string& labels_path,
-                                               int64_t limit);
+[[nodiscard]] StatusOr<Dataset> ReadIdxDataset(const std::string& images_path,
+                                               const std::string& labels_path, int64_t limit);
 
 }  // namespace eps

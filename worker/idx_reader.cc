@@ -41,7 +41,8 @@ class IdxFile {
     errno = 0;
     file_ = gzopen(path.c_str(), "rb");
     if (file_ == nullptr) {
-      return NotFound(path + ": cannot open: " + (errno != 0 ? std::strerror(errno) : "out of memory"));
+      return NotFound(path +
+                      ": cannot open: " + (errno != 0 ? std::strerror(errno) : "out of memory"));
     }
     gzbuffer(file_, 1 << 17);
     return OkStatus();
@@ -89,12 +90,13 @@ class IdxFile {
 Status CheckMagic(const IdxFile& f, uint32_t magic, uint32_t want, const char* kind) {
   if (magic == want) return OkStatus();
   char buf[160];
-  std::snprintf(buf, sizeof(buf), ": bad magic 0x%08x, expected 0x%08x (not an IDX %s file)", magic, want,
-                kind);
+  std::snprintf(buf, sizeof(buf), ": bad magic 0x%08x, expected 0x%08x (not an IDX %s file)", magic,
+                want, kind);
   return InvalidArgument(f.path() + buf);
 }
 
-StatusOr<Dataset> ReadIdx(const std::string& images_path, const std::string& labels_path, int64_t limit) {
+StatusOr<Dataset> ReadIdx(const std::string& images_path, const std::string& labels_path,
+                          int64_t limit) {
   IdxFile images;
   EPS_RETURN_IF_ERROR(images.Open(images_path));
   EPS_ASSIGN_OR_RETURN(uint32_t image_magic, images.ReadU32("header"));
@@ -114,15 +116,17 @@ StatusOr<Dataset> ReadIdx(const std::string& images_path, const std::string& lab
   EPS_RETURN_IF_ERROR(CheckMagic(labels, label_magic, kLabelMagic, "label"));
   EPS_ASSIGN_OR_RETURN(uint32_t n_labels, labels.ReadU32("header"));
   if (n_labels != n_images) {
-    return InvalidArgument("mismatched counts: " + images_path + " holds " + std::to_string(n_images) +
-                           " images but " + labels_path + " holds " + std::to_string(n_labels) + " labels");
+    return InvalidArgument("mismatched counts: " + images_path + " holds " +
+                           std::to_string(n_images) + " images but " + labels_path + " holds " +
+                           std::to_string(n_labels) + " labels");
   }
 
   const int64_t kept = limit > 0 ? std::min<int64_t>(limit, n_images) : int64_t{n_images};
   const int64_t pixels = int64_t{rows} * int64_t{cols};
   if (kept > kMaxPixels / pixels) {
-    return InvalidArgument(images_path + ": " + std::to_string(kept) + " images of " + std::to_string(rows) +
-                           " x " + std::to_string(cols) + " are more pixels than a worker holds in memory");
+    return InvalidArgument(images_path + ": " + std::to_string(kept) + " images of " +
+                           std::to_string(rows) + " x " + std::to_string(cols) +
+                           " are more pixels than a worker holds in memory");
   }
 
   Dataset ds;

@@ -41,7 +41,8 @@ Status FromTorch(const char* what, const std::exception& e) {
 // The side stream of a runner on a GPU, and what is in flight on it.
 struct CudaCopies {
   explicit CudaCopies(c10::DeviceIndex device)
-      : compute(c10::cuda::getCurrentCUDAStream(device)), side(c10::cuda::getStreamFromPool(false, device)) {}
+      : compute(c10::cuda::getCurrentCUDAStream(device)),
+        side(c10::cuda::getStreamFromPool(false, device)) {}
 
   // Host byte ranges an upload on `side` may still read, by tensor: a Write
   // into one of them first waits for the side stream.
@@ -112,7 +113,8 @@ class TorchModelRunner final : public ModelRunner {
       } else {
         return Internal("buffer " + b.key() + " has an unsupported dtype");
       }
-      EPS_RETURN_IF_ERROR(Add({b.key(), TensorKind::kBuffer, dtype, b.value().sizes().vec()}, b.value()));
+      EPS_RETURN_IF_ERROR(
+          Add({b.key(), TensorKind::kBuffer, dtype, b.value().sizes().vec()}, b.value()));
     }
     model_->train();
     return OkStatus();
@@ -133,11 +135,15 @@ class TorchModelRunner final : public ModelRunner {
       if (copies_->UploadOverlaps(i, byte_offset, byte_offset + bytes)) copies_->Drain();
       std::memcpy(host + byte_offset, src, bytes);
       const int64_t elem = static_cast<int64_t>(host_[i].element_size());
-      const int64_t first = static_cast<int64_t>(byte_offset) / elem, n = static_cast<int64_t>(bytes) / elem;
+      const int64_t first = static_cast<int64_t>(byte_offset) / elem,
+                    n = static_cast<int64_t>(bytes) / elem;
       torch::NoGradGuard no_grad;
       c10::cuda::CUDAStreamGuard on_side(copies_->side);
-      tensors_[i].view({-1}).narrow(0, first, n).copy_(host_[i].view({-1}).narrow(0, first, n),
-                                                       /*non_blocking=*/true);
+      tensors_[i]
+          .view({-1})
+          .narrow(0, first, n)
+          .copy_(host_[i].view({-1}).narrow(0, first, n),
+                 /*non_blocking=*/true);
       copies_->uploads.push_back({i, byte_offset, byte_offset + bytes});
       return OkStatus();
     } catch (const std::exception& e) {
@@ -148,8 +154,8 @@ class TorchModelRunner final : public ModelRunner {
 #endif
   }
 
-  StatusOr<float> TrainStep(const Dataset& data, const std::vector<int64_t>& indices, uint64_t rng_seed,
-                            const GradReady& ready) override {
+  StatusOr<float> TrainStep(const Dataset& data, const std::vector<int64_t>& indices,
+                            uint64_t rng_seed, const GradReady& ready) override {
     EPS_RETURN_IF_ERROR(CheckModelInput(data));
     if (indices.empty()) return InvalidArgument("a microbatch needs at least one sample");
     for (int64_t i : indices) {
@@ -162,8 +168,9 @@ class TorchModelRunner final : public ModelRunner {
     try {
       model_->zero_grad(/*set_to_none=*/true);
       torch::manual_seed(rng_seed);  // the CPU generator and every CUDA device's
-      const torch::Tensor idx = torch::from_blob(const_cast<int64_t*>(indices.data()),
-                                                 {static_cast<int64_t>(indices.size())}, torch::kInt64);
+      const torch::Tensor idx =
+          torch::from_blob(const_cast<int64_t*>(indices.data()),
+                           {static_cast<int64_t>(indices.size())}, torch::kInt64);
       const torch::Tensor x = ImagesView(data).index_select(0, idx).to(device_);
       const torch::Tensor y = LabelsView(data).index_select(0, idx).to(device_);
       if (on_gpu()) ComputeAfterUploads();
@@ -180,7 +187,8 @@ class TorchModelRunner final : public ModelRunner {
         value = CopyResultsToHost(loss);
       } else {
         for (size_t i = 0; i < num_parameters_; ++i) {
-          if (reported_[i] && grads_[i].defined()) continue;  // the hook's contiguous copy of a strided gradient
+          if (reported_[i] && grads_[i].defined())
+            continue;  // the hook's contiguous copy of a strided gradient
           const torch::Tensor& g = tensors_[i].grad();
           grads_[i] = g.defined() ? g.contiguous() : torch::zeros_like(tensors_[i]);
         }
@@ -206,7 +214,8 @@ class TorchModelRunner final : public ModelRunner {
     try {
       auto held = std::make_shared<std::vector<torch::Tensor>>(grads_);
       if (on_gpu()) {
-        for (torch::Tensor& g : grads_) g = torch::empty(g.sizes(), g.options().pinned_memory(true));
+        for (torch::Tensor& g : grads_)
+          g = torch::empty(g.sizes(), g.options().pinned_memory(true));
       }
       Gradients out{{}, held};
       for (const torch::Tensor& g : *held) out.data.push_back(g.data_ptr<float>());
@@ -216,12 +225,13 @@ class TorchModelRunner final : public ModelRunner {
     }
   }
 
-  StatusOr<EvalStats> Evaluate(const Dataset& data, int64_t lo, int64_t hi, int64_t batch) override {
+  StatusOr<EvalStats> Evaluate(const Dataset& data, int64_t lo, int64_t hi,
+                               int64_t batch) override {
     EPS_RETURN_IF_ERROR(CheckModelInput(data));
     if (lo < 0 || lo > hi || hi > data.size || batch <= 0) {
       return InvalidArgument("evaluation range [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                             ") in batches of " + std::to_string(batch) + " does not fit a data set of " +
-                             std::to_string(data.size));
+                             ") in batches of " + std::to_string(batch) +
+                             " does not fit a data set of " + std::to_string(data.size));
     }
     for (int64_t i = lo; i < hi; ++i) EPS_RETURN_IF_ERROR(CheckLabel(data, i));
     EvalStats stats;
@@ -271,7 +281,8 @@ class TorchModelRunner final : public ModelRunner {
 
   // Host memory of `t`'s shape and dtype, zeroed: pinned when `t` lives on a GPU.
   torch::Tensor HostZeros(const torch::Tensor& t) const {
-    return torch::zeros(t.sizes(), torch::TensorOptions().dtype(t.scalar_type()).pinned_memory(on_gpu()));
+    return torch::zeros(t.sizes(),
+                        torch::TensorOptions().dtype(t.scalar_type()).pinned_memory(on_gpu()));
   }
 
   Status Add(TensorSpec spec, const torch::Tensor& t) {
@@ -324,8 +335,10 @@ class TorchModelRunner final : public ModelRunner {
           grads_[i].zero_();
         }
       }
-      for (size_t i = num_parameters_; i < tensors_.size(); ++i) host_[i].copy_(tensors_[i], /*non_blocking=*/true);
-      if (!loss_host_.defined()) loss_host_ = torch::empty({}, torch::TensorOptions().pinned_memory(true));
+      for (size_t i = num_parameters_; i < tensors_.size(); ++i)
+        host_[i].copy_(tensors_[i], /*non_blocking=*/true);
+      if (!loss_host_.defined())
+        loss_host_ = torch::empty({}, torch::TensorOptions().pinned_memory(true));
       loss_host_.copy_(loss.detach(), /*non_blocking=*/true);
     }
     DrainCopies();
@@ -341,8 +354,10 @@ class TorchModelRunner final : public ModelRunner {
   const torch::Device device_;
   std::vector<TensorSpec> specs_;
   std::vector<torch::Tensor> tensors_;  // the model's, on its device, same order as specs_
-  std::vector<torch::Tensor> host_;     // tensors_ on the host: the same tensors on the CPU, pinned mirrors on a GPU
-  std::vector<torch::Tensor> grads_;    // one per parameter, contiguous, on the host (pinned on a GPU)
+  std::vector<torch::Tensor>
+      host_;  // tensors_ on the host: the same tensors on the CPU, pinned mirrors on a GPU
+  std::vector<torch::Tensor>
+      grads_;  // one per parameter, contiguous, on the host (pinned on a GPU)
   size_t num_parameters_ = 0;
   const GradReady* ready_ = nullptr;  // set during TrainStep's backward
   std::vector<bool> reported_;        // by parameter: given to ready_ in this TrainStep
@@ -369,8 +384,8 @@ StatusOr<std::string> DeviceKind(const std::string& device) {
   try {
     const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
     if (d.index() >= count) {
-      return FailedPrecondition("device '" + device + "': this process sees " + std::to_string(count) +
-                                " CUDA device(s)");
+      return FailedPrecondition("device '" + device + "': this process sees " +
+                                std::to_string(count) + " CUDA device(s)");
     }
     return "cuda:" + std::string(at::cuda::getDeviceProperties(d.index())->name);
   } catch (const std::exception& e) {

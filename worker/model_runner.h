@@ -56,8 +56,8 @@ struct ModelOptions {
   // "mlp" | "cnn" | "cnn_bn" (see MakeModel in worker/models.h); every model
   // takes [b, 1, 28, 28] images and has 10 classes.
   std::string model;
-  uint64_t init_seed = 0;  // seeds parameter initialization
-  int threads = 1;         // libtorch intra-op threads: part of the job spec, bits depend on it
+  uint64_t init_seed = 0;      // seeds parameter initialization
+  int threads = 1;             // libtorch intra-op threads: part of the job spec, bits depend on it
   std::string device = "cpu";  // "cpu" or "cuda:N" (as DeviceKind takes it)
 };
 
@@ -99,7 +99,8 @@ class ModelRunner {
   // the copy up to the device starts at once and the next TrainStep or
   // Evaluate waits for it; `src` may be reused as soon as Write returns.
   // Internal if libtorch fails.
-  [[nodiscard]] virtual Status Write(size_t i, size_t byte_offset, const void* src, size_t bytes) = 0;
+  [[nodiscard]] virtual Status Write(size_t i, size_t byte_offset, const void* src,
+                                     size_t bytes) = 0;
 
   // Called by TrainStep once per parameter, with its index, as soon as its
   // gradient is final: GradData(i) gives it during the call, and the memory it
@@ -121,7 +122,8 @@ class ModelRunner {
     return TrainStep(data, indices, rng_seed, nullptr);
   }
   // As above, calling `ready` (if set) for every parameter on the way.
-  [[nodiscard]] virtual StatusOr<float> TrainStep(const Dataset& data, const std::vector<int64_t>& indices,
+  [[nodiscard]] virtual StatusOr<float> TrainStep(const Dataset& data,
+                                                  const std::vector<int64_t>& indices,
                                                   uint64_t rng_seed, const GradReady& ready) = 0;
 
   // Gradient of parameter i (i < NumParameters()) after the last TrainStep:

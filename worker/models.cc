@@ -57,7 +57,8 @@ StatusOr<torch::nn::Sequential> MakeModel(const std::string& name) {
 
 StatusOr<torch::Device> ParseDevice(const std::string& name) {
   if (name == "cpu") return torch::Device(torch::kCPU);
-  if (name.rfind("cuda", 0) != 0) return InvalidArgument("device '" + name + "': expected cpu or cuda:N");
+  if (name.rfind("cuda", 0) != 0)
+    return InvalidArgument("device '" + name + "': expected cpu or cuda:N");
   int index = 0;
   if (name.size() > 4) {
     const std::string digits = name.substr(5);
@@ -71,9 +72,10 @@ StatusOr<torch::Device> ParseDevice(const std::string& name) {
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 #else
   (void)index;
-  return InvalidArgument("device '" + name +
-                         "': this build has no CUDA (its worker was compiled against a CPU-only libtorch); "
-                         "use --device=cpu, or build against a CUDA libtorch (README, \"GPU workers\")");
+  return InvalidArgument(
+      "device '" + name +
+      "': this build has no CUDA (its worker was compiled against a CPU-only libtorch); "
+      "use --device=cpu, or build against a CUDA libtorch (README, \"GPU workers\")");
 #endif
 }
 
@@ -83,8 +85,8 @@ Status PrepareDevice(const torch::Device& device) {
   try {
     const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
     if (device.index() >= count) {
-      return FailedPrecondition("device " + device.str() + ": this process sees " + std::to_string(count) +
-                                " CUDA device(s)");
+      return FailedPrecondition("device " + device.str() + ": this process sees " +
+                                std::to_string(count) + " CUDA device(s)");
     }
     c10::cuda::set_device(device.index());
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
@@ -113,15 +115,17 @@ void SetCpuThreads(int threads) {
   });
   // Looked up, not linked: present only when the BLAS behind libtorch is OpenBLAS.
   using SetBlasThreads = void (*)(int);
-  if (auto set = reinterpret_cast<SetBlasThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(threads);
+  if (auto set = reinterpret_cast<SetBlasThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+    set(threads);
 }
 
 Status CheckModelInput(const Dataset& data) {
   if (data.rows != kImageSide || data.cols != kImageSide) {
-    return InvalidArgument("the models take 28x28 images, the data set holds " + std::to_string(data.rows) +
-                           "x" + std::to_string(data.cols));
+    return InvalidArgument("the models take 28x28 images, the data set holds " +
+                           std::to_string(data.rows) + "x" + std::to_string(data.cols));
   }
-  if (data.size < 0 || data.images.size() != static_cast<size_t>(data.size) * kImageSide * kImageSide ||
+  if (data.size < 0 ||
+      data.images.size() != static_cast<size_t>(data.size) * kImageSide * kImageSide ||
       data.labels.size() != static_cast<size_t>(data.size)) {
     return InvalidArgument("inconsistent data set: size " + std::to_string(data.size) + " with " +
                            std::to_string(data.images.size()) + " pixels and " +
@@ -131,8 +135,8 @@ Status CheckModelInput(const Dataset& data) {
 }
 
 torch::Tensor ImagesView(const Dataset& data) {
-  return torch::from_blob(const_cast<float*>(data.images.data()), {data.size, 1, data.rows, data.cols},
-                          torch::kFloat32);
+  return torch::from_blob(const_cast<float*>(data.images.data()),
+                          {data.size, 1, data.rows, data.cols}, torch::kFloat32);
 }
 
 torch::Tensor LabelsView(const Dataset& data) {

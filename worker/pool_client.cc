@@ -16,16 +16,20 @@ namespace {
 // Sleeps `total` in 50 ms slices, returning early once keep_waiting() is false.
 template <class Pred>
 void SleepWhile(milliseconds total, Pred keep_waiting) {
-  for (auto waited = milliseconds(0); waited < total && keep_waiting(); waited += milliseconds(50)) {
+  for (auto waited = milliseconds(0); waited < total && keep_waiting();
+       waited += milliseconds(50)) {
     std::this_thread::sleep_for(milliseconds(50));
   }
 }
 
 }  // namespace
 
-PoolClient::PoolClient(zmq::context_t* context, std::string scheduler, std::string token, PoolRequest self,
-                       milliseconds poll)
-    : context_(context), scheduler_(std::move(scheduler)), token_(std::move(token)), self_(std::move(self)),
+PoolClient::PoolClient(zmq::context_t* context, std::string scheduler, std::string token,
+                       PoolRequest self, milliseconds poll)
+    : context_(context),
+      scheduler_(std::move(scheduler)),
+      token_(std::move(token)),
+      self_(std::move(self)),
       poll_(poll) {}
 
 PoolClient::~PoolClient() { StopWatching(); }
@@ -39,9 +43,11 @@ StatusOr<PoolAssign> PoolClient::Ask(const std::string& job, const std::string& 
   PoolRequest request = self_;
   request.job = job;
   request.ended = ended;
-  EPS_ASSIGN_OR_RETURN(Envelope reply, Call(channel.get(), Envelope{token_, request}, std::max(poll_, milliseconds(1000))));
+  EPS_ASSIGN_OR_RETURN(Envelope reply, Call(channel.get(), Envelope{token_, request},
+                                            std::max(poll_, milliseconds(1000))));
   auto* assign = std::get_if<PoolAssign>(&reply.body);
-  if (assign == nullptr) return Internal(std::string("the scheduler answered with ") + BodyName(reply.body));
+  if (assign == nullptr)
+    return Internal(std::string("the scheduler answered with ") + BodyName(reply.body));
   return std::move(*assign);
 }
 
@@ -75,13 +81,15 @@ Status PoolClient::Watch(const std::string& job, std::atomic<bool>* leave) {
                            if (!watching_) return;
                            auto answer = Ask(job);
                            if (!answer.ok()) {
-                             LOG_EVERY_N(WARNING, 10) << "no answer from the scheduler: " << answer.status().ToString();
+                             LOG_EVERY_N(WARNING, 10)
+                                 << "no answer from the scheduler: " << answer.status().ToString();
                              continue;
                            }
                            if (answer->job != job) {
-                             LOG(INFO) << "the scheduler moves this worker from job " << job << " to "
-                                       << (answer->job.empty() ? "idle" : "job " + answer->job)
-                                       << ": leaving at the next VW boundary";
+                             LOG(INFO)
+                                 << "the scheduler moves this worker from job " << job << " to "
+                                 << (answer->job.empty() ? "idle" : "job " + answer->job)
+                                 << ": leaving at the next VW boundary";
                              *leave = true;
                              return;
                            }

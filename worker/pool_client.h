@@ -5,13 +5,12 @@
 // boundary) before it asks for the next one. No libtorch.
 #pragma once
 
-#include <zmq.hpp>
-
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
+#include <zmq.hpp>
 
 #include "common/status.h"
 #include "schema/messages.h"

@@ -76,7 +76,9 @@ std::pair<__int128, int64_t> FloorDivMod(__int128 a, int64_t b) {
 
 }  // namespace
 
-uint64_t StreamSeed(uint64_t seed, uint64_t a, uint64_t b) { return Mix64(Mix64(Mix64(seed) ^ a) ^ b); }
+uint64_t StreamSeed(uint64_t seed, uint64_t a, uint64_t b) {
+  return Mix64(Mix64(Mix64(seed) ^ a) ^ b);
+}
 
 std::vector<int64_t> EpochPermutation(uint64_t seed, int64_t epoch, int64_t n) {
   if (n <= 0) return {};
@@ -110,8 +112,8 @@ void Sampler::Indices(VirtualWorkerId vw, Step step, std::vector<int64_t>* out) 
   if (dataset_size_ <= 0) return;
   out->reserve(batch_per_vw_);
   // |step| < 2^63, V and b < 2^32: the stream position fits in 128 bits.
-  const __int128 first =
-      (static_cast<__int128>(step.value()) * num_vws_ + vw.value()) * static_cast<__int128>(batch_per_vw_);
+  const __int128 first = (static_cast<__int128>(step.value()) * num_vws_ + vw.value()) *
+                         static_cast<__int128>(batch_per_vw_);
   auto [epoch, offset] = FloorDivMod(first, dataset_size_);
   int64_t remaining = batch_per_vw_;
   while (remaining > 0) {

@@ -37,7 +37,8 @@ constexpr milliseconds kStopCheck(100);
 constexpr char kStopReason[] = "SIGTERM";
 // Re-registrations in a row, without a plan in between, before the worker gives up.
 constexpr int kMaxReregistrations = 3;
-constexpr milliseconds kRegisterRepeat(2000);  // an unanswered registration is sent again after this
+constexpr milliseconds kRegisterRepeat(
+    2000);  // an unanswered registration is sent again after this
 
 // Sends Heartbeat{worker} to the coordinator every `interval` from its own
 // thread and DEALER socket (a ZeroMQ socket belongs to one thread), until
@@ -49,13 +50,17 @@ constexpr milliseconds kRegisterRepeat(2000);  // an unanswered registration is 
 // be called from any thread; Stop() from the thread that owns the object.
 class Heartbeater {
  public:
-  static StatusOr<std::unique_ptr<Heartbeater>> Start(zmq::context_t* context, const std::string& endpoint,
-                                                      std::string token, milliseconds interval, WorkerId worker) {
+  static StatusOr<std::unique_ptr<Heartbeater>> Start(zmq::context_t* context,
+                                                      const std::string& endpoint,
+                                                      std::string token, milliseconds interval,
+                                                      WorkerId worker) {
     EPS_ASSIGN_OR_RETURN(auto channel, Connect(context, endpoint));
-    std::unique_ptr<Heartbeater> hb(new Heartbeater(context, endpoint, std::move(token), interval, worker));
+    std::unique_ptr<Heartbeater> hb(
+        new Heartbeater(context, endpoint, std::move(token), interval, worker));
     Heartbeater* raw = hb.get();
-    EPS_ASSIGN_OR_RETURN(hb->thread_, StartThreadWithoutStopSignals(
-                                          [raw, ch = std::move(channel)]() mutable { raw->Loop(std::move(ch)); }));
+    EPS_ASSIGN_OR_RETURN(
+        hb->thread_, StartThreadWithoutStopSignals(
+                         [raw, ch = std::move(channel)]() mutable { raw->Loop(std::move(ch)); }));
     return hb;
   }
 
@@ -88,12 +93,16 @@ class Heartbeater {
   }
 
  private:
-  Heartbeater(zmq::context_t* context, std::string endpoint, std::string token, milliseconds interval,
-              WorkerId worker)
-      : context_(context), endpoint_(std::move(endpoint)), token_(std::move(token)), interval_(interval),
+  Heartbeater(zmq::context_t* context, std::string endpoint, std::string token,
+              milliseconds interval, WorkerId worker)
+      : context_(context),
+        endpoint_(std::move(endpoint)),
+        token_(std::move(token)),
+        interval_(interval),
         worker_(worker) {}
 
-  static StatusOr<std::unique_ptr<Channel>> Connect(zmq::context_t* context, const std::string& endpoint) {
+  static StatusOr<std::unique_ptr<Channel>> Connect(zmq::context_t* context,
+                                                    const std::string& endpoint) {
     Channel::Options co;
     co.linger_ms = 0;  // a beat not sent by the time we exit is worthless
     return Channel::Connect(context, endpoint, co);
@@ -113,7 +122,8 @@ class Heartbeater {
         if (fresh.ok()) {
           channel = std::move(fresh).value();
         } else {
-          LOG(WARNING) << "heartbeat: no fresh socket for worker " << worker << ": " << fresh.status().ToString();
+          LOG(WARNING) << "heartbeat: no fresh socket for worker " << worker << ": "
+                       << fresh.status().ToString();
         }
         beating = registration;
         refusals = 0;
@@ -123,19 +133,22 @@ class Heartbeater {
         StatusOr<Channel::Incoming> in = channel->TryReceive();
         if (!in.ok()) break;
         if (!in->envelope.ok()) {
-          LOG(WARNING) << "heartbeat: bad reply from the coordinator: " << in->envelope.status().ToString();
+          LOG(WARNING) << "heartbeat: bad reply from the coordinator: "
+                       << in->envelope.status().ToString();
         } else if (auto* err = std::get_if<ErrorReply>(&in->envelope->body)) {
           // Logged once per registration and then every 20th.
           if (refusals++ % 20 == 0) {
-            LOG(WARNING) << "the coordinator refused a heartbeat (" << refusals << " since worker " << worker
-                         << " began): " << err->ToStatus().ToString();
+            LOG(WARNING) << "the coordinator refused a heartbeat (" << refusals << " since worker "
+                         << worker << " began): " << err->ToStatus().ToString();
           }
           if (err->code == StatusCode::kAborted || err->code == StatusCode::kNotFound) {
             std::lock_guard<std::mutex> guard(mu_);
-            if (registration_ == registration) refused_ = true;  // not if SetWorker() came meanwhile
+            if (registration_ == registration)
+              refused_ = true;  // not if SetWorker() came meanwhile
           }
         } else {
-          LOG(WARNING) << "heartbeat: unexpected " << BodyName(in->envelope->body) << " from the coordinator";
+          LOG(WARNING) << "heartbeat: unexpected " << BodyName(in->envelope->body)
+                       << " from the coordinator";
         }
       }
       Status st = channel->Send(Envelope{token_, Heartbeat{worker}});
@@ -162,9 +175,10 @@ class Heartbeater {
 // must give the same ones, or the model and data this worker holds are wrong.
 bool SameJob(const JobSpec& a, const JobSpec& b) {
   return a.job_id == b.job_id && a.model == b.model && a.data_dir == b.data_dir &&
-         a.virtual_workers == b.virtual_workers && a.batch_per_vw == b.batch_per_vw && a.seed == b.seed &&
-         a.threads == b.threads && a.train_limit == b.train_limit && a.test_limit == b.test_limit &&
-         a.chunk_elems == b.chunk_elems && a.num_shards == b.num_shards && a.grad_wire_dtype == b.grad_wire_dtype &&
+         a.virtual_workers == b.virtual_workers && a.batch_per_vw == b.batch_per_vw &&
+         a.seed == b.seed && a.threads == b.threads && a.train_limit == b.train_limit &&
+         a.test_limit == b.test_limit && a.chunk_elems == b.chunk_elems &&
+         a.num_shards == b.num_shards && a.grad_wire_dtype == b.grad_wire_dtype &&
          a.weight_wire_dtype == b.weight_wire_dtype;
 }
 
@@ -172,7 +186,9 @@ class WorkerImpl final : public Worker {
  public:
   WorkerImpl(WorkerOptions options, std::string device_kind, zmq::context_t* context,
              std::unique_ptr<Channel> coordinator)
-      : options_(std::move(options)), device_kind_(std::move(device_kind)), context_(context),
+      : options_(std::move(options)),
+        device_kind_(std::move(device_kind)),
+        context_(context),
         coordinator_(std::move(coordinator)) {}
 
   Status Run(const std::atomic<bool>* stop) override {
@@ -195,8 +211,9 @@ class WorkerImpl final : public Worker {
       return OkStatus();
     }
     Adopt(*registered);
-    EPS_ASSIGN_OR_RETURN(heartbeat_, Heartbeater::Start(context_, options_.coordinator, options_.token,
-                                                        options_.heartbeat_interval, id_));
+    EPS_ASSIGN_OR_RETURN(heartbeat_,
+                         Heartbeater::Start(context_, options_.coordinator, options_.token,
+                                            options_.heartbeat_interval, id_));
     Status st = CheckThreads();
     if (!st.ok()) {
       // This worker's configuration, not the job, is at fault: leave, do not fail the job.
@@ -207,7 +224,8 @@ class WorkerImpl final : public Worker {
     if (stopping()) return LeaveJob(kStopReason);
     if (!st.ok()) {
       // A job this worker cannot run (unknown model, unreadable data): tell the coordinator.
-      (void)coordinator_->Send(Envelope{options_.token, ErrorReply{st.code(), "worker " + host_ + ": " + st.message()}});
+      (void)coordinator_->Send(
+          Envelope{options_.token, ErrorReply{st.code(), "worker " + host_ + ": " + st.message()}});
       return st;
     }
     return Loop();
@@ -225,21 +243,25 @@ class WorkerImpl final : public Worker {
     while (true) {
       if (stopping()) return Stopped();
       if (until_refused && heartbeat_ != nullptr && heartbeat_->refused()) {
-        return Aborted("the coordinator refuses the heartbeats of worker " + std::to_string(id_.value()) +
-                       ": it no longer knows this worker");
+        return Aborted("the coordinator refuses the heartbeats of worker " +
+                       std::to_string(id_.value()) + ": it no longer knows this worker");
       }
-      const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return DeadlineExceeded("no message within " + std::to_string(timeout.count()) + " ms");
+      const auto left =
+          std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0)
+        return DeadlineExceeded("no message within " + std::to_string(timeout.count()) + " ms");
       StatusOr<size_t> ready = AwaitReadable(channels, std::min(left, kStopCheck));
       if (ready.ok()) return ready;
       // DeadlineExceeded: this slice is over; Aborted: a signal interrupted the poll.
       const StatusCode code = ready.status().code();
-      if (code != StatusCode::kDeadlineExceeded && code != StatusCode::kAborted) return ready.status();
+      if (code != StatusCode::kDeadlineExceeded && code != StatusCode::kAborted)
+        return ready.status();
     }
   }
 
   // AwaitAny on one channel, then its message.
-  StatusOr<Channel::Incoming> Receive(Channel* channel, milliseconds timeout, bool until_refused = false) const {
+  StatusOr<Channel::Incoming> Receive(Channel* channel, milliseconds timeout,
+                                      bool until_refused = false) const {
     EPS_RETURN_IF_ERROR(AwaitAny({channel}, timeout, until_refused).status());
     return channel->TryReceive();
   }
@@ -256,12 +278,14 @@ class WorkerImpl final : public Worker {
   // The coordinator's answer to the request sent last: the second half of CallCoordinator().
   StatusOr<Envelope> AwaitCoordinator(milliseconds timeout, bool until_refused) {
     StatusOr<Channel::Incoming> received = Receive(coordinator_.get(), timeout, until_refused);
-    if (until_refused && !received.ok() && received.status().code() == StatusCode::kAborted && !stopping()) {
+    if (until_refused && !received.ok() && received.status().code() == StatusCode::kAborted &&
+        !stopping()) {
       // Abandoned: a late answer must not be taken for the next call's.
       EPS_ASSIGN_OR_RETURN(coordinator_, Channel::Connect(context_, options_.coordinator));
     }
     EPS_ASSIGN_OR_RETURN(Channel::Incoming in, std::move(received));
-    if (!in.envelope.ok()) return in.envelope.status().WithContext("bad reply from the coordinator");
+    if (!in.envelope.ok())
+      return in.envelope.status().WithContext("bad reply from the coordinator");
     if (const auto* err = std::get_if<ErrorReply>(&in.envelope->body)) return err->ToStatus();
     return std::move(in.envelope).value();
   }
@@ -273,7 +297,8 @@ class WorkerImpl final : public Worker {
   // answer is kept in overruled_ for Loop() and the plan ends, Aborted.
   Status ConfirmPlan(bool wait) {
     if (ahead_ == nullptr) return OkStatus();
-    if (!wait && !heartbeat_->refused() && !AwaitReadable({coordinator_.get()}, milliseconds(0)).ok()) {
+    if (!wait && !heartbeat_->refused() &&
+        !AwaitReadable({coordinator_.get()}, milliseconds(0)).ok()) {
       return OkStatus();
     }
     StatusOr<Envelope> answer = AwaitCoordinator(options_.plan_timeout, /*until_refused=*/true);
@@ -296,7 +321,8 @@ class WorkerImpl final : public Worker {
     const auto deadline = std::chrono::steady_clock::now() + options_.register_timeout;
     StatusOr<Envelope> reply = DeadlineExceeded("");
     for (;;) {
-      const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) break;
       reply = CallCoordinator(RegisterWorker{options_.host, uint32_t(getpid()), device_kind_},
                               std::min(left, kRegisterRepeat));
@@ -306,12 +332,14 @@ class WorkerImpl final : public Worker {
     }
     if (!reply.ok()) {
       return reply.status().code() == StatusCode::kDeadlineExceeded
-                 ? DeadlineExceeded("the coordinator at " + options_.coordinator + " did not answer the registration within " +
+                 ? DeadlineExceeded("the coordinator at " + options_.coordinator +
+                                    " did not answer the registration within " +
                                     std::to_string(options_.register_timeout.count()) + " ms")
                  : reply.status();
     }
     auto* r = std::get_if<RegisterWorkerReply>(&reply->body);
-    if (r == nullptr) return Internal(std::string("registration answered with ") + BodyName(reply->body));
+    if (r == nullptr)
+      return Internal(std::string("registration answered with ") + BodyName(reply->body));
     return std::move(*r);
   }
 
@@ -320,9 +348,9 @@ class WorkerImpl final : public Worker {
     spec_ = r.spec;
     shard_addresses_ = r.shard_addresses;
     host_ = options_.host + "/w" + std::to_string(id_.value());
-    LOG(INFO) << "registered as worker " << id_ << " of job '" << spec_.job_id << "' (" << spec_.model
-              << ", V=" << spec_.virtual_workers << ", " << shard_addresses_.size() << " shards) on "
-              << options_.device << " (" << device_kind_ << ")";
+    LOG(INFO) << "registered as worker " << id_ << " of job '" << spec_.job_id << "' ("
+              << spec_.model << ", V=" << spec_.virtual_workers << ", " << shard_addresses_.size()
+              << " shards) on " << options_.device << " (" << device_kind_ << ")";
   }
 
   // After the coordinator forgot this worker: a new id for the same job; the
@@ -330,8 +358,8 @@ class WorkerImpl final : public Worker {
   Status Reregister() {
     EPS_ASSIGN_OR_RETURN(RegisterWorkerReply r, Register());
     if (!SameJob(r.spec, spec_) || r.shard_addresses.size() != shards_.size()) {
-      return FailedPrecondition("registered again, but the coordinator now runs another job ('" + r.spec.job_id +
-                                "', model " + r.spec.model + ")");
+      return FailedPrecondition("registered again, but the coordinator now runs another job ('" +
+                                r.spec.job_id + "', model " + r.spec.model + ")");
     }
     for (size_t s = 0; s < shards_.size(); ++s) {
       if (r.shard_addresses[s] == shard_addresses_[s]) continue;
@@ -357,10 +385,11 @@ class WorkerImpl final : public Worker {
     }
     const auto deadline = std::chrono::steady_clock::now() + options_.leave_timeout;
     while (true) {
-      const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) {
-        LOG(WARNING) << "the coordinator did not acknowledge the leave within " << options_.leave_timeout.count()
-                     << " ms";
+        LOG(WARNING) << "the coordinator did not acknowledge the leave within "
+                     << options_.leave_timeout.count() << " ms";
         return OkStatus();
       }
       StatusOr<Channel::Incoming> in = coordinator_->Receive(left);
@@ -393,7 +422,8 @@ class WorkerImpl final : public Worker {
     if (options_.threads == 0 || options_.threads == job) return OkStatus();
     if (options_.threads < job) {
       return InvalidArgument("this worker may use " + std::to_string(options_.threads) +
-                             " threads, but job '" + spec_.job_id + "' computes with " + std::to_string(job) +
+                             " threads, but job '" + spec_.job_id + "' computes with " +
+                             std::to_string(job) +
                              " intra-op threads (the bits depend on that count): allow at least " +
                              std::to_string(job));
     }
@@ -416,18 +446,22 @@ class WorkerImpl final : public Worker {
   Status Setup() {
     EPS_ASSIGN_OR_RETURN(model_, NewModel());
     const std::string dir = spec_.data_dir + "/";
-    EPS_ASSIGN_OR_RETURN(train_, ReadIdxDataset(dir + "train-images-idx3-ubyte.gz", dir + "train-labels-idx1-ubyte.gz",
-                                                spec_.train_limit));
+    EPS_ASSIGN_OR_RETURN(train_,
+                         ReadIdxDataset(dir + "train-images-idx3-ubyte.gz",
+                                        dir + "train-labels-idx1-ubyte.gz", spec_.train_limit));
     if (spec_.test_limit >= 0) {
-      EPS_ASSIGN_OR_RETURN(test_, ReadIdxDataset(dir + "t10k-images-idx3-ubyte.gz", dir + "t10k-labels-idx1-ubyte.gz",
-                                                 spec_.test_limit));
+      EPS_ASSIGN_OR_RETURN(test_,
+                           ReadIdxDataset(dir + "t10k-images-idx3-ubyte.gz",
+                                          dir + "t10k-labels-idx1-ubyte.gz", spec_.test_limit));
     }
     if (train_.size < 1) return InvalidArgument("the training set is empty");
-    sampler_ = std::make_unique<Sampler>(spec_.seed, train_.size, spec_.virtual_workers, spec_.batch_per_vw);
+    sampler_ = std::make_unique<Sampler>(spec_.seed, train_.size, spec_.virtual_workers,
+                                         spec_.batch_per_vw);
     std::vector<TensorSpec> tensors = model_->Tensors();
     tensors.push_back(LossTensor());
     EPS_ASSIGN_OR_RETURN(layout_, MakeLayout(tensors, spec_.num_shards, spec_.chunk_elems));
-    if (shard_addresses_.size() != layout_.num_shards) return Internal("shard address list does not match the job");
+    if (shard_addresses_.size() != layout_.num_shards)
+      return Internal("shard address list does not match the job");
     // Flat gradient vector: parameters in layout order, then the loss.
     flat_offset_.assign(layout_.tensors.size(), 0);
     for (size_t i = 0; i < layout_.tensors.size(); ++i) {
@@ -446,7 +480,8 @@ class WorkerImpl final : public Worker {
       shm_offset_[c.id.value()] = end;
       end += Aligned(PulledBytes(c));
     }
-    // A block partial's region: the fp32 sum, then its encoding in the gradient wire dtype, if compressed.
+    // A block partial's region: the fp32 sum, then its encoding in the gradient wire dtype, if
+    // compressed.
     push_encoded_at_ = ShmRegion::kHeaderBytes + Aligned(flat_size_ * sizeof(float));
     push_region_size_ = push_encoded_at_;
     if (spec_.grad_wire_dtype != WireDType::kFP32) {
@@ -488,16 +523,18 @@ class WorkerImpl final : public Worker {
       EPS_ASSIGN_OR_RETURN(shards_[s], Channel::Connect(context_, shard_addresses_[s]));
       EPS_ASSIGN_OR_RETURN(pullers_[s], Channel::Connect(context_, shard_addresses_[s]));
       outstanding_[s] = 0;
-      shm_pushes_[s] = 0;  // the shard may have moved: pushes wait for a pull answered through shared memory
-      // A fresh region with the fresh socket: a shard may still answer the old one's pulls into the old one.
+      shm_pushes_[s] =
+          0;  // the shard may have moved: pushes wait for a pull answered through shared memory
+      // A fresh region with the fresh socket: a shard may still answer the old one's pulls into the
+      // old one.
       pull_regions_[s].reset();
       if (!options_.shm) continue;
       auto region = ShmRegion::Create(shm_size_[s]);
       if (region.ok()) {
         pull_regions_[s] = std::move(region).value();
       } else {
-        LOG(WARNING) << "no shared memory for the pulls from shard " << s << " (pulling through the socket): "
-                     << region.status().ToString();
+        LOG(WARNING) << "no shared memory for the pulls from shard " << s
+                     << " (pulling through the socket): " << region.status().ToString();
       }
     }
     return OkStatus();
@@ -596,10 +633,11 @@ class WorkerImpl final : public Worker {
         if (code != StatusCode::kAborted && code != StatusCode::kNotFound) return reply.status();
         // The coordinator declared this worker dead or forgot it: join again under a new id.
         if (++reregistrations > kMaxReregistrations) {
-          return Unavailable("the coordinator keeps refusing this worker: " + reply.status().ToString());
+          return Unavailable("the coordinator keeps refusing this worker: " +
+                             reply.status().ToString());
         }
-        LOG(WARNING) << "the coordinator dropped worker " << id_ << " (" << reply.status().ToString()
-                     << "): registering again";
+        LOG(WARNING) << "the coordinator dropped worker " << id_ << " ("
+                     << reply.status().ToString() << "): registering again";
         Status st = Reregister();
         if (stopping()) return LeaveJob(kStopReason);
         EPS_RETURN_IF_ERROR(st);
@@ -610,7 +648,8 @@ class WorkerImpl final : public Worker {
       report_model = false;
       reregistrations = 0;
       auto* plan = std::get_if<StepPlan>(&reply->body);
-      if (plan == nullptr) return Internal(std::string("step request answered with ") + BodyName(reply->body));
+      if (plan == nullptr)
+        return Internal(std::string("step request answered with ") + BodyName(reply->body));
       Status st;
       switch (plan->kind) {
         case PlanKind::kWait:
@@ -623,8 +662,13 @@ class WorkerImpl final : public Worker {
           if (!st.ok()) break;
           done = plan->step;
           if (plan->step.value() + 1 < spec_.steps) {
-            guess = StepPlan{PlanKind::kTrain, Step(plan->step.value() + 1), plan->epoch, plan->vw_lo, plan->vw_hi,
-                             0, 0};
+            guess = StepPlan{PlanKind::kTrain,
+                             Step(plan->step.value() + 1),
+                             plan->epoch,
+                             plan->vw_lo,
+                             plan->vw_hi,
+                             0,
+                             0};
           }
           break;
         case PlanKind::kEval:
@@ -680,7 +724,8 @@ class WorkerImpl final : public Worker {
         ReleasePushRegions();
         return OkStatus();
       }
-      for (size_t s = 0; pulling_.has_value() && pulling_->failed.ok() && s < pullers_.size(); ++s) {
+      for (size_t s = 0; pulling_.has_value() && pulling_->failed.ok() && s < pullers_.size();
+           ++s) {
         if (pulling_->answers[s] == 0) continue;
         watch.push_back(pullers_[s].get());
         watched.emplace_back(false, s);
@@ -695,10 +740,12 @@ class WorkerImpl final : public Worker {
         continue;
       }
       --outstanding_[s];
-      if (!in.envelope.ok()) return in.envelope.status().WithContext("bad reply from shard " + std::to_string(s));
+      if (!in.envelope.ok())
+        return in.envelope.status().WithContext("bad reply from shard " + std::to_string(s));
       if (auto* err = std::get_if<ErrorReply>(&in.envelope->body)) {
         if (err->code == StatusCode::kFailedPrecondition && shm_pushes_[s]) {
-          // The shard cannot map this worker's regions after all (the plan is abandoned and pushed again).
+          // The shard cannot map this worker's regions after all (the plan is abandoned and pushed
+          // again).
           LOG(WARNING) << "shard " << s << " cannot read pushes in shared memory (" << err->message
                        << "): pushing to it through the socket from now on";
           shm_refused_[s] = 1;
@@ -730,7 +777,8 @@ class WorkerImpl final : public Worker {
       StatusOr<size_t> ready = AwaitReadable({shard, coordinator_.get()}, kStopCheck);
       if (ready.ok() && *ready == 0) break;
       const StatusCode code = ready.status().code();
-      if (!ready.ok() && code != StatusCode::kDeadlineExceeded && code != StatusCode::kAborted) return ready.status();
+      if (!ready.ok() && code != StatusCode::kDeadlineExceeded && code != StatusCode::kAborted)
+        return ready.status();
       EPS_RETURN_IF_ERROR(ConfirmPlan(/*wait=*/false));
     }
     return Receive(shard, options_.rpc_timeout);
@@ -740,12 +788,17 @@ class WorkerImpl final : public Worker {
   // are then taken by TakePullReply, from PullInto or, for a prefetch,
   // already while the step's pushes are acknowledged (AwaitPushes).
   Status StartPull(Step version, bool prefetch) {
-    pulling_ = PullInFlight{version, prefetch, std::vector<size_t>(pullers_.size()),
-                            std::vector<char>(pullers_.size(), 0), std::vector<char>(pullers_.size(), 0), OkStatus()};
+    pulling_ = PullInFlight{version,
+                            prefetch,
+                            std::vector<size_t>(pullers_.size()),
+                            std::vector<char>(pullers_.size(), 0),
+                            std::vector<char>(pullers_.size(), 0),
+                            OkStatus()};
     pulled_.assign(layout_.chunks.size(), 0);
     for (size_t s = 0; s < pullers_.size(); ++s) {
       for (const std::vector<ChunkId>& group : pull_groups_[s]) {
-        EPS_RETURN_IF_ERROR(pullers_[s]->Send(Envelope{options_.token, MakePull(s, version, group)}));
+        EPS_RETURN_IF_ERROR(
+            pullers_[s]->Send(Envelope{options_.token, MakePull(s, version, group)}));
         ++pulling_->answers[s];
       }
     }
@@ -757,7 +810,8 @@ class WorkerImpl final : public Worker {
   // that version; drops them (fresh sockets) when they are not. Checks that
   // every chunk came.
   Status PullInto(Step version) {
-    if (pulling_.has_value() && pulling_->version != version) EPS_RETURN_IF_ERROR(ReconnectShards());
+    if (pulling_.has_value() && pulling_->version != version)
+      EPS_RETURN_IF_ERROR(ReconnectShards());
     if (!pulling_.has_value()) EPS_RETURN_IF_ERROR(StartPull(version, /*prefetch=*/false));
     EPS_RETURN_IF_ERROR(pulling_->failed);
     for (size_t s = 0; s < pullers_.size(); ++s) {
@@ -767,7 +821,8 @@ class WorkerImpl final : public Worker {
       }
       const std::vector<ChunkId> missing = NotPulled(s);
       if (!missing.empty()) {
-        return DataLoss("shard " + std::to_string(s) + " did not send chunk " + std::to_string(missing[0].value()));
+        return DataLoss("shard " + std::to_string(s) + " did not send chunk " +
+                        std::to_string(missing[0].value()));
       }
     }
     pulling_.reset();
@@ -784,17 +839,22 @@ class WorkerImpl final : public Worker {
     --p.answers[s];
     if (!in.envelope.ok()) return in.envelope.status().WithContext("bad pull reply from " + from);
     if (auto* err = std::get_if<ErrorReply>(&in.envelope->body)) {
-      const bool late = err->code == StatusCode::kDeadlineExceeded || err->code == StatusCode::kUnavailable;
-      if (!p.prefetch || p.pulled_again[s] || !late) return err->ToStatus().WithContext("pull from " + from);
+      const bool late =
+          err->code == StatusCode::kDeadlineExceeded || err->code == StatusCode::kUnavailable;
+      if (!p.prefetch || p.pulled_again[s] || !late)
+        return err->ToStatus().WithContext("pull from " + from);
       p.expired[s] = 1;
     } else {
       auto* reply = std::get_if<PullReply>(&in.envelope->body);
-      if (reply == nullptr || reply->version != p.version) return Internal(from + " answered a pull with something else");
+      if (reply == nullptr || reply->version != p.version)
+        return Internal(from + " answered a pull with something else");
       EPS_RETURN_IF_ERROR(WritePulled(s, *reply).WithContext("pull from " + from));
     }
     if (p.answers[s] == 0 && p.expired[s] && !p.pulled_again[s]) {
-      LOG(INFO) << "the prefetched pull of version " << p.version << " expired at " << from << ": pulling again";
-      EPS_RETURN_IF_ERROR(pullers_[s]->Send(Envelope{options_.token, MakePull(s, p.version, NotPulled(s))}));
+      LOG(INFO) << "the prefetched pull of version " << p.version << " expired at " << from
+                << ": pulling again";
+      EPS_RETURN_IF_ERROR(
+          pullers_[s]->Send(Envelope{options_.token, MakePull(s, p.version, NotPulled(s))}));
       p.pulled_again[s] = 1;
       p.answers[s] = 1;
     }
@@ -812,7 +872,8 @@ class WorkerImpl final : public Worker {
     return out;
   }
 
-  // A pull of `chunks` from shard s, naming the shard's shared-memory region, if any, and each chunk's place in it.
+  // A pull of `chunks` from shard s, naming the shard's shared-memory region, if any, and each
+  // chunk's place in it.
   Pull MakePull(size_t s, Step version, std::vector<ChunkId> chunks) const {
     Pull pull{version, std::move(chunks), spec_.weight_wire_dtype, std::nullopt, {}};
     if (const ShmRegion* region = pull_regions_[s].get()) {
@@ -824,14 +885,16 @@ class WorkerImpl final : public Worker {
 
   // The bytes of a chunk as pulled: a parameter in the weight wire dtype, anything else as it is.
   size_t PulledBytes(const Chunk& c) const {
-    const bool encoded = spec_.weight_wire_dtype != WireDType::kFP32 && KindOf(c) == TensorKind::kParameter;
+    const bool encoded =
+        spec_.weight_wire_dtype != WireDType::kFP32 && KindOf(c) == TensorKind::kParameter;
     return layout_.WireBytes(c, encoded ? spec_.weight_wire_dtype : WireDType::kFP32);
   }
 
   // Writes the chunks of a pull reply from shard s into the model, from the
   // message or from the pull's shared-memory region, and marks them in pulled_.
   Status WritePulled(size_t s, const PullReply& reply) {
-    for (const ChunkBytes& cb : reply.chunks) EPS_RETURN_IF_ERROR(WritePulledChunk(s, cb.chunk, cb.data, cb.size));
+    for (const ChunkBytes& cb : reply.chunks)
+      EPS_RETURN_IF_ERROR(WritePulledChunk(s, cb.chunk, cb.data, cb.size));
     if (reply.shm_chunks.empty()) {
       ++times_.inline_replies;
       return OkStatus();
@@ -840,7 +903,8 @@ class WorkerImpl final : public Worker {
     if (region == nullptr) return DataLoss("a pull reply in shared memory that no pull named");
     for (const ShmChunk& c : reply.shm_chunks) {
       if (c.chunk.value() >= layout_.chunks.size() || c.offset != shm_offset_[c.chunk.value()]) {
-        return DataLoss("pulled chunk " + std::to_string(c.chunk.value()) + " is not where the pull asked for it");
+        return DataLoss("pulled chunk " + std::to_string(c.chunk.value()) +
+                        " is not where the pull asked for it");
       }
       EPS_RETURN_IF_ERROR(WritePulledChunk(s, c.chunk, region->data() + c.offset, c.size));
     }
@@ -854,7 +918,8 @@ class WorkerImpl final : public Worker {
   Status WritePulledChunk(size_t s, ChunkId id, const void* data, size_t size) {
     if (id.value() >= layout_.chunks.size()) return DataLoss("pulled an unknown chunk");
     const Chunk& c = layout_.chunks[id.value()];
-    if (c.shard.value() != s || size != PulledBytes(c) || KindOf(c) == TensorKind::kLoss || pulled_[id.value()]) {
+    if (c.shard.value() != s || size != PulledBytes(c) || KindOf(c) == TensorKind::kLoss ||
+        pulled_[id.value()]) {
       return DataLoss("pulled chunk " + std::to_string(id.value()) + " does not match the layout");
     }
     pulled_[id.value()] = 1;
@@ -866,14 +931,16 @@ class WorkerImpl final : public Worker {
     }
     decoded_.resize(c.numel);
     DecodeWire(wire, data, decoded_.size(), decoded_.data());
-    return model_->Write(c.tensor, c.offset * elem, decoded_.data(), decoded_.size() * sizeof(float));
+    return model_->Write(c.tensor, c.offset * elem, decoded_.data(),
+                         decoded_.size() * sizeof(float));
   }
 
   Status PushInitialValues() {
     // A prefetch (of a step >= 1) is of no use once the job starts over, and
     // its replies must not be written into the model the pushes below read.
     if (pulling_.has_value()) EPS_RETURN_IF_ERROR(ReconnectShards());
-    if (!holds_initial_values_) {  // the job starts over (a shard lost its state before any common checkpoint)
+    if (!holds_initial_values_) {  // the job starts over (a shard lost its state before any common
+                                   // checkpoint)
       EPS_ASSIGN_OR_RETURN(model_, NewModel());
       holds_initial_values_ = true;
     }
@@ -882,8 +949,9 @@ class WorkerImpl final : public Worker {
       for (const Chunk& c : layout_.chunks) {
         if (c.shard.value() != s || KindOf(c) == TensorKind::kLoss) continue;
         const size_t elem = DTypeSize(layout_.tensors[c.tensor].dtype);
-        push.chunks.push_back({c.id, static_cast<const uint8_t*>(model_->Data(c.tensor)) + c.offset * elem,
-                               layout_.ChunkBytes(c), nullptr});
+        push.chunks.push_back(
+            {c.id, static_cast<const uint8_t*>(model_->Data(c.tensor)) + c.offset * elem,
+             layout_.ChunkBytes(c), nullptr});
       }
       EPS_RETURN_IF_ERROR(SendPush(s, std::move(push)));
     }
@@ -937,14 +1005,14 @@ class WorkerImpl final : public Worker {
   // backward (the first layers, the costliest, come last).
   struct OutgoingBlock {
     Block block;
-    std::shared_ptr<float[]> sum;                    // the partial in flat layout, fp32
-    std::shared_ptr<uint16_t[]> encoded;             // the same in the gradient wire dtype, if compressed
-    std::shared_ptr<ShmRegion> region;               // holding `sum` and `encoded`, or null (on the heap)
-    std::vector<char> shm_to;                        // by shard: push from `region` (the message names the bytes)
-    std::vector<char> ready;                         // by tensor: its part of the partial is final
-    std::vector<char> sent;                          // by chunk
-    size_t unsent_bytes = 0;                         // ready, not sent
-    bool eager = true;                               // pushes from backward; not ahead of an unconfirmed plan
+    std::shared_ptr<float[]> sum;         // the partial in flat layout, fp32
+    std::shared_ptr<uint16_t[]> encoded;  // the same in the gradient wire dtype, if compressed
+    std::shared_ptr<ShmRegion> region;    // holding `sum` and `encoded`, or null (on the heap)
+    std::vector<char> shm_to;  // by shard: push from `region` (the message names the bytes)
+    std::vector<char> ready;   // by tensor: its part of the partial is final
+    std::vector<char> sent;    // by chunk
+    size_t unsent_bytes = 0;   // ready, not sent
+    bool eager = true;         // pushes from backward; not ahead of an unconfirmed plan
   };
 
   // Bytes of ready chunks worth a push of their own before backward ends.
@@ -952,10 +1020,16 @@ class WorkerImpl final : public Worker {
 
   // Runs on the compute thread: it owns the region pool and the shard flags read here.
   OutgoingBlock StartBlock(const Block& block) {
-    OutgoingBlock out{block, nullptr, nullptr, nullptr, shm_pushes_, std::vector<char>(layout_.tensors.size(), 0),
+    OutgoingBlock out{block,
+                      nullptr,
+                      nullptr,
+                      nullptr,
+                      shm_pushes_,
+                      std::vector<char>(layout_.tensors.size(), 0),
                       std::vector<char>(layout_.chunks.size(), 0)};
     const bool compressed = spec_.grad_wire_dtype != WireDType::kFP32;
-    if (std::find(out.shm_to.begin(), out.shm_to.end(), 1) != out.shm_to.end()) out.region = TakePushRegion();
+    if (std::find(out.shm_to.begin(), out.shm_to.end(), 1) != out.shm_to.end())
+      out.region = TakePushRegion();
     if (out.region == nullptr) {
       std::fill(out.shm_to.begin(), out.shm_to.end(), 0);
       out.sum.reset(new float[flat_size_]);
@@ -963,9 +1037,11 @@ class WorkerImpl final : public Worker {
       return out;
     }
     uint8_t* base = out.region->data();
-    out.sum = std::shared_ptr<float[]>(out.region, reinterpret_cast<float*>(base + ShmRegion::kHeaderBytes));
+    out.sum = std::shared_ptr<float[]>(out.region,
+                                       reinterpret_cast<float*>(base + ShmRegion::kHeaderBytes));
     if (compressed) {
-      out.encoded = std::shared_ptr<uint16_t[]>(out.region, reinterpret_cast<uint16_t*>(base + push_encoded_at_));
+      out.encoded = std::shared_ptr<uint16_t[]>(
+          out.region, reinterpret_cast<uint16_t*>(base + push_encoded_at_));
     }
     return out;
   }
@@ -1019,7 +1095,8 @@ class WorkerImpl final : public Worker {
   // buffer chunks too. The partial's chunks go in the message, or, to a shard
   // in out.shm_to, stay in out.region and the message says where; buffers
   // always go in the message.
-  Status PushReady(const StepPlan& plan, OutgoingBlock& out, const std::vector<Bytes>& vw0_buffers) {
+  Status PushReady(const StepPlan& plan, OutgoingBlock& out,
+                   const std::vector<Bytes>& vw0_buffers) {
     const WireDType wire = spec_.grad_wire_dtype;
     for (size_t s = 0; s < shards_.size(); ++s) {
       Push push{plan.epoch, plan.step, out.block, {}};
@@ -1059,10 +1136,12 @@ class WorkerImpl final : public Worker {
   // What the reducing thread's tasks for one block use. They hold it, so the
   // compute thread goes on to the next block while they finish this one.
   struct BlockWork {
-    BlockWork(const Block& block, uint32_t virtual_workers, size_t flat_size, WireDType wire, OutgoingBlock outgoing)
+    BlockWork(const Block& block, uint32_t virtual_workers, size_t flat_size, WireDType wire,
+              OutgoingBlock outgoing)
         : reducer(block, virtual_workers, flat_size, wire), out(std::move(outgoing)) {}
     TreeReducer reducer;
-    std::optional<TreeFinisher> finisher;  // the tree's last node: the last VW, added tensor by tensor
+    std::optional<TreeFinisher>
+        finisher;  // the tree's last node: the last VW, added tensor by tensor
     OutgoingBlock out;
     float last_loss = 0;
   };
@@ -1072,22 +1151,25 @@ class WorkerImpl final : public Worker {
   // while the next VW computes, and the last one's finish the tree and go out
   // tensor by tensor as its backward produces them, while the next block (if
   // any) computes. Train() waits for the reducing thread once, at the end.
-  Status TrainBlock(const StepPlan& plan, const Block& block, const std::vector<Bytes>& step_buffers,
-                    std::vector<Bytes>* vw0_buffers, const std::function<void(Duration*)>& lap) {
+  Status TrainBlock(const StepPlan& plan, const Block& block,
+                    const std::vector<Bytes>& step_buffers, std::vector<Bytes>* vw0_buffers,
+                    const std::function<void(Duration*)>& lap) {
     const uint32_t last = block.hi() - 1;
     // Used by the reducing thread only, from the tasks posted below (after a
     // failed task it skips the rest, so none of them sees an empty finisher).
-    auto work = std::make_shared<BlockWork>(block, spec_.virtual_workers, flat_size_, spec_.grad_wire_dtype,
-                                            StartBlock(block));
+    auto work = std::make_shared<BlockWork>(block, spec_.virtual_workers, flat_size_,
+                                            spec_.grad_wire_dtype, StartBlock(block));
     // The last VW's parameter i is final in GradData(i), which holds it until
     // the next TrainStep, and after it in the gradients taken then.
     const ModelRunner::GradReady push_as_ready = [&](size_t i) {
       reducing_->Post([this, &plan, work, i, grad = model_->GradData(i)] {
-        work->finisher->Add(flat_offset_[i], layout_.tensors[i].numel(), grad, work->out.sum.get() + flat_offset_[i]);
+        work->finisher->Add(flat_offset_[i], layout_.tensors[i].numel(), grad,
+                            work->out.sum.get() + flat_offset_[i]);
         return TensorReady(plan, work->out, i);
       });
     };
-    const ModelRunner::GradReady after_backward;  // VWs before the last: their gradients are taken after it
+    const ModelRunner::GradReady
+        after_backward;  // VWs before the last: their gradients are taken after it
     std::vector<int64_t> indices;
     ModelRunner::Gradients last_grads;
     for (uint32_t v = block.lo; v <= last; ++v) {
@@ -1103,7 +1185,8 @@ class WorkerImpl final : public Worker {
       if (v != plan.vw_lo) EPS_RETURN_IF_ERROR(RestoreBuffers(step_buffers));
       sampler_->Indices(VirtualWorkerId(v), plan.step, &indices);
       if (is_last && block.hi() == plan.vw_hi) {
-        // No chunk of w(t+1) can step before this VW's backward: the pulls need not wait at the shards longer.
+        // No chunk of w(t+1) can step before this VW's backward: the pulls need not wait at the
+        // shards longer.
         EPS_RETURN_IF_ERROR(Prefetch(Step(plan.step.value() + 1)));
       }
       if (is_last) {  // after the earlier VWs' leaves: the tasks run in order
@@ -1116,8 +1199,10 @@ class WorkerImpl final : public Worker {
       }
       lap(&times_.copies);
       const Slowdown slowdown = StartSlowdown();
-      EPS_ASSIGN_OR_RETURN(float loss, model_->TrainStep(train_, indices, StreamSeed(spec_.seed, v, plan.step.value()),
-                                                         is_last ? push_as_ready : after_backward));
+      EPS_ASSIGN_OR_RETURN(
+          float loss,
+          model_->TrainStep(train_, indices, StreamSeed(spec_.seed, v, plan.step.value()),
+                            is_last ? push_as_ready : after_backward));
       SlowDown(slowdown);
       lap(&times_.compute);
       if (v == 0) *vw0_buffers = SnapshotBuffers();
@@ -1134,13 +1219,16 @@ class WorkerImpl final : public Worker {
     lap(&times_.copies);
     EPS_RETURN_IF_ERROR(ConfirmPlan(/*wait=*/true));  // before the block's first push
     lap(&times_.plan);
-    // The last task of the block: it holds the last VW's gradients until the tasks before it have read them.
-    reducing_->Post([this, &plan, work, grads = std::move(last_grads), loss_at = flat_offset_.back(),
-                     buffers = block.lo == 0 ? *vw0_buffers : std::vector<Bytes>{}] {  // the layout ends with the loss
-      work->finisher->Add(loss_at, 1, &work->last_loss, work->out.sum.get() + loss_at);
-      work->out.ready.back() = 1;
-      return PushReady(plan, work->out, buffers);
-    });
+    // The last task of the block: it holds the last VW's gradients until the tasks before it have
+    // read them.
+    reducing_->Post(
+        [this, &plan, work, grads = std::move(last_grads), loss_at = flat_offset_.back(),
+         buffers = block.lo == 0 ? *vw0_buffers
+                                 : std::vector<Bytes>{}] {  // the layout ends with the loss
+          work->finisher->Add(loss_at, 1, &work->last_loss, work->out.sum.get() + loss_at);
+          work->out.ready.back() = 1;
+          return PushReady(plan, work->out, buffers);
+        });
     return OkStatus();
   }
 
@@ -1183,8 +1271,8 @@ class WorkerImpl final : public Worker {
   static std::chrono::steady_clock::duration ThreadCpuTime() {
     timespec ts{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::seconds(ts.tv_sec) +
-                                                                           std::chrono::nanoseconds(ts.tv_nsec));
+    return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
   }
 
   // When a VW's compute began, on the clock --slowdown measures it by: on the CPU the
@@ -1195,7 +1283,8 @@ class WorkerImpl final : public Worker {
   };
   Slowdown StartSlowdown() const {
     if (options_.slowdown <= 1.0) return {};
-    return {options_.device == "cpu" ? ThreadCpuTime() : std::chrono::steady_clock::now().time_since_epoch()};
+    return {options_.device == "cpu" ? ThreadCpuTime()
+                                     : std::chrono::steady_clock::now().time_since_epoch()};
   }
 
   // Idles (slowdown - 1) x the compute begun at `since`, in slices that watch the stop flag.
@@ -1203,7 +1292,8 @@ class WorkerImpl final : public Worker {
     if (options_.slowdown <= 1.0) return;
     const auto compute = StartSlowdown().started - since.started;
     const auto until = std::chrono::steady_clock::now() +
-                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(compute * (options_.slowdown - 1));
+                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                           compute * (options_.slowdown - 1));
     while (!stopping()) {
       const auto left = until - std::chrono::steady_clock::now();
       if (left <= std::chrono::steady_clock::duration::zero()) break;
@@ -1215,35 +1305,41 @@ class WorkerImpl final : public Worker {
     EPS_RETURN_IF_ERROR(PullInto(plan.step));
     const int64_t lo = std::min(plan.eval_lo, test_.size), hi = std::min(plan.eval_hi, test_.size);
     EPS_ASSIGN_OR_RETURN(EvalStats stats, model_->Evaluate(test_, lo, hi, spec_.eval_batch));
-    return coordinator_->Send(
-        Envelope{options_.token, EvalResult{id_, plan.step, plan.eval_lo, plan.eval_hi, stats.correct, stats.loss_sum}});
+    return coordinator_->Send(Envelope{
+        options_.token,
+        EvalResult{id_, plan.step, plan.eval_lo, plan.eval_hi, stats.correct, stats.loss_sum}});
   }
 
   // Where a worker's time goes, summed over its train plans; logged when the job ends.
   struct Times {
-    Duration plan{0};       // waiting for the coordinator's next plan (the other workers, the shards' barrier)
+    Duration plan{
+        0};  // waiting for the coordinator's next plan (the other workers, the shards' barrier)
     Duration pull{0};       // pulling w(t) into the model
     Duration compute{0};    // the VWs' forward and backward (and any --slowdown)
-    Duration copies{0};     // sampling, taking gradients, waiting for the reducing thread to finish and push the partial
+    Duration copies{0};     // sampling, taking gradients, waiting for the reducing thread to finish
+                            // and push the partial
     Duration push_wait{0};  // waiting for the shards to acknowledge the pushes
     int64_t steps = 0;
-    int64_t ahead = 0;      // train plans run ahead of the coordinator's answer (they are among `steps`)
-    int64_t dropped = 0;    // runs ahead the answer overruled
+    int64_t ahead =
+        0;  // train plans run ahead of the coordinator's answer (they are among `steps`)
+    int64_t dropped = 0;         // runs ahead the answer overruled
     int64_t shm_replies = 0;     // pull replies whose bytes came through shared memory
     int64_t inline_replies = 0;  // pull replies whose bytes came in the message
-    int64_t shm_pushes = 0;      // pushes that named bytes in shared memory (written by the reducing thread)
-    int64_t inline_pushes = 0;   // pushes with all their bytes in the message (likewise)
+    int64_t shm_pushes =
+        0;  // pushes that named bytes in shared memory (written by the reducing thread)
+    int64_t inline_pushes = 0;  // pushes with all their bytes in the message (likewise)
     std::string ToString() const {
       auto ms = [this](Duration d) {
         const double total_ms = std::chrono::duration<double, std::milli>(d).count();
         return std::to_string(total_ms / double(std::max<int64_t>(steps, 1)));
       };
-      return "ms per train plan over " + std::to_string(steps) + ": plan wait " + ms(plan) + ", pull " + ms(pull) +
-             ", compute " + ms(compute) + ", copies " + ms(copies) + ", push wait " + ms(push_wait) + "; " +
-             std::to_string(ahead) + " run ahead of their plan, " + std::to_string(dropped) + " runs ahead dropped; " +
-             std::to_string(shm_replies) + " pull replies through shared memory, " + std::to_string(inline_replies) +
-             " inline; " + std::to_string(shm_pushes) + " pushes through shared memory, " +
-             std::to_string(inline_pushes) + " inline";
+      return "ms per train plan over " + std::to_string(steps) + ": plan wait " + ms(plan) +
+             ", pull " + ms(pull) + ", compute " + ms(compute) + ", copies " + ms(copies) +
+             ", push wait " + ms(push_wait) + "; " + std::to_string(ahead) +
+             " run ahead of their plan, " + std::to_string(dropped) + " runs ahead dropped; " +
+             std::to_string(shm_replies) + " pull replies through shared memory, " +
+             std::to_string(inline_replies) + " inline; " + std::to_string(shm_pushes) +
+             " pushes through shared memory, " + std::to_string(inline_pushes) + " inline";
     }
   };
   Times times_;
@@ -1258,7 +1354,8 @@ class WorkerImpl final : public Worker {
   // The plan Train() runs ahead of the coordinator's answer (RunAhead's
   // guess), until ConfirmPlan() takes the answer; nothing is pushed before.
   const StepPlan* ahead_ = nullptr;
-  std::optional<StatusOr<Envelope>> overruled_;  // the answer that overruled a run ahead, for Loop()
+  std::optional<StatusOr<Envelope>>
+      overruled_;  // the answer that overruled a run ahead, for Loop()
 
   WorkerId id_;
   std::string host_;
@@ -1269,31 +1366,37 @@ class WorkerImpl final : public Worker {
   Dataset train_, test_;
   std::unique_ptr<Sampler> sampler_;
   Layout layout_;
-  std::vector<size_t> flat_offset_;  // by tensor: start in the flat gradient vector
-  std::vector<float> decoded_;       // a pulled chunk decoded from the weight wire dtype
+  std::vector<size_t> flat_offset_;       // by tensor: start in the flat gradient vector
+  std::vector<float> decoded_;            // a pulled chunk decoded from the weight wire dtype
   std::unique_ptr<TaskThread> reducing_;  // adds each VW's gradients into its block's tree
   size_t flat_size_ = 0;
-  std::vector<std::unique_ptr<Channel>> shards_;   // by shard: pushes and their replies
-  std::vector<std::unique_ptr<Channel>> pullers_;  // by shard: pulls and their replies (answered out of push order)
-  std::vector<std::unique_ptr<ShmRegion>> pull_regions_;  // by shard: where it may write pull replies (or null)
+  std::vector<std::unique_ptr<Channel>> shards_;  // by shard: pushes and their replies
+  std::vector<std::unique_ptr<Channel>>
+      pullers_;  // by shard: pulls and their replies (answered out of push order)
+  std::vector<std::unique_ptr<ShmRegion>>
+      pull_regions_;                  // by shard: where it may write pull replies (or null)
   std::vector<uint64_t> shm_offset_;  // by chunk: its place in its shard's region
   std::vector<uint64_t> shm_size_;    // by shard: its region's size
-  std::vector<char> shm_pushes_;   // by shard: it answered a pull through shared memory, so it can read pushes there
-  std::vector<char> shm_refused_;  // by shard: it refused a push in shared memory: through the socket for good
-  size_t push_region_size_ = 0;    // a block partial's region (StartBlock)
-  size_t push_encoded_at_ = 0;     // where the partial's encoding starts in it
-  // Regions of block partials: named by pushes not all acknowledged yet, and free for the next blocks.
+  std::vector<char> shm_pushes_;  // by shard: it answered a pull through shared memory, so it can
+                                  // read pushes there
+  std::vector<char>
+      shm_refused_;  // by shard: it refused a push in shared memory: through the socket for good
+  size_t push_region_size_ = 0;  // a block partial's region (StartBlock)
+  size_t push_encoded_at_ = 0;   // where the partial's encoding starts in it
+  // Regions of block partials: named by pushes not all acknowledged yet, and free for the next
+  // blocks.
   std::vector<std::shared_ptr<ShmRegion>> push_regions_used_, push_regions_free_;
-  std::vector<std::vector<std::vector<ChunkId>>> pull_groups_;  // by shard: the chunks of each pull (PullGroups)
+  std::vector<std::vector<std::vector<ChunkId>>>
+      pull_groups_;               // by shard: the chunks of each pull (PullGroups)
   std::vector<int> outstanding_;  // push replies not yet collected, by shard
   // A pull of one version sent to every shard, its replies being taken.
   struct PullInFlight {
     Step version;
-    bool prefetch;                  // sent before it was due (Prefetch)
-    std::vector<size_t> answers;    // by shard: replies not yet taken
-    std::vector<char> expired;      // by shard: a prefetched group waited too long at the shard
+    bool prefetch;                   // sent before it was due (Prefetch)
+    std::vector<size_t> answers;     // by shard: replies not yet taken
+    std::vector<char> expired;       // by shard: a prefetched group waited too long at the shard
     std::vector<char> pulled_again;  // by shard: what did not come was asked for again
-    Status failed;                  // a reply taken while the pushes were acknowledged failed: PullInto returns it
+    Status failed;  // a reply taken while the pushes were acknowledged failed: PullInto returns it
   };
   std::optional<PullInFlight> pulling_;
   std::vector<char> pulled_;  // by chunk: came in the pull in flight
@@ -1301,14 +1404,18 @@ class WorkerImpl final : public Worker {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Worker>> Worker::Open(const WorkerOptions& options, zmq::context_t* context) {
-  if (options.coordinator.empty()) return InvalidArgument("a worker needs the coordinator's address");
+StatusOr<std::unique_ptr<Worker>> Worker::Open(const WorkerOptions& options,
+                                               zmq::context_t* context) {
+  if (options.coordinator.empty())
+    return InvalidArgument("a worker needs the coordinator's address");
   if (options.threads < 0) return InvalidArgument("threads must be >= 0 (0: the job's count)");
-  if (options.heartbeat_interval.count() <= 0) return InvalidArgument("the heartbeat interval must be positive");
+  if (options.heartbeat_interval.count() <= 0)
+    return InvalidArgument("the heartbeat interval must be positive");
   EPS_ASSIGN_OR_RETURN(std::string device_kind, DeviceKind(options.device));
   if (!options.reported_device_kind.empty()) device_kind = options.reported_device_kind;
   EPS_ASSIGN_OR_RETURN(auto channel, Channel::Connect(context, options.coordinator));
-  return std::unique_ptr<Worker>(new WorkerImpl(options, std::move(device_kind), context, std::move(channel)));
+  return std::unique_ptr<Worker>(
+      new WorkerImpl(options, std::move(device_kind), context, std::move(channel)));
 }
 
 }  // namespace eps

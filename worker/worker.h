@@ -41,26 +41,26 @@
 // that set `*stop` (the heartbeat thread blocks SIGTERM and SIGINT).
 #pragma once
 
-#include <zmq.hpp>
-
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
+#include <zmq.hpp>
 
 #include "common/status.h"
 
 namespace eps {
 
 struct WorkerOptions {
-  std::string coordinator;  // the coordinator's endpoint
-  std::string token;        // the job's secret
-  std::string host;         // reported to the coordinator, for logs
+  std::string coordinator;                         // the coordinator's endpoint
+  std::string token;                               // the job's secret
+  std::string host;                                // reported to the coordinator, for logs
   std::chrono::milliseconds plan_timeout{600000};  // longest wait for the next plan
-  std::chrono::milliseconds register_timeout{600000};  // longest wait for the coordinator to take this worker
-  std::chrono::milliseconds rpc_timeout{60000};    // longest wait for a shard's reply
+  std::chrono::milliseconds register_timeout{
+      600000};  // longest wait for the coordinator to take this worker
+  std::chrono::milliseconds rpc_timeout{60000};  // longest wait for a shard's reply
   std::chrono::milliseconds heartbeat_interval{500};
-  std::chrono::milliseconds leave_timeout{2000};    // longest wait for the ack of a Leave
+  std::chrono::milliseconds leave_timeout{2000};  // longest wait for the ack of a Leave
   // "cpu", or "cuda:N" in a build against a CUDA libtorch; Open refuses
   // anything else. The worker reports the device's kind when it registers
   // (DeviceKind in worker/model_runner.h); the coordinator refuses a kind
@@ -96,7 +96,8 @@ class Worker {
   // refuses (any cuda device in a build without CUDA), threads < 0 or a
   // heartbeat interval that is not positive; FailedPrecondition for a GPU that
   // is not there.
-  static StatusOr<std::unique_ptr<Worker>> Open(const WorkerOptions& options, zmq::context_t* context);
+  static StatusOr<std::unique_ptr<Worker>> Open(const WorkerOptions& options,
+                                                zmq::context_t* context);
   virtual ~Worker() = default;
   // Runs until the coordinator says stop (OK), `*stop` turns true and the
   // worker has left the job (OK), or something fails.

@@ -6,11 +6,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <iterator>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <thread>
 
@@ -22,40 +22,52 @@
 #include "worker/worker.h"
 
 DEFINE_string(coordinator, "", "The coordinator's endpoint, e.g. tcp://10.0.0.1:5555");
-DEFINE_string(scheduler, "",
-              "Instead of --coordinator: join the worker pool of this inter-job scheduler (pool_scheduler), "
-              "which names the job to train and moves the worker between jobs");
+DEFINE_string(
+    scheduler, "",
+    "Instead of --coordinator: join the worker pool of this inter-job scheduler (pool_scheduler), "
+    "which names the job to train and moves the worker between jobs");
 DEFINE_string(pool_token_file, "", "File holding the pool's token, with --scheduler (empty: none)");
-DEFINE_int32(pool_poll_ms, 1000, "With --scheduler: interval between two questions to the scheduler");
+DEFINE_int32(pool_poll_ms, 1000,
+             "With --scheduler: interval between two questions to the scheduler");
 DEFINE_string(token_file, "", "File holding the job's secret token (empty: none)");
 DEFINE_int32(plan_timeout_s, 600, "Longest wait for the coordinator's next plan");
 DEFINE_int32(rpc_timeout_s, 60, "Longest wait for a shard's reply");
 DEFINE_int32(heartbeat_ms, 500, "Interval between two heartbeats to the coordinator");
 DEFINE_string(device, "cpu",
-              "Device to compute on: cpu, or cuda:N in a build against a CUDA libtorch (one worker process per "
+              "Device to compute on: cpu, or cuda:N in a build against a CUDA libtorch (one worker "
+              "process per "
               "GPU, or several sharing one)");
 DEFINE_bool(print_device_kind, false,
-            "Print the kind of --device (cpu, or cuda:<GPU name>) as the worker reports it, and exit: 0 if this "
+            "Print the kind of --device (cpu, or cuda:<GPU name>) as the worker reports it, and "
+            "exit: 0 if this "
             "build can compute on it, 2 (with the reason) if not");
-DEFINE_int32(threads, 0,
-             "Cores this worker may use (0: the job's intra-op thread count). Fewer than the job's count is "
-             "refused (the bits depend on it); more is accepted, the extra cores stay unused");
-DEFINE_double(slowdown, 1.0,
-              "Testing and demo aid standing in for slower hardware: idle (F - 1) x each VW's compute time "
-              "(on the CPU its CPU time) after it (1: off). Changes timing, never bits");
+DEFINE_int32(
+    threads, 0,
+    "Cores this worker may use (0: the job's intra-op thread count). Fewer than the job's count is "
+    "refused (the bits depend on it); more is accepted, the extra cores stay unused");
+DEFINE_double(
+    slowdown, 1.0,
+    "Testing and demo aid standing in for slower hardware: idle (F - 1) x each VW's compute time "
+    "(on the CPU its CPU time) after it (1: off). Changes timing, never bits");
 DEFINE_string(compute_cpus, "",
-              "Pin the compute (libtorch) threads to these CPUs (a list as taskset -c takes it: 0, 0-3, 0,2); "
-              "the worker's other threads (ZeroMQ I/O, gradient reduction, heartbeats) then run on the rest of "
+              "Pin the compute (libtorch) threads to these CPUs (a list as taskset -c takes it: 0, "
+              "0-3, 0,2); "
+              "the worker's other threads (ZeroMQ I/O, gradient reduction, heartbeats) then run on "
+              "the rest of "
               "the CPUs it may use. Empty: no pinning. Changes timing, never bits");
 
-DEFINE_bool(shm, true,
-            "Move tensor bytes to and from shards on this host through shared memory instead of the socket: "
-            "each pull offers a region the shard writes the weights into (a shard elsewhere answers inline), "
-            "and once a shard has answered that way the block partials are pushed to it from regions too. "
-            "Changes timing, never bits");
-DEFINE_string(reported_device_kind, "",
-              "Testing aid: report this device kind to the coordinator instead of the device's own (the "
-              "computation is unchanged)");
+DEFINE_bool(
+    shm, true,
+    "Move tensor bytes to and from shards on this host through shared memory instead of the "
+    "socket: "
+    "each pull offers a region the shard writes the weights into (a shard elsewhere answers "
+    "inline), "
+    "and once a shard has answered that way the block partials are pushed to it from regions too. "
+    "Changes timing, never bits");
+DEFINE_string(
+    reported_device_kind, "",
+    "Testing aid: report this device kind to the coordinator instead of the device's own (the "
+    "computation is unchanged)");
 
 namespace {
 // Written by the signal handler (and g_leave by the pool client's thread): lock-free atomics.
@@ -80,7 +92,8 @@ eps::Status PinCompute(const std::string& list, zmq::context_t& context) {
                                 eps::FormatCpuList(allowed));
   }
   std::vector<int> rest;
-  std::set_difference(allowed.begin(), allowed.end(), compute.begin(), compute.end(), std::back_inserter(rest));
+  std::set_difference(allowed.begin(), allowed.end(), compute.begin(), compute.end(),
+                      std::back_inserter(rest));
   EPS_RETURN_IF_ERROR(eps::PinThisThread(compute));
   LOG(INFO) << "computing on CPUs " << eps::FormatCpuList(compute) << ", helper threads on "
             << (rest.empty() ? "the same (no other CPU is allowed)" : eps::FormatCpuList(rest));
@@ -88,7 +101,8 @@ eps::Status PinCompute(const std::string& list, zmq::context_t& context) {
   eps::SetHelperThreadCpus(rest);
   for (int cpu : rest) {
     if (zmq_ctx_set(context.handle(), ZMQ_THREAD_AFFINITY_CPU_ADD, cpu) != 0) {
-      return eps::Internal("zmq_ctx_set(ZMQ_THREAD_AFFINITY_CPU_ADD): " + std::string(zmq_strerror(zmq_errno())));
+      return eps::Internal("zmq_ctx_set(ZMQ_THREAD_AFFINITY_CPU_ADD): " +
+                           std::string(zmq_strerror(zmq_errno())));
     }
   }
   return eps::OkStatus();
@@ -101,7 +115,8 @@ int RunPool(eps::WorkerOptions options, const std::string& device_kind, zmq::con
     LOG(ERROR) << pool_token.status().ToString();
     return 2;
   }
-  eps::PoolClient pool(context, FLAGS_scheduler, *pool_token, eps::PoolRequest{options.host, device_kind, "", ""},
+  eps::PoolClient pool(context, FLAGS_scheduler, *pool_token,
+                       eps::PoolRequest{options.host, device_kind, "", ""},
                        std::chrono::milliseconds(FLAGS_pool_poll_ms));
   // A job that ended since the scheduler named it never answers: ask the scheduler again soon.
   options.register_timeout = std::chrono::seconds(15);
@@ -114,7 +129,8 @@ int RunPool(eps::WorkerOptions options, const std::string& device_kind, zmq::con
       LOG(ERROR) << job.status().ToString();
       return 1;
     }
-    LOG(INFO) << "the scheduler sends this worker to job " << job->job << " at " << job->coordinator;
+    LOG(INFO) << "the scheduler sends this worker to job " << job->job << " at "
+              << job->coordinator;
     options.coordinator = job->coordinator;
     options.token = job->token;
     g_leave = g_stop.load();
@@ -126,10 +142,12 @@ int RunPool(eps::WorkerOptions options, const std::string& device_kind, zmq::con
     eps::Status st = pool.Watch(job->job, &g_leave);
     if (st.ok()) st = (*worker)->Run(&g_leave);
     pool.StopWatching();
-    ended = st.ok() && !g_leave ? job->job : "";  // not left: the job stopped (it ended); said at the next poll
+    ended = st.ok() && !g_leave
+                ? job->job
+                : "";  // not left: the job stopped (it ended); said at the next poll
     if (!st.ok()) {
-      // The job failed or refused this worker: the pool worker lives on; a pause keeps a failing job from
-      // being retried in a tight loop.
+      // The job failed or refused this worker: the pool worker lives on; a pause keeps a failing
+      // job from being retried in a tight loop.
       LOG(ERROR) << "job " << job->job << ": " << st.ToString();
       std::this_thread::sleep_for(std::chrono::seconds(1));
     } else {
@@ -146,7 +164,8 @@ int main(int argc, char** argv) {
   // call; whatever was set before would change the bits between workers.
   const char* inherited = std::getenv("CUBLAS_WORKSPACE_CONFIG");
   const std::string overridden =
-      inherited != nullptr && std::strcmp(inherited, eps::kCublasWorkspaceConfig) != 0 ? inherited : "";
+      inherited != nullptr && std::strcmp(inherited, eps::kCublasWorkspaceConfig) != 0 ? inherited
+                                                                                       : "";
   setenv("CUBLAS_WORKSPACE_CONFIG", eps::kCublasWorkspaceConfig, /*overwrite=*/1);
   gflags::SetUsageMessage(
       "eps_worker --coordinator=ENDPOINT [--token_file=FILE] [--device=cpu|cuda:N] [--threads=N]\n"
@@ -165,8 +184,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!overridden.empty()) {
-    LOG(WARNING) << "CUBLAS_WORKSPACE_CONFIG=" << overridden << " replaced by " << eps::kCublasWorkspaceConfig
-                 << ": every worker of a job must use the same";
+    LOG(WARNING) << "CUBLAS_WORKSPACE_CONFIG=" << overridden << " replaced by "
+                 << eps::kCublasWorkspaceConfig << ": every worker of a job must use the same";
   }
   if (FLAGS_coordinator.empty() == FLAGS_scheduler.empty()) {
     LOG(ERROR) << "give one of --coordinator (a job) and --scheduler (a worker pool)";
@@ -215,7 +234,8 @@ int main(int argc, char** argv) {
       LOG(ERROR) << kind.status().ToString();
       return 2;
     }
-    return RunPool(options, FLAGS_reported_device_kind.empty() ? *kind : FLAGS_reported_device_kind, &context);
+    return RunPool(options, FLAGS_reported_device_kind.empty() ? *kind : FLAGS_reported_device_kind,
+                   &context);
   }
   auto worker = eps::Worker::Open(options, &context);
   if (!worker.ok()) {
