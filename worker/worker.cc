@@ -3,9 +3,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
-#include <ctime>
 #include <optional>
-#include <thread>
 
 #include "common/layout.h"
 #include "common/task_thread.h"
@@ -15,6 +13,7 @@
 #include "worker/coordinator_session.h"
 #include "worker/param_client.h"
 #include "worker/sampler.h"
+#include "worker/slowdown.h"
 #include "worker/step_times.h"
 #include "worker/wait.h"
 
@@ -55,14 +54,6 @@ bool AbandonsPlan(const Status& st) {
   }
 }
 
-// CPU time this thread has used.
-Duration ThreadCpuTime() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return std::chrono::duration_cast<Duration>(std::chrono::seconds(ts.tv_sec) +
-                                              std::chrono::nanoseconds(ts.tv_nsec));
-}
-
 // Adds the time since the last lap to the counter named.
 class Laps {
  public:
@@ -79,7 +70,10 @@ class Laps {
 class WorkerImpl final : public Worker {
  public:
   WorkerImpl(WorkerOptions options, zmq::context_t* context, std::unique_ptr<Channel> coordinator)
-      : options_(std::move(options)), context_(context), coordinator_(std::move(coordinator)) {}
+      : options_(std::move(options)),
+        context_(context),
+        slowdown_(options_.slowdown, options_.device == "cpu"),
+        coordinator_(std::move(coordinator)) {}
 
   Status Run(const std::atomic<bool>* stop) override {
     stop_ = stop;
@@ -409,12 +403,12 @@ class WorkerImpl final : public Worker {
         reducing_->Post([pusher, last] { return pusher->StartLastVW(last); });
       }
       lap(&times_.copies);
-      const Duration slowdown_from = SlowdownClock();
+      const Duration slowdown_from = slowdown_.Start();
       EPS_ASSIGN_OR_RETURN(
           float loss,
           model_->TrainStep(train_, indices, StreamSeed(spec_.seed, v, plan.step.value()),
                             is_last ? push_as_ready : after_backward));
-      SlowDown(slowdown_from);
+      slowdown_.After(slowdown_from, *stop_);
       lap(&times_.compute);
       if (v == 0) *vw0_buffers = SnapshotBuffers();
       EPS_ASSIGN_OR_RETURN(ModelRunner::Gradients grads, model_->TakeGradients());
@@ -470,29 +464,6 @@ class WorkerImpl final : public Worker {
     return OkStatus();
   }
 
-  // The clock --slowdown measures a VW's compute by: on the CPU the thread's
-  // CPU time (a core shared with other processes must not multiply the
-  // slowdown), on a GPU the wall time (this thread mostly waits). Zero
-  // without a slowdown.
-  Duration SlowdownClock() const {
-    if (options_.slowdown <= 1.0) return Duration::zero();
-    return options_.device == "cpu" ? ThreadCpuTime()
-                                    : std::chrono::steady_clock::now().time_since_epoch();
-  }
-
-  // Idles (slowdown - 1) x the compute begun at `since`, in slices that watch the stop flag.
-  void SlowDown(Duration since) {
-    if (options_.slowdown <= 1.0) return;
-    const auto compute = SlowdownClock() - since;
-    const auto until = std::chrono::steady_clock::now() +
-                       std::chrono::duration_cast<Duration>(compute * (options_.slowdown - 1));
-    while (!stopping()) {
-      const auto left = until - std::chrono::steady_clock::now();
-      if (left <= Duration::zero()) break;
-      std::this_thread::sleep_for(std::min<Duration>(left, kStopCheck));
-    }
-  }
-
   Status Evaluate(const StepPlan& plan) {
     EPS_RETURN_IF_ERROR(client_->PullInto(plan.step, nullptr));
     const int64_t lo = std::min(plan.eval_lo, test_.size), hi = std::min(plan.eval_hi, test_.size);
@@ -504,6 +475,7 @@ class WorkerImpl final : public Worker {
   // Constant after construction.
   const WorkerOptions options_;
   zmq::context_t* const context_;
+  const Slowdown slowdown_;
 
   // Owned by the thread that calls Run().
   std::unique_ptr<Channel> coordinator_;  // until Run() hands it to the session

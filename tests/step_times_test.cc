@@ -1,0 +1,75 @@
+#include "worker/step_times.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace eps {
+namespace {
+
+WorkerReport SomeReport() {
+  WorkerReport r;
+  r.host = "h:1";
+  r.device = "cpu";
+  r.device_kind = "cpu";
+  r.worker_ids = {WorkerId(1), WorkerId(4)};
+  r.outcome = "done";
+  r.times.steps = 4;
+  r.times.compute = std::chrono::milliseconds(40);
+  r.times.plan = std::chrono::milliseconds(2);
+  r.times.ahead = 3;
+  r.times.dropped = 1;
+  r.times.reregistrations = 1;
+  r.counts.shm_replies = 5;
+  r.counts.inline_pushes = 2;
+  return r;
+}
+
+TEST(WorkerReport, HoldsEveryFieldInMillisecondsPerTrainPlan) {
+  const nlohmann::json j = nlohmann::json::parse(ReportJson(SomeReport()));
+  EXPECT_EQ(j["host"], "h:1");
+  EXPECT_EQ(j["worker_ids"], nlohmann::json::array({1, 4}));
+  EXPECT_EQ(j["outcome"], "done");
+  EXPECT_EQ(j["error"], "");
+  EXPECT_EQ(j["train_plans"], 4);
+  EXPECT_EQ(j["ran_ahead"], 3);
+  EXPECT_EQ(j["ahead_dropped"], 1);
+  EXPECT_EQ(j["reregistrations"], 1);
+  EXPECT_DOUBLE_EQ(j["ms_per_train_plan"]["compute"].get<double>(), 10.0);
+  EXPECT_DOUBLE_EQ(j["ms_per_train_plan"]["plan_wait"].get<double>(), 0.5);
+  EXPECT_EQ(j["pull_replies"]["shm"], 5);
+  EXPECT_EQ(j["pushes"]["inline"], 2);
+}
+
+TEST(WorkerReport, AFailureCarriesItsStatus) {
+  WorkerReport r = SomeReport();
+  r.outcome = "failed";
+  r.error = Unavailable("shard 0 is down");
+  const nlohmann::json j = nlohmann::json::parse(ReportJson(r));
+  EXPECT_NE(j["error"].get<std::string>().find("shard 0 is down"), std::string::npos);
+}
+
+TEST(WorkerReport, IsWrittenWholeOrNotAtAll) {
+  char tmpl[] = "/tmp/eps-step-times-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string path = dir + "/worker0.json";
+  ASSERT_TRUE(WriteReport(path, SomeReport()).ok());
+  std::ifstream in(path);
+  EXPECT_EQ(nlohmann::json::parse(in)["train_plans"], 4);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  EXPECT_EQ(WriteReport(dir + "/missing/worker0.json", SomeReport()).code(), StatusCode::kInternal);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StepTimes, SummaryCountsWhatMovedThroughSharedMemory) {
+  const WorkerReport r = SomeReport();
+  const std::string s = Summary(r.times, r.counts);
+  EXPECT_NE(s.find("over 4"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace eps
