@@ -34,40 +34,43 @@ void SetTensors(capnp::List<wire::TensorSpec>::Builder out,
   }
 }
 
-void SetSpec(wire::JobSpec::Builder out, const JobSpec& s) {
-  out.setJobId(s.job_id);
-  out.setModel(s.model);
-  out.setDataDir(s.data_dir);
-  out.setVirtualWorkers(s.virtual_workers);
-  out.setBatchPerVw(s.batch_per_vw);
-  out.setSeed(s.seed);
-  out.setSteps(s.steps);
-  out.setThreads(s.threads);
-  out.setTrainLimit(s.train_limit);
-  out.setTestLimit(s.test_limit);
-  out.setChunkElems(s.chunk_elems);
-  out.setNumShards(s.num_shards);
-  out.setEvalBatch(s.eval_batch);
-  out.setAllowMixedDevices(s.allow_mixed_devices);
-  out.setGradWireDtype(static_cast<uint8_t>(s.grad_wire_dtype));
-  out.setWeightWireDtype(static_cast<uint8_t>(s.weight_wire_dtype));
-  auto o = out.initOptimizer();
-  const OptimizerSpec& p = s.optimizer;
-  o.setKind(p.kind);
-  o.setLr(p.lr);
-  o.setMomentum(p.momentum);
-  o.setDampening(p.dampening);
-  o.setNesterov(p.nesterov);
-  o.setWeightDecay(p.weight_decay);
-  o.setBeta1(p.beta1);
-  o.setBeta2(p.beta2);
-  o.setEps(p.eps);
-  o.setSchedule(p.schedule);
-  o.setStepSize(p.step_size);
-  o.setGamma(p.gamma);
-  o.setWarmupSteps(p.warmup_steps);
-  o.setMinLr(p.min_lr);
+// ---- the job spec's fields (the lists in messages.h) ----------------------
+//
+// EPS_PUT_FIELD writes one field with Put and EPS_GET_FIELD reads it with
+// Reader::Get; the overloads pick the conversion by the field's C++ type. Put
+// gets the capnp field's setter and initializer as generic lambdas of the
+// builder, so that each is compiled only where an overload calls it (a number
+// has no initializer; a struct is initialized, not set).
+
+template <class T, class B, class Set, class Init>
+void Put(const T& v, B& out, Set set, Init) {
+  set(out, v);  // numbers, bools, text
 }
+
+template <class B, class Set, class Init>
+void Put(const WireDType& v, B& out, Set set, Init) {
+  set(out, static_cast<uint8_t>(v));
+}
+
+void SetOptimizer(wire::OptimizerSpec::Builder out, const OptimizerSpec& s);
+
+template <class B, class Set, class Init>
+void Put(const OptimizerSpec& v, B& out, Set, Init init) {
+  SetOptimizer(init(out), v);
+}
+
+#define EPS_PUT_FIELD(type, name, default_value, Capnp, flag, role) \
+  Put(                                                              \
+      s.name, out, [](auto& o, const auto& v) { o.set##Capnp(v); }, \
+      [](auto& o) { return o.init##Capnp(); });
+
+void SetOptimizer(wire::OptimizerSpec::Builder out, const OptimizerSpec& s) {
+  EPS_OPTIMIZER_SPEC_FIELDS(EPS_PUT_FIELD)
+}
+
+void SetSpec(wire::JobSpec::Builder out, const JobSpec& s) { EPS_JOB_SPEC_FIELDS(EPS_PUT_FIELD) }
+
+#undef EPS_PUT_FIELD
 
 // Appends the chunks as frames and records their references.
 void SetChunks(capnp::List<wire::ChunkRef>::Builder out, const std::vector<ChunkBytes>& chunks,
@@ -139,41 +142,34 @@ class Reader {
     return OkStatus();
   }
 
-  Status Spec(wire::JobSpec::Reader in, JobSpec* s) {
-    EPS_RETURN_IF_ERROR(Text(in.getJobId(), &s->job_id));
-    EPS_RETURN_IF_ERROR(Text(in.getModel(), &s->model));
-    EPS_RETURN_IF_ERROR(Text(in.getDataDir(), &s->data_dir));
-    s->virtual_workers = in.getVirtualWorkers();
-    s->batch_per_vw = in.getBatchPerVw();
-    s->seed = in.getSeed();
-    s->steps = in.getSteps();
-    s->threads = in.getThreads();
-    s->train_limit = in.getTrainLimit();
-    s->test_limit = in.getTestLimit();
-    s->chunk_elems = in.getChunkElems();
-    s->num_shards = in.getNumShards();
-    s->eval_batch = in.getEvalBatch();
-    s->allow_mixed_devices = in.getAllowMixedDevices();
-    EPS_ASSIGN_OR_RETURN(s->grad_wire_dtype, WireDTypeFromCode(in.getGradWireDtype()));
-    EPS_ASSIGN_OR_RETURN(s->weight_wire_dtype, WireDTypeFromCode(in.getWeightWireDtype()));
-    auto o = in.getOptimizer();
-    OptimizerSpec& p = s->optimizer;
-    EPS_RETURN_IF_ERROR(Text(o.getKind(), &p.kind));
-    p.lr = o.getLr();
-    p.momentum = o.getMomentum();
-    p.dampening = o.getDampening();
-    p.nesterov = o.getNesterov();
-    p.weight_decay = o.getWeightDecay();
-    p.beta1 = o.getBeta1();
-    p.beta2 = o.getBeta2();
-    p.eps = o.getEps();
-    EPS_RETURN_IF_ERROR(Text(o.getSchedule(), &p.schedule));
-    p.step_size = o.getStepSize();
-    p.gamma = o.getGamma();
-    p.warmup_steps = o.getWarmupSteps();
-    p.min_lr = o.getMinLr();
+  // One field of a job spec (see EPS_PUT_FIELD above). A number or a bool is
+  // taken as it is; T is deduced from both arguments, so a C++ field whose type
+  // differs from its capnp field's matches no overload and does not compile.
+  template <class T>
+  Status Get(T in, T* out) {
+    *out = in;
     return OkStatus();
   }
+  Status Get(capnp::Text::Reader in, std::string* out) { return Text(in, out); }
+  Status Get(uint8_t in, WireDType* out) {
+    EPS_ASSIGN_OR_RETURN(*out, WireDTypeFromCode(in));
+    return OkStatus();
+  }
+
+#define EPS_GET_FIELD(type, name, default_value, Capnp, flag, role) \
+  EPS_RETURN_IF_ERROR(Get(in.get##Capnp(), &s->name));
+
+  Status Get(wire::OptimizerSpec::Reader in, OptimizerSpec* s) {
+    EPS_OPTIMIZER_SPEC_FIELDS(EPS_GET_FIELD)
+    return OkStatus();
+  }
+
+  Status Spec(wire::JobSpec::Reader in, JobSpec* s) {
+    EPS_JOB_SPEC_FIELDS(EPS_GET_FIELD)
+    return OkStatus();
+  }
+
+#undef EPS_GET_FIELD
 
   Status Chunks(capnp::List<wire::ChunkRef>::Reader in, std::vector<ChunkBytes>* out) {
     EPS_RETURN_IF_ERROR(ListSize(in, "chunks"));
