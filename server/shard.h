@@ -10,7 +10,8 @@
 // completed step (with the step's loss if it owns the loss chunk) to the
 // coordinator and exits when the coordinator sends Shutdown, or refuses the
 // shard for good (an ErrorReply InvalidArgument, FailedPrecondition or
-// Unauthenticated: a config it can never serve). Other error replies from the
+// Unauthenticated: a config it can never serve; ProtocolError: a message of
+// this shard the coordinator cannot read). Other error replies from the
 // coordinator (NotFound from a restarted one, Aborted, Unavailable) are logged
 // at most once a minute and the shard serves on. Bad messages from workers get
 // an ErrorReply and a log line; nothing from them stops the service.

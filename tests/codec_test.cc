@@ -1,7 +1,7 @@
 // Tests for the wire codec (schema/codec.h): every message kind survives
 // Encode -> Decode with all its fields, chunk bytes are never copied, and any
 // malformed input (garbage, bit flips, truncation, bad frame references, limits)
-// gives a non-OK Status instead of a crash. Every field of the job spec's field
+// gives a ProtocolError instead of a crash. Every field of the job spec's field
 // lists (schema/messages.h) is compared, carried and has its capnp field.
 //
 // Envelopes Encode cannot produce (another protocol version, an unknown union
@@ -360,7 +360,8 @@ void ExpectInvalid(const std::vector<Frame>& frames, const std::string& message_
                    const DecodeLimits& limits = DecodeLimits()) {
   auto decoded = Decode(frames, limits);
   ASSERT_FALSE(decoded.ok()) << "decoded a malformed message as " << BodyName(decoded->body);
-  EXPECT_EQ(decoded.status().code(), StatusCode::kInvalidArgument) << decoded.status().ToString();
+  // A peer that sends it broke the protocol.
+  EXPECT_EQ(decoded.status().code(), StatusCode::kProtocolError) << decoded.status().ToString();
   EXPECT_NE(decoded.status().message().find(message_part), std::string::npos)
       << "'" << decoded.status().message() << "' does not mention '" << message_part << "'";
 }
@@ -579,6 +580,30 @@ TEST(JobSpecFields, SameComputationComparesExactlyTheFieldsThatFixWhatAWorkerCom
   }
 }
 
+// ---- status codes in ErrorReply and RollbackDone -----------------------------
+
+TEST(Codec, EveryStatusCodeCrossesTheWireInErrorReplyAndRollbackDone) {
+  for (int c = 1; c <= static_cast<int>(kLastStatusCode); ++c) {
+    const auto code = static_cast<StatusCode>(c);
+    SCOPED_TRACE(StatusCodeName(code));
+    auto error = Decode(EncodeOrDie({"t", ErrorReply{code, "why"}}));
+    ASSERT_TRUE(error.ok()) << error.status().ToString();
+    EXPECT_EQ(std::get<ErrorReply>(error->body).ToStatus().code(), code);
+    EXPECT_EQ(std::get<ErrorReply>(error->body).message, "why");
+    RollbackDone done;
+    done.code = code;
+    auto rollback = Decode(EncodeOrDie({"t", done}));
+    ASSERT_TRUE(rollback.ok()) << rollback.status().ToString();
+    EXPECT_EQ(std::get<RollbackDone>(rollback->body).code, code);
+  }
+  // The codes added last, by name: a peer's protocol violation and "do it another way".
+  for (StatusCode code : {StatusCode::kProtocolError, StatusCode::kUnimplemented}) {
+    auto error = Decode(EncodeOrDie({"t", ErrorReply{code, "x"}}));
+    ASSERT_TRUE(error.ok()) << error.status().ToString();
+    EXPECT_EQ(std::get<ErrorReply>(error->body).code, code);
+  }
+}
+
 TEST(Codec, EncodeHandsChunkBytesThroughWithoutCopying) {
   Push push;
   push.block = Block{0, 1};
@@ -666,7 +691,11 @@ TEST(Codec, UnknownEnumValuesAndInvertedRangesAreRefused) {
   plan.eval_hi = 9;
   ExpectInvalid(EncodeOrDie({"t", plan}), "inverted");
 
-  ExpectInvalid(EncodeOrDie({"t", ErrorReply{static_cast<StatusCode>(12), "x"}}), "error code");
+  const auto unknown = static_cast<StatusCode>(static_cast<int>(kLastStatusCode) + 1);
+  ExpectInvalid(EncodeOrDie({"t", ErrorReply{unknown, "x"}}), "error code");
+  RollbackDone done;
+  done.code = unknown;
+  ExpectInvalid(EncodeOrDie({"t", done}), "rollback status code");
   // An error that says OK would turn into a successful Call without a reply.
   ExpectInvalid(EncodeOrDie({"t", ErrorReply{StatusCode::kOk, "x"}}), "error code");
 }
@@ -768,7 +797,7 @@ TEST(Codec, DecodeLimitsAreEnforced) {
   ExpectInvalid(EncodeOrDie({"t", push}), "too long", limits);
 }
 
-// Every answer to hostile bytes is InvalidArgument; nothing crashes, nothing
+// Every answer to hostile bytes is ProtocolError; nothing crashes, nothing
 // reads outside the frames (ASan), nothing reads unaligned words (UBSan).
 void ExpectDecodeSurvives(const std::vector<Frame>& frames, int* accepted) {
   auto got = Decode(frames);
@@ -776,7 +805,7 @@ void ExpectDecodeSurvives(const std::vector<Frame>& frames, int* accepted) {
     ++*accepted;
     EXPECT_LT(got->body.index(), std::variant_size_v<Body>);
   } else {
-    EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument) << got.status().ToString();
+    EXPECT_EQ(got.status().code(), StatusCode::kProtocolError) << got.status().ToString();
     EXPECT_FALSE(got.status().message().empty());
   }
 }
@@ -849,7 +878,7 @@ TEST(CodecFuzz, EveryTruncationOfValidMessagesIsInvalid) {
       auto got = Decode(wire);
       ASSERT_FALSE(got.ok()) << "header truncated to " << size << " of " << frames[0].size
                              << " bytes decoded";
-      EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(got.status().code(), StatusCode::kProtocolError);
     }
   }
 }

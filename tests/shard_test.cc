@@ -1995,7 +1995,8 @@ TEST(ShardService, RegistersAgainEveryIntervalWithTheVersionItServes) {
 }
 
 TEST(ShardService, ServesOnThroughTransientCoordinatorErrorsAndStopsOnAConfigItCannotServe) {
-  for (StatusCode fatal : {StatusCode::kInvalidArgument, StatusCode::kFailedPrecondition}) {
+  for (StatusCode fatal : {StatusCode::kInvalidArgument, StatusCode::kFailedPrecondition,
+                           StatusCode::kProtocolError}) {
     SCOPED_TRACE(StatusCodeName(fatal));
     zmq::context_t context(1);
     Job job(73);
