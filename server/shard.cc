@@ -368,7 +368,7 @@ class ShardImpl final : public Shard {
       // there again.
       Status readable =
           options_.refuse_shm_pushes && push->shm.has_value()
-              ? FailedPrecondition("refusing pushes in shared memory (--refuse_shm_pushes)")
+              ? Unimplemented("refusing pushes in shared memory (--refuse_shm_pushes)")
               : ResolveShmChunks(&shm_, push);
       auto outcome =
           readable.ok() ? state_.HandlePush(*push) : StatusOr<ShardState::PushOutcome>(readable);
