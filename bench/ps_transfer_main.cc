@@ -461,10 +461,11 @@ class Client {
         return Internal("a pull was answered with something else");
       size_t n = 0;
       for (const ChunkBytes& cb : pulled->chunks) {
-        if (cb.chunk.value() >= layout_.chunks.size()) return DataLoss("pulled an unknown chunk");
+        if (cb.chunk.value() >= layout_.chunks.size())
+          return ProtocolError("pulled an unknown chunk");
         const Chunk& c = layout_.chunks[cb.chunk.value()];
         if (cb.size != layout_.WireBytes(c, setup_.wire)) {
-          return DataLoss("pulled chunk of the wrong size");
+          return ProtocolError("pulled chunk of the wrong size");
         }
         // PullInto(): a copy, or the decoding from the wire dtype, which the worker always does.
         if (setup_.worker_copies || setup_.wire != WireDType::kFP32) {
@@ -472,7 +473,7 @@ class Client {
         }
         ++n;
       }
-      if (n != pulled_per_shard_[s]) return DataLoss("a pull reply lacks chunks");
+      if (n != pulled_per_shard_[s]) return ProtocolError("a pull reply lacks chunks");
     }
     return OkStatus();
   }
@@ -499,7 +500,7 @@ class Client {
         if (!raw_[s].recv(m, zmq::recv_flags::none)) return Internal("raw receive");
         bytes += m.size();
       } while (m.more());
-      if (bytes == 0) return DataLoss("empty raw reply");
+      if (bytes == 0) return ProtocolError("empty raw reply");
     }
     if (times != nullptr) times->Add(0, 0, 0, MsSince(t0));
     return OkStatus();

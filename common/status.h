@@ -5,11 +5,20 @@
 //   kAborted            re-read the assignment / plan and redo the work.
 //   kInvalidArgument,
 //   kFailedPrecondition do not retry: the request itself is wrong.
+//   kProtocolError      a peer broke the protocol: a malformed or inconsistent
+//                       message; not retried on that peer's word.
+//   kUnimplemented      the peer cannot do it this way; do it another way (a
+//                       shard that cannot map a push's shared memory: push
+//                       through the socket).
+//   kDataLoss           data at rest is damaged (a corrupt store or file on
+//                       disk); never a message from the network.
 // Library code never aborts on input from the network, a file or a user; it
 // returns one of these instead. Thread-compatible value types.
+//
+// StatusOr::value() (and -> and *) on an error is a bug in the calling code:
+// it prints the status and aborts, in every build.
 #pragma once
 
-#include <cassert>
 #include <optional>
 #include <string>
 #include <utility>
@@ -29,7 +38,13 @@ enum class StatusCode : int {
   kResourceExhausted = 9,
   kDataLoss = 10,
   kInternal = 11,
+  kProtocolError = 12,
+  kUnimplemented = 13,
+  // New codes go here, at the end: the numbers travel in ErrorReply and RollbackDone.
 };
+
+// The largest code there is; a code read from the wire above it is unknown.
+inline constexpr StatusCode kLastStatusCode = StatusCode::kUnimplemented;
 
 const char* StatusCodeName(StatusCode code);
 
@@ -74,26 +89,36 @@ inline Status ResourceExhausted(std::string m) {
 }
 inline Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status ProtocolError(std::string m) { return {StatusCode::kProtocolError, std::move(m)}; }
+inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 
-// Either a value or a non-OK Status.
+namespace internal {
+// Prints `what` and `status` to stderr and aborts: a StatusOr used wrongly.
+[[noreturn]] void DieOfBadStatusOr(const char* what, const Status& status);
+}  // namespace internal
+
+// Either a value or a non-OK Status. Reading the value of an error, or making
+// one from an OK Status, aborts (see the top of this file).
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(Status status) : status_(std::move(status)) { assert(!status_.ok()); }  // NOLINT
-  StatusOr(T value) : value_(std::move(value)) {}                                  // NOLINT
+  StatusOr(Status status) : status_(std::move(status)) {  // NOLINT
+    if (status_.ok()) internal::DieOfBadStatusOr("StatusOr made from an OK status", status_);
+  }
+  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT
 
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
   T& value() & {
-    assert(ok());
+    CheckOk();
     return *value_;
   }
   const T& value() const& {
-    assert(ok());
+    CheckOk();
     return *value_;
   }
   T&& value() && {
-    assert(ok());
+    CheckOk();
     return std::move(*value_);
   }
   T* operator->() { return &value(); }
@@ -102,6 +127,11 @@ class [[nodiscard]] StatusOr {
   const T& operator*() const& { return value(); }
 
  private:
+  void CheckOk() const {
+    if (__builtin_expect(!status_.ok(), 0))
+      internal::DieOfBadStatusOr("StatusOr::value() of an error", status_);
+  }
+
   Status status_;
   std::optional<T> value_;
 };

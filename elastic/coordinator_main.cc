@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <tuple>
 
 #include "common/files.h"
 #include "common/memory.h"
@@ -87,6 +86,48 @@ namespace {
 volatile bool g_stop = false;
 void OnSignal(int) { g_stop = true; }
 
+// ---- The job spec from the flags: one FromFlag per field of the lists in
+// schema/messages.h, which name each field's flag. A field whose flag is not
+// defined above, or has another type than the field, does not compile.
+
+// A flag of the field's very type is taken as it is.
+template <class T>
+eps::Status FromFlag(const char*, const T& flag, T* field) {
+  *field = flag;
+  return eps::OkStatus();
+}
+
+// A wire dtype is named (fp32, bf16, fp16); empty: the one --wire_dtype names.
+eps::Status FromFlag(const char* flag, const std::string& name, eps::WireDType* field) {
+  auto dtype = eps::ParseWireDType(name.empty() ? FLAGS_wire_dtype : name);
+  if (!dtype.ok()) {
+    return eps::InvalidArgument(std::string(name.empty() ? "--wire_dtype" : flag) + ": " +
+                                dtype.status().ToString());
+  }
+  *field = *dtype;
+  return eps::OkStatus();
+}
+
+#define EPS_FROM_FLAG(type, name, default_value, Capnp, flag, role) \
+  EPS_RETURN_IF_ERROR(FromFlag("--" #flag, FLAGS_##flag, &s->name));
+
+// The optimizer's fields have flags of their own; its row's flag (--optimizer,
+// which names its kind) is read with them.
+eps::Status FromFlag(const char*, const std::string& /*kind*/, eps::OptimizerSpec* s) {
+  EPS_OPTIMIZER_SPEC_FIELDS(EPS_FROM_FLAG)
+  return eps::OkStatus();
+}
+
+// The job spec the flags describe; InvalidArgument names the flag that is wrong.
+eps::StatusOr<eps::JobSpec> JobSpecFromFlags() {
+  eps::JobSpec spec;
+  eps::JobSpec* s = &spec;
+  EPS_JOB_SPEC_FIELDS(EPS_FROM_FLAG)
+  return spec;
+}
+
+#undef EPS_FROM_FLAG
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -101,35 +142,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   eps::CoordinatorOptions o;
-  eps::JobSpec& s = o.spec;
-  s.job_id = FLAGS_job_id;
-  s.model = FLAGS_model;
-  s.data_dir = FLAGS_data_dir;
-  s.virtual_workers = FLAGS_virtual_workers;
-  s.batch_per_vw = FLAGS_batch_per_vw;
-  s.seed = FLAGS_seed;
-  s.steps = FLAGS_steps;
-  s.threads = FLAGS_threads;
-  s.train_limit = FLAGS_train_limit;
-  s.test_limit = FLAGS_test_limit;
-  s.chunk_elems = FLAGS_chunk_elems;
-  s.num_shards = FLAGS_shards;
-  s.eval_batch = FLAGS_eval_batch;
-  s.allow_mixed_devices = FLAGS_allow_mixed_devices;
-  s.optimizer.kind = FLAGS_optimizer;
-  s.optimizer.lr = FLAGS_lr;
-  s.optimizer.momentum = FLAGS_momentum;
-  s.optimizer.dampening = FLAGS_dampening;
-  s.optimizer.nesterov = FLAGS_nesterov;
-  s.optimizer.weight_decay = FLAGS_weight_decay;
-  s.optimizer.beta1 = FLAGS_beta1;
-  s.optimizer.beta2 = FLAGS_beta2;
-  s.optimizer.eps = FLAGS_eps;
-  s.optimizer.schedule = FLAGS_lr_schedule;
-  s.optimizer.step_size = FLAGS_lr_step_size;
-  s.optimizer.gamma = FLAGS_lr_gamma;
-  s.optimizer.warmup_steps = FLAGS_warmup_steps;
-  s.optimizer.min_lr = FLAGS_min_lr;
   o.bind = FLAGS_bind;
   o.run_dir = FLAGS_run_dir;
   o.store_path = FLAGS_store;
@@ -156,17 +168,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.probe_idle_after = FLAGS_probe_idle_steps;
-  for (auto [flag, name, field] :
-       {std::tuple{"--grad_wire_dtype", &FLAGS_grad_wire_dtype, &s.grad_wire_dtype},
-        std::tuple{"--weight_wire_dtype", &FLAGS_weight_wire_dtype, &s.weight_wire_dtype}}) {
-    auto dtype = eps::ParseWireDType(name->empty() ? FLAGS_wire_dtype : *name);
-    if (!dtype.ok()) {
-      LOG(ERROR) << "invalid job: " << (name->empty() ? "--wire_dtype" : flag) << ": "
-                 << dtype.status().ToString();
-      return 2;
-    }
-    *field = *dtype;
+  auto spec = JobSpecFromFlags();
+  if (!spec.ok()) {
+    LOG(ERROR) << "invalid job: " << spec.status().message();
+    return 2;
   }
+  o.spec = *spec;
   auto token = eps::ReadTokenFile(FLAGS_token_file);
   if (!token.ok()) {
     LOG(ERROR) << token.status().ToString();

@@ -34,40 +34,43 @@ void SetTensors(capnp::List<wire::TensorSpec>::Builder out,
   }
 }
 
-void SetSpec(wire::JobSpec::Builder out, const JobSpec& s) {
-  out.setJobId(s.job_id);
-  out.setModel(s.model);
-  out.setDataDir(s.data_dir);
-  out.setVirtualWorkers(s.virtual_workers);
-  out.setBatchPerVw(s.batch_per_vw);
-  out.setSeed(s.seed);
-  out.setSteps(s.steps);
-  out.setThreads(s.threads);
-  out.setTrainLimit(s.train_limit);
-  out.setTestLimit(s.test_limit);
-  out.setChunkElems(s.chunk_elems);
-  out.setNumShards(s.num_shards);
-  out.setEvalBatch(s.eval_batch);
-  out.setAllowMixedDevices(s.allow_mixed_devices);
-  out.setGradWireDtype(static_cast<uint8_t>(s.grad_wire_dtype));
-  out.setWeightWireDtype(static_cast<uint8_t>(s.weight_wire_dtype));
-  auto o = out.initOptimizer();
-  const OptimizerSpec& p = s.optimizer;
-  o.setKind(p.kind);
-  o.setLr(p.lr);
-  o.setMomentum(p.momentum);
-  o.setDampening(p.dampening);
-  o.setNesterov(p.nesterov);
-  o.setWeightDecay(p.weight_decay);
-  o.setBeta1(p.beta1);
-  o.setBeta2(p.beta2);
-  o.setEps(p.eps);
-  o.setSchedule(p.schedule);
-  o.setStepSize(p.step_size);
-  o.setGamma(p.gamma);
-  o.setWarmupSteps(p.warmup_steps);
-  o.setMinLr(p.min_lr);
+// ---- the job spec's fields (the lists in messages.h) ----------------------
+//
+// EPS_PUT_FIELD writes one field with Put and EPS_GET_FIELD reads it with
+// Reader::Get; the overloads pick the conversion by the field's C++ type. Put
+// gets the capnp field's setter and initializer as generic lambdas of the
+// builder, so that each is compiled only where an overload calls it (a number
+// has no initializer; a struct is initialized, not set).
+
+template <class T, class B, class Set, class Init>
+void Put(const T& v, B& out, Set set, Init) {
+  set(out, v);  // numbers, bools, text
 }
+
+template <class B, class Set, class Init>
+void Put(const WireDType& v, B& out, Set set, Init) {
+  set(out, static_cast<uint8_t>(v));
+}
+
+void SetOptimizer(wire::OptimizerSpec::Builder out, const OptimizerSpec& s);
+
+template <class B, class Set, class Init>
+void Put(const OptimizerSpec& v, B& out, Set, Init init) {
+  SetOptimizer(init(out), v);
+}
+
+#define EPS_PUT_FIELD(type, name, default_value, Capnp, flag, role) \
+  Put(                                                              \
+      s.name, out, [](auto& o, const auto& v) { o.set##Capnp(v); }, \
+      [](auto& o) { return o.init##Capnp(); });
+
+void SetOptimizer(wire::OptimizerSpec::Builder out, const OptimizerSpec& s) {
+  EPS_OPTIMIZER_SPEC_FIELDS(EPS_PUT_FIELD)
+}
+
+void SetSpec(wire::JobSpec::Builder out, const JobSpec& s) { EPS_JOB_SPEC_FIELDS(EPS_PUT_FIELD) }
+
+#undef EPS_PUT_FIELD
 
 // Appends the chunks as frames and records their references.
 void SetChunks(capnp::List<wire::ChunkRef>::Builder out, const std::vector<ChunkBytes>& chunks,
@@ -107,15 +110,14 @@ class Reader {
 
   Status Text(capnp::Text::Reader t, std::string* out) {
     if (t.size() > limits_.max_text)
-      return InvalidArgument("text field longer than " + std::to_string(limits_.max_text));
+      return ProtocolError("text field longer than " + std::to_string(limits_.max_text));
     *out = t.cStr();
     return OkStatus();
   }
 
   template <class L>
   Status ListSize(const L& list, const char* what) {
-    if (list.size() > limits_.max_list)
-      return InvalidArgument(std::string(what) + " list too long");
+    if (list.size() > limits_.max_list) return ProtocolError(std::string(what) + " list too long");
     return OkStatus();
   }
 
@@ -126,54 +128,48 @@ class Reader {
       TensorSpec spec;
       EPS_RETURN_IF_ERROR(Text(t.getName(), &spec.name));
       if (t.getKind() > static_cast<uint8_t>(TensorKind::kLoss))
-        return InvalidArgument("unknown tensor kind");
-      if (t.getDtype() > static_cast<uint8_t>(DType::kInt64))
-        return InvalidArgument("unknown dtype");
+        return ProtocolError("unknown tensor kind");
+      if (t.getDtype() > static_cast<uint8_t>(DType::kInt64)) return ProtocolError("unknown dtype");
       spec.kind = static_cast<TensorKind>(t.getKind());
       spec.dtype = static_cast<DType>(t.getDtype());
       if (t.getShape().size() > 8)
-        return InvalidArgument("tensor " + spec.name + " has more than 8 dimensions");
+        return ProtocolError("tensor " + spec.name + " has more than 8 dimensions");
       for (int64_t d : t.getShape()) spec.shape.push_back(d);
       out->push_back(std::move(spec));
     }
     return OkStatus();
   }
 
-  Status Spec(wire::JobSpec::Reader in, JobSpec* s) {
-    EPS_RETURN_IF_ERROR(Text(in.getJobId(), &s->job_id));
-    EPS_RETURN_IF_ERROR(Text(in.getModel(), &s->model));
-    EPS_RETURN_IF_ERROR(Text(in.getDataDir(), &s->data_dir));
-    s->virtual_workers = in.getVirtualWorkers();
-    s->batch_per_vw = in.getBatchPerVw();
-    s->seed = in.getSeed();
-    s->steps = in.getSteps();
-    s->threads = in.getThreads();
-    s->train_limit = in.getTrainLimit();
-    s->test_limit = in.getTestLimit();
-    s->chunk_elems = in.getChunkElems();
-    s->num_shards = in.getNumShards();
-    s->eval_batch = in.getEvalBatch();
-    s->allow_mixed_devices = in.getAllowMixedDevices();
-    EPS_ASSIGN_OR_RETURN(s->grad_wire_dtype, WireDTypeFromCode(in.getGradWireDtype()));
-    EPS_ASSIGN_OR_RETURN(s->weight_wire_dtype, WireDTypeFromCode(in.getWeightWireDtype()));
-    auto o = in.getOptimizer();
-    OptimizerSpec& p = s->optimizer;
-    EPS_RETURN_IF_ERROR(Text(o.getKind(), &p.kind));
-    p.lr = o.getLr();
-    p.momentum = o.getMomentum();
-    p.dampening = o.getDampening();
-    p.nesterov = o.getNesterov();
-    p.weight_decay = o.getWeightDecay();
-    p.beta1 = o.getBeta1();
-    p.beta2 = o.getBeta2();
-    p.eps = o.getEps();
-    EPS_RETURN_IF_ERROR(Text(o.getSchedule(), &p.schedule));
-    p.step_size = o.getStepSize();
-    p.gamma = o.getGamma();
-    p.warmup_steps = o.getWarmupSteps();
-    p.min_lr = o.getMinLr();
+  // One field of a job spec (see EPS_PUT_FIELD above). A number or a bool is
+  // taken as it is; T is deduced from both arguments, so a C++ field whose type
+  // differs from its capnp field's matches no overload and does not compile.
+  template <class T>
+  Status Get(T in, T* out) {
+    *out = in;
     return OkStatus();
   }
+  Status Get(capnp::Text::Reader in, std::string* out) { return Text(in, out); }
+  Status Get(uint8_t in, WireDType* out) {
+    StatusOr<WireDType> dtype = WireDTypeFromCode(in);
+    if (!dtype.ok()) return ProtocolError(dtype.status().message());
+    *out = *dtype;
+    return OkStatus();
+  }
+
+#define EPS_GET_FIELD(type, name, default_value, Capnp, flag, role) \
+  EPS_RETURN_IF_ERROR(Get(in.get##Capnp(), &s->name));
+
+  Status Get(wire::OptimizerSpec::Reader in, OptimizerSpec* s) {
+    EPS_OPTIMIZER_SPEC_FIELDS(EPS_GET_FIELD)
+    return OkStatus();
+  }
+
+  Status Spec(wire::JobSpec::Reader in, JobSpec* s) {
+    EPS_JOB_SPEC_FIELDS(EPS_GET_FIELD)
+    return OkStatus();
+  }
+
+#undef EPS_GET_FIELD
 
   Status Chunks(capnp::List<wire::ChunkRef>::Reader in, std::vector<ChunkBytes>* out) {
     EPS_RETURN_IF_ERROR(ListSize(in, "chunks"));
@@ -181,11 +177,11 @@ class Reader {
     for (auto ref : in) {
       const size_t frame = size_t{ref.getFrame()} + 1;  // frame 0 is the envelope
       if (frame >= frames_.size()) {
-        return InvalidArgument("chunk " + std::to_string(ref.getChunk()) + " names missing frame " +
-                               std::to_string(ref.getFrame()));
+        return ProtocolError("chunk " + std::to_string(ref.getChunk()) + " names missing frame " +
+                             std::to_string(ref.getFrame()));
       }
       if (used_[frame])
-        return InvalidArgument("frame " + std::to_string(ref.getFrame()) + " referenced twice");
+        return ProtocolError("frame " + std::to_string(ref.getFrame()) + " referenced twice");
       used_[frame] = true;
       const Frame& f = frames_[frame];
       out->push_back({ChunkId(ref.getChunk()), f.data, f.size, f.owner});
@@ -204,8 +200,7 @@ class Reader {
   Status AllFramesUsed() const {
     for (size_t i = 1; i < used_.size(); ++i) {
       if (!used_[i])
-        return InvalidArgument("frame " + std::to_string(i - 1) +
-                               " is not referenced by any chunk");
+        return ProtocolError("frame " + std::to_string(i - 1) + " is not referenced by any chunk");
     }
     return OkStatus();
   }
@@ -225,8 +220,8 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       auto in = b.getError();
       // kOk is no error: Call() would turn it into a success without a reply body.
       if (in.getCode() == static_cast<uint16_t>(StatusCode::kOk) ||
-          in.getCode() > static_cast<uint16_t>(StatusCode::kInternal)) {
-        return InvalidArgument("unknown error code " + std::to_string(in.getCode()));
+          in.getCode() > static_cast<uint16_t>(kLastStatusCode)) {
+        return ProtocolError("unknown error code " + std::to_string(in.getCode()));
       }
       m.code = static_cast<StatusCode>(in.getCode());
       EPS_RETURN_IF_ERROR(r.Text(in.getMessage(), &m.message));
@@ -285,7 +280,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       m.abandoned = in.getAbandoned();
       m.seconds_per_vw = in.getSecondsPerVw();
       if (!(m.seconds_per_vw >= 0) || m.seconds_per_vw > 1e6)
-        return InvalidArgument("bad seconds_per_vw");
+        return ProtocolError("bad seconds_per_vw");
       *body = std::move(m);
       return OkStatus();
     }
@@ -293,8 +288,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       StepPlan m;
       auto in = b.getStepPlan();
       const auto kind = static_cast<uint16_t>(in.getKind());
-      if (kind > static_cast<uint16_t>(PlanKind::kStop))
-        return InvalidArgument("unknown plan kind");
+      if (kind > static_cast<uint16_t>(PlanKind::kStop)) return ProtocolError("unknown plan kind");
       m.kind = static_cast<PlanKind>(kind);
       m.step = Step(in.getStep());
       m.epoch = Epoch(in.getEpoch());
@@ -303,7 +297,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       m.eval_lo = in.getEvalLo();
       m.eval_hi = in.getEvalHi();
       if (m.vw_lo > m.vw_hi || m.eval_lo > m.eval_hi)
-        return InvalidArgument("plan with an inverted range");
+        return ProtocolError("plan with an inverted range");
       *body = m;
       return OkStatus();
     }
@@ -329,7 +323,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       if (in.hasShm()) m.shm = ReadShmRef(in.getShm());
       EPS_RETURN_IF_ERROR(r.ShmChunks(in.getShmChunks(), &m.shm_chunks));
       if (!m.shm.has_value() && !m.shm_chunks.empty()) {
-        return InvalidArgument("shared-memory chunks in a push without a region");
+        return ProtocolError("shared-memory chunks in a push without a region");
       }
       *body = std::move(m);
       return OkStatus();
@@ -349,15 +343,15 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       m.version = Step(in.getVersion());
       EPS_RETURN_IF_ERROR(r.ListSize(in.getChunks(), "pull chunks"));
       for (uint32_t c : in.getChunks()) m.chunks.push_back(ChunkId(c));
-      EPS_ASSIGN_OR_RETURN(m.dtype, WireDTypeFromCode(in.getDtype()));
+      EPS_RETURN_IF_ERROR(r.Get(in.getDtype(), &m.dtype));
       if (in.hasShm()) {
         m.shm = ReadShmRef(in.getShm());
         if (in.getShmOffsets().size() != m.chunks.size()) {
-          return InvalidArgument("a pull into shared memory names one offset per chunk");
+          return ProtocolError("a pull into shared memory names one offset per chunk");
         }
         for (uint64_t o : in.getShmOffsets()) m.shm_offsets.push_back(o);
       } else if (in.getShmOffsets().size() != 0) {
-        return InvalidArgument("shared-memory offsets in a pull without a region");
+        return ProtocolError("shared-memory offsets in a pull without a region");
       }
       *body = std::move(m);
       return OkStatus();
@@ -407,8 +401,8 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
     case W::ROLLBACK_DONE: {
       RollbackDone m;
       auto in = b.getRollbackDone();
-      if (in.getCode() > static_cast<uint16_t>(StatusCode::kInternal)) {
-        return InvalidArgument("unknown rollback status code " + std::to_string(in.getCode()));
+      if (in.getCode() > static_cast<uint16_t>(kLastStatusCode)) {
+        return ProtocolError("unknown rollback status code " + std::to_string(in.getCode()));
       }
       m.shard = ShardId(in.getShard());
       m.step = Step(in.getStep());
@@ -462,7 +456,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
         EPS_RETURN_IF_ERROR(r.Text(w.getDeviceKind(), &speed.device_kind));
         speed.seconds_per_vw = w.getSecondsPerVw();
         if (!std::isfinite(speed.seconds_per_vw) || speed.seconds_per_vw < 0) {
-          return InvalidArgument("a worker's seconds per VW must be finite and >= 0");
+          return ProtocolError("a worker's seconds per VW must be finite and >= 0");
         }
         m.workers.push_back(std::move(speed));
       }
@@ -470,7 +464,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       return OkStatus();
     }
   }
-  return InvalidArgument("unknown message kind " + std::to_string(static_cast<int>(b.which())));
+  return ProtocolError("unknown message kind " + std::to_string(static_cast<int>(b.which())));
 }
 
 }  // namespace
@@ -656,14 +650,14 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
 }
 
 StatusOr<Envelope> Decode(const std::vector<Frame>& frames, const DecodeLimits& limits) {
-  if (frames.empty()) return InvalidArgument("empty message");
-  if (frames.size() > limits.max_frames) return InvalidArgument("too many frames");
+  if (frames.empty()) return ProtocolError("empty message");
+  if (frames.size() > limits.max_frames) return ProtocolError("too many frames");
   const Frame& head = frames[0];
   if (head.size == 0 || head.size % sizeof(capnp::word) != 0) {
-    return InvalidArgument("envelope of " + std::to_string(head.size) +
-                           " bytes is not a whole number of words");
+    return ProtocolError("envelope of " + std::to_string(head.size) +
+                         " bytes is not a whole number of words");
   }
-  if (head.size > limits.max_header_bytes) return InvalidArgument("envelope larger than the limit");
+  if (head.size > limits.max_header_bytes) return ProtocolError("envelope larger than the limit");
   // Cap'n Proto reads words in place; copy the (small) envelope only if misaligned.
   kj::Array<capnp::word> aligned;
   kj::ArrayPtr<const capnp::word> words;
@@ -684,8 +678,8 @@ StatusOr<Envelope> Decode(const std::vector<Frame>& frames, const DecodeLimits& 
     capnp::FlatArrayMessageReader reader(words, options);
     auto env = reader.getRoot<wire::Envelope>();
     if (env.getVersion() != wire::PROTOCOL_VERSION) {
-      status = InvalidArgument("protocol version " + std::to_string(env.getVersion()) +
-                               ", this build speaks " + std::to_string(wire::PROTOCOL_VERSION));
+      status = ProtocolError("protocol version " + std::to_string(env.getVersion()) +
+                             ", this build speaks " + std::to_string(wire::PROTOCOL_VERSION));
       return;
     }
     Reader r(frames, limits);
@@ -694,7 +688,7 @@ StatusOr<Envelope> Decode(const std::vector<Frame>& frames, const DecodeLimits& 
     if (status.ok()) status = r.AllFramesUsed();
   });
   KJ_IF_MAYBE (e, exception) {
-    return InvalidArgument(std::string("malformed envelope: ") + e->getDescription().cStr());
+    return ProtocolError(std::string("malformed envelope: ") + e->getDescription().cStr());
   }
   if (!status.ok()) return status;
   return out;

@@ -4,9 +4,10 @@
 // its own that references the caller's bytes (send) or the received ZeroMQ frame
 // (receive): chunk bytes are never copied here. Decode validates everything a
 // peer could get wrong (protocol version, union tag, sizes, frame references,
-// list lengths) and answers with a Status instead of throwing. What only the
-// receiver can check (a chunk id against its layout, a step against its clock)
-// is the receiver's job. Stateless functions; thread-safe.
+// list lengths) and answers with a Status instead of throwing: ProtocolError,
+// whatever the fault, since a peer that sends it broke the protocol. What only
+// the receiver can check (a chunk id against its layout, a step against its
+// clock) is the receiver's job. Stateless functions; thread-safe.
 #pragma once
 
 #include <memory>

@@ -29,65 +29,117 @@ struct ChunkBytes {
   std::shared_ptr<const void> owner;
 };
 
+// ---- The job spec's fields: one list each -----------------------------------
+//
+// Every field of OptimizerSpec and JobSpec is one row of the list below, and
+// everything that must name every field is generated from it: the struct
+// members (with their defaults), operator==, SameComputation, the codec's
+// encoder and decoder (schema/codec.cc) and the coordinator's flag-to-spec
+// conversion (elastic/coordinator_main.cc). Each of those `#define`s a macro
+// X(type, name, default, Capnp, flag, role) that turns one row into code, and
+// expands the list with it; e.g. the members below come from
+//   #define EPS_SPEC_MEMBER(type, name, default_value, ...) type name = default_value;
+//
+// Adding a field is one row here plus, where the compiler then asks for them,
+// the field in schema/elasticps.capnp (at the end, the next number) and the
+// coordinator's DEFINE_ of its flag. The columns:
+//   type     the C++ type. Numbers and bools have exactly the type of the capnp
+//            field (the decoder does not compile otherwise); std::string is
+//            Text; WireDType is UInt8; a struct is a capnp struct.
+//   name     the C++ member.
+//   default  its value in a default-constructed spec (not the flag's default).
+//   Capnp    the capnp field's name with a capital first letter, as in its
+//            generated accessors: jobId -> setJobId / getJobId.
+//   flag     the eps_coordinator flag that sets it, without "--" (FLAGS_flag).
+//   role     kComputation: fixes what a worker computes, so SameComputation
+//            compares it (a worker that registers again must get the same
+//            ones, or the model and data it holds are wrong); kJob: any other
+//            part of the job (how long it runs, the shards' optimizer, ...).
+// Comments inside the list are /* */: a // comment would swallow the line's
+// trailing backslash and the row after it.
+enum class SpecFieldRole { kComputation, kJob };
+
+// The tables are wider than 100 columns, to keep one row a line: clang-format off.
+// clang-format off
+#define EPS_OPTIMIZER_SPEC_FIELDS(X)                                                   \
+  /* type         name          default     Capnp        flag          role */         \
+  /* kind: sgd, adam or adamw; schedule: constant, step or cosine */                   \
+  X(std::string, kind,         "sgd",      Kind,        optimizer,    kJob)            \
+  X(double,      lr,           0.01,       Lr,          lr,           kJob)            \
+  X(double,      momentum,     0,          Momentum,    momentum,     kJob)            \
+  X(double,      dampening,    0,          Dampening,   dampening,    kJob)            \
+  X(bool,        nesterov,     false,      Nesterov,    nesterov,     kJob)            \
+  X(double,      weight_decay, 0,          WeightDecay, weight_decay, kJob)            \
+  X(double,      beta1,        0.9,        Beta1,       beta1,        kJob)            \
+  X(double,      beta2,        0.999,      Beta2,       beta2,        kJob)            \
+  X(double,      eps,          1e-8,       Eps,         eps,          kJob)            \
+  X(std::string, schedule,     "constant", Schedule,    lr_schedule,  kJob)            \
+  X(int64_t,     step_size,    0,          StepSize,    lr_step_size, kJob)            \
+  X(double,      gamma,        0.1,        Gamma,       lr_gamma,     kJob)            \
+  X(int64_t,     warmup_steps, 0,          WarmupSteps, warmup_steps, kJob)            \
+  X(double,      min_lr,       0,          MinLr,       min_lr,       kJob)
+
+// The optimizer row's flag, --optimizer, names its kind; the conversion of a
+// struct field reads the struct's own list (EPS_OPTIMIZER_SPEC_FIELDS above).
+#define EPS_JOB_SPEC_FIELDS(X)                                                                                  \
+  /* type          name                 default           Capnp              flag                 role */       \
+  X(std::string,   job_id,              "",               JobId,             job_id,              kComputation) \
+  X(std::string,   model,               "",               Model,             model,               kComputation) \
+  X(std::string,   data_dir,            "",               DataDir,           data_dir,            kComputation) \
+  X(uint32_t,      virtual_workers,     0,                VirtualWorkers,    virtual_workers,     kComputation) \
+  X(uint32_t,      batch_per_vw,        0,                BatchPerVw,        batch_per_vw,        kComputation) \
+  X(uint64_t,      seed,                0,                Seed,              seed,                kComputation) \
+  X(int64_t,       steps,               0,                Steps,             steps,               kJob)         \
+  X(uint32_t,      threads,             1,                Threads,           threads,             kComputation) \
+  X(OptimizerSpec, optimizer,           {},               Optimizer,         optimizer,           kJob)         \
+  /* the first N training samples (0: all) */                                                                   \
+  X(int64_t,       train_limit,         0,                TrainLimit,        train_limit,         kComputation) \
+  /* the first N test samples (0: all, -1: no evaluation) */                                                    \
+  X(int64_t,       test_limit,          0,                TestLimit,         test_limit,          kComputation) \
+  X(int64_t,       chunk_elems,         1 << 20,          ChunkElems,        chunk_elems,         kComputation) \
+  X(uint32_t,      num_shards,          1,                NumShards,         shards,              kComputation) \
+  X(uint32_t,      eval_batch,          1000,             EvalBatch,         eval_batch,          kJob)         \
+  /* accept workers whose device kind differs from the first worker's; their gradients, */                      \
+  /* and so the job's bits, then depend on placement */                                                         \
+  X(bool,          allow_mixed_devices, false,            AllowMixedDevices, allow_mixed_devices, kJob)         \
+  /* how gradients (and the loss) are pushed and parameters pulled (common/wire.h) */                           \
+  X(WireDType,     grad_wire_dtype,     WireDType::kFP32, GradWireDtype,     grad_wire_dtype,     kComputation) \
+  X(WireDType,     weight_wire_dtype,   WireDType::kFP32, WeightWireDtype,   weight_wire_dtype,   kComputation)
+// clang-format on
+
+#define EPS_SPEC_MEMBER(type, name, default_value, Capnp, flag, role) type name = default_value;
+#define EPS_SPEC_EQUAL(type, name, default_value, Capnp, flag, role) &&a.name == b.name
+#define EPS_SPEC_SAME_COMPUTATION(type, name, default_value, Capnp, flag, role) \
+  &&(SpecFieldRole::role != SpecFieldRole::kComputation || a.name == b.name)
+
+// How the shards update the parameters.
 struct OptimizerSpec {
-  std::string kind = "sgd";
-  double lr = 0.01;
-  double momentum = 0;
-  double dampening = 0;
-  bool nesterov = false;
-  double weight_decay = 0;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  std::string schedule = "constant";
-  int64_t step_size = 0;
-  double gamma = 0.1;
-  int64_t warmup_steps = 0;
-  double min_lr = 0;
+  EPS_OPTIMIZER_SPEC_FIELDS(EPS_SPEC_MEMBER)
 
   friend bool operator==(const OptimizerSpec& a, const OptimizerSpec& b) {
-    return a.kind == b.kind && a.lr == b.lr && a.momentum == b.momentum &&
-           a.dampening == b.dampening && a.nesterov == b.nesterov &&
-           a.weight_decay == b.weight_decay && a.beta1 == b.beta1 && a.beta2 == b.beta2 &&
-           a.eps == b.eps && a.schedule == b.schedule && a.step_size == b.step_size &&
-           a.gamma == b.gamma && a.warmup_steps == b.warmup_steps && a.min_lr == b.min_lr;
+    return true EPS_OPTIMIZER_SPEC_FIELDS(EPS_SPEC_EQUAL);
   }
 };
 
 // Everything a process needs to know about a job; owned by the coordinator.
 struct JobSpec {
-  std::string job_id;
-  std::string model;
-  std::string data_dir;
-  uint32_t virtual_workers = 0;
-  uint32_t batch_per_vw = 0;
-  uint64_t seed = 0;
-  int64_t steps = 0;
-  uint32_t threads = 1;
-  OptimizerSpec optimizer;
-  int64_t train_limit = 0;  // first N training samples (0: all)
-  int64_t test_limit = 0;   // first N test samples (0: all, -1: no evaluation)
-  int64_t chunk_elems = 1 << 20;
-  uint32_t num_shards = 1;
-  uint32_t eval_batch = 1000;
-  // Accept workers whose device kind differs from the first worker's; their
-  // gradients, and so the job's bits, then depend on placement.
-  bool allow_mixed_devices = false;
-  // How gradients (and the loss) are pushed and parameters pulled (common/wire.h).
-  WireDType grad_wire_dtype = WireDType::kFP32;
-  WireDType weight_wire_dtype = WireDType::kFP32;
+  EPS_JOB_SPEC_FIELDS(EPS_SPEC_MEMBER)
 
   friend bool operator==(const JobSpec& a, const JobSpec& b) {
-    return a.job_id == b.job_id && a.model == b.model && a.data_dir == b.data_dir &&
-           a.virtual_workers == b.virtual_workers && a.batch_per_vw == b.batch_per_vw &&
-           a.seed == b.seed && a.steps == b.steps && a.threads == b.threads &&
-           a.optimizer == b.optimizer && a.train_limit == b.train_limit &&
-           a.test_limit == b.test_limit && a.chunk_elems == b.chunk_elems &&
-           a.num_shards == b.num_shards && a.eval_batch == b.eval_batch &&
-           a.allow_mixed_devices == b.allow_mixed_devices &&
-           a.grad_wire_dtype == b.grad_wire_dtype && a.weight_wire_dtype == b.weight_wire_dtype;
+    return true EPS_JOB_SPEC_FIELDS(EPS_SPEC_EQUAL);
   }
 };
+
+// Whether the fields that fix what a worker computes (role kComputation) are
+// equal: a worker that registers again may carry on with the model and the
+// data it holds only if they are.
+inline bool SameComputation(const JobSpec& a, const JobSpec& b) {
+  return true EPS_JOB_SPEC_FIELDS(EPS_SPEC_SAME_COMPUTATION);
+}
+
+#undef EPS_SPEC_MEMBER
+#undef EPS_SPEC_EQUAL
+#undef EPS_SPEC_SAME_COMPUTATION
 
 struct ErrorReply {
   StatusCode code = StatusCode::kInternal;

@@ -319,6 +319,7 @@ class ShardImpl final : public Shard {
   }
 
   // A config this shard can never serve (an id outside the job, a wrong token)
+  // or a message of this shard the coordinator cannot read (ProtocolError)
   // stops it. Any other refusal passes: a restarted coordinator that does not
   // know this shard yet (NotFound) learns it from the next beacon, and a
   // refusal during a rollback or a restart (Aborted, Unavailable) is transient.
@@ -326,6 +327,7 @@ class ShardImpl final : public Shard {
     switch (st.code()) {
       case StatusCode::kInvalidArgument:
       case StatusCode::kFailedPrecondition:
+      case StatusCode::kProtocolError:  // the coordinator could not read this shard's message
       case StatusCode::kUnauthenticated:
         LOG(ERROR) << "coordinator refused this shard: " << st.ToString();
         fatal_ = st;
@@ -366,7 +368,7 @@ class ShardImpl final : public Shard {
       // there again.
       Status readable =
           options_.refuse_shm_pushes && push->shm.has_value()
-              ? FailedPrecondition("refusing pushes in shared memory (--refuse_shm_pushes)")
+              ? Unimplemented("refusing pushes in shared memory (--refuse_shm_pushes)")
               : ResolveShmChunks(&shm_, push);
       auto outcome =
           readable.ok() ? state_.HandlePush(*push) : StatusOr<ShardState::PushOutcome>(readable);

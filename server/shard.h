@@ -10,7 +10,8 @@
 // completed step (with the step's loss if it owns the loss chunk) to the
 // coordinator and exits when the coordinator sends Shutdown, or refuses the
 // shard for good (an ErrorReply InvalidArgument, FailedPrecondition or
-// Unauthenticated: a config it can never serve). Other error replies from the
+// Unauthenticated: a config it can never serve; ProtocolError: a message of
+// this shard the coordinator cannot read). Other error replies from the
 // coordinator (NotFound from a restarted one, Aborted, Unavailable) are logged
 // at most once a minute and the shard serves on. Bad messages from workers get
 // an ErrorReply and a log line; nothing from them stops the service.
@@ -50,9 +51,10 @@ struct ShardOptions {
   std::string token;                               // the job's secret; empty: none required
   std::chrono::milliseconds pull_wait{30000};      // how long a pull may wait for its version
   std::chrono::milliseconds register_every{1000};  // between beacons (RegisterShard again); > 0
-  // A testing aid: refuse every push that names shared memory, as a shard
-  // that cannot map the worker's regions would (the worker then pushes to it
-  // through the socket). Pull replies through shared memory are unchanged.
+  // A testing aid: refuse every push that names shared memory with
+  // Unimplemented, as a shard that cannot map the worker's regions would (the
+  // worker then pushes to it through the socket). Pull replies through shared
+  // memory are unchanged.
   bool refuse_shm_pushes = false;
 
   // Durable state. Empty store_path: memory only (nothing below applies).

@@ -531,9 +531,11 @@ Status ResolveShmChunks(ShmMappings* maps, Push* push) {
                              " lies outside the shared-memory region");
     }
   }
-  EPS_ASSIGN_OR_RETURN(const uint8_t* region, maps->Map(*push->shm));
+  // A region this shard cannot map is no fault of the push: the worker pushes another way.
+  StatusOr<uint8_t*> region = maps->Map(*push->shm);
+  if (!region.ok()) return Unimplemented(region.status().message());
   for (const ShmChunk& c : push->shm_chunks)
-    push->chunks.push_back({c.chunk, region + c.offset, c.size, nullptr});
+    push->chunks.push_back({c.chunk, *region + c.offset, c.size, nullptr});
   push->shm_chunks.clear();
   return OkStatus();
 }

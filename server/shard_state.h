@@ -181,7 +181,7 @@ Status MoveIntoShm(const Pull& pull, ShmMappings* maps, PullReply* reply);
 
 // Makes the chunks `push` has in shared memory chunks of the push, their bytes
 // read in place from the region mapped by `maps` (valid until its next Map).
-// FailedPrecondition: `maps` cannot map the region (the worker then pushes
+// Unimplemented: `maps` cannot map the region (the worker then pushes
 // inline); InvalidArgument: a chunk lies outside the region or in its header.
 // Nothing changes on error.
 Status ResolveShmChunks(ShmMappings* maps, Push* push);

@@ -258,7 +258,7 @@ TEST(Channel, GarbageFromAPeerIsAnIncomingWithAnErrorAndTheRouterKeepsServing) {
   ASSERT_TRUE(in.ok()) << in.status().ToString();
   EXPECT_FALSE(in->peer.empty());
   ASSERT_FALSE(in->envelope.ok());
-  EXPECT_EQ(in->envelope.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(in->envelope.status().code(), StatusCode::kProtocolError);
   const std::string garbage_peer = in->peer;
 
   // The same raw peer now sends a well-formed message: it decodes.

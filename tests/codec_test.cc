@@ -1,7 +1,8 @@
 // Tests for the wire codec (schema/codec.h): every message kind survives
 // Encode -> Decode with all its fields, chunk bytes are never copied, and any
 // malformed input (garbage, bit flips, truncation, bad frame references, limits)
-// gives a non-OK Status instead of a crash.
+// gives a ProtocolError instead of a crash. Every field of the job spec's field
+// lists (schema/messages.h) is compared, carried and has its capnp field.
 //
 // Envelopes Encode cannot produce (another protocol version, an unknown union
 // tag, a frame named twice) are made by editing an encoded envelope with Cap'n
@@ -11,14 +12,20 @@
 
 #include <capnp/any.h>
 #include <capnp/message.h>
+#include <capnp/schema.h>
 #include <capnp/serialize.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <random>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include "schema/elasticps.capnp.h"  // generated, in the build tree
 
 namespace eps {
 namespace {
@@ -353,7 +360,8 @@ void ExpectInvalid(const std::vector<Frame>& frames, const std::string& message_
                    const DecodeLimits& limits = DecodeLimits()) {
   auto decoded = Decode(frames, limits);
   ASSERT_FALSE(decoded.ok()) << "decoded a malformed message as " << BodyName(decoded->body);
-  EXPECT_EQ(decoded.status().code(), StatusCode::kInvalidArgument) << decoded.status().ToString();
+  // A peer that sends it broke the protocol.
+  EXPECT_EQ(decoded.status().code(), StatusCode::kProtocolError) << decoded.status().ToString();
   EXPECT_NE(decoded.status().message().find(message_part), std::string::npos)
       << "'" << decoded.status().message() << "' does not mention '" << message_part << "'";
 }
@@ -495,6 +503,107 @@ TEST(Codec, WireDTypesDefaultToFP32AndUnknownCodesAreInvalid) {
   ExpectInvalid({config.Flat()}, "wire dtype");
 }
 
+// ---- the job spec's field lists ---------------------------------------------
+
+// A value other than `v`, of its type.
+std::string Other(const std::string& v) { return v + "x"; }
+bool Other(bool v) { return !v; }
+double Other(double v) { return v + 0.5; }
+template <class T, class = std::enable_if_t<std::is_integral_v<T>>>
+T Other(T v) {
+  return static_cast<T>(v + 7);
+}
+WireDType Other(WireDType v) { return v == WireDType::kBF16 ? WireDType::kFP16 : WireDType::kBF16; }
+OptimizerSpec Other(const OptimizerSpec& v) {
+  OptimizerSpec o = v;
+  o.kind = Other(o.kind);
+  return o;
+}
+
+// One spec per field (and per optimizer field), each differing from the default
+// in that field only, named after it.
+std::vector<std::pair<std::string, JobSpec>> OneFieldChanged() {
+  std::vector<std::pair<std::string, JobSpec>> out;
+#define EPS_CHANGE_ONE(type, name, default_value, Capnp, flag, role) \
+  out.emplace_back(#name, JobSpec());                                \
+  out.back().second.name = Other(out.back().second.name);
+  EPS_JOB_SPEC_FIELDS(EPS_CHANGE_ONE)
+#undef EPS_CHANGE_ONE
+#define EPS_CHANGE_ONE(type, name, default_value, Capnp, flag, role) \
+  out.emplace_back("optimizer." #name, JobSpec());                   \
+  out.back().second.optimizer.name = Other(out.back().second.optimizer.name);
+  EPS_OPTIMIZER_SPEC_FIELDS(EPS_CHANGE_ONE)
+#undef EPS_CHANGE_ONE
+  return out;
+}
+
+TEST(JobSpecFields, EveryFieldIsComparedAndCarriedByTheCodec) {
+  const auto changed = OneFieldChanged();
+  ASSERT_GT(changed.size(), 30u);
+  for (const auto& [name, spec] : changed) {
+    SCOPED_TRACE(name);
+    EXPECT_FALSE(spec == JobSpec()) << "operator== misses the field";
+    auto got = Decode(EncodeOrDie({"t", ShardConfig{spec, {}}}));
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_TRUE(std::get<ShardConfig>(got->body).spec == spec) << "the codec drops the field";
+  }
+}
+
+// The capnp structs have exactly the fields of the lists: a capnp field the list
+// lacks would never be carried (the compiler checks the other direction).
+TEST(JobSpecFields, TheCapnpStructsHaveExactlyTheListedFields) {
+  auto expect_same_fields = [](capnp::StructSchema schema, std::vector<std::string> listed) {
+    std::vector<std::string> in_capnp;
+    for (auto field : schema.getFields()) in_capnp.push_back(field.getProto().getName().cStr());
+    for (std::string& name : listed) name[0] = static_cast<char>(std::tolower(name[0]));
+    std::sort(in_capnp.begin(), in_capnp.end());
+    std::sort(listed.begin(), listed.end());
+    EXPECT_EQ(in_capnp, listed);
+  };
+#define EPS_CAPNP_NAME(type, name, default_value, Capnp, flag, role) #Capnp,
+  expect_same_fields(capnp::Schema::from<wire::JobSpec>(), {EPS_JOB_SPEC_FIELDS(EPS_CAPNP_NAME)});
+  expect_same_fields(capnp::Schema::from<wire::OptimizerSpec>(),
+                     {EPS_OPTIMIZER_SPEC_FIELDS(EPS_CAPNP_NAME)});
+#undef EPS_CAPNP_NAME
+}
+
+TEST(JobSpecFields, SameComputationComparesExactlyTheFieldsThatFixWhatAWorkerComputes) {
+  const std::set<std::string> computation = {
+      "job_id",     "model",           "data_dir",         "virtual_workers", "batch_per_vw",
+      "seed",       "threads",         "train_limit",      "test_limit",      "chunk_elems",
+      "num_shards", "grad_wire_dtype", "weight_wire_dtype"};
+  EXPECT_TRUE(SameComputation(JobSpec(), JobSpec()));
+  for (const auto& [name, spec] : OneFieldChanged()) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(SameComputation(JobSpec(), spec), computation.count(name) == 0);
+    EXPECT_EQ(SameComputation(spec, JobSpec()), computation.count(name) == 0);
+  }
+}
+
+// ---- status codes in ErrorReply and RollbackDone -----------------------------
+
+TEST(Codec, EveryStatusCodeCrossesTheWireInErrorReplyAndRollbackDone) {
+  for (int c = 1; c <= static_cast<int>(kLastStatusCode); ++c) {
+    const auto code = static_cast<StatusCode>(c);
+    SCOPED_TRACE(StatusCodeName(code));
+    auto error = Decode(EncodeOrDie({"t", ErrorReply{code, "why"}}));
+    ASSERT_TRUE(error.ok()) << error.status().ToString();
+    EXPECT_EQ(std::get<ErrorReply>(error->body).ToStatus().code(), code);
+    EXPECT_EQ(std::get<ErrorReply>(error->body).message, "why");
+    RollbackDone done;
+    done.code = code;
+    auto rollback = Decode(EncodeOrDie({"t", done}));
+    ASSERT_TRUE(rollback.ok()) << rollback.status().ToString();
+    EXPECT_EQ(std::get<RollbackDone>(rollback->body).code, code);
+  }
+  // The codes added last, by name: a peer's protocol violation and "do it another way".
+  for (StatusCode code : {StatusCode::kProtocolError, StatusCode::kUnimplemented}) {
+    auto error = Decode(EncodeOrDie({"t", ErrorReply{code, "x"}}));
+    ASSERT_TRUE(error.ok()) << error.status().ToString();
+    EXPECT_EQ(std::get<ErrorReply>(error->body).code, code);
+  }
+}
+
 TEST(Codec, EncodeHandsChunkBytesThroughWithoutCopying) {
   Push push;
   push.block = Block{0, 1};
@@ -582,7 +691,11 @@ TEST(Codec, UnknownEnumValuesAndInvertedRangesAreRefused) {
   plan.eval_hi = 9;
   ExpectInvalid(EncodeOrDie({"t", plan}), "inverted");
 
-  ExpectInvalid(EncodeOrDie({"t", ErrorReply{static_cast<StatusCode>(12), "x"}}), "error code");
+  const auto unknown = static_cast<StatusCode>(static_cast<int>(kLastStatusCode) + 1);
+  ExpectInvalid(EncodeOrDie({"t", ErrorReply{unknown, "x"}}), "error code");
+  RollbackDone done;
+  done.code = unknown;
+  ExpectInvalid(EncodeOrDie({"t", done}), "rollback status code");
   // An error that says OK would turn into a successful Call without a reply.
   ExpectInvalid(EncodeOrDie({"t", ErrorReply{StatusCode::kOk, "x"}}), "error code");
 }
@@ -684,7 +797,7 @@ TEST(Codec, DecodeLimitsAreEnforced) {
   ExpectInvalid(EncodeOrDie({"t", push}), "too long", limits);
 }
 
-// Every answer to hostile bytes is InvalidArgument; nothing crashes, nothing
+// Every answer to hostile bytes is ProtocolError; nothing crashes, nothing
 // reads outside the frames (ASan), nothing reads unaligned words (UBSan).
 void ExpectDecodeSurvives(const std::vector<Frame>& frames, int* accepted) {
   auto got = Decode(frames);
@@ -692,7 +805,7 @@ void ExpectDecodeSurvives(const std::vector<Frame>& frames, int* accepted) {
     ++*accepted;
     EXPECT_LT(got->body.index(), std::variant_size_v<Body>);
   } else {
-    EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument) << got.status().ToString();
+    EXPECT_EQ(got.status().code(), StatusCode::kProtocolError) << got.status().ToString();
     EXPECT_FALSE(got.status().message().empty());
   }
 }
@@ -765,7 +878,7 @@ TEST(CodecFuzz, EveryTruncationOfValidMessagesIsInvalid) {
       auto got = Decode(wire);
       ASSERT_FALSE(got.ok()) << "header truncated to " << size << " of " << frames[0].size
                              << " bytes decoded";
-      EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(got.status().code(), StatusCode::kProtocolError);
     }
   }
 }

@@ -1280,10 +1280,10 @@ TEST(ShardStatePush,
         Push push = IntoShm(job.BlockPush(s, t, block, buffers), **region);
         ASSERT_FALSE(push.shm_chunks.empty());
         // Chunks outside the region or in its header, a region it cannot map: refused, the push as
-        // it was.
+        // it was. A region it cannot map is Unimplemented: the worker pushes through the socket.
         for (auto [bad, code] : {std::pair{0, StatusCode::kInvalidArgument},
                                  std::pair{1, StatusCode::kInvalidArgument},
-                                 std::pair{2, StatusCode::kFailedPrecondition}}) {
+                                 std::pair{2, StatusCode::kUnimplemented}}) {
           Push refused = push;
           if (bad == 0) refused.shm_chunks.back().offset = (*region)->ref().size - 1;
           if (bad == 1) refused.shm_chunks.front().offset = 8;
@@ -1995,7 +1995,8 @@ TEST(ShardService, RegistersAgainEveryIntervalWithTheVersionItServes) {
 }
 
 TEST(ShardService, ServesOnThroughTransientCoordinatorErrorsAndStopsOnAConfigItCannotServe) {
-  for (StatusCode fatal : {StatusCode::kInvalidArgument, StatusCode::kFailedPrecondition}) {
+  for (StatusCode fatal : {StatusCode::kInvalidArgument, StatusCode::kFailedPrecondition,
+                           StatusCode::kProtocolError}) {
     SCOPED_TRACE(StatusCodeName(fatal));
     zmq::context_t context(1);
     Job job(73);
@@ -2026,6 +2027,41 @@ TEST(ShardService, ServesOnThroughTransientCoordinatorErrorsAndStopsOnAConfigItC
     coordinator.Send(ErrorReply{fatal, "shard id 1 but the job has 1 shards"});
     const Status st = running.Join();
     EXPECT_EQ(st.code(), fatal) << st.ToString();
+  }
+}
+
+// A shard that cannot read a push's shared memory (--refuse_shm_pushes, or a region it cannot
+// map) answers Unimplemented, "do it another way", and takes the same push through the socket.
+TEST(ShardService, APushInSharedMemoryItCannotReadIsUnimplementedAndTheSocketServes) {
+  for (bool refuse : {true, false}) {
+    SCOPED_TRACE(refuse ? "--refuse_shm_pushes" : "a region it cannot map");
+    zmq::context_t context(1);
+    Job job(79);
+    const ShardId s(0);
+    FakeCoordinator coordinator(&context);
+    ShardOptions o;
+    o.shard = s;
+    o.coordinator = coordinator.endpoint();
+    o.refuse_shm_pushes = refuse;
+    RunningShard running(&context, o);
+    ASSERT_TRUE(running.open_status().ok());
+    auto reg = coordinator.Next<RegisterShard>();
+    ASSERT_TRUE(reg.has_value());
+    coordinator.Send(Config());
+    FakeWorker worker(&context, reg->address);
+    worker.Push(job.Init(s));
+    auto region = ShmRegion::Create(1 << 20);
+    ASSERT_TRUE(region.ok()) << region.status().ToString();
+    Push push = IntoShm(job.BlockPush(s, 0, Block{0, 4}, true), **region);
+    ASSERT_FALSE(push.shm_chunks.empty());
+    if (!refuse) push.shm->token ^= 1;
+    auto reply = worker.Send(push);
+    ASSERT_FALSE(reply.ok());
+    EXPECT_EQ(reply.status().code(), StatusCode::kUnimplemented) << reply.status().ToString();
+    worker.Step(job, s, 0);  // the same pushes inline
+    worker.ExpectVersion(job, s, 1);
+    coordinator.Send(Shutdown{"done"});
+    EXPECT_TRUE(running.Join().ok());
   }
 }
 
