@@ -115,7 +115,7 @@ StatusOr<RegisterWorkerReply> CoordinatorSession::Register() {
   }
   auto* r = std::get_if<RegisterWorkerReply>(&reply->body);
   if (r == nullptr) {
-    return Internal(std::string("registration answered with ") + BodyName(reply->body));
+    return ProtocolError(std::string("registration answered with ") + BodyName(reply->body));
   }
   id_ = r->worker;
   ids_.push_back(id_);

@@ -139,7 +139,7 @@ Status ParameterClient::AwaitPushes() {
       return in.envelope.status().WithContext("bad reply from shard " + std::to_string(s));
     }
     if (auto* err = std::get_if<ErrorReply>(&in.envelope->body)) {
-      if (err->code == StatusCode::kFailedPrecondition && link.shm_pushes) {
+      if (err->code == StatusCode::kUnimplemented && link.shm_pushes) {
         // The shard cannot map this worker's regions after all (the plan is
         // abandoned and pushed again).
         LOG(WARNING) << "shard " << s << " cannot read pushes in shared memory (" << err->message
@@ -150,8 +150,8 @@ Status ParameterClient::AwaitPushes() {
       return err->ToStatus().WithContext("shard " + std::to_string(s));
     }
     if (!std::holds_alternative<PushReply>(in.envelope->body)) {
-      return Internal(std::string("shard ") + std::to_string(s) + " answered a push with " +
-                      BodyName(in.envelope->body));
+      return ProtocolError(std::string("shard ") + std::to_string(s) + " answered a push with " +
+                           BodyName(in.envelope->body));
     }
   }
 }
@@ -198,8 +198,8 @@ Status ParameterClient::PullInto(Step version, CoordinatorSession* session) {
     }
     const std::vector<ChunkId> missing = NotPulled(s);
     if (!missing.empty()) {
-      return DataLoss("shard " + std::to_string(s) + " did not send chunk " +
-                      std::to_string(missing[0].value()));
+      return ProtocolError("shard " + std::to_string(s) + " did not send chunk " +
+                           std::to_string(missing[0].value()));
     }
   }
   pulling_.reset();
@@ -224,7 +224,7 @@ Status ParameterClient::TakePullReply(size_t s, Channel::Incoming in) {
   } else {
     auto* reply = std::get_if<PullReply>(&in.envelope->body);
     if (reply == nullptr || reply->version != p.version) {
-      return Internal(from + " answered a pull with something else");
+      return ProtocolError(from + " answered a pull with something else");
     }
     EPS_RETURN_IF_ERROR(WritePulled(s, *reply).WithContext("pull from " + from));
   }
@@ -272,11 +272,11 @@ Status ParameterClient::WritePulled(size_t s, const PullReply& reply) {
   }
   ShardLink& link = links_[s];
   const ShmRegion* region = link.pull_region.get();
-  if (region == nullptr) return DataLoss("a pull reply in shared memory that no pull named");
+  if (region == nullptr) return ProtocolError("a pull reply in shared memory that no pull named");
   for (const ShmChunk& c : reply.shm_chunks) {
     if (c.chunk.value() >= layout_->chunks.size() || c.offset != shm_offset_[c.chunk.value()]) {
-      return DataLoss("pulled chunk " + std::to_string(c.chunk.value()) +
-                      " is not where the pull asked for it");
+      return ProtocolError("pulled chunk " + std::to_string(c.chunk.value()) +
+                           " is not where the pull asked for it");
     }
     EPS_RETURN_IF_ERROR(WritePulledChunk(s, c.chunk, region->data() + c.offset, c.size));
   }
@@ -288,11 +288,12 @@ Status ParameterClient::WritePulled(size_t s, const PullReply& reply) {
 // Writes one pulled chunk of shard s into the model, decoding a parameter
 // from the weight wire dtype.
 Status ParameterClient::WritePulledChunk(size_t s, ChunkId id, const void* data, size_t size) {
-  if (id.value() >= layout_->chunks.size()) return DataLoss("pulled an unknown chunk");
+  if (id.value() >= layout_->chunks.size()) return ProtocolError("pulled an unknown chunk");
   const Chunk& c = layout_->chunks[id.value()];
   if (c.shard.value() != s || size != PulledBytes(c) || KindOf(c) == TensorKind::kLoss ||
       pulled_[id.value()]) {
-    return DataLoss("pulled chunk " + std::to_string(id.value()) + " does not match the layout");
+    return ProtocolError("pulled chunk " + std::to_string(id.value()) +
+                         " does not match the layout");
   }
   pulled_[id.value()] = 1;
   model_initial_ = false;

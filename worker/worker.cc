@@ -28,17 +28,6 @@ constexpr char kStopReason[] = "SIGTERM";
 // Re-registrations in a row, without a plan in between, before the worker gives up.
 constexpr int kMaxReregistrations = 3;
 
-// The fields of a job spec that fix what a worker computes: a re-registration
-// must give the same ones, or the model and data this worker holds are wrong.
-bool SameJob(const JobSpec& a, const JobSpec& b) {
-  return a.job_id == b.job_id && a.model == b.model && a.data_dir == b.data_dir &&
-         a.virtual_workers == b.virtual_workers && a.batch_per_vw == b.batch_per_vw &&
-         a.seed == b.seed && a.threads == b.threads && a.train_limit == b.train_limit &&
-         a.test_limit == b.test_limit && a.chunk_elems == b.chunk_elems &&
-         a.num_shards == b.num_shards && a.grad_wire_dtype == b.grad_wire_dtype &&
-         a.weight_wire_dtype == b.weight_wire_dtype;
-}
-
 // Errors from a shard that end the current plan, not the worker: the shard
 // refused a step it has rolled back from, a version is gone or late, or the
 // shard is down (restarting). The plan goes back to the coordinator.
@@ -46,6 +35,7 @@ bool AbandonsPlan(const Status& st) {
   switch (st.code()) {
     case StatusCode::kAborted:
     case StatusCode::kFailedPrecondition:
+    case StatusCode::kUnimplemented:  // a push in shared memory the shard cannot read: push inline
     case StatusCode::kDeadlineExceeded:
     case StatusCode::kUnavailable:
       return true;
@@ -180,7 +170,7 @@ class WorkerImpl final : public Worker {
     tensors.push_back(LossTensor());
     EPS_ASSIGN_OR_RETURN(layout_, MakeLayout(tensors, spec_.num_shards, spec_.chunk_elems));
     if (shard_addresses.size() != layout_.num_shards) {
-      return Internal("shard address list does not match the job");
+      return ProtocolError("shard address list does not match the job");
     }
     flat_ = std::make_unique<FlatGradientLayout>(layout_);
     ParameterClientOptions po;
@@ -201,7 +191,7 @@ class WorkerImpl final : public Worker {
   Status Reregister() {
     EPS_ASSIGN_OR_RETURN(RegisterWorkerReply r, session_->Register());
     ++times_.reregistrations;
-    if (!SameJob(r.spec, spec_) || r.shard_addresses.size() != client_->num_shards()) {
+    if (!SameComputation(r.spec, spec_) || r.shard_addresses.size() != client_->num_shards()) {
       return FailedPrecondition("registered again, but the coordinator now runs another job ('" +
                                 r.spec.job_id + "', model " + r.spec.model + ")");
     }
@@ -290,7 +280,7 @@ class WorkerImpl final : public Worker {
       reregistrations = 0;
       auto* plan = std::get_if<StepPlan>(&reply->body);
       if (plan == nullptr) {
-        return Internal(std::string("step request answered with ") + BodyName(reply->body));
+        return ProtocolError(std::string("step request answered with ") + BodyName(reply->body));
       }
       Status st;
       switch (plan->kind) {
