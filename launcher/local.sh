@@ -35,12 +35,13 @@
 #               Worth it on hosts whose scheduler queues woken threads on the waker's core
 #               (VMs without cache topology): timing only, never bits.
 # Logs go to DIR/logs/<process>.log, pid files to DIR/pids/, the coordinator's
-# address to DIR/coordinator.addr, the job's token to DIR/token (mode 0600) and
-# the result to DIR/result.json. Ctrl-C (or SIGTERM) stops every process. Exits
-# 0 only if the job succeeded.
+# address to DIR/coordinator.addr, the job's token to DIR/token (mode 0600), the
+# coordinator's events to DIR/events.jsonl (docs/events.md; a resumed or
+# restarted job appends to it) and the result to DIR/result.json. Ctrl-C (or
+# SIGTERM) stops every process. Exits 0 only if the job succeeded.
 set -euo pipefail
 
-usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,41p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
@@ -116,7 +117,7 @@ mkdir -p "$run_dir/logs" "$run_dir/pids"
 run_dir=$(cd "$run_dir" && pwd)
 job=$(cd "$(dirname "$job")" && pwd)/$(basename "$job")
 if [ $resumed = 0 ]; then
-  rm -rf "$run_dir/store"  # a fresh job
+  rm -rf "$run_dir/store" "$run_dir/events.jsonl"  # a fresh job
   launch=(--job "$job" --servers "$servers" --workers "$workers" --run-dir "$run_dir" --slowdowns "$slowdowns"
           --devices "$devices" --checkpoint-every "$checkpoint_every" --worker-cpus "$worker_cpus"
           --server-cpus "$server_cpus" --compute-cpus "$compute_cpus")

@@ -5,7 +5,7 @@ A CPU-only test: the second worker claims another kind with the worker's testing
 import os
 import subprocess
 
-from harness import BIN, ENV, LOCAL, MLP, RunDirTest, read_result, wait_for_file, wait_for_step
+from harness import BIN, ENV, LOCAL, MLP, RunDirTest, read_events, read_result, wait_for_file, wait_for_step
 
 STEPS = 120
 
@@ -16,7 +16,7 @@ class MixedDevices(RunDirTest):
         # Slowed down so that the job is still running when the second worker comes.
         job = self.start([LOCAL, "--job", MLP, "--workers", "1", "--slowdowns", "8", "--run-dir", d, "--",
                           f"--steps={STEPS}", *extra], os.path.join(self.tmp, name + ".out"))
-        wait_for_step(os.path.join(d, "logs", "coordinator.log"), 1)
+        wait_for_step(d, 1, proc=job)
         return d, job
 
     def attach(self, d, kind):
@@ -30,8 +30,10 @@ class MixedDevices(RunDirTest):
         d, job = self.start_job("mixed")
         p = self.attach(d, "cuda:NVIDIA H200")
         self.assertNotEqual(p.returncode, 0, p.stdout)
-        self.assertIn("FAILED_PRECONDITION", p.stdout)
-        self.assertIn("--allow_mixed_devices", p.stdout)
+        refused = read_events(d, "worker_refused")
+        self.assertEqual(len(refused), 1, p.stdout)
+        self.assertEqual(refused[0]["device_kind"], "cuda:NVIDIA H200")
+        self.assertIn("--allow_mixed_devices", refused[0]["error"])
         self.assertEqual(job.wait(timeout=300), 0)
         r = read_result(d)
         self.assertEqual(r["params_sha256"], ref["params_sha256"])
@@ -43,6 +45,8 @@ class MixedDevices(RunDirTest):
         self.assertEqual(p.returncode, 0, p.stdout)
         self.assertEqual(job.wait(timeout=300), 0)
         self.assertEqual(read_result(d)["workers_seen"], 2)
+        self.assertEqual(read_events(d, "worker_refused"), [])
+        self.assertIn("cuda:NVIDIA H200", [e["device_kind"] for e in read_events(d, "worker_joined")])
 
 
 if __name__ == "__main__":
