@@ -148,6 +148,7 @@ class CoordinatorImpl final : public Coordinator {
         OnMessage(*in);
       } else if (in.status().code() != StatusCode::kDeadlineExceeded &&
                  in.status().code() != StatusCode::kAborted) {
+        RecordEvents();
         return in.status();
       }
       if (*stop && !signalled) {
