@@ -11,7 +11,6 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "worker/worker.h"
 
 namespace eps {
 namespace {
@@ -333,16 +332,6 @@ TEST(Device, ACudaDeviceIsRefusedClearlyByABuildWithoutCuda) {
     EXPECT_NE(runner.message().find("this build has no CUDA"), std::string::npos)
         << runner.message();
   }
-  // The worker refuses at once, before it talks to anyone.
-  zmq::context_t context(1);
-  WorkerOptions options;
-  options.coordinator = "tcp://127.0.0.1:1";
-  options.device = "cuda:0";
-  const Status worker = Worker::Open(options, &context).status();
-  EXPECT_EQ(worker.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(worker.message().find("this build has no CUDA"), std::string::npos) << worker.message();
-  options.device = "cpu";
-  EXPECT_TRUE(Worker::Open(options, &context).ok());
 }
 
 TEST(ModelRunner, EvaluatesARangeWithoutChangingTheModel) {

@@ -396,14 +396,6 @@ StatusOr<std::string> DeviceKind(const std::string& device) {
 #endif
 }
 
-ModelRunner::~ModelRunner() = default;
-
-size_t ModelRunner::NumParameters() const {
-  size_t n = 0;
-  for (const TensorSpec& t : Tensors()) n += t.kind == TensorKind::kParameter ? 1 : 0;
-  return n;
-}
-
 StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelOptions& options) {
   if (options.threads < 1) return InvalidArgument("threads must be at least 1");
   EPS_ASSIGN_OR_RETURN(torch::Device device, ParseDevice(options.device));

@@ -80,13 +80,18 @@ class ModelRunner {
   // refuses; FailedPrecondition for a GPU that is not there; Internal if
   // libtorch fails.
   [[nodiscard]] static StatusOr<std::unique_ptr<ModelRunner>> Create(const ModelOptions& options);
-  virtual ~ModelRunner();
+  virtual ~ModelRunner() = default;
 
   // Parameters in named_parameters() order (kind kParameter, float32), then
   // buffers in named_buffers() order (kind kBuffer; float32, or int64 for
   // BatchNorm's num_batches_tracked, whose shape is {} with one element).
   virtual const std::vector<TensorSpec>& Tensors() const = 0;
-  size_t NumParameters() const;  // leading entries of Tensors() that are parameters
+  // Leading entries of Tensors() that are parameters.
+  size_t NumParameters() const {
+    size_t n = 0;
+    for (const TensorSpec& t : Tensors()) n += t.kind == TensorKind::kParameter ? 1 : 0;
+    return n;
+  }
 
   // The current value of tensor i (index into Tensors()) as contiguous host
   // memory, numel * DTypeSize bytes: on the CPU the model's own storage, on a

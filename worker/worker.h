@@ -35,21 +35,41 @@
 // worker registers again under a new id, within about one heartbeat interval,
 // and carries on with the model and data it already has.
 //
-// Run() owns the model and the sockets other than the heartbeat thread's, and
-// is called from one thread; the heartbeat thread is started and joined inside
-// Run(). The caller should let the thread that calls Run() receive the signals
-// that set `*stop` (the heartbeat thread blocks SIGTERM and SIGINT).
+// Where the parts live, and the threads:
+//   worker.cc               the plan loop, train (VW blocks) and evaluate; Run()'s
+//                           thread (the main thread) computes and owns the rest
+//   coordinator_session.h   registration, re-registration, leave, step requests,
+//                           the plan run ahead (main thread)
+//   heartbeat.h             the heartbeat thread and its socket
+//   param_client.h          pulls and pushes over one ShardLink (shard_link.h)
+//                           per shard (main thread; the reducing thread pushes)
+//   block_pusher.h          a block's partial, summed and pushed on the
+//                           reducing thread (a TaskThread, common/task_thread.h)
+//   step_times.h            where the time goes; the end-of-run JSON report
+//   wait.h                  waits with a deadline that watch the stop flag
+// Run() is called from one thread; the heartbeat and reducing threads are
+// started and joined inside it. The caller should let the thread that calls
+// Run() receive the signals that set `*stop` (the helper threads block
+// SIGTERM and SIGINT).
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <zmq.hpp>
 
 #include "common/status.h"
+#include "worker/model_runner.h"
 
 namespace eps {
+
+// Makes the job's model: the worker calls it once the job spec is known, and
+// again when the job starts over from its initial values. Production workers
+// use ModelRunner::Create (libtorch, worker/model_runner.cc); a test may hand
+// in a model of its own.
+using ModelFactory = std::function<StatusOr<std::unique_ptr<ModelRunner>>(const ModelOptions&)>;
 
 struct WorkerOptions {
   std::string coordinator;                         // the coordinator's endpoint
@@ -61,11 +81,14 @@ struct WorkerOptions {
   std::chrono::milliseconds rpc_timeout{60000};  // longest wait for a shard's reply
   std::chrono::milliseconds heartbeat_interval{500};
   std::chrono::milliseconds leave_timeout{2000};  // longest wait for the ack of a Leave
-  // "cpu", or "cuda:N" in a build against a CUDA libtorch; Open refuses
-  // anything else. The worker reports the device's kind when it registers
-  // (DeviceKind in worker/model_runner.h); the coordinator refuses a kind
-  // other than the first worker's unless the job allows mixed devices.
+  ModelFactory model_factory;                     // required
+  // "cpu", or "cuda:N" in a build against a CUDA libtorch: handed to the model factory.
   std::string device = "cpu";
+  // The kind of `device` this worker reports when it registers (DeviceKind in
+  // worker/model_runner.h: "cpu" or "cuda:<GPU name>"); the coordinator
+  // refuses a kind other than the first worker's unless the job allows mixed
+  // devices. Required.
+  std::string device_kind;
   // Cores this worker may use (0: the job's intra-op thread count). Fewer than
   // the job's count is refused once the spec is known, since the bits depend on
   // that count; more is accepted, and the extra cores stay unused.
@@ -76,11 +99,6 @@ struct WorkerOptions {
   // not multiply the slowdown). 1: off.
   // It changes timing only, never bits.
   double slowdown = 1.0;
-  // A testing aid: the device kind to report when registering instead of the
-  // device's own (empty: the device's own). Changes what the coordinator sees,
-  // never what the worker computes; lets a CPU-only test exercise the refusal
-  // of a worker of another kind.
-  std::string reported_device_kind;
   // Move tensor bytes through shared memory (common/shm.h) with the shards on
   // this host: each pull offers a region that a shard on the same host writes
   // w(t+1) into instead of sending it through the socket (one elsewhere
@@ -88,19 +106,22 @@ struct WorkerOptions {
   // partials are pushed to it from regions too (the message names where they
   // are). Changes timing, never bits.
   bool shm = true;
+  // Where Run() writes the worker's report (worker/step_times.h: times, counts,
+  // the ids it held, how it ended) as JSON when it returns. Empty: nowhere.
+  std::string report_file;
 };
 
 class Worker {
  public:
-  // InvalidArgument for a missing coordinator address, a device DeviceKind
-  // refuses (any cuda device in a build without CUDA), threads < 0 or a
-  // heartbeat interval that is not positive; FailedPrecondition for a GPU that
-  // is not there.
+  // InvalidArgument for a missing coordinator address, model factory or
+  // device kind, threads < 0, a slowdown below 1, or a heartbeat interval
+  // that is not positive.
   static StatusOr<std::unique_ptr<Worker>> Open(const WorkerOptions& options,
                                                 zmq::context_t* context);
   virtual ~Worker() = default;
   // Runs until the coordinator says stop (OK), `*stop` turns true and the
-  // worker has left the job (OK), or something fails.
+  // worker has left the job (OK), or something fails. `*stop` is read from
+  // this thread only; set it from a signal handler or another thread.
   virtual Status Run(const std::atomic<bool>* stop) = 0;
 };
 

@@ -64,6 +64,10 @@ DEFINE_bool(
     "inline), "
     "and once a shard has answered that way the block partials are pushed to it from regions too. "
     "Changes timing, never bits");
+DEFINE_string(report_file, "",
+              "Write the worker's report here when it ends: JSON with where the time went, what "
+              "moved through shared memory, the worker ids it held and how it ended "
+              "(docs/events.md). Empty: none");
 DEFINE_string(
     reported_device_kind, "",
     "Testing aid: report this device kind to the coordinator instead of the device's own (the "
@@ -109,14 +113,14 @@ eps::Status PinCompute(const std::string& list, zmq::context_t& context) {
 }
 
 // Pool mode: train the jobs the scheduler names, one after another, until a signal.
-int RunPool(eps::WorkerOptions options, const std::string& device_kind, zmq::context_t* context) {
+int RunPool(eps::WorkerOptions options, zmq::context_t* context) {
   auto pool_token = eps::ReadTokenFile(FLAGS_pool_token_file);
   if (!pool_token.ok()) {
     LOG(ERROR) << pool_token.status().ToString();
     return 2;
   }
   eps::PoolClient pool(context, FLAGS_scheduler, *pool_token,
-                       eps::PoolRequest{options.host, device_kind, "", ""},
+                       eps::PoolRequest{options.host, options.device_kind, "", ""},
                        std::chrono::milliseconds(FLAGS_pool_poll_ms));
   // A job that ended since the scheduler named it never answers: ask the scheduler again soon.
   options.register_timeout = std::chrono::seconds(15);
@@ -203,8 +207,9 @@ int main(int argc, char** argv) {
   options.device = FLAGS_device;
   options.threads = FLAGS_threads;
   options.slowdown = FLAGS_slowdown;
-  options.reported_device_kind = FLAGS_reported_device_kind;
   options.shm = FLAGS_shm;
+  options.report_file = FLAGS_report_file;
+  options.model_factory = &eps::ModelRunner::Create;
   if (!(FLAGS_slowdown >= 1.0) || FLAGS_slowdown > 1000) {
     LOG(ERROR) << "--slowdown must be in [1, 1000], got " << FLAGS_slowdown;
     return 2;
@@ -228,15 +233,13 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!FLAGS_scheduler.empty()) {
-    auto kind = eps::DeviceKind(FLAGS_device);
-    if (!kind.ok()) {
-      LOG(ERROR) << kind.status().ToString();
-      return 2;
-    }
-    return RunPool(options, FLAGS_reported_device_kind.empty() ? *kind : FLAGS_reported_device_kind,
-                   &context);
+  auto kind = eps::DeviceKind(FLAGS_device);
+  if (!kind.ok()) {
+    LOG(ERROR) << kind.status().ToString();
+    return 2;
   }
+  options.device_kind = FLAGS_reported_device_kind.empty() ? *kind : FLAGS_reported_device_kind;
+  if (!FLAGS_scheduler.empty()) return RunPool(options, &context);
   auto worker = eps::Worker::Open(options, &context);
   if (!worker.ok()) {
     LOG(ERROR) << worker.status().ToString();

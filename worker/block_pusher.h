@@ -1,0 +1,102 @@
+// A block partial on its way to the shards: the reducing thread sums the
+// gradients of an aligned block of VWs along the canonical tree and pushes the
+// result, tensor by tensor, while the block's last VW still runs backward.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "common/layout.h"
+#include "common/shm.h"
+#include "common/status.h"
+#include "common/tree.h"
+#include "common/wire.h"
+#include "worker/model_runner.h"
+#include "worker/param_client.h"
+
+namespace eps {
+
+// Where each tensor's gradient sits in a VW's flat gradient vector: the
+// parameters in layout order, then the loss (one element). Buffers have none.
+struct FlatGradientLayout {
+  explicit FlatGradientLayout(const Layout& layout);
+  std::vector<size_t> offset;  // by tensor
+  size_t size = 0;             // elements in all
+};
+
+// Copies of the buffer tensors (BatchNorm statistics), by tensor index (null: not a buffer).
+using BufferCopies = std::vector<std::shared_ptr<std::vector<uint8_t>>>;
+
+// One aligned block of one train plan, from its first VW's gradients to the
+// pushes of its partial. The partial's value fills in tensor by tensor while
+// the block's last VW runs backward (TreeFinisher), and the chunks of the
+// tensors ready so far leave as soon as they are worth a push of their own
+// (kEagerPushBytes): sending and the shards' optimizer overlap the rest of
+// backward (the first layers, the costliest, come last). The partial lives
+// in a shared-memory region when some shard reads pushes from there (the
+// push names where each chunk is), else on the heap (the bytes travel in the
+// message).
+//
+// Threads: constructed and set_eager() on the main thread; everything else
+// runs on the reducing thread, in the order of the tasks the main thread
+// posts: AddVW for each VW but the last, then StartLastVW, TensorReady per
+// parameter as backward finishes it, and Finish. The tasks hold the object
+// (shared_ptr), so the main thread goes on to the next block meanwhile.
+class BlockPusher {
+ public:
+  // What every block of a job shares. Pointers outlive the pushers.
+  struct Job {
+    const Layout* layout;
+    const FlatGradientLayout* flat;
+    uint32_t virtual_workers;
+    WireDType grad_wire;
+    ParameterClient* client;
+  };
+
+  // The bytes of a push region for a partial of `flat_size` elements: the
+  // fp32 sum, then (when compressed) its encoding in the gradient wire dtype.
+  static size_t RegionBytes(size_t flat_size, WireDType grad_wire);
+
+  // On the main thread: takes a push region from the client when a shard reads them.
+  BlockPusher(const Job& job, Epoch epoch, Step step, const Block& block);
+
+  // Push from backward (TensorReady) only once the plan is confirmed: a plan
+  // run ahead of the coordinator's answer pushes nothing before it.
+  void set_eager(bool eager) { eager_ = eager; }
+
+  // VW v's gradients (a VW before the block's last) into the tree.
+  [[nodiscard]] Status AddVW(uint32_t v, const ModelRunner::Gradients& grads, float loss);
+  // The tree's last node is the block's last VW, `last`: what follows adds it tensor by tensor.
+  [[nodiscard]] Status StartLastVW(uint32_t last);
+  // Parameter i of the last VW is final in `grad`: its part of the partial
+  // is finished, and the ready chunks are pushed once they are worth it.
+  [[nodiscard]] Status TensorReady(size_t i, const float* grad);
+  // The last VW's loss completes the partial: every chunk not pushed yet is,
+  // with VW 0's buffers when the block holds VW 0 (`vw0_buffers` not empty).
+  [[nodiscard]] Status Finish(float loss, const BufferCopies& vw0_buffers);
+
+ private:
+  Status PushReady(const BufferCopies& vw0_buffers);
+
+  // Constant after construction.
+  const Job job_;
+  const Epoch epoch_;
+  const Step step_;
+  const Block block_;
+
+  bool eager_ = true;  // set on the main thread before the last VW's tasks are posted
+  // The reducing thread's, from here on.
+  TreeReducer reducer_;
+  std::optional<TreeFinisher> finisher_;  // the tree's last node: the last VW
+  std::shared_ptr<ShmRegion> region_;     // holding sum_ and encoded_, or null (on the heap)
+  std::shared_ptr<float[]> sum_;          // the partial in flat layout, fp32
+  std::shared_ptr<uint16_t[]> encoded_;   // the same in the gradient wire dtype, if compressed
+  std::vector<char> shm_to_;  // by shard: push from region_ (the message names the bytes)
+  std::vector<char> ready_;   // by tensor: its part of the partial is final
+  std::vector<char> sent_;    // by chunk
+  size_t unsent_bytes_ = 0;   // ready, not sent
+};
+
+}  // namespace eps

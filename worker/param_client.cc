@@ -1,0 +1,368 @@
+#include "worker/param_client.h"
+
+#include <glog/logging.h>
+
+#include <algorithm>
+
+#include "worker/wait.h"
+
+namespace eps {
+namespace {
+
+TensorKind KindIn(const Layout& layout, const Chunk& c) { return layout.tensors[c.tensor].kind; }
+
+// The bytes of a chunk as pulled: a parameter in the weight wire dtype, anything else as it is.
+size_t PulledBytesIn(const Layout& layout, WireDType weight_wire, const Chunk& c) {
+  const bool encoded =
+      weight_wire != WireDType::kFP32 && KindIn(layout, c) == TensorKind::kParameter;
+  return layout.WireBytes(c, encoded ? weight_wire : WireDType::kFP32);
+}
+
+// Each chunk's place in its shard's pull region (by chunk), and each region's size (by shard).
+std::pair<std::vector<uint64_t>, std::vector<uint64_t>> PullRegionLayout(const Layout& layout,
+                                                                         WireDType weight_wire) {
+  std::vector<uint64_t> offset(layout.chunks.size(), 0);
+  std::vector<uint64_t> size(layout.num_shards, ShmRegion::kHeaderBytes);
+  for (const Chunk& c : layout.chunks) {
+    if (KindIn(layout, c) == TensorKind::kLoss) continue;
+    uint64_t& end = size[c.shard.value()];
+    offset[c.id.value()] = end;
+    end += Aligned(PulledBytesIn(layout, weight_wire, c));
+  }
+  return {std::move(offset), std::move(size)};
+}
+
+// By shard, the chunks each pull asks for: parameter chunks in backward
+// order (the layout's, reversed), cut into groups of at least
+// kEagerPushBytes as the last VW's pushes are, so that a group is stepped,
+// and answered, about when one of those pushes arrives; then the buffer
+// chunks, final only with VW 0's last push, in a group of their own.
+std::vector<std::vector<std::vector<ChunkId>>> PullGroupsOf(const Layout& layout,
+                                                            WireDType weight_wire) {
+  std::vector<std::vector<std::vector<ChunkId>>> out(layout.num_shards);
+  for (size_t s = 0; s < out.size(); ++s) {
+    std::vector<ChunkId> group, buffers;
+    size_t bytes = 0;
+    for (auto c = layout.chunks.rbegin(); c != layout.chunks.rend(); ++c) {
+      if (c->shard.value() != s || KindIn(layout, *c) == TensorKind::kLoss) continue;
+      if (KindIn(layout, *c) == TensorKind::kBuffer) {
+        buffers.push_back(c->id);
+        continue;
+      }
+      group.push_back(c->id);
+      bytes += layout.WireBytes(*c, weight_wire);
+      if (bytes < kEagerPushBytes) continue;
+      out[s].push_back(std::move(group));
+      group.clear();
+      bytes = 0;
+    }
+    for (std::vector<ChunkId>* rest : {&group, &buffers}) {
+      if (!rest->empty()) out[s].push_back(std::move(*rest));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+ParameterClient::ParameterClient(ParameterClientOptions options, zmq::context_t* context,
+                                 const std::atomic<bool>* stop, const Layout* layout,
+                                 const std::vector<std::string>& shard_addresses)
+    : options_(std::move(options)),
+      context_(context),
+      stop_(stop),
+      layout_(layout),
+      shm_offset_(PullRegionLayout(*layout, options_.weight_wire).first),
+      shm_size_(PullRegionLayout(*layout, options_.weight_wire).second),
+      pull_groups_(PullGroupsOf(*layout, options_.weight_wire)) {
+  for (size_t s = 0; s < shard_addresses.size(); ++s) links_.emplace_back(s, shard_addresses[s]);
+}
+
+size_t ParameterClient::PulledBytes(const Chunk& c) const {
+  return PulledBytesIn(*layout_, options_.weight_wire, c);
+}
+
+void ParameterClient::SetModel(ModelRunner* model) {
+  model_ = model;
+  model_initial_ = true;
+}
+
+Status ParameterClient::Reconnect() {
+  pulling_.reset();
+  ReleasePushRegions();
+  for (ShardLink& link : links_) {
+    EPS_RETURN_IF_ERROR(link.Reconnect(context_, options_.shm ? shm_size_[link.index] : 0));
+  }
+  return OkStatus();
+}
+
+Status ParameterClient::SendPush(size_t s, Push push) {
+  if (push.chunks.empty() && push.shm_chunks.empty()) return OkStatus();
+  ++(push.shm_chunks.empty() ? counts_.inline_pushes : counts_.shm_pushes);
+  EPS_RETURN_IF_ERROR(links_[s].pushes->Send(Envelope{options_.token, std::move(push)}));
+  ++links_[s].outstanding;
+  return OkStatus();
+}
+
+Status ParameterClient::AwaitPushes() {
+  std::vector<Channel*> watch;
+  std::vector<std::pair<bool, size_t>> watched;  // by watched channel: (a push socket, its shard)
+  while (true) {
+    watch.clear();
+    watched.clear();
+    for (ShardLink& link : links_) {
+      if (link.outstanding == 0) continue;
+      watch.push_back(link.pushes.get());
+      watched.emplace_back(true, link.index);
+    }
+    if (watch.empty()) {
+      ReleasePushRegions();
+      return OkStatus();
+    }
+    for (size_t s = 0; pulling_.has_value() && pulling_->failed.ok() && s < links_.size(); ++s) {
+      if (pulling_->answers[s] == 0) continue;
+      watch.push_back(links_[s].pulls.get());
+      watched.emplace_back(false, s);
+    }
+    // Each message may wait rpc_timeout, as each reply did when they were awaited one by one.
+    EPS_ASSIGN_OR_RETURN(const size_t ready, AwaitAny(watch, options_.rpc_timeout, *stop_));
+    EPS_ASSIGN_OR_RETURN(Channel::Incoming in, watch[ready]->TryReceive());
+    const auto [push, s] = watched[ready];
+    if (!push) {
+      Status st = TakePullReply(s, std::move(in));
+      if (!st.ok()) pulling_->failed = std::move(st);
+      continue;
+    }
+    ShardLink& link = links_[s];
+    --link.outstanding;
+    if (!in.envelope.ok()) {
+      return in.envelope.status().WithContext("bad reply from shard " + std::to_string(s));
+    }
+    if (auto* err = std::get_if<ErrorReply>(&in.envelope->body)) {
+      if (err->code == StatusCode::kFailedPrecondition && link.shm_pushes) {
+        // The shard cannot map this worker's regions after all (the plan is
+        // abandoned and pushed again).
+        LOG(WARNING) << "shard " << s << " cannot read pushes in shared memory (" << err->message
+                     << "): pushing to it through the socket from now on";
+        link.shm_refused = true;
+        link.shm_pushes = false;
+      }
+      return err->ToStatus().WithContext("shard " + std::to_string(s));
+    }
+    if (!std::holds_alternative<PushReply>(in.envelope->body)) {
+      return Internal(std::string("shard ") + std::to_string(s) + " answered a push with " +
+                      BodyName(in.envelope->body));
+    }
+  }
+}
+
+Status ParameterClient::StartPull(Step version, bool prefetch) {
+  const size_t n = links_.size();
+  pulling_ = PullInFlight{
+      version,   prefetch, std::vector<size_t>(n), std::vector<char>(n, 0), std::vector<char>(n, 0),
+      OkStatus()};
+  pulled_.assign(layout_->chunks.size(), 0);
+  for (size_t s = 0; s < n; ++s) {
+    for (const std::vector<ChunkId>& group : pull_groups_[s]) {
+      EPS_RETURN_IF_ERROR(
+          links_[s].pulls->Send(Envelope{options_.token, MakePull(s, version, group)}));
+      ++pulling_->answers[s];
+    }
+  }
+  return OkStatus();
+}
+
+StatusOr<Channel::Incoming> ParameterClient::ReceivePulled(size_t s, CoordinatorSession* session) {
+  Channel* shard = links_[s].pulls.get();
+  while (session != nullptr && session->running_ahead()) {
+    if (stop_->load()) return Stopped();
+    StatusOr<size_t> ready = AwaitReadable({shard, session->channel()}, kStopCheck);
+    if (ready.ok() && *ready == 0) break;
+    const StatusCode code = ready.status().code();
+    if (!ready.ok() && code != StatusCode::kDeadlineExceeded && code != StatusCode::kAborted) {
+      return ready.status();
+    }
+    EPS_RETURN_IF_ERROR(session->ConfirmPlan(/*wait=*/false));
+  }
+  return ReceiveOrStop(shard, options_.rpc_timeout, *stop_);
+}
+
+Status ParameterClient::PullInto(Step version, CoordinatorSession* session) {
+  if (pulling_.has_value() && pulling_->version != version) EPS_RETURN_IF_ERROR(Reconnect());
+  if (!pulling_.has_value()) EPS_RETURN_IF_ERROR(StartPull(version, /*prefetch=*/false));
+  EPS_RETURN_IF_ERROR(pulling_->failed);
+  for (size_t s = 0; s < links_.size(); ++s) {
+    while (pulling_->answers[s] > 0) {
+      EPS_ASSIGN_OR_RETURN(Channel::Incoming in, ReceivePulled(s, session));
+      EPS_RETURN_IF_ERROR(TakePullReply(s, std::move(in)));
+    }
+    const std::vector<ChunkId> missing = NotPulled(s);
+    if (!missing.empty()) {
+      return DataLoss("shard " + std::to_string(s) + " did not send chunk " +
+                      std::to_string(missing[0].value()));
+    }
+  }
+  pulling_.reset();
+  return OkStatus();
+}
+
+// A prefetched pull may have waited at the shard longer than it may (a slow
+// step): once every group is answered, what did not come is asked for again,
+// now that it is due.
+Status ParameterClient::TakePullReply(size_t s, Channel::Incoming in) {
+  PullInFlight& p = *pulling_;
+  const std::string from = "shard " + std::to_string(s);
+  --p.answers[s];
+  if (!in.envelope.ok()) return in.envelope.status().WithContext("bad pull reply from " + from);
+  if (auto* err = std::get_if<ErrorReply>(&in.envelope->body)) {
+    const bool late =
+        err->code == StatusCode::kDeadlineExceeded || err->code == StatusCode::kUnavailable;
+    if (!p.prefetch || p.pulled_again[s] || !late) {
+      return err->ToStatus().WithContext("pull from " + from);
+    }
+    p.expired[s] = 1;
+  } else {
+    auto* reply = std::get_if<PullReply>(&in.envelope->body);
+    if (reply == nullptr || reply->version != p.version) {
+      return Internal(from + " answered a pull with something else");
+    }
+    EPS_RETURN_IF_ERROR(WritePulled(s, *reply).WithContext("pull from " + from));
+  }
+  if (p.answers[s] == 0 && p.expired[s] && !p.pulled_again[s]) {
+    LOG(INFO) << "the prefetched pull of version " << p.version << " expired at " << from
+              << ": pulling again";
+    EPS_RETURN_IF_ERROR(
+        links_[s].pulls->Send(Envelope{options_.token, MakePull(s, p.version, NotPulled(s))}));
+    p.pulled_again[s] = 1;
+    p.answers[s] = 1;
+  }
+  return OkStatus();
+}
+
+std::vector<ChunkId> ParameterClient::NotPulled(size_t s) const {
+  std::vector<ChunkId> out;
+  for (const auto& group : pull_groups_[s]) {
+    for (ChunkId id : group) {
+      if (!pulled_[id.value()]) out.push_back(id);
+    }
+  }
+  return out;
+}
+
+// A pull of `chunks` from shard s, naming the link's shared-memory region, if
+// any, and each chunk's place in it.
+Pull ParameterClient::MakePull(size_t s, Step version, std::vector<ChunkId> chunks) const {
+  Pull pull{version, std::move(chunks), options_.weight_wire, std::nullopt, {}};
+  if (const ShmRegion* region = links_[s].pull_region.get()) {
+    pull.shm = region->ref();
+    for (ChunkId c : pull.chunks) pull.shm_offsets.push_back(shm_offset_[c.value()]);
+  }
+  return pull;
+}
+
+// Writes the chunks of a pull reply from shard s into the model, from the
+// message or from the pull's shared-memory region, and marks them in pulled_.
+Status ParameterClient::WritePulled(size_t s, const PullReply& reply) {
+  for (const ChunkBytes& cb : reply.chunks) {
+    EPS_RETURN_IF_ERROR(WritePulledChunk(s, cb.chunk, cb.data, cb.size));
+  }
+  if (reply.shm_chunks.empty()) {
+    ++counts_.inline_replies;
+    return OkStatus();
+  }
+  ShardLink& link = links_[s];
+  const ShmRegion* region = link.pull_region.get();
+  if (region == nullptr) return DataLoss("a pull reply in shared memory that no pull named");
+  for (const ShmChunk& c : reply.shm_chunks) {
+    if (c.chunk.value() >= layout_->chunks.size() || c.offset != shm_offset_[c.chunk.value()]) {
+      return DataLoss("pulled chunk " + std::to_string(c.chunk.value()) +
+                      " is not where the pull asked for it");
+    }
+    EPS_RETURN_IF_ERROR(WritePulledChunk(s, c.chunk, region->data() + c.offset, c.size));
+  }
+  ++counts_.shm_replies;
+  link.shm_pushes = !link.shm_refused;  // the shard can map this worker's regions
+  return OkStatus();
+}
+
+// Writes one pulled chunk of shard s into the model, decoding a parameter
+// from the weight wire dtype.
+Status ParameterClient::WritePulledChunk(size_t s, ChunkId id, const void* data, size_t size) {
+  if (id.value() >= layout_->chunks.size()) return DataLoss("pulled an unknown chunk");
+  const Chunk& c = layout_->chunks[id.value()];
+  if (c.shard.value() != s || size != PulledBytes(c) || KindOf(c) == TensorKind::kLoss ||
+      pulled_[id.value()]) {
+    return DataLoss("pulled chunk " + std::to_string(id.value()) + " does not match the layout");
+  }
+  pulled_[id.value()] = 1;
+  model_initial_ = false;
+  const size_t elem = DTypeSize(layout_->tensors[c.tensor].dtype);
+  const WireDType wire = options_.weight_wire;
+  if (wire == WireDType::kFP32 || KindOf(c) != TensorKind::kParameter) {
+    return model_->Write(c.tensor, c.offset * elem, data, size);
+  }
+  decoded_.resize(c.numel);
+  DecodeWire(wire, data, decoded_.size(), decoded_.data());
+  return model_->Write(c.tensor, c.offset * elem, decoded_.data(), decoded_.size() * sizeof(float));
+}
+
+Status ParameterClient::PushInitialValues() {
+  // A prefetch (of a step >= 1) is of no use once the job starts over, and
+  // its replies must not be written into the model the pushes below read.
+  if (pulling_.has_value()) EPS_RETURN_IF_ERROR(Reconnect());
+  for (size_t s = 0; s < links_.size(); ++s) {
+    Push push{Epoch(0), Step(-1), Block{0, 1}, {}};
+    for (const Chunk& c : layout_->chunks) {
+      if (c.shard.value() != s || KindOf(c) == TensorKind::kLoss) continue;
+      const size_t elem = DTypeSize(layout_->tensors[c.tensor].dtype);
+      push.chunks.push_back({c.id,
+                             static_cast<const uint8_t*>(model_->Data(c.tensor)) + c.offset * elem,
+                             layout_->ChunkBytes(c), nullptr});
+    }
+    EPS_RETURN_IF_ERROR(SendPush(s, std::move(push)));
+  }
+  // The chunks point into the model: wait for the replies before it changes.
+  EPS_RETURN_IF_ERROR(AwaitPushes());
+  LOG(INFO) << "pushed the initial parameters";
+  return OkStatus();
+}
+
+std::vector<char> ParameterClient::ShmPushTargets() const {
+  std::vector<char> out;
+  for (const ShardLink& link : links_) out.push_back(link.shm_pushes);
+  return out;
+}
+
+// The regions of the blocks pushed so far become the ones the next blocks
+// reuse (those left unused are dropped: the plan's range shrank) once every
+// push is answered (a shard reads a push's region before it answers). A push
+// not answered yet may still be read, maybe after this worker gave it up:
+// with one outstanding, the regions are dropped instead, never written again.
+void ParameterClient::ReleasePushRegions() {
+  if (push_regions_used_.empty()) return;
+  if (std::all_of(links_.begin(), links_.end(),
+                  [](const ShardLink& l) { return l.outstanding == 0; })) {
+    push_regions_free_ = std::move(push_regions_used_);
+  }
+  push_regions_used_.clear();
+}
+
+std::shared_ptr<ShmRegion> ParameterClient::TakePushRegion() {
+  std::shared_ptr<ShmRegion> region;
+  if (!push_regions_free_.empty()) {
+    region = std::move(push_regions_free_.back());
+    push_regions_free_.pop_back();
+  } else {
+    auto made = ShmRegion::Create(options_.push_region_bytes);
+    if (!made.ok()) {
+      LOG_EVERY_N(WARNING, 100) << "no shared memory for a push (pushing through the socket): "
+                                << made.status().ToString();
+      return nullptr;
+    }
+    region = std::move(made).value();
+  }
+  push_regions_used_.push_back(region);
+  return region;
+}
+
+}  // namespace eps

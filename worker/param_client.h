@@ -1,0 +1,159 @@
+// The worker's parameter client: pulls w(t) from every shard into the model
+// and pushes block partials to them, over one ShardLink per shard.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/layout.h"
+#include "common/shm.h"
+#include "common/status.h"
+#include "common/wire.h"
+#include "schema/messages.h"
+#include "worker/coordinator_session.h"
+#include "worker/model_runner.h"
+#include "worker/shard_link.h"
+#include "worker/step_times.h"
+
+namespace eps {
+
+// Bytes of ready gradient chunks worth a push of their own before backward
+// ends; pulls are cut into groups of about this size too, so that a group is
+// stepped, and answered, about when one of those pushes arrives.
+constexpr size_t kEagerPushBytes = 256 << 10;
+
+// `bytes` rounded up to a cache line: where the next thing starts in a shared-memory region.
+inline uint64_t Aligned(uint64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+struct ParameterClientOptions {
+  std::string token;                             // the job's secret
+  std::chrono::milliseconds rpc_timeout{60000};  // longest wait for one shard's message
+  bool shm = true;                               // offer shared-memory regions (WorkerOptions::shm)
+  WireDType weight_wire = WireDType::kFP32;      // parameters are pulled in this dtype
+  size_t push_region_bytes = 0;  // a block partial's region (BlockPusher::RegionBytes)
+};
+
+// Pulls and pushes for one worker, over a link per shard.
+//
+// Pulls: a pull of version t is one Pull message per pull group and shard
+// (parameter chunks in backward order, in groups of about kEagerPushBytes,
+// then the buffers), each naming the link's shared-memory region when there
+// is one: a shard on this host writes the reply there, one elsewhere answers
+// inline. Prefetch() sends them before they are due (before a step's last
+// VW); PullInto() takes the replies into the model, checking that every chunk
+// of the layout came once, where it was asked for, with its size.
+//
+// Pushes: SendPush() counts a push as outstanding on its link, AwaitPushes()
+// collects every acknowledgement (taking the replies of a prefetch that come
+// meanwhile into the model). A shard that has answered a pull through shared
+// memory gets block partials from push regions (TakePushRegion); one that
+// refuses such a push gets them inline for good.
+//
+// Threads: the worker's main thread owns the object, except SendPush(),
+// TakePushRegion's regions' contents and counts().pushes, used by the
+// reducing thread while it pushes a step's blocks (the main thread does not
+// push meanwhile; TaskThread::Wait() hands them back).
+class ParameterClient {
+ public:
+  // `layout` and `*stop` outlive the client. Connects nothing yet: Reconnect().
+  ParameterClient(ParameterClientOptions options, zmq::context_t* context,
+                  const std::atomic<bool>* stop, const Layout* layout,
+                  const std::vector<std::string>& shard_addresses);
+
+  size_t num_shards() const { return links_.size(); }
+  const std::string& address(size_t shard) const { return links_[shard].address; }
+
+  // Fresh sockets and regions to every shard, dropping a pull in flight and
+  // the push regions of a step not fully acknowledged (ShardLink::Reconnect).
+  [[nodiscard]] Status Reconnect();
+  // After a re-registration: shard s now serves at `address` (Reconnect() to use it).
+  void MoveShard(size_t s, std::string address) { links_[s].address = std::move(address); }
+
+  // The model pulls write into and the initial push reads (not owned). A new
+  // model holds its initial values until a pull writes into it.
+  void SetModel(ModelRunner* model);
+  bool model_holds_initial_values() const { return model_initial_; }
+
+  // Asks every shard for `version` now, before it is due: a shard answers each
+  // pull group as soon as its chunks are stepped, so most bytes of w(t+1)
+  // travel during the last VW's backward, and are in the model by the time
+  // PullInto(version) asks for them.
+  [[nodiscard]] Status Prefetch(Step version) { return StartPull(version, /*prefetch=*/true); }
+  // Pulls `version` from every shard into the model: takes the prefetched
+  // replies when they are of that version, drops them (fresh sockets) when
+  // not. While `session` runs a plan ahead, its answer is taken as soon as it
+  // comes: the coordinator may instead give this worker VWs of the very step
+  // the pull waits for (a crashed worker's), which it would wait for in vain.
+  [[nodiscard]] Status PullInto(Step version, CoordinatorSession* session);
+
+  // Sends a push to shard s (nothing for an empty one) and counts it outstanding.
+  [[nodiscard]] Status SendPush(size_t s, Push push);
+  // Collects every outstanding push reply; then the push regions of the step
+  // may be written again. A pull reply's error met meanwhile does not end
+  // this call: PullInto returns it. The error of a refused push otherwise.
+  [[nodiscard]] Status AwaitPushes();
+  // Pushes the model's values (the job's initial parameters) to every shard
+  // and waits for the replies; a pull in flight is dropped first.
+  [[nodiscard]] Status PushInitialValues();
+
+  // By shard: block partials go to it from a push region.
+  std::vector<char> ShmPushTargets() const;
+  // A region for a block partial, not written by anybody else until the
+  // step's pushes are all acknowledged (AwaitPushes) or dropped with the
+  // sockets; reused, so that neither side faults its pages in again. Null if
+  // none can be made (the block is pushed through the socket).
+  std::shared_ptr<ShmRegion> TakePushRegion();
+
+  const TransferCounts& counts() const { return counts_; }
+
+ private:
+  // A pull of one version sent to every shard, its replies being taken.
+  struct PullInFlight {
+    Step version;
+    bool prefetch;                   // sent before it was due (Prefetch)
+    std::vector<size_t> answers;     // by shard: replies not yet taken
+    std::vector<char> expired;       // by shard: a prefetched group waited too long at the shard
+    std::vector<char> pulled_again;  // by shard: what did not come was asked for again
+    Status failed;  // a reply taken while the pushes were acknowledged failed: PullInto returns it
+  };
+
+  TensorKind KindOf(const Chunk& c) const { return layout_->tensors[c.tensor].kind; }
+  size_t PulledBytes(const Chunk& c) const;
+  std::vector<std::vector<std::vector<ChunkId>>> PullGroups() const;
+  Status StartPull(Step version, bool prefetch);
+  StatusOr<Channel::Incoming> ReceivePulled(size_t s, CoordinatorSession* session);
+  Status TakePullReply(size_t s, Channel::Incoming in);
+  std::vector<ChunkId> NotPulled(size_t s) const;
+  Pull MakePull(size_t s, Step version, std::vector<ChunkId> chunks) const;
+  Status WritePulled(size_t s, const PullReply& reply);
+  Status WritePulledChunk(size_t s, ChunkId id, const void* data, size_t size);
+  void ReleasePushRegions();
+
+  // Constant after construction.
+  const ParameterClientOptions options_;
+  zmq::context_t* const context_;
+  const std::atomic<bool>* const stop_;
+  const Layout* const layout_;
+  const std::vector<uint64_t> shm_offset_;  // by chunk: its place in its shard's pull region
+  const std::vector<uint64_t> shm_size_;    // by shard: its pull region's size
+  const std::vector<std::vector<std::vector<ChunkId>>>
+      pull_groups_;  // by shard: each pull's chunks
+
+  std::vector<ShardLink> links_;  // by shard
+  ModelRunner* model_ = nullptr;
+  bool model_initial_ = true;
+  std::optional<PullInFlight> pulling_;
+  std::vector<char> pulled_;    // by chunk: came in the pull in flight
+  std::vector<float> decoded_;  // a pulled chunk decoded from the weight wire dtype
+  // Regions of block partials: named by pushes not all acknowledged yet, and free for the next
+  // blocks.
+  std::vector<std::shared_ptr<ShmRegion>> push_regions_used_, push_regions_free_;
+  TransferCounts counts_;  // .pushes written by whichever thread pushes (see above)
+};
+
+}  // namespace eps

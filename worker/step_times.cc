@@ -1,0 +1,73 @@
+#include "worker/step_times.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace eps {
+namespace {
+
+double MsPerStep(const StepTimes& t, StepTimes::Duration d) {
+  return std::chrono::duration<double, std::milli>(d).count() /
+         double(std::max<int64_t>(t.steps, 1));
+}
+
+}  // namespace
+
+std::string Summary(const StepTimes& t, const TransferCounts& c) {
+  auto ms = [&t](StepTimes::Duration d) { return std::to_string(MsPerStep(t, d)); };
+  return "ms per train plan over " + std::to_string(t.steps) + ": plan wait " + ms(t.plan) +
+         ", pull " + ms(t.pull) + ", compute " + ms(t.compute) + ", copies " + ms(t.copies) +
+         ", push wait " + ms(t.push_wait) + "; " + std::to_string(t.ahead) +
+         " run ahead of their plan, " + std::to_string(t.dropped) + " runs ahead dropped; " +
+         std::to_string(c.shm_replies) + " pull replies through shared memory, " +
+         std::to_string(c.inline_replies) + " inline; " + std::to_string(c.shm_pushes) +
+         " pushes through shared memory, " + std::to_string(c.inline_pushes) + " inline";
+}
+
+std::string ReportJson(const WorkerReport& r) {
+  const StepTimes& t = r.times;
+  nlohmann::json ids = nlohmann::json::array();
+  for (WorkerId id : r.worker_ids) ids.push_back(id.value());
+  nlohmann::json j = {
+      {"host", r.host},
+      {"device", r.device},
+      {"device_kind", r.device_kind},
+      {"worker_ids", ids},
+      {"outcome", r.outcome},
+      {"error", r.error.ok() ? "" : r.error.ToString()},
+      {"train_plans", t.steps},
+      {"ran_ahead", t.ahead},
+      {"ahead_dropped", t.dropped},
+      {"abandoned_plans", t.abandoned},
+      {"reregistrations", t.reregistrations},
+      {"ms_per_train_plan",
+       {{"plan_wait", MsPerStep(t, t.plan)},
+        {"pull", MsPerStep(t, t.pull)},
+        {"compute", MsPerStep(t, t.compute)},
+        {"copies", MsPerStep(t, t.copies)},
+        {"push_wait", MsPerStep(t, t.push_wait)}}},
+      {"pull_replies", {{"shm", r.counts.shm_replies}, {"inline", r.counts.inline_replies}}},
+      {"pushes", {{"shm", r.counts.shm_pushes}, {"inline", r.counts.inline_pushes}}},
+  };
+  return j.dump();
+}
+
+Status WriteReport(const std::string& path, const WorkerReport& report) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << ReportJson(report) << "\n";
+    out.close();
+    if (!out) return Internal("cannot write " + tmp + ": " + std::strerror(errno));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Internal("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+  }
+  return OkStatus();
+}
+
+}  // namespace eps

@@ -1,0 +1,61 @@
+// Where a worker's time goes, what moved through shared memory, and the
+// worker's end-of-run report (JSON, for people and for the tests and the
+// benchmark, which read it instead of the log).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "schema/messages.h"
+
+namespace eps {
+
+// Summed over a worker's train plans. Written by the main thread only.
+struct StepTimes {
+  using Duration = std::chrono::steady_clock::duration;
+  Duration plan{0};     // waiting for the coordinator's next plan (the others, the shards' barrier)
+  Duration pull{0};     // pulling w(t) into the model
+  Duration compute{0};  // the VWs' forward and backward (and any --slowdown)
+  Duration copies{0};   // sampling, taking gradients, waiting for the reducing thread to push
+  Duration push_wait{0};        // waiting for the shards to acknowledge the pushes
+  int64_t steps = 0;            // train plans run to the end
+  int64_t ahead = 0;            // train plans run ahead of the coordinator's answer (among `steps`)
+  int64_t dropped = 0;          // runs ahead the answer overruled
+  int64_t abandoned = 0;        // plans given up (a shard refused or was down); redone by someone
+  int64_t reregistrations = 0;  // times the coordinator forgot this worker and it joined again
+};
+
+// Tensor bytes through shared memory or in the message (ParameterClient).
+struct TransferCounts {
+  int64_t shm_replies = 0;     // pull replies whose bytes came through shared memory
+  int64_t inline_replies = 0;  // pull replies whose bytes came in the message
+  int64_t shm_pushes = 0;      // pushes that named bytes in shared memory
+  int64_t inline_pushes = 0;   // pushes with all their bytes in the message
+};
+
+// A worker process's run, as written to its report file when Run() ends.
+struct WorkerReport {
+  std::string host;
+  std::string device;                // as asked: "cpu", "cuda:0"
+  std::string device_kind;           // as reported to the coordinator
+  std::vector<WorkerId> worker_ids;  // every id it was registered under, in order
+  std::string outcome;               // "done" (the job ended), "left" (a signal), "failed"
+  Status error;                      // with "failed"
+  StepTimes times;
+  TransferCounts counts;
+};
+
+// One line for the log: milliseconds per train plan, and the counts.
+std::string Summary(const StepTimes& times, const TransferCounts& counts);
+
+// The report as one JSON object; the fields are documented in docs/events.md.
+std::string ReportJson(const WorkerReport& report);
+
+// Writes ReportJson to `path` (through a temporary file, renamed: a reader
+// never sees half a report). Internal when it cannot.
+[[nodiscard]] Status WriteReport(const std::string& path, const WorkerReport& report);
+
+}  // namespace eps
