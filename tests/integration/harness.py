@@ -97,9 +97,10 @@ class RunDirTest(unittest.TestCase):
         return wait_for_file(f"{d}/shard{shard}.addr", proc=p)
 
     def start_worker(self, d, coordinator, token, index, *flags):
-        """Starts a worker logging to d/worker<index>.log; returns its process."""
+        """Starts a worker logging to d/worker<index>.log, its report to d/worker<index>.json; returns its
+        process."""
         return self.start([os.path.join(BIN, "worker"), f"--coordinator={coordinator}", f"--token_file={token}",
-                           *flags], f"{d}/worker{index}.log")
+                           f"--report_file={d}/worker{index}.json", *flags], f"{d}/worker{index}.log")
 
 
 def poll_until(check, timeout, what):
@@ -164,6 +165,17 @@ def wait_for_step(run_dir, step, timeout=180, proc=None):
 def worker_ids_of_pid(run_dir, pid):
     """The worker ids the coordinator gave the process `pid` (a re-registration gets a new one)."""
     return {e["worker"] for e in read_events(run_dir, "worker_joined") if e["pid"] == pid}
+
+
+def read_report(path, timeout=30):
+    """A worker's end-of-run report (docs/events.md) as a dict; waits (bounded) for the worker to write it."""
+    def check():
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except (FileNotFoundError, ValueError):
+            return None
+    return poll_until(check, timeout, f"no worker report {path}")
 
 
 def read_result(d):

@@ -5,7 +5,7 @@ A CPU-only test: the second worker claims another kind with the worker's testing
 import os
 import subprocess
 
-from harness import BIN, ENV, LOCAL, MLP, RunDirTest, read_events, read_result, wait_for_file, wait_for_step
+from harness import BIN, ENV, LOCAL, MLP, RunDirTest, read_events, read_report, read_result, wait_for_file, wait_for_step
 
 STEPS = 120
 
@@ -22,7 +22,7 @@ class MixedDevices(RunDirTest):
     def attach(self, d, kind):
         addr = wait_for_file(os.path.join(d, "coordinator.addr"))
         return subprocess.run([os.path.join(BIN, "worker"), f"--coordinator={addr}", f"--token_file={d}/token",
-                               f"--reported_device_kind={kind}"],
+                               f"--reported_device_kind={kind}", f"--report_file={d}/attached.json"],
                               env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
 
     def test_a_worker_of_another_kind_is_refused_and_the_job_goes_on(self):
@@ -34,6 +34,9 @@ class MixedDevices(RunDirTest):
         self.assertEqual(len(refused), 1, p.stdout)
         self.assertEqual(refused[0]["device_kind"], "cuda:NVIDIA H200")
         self.assertIn("--allow_mixed_devices", refused[0]["error"])
+        report = read_report(f"{d}/attached.json")
+        self.assertEqual(report["outcome"], "failed", report)
+        self.assertIn("--allow_mixed_devices", report["error"])
         self.assertEqual(job.wait(timeout=300), 0)
         r = read_result(d)
         self.assertEqual(r["params_sha256"], ref["params_sha256"])
@@ -43,6 +46,7 @@ class MixedDevices(RunDirTest):
         d, job = self.start_job("allowed", extra=["--allow_mixed_devices"])
         p = self.attach(d, "cuda:NVIDIA H200")
         self.assertEqual(p.returncode, 0, p.stdout)
+        self.assertEqual(read_report(f"{d}/attached.json")["outcome"], "done")
         self.assertEqual(job.wait(timeout=300), 0)
         self.assertEqual(read_result(d)["workers_seen"], 2)
         self.assertEqual(read_events(d, "worker_refused"), [])

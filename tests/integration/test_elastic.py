@@ -9,8 +9,8 @@ import subprocess
 import time
 import unittest
 
-from harness import (ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_result, wait_for_event, wait_for_file,
-                     wait_for_step, worker_ids_of_pid)
+from harness import (ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_report, read_result, wait_for_event,
+                     wait_for_file, wait_for_step, worker_ids_of_pid)
 
 ATTACH = os.path.join(ROOT, "launcher", "attach.sh")
 STEPS = 1200
@@ -34,9 +34,11 @@ class ElasticRun(RunDirTest):
         self.addr = wait_for_file(os.path.join(self.dir, "coordinator.addr"), proc=self.job)
 
     def attach(self, name, token=None):
+        """Attaches a worker logging to logs/<name>.log, its report to logs/<name>.json; returns (process, log)."""
         token = token or os.path.join(self.dir, "token")
         log = os.path.join(self.dir, "logs", f"{name}.log")
-        p = subprocess.Popen([ATTACH, "--coordinator", self.addr, "--token-file", token, "--log", log], env=ENV)
+        p = subprocess.Popen([ATTACH, "--coordinator", self.addr, "--token-file", token, "--log", log,
+                              "--report-file", log[:-len(".log")] + ".json"], env=ENV)
         self.procs.append(p)
         return p, log
 
@@ -90,6 +92,8 @@ class Elasticity(ElasticRun):
         self.assertLess(time.monotonic() - t0, 10, "the worker did not exit after SIGTERM")
         # It left gracefully (a leave, not missed heartbeats).
         self.wait_for_event("worker_left", lambda e: e["worker"] in ids, timeout=10)
+        report = read_report(os.path.join(self.dir, "logs", "worker1.json"))
+        self.assertEqual((report["outcome"], report["worker_ids"]), ("left", sorted(ids)), report)
         self.finish()
         self.assertEqual([e for e in read_events(self.dir, "worker_dead") if e["worker"] in ids], [])
 
@@ -120,8 +124,10 @@ class Elasticity(ElasticRun):
             f.write("not-the-token\n")
         p, log = self.attach("intruder", token=bad)
         self.assertNotEqual(p.wait(timeout=60), 0)
-        with open(log) as f:
-            self.assertIn("wrong job token", f.read())
+        report = read_report(log[:-len(".log")] + ".json")
+        self.assertEqual(report["outcome"], "failed", report)
+        self.assertIn("wrong job token", report["error"])
+        self.assertEqual(report["worker_ids"], [])
         result = self.finish()
         self.assertEqual(result["workers_seen"], 1)
 

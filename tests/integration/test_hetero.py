@@ -3,7 +3,7 @@ import os
 import re
 import unittest
 
-from harness import LOCAL, MLP, RunDirTest, poll_until, read_events, read_result, worker_ids_of_pid
+from harness import LOCAL, MLP, RunDirTest, poll_until, read_events, read_report, read_result
 
 # Larger microbatches than the default job so that compute, not noise, sets the measured speed.
 EXTRA = ["--steps=150", "--batch_per_vw=512", "--train_limit=20000", "--test_limit=-1"]
@@ -15,13 +15,12 @@ class SpeedAwarePlacement(RunDirTest):
         d = self.run_dir("hetero")
         _, _, got = self.run_local("hetero", MLP, workers=3, extra=EXTRA + ["--planner=speed"], slowdowns="1,2,4")
         self.assertEqual(got["params_sha256"], ref["params_sha256"])
-        # Which worker id ran with which slowdown: the coordinator names each worker's pid (ids follow registration
-        # order, not the launch order).
+        # Which worker id ran with which slowdown (ids follow registration order, not the launch order): each
+        # worker's report names the ids it was given.
         slowdown_of = {}
         for i, factor in enumerate([1, 2, 4]):
-            with open(os.path.join(d, "pids", f"worker{i}.pid")) as f:
-                for w in worker_ids_of_pid(d, int(f.read())):
-                    slowdown_of[w] = factor
+            for w in read_report(os.path.join(d, "logs", f"worker{i}.json"))["worker_ids"]:
+                slowdown_of[w] = factor
         epochs = read_events(d, "assignment")
         self.assertGreater(len(epochs), 1, "the planner never re-planned by speed")
         counts = {slowdown_of[r["worker"]]: r["hi"] - r["lo"] for r in epochs[-1]["ranges"]}
