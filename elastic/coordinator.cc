@@ -1,9 +1,13 @@
 #include "elastic/coordinator.h"
 
+#include <fcntl.h>
 #include <glog/logging.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -11,6 +15,7 @@
 #include "common/files.h"
 #include "common/layout.h"
 #include "common/wire.h"
+#include "elastic/job_event.h"
 #include "elastic/job_state.h"
 #include "elastic/model_export.h"
 #include "schema/channel.h"
@@ -23,6 +28,54 @@ using Clock = std::chrono::steady_clock;
 
 const char* const kDataFiles[] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                                   "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+
+// <run_dir>/events.jsonl: one JSON object per line, each written with one
+// write() so that a reader tailing the file sees whole lines. A coordinator
+// restarted on its store appends to the file its predecessor wrote.
+class EventFile {
+ public:
+  static StatusOr<std::unique_ptr<EventFile>> Open(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return Unavailable("cannot open " + path + ": " + std::strerror(errno));
+    auto file = std::unique_ptr<EventFile>(new EventFile(fd, path));
+    // A predecessor killed in the middle of a line left it unterminated: end it,
+    // so that the next line is whole (readers skip the torn one).
+    struct stat st;
+    char last = '\n';
+    if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+      const int rd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (rd >= 0) {
+        if (::pread(rd, &last, 1, st.st_size - 1) != 1) last = '\n';
+        ::close(rd);
+      }
+    }
+    if (last != '\n') file->Append("");
+    return file;
+  }
+  ~EventFile() { ::close(fd_); }
+
+  // A failed write is logged once; the job goes on (the file is for people and tests).
+  void Append(const std::string& json) {
+    const std::string line = json + "\n";
+    size_t done = 0;
+    while (done < line.size()) {
+      const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        if (!failed_) LOG(ERROR) << "cannot append to " << path_ << ": " << std::strerror(errno);
+        failed_ = true;
+        return;
+      }
+      done += static_cast<size_t>(n);
+    }
+  }
+
+ private:
+  EventFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  const int fd_;
+  const std::string path_;
+  bool failed_ = false;
+};
 
 StatusOr<JobState::Resumed> ReadResumed(const StateStore& store, const std::string& job,
                                         const JobSpec& flags) {
@@ -60,11 +113,13 @@ class CoordinatorImpl final : public Coordinator {
  public:
   CoordinatorImpl(CoordinatorOptions options, std::unique_ptr<Channel> channel,
                   zmq::context_t* context, std::unique_ptr<StateStore> store,
+                  std::unique_ptr<EventFile> events,
                   const std::optional<JobState::Resumed>& resumed)
       : options_(std::move(options)),
         channel_(std::move(channel)),
         context_(context),
         store_(std::move(store)),
+        events_(std::move(events)),
         state_(options_.spec, StateOptions(options_), &clock_),
         shard_peers_(options_.spec.num_shards) {
     if (resumed) {
@@ -93,6 +148,7 @@ class CoordinatorImpl final : public Coordinator {
         OnMessage(*in);
       } else if (in.status().code() != StatusCode::kDeadlineExceeded &&
                  in.status().code() != StatusCode::kAborted) {
+        RecordEvents();
         return in.status();
       }
       if (*stop && !signalled) {
@@ -108,8 +164,9 @@ class CoordinatorImpl final : public Coordinator {
           state_.phase() == JobState::Phase::kTraining && state_.step() != last_printed_step) {
         last_progress = now;
         last_printed_step = state_.step();
-        PrintLine(state_.ProgressLine());
+        state_.ReportProgress();
       }
+      RecordEvents();
       // Workers that never ask again (hung, or killed during the end) get a bounded grace.
       if (state_.phase() == JobState::Phase::kStopping) {
         if (!stop_deadline) stop_deadline = now + std::chrono::seconds(5);
@@ -120,6 +177,7 @@ class CoordinatorImpl final : public Coordinator {
       if (!state_.done() && !shard_peers_[s].empty())
         Send(shard_peers_[s], Shutdown{"coordinator exits"});
     }
+    RecordEvents();
     return state_.fatal();
   }
 
@@ -138,10 +196,42 @@ class CoordinatorImpl final : public Coordinator {
     return s;
   }
 
-  static void PrintLine(const std::string& line) {
-    if (line.empty()) return;
-    std::printf("%s\n", line.c_str());
-    std::fflush(stdout);
+  // Prints each new event for people and appends it to events.jsonl.
+  void RecordEvents() {
+    std::vector<JobEvent> events = state_.TakeEvents();
+    if (events.empty()) return;
+    // The events carry the state machine's (steady) time: mapped to the wall clock here.
+    const auto steady_now = clock_.Now();
+    const double wall_now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    for (const JobEvent& e : events) {
+      Print(EventText(e));
+      events_->Append(
+          EventJson(e, wall_now - std::chrono::duration<double>(steady_now - e.at).count()));
+    }
+  }
+
+  static void Print(const EventLine& line) {
+    switch (line.sink) {
+      case EventLine::Sink::kNone:
+        break;
+      case EventLine::Sink::kStdout:
+        std::printf("%s\n", line.text.c_str());
+        std::fflush(stdout);
+        break;
+      case EventLine::Sink::kVerbose:
+        VLOG(1) << line.text;
+        break;
+      case EventLine::Sink::kInfo:
+        LOG(INFO) << line.text;
+        break;
+      case EventLine::Sink::kWarning:
+        LOG(WARNING) << line.text;
+        break;
+      case EventLine::Sink::kError:
+        LOG(ERROR) << line.text;
+        break;
+    }
   }
 
   // Keeps in the store what a restarted coordinator needs: the job as the
@@ -255,8 +345,9 @@ class CoordinatorImpl final : public Coordinator {
     return it != worker_peers_.end() && it->second == peer;
   }
 
-  // Reads the final parameters from the shards, hashes them in layout order, writes result.json.
-  Status WriteResult() {
+  // Reads the final parameters from the shards, hashes them in layout order,
+  // writes result.json; returns the parameters' digest.
+  StatusOr<std::string> WriteResult() {
     const JobSpec& spec = state_.spec();
     const Layout& layout = state_.layout();
     const JobSummary summary = state_.Summary();
@@ -299,15 +390,8 @@ class CoordinatorImpl final : public Coordinator {
                                          Step(summary.steps), spec.job_id, spec.model, *digests));
     EPS_RETURN_IF_ERROR(WriteFileAtomically(options_.run_dir + "/result.json", j.dump(2) + "\n"));
     if (store_) EPS_RETURN_IF_ERROR(store_->Put("done", j.dump()));
-    PrintLine(state_.ProgressLine());
-    char line[256];
-    std::snprintf(line, sizeof(line),
-                  "result: steps %lld  final loss %.4f  test accuracy %s  params_sha256 %s",
-                  (long long)summary.steps, summary.final_loss,
-                  summary.evaluated ? std::to_string(summary.test_accuracy).c_str() : "n/a",
-                  j["params_sha256"].get<std::string>().c_str());
-    PrintLine(line);
-    return OkStatus();
+    state_.ReportProgress();  // the last progress line, before the result's
+    return digests->params_sha256;
   }
 
   const CoordinatorOptions options_;
@@ -315,6 +399,7 @@ class CoordinatorImpl final : public Coordinator {
   zmq::context_t* const context_;
   SteadyClock clock_;
   std::unique_ptr<StateStore> store_;  // null: the coordinator keeps nothing across restarts
+  const std::unique_ptr<EventFile> events_;
   JobState state_;
   bool persisted_job_ = false;
   Epoch persisted_epoch_{0};
@@ -377,10 +462,11 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
       return job.status();
     }
   }
+  EPS_ASSIGN_OR_RETURN(auto events, EventFile::Open(options.run_dir + "/events.jsonl"));
   EPS_ASSIGN_OR_RETURN(auto channel, Channel::Bind(context, bind));
   if (store) EPS_RETURN_IF_ERROR(store->Put("endpoint", channel->endpoint()));
-  return std::unique_ptr<Coordinator>(
-      new CoordinatorImpl(options, std::move(channel), context, std::move(store), resumed));
+  return std::unique_ptr<Coordinator>(new CoordinatorImpl(
+      options, std::move(channel), context, std::move(store), std::move(events), resumed));
 }
 
 }  // namespace eps

@@ -1,10 +1,7 @@
 #include "elastic/job_state.h"
 
-#include <glog/logging.h>
-
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <sstream>
 
 namespace eps {
@@ -35,7 +32,10 @@ Status JobState::OnShardRegistered(ShardId shard, const std::string& address, St
   const uint32_t s = shard.value();
   if (shard_registered_[s] && !new_peer && shard_addresses_[s] == address) {
     // A beacon. It also stands in for a step report lost while no coordinator listened.
-    shard_durable_[s] = std::max(shard_durable_[s], durable_step);
+    if (durable_step > shard_durable_[s]) {
+      shard_durable_[s] = durable_step;
+      Emit(JobEvent::CheckpointDurable{shard}, durable_step);
+    }
     UpdateRetention();
     if (phase_ == Phase::kTraining || phase_ == Phase::kEvaluating) {
       shard_done_[s] = std::max(shard_done_[s], Step(version.value() - 1));
@@ -51,13 +51,15 @@ Status JobState::OnShardRegistered(ShardId shard, const std::string& address, St
   shard_registered_[s] = true;
   shard_addresses_[s] = address;
   shard_durable_[s] = durable_step;
-  LOG(INFO) << "shard " << shard << (restarted ? " restarted" : " registered") << " at " << address
-            << " (newest checkpoint: step " << durable_step << ")";
+  Emit(JobEvent::ShardRegistered{shard, address, durable_step, restarted}, CurrentStep());
   if (!tensors_.empty()) out_.push_back({Outgoing::To::kShard, s, ShardConfig{spec_, tensors_}});
   if (moved) {
     // Workers learn shard addresses when they register: make them register again.
     for (auto& [id, w] : workers_) {
-      if (w.alive) DeclareDead(id, "must register again: shard " + std::to_string(s) + " moved");
+      if (!w.alive) continue;
+      JobEvent::WorkerDead dead{id, JobEvent::WorkerDead::Cause::kShardMoved, 0, shard, {}};
+      dead.moved = DeclareDead(id);
+      Emit(std::move(dead), CurrentStep());
     }
   }
   if (restarted) StartRollback(shard, durable_step);
@@ -94,9 +96,7 @@ void JobState::Resume(const Resumed& r) {
       r.next_worker;  // ids are never reused: a new worker must not inherit an old one's beats
   resume_ranges_ = r.ranges;
   phase_ = Phase::kResuming;
-  LOG(INFO) << "resuming job '" << spec_.job_id << "' (" << spec_.steps
-            << " steps, assignment epoch " << epoch_
-            << "): waiting for every shard to report its version";
+  Emit(JobEvent::CoordinatorResuming{spec_.job_id, spec_.steps, epoch_}, std::nullopt);
 }
 
 // Every shard registered again: the job goes on at the oldest version a shard serves.
@@ -111,7 +111,7 @@ void JobState::FinishResume() {
     return StartRollback(ShardId(static_cast<uint32_t>(lowest - shard_version_.begin())), t);
   }
   if (t.value() < 0) {
-    LOG(INFO) << "no shard holds the initial values: starting over";
+    Emit(JobEvent::StartingOver{std::nullopt, false}, std::nullopt);
     phase_ = Phase::kStarting;
     return;
   }
@@ -119,8 +119,7 @@ void JobState::FinishResume() {
     shard_done_[s] = Step(shard_version_[s].value() - 1);
   steps_done_ = t.value();
   train_started_ = clock_->Now();
-  std::printf("resumed at step %lld after a coordinator restart\n", (long long)t.value());
-  std::fflush(stdout);
+  Emit(JobEvent::CoordinatorResumed{}, t);
   if (t.value() >= spec_.steps) {
     train_ended_ = clock_->Now();
     if (test_samples_ > 0) return StartEval(t);
@@ -152,16 +151,10 @@ void JobState::StartRollback(ShardId restarted, Step durable_step) {
     // No step every shard holds: back to the initial values, which a worker
     // pushes again (they depend only on the seed), and the job replays from step 0.
     target = Step(-1);
-    std::printf(
-        "starting over from the initial values: shard %u restarted %s, and no checkpoint is held "
-        "by "
-        "every shard\n",
-        restarted.value(), durable_step.value() < 0 ? "without state" : "from its checkpoint");
+    Emit(JobEvent::StartingOver{restarted, durable_step.value() >= 0}, target);
   } else {
-    std::printf("rolling back to step %lld: shard %u restarted from its checkpoint of step %lld\n",
-                (long long)target.value(), restarted.value(), (long long)durable_step.value());
+    Emit(JobEvent::RollingBack{restarted, durable_step}, target);
   }
-  std::fflush(stdout);
   phase_ = Phase::kRollingBack;
   rollback_step_ = target;
   rollback_acked_.assign(spec_.num_shards, false);
@@ -194,11 +187,10 @@ Status JobState::OnRollbackDone(const RollbackDone& done) {
     losses_.erase(losses_.lower_bound(r.value()), losses_.end());
     steps_done_ = std::max<int64_t>(r.value(), 0);
     for (auto& [id, w] : workers_) w.done_step = std::min(w.done_step, Step(r.value() - 1));
+    Emit(JobEvent::RolledBack{}, r);
     if (r.value() < 0) {
-      LOG(INFO) << "every shard is empty: initializing the parameters again";
       phase_ = Phase::kStarting;
     } else {
-      LOG(INFO) << "every shard serves version " << r << ": replaying from there";
       StartStep(r);
     }
   }
@@ -228,13 +220,13 @@ WorkerId JobState::OnWorkerRegistered(const std::string& host, uint32_t pid,
         unanswered_registrations_.end()) {
       unanswered_registrations_.push_back(known);
     }
-    VLOG(1) << "worker " << known << " from " << host << " registered again";
+    Emit(JobEvent::WorkerReregistered{known, host}, CurrentStep());
     Advance();
     return known;
   }
   const WorkerId id(next_worker_++);
   if (Status st = CheckDeviceKind(device_kind_, device_kind, spec_.allow_mixed_devices); !st.ok()) {
-    LOG(WARNING) << "refused worker " << id << " from " << host << ": " << st.message();
+    Emit(JobEvent::WorkerRefused{id, host, device_kind, st.message()}, CurrentStep());
     Send(id, ErrorReply{st.code(), st.message()});
     return id;
   }
@@ -244,7 +236,7 @@ WorkerId JobState::OnWorkerRegistered(const std::string& host, uint32_t pid,
   w.pid = pid;
   w.device_kind = device_kind;
   w.last_seen = clock_->Now();
-  LOG(INFO) << "worker " << id << " registered from " << host;
+  Emit(JobEvent::WorkerJoined{id, host, pid, device_kind}, CurrentStep());
   unanswered_registrations_.push_back(id);
   Advance();
   return id;
@@ -262,7 +254,7 @@ Status JobState::OnStepRequest(const StepRequest& r) {
     Status st = AcceptModel(r);
     if (!st.ok()) return st;
     w.ready = true;
-    LOG(INFO) << "worker " << r.worker << " is ready";
+    Emit(JobEvent::WorkerReady{r.worker}, CurrentStep());
   }
   if (r.abandoned) {
     // It gave its plan up (a shard refused or vanished): the work goes back to the pool.
@@ -275,11 +267,9 @@ Status JobState::OnStepRequest(const StepRequest& r) {
     if (w.init_holder && phase_ == Phase::kInitializing) phase_ = Phase::kStarting;
   } else {
     // Everything this worker held is confirmed: it asks only after its pushes were acknowledged.
-    for (const Work& item : work_) {  // for scripts/bench.sh (--v=1): when a contribution counted
-      if (item.holder == r.worker) {
-        VLOG(1) << "worker " << r.worker << " confirmed [" << item.lo << "," << item.hi
-                << ") of step " << step_;
-      }
+    for (const Work& item : work_) {
+      if (item.holder == r.worker)
+        Emit(JobEvent::RangeConfirmed{r.worker, item.lo, item.hi}, step_);
     }
     work_.erase(std::remove_if(work_.begin(), work_.end(),
                                [&](const Work& item) { return item.holder == r.worker; }),
@@ -287,7 +277,7 @@ Status JobState::OnStepRequest(const StepRequest& r) {
   }
   if (!r.abandoned && r.seconds_per_vw > 0) {
     Status st = speeds_.Report(r.worker, r.seconds_per_vw);
-    if (!st.ok()) LOG(WARNING) << "worker " << r.worker << ": " << st.ToString();
+    if (!st.ok()) Emit(JobEvent::SpeedRefused{r.worker, st.ToString()}, CurrentStep());
   }
   w.init_holder = false;
   w.pending = true;
@@ -310,7 +300,8 @@ Status JobState::OnLeave(WorkerId worker, const std::string& reason) {
   auto it = workers_.find(worker);
   if (it == workers_.end() || !it->second.alive)
     return OkStatus();  // already gone: the ack is the same
-  DeclareDead(worker, "left (" + reason + ")");
+  std::vector<WorkerRange> moved = DeclareDead(worker);
+  Emit(JobEvent::WorkerLeft{worker, reason, std::move(moved)}, CurrentStep());
   Send(worker, StepPlan{PlanKind::kStop, step_, epoch_, 0, 0, 0, 0});
   Advance();
   return OkStatus();
@@ -320,11 +311,13 @@ Status JobState::OnStepDone(ShardId shard, const StepDone& done) {
   if (shard.value() >= spec_.num_shards || !shard_registered_[shard.value()]) {
     return NotFound("step report from an unknown shard: register again");
   }
-  shard_durable_[shard.value()] = std::max(shard_durable_[shard.value()], done.durable_step);
-  UpdateRetention();
-  if (!done.checkpoint_error.empty()) {
-    LOG(WARNING) << "shard " << shard << " could not write a checkpoint: " << done.checkpoint_error;
+  if (done.durable_step > shard_durable_[shard.value()]) {
+    shard_durable_[shard.value()] = done.durable_step;
+    Emit(JobEvent::CheckpointDurable{shard}, done.durable_step);
   }
+  UpdateRetention();
+  if (!done.checkpoint_error.empty())
+    Emit(JobEvent::CheckpointFailed{shard, done.checkpoint_error}, done.step);
   if (phase_ == Phase::kRollingBack) return OkStatus();  // reports from before the rollback
   shard_done_[shard.value()] = std::max(shard_done_[shard.value()], done.step);
   if (done.has_loss) losses_[done.step.value()] = done.loss;
@@ -361,11 +354,14 @@ void JobState::Tick() {
         std::find(unanswered_registrations_.begin(), unanswered_registrations_.end(), id) !=
         unanswered_registrations_.end();
     if (w.alive && !unanswered && now - w.last_seen > options_.heartbeat_timeout) {
-      DeclareDead(id, "missed heartbeats for " +
-                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                             now - w.last_seen)
-                                             .count()) +
-                          " ms");
+      JobEvent::WorkerDead dead{
+          id,
+          JobEvent::WorkerDead::Cause::kMissedHeartbeats,
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - w.last_seen).count(),
+          ShardId(0),
+          {}};
+      dead.moved = DeclareDead(id);
+      Emit(std::move(dead), CurrentStep());
     }
   }
   Advance();
@@ -380,8 +376,12 @@ void JobState::Tick() {
   }
 }
 
-void JobState::OnResultWritten(const Status& status) {
-  if (!status.ok()) return Fail(status);
+void JobState::OnResultWritten(const StatusOr<std::string>& params_sha256) {
+  if (!params_sha256.ok()) return Fail(params_sha256.status());
+  const JobSummary s = Summary();
+  Emit(JobEvent::JobFinished{s.final_loss, s.evaluated, s.test_accuracy, s.test_loss,
+                             *params_sha256},
+       Step(s.steps));
   phase_ = Phase::kStopping;
   StopWorkers();
 }
@@ -390,6 +390,18 @@ std::vector<Outgoing> JobState::TakeOutgoing() {
   std::vector<Outgoing> out;
   out.swap(out_);
   return out;
+}
+
+std::vector<JobEvent> JobState::TakeEvents() {
+  std::vector<JobEvent> events;
+  events.swap(events_);
+  return events;
+}
+
+std::optional<Step> JobState::CurrentStep() const {
+  if (phase_ == Phase::kStarting || phase_ == Phase::kInitializing || phase_ == Phase::kResuming)
+    return std::nullopt;
+  return step_;
 }
 
 // ---- membership -------------------------------------------------------------
@@ -413,9 +425,9 @@ Status JobState::AcceptModel(const StepRequest& r) {
     if (spec_.steps <= 0) return InvalidArgument("--epochs gives no whole step");
   }
   tensors_ = std::move(tensors);
-  LOG(INFO) << "model: " << layout_.NumParameters() << " parameters in " << layout_.chunks.size()
-            << " chunks; " << spec_.steps << " steps; " << train_samples_ << " training and "
-            << test_samples_ << " test samples";
+  Emit(JobEvent::ModelAccepted{static_cast<int64_t>(layout_.NumParameters()), layout_.chunks.size(),
+                               spec_.steps, train_samples_, test_samples_},
+       CurrentStep());
   for (uint32_t s = 0; s < spec_.num_shards; ++s) {
     if (shard_registered_[s])
       out_.push_back({Outgoing::To::kShard, s, ShardConfig{spec_, tensors_}});
@@ -423,15 +435,15 @@ Status JobState::AcceptModel(const StepRequest& r) {
   return OkStatus();
 }
 
-void JobState::DeclareDead(WorkerId id, const std::string& why) {
+std::vector<WorkerRange> JobState::DeclareDead(WorkerId id) {
   WorkerInfo& w = workers_[id];
   w.alive = false;
   w.pending = false;
   speeds_.Forget(id);
-  std::ostringstream moved;
+  std::vector<WorkerRange> moved;
   for (Work& item : work_) {
     if (item.holder == id || item.reserved == id) {
-      if (item.holder == id) moved << " [" << item.lo << "," << item.hi << ")";
+      if (item.holder == id) moved.push_back({id, item.lo, item.hi});
       item.holder.reset();
       item.reserved.reset();
     }
@@ -441,10 +453,7 @@ void JobState::DeclareDead(WorkerId id, const std::string& why) {
   }
   if (w.init_holder && phase_ == Phase::kInitializing)
     phase_ = Phase::kStarting;  // someone else initializes
-  LOG(WARNING) << "worker " << id << " " << why << "; "
-               << (moved.str().empty() ? "it held no unfinished VWs"
-                                       : "its VWs" + moved.str() + " of step " +
-                                             std::to_string(step_.value()) + " move");
+  return moved;
 }
 
 bool JobState::HasLiveReadyWorker() const {
@@ -496,9 +505,8 @@ bool JobState::Assign(const VwPlan* given) {
     if (!planned.ok()) {
       assignment_.clear();
       if (!lacks_capacity_) {
-        std::printf("paused at step %lld: %s\n", (long long)step_.value(),
-                    planned.status().message().c_str());
-        std::fflush(stdout);
+        Emit(JobEvent::Paused{JobEvent::Paused::Cause::kCapacity, planned.status().message()},
+             step_);
       }
       lacks_capacity_ = true;
       return false;
@@ -512,8 +520,10 @@ bool JobState::Assign(const VwPlan* given) {
                             plan.ranges[i].hi};  // empty when a worker gets no VW
   }
   epoch_ = Epoch(epoch_.value() + 1);
-  LOG(INFO) << "assignment epoch " << epoch_ << " from step " << step_ << ": "
-            << AssignmentString();
+  JobEvent::Assignment event{epoch_, {}};
+  for (const auto& [id, range] : assignment_)
+    event.ranges.push_back({id, range.first, range.second});
+  Emit(std::move(event), step_);
   return true;
 }
 
@@ -532,8 +542,7 @@ void JobState::MaybeReplan() {
     } else if (options_.probe_idle_after > 0 &&
                step_.value() - w.idle_since >= options_.probe_idle_after &&
                speeds_.Estimate(live[i])) {
-      LOG(INFO) << "worker " << live[i] << " held no VW for " << step_.value() - w.idle_since
-                << " steps: its speed is measured again";
+      Emit(JobEvent::SpeedForgotten{live[i], step_.value() - w.idle_since}, step_);
       speeds_.Forget(live[i]);
       w.idle_since = step_.value();
     }
@@ -541,13 +550,9 @@ void JobState::MaybeReplan() {
   auto advice =
       ShouldReplan(counts, speeds_.Estimates(live), options_.planner, options_.replan_threshold);
   if (!advice.ok() || !advice->replan) return;
-  std::ostringstream est;
-  for (WorkerId id : live) {
-    auto e = speeds_.Estimate(id);
-    est << " w" << id << "=" << (e ? std::to_string(*e * 1000).substr(0, 6) + "ms" : "?");
-  }
-  LOG(INFO) << "re-planning VWs by measured speed (seconds per VW:" << est.str()
-            << "): " << advice->reason;
+  JobEvent::Replan event{{}, advice->reason};
+  for (WorkerId id : live) event.seconds_per_vw.push_back({id, speeds_.Estimate(id)});
+  Emit(std::move(event), step_);
   Assign(&advice->plan);
 }
 
@@ -572,7 +577,7 @@ void JobState::Plan(WorkerId id, const StepPlan& plan) {
 
 void JobState::Fail(Status status) {
   if (!fatal_.ok() || phase_ == Phase::kDone) return;
-  LOG(ERROR) << "job failed: " << status.ToString();
+  Emit(JobEvent::JobFailed{status.code(), status.message()}, CurrentStep());
   fatal_ = std::move(status);
   phase_ = Phase::kStopping;
   StopWorkers();
@@ -615,7 +620,7 @@ void JobState::Advance() {
           w.init_holder = true;
           Plan(id, StepPlan{PlanKind::kInit, Step(-1), epoch_, 0, 0, 0, 0});
           phase_ = Phase::kInitializing;
-          LOG(INFO) << "worker " << id << " initializes the parameters";
+          Emit(JobEvent::Initializing{id}, std::nullopt);
           break;
         }
       }
@@ -645,9 +650,7 @@ void JobState::Advance() {
         test_accuracy_ = double(eval_correct_) / double(test_samples_);
         test_loss_ = eval_loss_ / double(test_samples_);
         evaluated_ = true;
-        std::printf("eval  step %lld: test accuracy %.4f, test loss %.4f\n",
-                    (long long)eval_version_.value(), test_accuracy_, test_loss_);
-        std::fflush(stdout);
+        Emit(JobEvent::Evaluated{test_accuracy_, test_loss_}, eval_version_);
         if (eval_version_.value() >= spec_.steps) {
           Finalize();
         } else {
@@ -698,10 +701,7 @@ void JobState::DispatchTrain() {
           break;
         }
       }
-      if (pick != nullptr) {
-        LOG(INFO) << "worker " << id << " recomputes [" << pick->lo << "," << pick->hi
-                  << ") of step " << step_;
-      }
+      if (pick != nullptr) Emit(JobEvent::RangeRecomputed{id, pick->lo, pick->hi}, step_);
     }
     if (pick == nullptr) continue;
     pick->holder = id;
@@ -709,24 +709,20 @@ void JobState::DispatchTrain() {
   }
   const bool stalled = !work_.empty() && !HasLiveReadyWorker();
   if (stalled && !paused_) {
-    std::printf("paused at step %lld: no worker left; waiting for one to attach\n",
-                (long long)step_.value());
-    std::fflush(stdout);
+    Emit(JobEvent::Paused{JobEvent::Paused::Cause::kNoWorker,
+                          "no worker left; waiting for one to attach"},
+         step_);
   } else if (!stalled && paused_) {
-    std::printf("resumed at step %lld: a worker attached\n", (long long)step_.value());
-    std::fflush(stdout);
+    Emit(JobEvent::Resumed{}, step_);
   }
   paused_ = stalled;
 }
 
 void JobState::OnStepFinished() {
   for (const Work& item : work_) {  // held ranges whose confirmation the shards' report overtook
-    if (item.holder) {
-      VLOG(1) << "worker " << *item.holder << " confirmed [" << item.lo << "," << item.hi
-              << ") of step " << step_;
-    }
+    if (item.holder) Emit(JobEvent::RangeConfirmed{*item.holder, item.lo, item.hi}, step_);
   }
-  VLOG(1) << "step " << step_ << " complete";
+  Emit(JobEvent::StepCompleted{}, step_);
   const Step next(step_.value() + 1);
   steps_done_ = next.value();
   if (steps_done_ == JobSummary::kWarmupSteps && warmed_up_ == Clock::time_point{})
@@ -813,16 +809,24 @@ JobSummary JobState::Summary() const {
   return s;
 }
 
-std::string JobState::ProgressLine() const {
-  if (steps_done_ == 0 || losses_.empty() || train_samples_ == 0) return "";
+std::vector<WorkerRange> JobState::LiveRanges() const {
+  std::vector<WorkerRange> out;
+  for (const auto& [id, range] : assignment_) {
+    auto it = workers_.find(id);
+    if (it == workers_.end() || !it->second.alive || range.first == range.second) continue;
+    out.push_back({id, range.first, range.second});
+  }
+  return out;
+}
+
+void JobState::ReportProgress() {
+  if (steps_done_ == 0 || losses_.empty() || train_samples_ == 0) return;
   const double secs = std::chrono::duration<double>(clock_->Now() - train_started_).count();
   const double samples = double(steps_done_) * spec_.virtual_workers * spec_.batch_per_vw;
-  char buf[256];
-  std::snprintf(buf, sizeof(buf),
-                "step %lld/%lld  epoch %.2f  loss %.4f  samples/s %.0f  workers %zu  ",
-                (long long)steps_done_, (long long)spec_.steps, samples / double(train_samples_),
-                losses_.rbegin()->second, secs > 0 ? samples / secs : 0.0, live_workers());
-  return std::string(buf) + (paused_ ? "paused" : AssignmentString());
+  Emit(JobEvent::Progress{spec_.steps, samples / double(train_samples_), losses_.rbegin()->second,
+                          secs > 0 ? samples / secs : 0.0, live_workers(), paused_,
+                          paused_ ? std::vector<WorkerRange>{} : LiveRanges()},
+       Step(steps_done_));
 }
 
 }  // namespace eps

@@ -23,6 +23,10 @@
 // pauses and resumes when one attaches. Step t is over when every shard has
 // reported it; leftover items are moot then.
 //
+// What happened (a worker joined, the job paused, a new assignment epoch...)
+// comes out as typed JobEvents (job_event.h), drained with TakeEvents(); the
+// coordinator prints and records them. The state machine itself does no I/O.
+//
 // Not thread-safe: the coordinator's event loop owns it.
 #pragma once
 
@@ -34,6 +38,7 @@
 
 #include "common/clock.h"
 #include "common/layout.h"
+#include "elastic/job_event.h"
 #include "elastic/planner.h"
 #include "schema/messages.h"
 
@@ -141,11 +146,15 @@ class JobState {
   void OnJobError(const std::string& message);
   // Heartbeat deadlines and watchdogs; call often.
   void Tick();
-  // The shell wrote result.json (or failed to).
-  void OnResultWritten(const Status& status);
+  // The shell wrote result.json, whose parameters hash to `params_sha256` (or failed to).
+  void OnResultWritten(const StatusOr<std::string>& params_sha256);
+  // Queues a Progress event (what the periodic progress line shows), once a step is done.
+  void ReportProgress();
 
   // ---- outputs ----
   std::vector<Outgoing> TakeOutgoing();
+  // What happened since the last call, in order.
+  std::vector<JobEvent> TakeEvents();
   Phase phase() const { return phase_; }
   const Status& fatal() const { return fatal_; }
   bool done() const { return phase_ == Phase::kDone; }
@@ -153,8 +162,6 @@ class JobState {
   const Layout& layout() const { return layout_; }
   const std::vector<std::string>& shard_addresses() const { return shard_addresses_; }
   JobSummary Summary() const;
-  // One line for humans: step, epoch, loss, samples/s, workers and their VW ranges.
-  std::string ProgressLine() const;
   // Ready live workers and their current ranges, e.g. "w0:[0,4) w2:[4,8)".
   std::string AssignmentString() const;
   Epoch epoch() const { return epoch_; }
@@ -195,6 +202,14 @@ class JobState {
   };
 
   void Advance();
+  void Emit(JobEvent::What what, std::optional<Step> step) {
+    events_.push_back({clock_->Now(), step, std::move(what)});
+  }
+  // The step in flight (during an evaluation: the last one trained); nullopt
+  // while no step is (before training, while initializing, while resuming).
+  std::optional<Step> CurrentStep() const;
+  // Ready live workers' non-empty ranges, in id order.
+  std::vector<WorkerRange> LiveRanges() const;
   void Send(WorkerId w, Body body) {
     out_.push_back({Outgoing::To::kWorker, w.value(), std::move(body)});
   }
@@ -202,7 +217,9 @@ class JobState {
   void Fail(Status status);
   Status AcceptModel(const StepRequest& request);
   void AnswerRegistrations();
-  void DeclareDead(WorkerId w, const std::string& why);
+  // Marks `w` dead and frees what it held; returns the unconfirmed ranges it
+  // held (the caller's event names them).
+  std::vector<WorkerRange> DeclareDead(WorkerId w);
   bool AllShardsRegistered() const;
   Step MinShardDone() const;
   bool MembershipChanged() const;
@@ -263,6 +280,7 @@ class JobState {
   Clock::time_point started_, train_started_, train_ended_, progress_deadline_;
   Clock::time_point warmed_up_;  // when step JobSummary::kWarmupSteps completed (unset: not yet)
   std::vector<Outgoing> out_;
+  std::vector<JobEvent> events_;
 };
 
 }  // namespace eps

@@ -4,7 +4,7 @@
 # thread count) from the coordinator and is given VWs at the next step boundary.
 #
 #   launcher/attach.sh --coordinator tcp://HOST:PORT --token-file FILE [--device cpu] [--threads N]
-#                      [--compute-cpus CPUS] [--slowdown F] [--log FILE]
+#                      [--compute-cpus CPUS] [--slowdown F] [--log FILE] [--report-file FILE]
 #   launcher/attach.sh --scheduler tcp://HOST:PORT [--token-file POOL_TOKEN] [...]
 #
 # --token-file  the job's token (local.sh writes it to RUN_DIR/token); with
@@ -24,20 +24,21 @@
 # --slowdown F  testing/demo aid standing in for slower hardware: the worker
 #               idles (F - 1) x each VW's compute time (timing only, never bits).
 # --log FILE    append the worker's log to FILE instead of the terminal.
+# --report-file FILE  the worker writes its end-of-run report (JSON, docs/events.md) to FILE.
 # Runs in the foreground: Ctrl-C or SIGTERM makes the worker leave the job
 # gracefully and exit 0 (a second Ctrl-C kills it). EPS_BIN overrides the
 # directory of the binaries (default build/bin).
 set -euo pipefail
 
-usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "attach.sh: $*" >&2; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
-coordinator="" scheduler="" token_file="" device=cpu threads=0 slowdown=1 log="" compute_cpus=""
+coordinator="" scheduler="" token_file="" device=cpu threads=0 slowdown=1 log="" compute_cpus="" report_file=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --coordinator|--scheduler|--token-file|--device|--threads|--compute-cpus|--slowdown|--log)
+    --coordinator|--scheduler|--token-file|--device|--threads|--compute-cpus|--slowdown|--log|--report-file)
       [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"
       case "$1" in
         --coordinator) coordinator=$2 ;;
@@ -48,6 +49,7 @@ while [ $# -gt 0 ]; do
         --compute-cpus) compute_cpus=$2 ;;
         --slowdown) slowdown=$2 ;;
         --log) log=$2 ;;
+        --report-file) report_file=$2 ;;
       esac
       shift 2 ;;
     -h|--help) usage ;;
@@ -74,6 +76,8 @@ fi
 [[ "$compute_cpus" =~ ^[0-9,-]*$ ]] || die "--compute-cpus must be a CPU list like 0 or 0-3"
 compute=()
 [ -z "$compute_cpus" ] || compute=(--compute_cpus="$compute_cpus")
+report=()
+[ -z "$report_file" ] || report=(--report_file="$report_file")
 [ -x "$bin/worker" ] || die "$bin/worker is missing: run scripts/setup.sh"
 if [ -n "$log" ]; then
   { : >> "$log"; } 2>/dev/null || die "cannot write the log file '$log'"
@@ -83,4 +87,4 @@ fi
 # Other libtorch processes may share this host: no OpenMP spinning.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 # exec: the worker gets this process id, so Ctrl-C and SIGTERM reach it directly.
-exec "$bin/worker" "${target[@]}" --device="$device" --threads="$threads" --slowdown="$slowdown" "${compute[@]}"
+exec "$bin/worker" "${target[@]}" --device="$device" --threads="$threads" --slowdown="$slowdown" "${compute[@]}" "${report[@]}"

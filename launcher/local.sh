@@ -34,13 +34,15 @@
 #               may use; the shards and the coordinator follow the threads that wake them.
 #               Worth it on hosts whose scheduler queues woken threads on the waker's core
 #               (VMs without cache topology): timing only, never bits.
-# Logs go to DIR/logs/<process>.log, pid files to DIR/pids/, the coordinator's
-# address to DIR/coordinator.addr, the job's token to DIR/token (mode 0600) and
-# the result to DIR/result.json. Ctrl-C (or SIGTERM) stops every process. Exits
-# 0 only if the job succeeded.
+# Logs go to DIR/logs/<process>.log, each worker's report (docs/events.md) to
+# DIR/logs/worker<i>.json, pid files to DIR/pids/, the coordinator's address to
+# DIR/coordinator.addr, the job's token to DIR/token (mode 0600), the
+# coordinator's events to DIR/events.jsonl (docs/events.md; a resumed or
+# restarted job appends to it) and the result to DIR/result.json. Ctrl-C (or
+# SIGTERM) stops every process. Exits 0 only if the job succeeded.
 set -euo pipefail
 
-usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
@@ -116,7 +118,7 @@ mkdir -p "$run_dir/logs" "$run_dir/pids"
 run_dir=$(cd "$run_dir" && pwd)
 job=$(cd "$(dirname "$job")" && pwd)/$(basename "$job")
 if [ $resumed = 0 ]; then
-  rm -rf "$run_dir/store"  # a fresh job
+  rm -rf "$run_dir/store" "$run_dir/events.jsonl"  # a fresh job
   launch=(--job "$job" --servers "$servers" --workers "$workers" --run-dir "$run_dir" --slowdowns "$slowdowns"
           --devices "$devices" --checkpoint-every "$checkpoint_every" --worker-cpus "$worker_cpus"
           --server-cpus "$server_cpus" --compute-cpus "$compute_cpus")
@@ -125,7 +127,7 @@ if [ $resumed = 0 ]; then
 else
   echo "resuming the job in $run_dir from its stores"
 fi
-rm -f "$run_dir"/*.addr "$run_dir/result.json" "$run_dir"/pids/*.pid "$run_dir/.stopping"
+rm -f "$run_dir"/*.addr "$run_dir/result.json" "$run_dir"/pids/*.pid "$run_dir"/logs/worker*.json "$run_dir/.stopping"
 if [ ! -s "$run_dir/token" ]; then
   (umask 077; od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > "$run_dir/token")
 fi
@@ -226,7 +228,7 @@ for ((w = 0; w < workers; w++)); do
   compute=()
   [ -n "${compute_cpu_list[$w]:-}" ] && compute=(--compute_cpus="${compute_cpu_list[$w]}")
   start "worker$w" "${pin[@]}" "$bin/worker" --coordinator="$addr" --token_file="$run_dir/token" \
-    --slowdown="${slow[$w]:-1}" --device="$device" "${compute[@]}"
+    --slowdown="${slow[$w]:-1}" --device="$device" --report_file="$run_dir/logs/worker$w.json" "${compute[@]}"
 done
 
 # Show the coordinator's progress lines while the job runs.

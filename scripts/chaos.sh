@@ -57,7 +57,8 @@ trap cleanup EXIT
 for _ in $(seq 600); do [ -s "$job_dir/coordinator.addr" ] && break; sleep 0.05; done
 [ -s "$job_dir/coordinator.addr" ] || { echo "chaos.sh: the job did not start" >&2; cat "$run_dir/chaos.out" >&2; exit 1; }
 addr=$(cat "$job_dir/coordinator.addr")
-for _ in $(seq 1200); do grep -q '^step ' "$job_dir/logs/coordinator.log" 2>/dev/null && break; sleep 0.05; done
+# Until training is under way (the coordinator's first progress event), bounded.
+python3 "$root/scripts/events.py" wait "$job_dir" progress --timeout 60 --pid "$local_pid" || true
 
 live_workers() {  # pids of worker processes still running
   local p

@@ -41,15 +41,8 @@ attached=""
 trap '[ -n "$attached" ] && kill "$attached" 2>/dev/null; kill "$job_pid" 2>/dev/null; wait 2>/dev/null' EXIT
 
 steps=$(( $(field "$ref/result.json" steps) ))
-wait_for_step() {  # bounded: until the coordinator reports step >= $1 (or the job ends)
-  for _ in $(seq 6000); do
-    local s
-    s=$(grep -oE '^step [0-9]+' "$demo/logs/coordinator.log" 2>/dev/null | tail -n 1 | cut -d' ' -f2)
-    [ -n "$s" ] && [ "$s" -ge "$1" ] && return 0
-    kill -0 "$job_pid" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
+wait_for_step() {  # bounded: until the coordinator's progress events report step >= $1 (or the job ends)
+  python3 "$root/scripts/events.py" wait "$demo" progress --min-step "$1" --timeout 600 --pid "$job_pid"
 }
 if wait_for_step $((steps / 5)); then
   echo "== attaching a third worker (launcher/attach.sh) at step ~$((steps / 5))"

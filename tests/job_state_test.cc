@@ -169,6 +169,8 @@ class Driver {
     Collect();
     return std::exchange(rollbacks_[s], {});
   }
+  // The events since the last call.
+  std::vector<JobEvent> Events() { return state.TakeEvents(); }
 
  private:
   void Collect() {
@@ -210,6 +212,31 @@ class Driver {
 };
 
 Range RangeOf(const StepPlan& p) { return {p.vw_lo, p.vw_hi}; }
+
+// The kinds of `events`, in order, leaving out the per-step chatter
+// (range_confirmed, step_completed, checkpoint_durable) unless `all`.
+std::vector<std::string> Kinds(const std::vector<JobEvent>& events, bool all = false) {
+  std::vector<std::string> out;
+  for (const JobEvent& e : events) {
+    const std::string kind = EventKind(e);
+    if (all ||
+        (kind != "range_confirmed" && kind != "step_completed" && kind != "checkpoint_durable"))
+      out.push_back(kind);
+  }
+  return out;
+}
+
+// The events of type T, in order.
+template <typename T>
+std::vector<std::pair<std::optional<Step>, T>> Of(const std::vector<JobEvent>& events) {
+  std::vector<std::pair<std::optional<Step>, T>> out;
+  for (const JobEvent& e : events) {
+    if (const T* t = e.As<T>()) out.push_back({e.step, *t});
+  }
+  return out;
+}
+
+std::vector<WorkerRange> Ranges(std::initializer_list<WorkerRange> r) { return r; }
 
 // The ranges, sorted, tile [0, kV) without gap or overlap.
 ::testing::AssertionResult CoverAllVws(std::vector<Range> ranges) {
@@ -271,7 +298,13 @@ TEST(JobState, AWorkerOfAnotherDeviceKindIsRefusedAtOnceAndTheJobGoesOn) {
   Driver d;
   const std::vector<WorkerId> ws = d.Start(1);
   EXPECT_EQ(RangeOf(d.OnePlan(ws[0], PlanKind::kTrain)), Range(0, kV));
+  d.Events();
   const WorkerId gpu = d.state.OnWorkerRegistered("gpu-host", 77, "cuda:NVIDIA H200");
+  const auto refused = Of<JobEvent::WorkerRefused>(d.Events());
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].second.worker, gpu);
+  EXPECT_EQ(refused[0].second.device_kind, "cuda:NVIDIA H200");
+  EXPECT_NE(refused[0].second.error.find("--allow_mixed_devices"), std::string::npos);
   const std::vector<ErrorReply> errors = d.Errors(gpu);
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_EQ(errors[0].code, StatusCode::kFailedPrecondition);
@@ -410,6 +443,41 @@ TEST(JobState, TrainingStartsAfterTheShardsHoldTheInitialValuesWithNearEqualCont
     EXPECT_EQ(p.epoch, d.state.epoch());
   }
   EXPECT_EQ(d.state.AssignmentString(), "w0:[0,3) w1:[3,6) w2:[6,8)");
+  const std::vector<JobEvent> events = d.Events();
+  EXPECT_EQ(
+      Kinds(events, /*all=*/true),
+      (std::vector<std::string>{"shard_registered", "shard_registered", "worker_joined",
+                                "worker_joined", "worker_joined", "model_accepted", "worker_ready",
+                                "initializing", "worker_ready", "worker_ready", "assignment"}));
+  for (size_t i = 0; i + 1 < events.size(); ++i)
+    EXPECT_FALSE(events[i].step) << "before training: " << EventKind(events[i]);
+  const auto epoch = Of<JobEvent::Assignment>(events);
+  ASSERT_EQ(epoch.size(), 1u);
+  EXPECT_EQ(epoch[0].first, Step(0));
+  EXPECT_EQ(epoch[0].second.epoch, d.state.epoch());
+  EXPECT_EQ(epoch[0].second.ranges, Ranges({{w0, 0, 3}, {w1, 3, 6}, {w2, 6, 8}}));
+}
+
+TEST(JobState, ProgressReportsStepsDoneLossAndTheLiveRanges) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(2);
+  d.state.ReportProgress();
+  EXPECT_TRUE(Of<JobEvent::Progress>(d.Events()).empty()) << "no step is done yet";
+  for (WorkerId w : ws) d.OnePlan(w, PlanKind::kTrain);
+  d.clock.Advance(seconds(2));
+  d.RunStep(0, ws);
+  d.state.ReportProgress();
+  const auto progress = Of<JobEvent::Progress>(d.Events());
+  ASSERT_EQ(progress.size(), 1u);
+  const JobEvent::Progress& p = progress[0].second;
+  EXPECT_EQ(progress[0].first, Step(1)) << "steps done";
+  EXPECT_EQ(p.steps, kSteps);
+  EXPECT_DOUBLE_EQ(p.epoch, double(kV * 4) / kSamples);
+  EXPECT_FLOAT_EQ(p.loss, 1.0f / 3);
+  EXPECT_DOUBLE_EQ(p.samples_per_s, kV * 4 / 2.0);
+  EXPECT_EQ(p.workers, 2u);
+  EXPECT_FALSE(p.paused);
+  EXPECT_EQ(p.ranges, Ranges({{ws[0], 0, 4}, {ws[1], 4, 8}}));
 }
 
 TEST(JobState, TrainingWaitsForMinWorkersReadyWorkers) {
@@ -550,11 +618,20 @@ TEST(JobState, AWorkerThatLeavesBeforeConfirmingHasItsRangeRecomputedByTheNextWo
   const std::vector<WorkerId> ws = d.Start(2);
   const StepPlan a = d.OnePlan(ws[0], PlanKind::kTrain);
   const StepPlan b = d.OnePlan(ws[1], PlanKind::kTrain);
+  d.Events();
 
   ASSERT_TRUE(d.state.OnLeave(ws[1], "preempted").ok());
   EXPECT_EQ(d.OnePlan(ws[1], PlanKind::kStop).kind, PlanKind::kStop);
   EXPECT_EQ(d.state.live_workers(), 1u);
   EXPECT_TRUE(d.Plans(ws[0]).empty()) << "w0 is busy: it gets the orphan when it asks";
+  const std::vector<JobEvent> left = d.Events();
+  ASSERT_EQ(Kinds(left), std::vector<std::string>{"worker_left"});
+  const auto& l = *left[0].As<JobEvent::WorkerLeft>();
+  EXPECT_EQ(l.worker, ws[1]);
+  EXPECT_EQ(l.reason, "preempted");
+  EXPECT_EQ(l.moved, Ranges({{ws[1], b.vw_lo, b.vw_hi}}));
+  EXPECT_EQ(left[0].step, Step(0));
+  EXPECT_EQ(left[0].at, d.clock.Now());
 
   ASSERT_TRUE(d.Confirm(ws[0], 0).ok());
   const StepPlan r = d.OnePlan(ws[0], PlanKind::kTrain);
@@ -563,6 +640,14 @@ TEST(JobState, AWorkerThatLeavesBeforeConfirmingHasItsRangeRecomputedByTheNextWo
   EXPECT_EQ(RangeOf(r), RangeOf(b));
   ASSERT_TRUE(d.Confirm(ws[0], 0).ok());
   EXPECT_TRUE(d.Plans(ws[0]).empty()) << "step 0 has nothing left";
+  const std::vector<JobEvent> recovered = d.Events();
+  EXPECT_EQ(Kinds(recovered, /*all=*/true),
+            (std::vector<std::string>{"range_confirmed", "range_recomputed", "range_confirmed"}));
+  const auto confirmed = Of<JobEvent::RangeConfirmed>(recovered);
+  ASSERT_EQ(confirmed.size(), 2u);
+  EXPECT_EQ(confirmed[1].first, Step(0));
+  EXPECT_EQ(Range(confirmed[1].second.lo, confirmed[1].second.hi), RangeOf(b));
+  EXPECT_EQ(confirmed[1].second.worker, ws[0]);
 
   d.FinishStep(0);
   const StepPlan next = d.OnePlan(ws[0], PlanKind::kTrain);
@@ -570,6 +655,14 @@ TEST(JobState, AWorkerThatLeavesBeforeConfirmingHasItsRangeRecomputedByTheNextWo
   EXPECT_EQ(RangeOf(next), Range(0, kV));
   EXPECT_GT(next.epoch, a.epoch);
   EXPECT_TRUE(d.Plans(ws[1]).empty());
+  // The new epoch names the ranges from step 1 on: all of them w0's.
+  const std::vector<JobEvent> after = d.Events();
+  EXPECT_EQ(Kinds(after, /*all=*/true), (std::vector<std::string>{"step_completed", "assignment"}));
+  const auto epochs = Of<JobEvent::Assignment>(after);
+  ASSERT_EQ(epochs.size(), 1u);
+  EXPECT_EQ(epochs[0].first, Step(1));
+  EXPECT_EQ(epochs[0].second.epoch, next.epoch);
+  EXPECT_EQ(epochs[0].second.ranges, Ranges({{ws[0], 0, kV}}));
 }
 
 TEST(JobState, AWorkerThatLeavesAfterConfirmingItsStepLeavesNothingToRecompute) {
@@ -595,8 +688,16 @@ TEST(JobState, AWorkerThatMissesHeartbeatsIsDeclaredDeadAndOnlyItsRangeIsRecompu
 
   d.Pass(seconds(3), {ws[0], ws[1]});  // w2 is silent, but not yet past the deadline
   EXPECT_EQ(d.state.live_workers(), 3u);
+  d.Events();
   d.Pass(seconds(1), {ws[0], ws[1]});
   EXPECT_EQ(d.state.live_workers(), 2u) << "w2 missed its heartbeats";
+  const auto dead = Of<JobEvent::WorkerDead>(d.Events());
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].second.worker, ws[2]);
+  EXPECT_EQ(dead[0].second.cause, JobEvent::WorkerDead::Cause::kMissedHeartbeats);
+  EXPECT_GT(dead[0].second.silent_ms, 3000);
+  EXPECT_EQ(dead[0].second.moved, Ranges({{ws[2], 6, 8}}));
+  EXPECT_EQ(dead[0].first, Step(0));
   EXPECT_EQ(d.state.OnHeartbeat(ws[2]).code(), StatusCode::kAborted);
   EXPECT_TRUE(d.Plans(ws[2]).empty());
 
@@ -667,8 +768,14 @@ TEST(JobState, EvaluationRegivesACrashedWorkersSliceAndEndsOnlyWhenEverySliceIsD
   EXPECT_EQ(std::make_pair(again.eval_lo, again.eval_hi),
             std::make_pair(int64_t{50}, int64_t{100}));
 
+  d.Events();
   ASSERT_TRUE(d.state.OnEvalResult({ws[0], Step(kSteps), 50, 100, 30, 20.0}).ok());
   EXPECT_EQ(d.state.phase(), JobState::Phase::kFinalizing);
+  const auto evaluated = Of<JobEvent::Evaluated>(d.Events());
+  ASSERT_EQ(evaluated.size(), 1u);
+  EXPECT_EQ(evaluated[0].first, Step(kSteps));
+  EXPECT_DOUBLE_EQ(evaluated[0].second.accuracy, 0.7);
+  EXPECT_DOUBLE_EQ(evaluated[0].second.loss, 0.3);
   const JobSummary s = d.state.Summary();
   EXPECT_TRUE(s.evaluated);
   EXPECT_DOUBLE_EQ(s.test_accuracy, 0.7);
@@ -705,16 +812,32 @@ TEST(JobState, WithEveryWorkerDeadTheJobPausesAndAFreshWorkerFinishesIt) {
   }
   for (WorkerId w : ws) d.OnePlan(w, PlanKind::kTrain);  // step 2, never pushed
 
+  d.Events();
   d.Pass(seconds(4));
   EXPECT_EQ(d.state.live_workers(), 0u);
   d.Pass(seconds(20));  // twice the step timeout: nobody is alive to blame
   EXPECT_TRUE(d.state.fatal().ok()) << d.state.fatal().ToString();
   EXPECT_EQ(d.state.phase(), JobState::Phase::kTraining);
   EXPECT_EQ(d.state.step(), Step(2));
+  const std::vector<JobEvent> gone = d.Events();
+  EXPECT_EQ(Kinds(gone), (std::vector<std::string>{"worker_dead", "worker_dead", "paused"}));
+  const auto paused = Of<JobEvent::Paused>(gone);
+  ASSERT_EQ(paused.size(), 1u);
+  EXPECT_EQ(paused[0].first, Step(2));
+  EXPECT_EQ(paused[0].second.cause, JobEvent::Paused::Cause::kNoWorker);
 
   const WorkerId w2 = d.AddWorker();
   ASSERT_EQ(d.Replies(w2).size(), 1u);
   ASSERT_TRUE(d.Report(w2).ok());
+  const std::vector<JobEvent> back = d.Events();
+  EXPECT_EQ(Kinds(back), (std::vector<std::string>{"worker_joined", "worker_ready",
+                                                   "range_recomputed", "resumed"}));
+  EXPECT_EQ(back.back().step, Step(2));
+  const auto joined = Of<JobEvent::WorkerJoined>(back);
+  ASSERT_EQ(joined.size(), 1u);
+  EXPECT_EQ(joined[0].second.worker, w2);
+  EXPECT_EQ(joined[0].second.host, "host");
+  EXPECT_EQ(joined[0].second.device_kind, "cpu");
   std::vector<Range> recovered;
   for (int i = 0; i < 2; ++i) {
     const StepPlan p = d.OnePlan(w2, PlanKind::kTrain);
@@ -739,8 +862,14 @@ TEST(JobState, WithEveryWorkerDeadTheJobPausesAndAFreshWorkerFinishesIt) {
   for (uint32_t s = 0; s < kShards; ++s) EXPECT_TRUE(d.Shutdowns(s).empty());
   EXPECT_FALSE(d.state.done());
 
-  d.state.OnResultWritten(OkStatus());
+  d.Events();
+  d.state.OnResultWritten(std::string("cafe"));
   d.OnePlan(w2, PlanKind::kStop);
+  const auto finished = Of<JobEvent::JobFinished>(d.Events());
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].first, Step(kSteps));
+  EXPECT_EQ(finished[0].second.params_sha256, "cafe");
+  EXPECT_FALSE(finished[0].second.evaluated);
   for (uint32_t s = 0; s < kShards; ++s) EXPECT_EQ(d.Shutdowns(s).size(), 1u) << s;
   EXPECT_TRUE(d.state.done());
   EXPECT_TRUE(d.state.fatal().ok());
@@ -758,7 +887,7 @@ TEST(JobState, TheShardsShutDownOnlyOnceNoWorkerIsAlive) {
   d.FinishStep(kSteps - 1);
   EXPECT_EQ(d.state.phase(), JobState::Phase::kFinalizing);
 
-  d.state.OnResultWritten(OkStatus());
+  d.state.OnResultWritten(std::string("cafe"));
   d.OnePlan(ws[0], PlanKind::kStop);
   EXPECT_TRUE(d.Plans(ws[1]).empty());
   EXPECT_FALSE(d.state.done());
@@ -818,9 +947,14 @@ TEST(JobState, AJobErrorFailsTheJobWithItsMessageAndStopsPendingWorkers) {
   for (WorkerId w : ws) d.OnePlan(w, PlanKind::kTrain);
   ASSERT_TRUE(d.Confirm(ws[0], 0).ok());
 
+  d.Events();
   d.state.OnJobError("worker host/w1: unknown model 'tiny'");
   EXPECT_FALSE(d.state.fatal().ok());
   EXPECT_NE(d.state.fatal().message().find("unknown model 'tiny'"), std::string::npos);
+  const auto failed = Of<JobEvent::JobFailed>(d.Events());
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0].second.code, StatusCode::kFailedPrecondition);
+  EXPECT_EQ(failed[0].second.error, "worker host/w1: unknown model 'tiny'");
   d.OnePlan(ws[0], PlanKind::kStop);
   EXPECT_TRUE(d.Plans(ws[1]).empty()) << "w1 is busy; it is stopped when it asks";
   EXPECT_FALSE(d.state.done());
@@ -920,9 +1054,22 @@ TEST(JobStateDurable, ShardsRetainTheNewestStepEveryShardHoldsAndARestartRollsBa
     EXPECT_TRUE(d.Retains(s).empty()) << "the floor did not move";
   ASSERT_EQ(d.state.step(), Step(3));
 
+  const auto durable = Of<JobEvent::CheckpointDurable>(d.Events());
+  ASSERT_EQ(durable.size(), 4u);  // shard 0 at steps 0, 1, 2; shard 1 at step 0
+  EXPECT_EQ(durable[0].second.shard, ShardId(0));
+  EXPECT_EQ(durable[0].first, Step(0));
+
   // Shard 1 restarts from step 0, the one shard 0 was told to keep: both roll back there.
   ASSERT_TRUE(d.state.OnShardRegistered(ShardId(1), "ipc:///tmp/shard1", Step(0), Step(0)).ok());
   EXPECT_EQ(d.state.phase(), JobState::Phase::kRollingBack);
+  const std::vector<JobEvent> restart = d.Events();
+  EXPECT_EQ(Kinds(restart), (std::vector<std::string>{"shard_registered", "rolling_back"}));
+  ASSERT_EQ(restart.size(), 2u);
+  EXPECT_TRUE(restart[0].As<JobEvent::ShardRegistered>()->restarted);
+  EXPECT_EQ(restart[0].As<JobEvent::ShardRegistered>()->shard, ShardId(1));
+  EXPECT_EQ(restart[1].step, Step(0)) << "the step the job goes back to";
+  EXPECT_EQ(restart[1].As<JobEvent::RollingBack>()->shard, ShardId(1));
+  EXPECT_EQ(restart[1].As<JobEvent::RollingBack>()->shard_checkpoint, Step(0));
   for (uint32_t s = 0; s < kShards; ++s)
     EXPECT_EQ(d.Rollbacks(s), std::vector<Step>{Step(0)}) << "shard " << s;
   for (uint32_t s = 0; s < kShards; ++s) {
@@ -933,6 +1080,9 @@ TEST(JobStateDurable, ShardsRetainTheNewestStepEveryShardHoldsAndARestartRollsBa
   }
   EXPECT_EQ(d.state.phase(), JobState::Phase::kTraining);
   EXPECT_EQ(d.state.step(), Step(0));
+  const std::vector<JobEvent> replay = d.Events();
+  EXPECT_EQ(Kinds(replay), std::vector<std::string>{"rolled_back"});
+  EXPECT_EQ(replay.back().step, Step(0));
   d.Retains(0);
   d.Retains(1);
   // Replaying, the floor follows the slower shard again.
@@ -959,10 +1109,16 @@ TEST(JobStateDurable, AShardRestartedBeforeAnyCommonCheckpointStartsTheJobOver) 
   d.Plans(ws[0]);
   d.Plans(ws[1]);
 
+  d.Events();
   ASSERT_TRUE(d.state.OnShardRegistered(ShardId(1), "ipc:///tmp/shard1", Step(-1), Step(-1)).ok());
   EXPECT_EQ(d.state.phase(), JobState::Phase::kRollingBack);
   for (uint32_t s = 0; s < kShards; ++s)
     EXPECT_EQ(d.Rollbacks(s), std::vector<Step>{Step(-1)}) << "shard " << s;
+  const auto over = Of<JobEvent::StartingOver>(d.Events());
+  ASSERT_EQ(over.size(), 1u);
+  EXPECT_EQ(over[0].first, Step(-1));
+  EXPECT_EQ(over[0].second.shard, ShardId(1));
+  EXPECT_FALSE(over[0].second.shard_had_state);
   for (uint32_t s = 0; s < kShards; ++s) {
     ASSERT_TRUE(d.state
                     .OnRollbackDone(

@@ -9,11 +9,14 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
 
 ROOT = os.environ.get("EPS_ROOT", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from events import EventReader  # noqa: E402  (scripts/events.py: the reader of events.jsonl)
 BIN = os.environ.get("EPS_BIN", os.path.join(ROOT, "build", "bin"))
 LOCAL = os.path.join(ROOT, "launcher", "local.sh")
 MLP = os.path.join(ROOT, "examples", "fashion_mnist_mlp.flags")
@@ -94,9 +97,10 @@ class RunDirTest(unittest.TestCase):
         return wait_for_file(f"{d}/shard{shard}.addr", proc=p)
 
     def start_worker(self, d, coordinator, token, index, *flags):
-        """Starts a worker logging to d/worker<index>.log; returns its process."""
+        """Starts a worker logging to d/worker<index>.log, its report to d/worker<index>.json; returns its
+        process."""
         return self.start([os.path.join(BIN, "worker"), f"--coordinator={coordinator}", f"--token_file={token}",
-                           *flags], f"{d}/worker{index}.log")
+                           f"--report_file={d}/worker{index}.json", *flags], f"{d}/worker{index}.log")
 
 
 def poll_until(check, timeout, what):
@@ -129,18 +133,49 @@ def wait_for_file(path, timeout=30, proc=None):
     return poll_until(check, timeout, f"{path} did not appear")
 
 
-def wait_for_line(path, needle, timeout=60):
-    poll_until(lambda: True if needle in (read_text(path) or "") else None, timeout,
-               f"'{needle}' did not appear in {path}")
+def read_events(run_dir, kind=None):
+    """Every event of the run dir's events.jsonl so far (of `kind` only, if given), in order; [] without a file."""
+    return [e for e in EventReader(run_dir).poll() if kind is None or e["event"] == kind]
 
 
-def wait_for_step(log_path, step, timeout=180):
-    """Waits (bounded) until the coordinator's progress lines report at least `step` steps."""
+def wait_for_event(run_dir, kind, predicate=None, timeout=60, proc=None):
+    """Waits (bounded) for an event of `kind` for which predicate(event) holds; returns it. Fails early when `proc`
+    (the job) exits first."""
+    reader = EventReader(run_dir)
+
     def check():
-        done = [int(line.split()[1].split("/")[0]) for line in (read_text(log_path) or "").splitlines()
-                if line.startswith("step ")]
-        return True if done and max(done) >= step else None
-    poll_until(check, timeout, f"step {step} not reached in {log_path}")
+        for e in reader.poll():
+            if e["event"] == kind and (predicate is None or predicate(e)):
+                return e
+        if proc is not None and proc.poll() is not None:
+            # One more read: the event may have been written just before the exit.
+            for e in reader.poll():
+                if e["event"] == kind and (predicate is None or predicate(e)):
+                    return e
+            raise AssertionError(f"the job exited ({proc.returncode}) before a '{kind}' event in {run_dir}")
+        return None
+    return poll_until(check, timeout, f"no '{kind}' event in {reader.path}")
+
+
+def wait_for_step(run_dir, step, timeout=180, proc=None):
+    """Waits (bounded) until the coordinator's progress events report at least `step` steps done."""
+    return wait_for_event(run_dir, "progress", lambda e: e["step"] >= step, timeout, proc)
+
+
+def worker_ids_of_pid(run_dir, pid):
+    """The worker ids the coordinator gave the process `pid` (a re-registration gets a new one)."""
+    return {e["worker"] for e in read_events(run_dir, "worker_joined") if e["pid"] == pid}
+
+
+def read_report(path, timeout=30):
+    """A worker's end-of-run report (docs/events.md) as a dict; waits (bounded) for the worker to write it."""
+    def check():
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except (FileNotFoundError, ValueError):
+            return None
+    return poll_until(check, timeout, f"no worker report {path}")
 
 
 def read_result(d):

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import unittest
 
-from harness import BIN, ENV, LOCAL, MLP, RunDirTest, logs, read_result, wait_for_file, wait_for_step
+from harness import BIN, ENV, LOCAL, MLP, RunDirTest, logs, read_events, read_result, wait_for_file, wait_for_step
 
 STEPS = 800
 EXTRA = [f"--steps={STEPS}", "--test_limit=-1"]
@@ -23,7 +23,7 @@ class DurableRun(RunDirTest):
 
 
 class ShardCrash(DurableRun):
-    def run_and_kill_shard(self, checkpoint_every, kill_at_step, expect="rolling back to step"):
+    def run_and_kill_shard(self, checkpoint_every, kill_at_step, expect="rolling_back"):
         ref = self.reference()
         d = self.run_dir("job")
         out = open(os.path.join(self.tmp, "local.out"), "w")
@@ -31,18 +31,22 @@ class ShardCrash(DurableRun):
                                 "--checkpoint-every", str(checkpoint_every), "--supervise", "--"] + EXTRA,
                                env=ENV, stdout=out, stderr=subprocess.STDOUT)
         self.procs.append(job)
-        coord_log = os.path.join(d, "logs", "coordinator.log")
         wait_for_file(os.path.join(d, "coordinator.addr"), proc=job)
-        wait_for_step(coord_log, kill_at_step)
+        wait_for_step(d, kill_at_step, proc=job)
         with open(os.path.join(d, "pids", "shard1.pid")) as f:
             os.kill(int(f.read()), signal.SIGKILL)
         self.assertEqual(job.wait(timeout=600), 0, logs(d))
         out.close()
         result = read_result(d)
-        with open(coord_log) as f:
-            log = f.read()
-        self.assertIn("shard 1 restarted", log)
-        self.assertIn(expect, log)
+        restarts = [e["shard"] for e in read_events(d, "shard_registered") if e["restarted"]]
+        self.assertEqual(restarts, [1])
+        back = read_events(d, expect)
+        self.assertEqual(len(back), 1, read_events(d))
+        self.assertEqual(back[0]["shard"], 1)
+        if expect == "rolling_back":
+            self.assertLessEqual(back[0]["step"], back[0]["shard_checkpoint"], back)
+        else:
+            self.assertEqual(back[0]["step"], -1, back)
         self.assertEqual(result["steps"], STEPS)
         self.assertEqual(result["params_sha256"], ref)
 
@@ -53,14 +57,16 @@ class ShardCrash(DurableRun):
                                 "--checkpoint-every", "50", "--supervise", "--"] + EXTRA,
                                env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         self.procs.append(job)
-        coord_log = os.path.join(d, "logs", "coordinator.log")
         wait_for_file(os.path.join(d, "coordinator.addr"), proc=job)
-        wait_for_step(coord_log, 200)
+        wait_for_step(d, 200, proc=job)
         with open(os.path.join(d, "pids", "coordinator.pid")) as f:
             os.kill(int(f.read()), signal.SIGKILL)
         self.assertEqual(job.wait(timeout=600), 0, logs(d))
-        with open(coord_log) as f:
-            self.assertIn("after a coordinator restart", f.read())
+        # The restarted coordinator appended to its predecessor's events: resumed at or after step 200.
+        resumed = read_events(d, "coordinator_resumed")
+        self.assertEqual(len(resumed), 1, read_events(d)[-20:])
+        self.assertGreaterEqual(resumed[0]["step"], 200)
+        self.assertEqual(len(read_events(d, "job_finished")), 1)
         result = read_result(d)
         self.assertEqual(result["steps"], STEPS)
         self.assertEqual(result["params_sha256"], ref)
@@ -74,7 +80,7 @@ class ShardCrash(DurableRun):
 
     def test_shard_killed_without_any_checkpoint_starts_the_job_over_with_the_same_digest(self):
         # No store at all: the restarted shard holds nothing, so the job goes back to its initial values.
-        self.run_and_kill_shard(checkpoint_every=0, kill_at_step=60, expect="starting over from the initial values")
+        self.run_and_kill_shard(checkpoint_every=0, kill_at_step=60, expect="starting_over")
 
 
 class StopAndResume(DurableRun):
@@ -86,7 +92,7 @@ class StopAndResume(DurableRun):
                                env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         self.procs.append(job)
         wait_for_file(os.path.join(d, "coordinator.addr"), proc=job)
-        wait_for_step(os.path.join(d, "logs", "coordinator.log"), 300)
+        wait_for_step(d, 300, proc=job)
         job.send_signal(signal.SIGTERM)  # Ctrl-C: every process stops
         self.assertNotEqual(job.wait(timeout=60), 0)
         self.assertFalse(os.path.exists(os.path.join(d, "result.json")))

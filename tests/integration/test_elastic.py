@@ -9,7 +9,8 @@ import subprocess
 import time
 import unittest
 
-from harness import ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_result, wait_for_file, wait_for_line, wait_for_step
+from harness import (ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_report, read_result, wait_for_event,
+                     wait_for_file, wait_for_step, worker_ids_of_pid)
 
 ATTACH = os.path.join(ROOT, "launcher", "attach.sh")
 STEPS = 1200
@@ -31,12 +32,13 @@ class ElasticRun(RunDirTest):
         self.job = subprocess.Popen(cmd, env=ENV, stdout=self.log, stderr=subprocess.STDOUT)
         self.procs.append(self.job)
         self.addr = wait_for_file(os.path.join(self.dir, "coordinator.addr"), proc=self.job)
-        self.coord_log = os.path.join(self.dir, "logs", "coordinator.log")
 
     def attach(self, name, token=None):
+        """Attaches a worker logging to logs/<name>.log, its report to logs/<name>.json; returns (process, log)."""
         token = token or os.path.join(self.dir, "token")
         log = os.path.join(self.dir, "logs", f"{name}.log")
-        p = subprocess.Popen([ATTACH, "--coordinator", self.addr, "--token-file", token, "--log", log], env=ENV)
+        p = subprocess.Popen([ATTACH, "--coordinator", self.addr, "--token-file", token, "--log", log,
+                              "--report-file", log[:-len(".log")] + ".json"], env=ENV)
         self.procs.append(p)
         return p, log
 
@@ -55,25 +57,30 @@ class ElasticRun(RunDirTest):
             self.assertGreaterEqual(result["workers_seen"], min_workers_seen)
         return result
 
-    def coordinator_log(self):
-        with open(self.coord_log, errors="replace") as f:
-            return f.read()
+    def wait_for_event(self, kind, predicate=None, timeout=60):
+        return wait_for_event(self.dir, kind, predicate, timeout, proc=self.job)
+
+    def wait_for_step(self, step):
+        return wait_for_step(self.dir, step, proc=self.job)
 
 
 class Elasticity(ElasticRun):
     def test_a_workers_attach_during_the_run(self):
         self.start_job(workers=1)
-        wait_for_step(self.coord_log, 1)
+        self.wait_for_step(1)
+        # Each attached worker is in the next assignment epoch (every ready worker is, with or without VWs).
         self.attach("attached1")
-        wait_for_line(self.coord_log, "assignment epoch 2", timeout=120)
+        self.wait_for_event("assignment", lambda e: len(e["ranges"]) == 2, timeout=120)
         self.attach("attached2")
-        wait_for_line(self.coord_log, "assignment epoch 3", timeout=120)
+        self.wait_for_event("assignment", lambda e: len(e["ranges"]) == 3, timeout=120)
         self.finish(min_workers_seen=3)
 
     def test_b_sigterm_leaves_gracefully(self):
         self.start_job(workers=3)
-        wait_for_step(self.coord_log, 1)
+        self.wait_for_step(1)
         pid = self.worker_pid(1)
+        ids = worker_ids_of_pid(self.dir, pid)
+        self.assertEqual(len(ids), 1, read_events(self.dir, "worker_joined"))
         t0 = time.monotonic()
         os.kill(pid, signal.SIGTERM)
         while time.monotonic() - t0 < 10:
@@ -83,37 +90,44 @@ class Elasticity(ElasticRun):
                 break
             time.sleep(0.02)
         self.assertLess(time.monotonic() - t0, 10, "the worker did not exit after SIGTERM")
-        wait_for_line(os.path.join(self.dir, "logs", "worker1.log"), "leaves the job", timeout=10)
+        # It left gracefully (a leave, not missed heartbeats).
+        self.wait_for_event("worker_left", lambda e: e["worker"] in ids, timeout=10)
+        report = read_report(os.path.join(self.dir, "logs", "worker1.json"))
+        self.assertEqual((report["outcome"], report["worker_ids"]), ("left", sorted(ids)), report)
         self.finish()
-        self.assertIn("left (", self.coordinator_log())
+        self.assertEqual([e for e in read_events(self.dir, "worker_dead") if e["worker"] in ids], [])
 
     def test_c_sigkill_mid_step_is_recomputed(self):
         self.start_job(workers=3)
-        wait_for_step(self.coord_log, 1)
+        self.wait_for_step(1)
+        ids = worker_ids_of_pid(self.dir, self.worker_pid(1))
         os.kill(self.worker_pid(1), signal.SIGKILL)
-        wait_for_line(self.coord_log, "missed heartbeats", timeout=60)
+        self.wait_for_event("worker_dead", lambda e: e["worker"] in ids and e["cause"] == "missed_heartbeats")
         self.finish()
 
     def test_d_all_workers_killed_job_pauses_and_resumes(self):
         self.start_job(workers=2)
-        wait_for_step(self.coord_log, 1)
+        self.wait_for_step(1)
         for i in range(2):
             os.kill(self.worker_pid(i), signal.SIGKILL)
-        wait_for_line(self.coord_log, "paused at step", timeout=60)
+        paused = self.wait_for_event("paused", lambda e: e["cause"] == "no_worker")
         self.attach("fresh")
-        wait_for_line(self.coord_log, "resumed at step", timeout=120)
+        resumed = self.wait_for_event("resumed", timeout=120)
+        self.assertEqual(resumed["step"], paused["step"])
         self.finish()
 
     def test_e_wrong_token_is_refused_and_the_job_is_unaffected(self):
         self.start_job(workers=1)
-        wait_for_step(self.coord_log, 1)
+        self.wait_for_step(1)
         bad = os.path.join(self.tmp, "bad-token")
         with open(bad, "w") as f:
             f.write("not-the-token\n")
         p, log = self.attach("intruder", token=bad)
         self.assertNotEqual(p.wait(timeout=60), 0)
-        with open(log) as f:
-            self.assertIn("wrong job token", f.read())
+        report = read_report(log[:-len(".log")] + ".json")
+        self.assertEqual(report["outcome"], "failed", report)
+        self.assertIn("wrong job token", report["error"])
+        self.assertEqual(report["worker_ids"], [])
         result = self.finish()
         self.assertEqual(result["workers_seen"], 1)
 

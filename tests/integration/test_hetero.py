@@ -3,7 +3,7 @@ import os
 import re
 import unittest
 
-from harness import LOCAL, MLP, RunDirTest, poll_until, read_result
+from harness import LOCAL, MLP, RunDirTest, poll_until, read_events, read_report, read_result
 
 # Larger microbatches than the default job so that compute, not noise, sets the measured speed.
 EXTRA = ["--steps=150", "--batch_per_vw=512", "--train_limit=20000", "--test_limit=-1"]
@@ -15,15 +15,15 @@ class SpeedAwarePlacement(RunDirTest):
         d = self.run_dir("hetero")
         _, _, got = self.run_local("hetero", MLP, workers=3, extra=EXTRA + ["--planner=speed"], slowdowns="1,2,4")
         self.assertEqual(got["params_sha256"], ref["params_sha256"])
-        # Which worker id ran with which slowdown (ids follow registration order).
+        # Which worker id ran with which slowdown (ids follow registration order, not the launch order): each
+        # worker's report names the ids it was given.
         slowdown_of = {}
         for i, factor in enumerate([1, 2, 4]):
-            with open(os.path.join(d, "logs", f"worker{i}.log")) as f:
-                slowdown_of[int(re.search(r"registered as worker (\d+)", f.read()).group(1))] = factor
-        with open(os.path.join(d, "logs", "coordinator.log")) as f:
-            epochs = re.findall(r"assignment epoch \d+ from step \d+: (.*)", f.read())
+            for w in read_report(os.path.join(d, "logs", f"worker{i}.json"))["worker_ids"]:
+                slowdown_of[w] = factor
+        epochs = read_events(d, "assignment")
         self.assertGreater(len(epochs), 1, "the planner never re-planned by speed")
-        counts = {slowdown_of[int(w)]: int(hi) - int(lo) for w, lo, hi in re.findall(r"w(\d+):\[(\d+),(\d+)\)", epochs[-1])}
+        counts = {slowdown_of[r["worker"]]: r["hi"] - r["lo"] for r in epochs[-1]["ranges"]}
         for factor in (1, 2, 4):
             counts.setdefault(factor, 0)
         # Optimal for V = 8 at speeds 1 : 1/2 : 1/4 is 5, 2, 1; allow one VW of measurement noise.

@@ -4,11 +4,10 @@ fast worker pulls again instead of giving up its plan. And it runs step t+1 over
 the coordinator answers its request: an answer that plans otherwise (here an evaluation) drops what
 ran ahead. In both cases the digest is the undisturbed run's."""
 import os
-import re
 import shutil
 import unittest
 
-from harness import MLP, RunDirTest, logs, read_result, read_text
+from harness import MLP, RunDirTest, logs, read_report, read_result, read_text
 
 
 class PrefetchExpiry(RunDirTest):
@@ -27,9 +26,8 @@ class PrefetchExpiry(RunDirTest):
             self.start_worker(d, addr, token, w, f"--slowdown={slowdown}")
         self.assertEqual(coord.wait(timeout=300), 0, open(f"{d}/coordinator.log").read()[-3000:])
         self.assertEqual(read_result(d)["params_sha256"], ref["params_sha256"])
-        fast = open(f"{d}/worker0.log").read()
-        self.assertIn("expired at shard 0: pulling again", fast)
-        self.assertNotIn("gave up the plan", fast)
+        self.assertIn("expired at shard 0: pulling again", read_text(f"{d}/worker0.log"))
+        self.assertEqual(read_report(f"{d}/worker0.json")["abandoned_plans"], 0)
 
 
 class RunAhead(RunDirTest):
@@ -40,27 +38,23 @@ class RunAhead(RunDirTest):
         _, _, r = self.run_local("eval", MLP, extra=["--steps=40", "--eval_every=10", "--test_limit=500"])
         self.assertEqual(r["params_sha256"], ref["params_sha256"])
         d = self.run_dir("eval")
-        times = re.search(r"(\d+) run ahead of their plan, (\d+) runs ahead dropped",
-                          open(os.path.join(d, "logs", "worker0.log")).read())
-        self.assertIsNotNone(times, logs(d))
-        self.assertEqual((int(times.group(1)), int(times.group(2))), (36, 3))
+        report = read_report(os.path.join(d, "logs", "worker0.json"))
+        self.assertEqual((report["ran_ahead"], report["ahead_dropped"]), (36, 3), logs(d))
+        self.assertEqual(report["outcome"], "done")
 
 
 class SharedMemory(RunDirTest):
     """Pull replies and pushes between a worker and a shard on the same host go through shared memory,
     with the bits of a job that sends them through the socket."""
     STEPS = "--steps=40"
-    COUNTS = (r"(\d+) pull replies through shared memory, (\d+) inline; "
-              r"(\d+) pushes through shared memory, (\d+) inline")
 
-    def counts(self, log):
-        """(pull replies through shared memory, inline, pushes through shared memory, inline) in a worker log."""
-        got = re.search(self.COUNTS, read_text(log))
-        self.assertIsNotNone(got, read_text(log)[-3000:])
-        return tuple(int(g) for g in got.groups())
+    def counts(self, report):
+        """(pull replies through shared memory, inline, pushes through shared memory, inline) in a worker report."""
+        r = read_report(report)
+        return r["pull_replies"]["shm"], r["pull_replies"]["inline"], r["pushes"]["shm"], r["pushes"]["inline"]
 
     def run_with_shard(self, name, *flags, shard_prefix=(), worker_flags=()):
-        """One worker and one shard (started under `shard_prefix`); returns (digest, worker log)."""
+        """One worker and one shard (started under `shard_prefix`); returns (digest, the worker's report path)."""
         d = self.run_dir(name)
         token = os.path.join(d, "token")
         with open(token, "w") as f:
@@ -69,13 +63,13 @@ class SharedMemory(RunDirTest):
         self.start_shard(d, addr, token, 0, *flags, prefix=shard_prefix)
         self.start_worker(d, addr, token, 0, *worker_flags)
         self.assertEqual(coord.wait(timeout=300), 0, read_text(f"{d}/coordinator.log")[-3000:])
-        return read_result(d)["params_sha256"], f"{d}/worker0.log"
+        return read_result(d)["params_sha256"], f"{d}/worker0.json"
 
     def setUp(self):
         super().setUp()
         _, _, ref = self.run_local("ref", MLP, extra=[self.STEPS])
         self.ref = ref["params_sha256"]
-        self.ref_counts = self.counts(os.path.join(self.run_dir("ref"), "logs", "worker0.log"))
+        self.ref_counts = self.counts(os.path.join(self.run_dir("ref"), "logs", "worker0.json"))
 
     def test_a_shard_on_the_same_host_moves_every_pull_reply_and_push_through_shared_memory(self):
         shm_replies, inline_replies, shm_pushes, inline_pushes = self.ref_counts
@@ -84,9 +78,9 @@ class SharedMemory(RunDirTest):
         self.assertGreaterEqual(shm_pushes, 39)  # every step's pushes
         self.assertEqual(inline_pushes, 1)       # the initial values: read from the model, not a region
         # The same job with shared memory turned off: everything inline, the same digest.
-        digest, log = self.run_with_shard("socket", worker_flags=["--shm=false"])
+        digest, report = self.run_with_shard("socket", worker_flags=["--shm=false"])
         self.assertEqual(digest, self.ref)
-        shm_replies, inline_replies, shm_pushes, inline_pushes = self.counts(log)
+        shm_replies, inline_replies, shm_pushes, inline_pushes = self.counts(report)
         self.assertEqual((shm_replies, shm_pushes), (0, 0))
         self.assertGreater(inline_replies, 40)
         self.assertGreater(inline_pushes, 40)
@@ -95,21 +89,21 @@ class SharedMemory(RunDirTest):
     def test_a_shard_that_cannot_see_the_worker_answers_and_is_pushed_to_inline(self):
         # The shard in its own pid namespace (with its own /proc) cannot open the worker's regions: it answers
         # every pull inline, and the worker, never shown that the shard can read its memory, pushes inline.
-        digest, log = self.run_with_shard("pidns", shard_prefix=["unshare", "--pid", "--fork", "--mount-proc",
-                                                                 "--kill-child"])
+        digest, report = self.run_with_shard("pidns", shard_prefix=["unshare", "--pid", "--fork", "--mount-proc",
+                                                                    "--kill-child"])
         self.assertEqual(digest, self.ref)
-        shm_replies, inline_replies, shm_pushes, inline_pushes = self.counts(log)
+        shm_replies, inline_replies, shm_pushes, inline_pushes = self.counts(report)
         self.assertEqual((shm_replies, shm_pushes), (0, 0))
         self.assertGreater(inline_replies, 40)
         self.assertGreater(inline_pushes, 40)
 
     def test_a_refused_push_in_shared_memory_is_pushed_again_through_the_socket(self):
-        digest, log = self.run_with_shard("refused", "--refuse_shm_pushes")
+        digest, report = self.run_with_shard("refused", "--refuse_shm_pushes")
         self.assertEqual(digest, self.ref)
-        text = read_text(log)
+        text = read_text(report[:-len(".json")] + ".log")
         self.assertEqual(text.count("cannot read pushes in shared memory"), 1, text[-3000:])
-        self.assertEqual(text.count("gave up the plan"), 1, text[-3000:])
-        shm_replies, inline_replies, shm_pushes, inline_pushes = self.counts(log)
+        self.assertEqual(read_report(report)["abandoned_plans"], 1, text[-3000:])
+        shm_replies, inline_replies, shm_pushes, inline_pushes = self.counts(report)
         self.assertGreater(shm_replies, 40)      # pull replies still come through shared memory
         self.assertLessEqual(shm_pushes, self.ref_counts[2] // 39 + 1)  # the refused step's pushes only
         self.assertGreater(inline_pushes, 40)
