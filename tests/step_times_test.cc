@@ -26,6 +26,7 @@ WorkerReport SomeReport() {
   r.times.reregistrations = 1;
   r.counts.shm_replies = 5;
   r.counts.inline_pushes = 2;
+  r.counts.prefetches_pulled_again = 1;
   return r;
 }
 
@@ -43,6 +44,8 @@ TEST(WorkerReport, HoldsEveryFieldInMillisecondsPerTrainPlan) {
   EXPECT_DOUBLE_EQ(j["ms_per_train_plan"]["plan_wait"].get<double>(), 0.5);
   EXPECT_EQ(j["pull_replies"]["shm"], 5);
   EXPECT_EQ(j["pushes"]["inline"], 2);
+  EXPECT_EQ(j["prefetches_pulled_again"], 1);
+  EXPECT_EQ(j["shm_push_refusals"], 0);
 }
 
 TEST(WorkerReport, AFailureCarriesItsStatus) {

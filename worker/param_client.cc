@@ -145,6 +145,7 @@ Status ParameterClient::AwaitPushes() {
         LOG(WARNING) << "shard " << s << " cannot read pushes in shared memory (" << err->message
                      << "): pushing to it through the socket from now on";
         link.shm_refused = true;
+        ++counts_.shm_push_refusals;
         link.shm_pushes = false;
       }
       return err->ToStatus().WithContext("shard " + std::to_string(s));
@@ -234,6 +235,7 @@ Status ParameterClient::TakePullReply(size_t s, Channel::Incoming in) {
     EPS_RETURN_IF_ERROR(
         links_[s].pulls->Send(Envelope{options_.token, MakePull(s, p.version, NotPulled(s))}));
     p.pulled_again[s] = 1;
+    ++counts_.prefetches_pulled_again;
     p.answers[s] = 1;
   }
   return OkStatus();

@@ -52,6 +52,8 @@ std::string ReportJson(const WorkerReport& r) {
         {"push_wait", MsPerStep(t, t.push_wait)}}},
       {"pull_replies", {{"shm", r.counts.shm_replies}, {"inline", r.counts.inline_replies}}},
       {"pushes", {{"shm", r.counts.shm_pushes}, {"inline", r.counts.inline_pushes}}},
+      {"prefetches_pulled_again", r.counts.prefetches_pulled_again},
+      {"shm_push_refusals", r.counts.shm_push_refusals},
   };
   return j.dump();
 }

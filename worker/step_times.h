@@ -34,6 +34,8 @@ struct TransferCounts {
   int64_t inline_replies = 0;  // pull replies whose bytes came in the message
   int64_t shm_pushes = 0;      // pushes that named bytes in shared memory
   int64_t inline_pushes = 0;   // pushes with all their bytes in the message
+  int64_t prefetches_pulled_again = 0;  // prefetches that expired at a shard and were pulled again
+  int64_t shm_push_refusals = 0;        // shards that refused a push from shared memory
 };
 
 // A worker process's run, as written to its report file when Run() ends.
