@@ -1,4 +1,4 @@
-// The canonical pairwise reduction tree over virtual-worker ids (DESIGN.md,
+// The canonical pairwise reduction tree over virtual-worker ids (docs/design.md,
 // "The consistency contract", rule 5).
 //
 // For V virtual workers the tree is the balanced binary tree over P leaves, P the

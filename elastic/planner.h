@@ -5,7 +5,7 @@
 // time is (VWs it hosts) x (its seconds per VW step). The speed-aware planner
 // (PlannerKind::kSpeed) minimises that bottleneck, max_i count_i * t_i, exactly;
 // PlannerKind::kEqual is the near-equal split (the baseline, `--planner=equal`).
-// Ranges never affect the result's bits (DESIGN.md), only its speed.
+// Ranges never affect the result's bits (docs/design.md), only its speed.
 //
 // Everything here is pure (no I/O, no clock, no globals) and thread-compatible.
 // The coordinator (elastic/job_state.h) owns a SpeedEstimator, feeds it the

@@ -278,7 +278,7 @@ for model in mlp cnn_bn; do
 done
 
 if [ $dry = 0 ] && ! over_budget; then
-  # The same mlp job on the CPU: another kind of device, so other bits (DESIGN.md).
+  # The same mlp job on the CPU: another kind of device, so other bits (docs/design.md).
   if job mlp-cpu-1x8 1 cpu 120 "$mlp" --steps=$steps_mlp; then
     d=$(json "$runs/mlp-cpu-1x8/result.json" params_sha256)
     row "mlp digest on cpu (for reference)" info "${d:0:12} ($([ "$d" = "${digest[mlp-1x8]%% *}" ] && echo "same as" || echo "differs from") $device)"

@@ -6,7 +6,7 @@
 // float/double roundings, the same order of operations, and a fused multiply-add exactly where
 // ATen's vectorized kernels fuse. The result is a pure function of the inputs (it never depends
 // on threads, chunking, vector width or the CPU that runs it), which the consistency contract of
-// DESIGN.md needs.
+// docs/design.md needs.
 //
 // Everything here is libtorch-free and thread-compatible: functions keep no hidden state;
 // concurrent calls on distinct OptimizerState objects and parameter buffers are safe.

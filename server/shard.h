@@ -17,7 +17,7 @@
 // an ErrorReply and a log line; nothing from them stops the service.
 // Run() owns the sockets and the state: one thread, no locks.
 //
-// Durable state (DESIGN.md "Durable state"): with a store, the shard restores
+// Durable state (docs/design.md, "Durable state"): with a store, the shard restores
 // the store's newest checkpoint when it opens (values, optimizer state,
 // buffers, version), before it serves, and says so in RegisterShard. Every
 // `checkpoint_every` steps (each version that is a multiple of it, version 0

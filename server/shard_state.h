@@ -22,7 +22,7 @@
 //
 // Published versions are immutable (shared, copy-on-write), so pull replies can
 // hand their bytes to ZeroMQ without copying, and a snapshot for a checkpoint
-// shares them instead of copying them (DESIGN.md "Durable state"). It does no
+// shares them instead of copying them (docs/design.md, "Durable state"). It does no
 // I/O of its own: RollbackTo reads through the StateStore it is given. Not
 // thread-safe: the shard's event loop owns it; a snapshot, once taken, is
 // independent of it and may go to another thread.

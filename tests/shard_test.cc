@@ -1,5 +1,5 @@
 // Tests for the state of one parameter-server shard (server/shard_state.h),
-// driven directly with decoded messages, against DESIGN.md "The consistency
+// driven directly with decoded messages, against docs/design.md "The consistency
 // contract" and "The step protocol".
 //
 // The expected values are computed here from the contract, not from the code
@@ -1391,7 +1391,7 @@ TEST(ShardStatePull, PulledBytesStayValidAndUnchangedAfterLaterSteps) {
 }
 
 // ---------------------------------------------------------------------------
-// Durable state: snapshots, restore, rollback (DESIGN.md "Durable state")
+// Durable state: snapshots, restore, rollback (docs/design.md, "Durable state")
 
 // A fresh directory, removed with everything in it at the end of the test.
 class TempDir {

@@ -1,4 +1,4 @@
-// Tests for the durable state store (storage/state_store.h), against DESIGN.md
+// Tests for the durable state store (storage/state_store.h), against docs/design.md
 // "Durable state": checkpoints round-trip, are atomic (a crash or an
 // interrupted write leaves the previous ones intact and the broken one
 // invisible), retention keeps exactly the newest N, a store of another job is

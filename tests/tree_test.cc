@@ -1,7 +1,7 @@
 // Tests for the canonical pairwise reduction tree (common/tree.h): a range of
 // VWs cut into aligned blocks, pre-summed per block and reduced on the shard in
 // any order, must give the bits of the reference tree written here from the
-// definition in DESIGN.md ("The consistency contract", rule 5).
+// definition in docs/design.md ("The consistency contract", rule 5).
 #include "common/tree.h"
 
 #include <gtest/gtest.h>

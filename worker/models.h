@@ -38,8 +38,9 @@ constexpr int64_t kNumClasses = 10;
 // CUDA. Touches no device.
 [[nodiscard]] StatusOr<torch::Device> ParseDevice(const std::string& name);
 
-// Readies `device` for reproducible computation (DESIGN.md, "On GPU"): on a
-// CUDA device, checks that it exists (FailedPrecondition otherwise), makes it
+// Readies `device` for reproducible computation (docs/design.md, "The
+// consistency contract": one GPU model, deterministic kernels): on a CUDA
+// device, checks that it exists (FailedPrecondition otherwise), makes it
 // current, and turns on deterministic algorithms and deterministic cuDNN with
 // benchmark mode off. Process-wide; nothing happens for the CPU. The process
 // must have set CUBLAS_WORKSPACE_CONFIG=:4096:8 (kCublasWorkspaceConfig in

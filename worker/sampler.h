@@ -1,6 +1,6 @@
 // Which samples a virtual worker trains on at a step, and the random keys it uses.
 //
-// The consistency contract (DESIGN.md): with V virtual workers and per-VW batch
+// The consistency contract (docs/design.md): with V virtual workers and per-VW batch
 // b, VW v at step t takes samples [(t*V + v)*b, (t*V + v + 1)*b) of the stream
 // formed by concatenating per-epoch permutations of the data set. The
 // permutation of epoch e is a Fisher-Yates shuffle driven by a generator seeded
