@@ -1,18 +1,15 @@
 #include "elastic/coordinator.h"
 
-#include <fcntl.h>
 #include <glog/logging.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "common/files.h"
+#include "common/jsonl.h"
 #include "common/layout.h"
 #include "common/wire.h"
 #include "elastic/job_event.h"
@@ -28,54 +25,6 @@ using Clock = std::chrono::steady_clock;
 
 const char* const kDataFiles[] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                                   "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
-
-// <run_dir>/events.jsonl: one JSON object per line, each written with one
-// write() so that a reader tailing the file sees whole lines. A coordinator
-// restarted on its store appends to the file its predecessor wrote.
-class EventFile {
- public:
-  static StatusOr<std::unique_ptr<EventFile>> Open(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return Unavailable("cannot open " + path + ": " + std::strerror(errno));
-    auto file = std::unique_ptr<EventFile>(new EventFile(fd, path));
-    // A predecessor killed in the middle of a line left it unterminated: end it,
-    // so that the next line is whole (readers skip the torn one).
-    struct stat st;
-    char last = '\n';
-    if (::fstat(fd, &st) == 0 && st.st_size > 0) {
-      const int rd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (rd >= 0) {
-        if (::pread(rd, &last, 1, st.st_size - 1) != 1) last = '\n';
-        ::close(rd);
-      }
-    }
-    if (last != '\n') file->Append("");
-    return file;
-  }
-  ~EventFile() { ::close(fd_); }
-
-  // A failed write is logged once; the job goes on (the file is for people and tests).
-  void Append(const std::string& json) {
-    const std::string line = json + "\n";
-    size_t done = 0;
-    while (done < line.size()) {
-      const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        if (!failed_) LOG(ERROR) << "cannot append to " << path_ << ": " << std::strerror(errno);
-        failed_ = true;
-        return;
-      }
-      done += static_cast<size_t>(n);
-    }
-  }
-
- private:
-  EventFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  const int fd_;
-  const std::string path_;
-  bool failed_ = false;
-};
 
 StatusOr<JobState::Resumed> ReadResumed(const StateStore& store, const std::string& job,
                                         const JobSpec& flags) {
@@ -113,7 +62,7 @@ class CoordinatorImpl final : public Coordinator {
  public:
   CoordinatorImpl(CoordinatorOptions options, std::unique_ptr<Channel> channel,
                   zmq::context_t* context, std::unique_ptr<StateStore> store,
-                  std::unique_ptr<EventFile> events,
+                  std::unique_ptr<JsonLinesFile> events,
                   const std::optional<JobState::Resumed>& resumed)
       : options_(std::move(options)),
         channel_(std::move(channel)),
@@ -206,8 +155,9 @@ class CoordinatorImpl final : public Coordinator {
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     for (const JobEvent& e : events) {
       Print(EventText(e));
-      events_->Append(
+      const Status st = events_->Append(
           EventJson(e, wall_now - std::chrono::duration<double>(steady_now - e.at).count()));
+      if (!st.ok()) LOG(ERROR) << st.ToString();  // once; the job goes on
     }
   }
 
@@ -399,7 +349,7 @@ class CoordinatorImpl final : public Coordinator {
   zmq::context_t* const context_;
   SteadyClock clock_;
   std::unique_ptr<StateStore> store_;  // null: the coordinator keeps nothing across restarts
-  const std::unique_ptr<EventFile> events_;
+  const std::unique_ptr<JsonLinesFile> events_;
   JobState state_;
   bool persisted_job_ = false;
   Epoch persisted_epoch_{0};
@@ -462,7 +412,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
       return job.status();
     }
   }
-  EPS_ASSIGN_OR_RETURN(auto events, EventFile::Open(options.run_dir + "/events.jsonl"));
+  EPS_ASSIGN_OR_RETURN(auto events, JsonLinesFile::Open(options.run_dir + "/events.jsonl"));
   EPS_ASSIGN_OR_RETURN(auto channel, Channel::Bind(context, bind));
   if (store) EPS_RETURN_IF_ERROR(store->Put("endpoint", channel->endpoint()));
   return std::unique_ptr<Coordinator>(new CoordinatorImpl(

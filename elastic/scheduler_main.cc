@@ -16,10 +16,12 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "common/clock.h"
 #include "common/files.h"
+#include "common/jsonl.h"
 #include "elastic/pool_scheduler.h"
 #include "schema/channel.h"
 
@@ -28,6 +30,10 @@ DEFINE_string(jobs, "",
 DEFINE_string(bind, "tcp://127.0.0.1:0", "Endpoint the pool workers reach");
 DEFINE_string(addr_file, "", "Write the bound endpoint to this file once serving");
 DEFINE_string(token_file, "", "The pool's token, which pool workers must present (empty: none)");
+DEFINE_string(events_file, "",
+              "Append every decision to this file as one JSON object per line (docs/events.md): "
+              "{\"event\": \"decision\", \"t\", \"worker\", \"host\", \"from\", \"to\", "
+              "\"reason\"}; from and to are job ids, empty for idle. Empty: none");
 DEFINE_int32(round_ms, 2000, "Interval between two scheduling rounds");
 DEFINE_int32(worker_timeout_ms, 5000, "A pool worker silent this long has left the pool");
 DEFINE_int32(info_timeout_ms, 1000, "Longest wait for a coordinator's answer in a round");
@@ -47,11 +53,12 @@ using std::chrono::milliseconds;
 class SchedulerProcess {
  public:
   SchedulerProcess(PoolScheduler scheduler, std::unique_ptr<Channel> pool, zmq::context_t* context,
-                   std::string token)
+                   std::string token, std::unique_ptr<JsonLinesFile> events)
       : scheduler_(std::move(scheduler)),
         pool_(std::move(pool)),
         context_(context),
-        token_(std::move(token)) {}
+        token_(std::move(token)),
+        events_(std::move(events)) {}
 
   Status Run() {
     auto next_round = std::chrono::steady_clock::now();
@@ -136,6 +143,17 @@ class SchedulerProcess {
       std::printf("decision: %s from %s to %s: %s\n", scheduler_.HostOf(d.worker).c_str(),
                   d.from_job.empty() ? "idle" : d.from_job.c_str(),
                   d.to_job.empty() ? "idle" : d.to_job.c_str(), d.reason.c_str());
+      if (events_ == nullptr) continue;
+      const double t =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+              .count();
+      const nlohmann::json line = {
+          {"event", "decision"},        {"t", t},
+          {"worker", d.worker.value()}, {"host", scheduler_.HostOf(d.worker)},
+          {"from", d.from_job},         {"to", d.to_job},
+          {"reason", d.reason}};
+      const Status st = events_->Append(line.dump());
+      if (!st.ok()) LOG(ERROR) << st.ToString();  // once; scheduling goes on
     }
     const std::string allocation = scheduler_.AllocationString();
     if (allocation != last_allocation_) std::printf("allocation: %s\n", allocation.c_str());
@@ -148,6 +166,7 @@ class SchedulerProcess {
   std::unique_ptr<Channel> pool_;
   zmq::context_t* const context_;
   const std::string token_;
+  const std::unique_ptr<JsonLinesFile> events_;  // or null
   std::map<std::string, std::unique_ptr<Channel>> coordinators_;
   std::string last_allocation_;
 };
@@ -202,10 +221,19 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  std::unique_ptr<eps::JsonLinesFile> events;
+  if (!FLAGS_events_file.empty()) {
+    auto opened = eps::JsonLinesFile::Open(FLAGS_events_file);
+    if (!opened.ok()) {
+      LOG(ERROR) << opened.status().ToString();
+      return 2;
+    }
+    events = std::move(opened).value();
+  }
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   eps::SchedulerProcess process(std::move(scheduler).value(), std::move(pool).value(), &context,
-                                *token);
+                                *token, std::move(events));
   eps::Status st = process.Run();
   if (!st.ok()) {
     LOG(ERROR) << "scheduler failed: " << st.ToString();

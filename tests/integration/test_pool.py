@@ -3,12 +3,11 @@ running jobs: the job closest to its end gets the workers first; when it ends,
 its workers leave it and attach to the other job. Both jobs end with the digest
 of their undisturbed runs, and every decision is logged with its reason."""
 import os
-import re
 import signal
 import subprocess
 import unittest
 
-from harness import BIN, ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_result, read_text, wait_for_file
+from harness import BIN, ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_result, read_text, wait_for_file
 
 ATTACH = os.path.join(ROOT, "launcher", "attach.sh")
 SHORT, LONG = 300, 3000
@@ -37,7 +36,9 @@ class Pool(RunDirTest):
                 f.write(f"{name} {addr} {dirs[name]}/token\n")
 
         sched_log = os.path.join(self.tmp, "scheduler.log")
+        sched_dir = self.run_dir("scheduler")  # its decisions: sched_dir/events.jsonl
         sched = self.start([os.path.join(BIN, "pool_scheduler"), f"--jobs={jobs_file}",
+                            f"--events_file={sched_dir}/events.jsonl",
                             f"--addr_file={self.tmp}/scheduler.addr", "--round_ms=500", "--worker_timeout_ms=3000"],
                            sched_log)
         addr = wait_for_file(os.path.join(self.tmp, "scheduler.addr"), proc=sched)
@@ -52,12 +53,15 @@ class Pool(RunDirTest):
             self.assertEqual(p.wait(timeout=60), 0, read_text(os.path.join(self.tmp, f"pool{i}.log")))
 
         out = read_text(sched_log)
+        decisions = read_events(sched_dir, "decision")
         # Shortest remaining first: the short job got the pool first; when it ended its workers moved to the
         # long one (through idle: a worker that saw its job end says so, and the scheduler frees it at once).
-        self.assertIn("from idle to short", out)
-        moved = set(re.findall(r"decision: (\S+) from (?:idle|short) to long: ", out))
+        self.assertIn(("", "short"), [(d["from"], d["to"]) for d in decisions], out)
+        moved = {d["host"] for d in decisions if d["to"] == "long" and d["from"] in ("", "short")}
         self.assertGreaterEqual(len(moved), 2, out)
-        self.assertLess(out.rfind(" to short: "), out.find(" to long: "), out)
+        to_short = [i for i, d in enumerate(decisions) if d["to"] == "short"]
+        to_long = [i for i, d in enumerate(decisions) if d["to"] == "long"]
+        self.assertLess(max(to_short), min(to_long), out)
         for name in ("short", "long"):
             r = read_result(dirs[name])
             self.assertEqual(r["params_sha256"], refs[name], f"{name}\n{out}")
