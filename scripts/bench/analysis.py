@@ -66,6 +66,11 @@ def json_lines(text):
     return out
 
 
+def find(objs, **match):
+    """The first of the JSON objects `objs` whose fields have the values `match`, or None."""
+    return next((o for o in objs if all(o.get(k) == v for k, v in match.items())), None)
+
+
 # ---- figures ------------------------------------------------------------------------------
 
 

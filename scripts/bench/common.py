@@ -52,6 +52,19 @@ def fmt_ratio(x, y, digits=2):
     return "-" if r is None else f"{r:.{digits}f}"
 
 
+def job_flags(steps):
+    """The coordinator flags of a measured CNN run of `steps` steps, no evaluation. The cosine schedule needs more
+    steps than its warm-up: shortened for short runs."""
+    return [f"--steps={steps}", "--test_limit=-1"] + ([f"--warmup_steps={steps // 2}"] if steps <= 200 else [])
+
+
+def verdict(name, x, goal, width):
+    """A goal's line: "  NAME  1.23x: met" (or "not met", or "not measured" when x is None)."""
+    if x is None:
+        return f"  {name:<{width}s} not measured"
+    return f"  {name:<{width}s} {x:5.2f}x: {'met' if x >= goal else 'not met'}"
+
+
 def warn(msg):
     print(f"bench.sh: {msg}", file=sys.stderr)
 
@@ -127,7 +140,7 @@ class Bench:
         failed."""
         steps = self.steps if steps is None else steps
         out = self.program(name, [os.path.join(BIN, "baseline"), f"--steps={steps}", *args])
-        r = next((o for o in out or [] if o.get("program") == "baseline"), None)
+        r = analysis.find(out or [], program="baseline")
         return (r["samples_per_s"], r["seconds"]) if r else (None, None)
 
     def ps_transfer(self, name, *args, alloc="default", prefix=()):

@@ -7,6 +7,7 @@ rank with no_sync, ElasticPS's semantics) and 'batch' (one batch of 64 per rank,
 """
 import os
 
+import analysis
 import common
 
 
@@ -21,14 +22,11 @@ def run(b):
           "steady_samples_per_s).")
     width = 36
     print(f"{'config':<{width}s} | {'samples/s':>10s} | ratio vs DDP (accumulate)")
-    job_flags = [f"--steps={b.steps}", "--test_limit=-1"]
-    if b.steps <= 200:
-        job_flags.append(f"--warmup_steps={b.steps // 2}")
 
     def ddp(name, mode):
         out = b.program(name, [common.PY, os.path.join(common.ROOT, "scripts", "ddp_baseline.py"), "--ranks", "2",
                                "--steps", str(b.steps), "--mode", mode])
-        r = next((o for o in out or [] if o.get("program") == "ddp"), None)
+        r = analysis.find(out or [], program="ddp")
         return (r["samples_per_s"], r["seconds"]) if r else (None, None)
 
     load = common.load1()
@@ -38,7 +36,7 @@ def run(b):
     sps, secs = ddp("ddp_batch", "batch")
     b.row("ddp", "DDP 2 ranks x 1 x 64 (batch)", sps, base, secs, load, width)
     load = common.load1()
-    sps, secs = b.job_sps("ddp_elasticps", 2, common.CNN, *job_flags)
+    sps, secs = b.job_sps("ddp_elasticps", 2, common.CNN, *common.job_flags(b.steps))
     b.row("ddp", "ElasticPS 1 shard 2 workers x 4 VWs", sps, base, secs, load, width)
     print("goal: ElasticPS >= 1.2x DDP (accumulate).")
 

@@ -59,7 +59,7 @@ def run(b):
         out = []
 
     def find(kind, **match):
-        return next((o for o in out if o["kind"] == kind and all(o.get(k) == v for k, v in match.items())), {})
+        return analysis.find(out, kind=kind, **match) or {}
 
     for elems in WRITE_ELEMS:
         w = find("write", elems=elems)
@@ -145,10 +145,7 @@ def run(b):
     for k in EVERY[1:]:
         name = f"steps/s, checkpoint every {k} vs none"
         x = ratios.get(k, "-")
-        if x == "-":
-            print(f"  {name:<40s} not measured")
-        else:
-            print(f"  {name:<40s} {float(x):5.2f}x: {'met' if float(x) >= 0.95 else 'not met'}")
+        print(common.verdict(name, None if x == "-" else float(x), 0.95, 40))
 
 
 if __name__ == "__main__":

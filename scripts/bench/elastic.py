@@ -16,7 +16,6 @@ import time
 
 import analysis
 import common
-from events import EventReader
 
 STEPS = 3000
 TIMEOUT_MS = 1000
@@ -84,7 +83,7 @@ def run(b):
 def measure(b, d, job, attached):
     """A steady start, then the rounds; each waits 30 steps after its event so the next starts clean. Returns
     False when a round could not be timed."""
-    reader = EventReader(d)
+    reader = analysis.EventReader(d)
     marks = []
 
     def save_marks():

@@ -71,10 +71,7 @@ def run(b):
     print("goals: planner=speed >= 1.3x equal and >= 0.85x ideal")
     for name, x, goal in (("planner=speed vs equal", analysis.ratio(rate["speed"], rate["equal"]), 1.3),
                           ("planner=speed vs ideal", analysis.ratio(rate["speed"], ideal), 0.85)):
-        if x is None:
-            print(f"  {name:<28s} not measured")
-        else:
-            print(f"  {name:<28s} {x:5.2f}x: {'met' if x >= goal else 'not met'}")
+        print(common.verdict(name, x, goal, 28))
     for line in analysis.hetero_report(common.run_dir("hetero_speed"), SLOWDOWNS, t1_ms, rate["speed"]):
         print(line)
     sha = {k: r[3] if r else "-" for k, r in runs.items()}

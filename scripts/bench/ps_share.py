@@ -5,6 +5,7 @@ One worker hosting V = 8 VWs on 1 shard, whose compute is a 10 ms busy loop per 
 --mode=share): the share of the step spent outside that compute, at 1 M and 10 M parameters, with glibc's default
 allocator and with freed pages reused.
 """
+import analysis
 import common
 
 
@@ -24,7 +25,7 @@ def run(b):
             load = common.load1()
             out = b.ps_transfer(f"ps_share_{elems}_{alloc}", "--mode=share", f"--elems={elems}", "--vws_per_client=8",
                                 "--compute_ms=10", "--warmup=1", "--iters=5", alloc=alloc)
-            r = next((o for o in out if o["mode"] == "share"), None)
+            r = analysis.find(out, mode="share")
             if r is None:
                 print(f"{cfg:<30s} | {'failed':>8s} |")
                 b.csv_ms("ps_share", cfg, None, "", 0, load)

@@ -7,6 +7,7 @@ default allocator and with one that reuses freed pages (common.ALLOC_ENV); ps-li
 """
 import os
 
+import analysis
 import common
 
 
@@ -27,8 +28,8 @@ def run(b):
             load = common.load1()
             out = b.ps_transfer(f"transfer_{shards}x{clients}_{alloc}", "--mode=transfer", f"--shards={shards}",
                                 f"--clients={clients}", "--rounds=3", "--iters=5", alloc=alloc)
-            memory = memory or next((o for o in out if o["mode"] == "memory"), None)
-            r = next((o for o in out if o["mode"] == "transfer"), None)
+            memory = memory or analysis.find(out, mode="memory")
+            r = analysis.find(out, mode="transfer")
             if r is None:
                 print(fmt.format(cfg, "failed", "-", "-", "-", "-"))
                 b.csv_ms("transfer", f"{cfg}: ElasticPS", None, "", 0, load)

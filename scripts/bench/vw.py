@@ -20,9 +20,7 @@ def run(b):
     print(f"== vw: cnn, V = 8 x 16 samples, {b.steps} steps, 1 shard, medians of {ROUNDS} interleaved rounds "
           f"(host load {common.load1()}, {os.cpu_count()} cores)")
     print(f"{'config':<24s} | {'samples/s':>10s} | ratio vs baseline")
-    job_flags = [f"--steps={b.steps}", "--test_limit=-1"]
-    if b.steps <= 200:  # the cosine schedule needs more steps than its warm-up: shorten it for short runs
-        job_flags.append(f"--warmup_steps={b.steps // 2}")
+    job_flags = common.job_flags(b.steps)
     base_flags = ["--model=cnn", "--microbatches=8", "--batch_per_vw=16"]
     # config: (how to run round r), in the order of a round
     runs = {

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 
+import analysis
 import common
 
 
@@ -51,7 +52,7 @@ def run(b):
                 load = common.load1()
                 out = b.ps_transfer(f"wire_{link}_{dtype}", "--mode=transfer", f"--wire_dtype={dtype}", "--rounds=3",
                                     "--iters=5", prefix=prefix)
-                r = next((o for o in out if o["mode"] == "transfer"), None)
+                r = analysis.find(out, mode="transfer")
                 if r is None:
                     print(f"{link:<10s} | {dtype:<5s} | {'failed':>8s} |")
                     b.csv_ms("wire", f"{link} / {dtype}: ElasticPS", None, "", 0, load)
