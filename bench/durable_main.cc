@@ -36,8 +36,9 @@
 // Like the shard (server/shard_main.cc), every process keeps freed memory
 // (common/memory.h). Store and raw alternate within each of --reps rounds, so
 // host noise hits both alike; the medians are reported. Prints a
-// human-readable line per measurement and, for scripts/bench.sh, one line per
-// figure: "result kind=... key=value ...". The scratch folder (--dir) is
+// human-readable line per measurement and, for scripts/bench.sh, one JSON
+// object per figure on a line of its own ({"kind":"write",...}: the only stdout
+// lines that start with '{'). The scratch folder (--dir) is
 // removed at the end. Never fails on timing.
 #include <fcntl.h>
 #include <gflags/gflags.h>
@@ -260,7 +261,8 @@ Status MeasureMemory(size_t bytes) {
       "ones\n",
       bytes / 1e6, fresh, (fresh - warm) * 1e6 / (bytes / 4096.0), warm);
   std::printf(
-      "result kind=memory bytes=%zu fresh_s=%.4f warm_s=%.4f fresh_gbps=%.3f warm_gbps=%.3f\n",
+      "{\"kind\":\"memory\",\"bytes\":%zu,\"fresh_s\":%.4f,\"warm_s\":%.4f,"
+      "\"fresh_gbps\":%.3f,\"warm_gbps\":%.3f}\n",
       bytes, fresh, warm, GBps(bytes, fresh), GBps(bytes, warm));
   return OkStatus();
 }
@@ -305,9 +307,10 @@ Status MeasureWrite(const std::string& scratch, int64_t elems) {
               "(of which building the batch %s) | raw, batch reserved %s\n",
               elems, blobs.size(), bytes / 1e6, Join(store_s).c_str(), Join(raw_s).c_str(),
               Join(raw_batch_s).c_str(), Join(reserved_s).c_str());
-  std::printf("result kind=write elems=%" PRId64
-              " bytes=%zu blobs=%zu reps=%d store_s=%.4f raw_s=%.4f "
-              "raw_batch_s=%.4f reserved_s=%.4f store_gbps=%.3f raw_gbps=%.3f reserved_gbps=%.3f\n",
+  std::printf("{\"kind\":\"write\",\"elems\":%" PRId64
+              ",\"bytes\":%zu,\"blobs\":%zu,\"reps\":%d,\"store_s\":%.4f,\"raw_s\":%.4f,"
+              "\"raw_batch_s\":%.4f,\"reserved_s\":%.4f,\"store_gbps\":%.3f,\"raw_gbps\":%.3f,"
+              "\"reserved_gbps\":%.3f}\n",
               elems, bytes, blobs.size(), FLAGS_reps, st, raw, Median(raw_batch_s), reserved,
               GBps(bytes, st), GBps(bytes, raw), GBps(bytes, reserved));
   std::fflush(stdout);
@@ -432,8 +435,8 @@ Status MeasureRecover(const std::string& scratch, int64_t elems) {
   std::printf(
       "recover: %zu blobs, %zu bytes (values + momentum); ShardState::Snapshot took %.1f ms\n",
       blobs, bytes, snapshot_ms);
-  std::printf("result kind=snapshot elems=%" PRId64 " bytes=%zu ms=%.2f\n", elems, bytes,
-              snapshot_ms);
+  std::printf("{\"kind\":\"snapshot\",\"elems\":%" PRId64 ",\"bytes\":%zu,\"ms\":%.2f}\n", elems,
+              bytes, snapshot_ms);
 
   std::vector<const char*> caches = {"warm"};
   if (FLAGS_cold) caches.push_back("cold");
@@ -454,9 +457,9 @@ Status MeasureRecover(const std::string& scratch, int64_t elems) {
     std::printf("recover %s, seconds per round: open+LatestCheckpoint %s | +Restore %s | raw %s\n",
                 cache, Join(open_read_s).c_str(), Join(restore_s).c_str(), Join(raw_s).c_str());
     const double o = Median(open_read_s), rs = Median(restore_s), raw = Median(raw_s);
-    std::printf("result kind=recover cache=%s elems=%" PRId64
-                " bytes=%zu reps=%d read_s=%.4f restore_s=%.4f "
-                "raw_s=%.4f read_gbps=%.3f restore_gbps=%.3f raw_gbps=%.3f\n",
+    std::printf("{\"kind\":\"recover\",\"cache\":\"%s\",\"elems\":%" PRId64
+                ",\"bytes\":%zu,\"reps\":%d,\"read_s\":%.4f,\"restore_s\":%.4f,"
+                "\"raw_s\":%.4f,\"read_gbps\":%.3f,\"restore_gbps\":%.3f,\"raw_gbps\":%.3f}\n",
                 cache, elems, bytes, FLAGS_reps, o, rs, raw, GBps(bytes, o), GBps(bytes, rs),
                 GBps(bytes, raw));
     std::fflush(stdout);

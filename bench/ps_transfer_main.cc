@@ -27,8 +27,9 @@
 //       share (its copies on the worker included).
 //   --mode=raw_server  internal: the raw ZeroMQ echo server started by transfer.
 //
-// Prints a human-readable table and, for scripts/bench.sh, one line per
-// measured configuration: "result key=value ...". Times are medians over the
+// Prints a human-readable table and, for scripts/bench.sh, one JSON object per
+// measured configuration on a line of its own ({"mode":"transfer",...}: the only
+// stdout lines that start with '{'). Times are medians over the
 // measured steps of every client; this never fails on timing.
 #include <fcntl.h>
 #include <gflags/gflags.h>
@@ -273,8 +274,8 @@ void ReportMemoryCost(size_t bytes) {
       "memory: memcpy of %.1f MB: %.1f ms into a warm buffer (%.1f GB/s), %.1f ms into fresh pages "
       "(%.2f us per 4 KiB page fault)\n",
       bytes / 1e6, warm_ms, bytes / warm_ms / 1e6, fresh_ms, (fresh_ms - warm_ms) * 1e3 / pages);
-  std::printf("result mode=memory bytes=%zu warm_ms=%.2f fresh_ms=%.2f\n", bytes, warm_ms,
-              fresh_ms);
+  std::printf("{\"mode\":\"memory\",\"bytes\":%zu,\"warm_ms\":%.2f,\"fresh_ms\":%.2f}\n", bytes,
+              warm_ms, fresh_ms);
 }
 
 // ---- the synthetic job ---------------------------------------------------------
@@ -746,9 +747,8 @@ int RunTransfer() {
   std::printf("  %-22s %10.1f %10.1f %10.1f %10.2f\n", "ElasticPS push+pull", Median(ps.push),
               Median(ps.pull), ps_ms, ps_ms > 0 ? raw_ms / ps_ms : 0);
   std::printf(
-      "result mode=transfer shards=%u clients=%u elems=%lld wire=%s raw_ms=%.2f ps_ms=%.2f "
-      "push_ms=%.2f "
-      "pull_ms=%.2f samples=%zu\n",
+      "{\"mode\":\"transfer\",\"shards\":%u,\"clients\":%u,\"elems\":%lld,\"wire\":\"%s\","
+      "\"raw_ms\":%.2f,\"ps_ms\":%.2f,\"push_ms\":%.2f,\"pull_ms\":%.2f,\"samples\":%zu}\n",
       setup.shards, setup.clients, static_cast<long long>(FLAGS_elems), WireDTypeName(setup.wire),
       raw_ms, ps_ms, Median(ps.push), Median(ps.pull), ps.total.size());
   ReportMemoryCost(static_cast<size_t>(FLAGS_elems) * sizeof(float));
@@ -798,9 +798,9 @@ int RunShare() {
       step, Median(times.pull), compute, Median(times.worker), Median(times.tree),
       Median(times.push), step > 0 ? 100 * (step - compute) / step : 0);
   std::printf(
-      "result mode=share shards=%u vws=%u elems=%lld wire=%s step_ms=%.2f compute_ms=%.2f "
-      "pull_ms=%.2f worker_ms=%.2f "
-      "tree_ms=%.2f push_ms=%.2f samples=%zu\n",
+      "{\"mode\":\"share\",\"shards\":%u,\"vws\":%u,\"elems\":%lld,\"wire\":\"%s\","
+      "\"step_ms\":%.2f,\"compute_ms\":%.2f,\"pull_ms\":%.2f,\"worker_ms\":%.2f,"
+      "\"tree_ms\":%.2f,\"push_ms\":%.2f,\"samples\":%zu}\n",
       setup.shards, setup.V(), static_cast<long long>(FLAGS_elems), WireDTypeName(setup.wire), step,
       compute, Median(times.pull), Median(times.worker), Median(times.tree), Median(times.push),
       times.total.size());

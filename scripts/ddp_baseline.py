@@ -3,9 +3,9 @@
 
 Trains the `cnn` of worker/models.cc on Fashion-MNIST with DistributedDataParallel
 (gloo, CPU) the way an ElasticPS job of V virtual workers x b samples does, and
-prints one line:
+prints one JSON object on one line:
 
-    ddp ranks=R steps=N samples_per_s=X seconds=S final_loss=L
+    {"program": "ddp", "ranks": R, "mode": M, "steps": N, "samples_per_s": X, "seconds": S, "final_loss": L}
 
   /usr/bin/python3 scripts/ddp_baseline.py [--ranks 2] [--steps 300] [--vws 8] [--batch_per_vw 16]
       [--mode accumulate|batch] [--threads 1] [--data_dir DIR] [--timeout_s 900]
@@ -37,6 +37,7 @@ last step, as the coordinator's steady_samples_per_s leaves out its first 5 step
 import argparse
 import contextlib
 import gzip
+import json
 import math
 import os
 import socket
@@ -171,8 +172,9 @@ def run_rank(a):
     seconds = time.perf_counter() - t0
     if rank == 0:
         timed = a.steps - warmup
-        print(f"ddp ranks={a.ranks} mode={a.mode} steps={a.steps} samples_per_s={timed * V * b / seconds:.1f} "
-              f"seconds={seconds:.3f} final_loss={loss_sum:.4f}", flush=True)
+        print(json.dumps({"program": "ddp", "ranks": a.ranks, "mode": a.mode, "steps": a.steps,
+                          "samples_per_s": round(timed * V * b / seconds, 1), "seconds": round(seconds, 3),
+                          "final_loss": round(loss_sum, 4)}), flush=True)
     dist.destroy_process_group()
 
 

@@ -330,7 +330,8 @@ if ! over_budget; then
     row "cnn job on $device" FAIL "$(tail -n 2 "$runs/cnn-gpu-v8.out" | tr '\n' ' ')"
   fi
   base_sps=$(timeout 120 "$bin/baseline" --model=cnn --data_dir="$data" --train_limit=8192 --microbatches=8 \
-    --batch_per_vw=16 --steps=$steps_gpu --device="$device" 2> "$runs/baseline.err" | sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p')
+    --batch_per_vw=16 --steps=$steps_gpu --device="$device" 2> "$runs/baseline.err" |
+    python3 -c 'import json, sys; print(json.loads(sys.stdin.read())["samples_per_s"])' 2> /dev/null || true)
   if [ -z "$base_sps" ]; then
     row "baseline on $device" FAIL "$(tail -n 2 "$runs/baseline.err" | tr '\n' ' ')"
   elif [ -n "$gpu_sps" ]; then

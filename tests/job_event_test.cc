@@ -1,6 +1,5 @@
 // The coordinator's events as people read them (the wording the logs always
-// had, which scripts/bench.sh still greps) and as events.jsonl records them
-// (docs/events.md).
+// had) and as events.jsonl records them (docs/events.md).
 #include "elastic/job_event.h"
 
 #include <gtest/gtest.h>

@@ -8,9 +8,9 @@
 // state and each microbatch live on that GPU, with the worker's deterministic
 // settings (PrepareDevice), and the loss is read back once per step.
 //
-// Prints one machine-readable line on stdout at the end, timed over --steps
+// Prints one JSON object on one line on stdout at the end, timed over --steps
 // steps after --warmup_steps untimed ones:
-//   baseline samples_per_s=<X> steps=<N> seconds=<T>
+//   {"program":"baseline","samples_per_s":X,"steps":N,"seconds":T}
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
@@ -152,8 +152,8 @@ int Run() {
   const double samples = static_cast<double>(FLAGS_steps) * FLAGS_microbatches * FLAGS_batch_per_vw;
   LOG(INFO) << "model " << FLAGS_model << " on " << FLAGS_device << ", " << FLAGS_threads
             << " thread(s), last step loss " << step_loss;
-  std::printf("baseline samples_per_s=%.1f steps=%d seconds=%.3f\n", samples / seconds, FLAGS_steps,
-              seconds);
+  std::printf("{\"program\":\"baseline\",\"samples_per_s\":%.1f,\"steps\":%d,\"seconds\":%.3f}\n",
+              samples / seconds, FLAGS_steps, seconds);
   return 0;
 }
 
