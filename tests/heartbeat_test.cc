@@ -45,7 +45,7 @@ TEST(Heartbeater, BeatsForTheCurrentWorkerUntilStopped) {
   while (beat.second == WorkerId(4));
   EXPECT_EQ(beat.second, WorkerId(9));
   (*hb)->Stop();
-  while ((*coordinator)->Receive(milliseconds(100)).ok()) {  // drain what was sent before Stop
+  while ((*coordinator)->Receive(milliseconds(500)).ok()) {  // drain what was sent before Stop
   }
   EXPECT_FALSE((*coordinator)->Receive(milliseconds(200)).ok()) << "a beat after Stop()";
 }
