@@ -105,12 +105,21 @@ class WorkerImpl final : public Worker {
       (void)session_->Leave(st.message());
       return st;
     }
-    st = Setup(registered->shard_addresses);
+    // A set-up failure that is the job's own (an unknown model, a layout it
+    // cannot have: every worker would fail the same) is told to the
+    // coordinator, which fails the job. One of this host's (data it cannot
+    // read, a device that is not there) takes only this worker out: it
+    // leaves, and the job goes on without it.
+    bool jobs_fault = false;
+    st = Setup(registered->shard_addresses, &jobs_fault);
     if (stopping()) return Leave();
     if (!st.ok()) {
-      // A job this worker cannot run (unknown model, unreadable data): tell the coordinator.
-      (void)session_->Send(
-          ErrorReply{st.code(), "worker " + session_->name() + ": " + st.message()});
+      if (jobs_fault) {
+        (void)session_->Send(
+            ErrorReply{st.code(), "worker " + session_->name() + ": " + st.message()});
+      } else {
+        (void)session_->Leave("cannot run on this host: " + st.ToString());
+      }
       return st;
     }
     return Loop();
@@ -152,8 +161,12 @@ class WorkerImpl final : public Worker {
     return OkStatus();
   }
 
-  Status Setup(const std::vector<std::string>& shard_addresses) {
-    EPS_RETURN_IF_ERROR(NewModel());
+  // `*jobs_fault` (on an error): the job is at fault, not this host.
+  Status Setup(const std::vector<std::string>& shard_addresses, bool* jobs_fault) {
+    if (Status st = NewModel(); !st.ok()) {
+      *jobs_fault = st.code() == StatusCode::kInvalidArgument;  // not a device that is missing
+      return st;
+    }
     const std::string dir = spec_.data_dir + "/";
     EPS_ASSIGN_OR_RETURN(train_,
                          ReadIdxDataset(dir + "train-images-idx3-ubyte.gz",
@@ -168,7 +181,12 @@ class WorkerImpl final : public Worker {
                                          spec_.batch_per_vw);
     std::vector<TensorSpec> tensors = model_->Tensors();
     tensors.push_back(LossTensor());
-    EPS_ASSIGN_OR_RETURN(layout_, MakeLayout(tensors, spec_.num_shards, spec_.chunk_elems));
+    StatusOr<Layout> layout = MakeLayout(tensors, spec_.num_shards, spec_.chunk_elems);
+    if (!layout.ok()) {
+      *jobs_fault = true;
+      return layout.status();
+    }
+    layout_ = std::move(layout).value();
     if (shard_addresses.size() != layout_.num_shards) {
       return ProtocolError("shard address list does not match the job");
     }

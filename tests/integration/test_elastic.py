@@ -4,6 +4,7 @@ Each scenario runs the mlp job long enough for the events to land mid-run and
 compares its params_sha256 with the undisturbed 1x8 run of the same job.
 """
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -130,6 +131,28 @@ class Elasticity(ElasticRun):
         self.assertEqual(report["worker_ids"], [])
         result = self.finish()
         self.assertEqual(result["workers_seen"], 1)
+
+
+    def test_f_a_worker_that_cannot_read_the_data_leaves_and_the_job_goes_on(self):
+        if os.geteuid() != 0 or shutil.which("unshare") is None:
+            self.skipTest("needs root and unshare(1) for a mount namespace")
+        self.start_job(workers=1)
+        self.wait_for_step(1)
+        # A "host" whose data folder is empty: a mount namespace with a tmpfs over it.
+        data = "/usr/share/datasets/fashion-mnist"
+        log = os.path.join(self.dir, "logs", "nodata.log")
+        p = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                              f'mount -t tmpfs none {data} && exec "$0" "$@"', ATTACH,
+                              "--coordinator", self.addr, "--token-file", os.path.join(self.dir, "token"),
+                              "--log", log, "--report-file", log[:-len(".log")] + ".json"], env=ENV)
+        self.procs.append(p)
+        self.assertNotEqual(p.wait(timeout=120), 0)
+        report = read_report(log[:-len(".log")] + ".json")
+        self.assertEqual(report["outcome"], "failed", report)
+        self.assertEqual(len(report["worker_ids"]), 1, report)
+        self.wait_for_event("worker_left", lambda e: e["worker"] == report["worker_ids"][0], timeout=30)
+        self.assertEqual(read_events(self.dir, "job_failed"), [])
+        self.finish(min_workers_seen=2)
 
 
 if __name__ == "__main__":
