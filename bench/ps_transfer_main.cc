@@ -35,9 +35,6 @@
 #include <gflags/gflags.h>
 #include <poll.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -55,6 +52,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "bench/child_process.h"
 #include "common/layout.h"
 #include "common/memory.h"
 #include "common/status.h"
@@ -100,66 +98,13 @@ double Median(std::vector<double> xs) {
   return n % 2 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
 }
 
+// Where a server process's output goes.
+std::string LogOf(const std::string& name) {
+  return FLAGS_log_dir.empty() ? "/dev/null" : FLAGS_log_dir + "/" + name + ".log";
+}
+
 // Raw echo servers register with this id offset so one ROUTER tells them from shards.
 constexpr uint32_t kRawIdBase = 1000;
-
-// ---- child processes --------------------------------------------------------
-
-// A server process this program started; waits on it through a pidfd.
-struct Child {
-  pid_t pid = -1;
-  int pidfd = -1;
-  std::string name;
-};
-
-StatusOr<Child> Spawn(const std::vector<std::string>& args, const std::string& name) {
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const std::string log = FLAGS_log_dir.empty() ? "/dev/null" : FLAGS_log_dir + "/" + name + ".log";
-  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Internal("cannot open " + log + ": " + std::strerror(errno));
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(fd);
-    return Internal(std::string("fork: ") + std::strerror(errno));
-  }
-  if (pid == 0) {  // only async-signal-safe calls until exec
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(fd);
-  Child c;
-  c.pid = pid;
-  c.pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  c.name = name;
-  return c;
-}
-
-// Waits until `deadline` for every child to exit, then SIGKILLs the rest; reaps all.
-void Reap(std::vector<Child>* children, Clock::time_point deadline) {
-  for (Child& c : *children) {
-    if (c.pid < 0) continue;
-    if (c.pidfd >= 0) {
-      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
-      pollfd p{c.pidfd, POLLIN, 0};
-      if (poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left))) <= 0) kill(c.pid, SIGKILL);
-      close(c.pidfd);
-    } else {
-      kill(c.pid, SIGKILL);  // no pidfd: no bounded wait to offer
-    }
-    int status = 0;
-    waitpid(c.pid, &status, 0);
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-      std::fprintf(stderr, "ps_transfer: %s (pid %d) ended with status %d\n", c.name.c_str(), c.pid,
-                   status);
-    }
-    c.pid = -1;
-  }
-}
 
 // ---- a barrier for the client threads (C++17 has none) ----------------------
 
@@ -577,13 +522,13 @@ class Bench {
     for (uint32_t s = 0; s < setup_.shards; ++s) {
       const std::string id = "--shard_id=" + std::to_string(s);
       const std::string pull_wait = "--pull_wait_ms=" + std::to_string(FLAGS_timeout_s * 1000);
-      EPS_ASSIGN_OR_RETURN(Child c,
-                           Spawn({shard_bin, coord, id, pull_wait}, "shard" + std::to_string(s)));
+      const std::string shard = "shard" + std::to_string(s), raw = "raw" + std::to_string(s);
+      EPS_ASSIGN_OR_RETURN(Child c, Spawn({shard_bin, coord, id, pull_wait}, shard, LogOf(shard)));
       children_.push_back(c);
       if (with_raw) {
         EPS_ASSIGN_OR_RETURN(Child r, Spawn({self, "--mode=raw_server", coord, id,
                                              "--timeout_s=" + std::to_string(FLAGS_timeout_s)},
-                                            "raw" + std::to_string(s)));
+                                            raw, LogOf(raw)));
         children_.push_back(r);
       }
     }
