@@ -29,8 +29,6 @@ std::string CoordinatorSession::name() const {
   return options_.host + "/w" + std::to_string(id_.value());
 }
 
-Status CoordinatorSession::SendRequest(StepRequest request) { return Send(std::move(request)); }
-
 Status CoordinatorSession::Send(Body body) {
   return coordinator_->Send(Envelope{options_.token, std::move(body)});
 }

@@ -48,9 +48,9 @@ class CoordinatorSession {
   // id, and the heartbeat thread (started on the first call) beats for it.
   [[nodiscard]] StatusOr<RegisterWorkerReply> Register();
 
-  // Sends a step request; its answer comes from AwaitPlan(), or through a run ahead.
-  [[nodiscard]] Status SendRequest(StepRequest request);
-  // Sends a message that has no answer (an evaluation result, a set-up error).
+  // Sends a message: a step request (its answer comes from AwaitPlan(), or
+  // through a run ahead), or one that has no answer (an evaluation result, a
+  // set-up error).
   [[nodiscard]] Status Send(Body body);
 
   // Waits up to plan_timeout for the answer to the request sent last.

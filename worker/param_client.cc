@@ -18,20 +18,6 @@ size_t PulledBytesIn(const Layout& layout, WireDType weight_wire, const Chunk& c
   return layout.WireBytes(c, encoded ? weight_wire : WireDType::kFP32);
 }
 
-// Each chunk's place in its shard's pull region (by chunk), and each region's size (by shard).
-std::pair<std::vector<uint64_t>, std::vector<uint64_t>> PullRegionLayout(const Layout& layout,
-                                                                         WireDType weight_wire) {
-  std::vector<uint64_t> offset(layout.chunks.size(), 0);
-  std::vector<uint64_t> size(layout.num_shards, ShmRegion::kHeaderBytes);
-  for (const Chunk& c : layout.chunks) {
-    if (KindIn(layout, c) == TensorKind::kLoss) continue;
-    uint64_t& end = size[c.shard.value()];
-    offset[c.id.value()] = end;
-    end += Aligned(PulledBytesIn(layout, weight_wire, c));
-  }
-  return {std::move(offset), std::move(size)};
-}
-
 // By shard, the chunks each pull asks for: parameter chunks in backward
 // order (the layout's, reversed), cut into groups of at least
 // kEagerPushBytes as the last VW's pushes are, so that a group is stepped,
@@ -72,8 +58,7 @@ ParameterClient::ParameterClient(ParameterClientOptions options, zmq::context_t*
       context_(context),
       stop_(stop),
       layout_(layout),
-      shm_offset_(PullRegionLayout(*layout, options_.weight_wire).first),
-      shm_size_(PullRegionLayout(*layout, options_.weight_wire).second),
+      pull_regions_(PullRegionsOf(*layout, options_.weight_wire)),
       pull_groups_(PullGroupsOf(*layout, options_.weight_wire)) {
   for (size_t s = 0; s < shard_addresses.size(); ++s) links_.emplace_back(s, shard_addresses[s]);
 }
@@ -87,11 +72,25 @@ void ParameterClient::SetModel(ModelRunner* model) {
   model_initial_ = true;
 }
 
+ParameterClient::PullRegions ParameterClient::PullRegionsOf(const Layout& layout,
+                                                            WireDType weight_wire) {
+  PullRegions r{std::vector<uint64_t>(layout.chunks.size(), 0),
+                std::vector<uint64_t>(layout.num_shards, ShmRegion::kHeaderBytes)};
+  for (const Chunk& c : layout.chunks) {
+    if (KindIn(layout, c) == TensorKind::kLoss) continue;
+    uint64_t& end = r.size[c.shard.value()];
+    r.offset[c.id.value()] = end;
+    end += Aligned(PulledBytesIn(layout, weight_wire, c));
+  }
+  return r;
+}
+
 Status ParameterClient::Reconnect() {
   pulling_.reset();
   ReleasePushRegions();
   for (ShardLink& link : links_) {
-    EPS_RETURN_IF_ERROR(link.Reconnect(context_, options_.shm ? shm_size_[link.index] : 0));
+    EPS_RETURN_IF_ERROR(
+        link.Reconnect(context_, options_.shm ? pull_regions_.size[link.index] : 0));
   }
   return OkStatus();
 }
@@ -257,7 +256,7 @@ Pull ParameterClient::MakePull(size_t s, Step version, std::vector<ChunkId> chun
   Pull pull{version, std::move(chunks), options_.weight_wire, std::nullopt, {}};
   if (const ShmRegion* region = links_[s].pull_region.get()) {
     pull.shm = region->ref();
-    for (ChunkId c : pull.chunks) pull.shm_offsets.push_back(shm_offset_[c.value()]);
+    for (ChunkId c : pull.chunks) pull.shm_offsets.push_back(pull_regions_.offset[c.value()]);
   }
   return pull;
 }
@@ -276,7 +275,8 @@ Status ParameterClient::WritePulled(size_t s, const PullReply& reply) {
   const ShmRegion* region = link.pull_region.get();
   if (region == nullptr) return ProtocolError("a pull reply in shared memory that no pull named");
   for (const ShmChunk& c : reply.shm_chunks) {
-    if (c.chunk.value() >= layout_->chunks.size() || c.offset != shm_offset_[c.chunk.value()]) {
+    if (c.chunk.value() >= layout_->chunks.size() ||
+        c.offset != pull_regions_.offset[c.chunk.value()]) {
       return ProtocolError("pulled chunk " + std::to_string(c.chunk.value()) +
                            " is not where the pull asked for it");
     }

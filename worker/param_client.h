@@ -112,6 +112,11 @@ class ParameterClient {
   const TransferCounts& counts() const { return counts_; }
 
  private:
+  // Where each chunk goes in its shard's pull region, and each region's size.
+  struct PullRegions {
+    std::vector<uint64_t> offset;  // by chunk
+    std::vector<uint64_t> size;    // by shard
+  };
   // A pull of one version sent to every shard, its replies being taken.
   struct PullInFlight {
     Step version;
@@ -122,6 +127,7 @@ class ParameterClient {
     Status failed;  // a reply taken while the pushes were acknowledged failed: PullInto returns it
   };
 
+  static PullRegions PullRegionsOf(const Layout& layout, WireDType weight_wire);
   TensorKind KindOf(const Chunk& c) const { return layout_->tensors[c.tensor].kind; }
   size_t PulledBytes(const Chunk& c) const;
   std::vector<std::vector<std::vector<ChunkId>>> PullGroups() const;
@@ -139,8 +145,7 @@ class ParameterClient {
   zmq::context_t* const context_;
   const std::atomic<bool>* const stop_;
   const Layout* const layout_;
-  const std::vector<uint64_t> shm_offset_;  // by chunk: its place in its shard's pull region
-  const std::vector<uint64_t> shm_size_;    // by shard: its pull region's size
+  const PullRegions pull_regions_;
   const std::vector<std::vector<std::vector<ChunkId>>>
       pull_groups_;  // by shard: each pull's chunks
 

@@ -272,7 +272,7 @@ class WorkerImpl final : public Worker {
         request.train_samples = train_.size;
         request.test_samples = test_.size;
       }
-      EPS_RETURN_IF_ERROR(session_->SendRequest(std::move(request)));
+      EPS_RETURN_IF_ERROR(session_->Send(std::move(request)));
       std::optional<Status> ran;  // the answer's plan ran ahead of it, with this outcome
       StatusOr<Envelope> reply = guess.has_value() ? RunAhead(*guess, &ran) : AwaitPlan();
       guess.reset();
