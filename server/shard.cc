@@ -301,8 +301,8 @@ class ShardImpl final : public Shard {
   // coordinator that knows the shard on this connection takes it as a no-op.
   Status Register() {
     next_register_ = Clock::now() + options_.register_every;
-    return SendToCoordinator(
-        RegisterShard{options_.shard, endpoint(), durable_step_, state_.version()});
+    return SendToCoordinator(RegisterShard{options_.shard, endpoint(), durable_step_,
+                                           state_.version(), options_.metrics_address});
   }
 
   template <class M>
@@ -518,6 +518,8 @@ class ShardImpl final : public Shard {
     MaybeCheckpoint();     // before the next push can step a chunk of the next step
     done.durable_step = durable_step_;
     done.checkpoint_error = checkpoint_error_;
+    done.bytes_in = bytes_in_;
+    done.bytes_out = bytes_out_;
     Status st = SendToCoordinator(std::move(done));
     if (!st.ok()) LOG(WARNING) << "could not report a step: " << st.ToString();
   }
@@ -560,8 +562,11 @@ class ShardImpl final : public Shard {
     }
     metrics_.durable_step.Set(durable_step_.value());
     if (!report) return;
-    StepDone done{options_.shard,   Step(state_.version().value() - 1), false, 0.0f, durable_step_,
-                  checkpoint_error_};
+    const Step step(state_.version().value() - 1);
+    StepDone done{options_.shard, step, false, 0.0f, durable_step_, checkpoint_error_};
+    done.lr = state_.LearningRateOf(step);
+    done.bytes_in = bytes_in_;
+    done.bytes_out = bytes_out_;
     Status st = SendToCoordinator(std::move(done));
     if (!st.ok()) LOG(WARNING) << "could not report the durable step: " << st.ToString();
   }

@@ -2082,6 +2082,7 @@ TEST(ShardService, MetricsCountTheBytesAndBlocksPushedAndPulledAndTheCheckpoints
   Metrics metrics;
   ShardOptions o = StoreShardOptions(coordinator, dir.Sub("store"), s);
   o.metrics = &metrics;
+  o.metrics_address = "127.0.0.1:9999";  // told, not served
   const Labels shard{{"shard", "1"}};
   auto pushes = [&](const char* result) {
     return metrics.GetCounter("eps_shard_pushes_total", "", {{"shard", "1"}, {"result", result}})
@@ -2091,9 +2092,14 @@ TEST(ShardService, MetricsCountTheBytesAndBlocksPushedAndPulledAndTheCheckpoints
   ASSERT_TRUE(running.open_status().ok()) << running.open_status().ToString();
   auto reg = coordinator.Next<RegisterShard>();
   ASSERT_TRUE(reg.has_value());
+  EXPECT_EQ(reg->metrics_address, "127.0.0.1:9999");
   EXPECT_EQ(metrics.GetGauge("eps_shard_version", "", shard).value(), -1);
   EXPECT_EQ(metrics.GetGauge("eps_shard_durable_step", "", shard).value(), -1);
-  coordinator.Send(Config());
+  ShardConfig config = Config();  // the rate halves every step: StepDone tells which one applied
+  config.spec.optimizer.schedule = "step";
+  config.spec.optimizer.step_size = 1;
+  config.spec.optimizer.gamma = 0.5;
+  coordinator.Send(config);
   FakeWorker worker(&context, reg->address);
   size_t pushed = 0;
   const Push init = job.Init(s);
@@ -2112,6 +2118,10 @@ TEST(ShardService, MetricsCountTheBytesAndBlocksPushedAndPulledAndTheCheckpoints
     worker.Push(b);
     auto done = coordinator.Next<StepDone>(DurableAt(t + 1));
     ASSERT_TRUE(done.has_value());
+    EXPECT_EQ(done->step, Step(t));
+    EXPECT_EQ(done->lr, t == 0 ? 0.1 : 0.05);
+    EXPECT_EQ(done->bytes_in, pushed);
+    EXPECT_EQ(done->bytes_out, 0u);
     EXPECT_EQ(metrics.GetGauge("eps_shard_version", "", shard).value(), t + 1);
   }
   // A block of a step applied already: a duplicate, read all the same.
@@ -2144,6 +2154,18 @@ TEST(ShardService, MetricsCountTheBytesAndBlocksPushedAndPulledAndTheCheckpoints
   EXPECT_GT(metrics.GetHistogram("eps_checkpoint_duration_seconds", "", {}, shard).sum(), 0);
   EXPECT_EQ(metrics.GetCounter("eps_checkpoint_failures_total", "", shard).value(), 0);
   EXPECT_EQ(metrics.GetGauge("eps_shard_durable_step", "", shard).value(), 2);
+  // StepDone reports the same numbers as the counters.
+  for (const Push& p : {job.BlockPush(s, 2, Block{0, 4}, true),
+                        job.BlockPush(s, 2, Block{4, 1}, false)}) {
+    pushed += PushedBytes(p);
+    worker.Push(p);
+  }
+  auto done = coordinator.Next<StepDone>([](const StepDone& d) { return d.step == Step(2); });
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->bytes_in, pushed);
+  EXPECT_EQ(done->bytes_out, pulled);
+  EXPECT_DOUBLE_EQ(done->lr, 0.025);
+  EXPECT_EQ(metrics.GetCounter("eps_shard_push_bytes_total", "", shard).value(), pushed);
   // Every series carries the shard's label.
   const std::string text = metrics.Render();
   for (size_t at = 0, end; at < text.size(); at = end + 1) {
