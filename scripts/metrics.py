@@ -4,6 +4,9 @@
     from metrics import read_metrics
     rows = read_metrics(run_dir)   # [{"step": 1, "epoch": 0.04, "loss": 2.3, ..., "vws_per_worker": {0: 4, 2: 4}}, ...]
 
+Empty fields are None: loss (no shard reported it), test_accuracy and test_loss (not evaluated at that step),
+samples_per_s (the first step, and the first after a rollback or a coordinator restart).
+
 scripts/plot_run.py draws them; tests/integration/harness.py reads them for the tests.
 """
 import csv
@@ -34,14 +37,14 @@ def _vws_per_worker(text):
     return out
 
 
-PARSERS = {"step": int, "epoch": float, "loss": float, "lr": float, "test_accuracy": _optional_float,
-           "test_loss": _optional_float, "samples_per_s": float, "workers": int, "vws_per_worker": _vws_per_worker,
-           "wall_time": float}
+PARSERS = {"step": int, "epoch": float, "loss": _optional_float, "lr": float, "test_accuracy": _optional_float,
+           "test_loss": _optional_float, "samples_per_s": _optional_float, "workers": int,
+           "vws_per_worker": _vws_per_worker, "wall_time": float}
 
 
 def read_metrics(run_dir):
-    """The rows of RUN_DIR/metrics.csv in file order, each a dict of COLUMNS with typed values (test_accuracy and
-    test_loss None where the test set was not evaluated). Raises MetricsError."""
+    """The rows of RUN_DIR/metrics.csv in file order, each a dict of COLUMNS with typed values (None for an empty
+    field). Raises MetricsError."""
     path = os.path.join(run_dir, "metrics.csv")
     try:
         with open(path, newline="") as f:

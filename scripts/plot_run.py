@@ -9,6 +9,7 @@ Reads DIR/metrics.csv and DIR/events.jsonl (docs/operations.md, "Training curves
 1 without matplotlib (Debian's python3-matplotlib, for /usr/bin/python3).
 """
 import argparse
+import math
 import os
 import sys
 
@@ -46,7 +47,8 @@ def plot(runs, out):
         color = colors[i % len(colors)]
         # Runs that coincide (the point of elasticity) would hide each other: each later one thinner, on top.
         width = max(0.8, 3.0 - 1.0 * i)
-        loss_ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], color=color, linewidth=width,
+        loss = [math.nan if r["loss"] is None else r["loss"] for r in rows]  # a gap where no loss was reported
+        loss_ax.plot([r["step"] for r in rows], loss, color=color, linewidth=width,
                      label=label, zorder=2 + i)
         evaluated = [r for r in rows if r["test_accuracy"] is not None]
         if evaluated:
