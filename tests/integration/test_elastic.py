@@ -126,7 +126,8 @@ class Elasticity(ElasticRun):
         self.start_job(workers=2)
         self.wait_for_step(1)
         self.attach("attached")
-        self.wait_for_event("assignment", lambda e: len(e["ranges"]) == 3, timeout=120)
+        # A step completed with the three (in metrics.csv: a row with workers = 3) before the kill.
+        self.wait_for_event("step_completed", lambda e: len(e.get("ranges", [])) == 3, timeout=120)
         ids = worker_ids_of_pid(self.dir, self.worker_pid(1))
         os.kill(self.worker_pid(1), signal.SIGKILL)
         self.wait_for_event("worker_dead", lambda e: e["worker"] in ids and e["cause"] == "missed_heartbeats")
