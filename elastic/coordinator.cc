@@ -266,7 +266,7 @@ class CoordinatorImpl final : public Coordinator {
       st = state_.OnHeartbeat(m->worker);  // from the worker's heartbeat socket: errors go there
     } else if (auto* m = std::get_if<Leave>(&body)) {
       if (IsPeerOf(m->worker, in.peer))
-        st = state_.OnLeave(m->worker, m->reason, /*host_fault=*/false);
+        st = state_.OnLeave(m->worker, m->reason, m->host_fault);
       else
         Send(in.peer, StepPlan{PlanKind::kStop, state_.step(), state_.epoch(), 0, 0, 0, 0});
     } else if (auto* m = std::get_if<StepDone>(&body)) {

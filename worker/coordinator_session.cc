@@ -131,11 +131,11 @@ StatusOr<RegisterWorkerReply> CoordinatorSession::Register() {
   return std::move(*r);
 }
 
-Status CoordinatorSession::Leave(const std::string& reason) {
+Status CoordinatorSession::Leave(const std::string& reason, bool host_fault) {
   LOG(INFO) << "worker " << id_ << " leaves the job (" << reason << ")"
             << (stopping() ? "; VWs not pushed yet are abandoned" : "");
   if (heartbeat_) heartbeat_->Stop();
-  Status st = Send(eps::Leave{id_, reason});
+  Status st = Send(eps::Leave{id_, reason, host_fault});
   if (!st.ok()) {
     LOG(WARNING) << "could not tell the coordinator: " << st.ToString();
     return OkStatus();

@@ -75,8 +75,10 @@ class CoordinatorSession {
 
   // Tells the coordinator this worker leaves, stops the heartbeats, waits up
   // to leave_timeout for the ack (a stop plan), and returns OK: leaving is
-  // normal, and what was not pushed is recomputed by others.
-  Status Leave(const std::string& reason);
+  // normal, and what was not pushed is recomputed by others. `host_fault`:
+  // it cannot set itself up on this host (the coordinator counts that against
+  // the host, and backs a host that keeps failing off).
+  Status Leave(const std::string& reason, bool host_fault = false);
 
   WorkerId id() const { return id_; }
   // The ids this process was registered under, in order.

@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <new>
 #include <optional>
 
 #include "common/layout.h"
@@ -102,7 +103,7 @@ class WorkerImpl final : public Worker {
     Status st = CheckThreads();
     if (!st.ok()) {
       // This worker's configuration, not the job, is at fault: leave, do not fail the job.
-      (void)session_->Leave(st.message());
+      (void)session_->Leave(st.message(), /*host_fault=*/true);
       return st;
     }
     // A set-up failure that is the job's own (an unknown model, a layout it
@@ -111,14 +112,18 @@ class WorkerImpl final : public Worker {
     // read, a device that is not there) takes only this worker out: it
     // leaves, and the job goes on without it.
     bool jobs_fault = false;
-    st = Setup(registered->shard_addresses, &jobs_fault);
+    try {
+      st = Setup(registered->shard_addresses, &jobs_fault);
+    } catch (const std::bad_alloc&) {  // the data set or the buffers do not fit on this host
+      st = ResourceExhausted("out of memory while setting up the model and the data");
+    }
     if (stopping()) return Leave();
     if (!st.ok()) {
       if (jobs_fault) {
         (void)session_->Send(
             ErrorReply{st.code(), "worker " + session_->name() + ": " + st.message()});
       } else {
-        (void)session_->Leave("cannot run on this host: " + st.ToString());
+        (void)session_->Leave("cannot run on this host: " + st.ToString(), /*host_fault=*/true);
       }
       return st;
     }
@@ -164,7 +169,9 @@ class WorkerImpl final : public Worker {
   // `*jobs_fault` (on an error): the job is at fault, not this host.
   Status Setup(const std::vector<std::string>& shard_addresses, bool* jobs_fault) {
     if (Status st = NewModel(); !st.ok()) {
-      *jobs_fault = st.code() == StatusCode::kInvalidArgument;  // not a device that is missing
+      // An unknown model is the job's; a device that is missing (FailedPrecondition,
+      // Internal) or memory the model does not fit in (ResourceExhausted) is this host's.
+      *jobs_fault = st.code() == StatusCode::kInvalidArgument;
       return st;
     }
     const std::string dir = spec_.data_dir + "/";
