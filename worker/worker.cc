@@ -71,12 +71,14 @@ class WorkerImpl final : public Worker {
     session_ =
         std::make_unique<CoordinatorSession>(options_, context_, std::move(coordinator_), stop);
     Status st = RunUntilDone();
+    unreachable_ = !st.ok() && session_->unanswered();
+    if (unreachable_) outcome_ = "unreachable";
     if (!options_.report_file.empty()) {
       WorkerReport report{options_.host,
                           options_.device,
                           options_.device_kind,
                           session_->ids(),
-                          st.ok() ? outcome_ : "failed",
+                          st.ok() || unreachable_ ? outcome_ : "failed",
                           st,
                           times_,
                           TransferCounts{}};
@@ -87,6 +89,8 @@ class WorkerImpl final : public Worker {
     session_.reset();  // stops the heartbeats
     return st;
   }
+
+  bool unreachable() const override { return unreachable_; }
 
  private:
   bool stopping() const { return stop_->load(); }
@@ -496,7 +500,8 @@ class WorkerImpl final : public Worker {
   std::unique_ptr<Channel> coordinator_;  // until Run() hands it to the session
   const std::atomic<bool>* stop_ = nullptr;
   std::unique_ptr<CoordinatorSession> session_;
-  std::string outcome_ = "failed";  // for the report: "done", "left" or "failed"
+  std::string outcome_ = "failed";  // for the report: "done", "left", "failed", "unreachable"
+  bool unreachable_ = false;        // see Worker::unreachable()
   StepTimes times_;
   double seconds_per_vw_ = 0;  // measured in the last train plan, reported with the next request
   bool warmed_up_ = false;     // a train plan ran before (the first one is not timed)

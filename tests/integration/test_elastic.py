@@ -10,8 +10,8 @@ import subprocess
 import time
 import unittest
 
-from harness import (ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_report, read_result, wait_for_event,
-                     wait_for_file, wait_for_step, worker_ids_of_pid)
+from harness import (BIN, ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_report, read_result, read_text,
+                     wait_for_event, wait_for_file, wait_for_step, worker_ids_of_pid)
 
 ATTACH = os.path.join(ROOT, "launcher", "attach.sh")
 STEPS = 1200
@@ -153,6 +153,31 @@ class Elasticity(ElasticRun):
         self.wait_for_event("worker_left", lambda e: e["worker"] == report["worker_ids"][0], timeout=30)
         self.assertEqual(read_events(self.dir, "job_failed"), [])
         self.finish(min_workers_seen=2)
+
+
+class NoCoordinator(RunDirTest):
+    """A worker pointed at an endpoint nobody serves (a coordinator that ended) gives up after
+    --register_timeout_s with exit code 3 (docs/operations.md), directly and through attach.sh."""
+
+    def test_a_worker_nobody_answers_exits_3_after_its_register_timeout(self):
+        d = self.run_dir("nobody")
+        token = os.path.join(d, "token")
+        with open(token, "w") as f:
+            f.write("t\n")
+        endpoint = f"ipc://{d}/nobody.sock"
+        runs = {
+            "worker": [os.path.join(BIN, "worker"), f"--coordinator={endpoint}", f"--token_file={token}",
+                       "--register_timeout_s=2", f"--report_file={d}/worker.json"],
+            "attach": [ATTACH, "--coordinator", endpoint, "--token-file", token, "--register-timeout", "2",
+                       "--log", f"{d}/attach.log", "--report-file", f"{d}/attach.json"],
+        }
+        for name, cmd in runs.items():
+            t0 = time.monotonic()
+            p = self.start(cmd, f"{d}/{name}.out")
+            self.assertEqual(p.wait(timeout=60), 3, f"{name}: {read_text(f'{d}/{name}.out')}")
+            self.assertLess(time.monotonic() - t0, 30, f"{name} did not give up in time")
+            report = read_report(f"{d}/{name}.json")
+            self.assertEqual((report["outcome"], report["worker_ids"]), ("unreachable", []), report)
 
 
 if __name__ == "__main__":
