@@ -720,7 +720,7 @@ void JobState::StopWorkers() {
 JobSummary JobState::Summary() const {
   JobSummary s;
   s.steps = steps_done_;
-  s.final_loss = losses_.empty() ? 0.0f : losses_.rbegin()->second;
+  s.final_loss = NewestLoss().value_or(0.0f);
   s.evaluated = evaluated_;
   s.test_accuracy = test_accuracy_;
   s.test_loss = test_loss_;
@@ -744,11 +744,19 @@ std::vector<WorkerRange> JobState::LiveRanges() const {
   return out;
 }
 
+std::optional<float> JobState::NewestLoss() const {
+  if (steps_done_ == 0) return std::nullopt;
+  auto it = losses_.find(steps_done_ - 1);
+  if (it == losses_.end()) return std::nullopt;
+  return it->second;
+}
+
 void JobState::ReportProgress() {
-  if (steps_done_ == 0 || losses_.empty() || train_samples_ == 0) return;
+  const std::optional<float> loss = NewestLoss();
+  if (!loss || train_samples_ == 0) return;
   const double secs = std::chrono::duration<double>(clock_->Now() - train_started_).count();
   const double samples = double(steps_done_) * spec_.virtual_workers * spec_.batch_per_vw;
-  Emit(JobEvent::Progress{spec_.steps, samples / double(train_samples_), losses_.rbegin()->second,
+  Emit(JobEvent::Progress{spec_.steps, samples / double(train_samples_), *loss,
                           secs > 0 ? samples / secs : 0.0, live_workers(), paused_,
                           paused_ ? std::vector<WorkerRange>{} : LiveRanges()},
        Step(steps_done_));

@@ -238,6 +238,8 @@ class JobState {
   };
 
   void Advance();
+  // The loss of the newest completed step (none before the first, or when no shard reported it).
+  std::optional<float> NewestLoss() const;
   // A range `w` computed in the step in flight was confirmed.
   void Confirm(WorkerId w, uint32_t lo, uint32_t hi);
   void Emit(JobEvent::What what, std::optional<Step> step) {
