@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <deque>
 #include <map>
@@ -154,6 +155,9 @@ class CoordinatorImpl final : public Coordinator {
     s.planner = o.planner;
     s.replan_threshold = o.replan_threshold;
     s.probe_idle_after = o.probe_idle_after;
+    s.host_failures_before_backoff = o.host_failures_before_backoff;
+    s.host_backoff = o.host_backoff;
+    s.host_backoff_max = std::max(s.host_backoff_max, o.host_backoff);
     return s;
   }
 
@@ -321,7 +325,7 @@ class CoordinatorImpl final : public Coordinator {
       st = state_.OnHeartbeat(m->worker);  // from the worker's heartbeat socket: errors go there
     } else if (auto* m = std::get_if<Leave>(&body)) {
       if (IsPeerOf(m->worker, in.peer))
-        st = state_.OnLeave(m->worker, m->reason);
+        st = state_.OnLeave(m->worker, m->reason, m->host_fault);
       else
         Send(in.peer, StepPlan{PlanKind::kStop, state_.step(), state_.epoch(), 0, 0, 0, 0});
     } else if (auto* m = std::get_if<StepDone>(&body)) {
@@ -342,11 +346,27 @@ class CoordinatorImpl final : public Coordinator {
           IsPeerOf(m->worker, in.peer) ? state_.OnEvalResult(*m) : Aborted("unknown worker");
       if (!ignored.ok()) LOG(WARNING) << "dropped an evaluation result: " << ignored.ToString();
     } else if (auto* m = std::get_if<ErrorReply>(&body)) {
-      state_.OnJobError(m->message);  // a shard or worker found the job impossible (bad spec)
+      OnErrorReply(in.peer, *m);
     } else {
       st = InvalidArgument(std::string("the coordinator does not serve ") + BodyName(body));
     }
     if (!st.ok()) SendError(in.peer, st);
+  }
+
+  // A shard that finds the job impossible fails it; a worker's set-up error
+  // is JobState's to judge (the job's fault or its host's). Anyone else's
+  // (a confused or hostile peer with the token) is logged once and ignored.
+  void OnErrorReply(const std::string& peer, const ErrorReply& error) {
+    if (std::find(shard_peers_.begin(), shard_peers_.end(), peer) != shard_peers_.end())
+      return state_.OnJobError(error.message);
+    for (auto it = worker_peers_.rbegin(); it != worker_peers_.rend(); ++it) {
+      if (it->second == peer) return state_.OnWorkerError(it->first, error.ToStatus());
+    }
+    if (!stray_error_logged_) {
+      LOG(WARNING) << "ignored an error from a peer that is no shard or worker of the job: "
+                   << error.ToStatus().ToString();
+      stray_error_logged_ = true;
+    }
   }
 
   bool IsPeerOf(WorkerId worker, const std::string& peer) const {
@@ -424,6 +444,7 @@ class CoordinatorImpl final : public Coordinator {
   std::map<WorkerId, std::string> worker_peers_;  // routing id of each worker's main socket
   std::vector<std::string> shard_metrics_;          // each shard's metrics address (empty: none)
   std::map<WorkerId, std::string> worker_metrics_;  // each worker's
+  bool stray_error_logged_ = false;
 };
 
 }  // namespace

@@ -47,6 +47,10 @@ struct CoordinatorOptions {
   PlannerOptions planner;                          // VW counts by measured speed, or equal
   double replan_threshold = 0.25;                  // hysteresis of speed-driven re-planning
   int64_t probe_idle_after = 1000;  // re-measure a worker idle this many steps (0: never)
+  // A bad host (JobStateOptions): back off a machine after this many host faults in a row
+  // (0: never), for host_backoff at first, doubling, at most 15 min.
+  uint32_t host_failures_before_backoff = 2;
+  std::chrono::milliseconds host_backoff{60000};
   Metrics* metrics = nullptr;       // the coordinator's metrics go here (null: none)
   std::string metrics_address;      // where they are served ("host:port"), for the scrape targets
 };

@@ -84,6 +84,13 @@ DEFINE_double(
     replan_threshold, 0.25,
     "Re-plan by speed without a membership change only if the slowest worker's predicted load "
     "improves by more than this fraction");
+DEFINE_uint32(host_failures_before_backoff, 2,
+              "A host whose workers could not set themselves up there this many times in a row "
+              "(data, device, memory) is backed off: its registrations are refused for a while "
+              "(docs/operations.md, \"A bad host\"); 0: never");
+DEFINE_int32(host_backoff_s, 60,
+             "The first back-off of a bad host, in seconds; it doubles on each further failure, "
+             "up to 15 minutes");
 DEFINE_int32(heartbeat_timeout_ms, 3000,
              "A worker whose heartbeats stop for this long is declared dead");
 
@@ -173,6 +180,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.probe_idle_after = FLAGS_probe_idle_steps;
+  if (FLAGS_host_backoff_s < 0) {
+    LOG(ERROR) << "invalid job: --host_backoff_s must be >= 0";
+    return 2;
+  }
+  o.host_failures_before_backoff = FLAGS_host_failures_before_backoff;
+  o.host_backoff = std::chrono::seconds(FLAGS_host_backoff_s);
   auto spec = JobSpecFromFlags();
   if (!spec.ok()) {
     LOG(ERROR) << "invalid job: " << spec.status().message();

@@ -75,6 +75,7 @@ const char* EventKind(const JobEvent& event) {
                         [](const E::WorkerReady&) { return "worker_ready"; },
                         [](const E::WorkerLeft&) { return "worker_left"; },
                         [](const E::WorkerDead&) { return "worker_dead"; },
+                        [](const E::HostBackedOff&) { return "host_backed_off"; },
                         [](const E::ModelAccepted&) { return "model_accepted"; },
                         [](const E::Initializing&) { return "initializing"; },
                         [](const E::Assignment&) { return "assignment"; },
@@ -128,12 +129,21 @@ std::string EventJson(const JobEvent& event, double wall_seconds) {
                    j["host"] = e.host;
                    j["device_kind"] = e.device_kind;
                    j["error"] = e.error;
+                   j["cause"] = e.cause == E::WorkerRefused::Cause::kDeviceKind ? "device_kind"
+                                                                                : "host_backed_off";
                  },
                  [&](const E::WorkerReady& e) { j["worker"] = e.worker.value(); },
                  [&](const E::WorkerLeft& e) {
                    j["worker"] = e.worker.value();
                    j["reason"] = e.reason;
                    j["moved"] = Ranges(e.moved);
+                   j["host_fault"] = e.host_fault;
+                 },
+                 [&](const E::HostBackedOff& e) {
+                   j["host"] = e.host;
+                   j["failures"] = e.failures;
+                   j["backoff_s"] = e.backoff_s;
+                   j["reason"] = e.reason;
                  },
                  [&](const E::WorkerDead& e) {
                    j["worker"] = e.worker.value();
@@ -272,8 +282,16 @@ EventLine EventText(const JobEvent& event) {
             return {Sink::kInfo, "worker " + std::to_string(e.worker.value()) + " is ready"};
           },
           [&](const E::WorkerLeft& e) -> EventLine {
-            return {Sink::kWarning, "worker " + std::to_string(e.worker.value()) + " left (" +
-                                        e.reason + "); " + MovedText(e.moved, event.step)};
+            return {Sink::kWarning,
+                    "worker " + std::to_string(e.worker.value()) +
+                        (e.host_fault ? " cannot run on its host and left (" : " left (") +
+                        e.reason + "); " + MovedText(e.moved, event.step)};
+          },
+          [&](const E::HostBackedOff& e) -> EventLine {
+            return {Sink::kWarning,
+                    "host " + e.host + " backed off for " +
+                        Printf("%.0f s after %u failures in a row", e.backoff_s, e.failures) +
+                        " (last: " + e.reason + ")"};
           },
           [&](const E::WorkerDead& e) -> EventLine {
             const std::string why =

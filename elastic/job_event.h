@@ -50,11 +50,16 @@ struct JobEvent {
     WorkerId worker;
     std::string host;
   };
-  struct WorkerRefused {  // its device kind is not the job's: it never becomes a member
+  struct WorkerRefused {  // it never becomes a member; its id is spent
+    enum class Cause {
+      kDeviceKind,     // its device kind is not the job's
+      kHostBackedOff,  // its machine is backed off (HostBackedOff)
+    };
     WorkerId worker;
     std::string host;
     std::string device_kind;
     std::string error;
+    Cause cause = Cause::kDeviceKind;
   };
   struct WorkerReady {  // it reported its model: it can be given VWs
     WorkerId worker;
@@ -63,6 +68,13 @@ struct JobEvent {
     WorkerId worker;
     std::string reason;
     std::vector<WorkerRange> moved;  // the unconfirmed ranges it held: recomputed by others
+    bool host_fault = false;         // it could not set itself up on its host
+  };
+  struct HostBackedOff {  // a machine's workers failed there too often: refused for a while
+    std::string host;     // the machine (MachineOf in job_state.h)
+    uint32_t failures = 0;
+    double backoff_s = 0;  // registrations from it are refused until `at` plus this
+    std::string reason;    // the last failure's
   };
   struct WorkerDead {  // declared dead; it must register again to come back
     enum class Cause { kMissedHeartbeats, kShardMoved };
@@ -171,11 +183,11 @@ struct JobEvent {
 
   using What =
       std::variant<ShardRegistered, WorkerJoined, WorkerReregistered, WorkerRefused, WorkerReady,
-                   WorkerLeft, WorkerDead, ModelAccepted, Initializing, Assignment, Replan,
-                   SpeedForgotten, SpeedRefused, RangeRecomputed, RangeConfirmed, StepCompleted,
-                   Paused, Resumed, Evaluated, Progress, CheckpointDurable, CheckpointFailed,
-                   RollingBack, StartingOver, RolledBack, CoordinatorResuming, CoordinatorResumed,
-                   JobFinished, JobFailed>;
+                   WorkerLeft, WorkerDead, HostBackedOff, ModelAccepted, Initializing, Assignment,
+                   Replan, SpeedForgotten, SpeedRefused, RangeRecomputed, RangeConfirmed,
+                   StepCompleted, Paused, Resumed, Evaluated, Progress, CheckpointDurable,
+                   CheckpointFailed, RollingBack, StartingOver, RolledBack, CoordinatorResuming,
+                   CoordinatorResumed, JobFinished, JobFailed>;
 
   Clock::time_point at;  // from the JobState's Clock
   // The step the event is about (docs/events.md says which, per kind); nullopt

@@ -26,6 +26,15 @@ JobState::JobState(JobSpec spec, JobStateOptions options, const Clock* clock)
 
 // ---- events -----------------------------------------------------------------
 
+std::string MachineOf(const std::string& host, uint32_t pid) {
+  const std::string suffix = ":" + std::to_string(pid);
+  if (host.size() > suffix.size() &&
+      host.compare(host.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    return host.substr(0, host.size() - suffix.size());
+  }
+  return host;
+}
+
 Status CheckDeviceKind(const std::string& job_kind, const std::string& worker_kind,
                        bool allow_mixed) {
   if (job_kind.empty() || worker_kind == job_kind || allow_mixed) return OkStatus();
@@ -52,14 +61,23 @@ WorkerId JobState::OnWorkerRegistered(const std::string& host, uint32_t pid,
     return known;
   }
   const WorkerId id(next_worker_++);
-  if (Status st = CheckDeviceKind(device_kind_, device_kind, spec_.allow_mixed_devices); !st.ok()) {
-    Emit(JobEvent::WorkerRefused{id, host, device_kind, st.message()}, CurrentStep());
+  const std::string machine = MachineOf(host, pid);
+  using Cause = JobEvent::WorkerRefused::Cause;
+  Cause cause = Cause::kHostBackedOff;
+  Status st = CheckHost(machine);
+  if (st.ok()) {
+    cause = Cause::kDeviceKind;
+    st = CheckDeviceKind(device_kind_, device_kind, spec_.allow_mixed_devices);
+  }
+  if (!st.ok()) {
+    Emit(JobEvent::WorkerRefused{id, host, device_kind, st.message(), cause}, CurrentStep());
     Send(id, ErrorReply{st.code(), st.message()});
     return id;
   }
   if (device_kind_.empty()) device_kind_ = device_kind;
   WorkerInfo& w = workers_[id];
   w.host = host;
+  w.machine = machine;
   w.pid = pid;
   w.device_kind = device_kind;
   w.last_seen = clock_->Now();
@@ -122,13 +140,14 @@ Status JobState::OnHeartbeat(WorkerId worker) {
   return OkStatus();
 }
 
-Status JobState::OnLeave(WorkerId worker, const std::string& reason) {
+Status JobState::OnLeave(WorkerId worker, const std::string& reason, bool host_fault) {
   auto it = workers_.find(worker);
   if (it == workers_.end() || !it->second.alive)
     return OkStatus();  // already gone: the ack is the same
   std::vector<WorkerRange> moved = DeclareDead(worker);
   it->second.left = true;
-  Emit(JobEvent::WorkerLeft{worker, reason, std::move(moved)}, CurrentStep());
+  Emit(JobEvent::WorkerLeft{worker, reason, std::move(moved), host_fault}, CurrentStep());
+  if (host_fault) CountHostFault(it->second.machine, reason);
   Send(worker, StepPlan{PlanKind::kStop, step_, epoch_, 0, 0, 0, 0});
   Advance();
   return OkStatus();
@@ -176,6 +195,58 @@ Status JobState::OnEvalResult(const EvalResult& r) {
 }
 
 void JobState::OnJobError(const std::string& message) { Fail(FailedPrecondition(message)); }
+
+void JobState::OnWorkerError(WorkerId worker, const Status& error) {
+  auto it = workers_.find(worker);
+  if (it == workers_.end() || !it->second.alive) return;
+  // The worker set itself up before it reported its model, so an accepted
+  // model is another worker's (or the store's): this job can run.
+  if (tensors_.empty()) return Fail(FailedPrecondition(error.message()));
+  (void)OnLeave(worker, error.message(), /*host_fault=*/true);
+}
+
+// ---- bad hosts --------------------------------------------------------------
+
+void JobState::CountHostFault(const std::string& machine, const std::string& reason) {
+  const auto now = clock_->Now();
+  HostRecord& h = hosts_[machine];
+  const auto since = std::max(h.last_failure, h.backed_off_until);
+  if (h.failures > 0 && now - since > options_.host_failure_window) h.failures = 0;
+  ++h.failures;
+  h.last_failure = now;
+  h.last_reason = reason;
+  const uint32_t threshold = options_.host_failures_before_backoff;
+  if (threshold == 0 || h.failures < threshold) return;
+  // Doubling from the first back-off on, capped (and the shift kept small).
+  std::chrono::milliseconds backoff = options_.host_backoff;
+  for (uint32_t i = threshold; i < h.failures && backoff < options_.host_backoff_max; ++i)
+    backoff *= 2;
+  backoff = std::min(backoff, options_.host_backoff_max);
+  h.backed_off_until = now + backoff;
+  Emit(JobEvent::HostBackedOff{machine, h.failures, std::chrono::duration<double>(backoff).count(),
+                               reason},
+       CurrentStep());
+}
+
+Status JobState::CheckHost(const std::string& machine) const {
+  auto it = hosts_.find(machine);
+  if (it == hosts_.end()) return OkStatus();
+  const HostRecord& h = it->second;
+  const auto now = clock_->Now();
+  if (now >= h.backed_off_until) return OkStatus();
+  const auto wait = std::chrono::ceil<std::chrono::seconds>(h.backed_off_until - now);
+  return FailedPrecondition(
+      "host '" + machine + "' is backed off: " + std::to_string(h.failures) +
+      " workers in a row could not set themselves up there (last: " + h.last_reason +
+      "); it may register again in " + std::to_string(wait.count()) + " s");
+}
+
+void JobState::HostSucceeded(WorkerId w) {
+  auto it = workers_.find(w);
+  if (it == workers_.end()) return;
+  auto h = hosts_.find(it->second.machine);
+  if (h != hosts_.end()) h->second.failures = 0;
+}
 
 void JobState::Tick() {
   const auto now = clock_->Now();
@@ -597,6 +668,7 @@ void JobState::OnStepFinished() {
 void JobState::Confirm(WorkerId w, uint32_t lo, uint32_t hi) {
   Emit(JobEvent::RangeConfirmed{w, lo, hi}, step_);
   step_ranges_.push_back({w, lo, hi});
+  HostSucceeded(w);
   WorkerInfo& info = workers_[w];
   if (info.contributed_step != step_) {
     info.contributed_step = step_;
@@ -612,7 +684,7 @@ void JobState::StartEval(Step version) {
   // worker, is then the same whoever computes it (docs/design.md).
   const int64_t per = std::max<int64_t>(1, spec_.eval_batch);
   for (int64_t lo = 0; lo < test_samples_; lo += per)
-    eval_slices_.push_back({lo, std::min(test_samples_, lo + per)});
+    eval_slices_.push_back({lo, std::min(test_samples_, lo + per), std::nullopt, false, 0, 0});
   Progress();
   DispatchEval();
 }

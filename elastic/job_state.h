@@ -60,7 +60,25 @@ struct JobStateOptions {
   // again: a worker that got faster (its GPU freed by another job) is not left
   // idle on a stale estimate. 0: never.
   int64_t probe_idle_after = 1000;
+  // A bad host (docs/operations.md, "A bad host"): each worker that leaves
+  // with a host fault (it could not set itself up on its machine) counts one
+  // failure for that machine. From the `host_failures_before_backoff`-th
+  // failure in a row on, the machine is backed off: its registrations are
+  // refused for `host_backoff`, doubled on each further failure, at most
+  // `host_backoff_max`. A failure more than `host_failure_window` after the
+  // previous one (or after the end of the back-off) counts afresh from 1; a
+  // step a worker of the machine computed and confirmed resets the count.
+  // 0 failures: never back off.
+  uint32_t host_failures_before_backoff = 2;
+  std::chrono::milliseconds host_backoff{60000};
+  std::chrono::milliseconds host_backoff_max{900000};
+  std::chrono::milliseconds host_failure_window{600000};
 };
+
+// The machine a worker runs on, as back-off counts it: the worker's host
+// string less the ":<pid>" the worker appends ("vm:19081" with pid 19081 is
+// "vm"); the whole string when it has no such suffix. Pure.
+std::string MachineOf(const std::string& host, uint32_t pid);
 
 // Whether a worker that computes on `worker_kind` may join a job whose first
 // worker computed on `job_kind` (empty: no worker yet). Kinds are "cpu" or
@@ -131,7 +149,8 @@ class JobState {
   Status OnShardRegistered(ShardId shard, const std::string& address, Step durable_step = Step(-1),
                            Step version = Step(-1), bool new_peer = true);
   Status OnRollbackDone(const RollbackDone& done);
-  // A worker whose device kind CheckDeviceKind refuses gets the error in reply
+  // A worker whose device kind CheckDeviceKind refuses, or whose machine is
+  // backed off (JobStateOptions), gets the error (FailedPrecondition) in reply
   // at once and never becomes a member; the id is spent. The same process
   // (host, pid) registering again before it reported its model keeps its id and
   // is answered again: a worker repeats an unanswered registration.
@@ -140,11 +159,19 @@ class JobState {
   // Aborted: the worker is unknown or was declared dead; it must register again.
   Status OnStepRequest(const StepRequest& request);
   Status OnHeartbeat(WorkerId worker);
-  Status OnLeave(WorkerId worker, const std::string& reason);
+  // `host_fault`: the worker could not set itself up on its host (its data,
+  // its device, its memory): one failure of its machine (JobStateOptions).
+  Status OnLeave(WorkerId worker, const std::string& reason, bool host_fault = false);
   Status OnStepDone(ShardId shard, const StepDone& done);
   Status OnEvalResult(const EvalResult& result);
-  // A shard or a worker found the job impossible (bad spec): the job fails.
+  // A shard found the job impossible (bad spec), or the coordinator must stop
+  // it (a signal, its store): the job fails.
   void OnJobError(const std::string& message);
+  // A worker's set-up failed with `error`. Before any worker's model was
+  // accepted that is the job's own fault (an unknown model, a layout it cannot
+  // have): the job fails. Once one was, the job is evidently possible: the
+  // worker leaves with a host fault instead. An unknown or dead worker: ignored.
+  void OnWorkerError(WorkerId worker, const Status& error);
   // Heartbeat deadlines and watchdogs; call often.
   void Tick();
   // The shell wrote result.json, whose parameters hash to `params_sha256` (or failed to).
@@ -197,6 +224,7 @@ class JobState {
   };
   struct WorkerInfo {
     std::string host;
+    std::string machine;  // MachineOf(host, pid)
     uint32_t pid = 0;
     std::string device_kind;
     bool alive = true;
@@ -229,6 +257,18 @@ class JobState {
   }
   void Plan(WorkerId w, const StepPlan& plan);
   void Fail(Status status);
+  // Back-off of bad hosts (JobStateOptions).
+  struct HostRecord {
+    uint32_t failures = 0;               // host faults in a row
+    Clock::time_point last_failure;      // of the newest one
+    Clock::time_point backed_off_until;  // registrations refused before this
+    std::string last_reason;
+  };
+  void CountHostFault(const std::string& machine, const std::string& reason);
+  // FailedPrecondition for a registration while `machine` is backed off.
+  Status CheckHost(const std::string& machine) const;
+  // A worker of `w`'s machine computed and confirmed a step: the count starts over.
+  void HostSucceeded(WorkerId w);
   Status AcceptModel(const StepRequest& request);
   void AnswerRegistrations();
   // Marks `w` dead and frees what it held; returns the unconfirmed ranges it
@@ -276,7 +316,8 @@ class JobState {
   std::vector<bool> rollback_acked_;
   std::map<WorkerId, WorkerInfo> workers_;
   std::vector<WorkerId> unanswered_registrations_;
-  std::string device_kind_;  // the first accepted worker's; empty before it
+  std::map<std::string, HostRecord> hosts_;  // by machine, those with a host fault
+  std::string device_kind_;                  // the first accepted worker's; empty before it
   uint32_t next_worker_ = 0;
   std::vector<TensorSpec> tensors_;
   Layout layout_;

@@ -5,6 +5,7 @@
 #
 #   launcher/attach.sh --coordinator tcp://HOST:PORT --token-file FILE [--device cpu] [--threads N]
 #                      [--compute-cpus CPUS] [--slowdown F] [--log FILE] [--report-file FILE]
+#                      [--register-timeout S]
 #   launcher/attach.sh --scheduler tcp://HOST:PORT [--token-file POOL_TOKEN] [...]
 #
 # --token-file  the job's token (local.sh writes it to RUN_DIR/token); with
@@ -25,20 +26,24 @@
 #               idles (F - 1) x each VW's compute time (timing only, never bits).
 # --log FILE    append the worker's log to FILE instead of the terminal.
 # --report-file FILE  the worker writes its end-of-run report (JSON, docs/events.md) to FILE.
+# --register-timeout S  give up after S seconds (default 120) without an answer from the
+#               coordinator (one that ended, a wrong address): the worker says so every
+#               10 s meanwhile and then exits 3 (docs/operations.md lists the exit codes).
 # Runs in the foreground: Ctrl-C or SIGTERM makes the worker leave the job
 # gracefully and exit 0 (a second Ctrl-C kills it). EPS_BIN overrides the
 # directory of the binaries (default build/bin).
 set -euo pipefail
 
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "attach.sh: $*" >&2; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
 coordinator="" scheduler="" token_file="" device=cpu threads=0 slowdown=1 log="" compute_cpus="" report_file=""
+register_timeout=120
 while [ $# -gt 0 ]; do
   case "$1" in
-    --coordinator|--scheduler|--token-file|--device|--threads|--compute-cpus|--slowdown|--log|--report-file)
+    --coordinator|--scheduler|--token-file|--device|--threads|--compute-cpus|--slowdown|--log|--report-file|--register-timeout)
       [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"
       case "$1" in
         --coordinator) coordinator=$2 ;;
@@ -50,6 +55,7 @@ while [ $# -gt 0 ]; do
         --slowdown) slowdown=$2 ;;
         --log) log=$2 ;;
         --report-file) report_file=$2 ;;
+        --register-timeout) register_timeout=$2 ;;
       esac
       shift 2 ;;
     -h|--help) usage ;;
@@ -74,6 +80,7 @@ fi
 [[ "$threads" =~ ^[0-9]+$ ]] || die "--threads must be a non-negative integer (0: the job's count)"
 [[ "$slowdown" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--slowdown must be a number >= 1"
 [[ "$compute_cpus" =~ ^[0-9,-]*$ ]] || die "--compute-cpus must be a CPU list like 0 or 0-3"
+[[ "$register_timeout" =~ ^[1-9][0-9]*$ ]] || die "--register-timeout must be a whole number of seconds >= 1"
 compute=()
 [ -z "$compute_cpus" ] || compute=(--compute_cpus="$compute_cpus")
 report=()
@@ -86,5 +93,7 @@ fi
 
 # Other libtorch processes may share this host: no OpenMP spinning.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-# exec: the worker gets this process id, so Ctrl-C and SIGTERM reach it directly.
-exec "$bin/worker" "${target[@]}" --device="$device" --threads="$threads" --slowdown="$slowdown" "${compute[@]}" "${report[@]}"
+# exec: the worker gets this process id, so Ctrl-C and SIGTERM reach it directly, and
+# this script ends when the worker does, with its exit code.
+exec "$bin/worker" "${target[@]}" --device="$device" --threads="$threads" --slowdown="$slowdown" \
+  --register_timeout_s="$register_timeout" "${compute[@]}" "${report[@]}"

@@ -87,6 +87,24 @@ TEST(JobEvent, ADeadWorkerSaysWhyAndWhatMoves) {
   EXPECT_EQ(nlohmann::json::parse(EventJson(left, 0))["moved"], nlohmann::json::array());
 }
 
+TEST(JobEvent, ABadHostSaysHowOftenItFailedForHowLongAndWhy) {
+  const auto backed = nlohmann::json::parse(
+      EventJson(At(Step(9), JobEvent::HostBackedOff{"vm", 3, 120, "cannot run on this host"}), 2));
+  EXPECT_EQ(backed["event"], "host_backed_off");
+  EXPECT_EQ(backed["host"], "vm");
+  EXPECT_EQ(backed["failures"], 3);
+  EXPECT_EQ(backed["backoff_s"], 120.0);
+  EXPECT_EQ(backed["reason"], "cannot run on this host");
+  JobEvent::WorkerRefused refused{WorkerId(4), "vm:7", "cpu", "backed off",
+                                  JobEvent::WorkerRefused::Cause::kHostBackedOff};
+  EXPECT_EQ(nlohmann::json::parse(EventJson(At(Step(9), refused), 2))["cause"], "host_backed_off");
+  refused.cause = JobEvent::WorkerRefused::Cause::kDeviceKind;
+  EXPECT_EQ(nlohmann::json::parse(EventJson(At(Step(9), refused), 2))["cause"], "device_kind");
+  const auto left = nlohmann::json::parse(
+      EventJson(At(Step(9), JobEvent::WorkerLeft{WorkerId(4), "no data", {}, true}), 2));
+  EXPECT_EQ(left["host_fault"], true);
+}
+
 TEST(JobEvent, BytesThatAreNotUtf8AreReplacedNotThrown) {
   const JobEvent e = At(std::nullopt, JobEvent::WorkerReregistered{WorkerId(1), "h\xff"});
   const auto j = nlohmann::json::parse(EventJson(e, 0));

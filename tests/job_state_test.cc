@@ -825,7 +825,9 @@ TEST(JobState, AnotherReadyWorkerInitializesWhenTheInitializerCrashes) {
 // ---- evaluation ------------------------------------------------------------------
 
 TEST(JobState, EvaluationRegivesACrashedWorkersSliceAndEndsOnlyWhenEverySliceIsDone) {
-  Driver d(Spec(/*test_limit=*/0));
+  JobSpec spec = Spec(/*test_limit=*/0);
+  spec.eval_batch = 50;
+  Driver d(spec);
   const std::vector<WorkerId> ws = d.Start(2);
   for (int64_t t = 0; t < kSteps; ++t) {
     for (WorkerId w : ws) d.OnePlan(w, PlanKind::kTrain);
@@ -864,6 +866,37 @@ TEST(JobState, EvaluationRegivesACrashedWorkersSliceAndEndsOnlyWhenEverySliceIsD
   EXPECT_DOUBLE_EQ(s.test_accuracy, 0.7);
   EXPECT_DOUBLE_EQ(s.test_loss, 0.3);
   EXPECT_EQ(s.steps, kSteps);
+}
+
+TEST(JobState, EvaluationSlicesAreEvalBatchesWhateverTheWorkersAndSumInSliceOrder) {
+  JobSpec spec = Spec(/*test_limit=*/0);
+  spec.eval_batch = 34;
+  Driver d(spec);
+  const std::vector<WorkerId> ws = d.Start(1);
+  for (int64_t t = 0; t < kSteps; ++t) {
+    d.OnePlan(ws[0], PlanKind::kTrain);
+    d.RunStep(t, ws);
+  }
+  // One worker gets one slice at a time; the slices are the batches of the test set.
+  std::vector<std::pair<int64_t, int64_t>> slices;
+  for (int i = 0; i < 3; ++i) {
+    const StepPlan e = d.OnePlan(ws[0], PlanKind::kEval);
+    slices.push_back({e.eval_lo, e.eval_hi});
+    if (i < 2) {
+      ASSERT_TRUE(d.Confirm(ws[0], kSteps - 1).ok());
+    }
+  }
+  EXPECT_EQ(slices, (std::vector<std::pair<int64_t, int64_t>>{{0, 34}, {34, 68}, {68, 100}}));
+  // Results in another order than the slices': the sum is still in slice order, so
+  // (1 + 1e16) - 1e16 = 0, where the order of arrival would give 1.
+  ASSERT_TRUE(d.state.OnEvalResult({ws[0], Step(kSteps), 34, 68, 10, 1e16}).ok());
+  ASSERT_TRUE(d.state.OnEvalResult({ws[0], Step(kSteps), 68, 100, 10, -1e16}).ok());
+  d.Events();
+  ASSERT_TRUE(d.state.OnEvalResult({ws[0], Step(kSteps), 0, 34, 10, 1.0}).ok());
+  const auto evaluated = Of<JobEvent::Evaluated>(d.Events());
+  ASSERT_EQ(evaluated.size(), 1u);
+  EXPECT_DOUBLE_EQ(evaluated[0].second.accuracy, 0.3);
+  EXPECT_EQ(evaluated[0].second.loss, 0.0);
 }
 
 // The steady rate leaves out the first kWarmupSteps steps (libtorch's warm-up).
@@ -1050,6 +1083,191 @@ TEST(JobState, AJobErrorFailsTheJobWithItsMessageAndStopsPendingWorkers) {
     ASSERT_EQ(sd.size(), 1u) << s;
     EXPECT_NE(sd[0].reason.find("unknown model"), std::string::npos) << sd[0].reason;
   }
+}
+
+// ---- a bad host ----------------------------------------------------------------
+
+TEST(MachineOf, IsTheHostLessThePidTheWorkerAppends) {
+  EXPECT_EQ(MachineOf("vm:19081", 19081), "vm");
+  EXPECT_EQ(MachineOf("vm", 19081), "vm");
+  EXPECT_EQ(MachineOf("vm:1", 19081), "vm:1") << "another number is part of the name";
+  EXPECT_EQ(MachineOf(":7", 7), ":7") << "never an empty machine";
+}
+
+JobStateOptions BackoffOptions() {
+  JobStateOptions o = Options();
+  o.host_backoff = seconds(5);
+  o.host_backoff_max = seconds(12);
+  o.host_failure_window = seconds(30);
+  return o;  // 2 failures before the back-off, by default
+}
+
+// A worker from `machine` (a fresh pid each call) registers; returns its id.
+WorkerId FromMachine(Driver& d, const std::string& machine) {
+  const uint32_t pid = 5000 + d.state.next_worker();
+  return d.state.OnWorkerRegistered(machine + ":" + std::to_string(pid), pid);
+}
+
+// A worker from `machine` registers, is answered, and leaves: it cannot set itself up there.
+void FailsOn(Driver& d, const std::string& machine, const std::string& reason = "no data") {
+  const WorkerId w = FromMachine(d, machine);
+  ASSERT_EQ(d.Replies(w).size(), 1u) << machine << " refused";
+  ASSERT_TRUE(d.state.OnLeave(w, reason, /*host_fault=*/true).ok());
+  d.OnePlan(w, PlanKind::kStop);
+}
+
+TEST(JobStateBadHost, TwoHostFaultsBackTheHostOffAndOnlyItsThirdRegistrationIsRefused) {
+  Driver d(Spec(), BackoffOptions());
+  const std::vector<WorkerId> ws = d.Start(1);
+  d.OnePlan(ws[0], PlanKind::kTrain);
+  d.Events();
+  FailsOn(d, "bad", "cannot run on this host: data file missing");
+  auto events = d.Events();
+  ASSERT_EQ(Of<JobEvent::WorkerLeft>(events).size(), 1u);
+  EXPECT_TRUE(Of<JobEvent::WorkerLeft>(events)[0].second.host_fault);
+  EXPECT_TRUE(Of<JobEvent::HostBackedOff>(events).empty()) << "one failure is not yet a bad host";
+  FailsOn(d, "bad", "cannot run on this host: data file missing");
+  const auto backed = Of<JobEvent::HostBackedOff>(d.Events());
+  ASSERT_EQ(backed.size(), 1u);
+  EXPECT_EQ(backed[0].second.host, "bad");
+  EXPECT_EQ(backed[0].second.failures, 2u);
+  EXPECT_EQ(backed[0].second.backoff_s, 5.0);
+  EXPECT_EQ(backed[0].second.reason, "cannot run on this host: data file missing");
+
+  const WorkerId third = FromMachine(d, "bad");
+  EXPECT_TRUE(d.Replies(third).empty());
+  const std::vector<ErrorReply> errors = d.Errors(third);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].code, StatusCode::kFailedPrecondition);
+  for (const char* part : {"'bad'", "2 workers", "data file missing", "again in 5 s"}) {
+    EXPECT_NE(errors[0].message.find(part), std::string::npos)
+        << errors[0].message << " lacks " << part;
+  }
+  const auto refused = Of<JobEvent::WorkerRefused>(d.Events());
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].second.worker, third);
+  EXPECT_EQ(refused[0].second.cause, JobEvent::WorkerRefused::Cause::kHostBackedOff);
+  EXPECT_EQ(d.Report(third).code(), StatusCode::kAborted) << "not a member";
+
+  // Another machine joins meanwhile, and the job runs on.
+  const WorkerId good = FromMachine(d, "good");
+  EXPECT_EQ(d.Replies(good).size(), 1u);
+  EXPECT_TRUE(d.Errors(good).empty());
+  EXPECT_TRUE(d.state.fatal().ok());
+  EXPECT_EQ(d.state.live_workers(), 2u);
+}
+
+TEST(JobStateBadHost, AfterTheBackOffTheHostIsAcceptedAndEachFurtherFailureDoublesItUpToTheCap) {
+  Driver d(Spec(), BackoffOptions());
+  d.RegisterShards();
+  FailsOn(d, "bad");
+  FailsOn(d, "bad");
+  d.clock.Advance(milliseconds(4999));
+  const WorkerId early = FromMachine(d, "bad");
+  ASSERT_EQ(d.Errors(early).size(), 1u) << "refused until the back-off ends";
+  d.clock.Advance(milliseconds(1));
+  d.Events();
+  FailsOn(d, "bad");  // accepted again, and fails again: 10 s
+  auto backed = Of<JobEvent::HostBackedOff>(d.Events());
+  ASSERT_EQ(backed.size(), 1u);
+  EXPECT_EQ(backed[0].second.failures, 3u);
+  EXPECT_EQ(backed[0].second.backoff_s, 10.0);
+  EXPECT_FALSE(d.Errors(FromMachine(d, "bad")).empty());
+  d.clock.Advance(seconds(10));
+  FailsOn(d, "bad");  // 20 s, capped at 12 s
+  backed = Of<JobEvent::HostBackedOff>(d.Events());
+  ASSERT_EQ(backed.size(), 1u);
+  EXPECT_EQ(backed[0].second.backoff_s, 12.0);
+  EXPECT_TRUE(d.state.fatal().ok());
+}
+
+TEST(JobStateBadHost, AStepTheHostsWorkerConfirmedResetsItsCount) {
+  Driver d(Spec(), BackoffOptions());
+  std::vector<WorkerId> ws = d.Start(1);
+  d.OnePlan(ws[0], PlanKind::kTrain);
+  FailsOn(d, "flaky");
+  const WorkerId ok = FromMachine(d, "flaky");
+  ASSERT_EQ(d.Replies(ok).size(), 1u);
+  ASSERT_TRUE(d.Report(ok).ok());
+  d.RunStep(0, ws);  // step 1 in a new epoch, with `ok`
+  ws.push_back(ok);
+  for (WorkerId w : ws) d.OnePlan(w, PlanKind::kTrain);
+  d.RunStep(1, ws);  // `ok` computed and confirmed its VWs
+  d.Events();
+  FailsOn(d, "flaky");  // the first failure again
+  EXPECT_TRUE(Of<JobEvent::HostBackedOff>(d.Events()).empty());
+  const WorkerId next = FromMachine(d, "flaky");
+  EXPECT_EQ(d.Replies(next).size(), 1u);
+  EXPECT_TRUE(d.Errors(next).empty());
+}
+
+TEST(JobStateBadHost, FailuresFurtherApartThanTheWindowCountAfresh) {
+  Driver d(Spec(), BackoffOptions());
+  d.RegisterShards();
+  FailsOn(d, "bad");
+  d.clock.Advance(seconds(31));
+  FailsOn(d, "bad");
+  EXPECT_TRUE(Of<JobEvent::HostBackedOff>(d.Events()).empty());
+  FailsOn(d, "bad");
+  EXPECT_EQ(Of<JobEvent::HostBackedOff>(d.Events()).size(), 1u);
+}
+
+TEST(JobStateBadHost, APlainLeaveNeverCounts) {
+  Driver d(Spec(), BackoffOptions());
+  d.RegisterShards();
+  for (int i = 0; i < 4; ++i) {
+    const WorkerId w = FromMachine(d, "busy");
+    ASSERT_EQ(d.Replies(w).size(), 1u) << "registration " << i;
+    ASSERT_TRUE(d.state.OnLeave(w, "SIGTERM", /*host_fault=*/false).ok());
+  }
+  const auto events = d.Events();
+  EXPECT_TRUE(Of<JobEvent::HostBackedOff>(events).empty());
+  EXPECT_TRUE(Of<JobEvent::WorkerRefused>(events).empty());
+}
+
+TEST(JobStateBadHost, ZeroFailuresBeforeBackOffNeverBacksOff) {
+  JobStateOptions o = BackoffOptions();
+  o.host_failures_before_backoff = 0;
+  Driver d(Spec(), o);
+  d.RegisterShards();
+  for (int i = 0; i < 4; ++i) FailsOn(d, "bad");
+  EXPECT_TRUE(Of<JobEvent::HostBackedOff>(d.Events()).empty());
+}
+
+TEST(JobStateBadHost, AWorkerErrorBeforeAnyModelWasAcceptedFailsTheJob) {
+  Driver d(Spec(), BackoffOptions());
+  d.RegisterShards();
+  const WorkerId w = d.AddWorker();
+  d.state.OnWorkerError(w, InvalidArgument("worker host/w0: unknown model 'tiny'"));
+  EXPECT_EQ(d.state.fatal().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(d.state.fatal().message().find("unknown model 'tiny'"), std::string::npos);
+  EXPECT_EQ(Of<JobEvent::JobFailed>(d.Events()).size(), 1u);
+}
+
+TEST(JobStateBadHost, AWorkerErrorOnceAModelWasAcceptedIsAHostFaultLeave) {
+  Driver d(Spec(), BackoffOptions());
+  const std::vector<WorkerId> ws = d.Start(1);
+  d.OnePlan(ws[0], PlanKind::kTrain);
+  d.Events();
+  for (int i = 0; i < 2; ++i) {
+    const WorkerId w = FromMachine(d, "odd");
+    ASSERT_EQ(d.Replies(w).size(), 1u);
+    d.state.OnWorkerError(w, InvalidArgument("worker odd/w: unknown model 'tiny'"));
+    d.OnePlan(w, PlanKind::kStop);
+  }
+  const auto events = d.Events();
+  EXPECT_TRUE(d.state.fatal().ok()) << d.state.fatal().ToString();
+  const auto left = Of<JobEvent::WorkerLeft>(events);
+  ASSERT_EQ(left.size(), 2u);
+  EXPECT_TRUE(left[1].second.host_fault);
+  EXPECT_EQ(left[1].second.reason, "worker odd/w: unknown model 'tiny'");
+  EXPECT_EQ(Of<JobEvent::HostBackedOff>(events).size(), 1u);
+  EXPECT_FALSE(d.Errors(FromMachine(d, "odd")).empty());
+  // An error from a worker that is not a member changes nothing.
+  d.state.OnWorkerError(WorkerId(99), Internal("confused"));
+  d.state.OnWorkerError(ws[0], Internal("late"));  // a member: it leaves, the job goes on
+  EXPECT_TRUE(d.state.fatal().ok());
+  EXPECT_EQ(d.state.live_workers(), 0u);
 }
 
 TEST(JobState, AWorkerWhoseModelDiffersFromTheFirstIsRefused) {

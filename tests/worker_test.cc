@@ -167,6 +167,8 @@ struct WorkerSetup {
   int64_t stall_at = -1;  // FakeModel's
   std::function<void()> stall;
   Metrics* metrics = nullptr;  // WorkerOptions::metrics
+  std::string machine;  // the host it reports is "<machine>:<pid>" (empty: one of its own)
+  Status model_error;   // not OK: the model factory fails so
 };
 
 // A job in this process: a coordinator, shards and workers, each on a thread of its own.
@@ -252,7 +254,8 @@ class Job {
     wo.token = "secret";
     // One host name per worker: the coordinator takes a registration from the
     // same host and pid for a repeat of the first.
-    wo.host = "worker_test/" + std::to_string(workers_.size());
+    wo.host = setup.machine.empty() ? "worker_test/" + std::to_string(workers_.size())
+                                    : setup.machine + ":" + std::to_string(getpid());
     wo.device_kind = "cpu";
     wo.heartbeat_interval = setup.heartbeat_interval;
     wo.plan_timeout = seconds(60);
@@ -263,6 +266,7 @@ class Job {
     std::atomic<int64_t>* steps = &w->model_steps;
     wo.model_factory = [steps,
                         setup](const ModelOptions& o) -> StatusOr<std::unique_ptr<ModelRunner>> {
+      if (!setup.model_error.ok()) return setup.model_error;
       return std::unique_ptr<ModelRunner>(new FakeModel(o, steps, setup.stall_at, setup.stall));
     };
     EPS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> worker, Worker::Open(wo, &context_));
@@ -290,6 +294,17 @@ class Job {
 
   // Where the shards started next keep their metrics (null: none).
   Metrics* shard_metrics = nullptr;
+
+  // The coordinator's events so far (docs/events.md), of `kind` only.
+  std::vector<nlohmann::json> Events(const std::string& kind) const {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(dir_ + "/events.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!j.is_discarded() && j["event"] == kind) out.push_back(std::move(j));
+    }
+    return out;
+  }
 
   static nlohmann::json Report(const RunningWorker& w) {
     std::ifstream in(w.report);
@@ -499,6 +514,38 @@ TEST(Worker, MetricsCountTheVwsPlansAndBytesTheWorkerAndTheShardsSaw) {
   // Once the worker is gone its series are no longer rendered.
   job.reset();
   EXPECT_EQ(worker_metrics.Render(), "");
+}
+
+TEST(Worker, AWorkerOutOfMemoryLeavesWithAHostFaultAndItsHostIsBackedOffAfterTwo) {
+  if (!HaveData()) GTEST_SKIP() << "no Fashion-MNIST in " << kDataDir;
+  const std::string reference = ReferenceDigest(kSteps);
+  Job job(kSteps);
+  ASSERT_TRUE(job.StartCoordinator().ok());
+  ASSERT_TRUE(job.StartShards().ok());
+  WorkerSetup oom;
+  oom.machine = "small-host";
+  oom.model_error = ResourceExhausted("MakeModel(fake): out of memory");
+  for (int i = 0; i < 2; ++i) {
+    Job::RunningWorker* w = *job.StartWorker(oom);
+    ASSERT_EQ(w->done.wait_for(seconds(60)), std::future_status::ready);
+    EXPECT_EQ(w->done.get().code(), StatusCode::kResourceExhausted);
+    EXPECT_EQ(Job::Report(*w)["outcome"], "failed");
+  }
+  ASSERT_TRUE(Eventually([&] { return job.Events("host_backed_off").size() == 1; }, seconds(30)));
+  EXPECT_EQ(job.Events("host_backed_off")[0]["host"], "small-host");
+  const std::vector<nlohmann::json> left = job.Events("worker_left");
+  ASSERT_EQ(left.size(), 2u);
+  for (const auto& e : left) EXPECT_EQ(e["host_fault"], true) << e.dump();
+  // The third is refused at registration; the job is not failed, and a good host finishes it.
+  Job::RunningWorker* refused = *job.StartWorker(oom);
+  ASSERT_EQ(refused->done.wait_for(seconds(60)), std::future_status::ready);
+  EXPECT_EQ(refused->done.get().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Job::Report(*refused)["worker_ids"].empty());
+  (void)*job.StartWorker();
+  auto result = job.Finish();
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_EQ((*result)["params_sha256"], reference);
+  EXPECT_TRUE(job.Events("job_failed").empty());
 }
 
 }  // namespace

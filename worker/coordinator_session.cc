@@ -14,6 +14,7 @@ using std::chrono::milliseconds;
 namespace {
 constexpr milliseconds kRegisterRepeat(
     2000);  // an unanswered registration is sent again after this
+constexpr std::chrono::seconds kRegisterReport(10);  // a line this often while none answers
 }  // namespace
 
 CoordinatorSession::CoordinatorSession(const WorkerOptions& options, zmq::context_t* context,
@@ -92,25 +93,41 @@ std::optional<StatusOr<Envelope>> CoordinatorSession::TakeOverruled() {
 }
 
 StatusOr<RegisterWorkerReply> CoordinatorSession::Register() {
-  const auto deadline = std::chrono::steady_clock::now() + options_.register_timeout;
+  using std::chrono::steady_clock;
+  const auto start = steady_clock::now();
+  const auto deadline = start + options_.register_timeout;
+  auto next_report = start + kRegisterReport;
+  unanswered_ = false;
   StatusOr<Envelope> reply = DeadlineExceeded("");
   for (;;) {
-    const auto left =
-        std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto now = steady_clock::now();
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - now);
     if (left.count() <= 0) break;
+    if (now >= next_report) {
+      LOG(WARNING) << "no answer from " << options_.coordinator << " for "
+                   << std::chrono::duration_cast<std::chrono::seconds>(now - start).count()
+                   << " s; still trying (for "
+                   << std::chrono::duration_cast<std::chrono::seconds>(left).count() << " s more)";
+      next_report += kRegisterReport;
+    }
     reply = Call(RegisterWorker{options_.host, uint32_t(getpid()), options_.device_kind,
                                 options_.metrics_address},
                  std::min(left, kRegisterRepeat));
     if (reply.status().code() != StatusCode::kDeadlineExceeded) break;
-    // A late answer to this request must not be taken for the next call's.
+    // A late answer to this request must not be taken for the next call's,
+    // and the request, if still queued, is worthless: it must not hold the exit up.
+    coordinator_->socket().set(zmq::sockopt::linger, 0);
     EPS_ASSIGN_OR_RETURN(coordinator_, Channel::Connect(context_, options_.coordinator));
   }
   if (!reply.ok()) {
-    return reply.status().code() == StatusCode::kDeadlineExceeded
-               ? DeadlineExceeded("the coordinator at " + options_.coordinator +
-                                  " did not answer the registration within " +
-                                  std::to_string(options_.register_timeout.count()) + " ms")
-               : reply.status();
+    if (reply.status().code() != StatusCode::kDeadlineExceeded) return reply.status();
+    coordinator_->socket().set(zmq::sockopt::linger, 0);
+    unanswered_ = true;
+    return DeadlineExceeded(
+        "no coordinator answered at " + options_.coordinator + " within " +
+        std::to_string(
+            std::chrono::duration_cast<std::chrono::seconds>(options_.register_timeout).count()) +
+        " s: the job may have ended, or the address is not its coordinator's");
   }
   auto* r = std::get_if<RegisterWorkerReply>(&reply->body);
   if (r == nullptr) {
@@ -132,11 +149,11 @@ StatusOr<RegisterWorkerReply> CoordinatorSession::Register() {
   return std::move(*r);
 }
 
-Status CoordinatorSession::Leave(const std::string& reason) {
+Status CoordinatorSession::Leave(const std::string& reason, bool host_fault) {
   LOG(INFO) << "worker " << id_ << " leaves the job (" << reason << ")"
             << (stopping() ? "; VWs not pushed yet are abandoned" : "");
   if (heartbeat_) heartbeat_->Stop();
-  Status st = Send(eps::Leave{id_, reason});
+  Status st = Send(eps::Leave{id_, reason, host_fault});
   if (!st.ok()) {
     LOG(WARNING) << "could not tell the coordinator: " << st.ToString();
     return OkStatus();

@@ -42,10 +42,12 @@ class CoordinatorSession {
   ~CoordinatorSession();
 
   // Registers, repeating the request every 2 s on a fresh connection while no
-  // answer comes (up to register_timeout in all): a coordinator that restarts
-  // meanwhile forgets the request, and one that is merely slow (shards still
-  // starting) gives the same process the same id. On success id() is the new
-  // id, and the heartbeat thread (started on the first call) beats for it.
+  // answer comes (up to register_timeout in all, with a log line every 10 s):
+  // a coordinator that restarts meanwhile forgets the request, and one that is
+  // merely slow (shards still starting) gives the same process the same id.
+  // On success id() is the new id, and the heartbeat thread (started on the
+  // first call) beats for it. DeadlineExceeded when nothing answered (then
+  // unanswered() is true); a refusal comes back as its Status.
   [[nodiscard]] StatusOr<RegisterWorkerReply> Register();
 
   // Sends a message: a step request (its answer comes from AwaitPlan(), or
@@ -75,9 +77,13 @@ class CoordinatorSession {
 
   // Tells the coordinator this worker leaves, stops the heartbeats, waits up
   // to leave_timeout for the ack (a stop plan), and returns OK: leaving is
-  // normal, and what was not pushed is recomputed by others.
-  Status Leave(const std::string& reason);
+  // normal, and what was not pushed is recomputed by others. `host_fault`:
+  // it cannot set itself up on this host (the coordinator counts that against
+  // the host, and backs a host that keeps failing off).
+  Status Leave(const std::string& reason, bool host_fault = false);
 
+  // The last registration got no answer at all within register_timeout.
+  bool unanswered() const { return unanswered_; }
   WorkerId id() const { return id_; }
   // The ids this process was registered under, in order.
   const std::vector<WorkerId>& ids() const { return ids_; }
@@ -100,6 +106,7 @@ class CoordinatorSession {
   std::vector<WorkerId> ids_;
   const StepPlan* ahead_ = nullptr;  // see RunAhead()
   std::optional<StatusOr<Envelope>> overruled_;
+  bool unanswered_ = false;
 };
 
 }  // namespace eps

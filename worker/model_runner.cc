@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <utility>
 
@@ -31,6 +32,14 @@ Status CheckLabel(const Dataset& data, int64_t i) {
 }
 
 Status FromTorch(const char* what, const std::exception& e) {
+  // Out of memory is this host's limit, not a bug: ResourceExhausted (the
+  // worker leaves with a host fault, worker.cc).
+  if (const auto* oom = dynamic_cast<const c10::OutOfMemoryError*>(&e)) {
+    return ResourceExhausted(std::string(what) +
+                             ": out of device memory: " + oom->what_without_backtrace());
+  }
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr)
+    return ResourceExhausted(std::string(what) + ": out of memory");
   if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) {
     return Internal(std::string(what) + ": libtorch: " + c10->what_without_backtrace());
   }

@@ -47,6 +47,11 @@ StatusOr<torch::nn::Sequential> MakeModel(const std::string& name) {
                              {"relu3", nn::ReLU()},
                              {"fc2", nn::Linear(256, kNumClasses)}});
     }
+  } catch (const c10::OutOfMemoryError& e) {
+    return ResourceExhausted("MakeModel(" + name +
+                             "): out of memory: " + e.what_without_backtrace());
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("MakeModel(" + name + "): out of memory");
   } catch (const c10::Error& e) {
     return Internal("MakeModel(" + name + "): libtorch: " + e.what_without_backtrace());
   } catch (const std::exception& e) {

@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <new>
 #include <optional>
 
 #include "common/layout.h"
@@ -76,12 +77,14 @@ class WorkerImpl final : public Worker {
     session_ =
         std::make_unique<CoordinatorSession>(options_, context_, std::move(coordinator_), stop);
     Status st = RunUntilDone();
+    unreachable_ = !st.ok() && session_->unanswered();
+    if (unreachable_) outcome_ = "unreachable";
     if (!options_.report_file.empty()) {
       WorkerReport report{options_.host,
                           options_.device,
                           options_.device_kind,
                           session_->ids(),
-                          st.ok() ? outcome_ : "failed",
+                          st.ok() || unreachable_ ? outcome_ : "failed",
                           st,
                           times_,
                           TransferCounts{}};
@@ -92,6 +95,8 @@ class WorkerImpl final : public Worker {
     session_.reset();  // stops the heartbeats
     return st;
   }
+
+  bool unreachable() const override { return unreachable_; }
 
  private:
   bool stopping() const { return stop_->load(); }
@@ -109,7 +114,7 @@ class WorkerImpl final : public Worker {
     Status st = CheckThreads();
     if (!st.ok()) {
       // This worker's configuration, not the job, is at fault: leave, do not fail the job.
-      (void)session_->Leave(st.message());
+      (void)session_->Leave(st.message(), /*host_fault=*/true);
       return st;
     }
     // A set-up failure that is the job's own (an unknown model, a layout it
@@ -118,14 +123,18 @@ class WorkerImpl final : public Worker {
     // read, a device that is not there) takes only this worker out: it
     // leaves, and the job goes on without it.
     bool jobs_fault = false;
-    st = Setup(registered->shard_addresses, &jobs_fault);
+    try {
+      st = Setup(registered->shard_addresses, &jobs_fault);
+    } catch (const std::bad_alloc&) {  // the data set or the buffers do not fit on this host
+      st = ResourceExhausted("out of memory while setting up the model and the data");
+    }
     if (stopping()) return Leave();
     if (!st.ok()) {
       if (jobs_fault) {
         (void)session_->Send(
             ErrorReply{st.code(), "worker " + session_->name() + ": " + st.message()});
       } else {
-        (void)session_->Leave("cannot run on this host: " + st.ToString());
+        (void)session_->Leave("cannot run on this host: " + st.ToString(), /*host_fault=*/true);
       }
       return st;
     }
@@ -172,7 +181,9 @@ class WorkerImpl final : public Worker {
   // `*jobs_fault` (on an error): the job is at fault, not this host.
   Status Setup(const std::vector<std::string>& shard_addresses, bool* jobs_fault) {
     if (Status st = NewModel(); !st.ok()) {
-      *jobs_fault = st.code() == StatusCode::kInvalidArgument;  // not a device that is missing
+      // An unknown model is the job's; a device that is missing (FailedPrecondition,
+      // Internal) or memory the model does not fit in (ResourceExhausted) is this host's.
+      *jobs_fault = st.code() == StatusCode::kInvalidArgument;
       return st;
     }
     const std::string dir = spec_.data_dir + "/";
@@ -508,7 +519,8 @@ class WorkerImpl final : public Worker {
   std::unique_ptr<Channel> coordinator_;  // until Run() hands it to the session
   const std::atomic<bool>* stop_ = nullptr;
   std::unique_ptr<CoordinatorSession> session_;
-  std::string outcome_ = "failed";  // for the report: "done", "left" or "failed"
+  std::string outcome_ = "failed";  // for the report: "done", "left", "failed", "unreachable"
+  bool unreachable_ = false;        // see Worker::unreachable()
   StepTimes times_;
   double seconds_per_vw_ = 0;  // measured in the last train plan, reported with the next request
   bool warmed_up_ = false;     // a train plan ran before (the first one is not timed)

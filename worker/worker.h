@@ -78,8 +78,9 @@ struct WorkerOptions {
   std::string token;                               // the job's secret
   std::string host;                                // reported to the coordinator, for logs
   std::chrono::milliseconds plan_timeout{600000};  // longest wait for the next plan
-  std::chrono::milliseconds register_timeout{
-      600000};  // longest wait for the coordinator to take this worker
+  // Longest wait for the coordinator to answer a registration (a line in the
+  // log every 10 s meanwhile).
+  std::chrono::milliseconds register_timeout{120000};
   std::chrono::milliseconds rpc_timeout{60000};  // longest wait for a shard's reply
   std::chrono::milliseconds heartbeat_interval{500};
   std::chrono::milliseconds leave_timeout{2000};  // longest wait for the ack of a Leave
@@ -132,6 +133,10 @@ class Worker {
   // worker has left the job (OK), or something fails. `*stop` is read from
   // this thread only; set it from a signal handler or another thread.
   virtual Status Run(const std::atomic<bool>* stop) = 0;
+  // After Run failed: no coordinator answered a registration within
+  // register_timeout (it ended, or the address is wrong). eps_worker then
+  // exits 3 (docs/operations.md).
+  virtual bool unreachable() const = 0;
 };
 
 }  // namespace eps

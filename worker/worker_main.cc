@@ -38,6 +38,9 @@ DEFINE_int32(pool_poll_ms, 1000,
              "With --scheduler: interval between two questions to the scheduler");
 DEFINE_string(token_file, "", "File holding the job's secret token (empty: none)");
 DEFINE_int32(plan_timeout_s, 600, "Longest wait for the coordinator's next plan");
+DEFINE_int32(register_timeout_s, 120,
+             "Longest wait for the coordinator to answer a registration (a log line every 10 s "
+             "meanwhile); then the worker exits 3");
 DEFINE_int32(rpc_timeout_s, 60, "Longest wait for a shard's reply");
 DEFINE_int32(heartbeat_ms, 500, "Interval between two heartbeats to the coordinator");
 DEFINE_string(device, "cpu",
@@ -209,6 +212,11 @@ int main(int argc, char** argv) {
   eps::WorkerOptions options;
   options.coordinator = FLAGS_coordinator;
   options.plan_timeout = std::chrono::seconds(FLAGS_plan_timeout_s);
+  if (FLAGS_register_timeout_s < 1) {
+    LOG(ERROR) << "--register_timeout_s must be at least 1";
+    return 2;
+  }
+  options.register_timeout = std::chrono::seconds(FLAGS_register_timeout_s);
   options.rpc_timeout = std::chrono::seconds(FLAGS_rpc_timeout_s);
   options.heartbeat_interval = std::chrono::milliseconds(FLAGS_heartbeat_ms);
   options.device = FLAGS_device;
@@ -269,7 +277,7 @@ int main(int argc, char** argv) {
   eps::Status st = (*worker)->Run(&g_stop);
   if (!st.ok()) {
     LOG(ERROR) << "worker failed: " << st.ToString();
-    return 1;
+    return (*worker)->unreachable() ? 3 : 1;  // exit codes: docs/operations.md
   }
   return 0;
 }

@@ -11,7 +11,8 @@ import subprocess
 import time
 import unittest
 
-from harness import (ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_metrics, read_report, read_result,
+from harness import (BIN, ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_metrics, read_report, read_result,
+                     read_text,
                      wait_for_event, wait_for_file, wait_for_step, worker_ids_of_pid)
 
 ATTACH = os.path.join(ROOT, "launcher", "attach.sh")
@@ -177,26 +178,68 @@ class Elasticity(ElasticRun):
         self.assertEqual(result["workers_seen"], 1)
 
 
-    def test_f_a_worker_that_cannot_read_the_data_leaves_and_the_job_goes_on(self):
+    def test_f_a_host_that_cannot_read_the_data_is_backed_off_and_the_job_goes_on(self):
         if os.geteuid() != 0 or shutil.which("unshare") is None:
-            self.skipTest("needs root and unshare(1) for a mount namespace")
+            self.skipTest("needs root and unshare(1) for a mount and a UTS namespace")
         self.start_job(workers=1)
         self.wait_for_step(1)
-        # A "host" whose data folder is empty: a mount namespace with a tmpfs over it.
+        # A host whose data folder is empty: a mount namespace with a tmpfs over it, and a UTS
+        # namespace with a host name of its own (the coordinator backs hosts off by name).
         data = "/usr/share/datasets/fashion-mnist"
-        log = os.path.join(self.dir, "logs", "nodata.log")
-        p = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                              f'mount -t tmpfs none {data} && exec "$0" "$@"', ATTACH,
-                              "--coordinator", self.addr, "--token-file", os.path.join(self.dir, "token"),
-                              "--log", log, "--report-file", log[:-len(".log")] + ".json"], env=ENV)
-        self.procs.append(p)
-        self.assertNotEqual(p.wait(timeout=120), 0)
-        report = read_report(log[:-len(".log")] + ".json")
-        self.assertEqual(report["outcome"], "failed", report)
-        self.assertEqual(len(report["worker_ids"]), 1, report)
-        self.wait_for_event("worker_left", lambda e: e["worker"] == report["worker_ids"][0], timeout=30)
+        host = "eps-bad-host"
+
+        def attach_bad(name):
+            log = os.path.join(self.dir, "logs", f"{name}.log")
+            p = subprocess.Popen(["unshare", "--mount", "--uts", "--propagation", "private", "sh", "-c",
+                                  f'hostname {host} && mount -t tmpfs none {data} && exec "$0" "$@"', ATTACH,
+                                  "--coordinator", self.addr, "--token-file", os.path.join(self.dir, "token"),
+                                  "--log", log, "--report-file", log[:-len(".log")] + ".json"], env=ENV)
+            self.procs.append(p)
+            self.assertNotEqual(p.wait(timeout=120), 0)
+            report = read_report(log[:-len(".log")] + ".json")
+            self.assertEqual(report["outcome"], "failed", report)
+            return report
+
+        # Twice it registers, cannot set itself up, and leaves with a host fault...
+        for i in range(2):
+            report = attach_bad(f"nodata{i}")
+            self.assertEqual(len(report["worker_ids"]), 1, report)
+            left = self.wait_for_event("worker_left", lambda e: e["worker"] == report["worker_ids"][0], timeout=30)
+            self.assertTrue(left["host_fault"], left)
+        backed = self.wait_for_event("host_backed_off", lambda e: e["host"] == host, timeout=30)
+        self.assertEqual(backed["failures"], 2, backed)
+        self.assertGreater(backed["backoff_s"], 0, backed)
+        # ... and the third time it is refused at registration: no worker id, no job failure.
+        report = attach_bad("nodata2")
+        self.assertEqual(report["worker_ids"], [], report)
+        refused = self.wait_for_event("worker_refused", lambda e: e["cause"] == "host_backed_off", timeout=30)
+        self.assertTrue(refused["host"].startswith(host + ":"), refused)
         self.assertEqual(read_events(self.dir, "job_failed"), [])
-        self.finish(min_workers_seen=2)
+        self.finish(min_workers_seen=3)
+
+class NoCoordinator(RunDirTest):
+    """A worker pointed at an endpoint nobody serves (a coordinator that ended) gives up after
+    --register_timeout_s with exit code 3 (docs/operations.md), directly and through attach.sh."""
+
+    def test_a_worker_nobody_answers_exits_3_after_its_register_timeout(self):
+        d = self.run_dir("nobody")
+        token = os.path.join(d, "token")
+        with open(token, "w") as f:
+            f.write("t\n")
+        endpoint = f"ipc://{d}/nobody.sock"
+        runs = {
+            "worker": [os.path.join(BIN, "worker"), f"--coordinator={endpoint}", f"--token_file={token}",
+                       "--register_timeout_s=2", f"--report_file={d}/worker.json"],
+            "attach": [ATTACH, "--coordinator", endpoint, "--token-file", token, "--register-timeout", "2",
+                       "--log", f"{d}/attach.log", "--report-file", f"{d}/attach.json"],
+        }
+        for name, cmd in runs.items():
+            t0 = time.monotonic()
+            p = self.start(cmd, f"{d}/{name}.out")
+            self.assertEqual(p.wait(timeout=60), 3, f"{name}: {read_text(f'{d}/{name}.out')}")
+            self.assertLess(time.monotonic() - t0, 30, f"{name} did not give up in time")
+            report = read_report(f"{d}/{name}.json")
+            self.assertEqual((report["outcome"], report["worker_ids"]), ("unreachable", []), report)
 
 
 class PlotRun(RunDirTest):
