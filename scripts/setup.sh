@@ -20,6 +20,7 @@ packages=(
   libzmq3-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev
   libgflags-dev libgoogle-glog-dev libgtest-dev libssl-dev nlohmann-json3-dev zlib1g-dev
   libtorch-dev libopenblas0-pthread dataset-fashion-mnist python3-torch python3-matplotlib
+  prometheus
 )
 missing=()
 for p in "${packages[@]}"; do
