@@ -211,6 +211,116 @@ class Reader {
   std::vector<bool> used_;
 };
 
+Status DecodeJobStatus(wire::JobStatusReply::Reader in, Reader& r, JobStatusReply* m) {
+  EPS_RETURN_IF_ERROR(r.Text(in.getJobId(), &m->job_id));
+  EPS_RETURN_IF_ERROR(r.Text(in.getModel(), &m->model));
+  EPS_RETURN_IF_ERROR(r.Text(in.getPhase(), &m->phase));
+  m->paused = in.getPaused();
+  m->step = in.getStep();
+  m->steps = in.getSteps();
+  m->epoch = in.getEpoch();
+  m->has_loss = in.getHasLoss();
+  m->loss = in.getLoss();
+  m->lr = in.getLr();
+  m->samples_per_s = in.getSamplesPerS();
+  m->eta_s = in.getEtaS();
+  m->elapsed_s = in.getElapsedS();
+  m->virtual_workers = in.getVirtualWorkers();
+  m->batch_per_vw = in.getBatchPerVw();
+  m->assignment_epoch = Epoch(in.getAssignmentEpoch());
+  m->evaluated = in.getEvaluated();
+  m->test_accuracy = in.getTestAccuracy();
+  EPS_RETURN_IF_ERROR(r.ListSize(in.getWorkers(), "workers"));
+  for (auto w : in.getWorkers()) {
+    WorkerStatus o;
+    o.worker = WorkerId(w.getWorker());
+    EPS_RETURN_IF_ERROR(r.Text(w.getHost(), &o.host));
+    o.pid = w.getPid();
+    EPS_RETURN_IF_ERROR(r.Text(w.getDeviceKind(), &o.device_kind));
+    EPS_RETURN_IF_ERROR(r.Text(w.getState(), &o.state));
+    o.vw_lo = w.getVwLo();
+    o.vw_hi = w.getVwHi();
+    if (o.vw_lo > o.vw_hi) return ProtocolError("a worker's VW range is inverted");
+    o.seconds_per_vw = w.getSecondsPerVw();
+    o.since_heartbeat_s = w.getSinceHeartbeatS();
+    o.steps_contributed = w.getStepsContributed();
+    EPS_RETURN_IF_ERROR(r.Text(w.getMetricsAddress(), &o.metrics_address));
+    m->workers.push_back(std::move(o));
+  }
+  EPS_RETURN_IF_ERROR(r.ListSize(in.getShards(), "shards"));
+  for (auto s : in.getShards()) {
+    ShardStatus o;
+    o.shard = ShardId(s.getShard());
+    EPS_RETURN_IF_ERROR(r.Text(s.getAddress(), &o.address));
+    o.registered = s.getRegistered();
+    o.version = Step(s.getVersion());
+    o.durable_step = Step(s.getDurableStep());
+    o.since_checkpoint_s = s.getSinceCheckpointS();
+    o.bytes_in = s.getBytesIn();
+    o.bytes_out = s.getBytesOut();
+    EPS_RETURN_IF_ERROR(r.Text(s.getMetricsAddress(), &o.metrics_address));
+    m->shards.push_back(std::move(o));
+  }
+  EPS_RETURN_IF_ERROR(r.ListSize(in.getEvents(), "events"));
+  for (auto e : in.getEvents()) {
+    std::string line;
+    EPS_RETURN_IF_ERROR(r.Text(e, &line));
+    m->events.push_back(std::move(line));
+  }
+  return OkStatus();
+}
+
+void SetJobStatus(wire::JobStatusReply::Builder o, const JobStatusReply& m) {
+  o.setJobId(m.job_id);
+  o.setModel(m.model);
+  o.setPhase(m.phase);
+  o.setPaused(m.paused);
+  o.setStep(m.step);
+  o.setSteps(m.steps);
+  o.setEpoch(m.epoch);
+  o.setHasLoss(m.has_loss);
+  o.setLoss(m.loss);
+  o.setLr(m.lr);
+  o.setSamplesPerS(m.samples_per_s);
+  o.setEtaS(m.eta_s);
+  o.setElapsedS(m.elapsed_s);
+  o.setVirtualWorkers(m.virtual_workers);
+  o.setBatchPerVw(m.batch_per_vw);
+  o.setAssignmentEpoch(m.assignment_epoch.value());
+  o.setEvaluated(m.evaluated);
+  o.setTestAccuracy(m.test_accuracy);
+  auto ws = o.initWorkers(static_cast<unsigned>(m.workers.size()));
+  for (size_t i = 0; i < m.workers.size(); ++i) {
+    const WorkerStatus& w = m.workers[i];
+    ws[i].setWorker(w.worker.value());
+    ws[i].setHost(w.host);
+    ws[i].setPid(w.pid);
+    ws[i].setDeviceKind(w.device_kind);
+    ws[i].setState(w.state);
+    ws[i].setVwLo(w.vw_lo);
+    ws[i].setVwHi(w.vw_hi);
+    ws[i].setSecondsPerVw(w.seconds_per_vw);
+    ws[i].setSinceHeartbeatS(w.since_heartbeat_s);
+    ws[i].setStepsContributed(w.steps_contributed);
+    ws[i].setMetricsAddress(w.metrics_address);
+  }
+  auto ss = o.initShards(static_cast<unsigned>(m.shards.size()));
+  for (size_t i = 0; i < m.shards.size(); ++i) {
+    const ShardStatus& s = m.shards[i];
+    ss[i].setShard(s.shard.value());
+    ss[i].setAddress(s.address);
+    ss[i].setRegistered(s.registered);
+    ss[i].setVersion(s.version.value());
+    ss[i].setDurableStep(s.durable_step.value());
+    ss[i].setSinceCheckpointS(s.since_checkpoint_s);
+    ss[i].setBytesIn(s.bytes_in);
+    ss[i].setBytesOut(s.bytes_out);
+    ss[i].setMetricsAddress(s.metrics_address);
+  }
+  auto es = o.initEvents(static_cast<unsigned>(m.events.size()));
+  for (size_t i = 0; i < m.events.size(); ++i) es.set(i, m.events[i]);
+}
+
 Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
   using W = wire::Envelope::Body;
   auto b = env.getBody();
@@ -234,6 +344,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       EPS_RETURN_IF_ERROR(r.Text(in.getHost(), &m.host));
       m.pid = in.getPid();
       EPS_RETURN_IF_ERROR(r.Text(in.getDeviceKind(), &m.device_kind));
+      EPS_RETURN_IF_ERROR(r.Text(in.getMetricsAddress(), &m.metrics_address));
       *body = std::move(m);
       return OkStatus();
     }
@@ -258,6 +369,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       EPS_RETURN_IF_ERROR(r.Text(in.getAddress(), &m.address));
       m.durable_step = Step(in.getDurableStep());
       m.version = Step(in.getVersion());
+      EPS_RETURN_IF_ERROR(r.Text(in.getMetricsAddress(), &m.metrics_address));
       *body = std::move(m);
       return OkStatus();
     }
@@ -310,6 +422,10 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       m.loss = in.getLoss();
       m.durable_step = Step(in.getDurableStep());
       EPS_RETURN_IF_ERROR(r.Text(in.getCheckpointError(), &m.checkpoint_error));
+      m.lr = in.getLr();
+      if (!std::isfinite(m.lr)) return ProtocolError("a step's learning rate must be finite");
+      m.bytes_in = in.getBytesIn();
+      m.bytes_out = in.getBytesOut();
       *body = std::move(m);
       return OkStatus();
     }
@@ -391,6 +507,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       Leave m;
       m.worker = WorkerId(b.getLeave().getWorker());
       EPS_RETURN_IF_ERROR(r.Text(b.getLeave().getReason(), &m.reason));
+      m.host_fault = b.getLeave().getHostFault();
       *body = std::move(m);
       return OkStatus();
     }
@@ -463,6 +580,15 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       *body = std::move(m);
       return OkStatus();
     }
+    case W::JOB_STATUS_REQUEST:
+      *body = JobStatusRequest{b.getJobStatusRequest().getRecentEvents()};
+      return OkStatus();
+    case W::JOB_STATUS_REPLY: {
+      JobStatusReply m;
+      EPS_RETURN_IF_ERROR(DecodeJobStatus(b.getJobStatusReply(), r, &m));
+      *body = std::move(m);
+      return OkStatus();
+    }
   }
   return ProtocolError("unknown message kind " + std::to_string(static_cast<int>(b.which())));
 }
@@ -477,7 +603,8 @@ const char* BodyName(const Body& body) {
                                        "evalResult",    "shutdown",       "heartbeat",
                                        "leave",         "rollback",       "rollbackDone",
                                        "retain",        "poolRequest",    "poolAssign",
-                                       "jobInfo",       "jobInfoReply"};
+                                       "jobInfo",       "jobInfoReply",   "jobStatusRequest",
+                                       "jobStatusReply"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }
@@ -500,6 +627,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    o.setHost(m.host);
                    o.setPid(m.pid);
                    o.setDeviceKind(m.device_kind);
+                   o.setMetricsAddress(m.metrics_address);
                  },
                  [&](const RegisterWorkerReply& m) {
                    auto o = b.initRegisterWorkerReply();
@@ -515,6 +643,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    o.setAddress(m.address);
                    o.setDurableStep(m.durable_step.value());
                    o.setVersion(m.version.value());
+                   o.setMetricsAddress(m.metrics_address);
                  },
                  [&](const ShardConfig& m) {
                    auto o = b.initShardConfig();
@@ -549,6 +678,9 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    o.setLoss(m.loss);
                    o.setDurableStep(m.durable_step.value());
                    o.setCheckpointError(m.checkpoint_error);
+                   o.setLr(m.lr);
+                   o.setBytesIn(m.bytes_in);
+                   o.setBytesOut(m.bytes_out);
                  },
                  [&](const Push& m) {
                    auto o = b.initPush();
@@ -600,6 +732,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    auto o = b.initLeave();
                    o.setWorker(m.worker.value());
                    o.setReason(m.reason);
+                   o.setHostFault(m.host_fault);
                  },
                  [&](const Rollback& m) { b.initRollback().setStep(m.step.value()); },
                  [&](const RollbackDone& m) {
@@ -642,6 +775,10 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                      ws[i].setSecondsPerVw(m.workers[i].seconds_per_vw);
                    }
                  },
+                 [&](const JobStatusRequest& m) {
+                   b.initJobStatusRequest().setRecentEvents(m.recent_events);
+                 },
+                 [&](const JobStatusReply& m) { SetJobStatus(b.initJobStatusReply(), m); },
              },
              envelope.body);
   auto flat = std::make_shared<kj::Array<capnp::word>>(capnp::messageToFlatArray(*message));

@@ -37,6 +37,8 @@ struct Envelope {
     poolAssign @22 :PoolAssign;
     jobInfo @23 :JobInfo;
     jobInfoReply @24 :JobInfoReply;
+    jobStatusRequest @25 :JobStatusRequest;
+    jobStatusReply @26 :JobStatusReply;
   }
 }
 
@@ -97,6 +99,7 @@ struct RegisterWorker {
   pid @1 :UInt32;
   deviceKind @2 :Text = "cpu";  # what the worker computes on: "cpu" or "cuda:<GPU name>". Workers
                                 # from before this field ran on CPU only.
+  metricsAddress @3 :Text;        # "host:port" of its Prometheus /metrics; empty: none
 }
 
 struct RegisterWorkerReply {
@@ -115,6 +118,7 @@ struct RegisterShard {
                                   # A shard re-sends RegisterShard every second as a beacon, so a
                                   # restarted coordinator learns every shard and where it stands; a
                                   # beacon from a known shard on the same peer changes nothing.
+  metricsAddress @4 :Text;        # "host:port" of its Prometheus /metrics; empty: none
 }
 
 struct ShardConfig {
@@ -158,6 +162,9 @@ struct StepDone {
   durableStep @4 :Int64 = -1;     # newest checkpoint this shard has written durably (-1: none)
   checkpointError @5 :Text;       # why the newest checkpoint attempt failed; empty when it did not.
                                   # The shard keeps serving from memory; durableStep does not advance.
+  lr @6 :Float64;                 # the learning rate the step applied
+  bytesIn @7 :UInt64;             # gradient bytes pushed to this shard process so far
+  bytesOut @8 :UInt64;            # parameter bytes pulled from it so far
 }
 # Checkpoints are written in the background, so a step's StepDone carries the
 # durable step known when the step completed. When a checkpoint lands (or fails)
@@ -234,6 +241,8 @@ struct Heartbeat {
 struct Leave {
   worker @0 :UInt32;              # a graceful leave (SIGTERM, preemption): answered with a stop plan
   reason @1 :Text;
+  hostFault @2 :Bool;             # it cannot run on its host (its set-up failed): the job is not at
+                                  # fault, and the coordinator backs the host off after repeats
 }
 
 struct Rollback {
@@ -299,4 +308,59 @@ struct JobInfoReply {
   steps @5 :Int64;                # the job's length
   step @6 :Int64;                 # the step it is at
   workers @7 :List(WorkerSpeed);  # its live workers
+}
+
+struct JobStatusRequest {
+  # anyone with the job's token -> coordinator: how the job is doing. Read-only.
+  recentEvents @0 :UInt32 = 20;   # how many of the newest events to include
+}
+
+struct WorkerStatus {
+  worker @0 :UInt32;
+  host @1 :Text;
+  pid @2 :UInt32;
+  deviceKind @3 :Text;
+  state @4 :Text;                 # "registered", "ready", "left" or "dead"
+  vwLo @5 :UInt32;                # VWs [vwLo, vwHi) in the current assignment
+  vwHi @6 :UInt32;
+  secondsPerVw @7 :Float64;       # the coordinator's estimate; 0 while not measured
+  sinceHeartbeatS @8 :Float64;
+  stepsContributed @9 :Int64;     # steps in which its ranges were confirmed
+  metricsAddress @10 :Text;
+}
+
+struct ShardStatus {
+  shard @0 :UInt32;
+  address @1 :Text;
+  registered @2 :Bool;
+  version @3 :Int64;              # the version it serves
+  durableStep @4 :Int64;          # newest durable checkpoint (-1: none)
+  sinceCheckpointS @5 :Float64;   # since the durable step last advanced (-1: never)
+  bytesIn @6 :UInt64;
+  bytesOut @7 :UInt64;
+  metricsAddress @8 :Text;
+}
+
+struct JobStatusReply {
+  jobId @0 :Text;
+  model @1 :Text;
+  phase @2 :Text;
+  paused @3 :Bool;
+  step @4 :Int64;                 # steps done
+  steps @5 :Int64;                # the job's length (0: not known yet)
+  epoch @6 :Float64;              # passes over the training data
+  hasLoss @7 :Bool;
+  loss @8 :Float32;
+  lr @9 :Float64;
+  samplesPerS @10 :Float64;
+  etaS @11 :Float64;              # -1: unknown
+  elapsedS @12 :Float64;
+  virtualWorkers @13 :UInt32;
+  batchPerVw @14 :UInt32;
+  assignmentEpoch @15 :UInt64;
+  evaluated @16 :Bool;
+  testAccuracy @17 :Float64;
+  workers @18 :List(WorkerStatus);
+  shards @19 :List(ShardStatus);
+  events @20 :List(Text);         # the newest events, oldest first, each a line of events.jsonl
 }

@@ -153,6 +153,7 @@ struct RegisterWorker {
   // What the worker computes on: "cpu", or "cuda:<GPU name>" (DeviceKind in
   // worker/model_runner.h). Bits are reproducible only across one kind.
   std::string device_kind = "cpu";
+  std::string metrics_address{};  // "host:port" of its /metrics (empty: none)
 };
 
 struct RegisterWorkerReply {
@@ -167,6 +168,7 @@ struct RegisterShard {
   Step durable_step{
       -1};           // newest checkpoint in the shard's store, which it has restored (-1: none)
   Step version{-1};  // the version it serves now (-1: before its initial values)
+  std::string metrics_address{};  // "host:port" of its /metrics (empty: none)
 };
 
 struct ShardConfig {
@@ -206,6 +208,9 @@ struct StepDone {
   float loss = 0;                // mean VW loss of the step
   Step durable_step{-1};         // newest checkpoint written durably (-1: none)
   std::string checkpoint_error;  // why the newest checkpoint attempt failed (empty: it did not)
+  double lr = 0;                 // the learning rate the step applied
+  uint64_t bytes_in = 0;         // gradient bytes pushed to the shard so far (this process)
+  uint64_t bytes_out = 0;        // parameter bytes pulled from it so far (this process)
 };
 
 // A chunk's bytes in a shared-memory region: of a push, or of a pull reply
@@ -269,6 +274,7 @@ struct Heartbeat {
 struct Leave {
   WorkerId worker;
   std::string reason;
+  bool host_fault = false;  // it cannot run on its host (set-up failed): not the job's fault
 };
 
 // Coordinator -> shard: load the checkpoint of `step` and serve version `step`.
@@ -325,10 +331,65 @@ struct JobInfoReply {
   std::vector<WorkerSpeed> workers;
 };
 
+// Anyone with the job's token -> coordinator: how the job is doing (read-only).
+struct JobStatusRequest {
+  uint32_t recent_events = 20;  // how many of the newest events to include
+};
+
+struct WorkerStatus {
+  WorkerId worker;
+  std::string host;
+  uint32_t pid = 0;
+  std::string device_kind;
+  std::string state;  // "registered", "ready", "left" or "dead"
+  uint32_t vw_lo = 0, vw_hi = 0;  // VWs in the current assignment (empty: none)
+  double seconds_per_vw = 0;      // the coordinator's estimate (0: not measured)
+  double since_heartbeat_s = 0;   // since the coordinator last heard from it
+  int64_t steps_contributed = 0;  // steps in which its ranges were confirmed
+  std::string metrics_address;
+};
+
+struct ShardStatus {
+  ShardId shard;
+  std::string address;
+  bool registered = false;
+  Step version{-1};               // the version it serves (steps it applied)
+  Step durable_step{-1};          // newest checkpoint it holds durably (-1: none)
+  double since_checkpoint_s = -1; // since the durable step last advanced (-1: never)
+  uint64_t bytes_in = 0, bytes_out = 0;  // as its last StepDone reported
+  std::string metrics_address;
+};
+
+struct JobStatusReply {
+  std::string job_id;
+  std::string model;
+  std::string phase;  // "starting", "initializing", "training", "evaluating", "rolling back",
+                      // "resuming", "finalizing", "stopping", "done"
+  bool paused = false;
+  int64_t step = 0;   // steps done
+  int64_t steps = 0;  // the job's length (0: not known before the first worker's model)
+  double epoch = 0;   // passes over the training data so far
+  bool has_loss = false;
+  float loss = 0;  // the newest step's mean training loss
+  double lr = 0;   // the learning rate of the newest step
+  double samples_per_s = 0;  // over the recent steps
+  double eta_s = -1;         // to the end of training at that rate (-1: unknown)
+  double elapsed_s = 0;      // since training started
+  uint32_t virtual_workers = 0;
+  uint32_t batch_per_vw = 0;
+  Epoch assignment_epoch{0};
+  bool evaluated = false;
+  double test_accuracy = 0;  // of the newest evaluation
+  std::vector<WorkerStatus> workers;
+  std::vector<ShardStatus> shards;
+  std::vector<std::string> events;  // the newest events, oldest first, as in events.jsonl
+};
+
 using Body = std::variant<ErrorReply, RegisterWorker, RegisterWorkerReply, RegisterShard,
                           ShardConfig, StepRequest, StepPlan, StepDone, Push, PushReply, Pull,
                           PullReply, EvalResult, Shutdown, Heartbeat, Leave, Rollback, RollbackDone,
-                          Retain, PoolRequest, PoolAssign, JobInfo, JobInfoReply>;
+                          Retain, PoolRequest, PoolAssign, JobInfo, JobInfoReply,
+                          JobStatusRequest, JobStatusReply>;
 
 struct Envelope {
   std::string token;

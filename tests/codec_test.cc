@@ -86,10 +86,10 @@ ChunkBytes MakeChunk(uint32_t id, size_t size, uint8_t seed) {
 std::vector<Envelope> EveryMessageKind() {
   std::vector<Envelope> out;
   out.push_back({"tok-error", ErrorReply{StatusCode::kFailedPrecondition, "step 7 is over"}});
-  out.push_back({"tok-rw", RegisterWorker{"host-a.example", 4242, "cuda:NVIDIA H200"}});
+  out.push_back({"tok-rw", RegisterWorker{"host-a.example", 4242, "cuda:NVIDIA H200", "host-a:9100"}});
   out.push_back({"tok-rwr", RegisterWorkerReply{
                                 WorkerId(9), FullSpec(), {"tcp://10.0.0.1:5000", "", "ipc:///x"}}});
-  out.push_back({"tok-rs", RegisterShard{ShardId(3), "tcp://10.0.0.2:6000", Step(40), Step(41)}});
+  out.push_back({"tok-rs", RegisterShard{ShardId(3), "tcp://10.0.0.2:6000", Step(40), Step(41), "10.0.0.2:9101"}});
   out.push_back({"tok-sc", ShardConfig{FullSpec(), FullTensors()}});
   out.push_back({"tok-sr", StepRequest{WorkerId(5), Step(-1), FullTensors()}});
   StepPlan plan;
@@ -102,7 +102,8 @@ std::vector<Envelope> EveryMessageKind() {
   plan.eval_hi = 20000;
   out.push_back({"tok-plan", plan});
   out.push_back(
-      {"tok-done", StepDone{ShardId(2), Step(17), true, 2.71828f, Step(15), "disk full"}});
+      {"tok-done", StepDone{ShardId(2), Step(17), true, 2.71828f, Step(15), "disk full", 0.0125,
+                            uint64_t{1} << 40, 123456789}});
   Push push;
   push.epoch = Epoch(6);
   push.step = Step(-1);
@@ -125,7 +126,7 @@ std::vector<Envelope> EveryMessageKind() {
   out.push_back({"tok-eval", EvalResult{WorkerId(4), Step(30), 1000, 2000, 987, 123.5}});
   out.push_back({"", Shutdown{"job finished"}});
   out.push_back({"tok-hb", Heartbeat{WorkerId(17)}});
-  out.push_back({"tok-leave", Leave{WorkerId(9), "SIGTERM"}});
+  out.push_back({"tok-leave", Leave{WorkerId(9), "SIGTERM", true}});
   out.push_back({"tok-rb", Rollback{Step(120)}});
   out.push_back(
       {"tok-rbd", RollbackDone{ShardId(4), Step(120), Step(130), Step(130),
@@ -142,6 +143,16 @@ std::vector<Envelope> EveryMessageKind() {
                                          1000,
                                          417,
                                          {{"node7:4242", "cpu", 0.0125}, {"node8:17", "cpu", 0}}}});
+  out.push_back({"tok-jsr", JobStatusRequest{7}});
+  JobStatusReply status{"job-s", "cnn",  "training", true,   41,       100,   0.5, true,
+                        1.25f,   0.05,   812.5,      73.8,   30.5,     8,     32,  Epoch(3),
+                        true,    0.9125, {},         {},     {}};
+  status.workers = {{WorkerId(2), "node7", 4242, "cpu", "ready", 0, 5, 0.02, 0.25, 40, "node7:1"},
+                    {WorkerId(5), "node8", 17, "cuda:X", "dead", 5, 5, 0, 9.5, 3, ""}};
+  status.shards = {{ShardId(0), "tcp://n:1", true, Step(41), Step(40), 2.5, 1 << 20, 5, "n:2"},
+                   {ShardId(1), "", false, Step(-1), Step(-1), -1, 0, 0, ""}};
+  status.events = {R"({"kind":"worker_joined"})", ""};
+  out.push_back({"tok-jst", status});
   return out;
 }
 
@@ -182,6 +193,35 @@ void ExpectSameSpec(const JobSpec& a, const JobSpec& b) {
   EXPECT_EQ(p.min_lr, q.min_lr);
 }
 
+void ExpectSameStatus(const JobStatusReply& a, const JobStatusReply& b) {
+  EXPECT_EQ(std::tie(a.job_id, a.model, a.phase, a.paused, a.step, a.steps, a.epoch, a.has_loss,
+                     a.loss, a.lr, a.samples_per_s, a.eta_s, a.elapsed_s, a.virtual_workers,
+                     a.batch_per_vw, a.assignment_epoch, a.evaluated, a.test_accuracy, a.events),
+            std::tie(b.job_id, b.model, b.phase, b.paused, b.step, b.steps, b.epoch, b.has_loss,
+                     b.loss, b.lr, b.samples_per_s, b.eta_s, b.elapsed_s, b.virtual_workers,
+                     b.batch_per_vw, b.assignment_epoch, b.evaluated, b.test_accuracy, b.events));
+  ASSERT_EQ(a.workers.size(), b.workers.size());
+  for (size_t i = 0; i < a.workers.size(); ++i) {
+    const WorkerStatus& p = a.workers[i];
+    const WorkerStatus& q = b.workers[i];
+    EXPECT_EQ(std::tie(p.worker, p.host, p.pid, p.device_kind, p.state, p.vw_lo, p.vw_hi,
+                       p.seconds_per_vw, p.since_heartbeat_s, p.steps_contributed,
+                       p.metrics_address),
+              std::tie(q.worker, q.host, q.pid, q.device_kind, q.state, q.vw_lo, q.vw_hi,
+                       q.seconds_per_vw, q.since_heartbeat_s, q.steps_contributed,
+                       q.metrics_address));
+  }
+  ASSERT_EQ(a.shards.size(), b.shards.size());
+  for (size_t i = 0; i < a.shards.size(); ++i) {
+    const ShardStatus& p = a.shards[i];
+    const ShardStatus& q = b.shards[i];
+    EXPECT_EQ(std::tie(p.shard, p.address, p.registered, p.version, p.durable_step,
+                       p.since_checkpoint_s, p.bytes_in, p.bytes_out, p.metrics_address),
+              std::tie(q.shard, q.address, q.registered, q.version, q.durable_step,
+                       q.since_checkpoint_s, q.bytes_in, q.bytes_out, q.metrics_address));
+  }
+}
+
 void ExpectSameChunks(const std::vector<ChunkBytes>& sent, const std::vector<ChunkBytes>& got) {
   ASSERT_EQ(sent.size(), got.size());
   for (size_t i = 0; i < sent.size(); ++i) {
@@ -216,6 +256,7 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.host, b.host);
           EXPECT_EQ(a.pid, b.pid);
           EXPECT_EQ(a.device_kind, b.device_kind);
+          EXPECT_EQ(a.metrics_address, b.metrics_address);
         } else if constexpr (std::is_same_v<T, RegisterWorkerReply>) {
           EXPECT_EQ(a.worker, b.worker);
           ExpectSameSpec(a.spec, b.spec);
@@ -225,6 +266,7 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.address, b.address);
           EXPECT_EQ(a.durable_step, b.durable_step);
           EXPECT_EQ(a.version, b.version);
+          EXPECT_EQ(a.metrics_address, b.metrics_address);
         } else if constexpr (std::is_same_v<T, ShardConfig>) {
           ExpectSameSpec(a.spec, b.spec);
           EXPECT_EQ(a.tensors, b.tensors);
@@ -247,6 +289,9 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.loss, b.loss);
           EXPECT_EQ(a.durable_step, b.durable_step);
           EXPECT_EQ(a.checkpoint_error, b.checkpoint_error);
+          EXPECT_EQ(a.lr, b.lr);
+          EXPECT_EQ(a.bytes_in, b.bytes_in);
+          EXPECT_EQ(a.bytes_out, b.bytes_out);
         } else if constexpr (std::is_same_v<T, Push>) {
           EXPECT_EQ(a.epoch, b.epoch);
           EXPECT_EQ(a.step, b.step);
@@ -282,6 +327,7 @@ void ExpectSameBody(const Body& sent, const Body& got) {
         } else if constexpr (std::is_same_v<T, Leave>) {
           EXPECT_EQ(a.worker, b.worker);
           EXPECT_EQ(a.reason, b.reason);
+          EXPECT_EQ(a.host_fault, b.host_fault);
         } else if constexpr (std::is_same_v<T, Rollback>) {
           EXPECT_EQ(a.step, b.step);
         } else if constexpr (std::is_same_v<T, RollbackDone>) {
@@ -317,6 +363,10 @@ void ExpectSameBody(const Body& sent, const Body& got) {
             EXPECT_EQ(a.workers[i].device_kind, b.workers[i].device_kind);
             EXPECT_EQ(a.workers[i].seconds_per_vw, b.workers[i].seconds_per_vw);
           }
+        } else if constexpr (std::is_same_v<T, JobStatusRequest>) {
+          EXPECT_EQ(a.recent_events, b.recent_events);
+        } else if constexpr (std::is_same_v<T, JobStatusReply>) {
+          ExpectSameStatus(a, b);
         } else {
           static_assert(!sizeof(T), "a Body alternative has no comparison");
         }
@@ -455,7 +505,7 @@ TEST(Codec, RegisterWorkerFromASenderWithoutDeviceKindMeansCpu) {
   const std::vector<Frame> frames = EncodeOrDie({"t", RegisterWorker{"h", 7, "cuda:NVIDIA H200"}});
   RawEnvelope raw(frames[0]);
   auto pointers = raw.body().getPointerSection();
-  ASSERT_EQ(pointers.size(), 2u) << "RegisterWorker holds host and deviceKind";
+  ASSERT_EQ(pointers.size(), 3u) << "RegisterWorker holds host, deviceKind and metricsAddress";
   ASSERT_STREQ(pointers[1].getAs<capnp::Text>().cStr(), "cuda:NVIDIA H200") << "deviceKind moved";
   pointers[1].clear();
   auto got = Decode({raw.Flat()});
