@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -63,6 +64,8 @@ class Histogram {
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
 
  private:
+  friend class Metrics;  // Render reads each bucket once
+
   const std::vector<double> bounds_;
   std::unique_ptr<std::atomic<uint64_t>[]> buckets_;  // per bucket, not cumulative; +Inf last
   std::atomic<double> sum_{0};

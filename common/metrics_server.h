@@ -15,7 +15,7 @@
 namespace eps {
 
 struct MetricsServerOptions {
-  std::string host = "127.0.0.1";  // "0.0.0.0": every interface
+  std::string host = "127.0.0.1";  // "0.0.0.0" (or "::"): every interface
   int port = 0;                    // 0: a free port, chosen by the kernel
 };
 

@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/metrics.h"
 #include "schema/channel.h"
 #include "server/shard_state.h"
 #include "storage/state_store.h"
@@ -26,6 +27,77 @@ using Clock = std::chrono::steady_clock;
 // How often a refusal from the coordinator that does not stop the shard is logged, at most.
 constexpr std::chrono::seconds kRefusalLogEvery(60);
 
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+size_t BytesOf(const std::vector<ChunkBytes>& chunks, const std::vector<ShmChunk>& shm_chunks) {
+  size_t n = 0;
+  for (const ChunkBytes& c : chunks) n += c.size;
+  for (const ShmChunk& c : shm_chunks) n += c.size;
+  return n;
+}
+
+// The shard's series (docs/metrics.md, "Shards"), looked up once: an update is
+// one atomic operation. Without a registry in the options they live in one of
+// the shard's own that nobody serves.
+struct ShardMetrics {
+  ShardMetrics(Metrics* m, ShardId shard)
+      : labels{{"shard", std::to_string(shard.value())}},
+        version(m->GetGauge("eps_shard_version", "The version the shard serves (-1: none yet).",
+                            labels)),
+        durable_step(m->GetGauge("eps_shard_durable_step",
+                                 "The newest step the shard holds in a durable checkpoint "
+                                 "(-1: none).",
+                                 labels)),
+        push_bytes(m->GetCounter("eps_shard_push_bytes_total",
+                                 "Bytes of the pushes the shard read, inline or in shared memory.",
+                                 labels)),
+        pull_bytes(m->GetCounter("eps_shard_pull_bytes_total",
+                                 "Parameter bytes the shard sent in pull replies, inline or in "
+                                 "shared memory.",
+                                 labels)),
+        pushes_accepted(m->GetCounter("eps_shard_pushes_total", kPushesHelp,
+                                      With("result", "accepted"))),
+        pushes_duplicate(m->GetCounter("eps_shard_pushes_total", kPushesHelp,
+                                       With("result", "duplicate"))),
+        pushes_refused(m->GetCounter("eps_shard_pushes_total", kPushesHelp,
+                                     With("result", "refused"))),
+        pulls(m->GetCounter("eps_shard_pulls_total", "Pulls the shard answered with parameters.",
+                            labels)),
+        step_seconds(m->GetHistogram("eps_shard_step_seconds",
+                                     "Seconds from a step's first push to the step applied.",
+                                     ExponentialBuckets(0.001, 2, 16), labels)),
+        checkpoint_seconds(m->GetHistogram("eps_checkpoint_duration_seconds",
+                                           "Seconds the shard took to write a checkpoint.",
+                                           ExponentialBuckets(0.01, 2, 14), labels)),
+        checkpoint_failures(m->GetCounter("eps_checkpoint_failures_total",
+                                          "Checkpoints the shard could not take or write.",
+                                          labels)) {}
+
+  static constexpr const char* kPushesHelp =
+      "Blocks pushed to the shard: accepted (a contribution counted), duplicate (all of them "
+      "counted before) or refused (answered with an error).";
+  Labels With(const std::string& name, const std::string& value) const {
+    Labels l = labels;
+    l[name] = value;
+    return l;
+  }
+
+  const Labels labels;
+  Gauge& version;
+  Gauge& durable_step;
+  Counter& push_bytes;
+  Counter& pull_bytes;
+  Counter& pushes_accepted;
+  Counter& pushes_duplicate;
+  Counter& pushes_refused;
+  Counter& pulls;
+  Histogram& step_seconds;
+  Histogram& checkpoint_seconds;
+  Counter& checkpoint_failures;
+};
+
 // Writes checkpoints on its own thread, in the order they were queued, and
 // wakes the event loop through an eventfd after each. At most one snapshot
 // waits while another is written: Enqueue waits (bounded) for room beyond
@@ -36,6 +108,7 @@ class CheckpointWriter {
   struct Result {
     Step step;
     Status status;
+    double seconds = 0;  // the write's
   };
 
   CheckpointWriter(StateStore* store, int wake_fd)
@@ -91,11 +164,13 @@ class CheckpointWriter {
       cv_.notify_all();  // room for the next one
       lock.unlock();
       const Step step = snapshot.version;
+      const Clock::time_point start = Clock::now();
       Status st = store_->WriteCheckpoint(step, snapshot.blobs, snapshot.metadata);
+      const double seconds = SecondsSince(start);
       snapshot = ShardSnapshot();  // let go of the values before reporting
       lock.lock();
       busy_ = false;
-      results_.push_back({step, std::move(st)});
+      results_.push_back({step, std::move(st), seconds});
       cv_.notify_all();
       const uint64_t one = 1;
       if (write(wake_fd_, &one, sizeof one) != sizeof one)
@@ -121,7 +196,13 @@ class ShardImpl final : public Shard {
       : options_(std::move(options)),
         workers_(std::move(workers)),
         coordinator_(std::move(coordinator)),
-        state_(options_.shard) {}
+        state_(options_.shard),
+        own_metrics_(options_.metrics == nullptr ? std::make_unique<Metrics>() : nullptr),
+        metrics_(options_.metrics != nullptr ? options_.metrics : own_metrics_.get(),
+                 options_.shard) {
+    metrics_.version.Set(-1);
+    metrics_.durable_step.Set(-1);
+  }
 
   ~ShardImpl() override {
     writer_.reset();  // its thread writes to wake_fd_
@@ -203,6 +284,8 @@ class ShardImpl final : public Shard {
                               .WithContext("restoring from store " + store_->path()));
       durable_step_ = checkpoint->step;
       restored_ = checkpoint->step;
+      metrics_.durable_step.Set(durable_step_.value());
+      metrics_.version.Set(state_.version().value());
       LOG(INFO) << "restored version " << restored_ << " of job '" << store_->job_id()
                 << "' from store " << store_->path() << " (" << state_.chunks().size()
                 << " chunks)";
@@ -218,8 +301,8 @@ class ShardImpl final : public Shard {
   // coordinator that knows the shard on this connection takes it as a no-op.
   Status Register() {
     next_register_ = Clock::now() + options_.register_every;
-    return SendToCoordinator(
-        RegisterShard{options_.shard, endpoint(), durable_step_, state_.version()});
+    return SendToCoordinator(RegisterShard{options_.shard, endpoint(), durable_step_,
+                                           state_.version(), options_.metrics_address});
   }
 
   template <class M>
@@ -245,6 +328,10 @@ class ShardImpl final : public Shard {
                   << " so far): " << st.ToString();
       }
     }
+    const size_t bytes = BytesOf(reply.chunks, reply.shm_chunks);
+    bytes_out_ += bytes;
+    metrics_.pull_bytes.Add(static_cast<double>(bytes));
+    metrics_.pulls.Add();
     Reply(peer, std::move(reply));
   }
 
@@ -375,9 +462,11 @@ class ShardImpl final : public Shard {
       if (!outcome.ok()) {
         LOG(WARNING) << "refused push for step " << push->step << " block "
                      << push->block.ToString() << ": " << outcome.status().ToString();
+        metrics_.pushes_refused.Add();
         ReplyError(in.peer, outcome.status());
         return;
       }
+      CountPush(*push, outcome->reply);
       if (outcome->reply.duplicates > 0) {
         LOG(INFO) << "dropped " << outcome->reply.duplicates
                   << " duplicate chunk contributions for step " << push->step << " block "
@@ -403,12 +492,34 @@ class ShardImpl final : public Shard {
     }
   }
 
+  // A push read whole (ResolveShmChunks made its shared-memory chunks chunks of it).
+  void CountPush(const Push& push, const PushReply& reply) {
+    const size_t bytes = BytesOf(push.chunks, push.shm_chunks);
+    bytes_in_ += bytes;
+    metrics_.push_bytes.Add(static_cast<double>(bytes));
+    if (reply.accepted > 0) {
+      metrics_.pushes_accepted.Add();
+      // The step's clock starts at its first contribution (not at the initial values').
+      if (push.step.value() >= 0 && push.step != step_started_of_) {
+        step_started_of_ = push.step;
+        step_started_ = Clock::now();
+      }
+    } else {
+      metrics_.pushes_duplicate.Add();
+    }
+  }
+
   void OnStepCompleted(StepDone done) {
     VLOG(1) << "step " << done.step << " done";
     AnswerWaitingPulls();  // first: the workers wait for these bytes
+    if (done.step.value() >= 0 && done.step == step_started_of_)
+      metrics_.step_seconds.Observe(SecondsSince(step_started_));
+    metrics_.version.Set(state_.version().value());
     MaybeCheckpoint();     // before the next push can step a chunk of the next step
     done.durable_step = durable_step_;
     done.checkpoint_error = checkpoint_error_;
+    done.bytes_in = bytes_in_;
+    done.bytes_out = bytes_out_;
     Status st = SendToCoordinator(std::move(done));
     if (!st.ok()) LOG(WARNING) << "could not report a step: " << st.ToString();
   }
@@ -424,6 +535,7 @@ class ShardImpl final : public Shard {
       checkpoint_error_ =
           "checkpoint of step " + std::to_string(state_.version().value()) + ": " + st.ToString();
       LOG(ERROR) << checkpoint_error_;
+      metrics_.checkpoint_failures.Add();
     }
   }
 
@@ -440,15 +552,21 @@ class ShardImpl final : public Shard {
         durable_step_ = r.step;
         checkpoint_error_.clear();
         LOG(INFO) << "checkpoint of step " << r.step << " is durable";
+        metrics_.checkpoint_seconds.Observe(r.seconds);
       } else {
         checkpoint_error_ =
             "checkpoint of step " + std::to_string(r.step.value()) + ": " + r.status.ToString();
         LOG(ERROR) << checkpoint_error_ << " (serving on from memory)";
+        metrics_.checkpoint_failures.Add();
       }
     }
+    metrics_.durable_step.Set(durable_step_.value());
     if (!report) return;
-    StepDone done{options_.shard,   Step(state_.version().value() - 1), false, 0.0f, durable_step_,
-                  checkpoint_error_};
+    const Step step(state_.version().value() - 1);
+    StepDone done{options_.shard, step, false, 0.0f, durable_step_, checkpoint_error_};
+    done.lr = state_.LearningRateOf(step);
+    done.bytes_in = bytes_in_;
+    done.bytes_out = bytes_out_;
     Status st = SendToCoordinator(std::move(done));
     if (!st.ok()) LOG(WARNING) << "could not report the durable step: " << st.ToString();
   }
@@ -462,6 +580,9 @@ class ShardImpl final : public Shard {
     } else {
       LOG(WARNING) << "rollback to step " << step << " refused: " << st.ToString();
     }
+    metrics_.version.Set(state_.version().value());
+    metrics_.durable_step.Set(durable_step_.value());
+    step_started_of_ = Step(-1);  // a step in progress is abandoned
     RollbackDone done{options_.shard, step,      state_.version(),
                       durable_step_,  st.code(), st.message()};
     Status sent = SendToCoordinator(std::move(done));
@@ -549,6 +670,13 @@ class ShardImpl final : public Shard {
   Step restored_{-1};
   Step durable_step_{-1};         // newest checkpoint written (or restored, or rolled back to)
   std::string checkpoint_error_;  // why the newest checkpoint attempt failed
+
+  const std::unique_ptr<Metrics> own_metrics_;  // when the options name no registry
+  ShardMetrics metrics_;
+  uint64_t bytes_in_ = 0;   // of the pushes read (eps_shard_push_bytes_total)
+  uint64_t bytes_out_ = 0;  // of the pull replies sent (eps_shard_pull_bytes_total)
+  Step step_started_of_{-1};         // the step whose first contribution came at step_started_
+  Clock::time_point step_started_;
 };
 
 }  // namespace

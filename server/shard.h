@@ -32,6 +32,10 @@
 // until the coordinator has named one. On Rollback{step} it loads that
 // checkpoint and answers RollbackDone. A store of another job or shard, or a
 // corrupt one, stops the shard with the error.
+//
+// Metrics (docs/metrics.md, "Shards"): with a registry in the options the
+// shard keeps its eps_shard_* and eps_checkpoint_* series there, labelled
+// shard="<id>"; serving them is the caller's (common/metrics_server.h).
 #pragma once
 
 #include <chrono>
@@ -43,6 +47,8 @@
 #include "common/status.h"
 
 namespace eps {
+
+class Metrics;
 
 struct ShardOptions {
   ShardId shard;
@@ -68,6 +74,13 @@ struct ShardOptions {
   // The longest wait for the background writer: for room for a new checkpoint,
   // before a rollback, and for pending checkpoints when the shard stops.
   std::chrono::milliseconds store_wait{600000};
+
+  // Where the shard keeps its metrics (null: none kept). It must outlive the
+  // shard; the shard's series stay in it.
+  Metrics* metrics = nullptr;
+  // The scrape target serving `metrics` ("host:port"), told to the coordinator
+  // at registration; empty: none.
+  std::string metrics_address;
 };
 
 class Shard {

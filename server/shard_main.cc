@@ -6,6 +6,8 @@
 
 #include "common/files.h"
 #include "common/memory.h"
+#include "common/metrics.h"
+#include "common/metrics_server.h"
 #include "server/shard.h"
 
 DEFINE_uint32(shard_id, 0, "This shard's id, 0..S-1");
@@ -26,6 +28,11 @@ DEFINE_int32(keep_checkpoints, 2, "How many of the newest checkpoints the store 
 DEFINE_string(job_id, "",
               "The job's id, to create or check --store before the coordinator names the job "
               "(empty: learn it from the store or the coordinator)");
+DEFINE_int32(metrics_port, -1,
+             "Serve Prometheus metrics at http://HOST:PORT/metrics (docs/metrics.md): -1 off, "
+             "0 any free port");
+DEFINE_string(metrics_host, "127.0.0.1",
+              "The address --metrics_port binds (0.0.0.0: every interface)");
 
 namespace {
 volatile bool g_stop = false;
@@ -61,6 +68,20 @@ int main(int argc, char** argv) {
   options.checkpoint_every = FLAGS_checkpoint_every;
   options.keep_checkpoints = FLAGS_keep_checkpoints;
   options.job_id = FLAGS_job_id;
+  // Declared before the shard: it keeps its series here, and outlives the server too.
+  eps::Metrics metrics;
+  std::unique_ptr<eps::MetricsServer> metrics_server;
+  if (FLAGS_metrics_port >= 0) {
+    auto server = eps::MetricsServer::Start({FLAGS_metrics_host, FLAGS_metrics_port}, &metrics);
+    if (!server.ok()) {
+      LOG(ERROR) << "--metrics_port: " << server.status().ToString();
+      return 2;
+    }
+    metrics_server = std::move(server).value();
+    options.metrics = &metrics;
+    options.metrics_address = metrics_server->address();
+    LOG(INFO) << "metrics at http://" << options.metrics_address << "/metrics";
+  }
   zmq::context_t context(1);
   auto shard = eps::Shard::Open(options, &context);
   if (!shard.ok()) {

@@ -294,8 +294,14 @@ void ShardState::StepChunk(ChunkId id) {
   s.next = std::move(next);
 }
 
+double ShardState::LearningRateOf(Step step) const {
+  if (!spec_.has_value() || step.value() < 0) return 0;
+  return LearningRate(optimizer_, step.value());
+}
+
 StepDone ShardState::ApplyStep() {
   StepDone done{shard_, version_, false, 0.0f, Step(-1), ""};
+  done.lr = LearningRateOf(version_);  // the rate StepChunk applied to every chunk
   const float v = static_cast<float>(spec_->virtual_workers);
   for (ChunkId id : mine_) {
     ChunkSlot& s = slots_[id.value()];

@@ -90,6 +90,9 @@ class ShardState {
   StatusOr<PullReply> HandlePull(const Pull& pull) const;
 
   uint64_t duplicates() const { return duplicates_; }
+  // The learning rate step `step` applies (0 before the job spec, and for step -1: the initial
+  // values).
+  double LearningRateOf(Step step) const;
   const std::vector<ChunkId>& chunks() const { return mine_; }
 
   // ---- durable state ----

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/metrics.h"
 #include "schema/channel.h"
 #include "server/shard_state.h"
 #include "storage/state_store.h"
@@ -2063,6 +2064,119 @@ TEST(ShardService, APushInSharedMemoryItCannotReadIsUnimplementedAndTheSocketSer
     coordinator.Send(Shutdown{"done"});
     EXPECT_TRUE(running.Join().ok());
   }
+}
+
+size_t PushedBytes(const Push& push) {
+  size_t n = 0;
+  for (const ChunkBytes& c : push.chunks) n += c.size;
+  for (const ShmChunk& c : push.shm_chunks) n += c.size;
+  return n;
+}
+
+TEST(ShardService, MetricsCountTheBytesAndBlocksPushedAndPulledAndTheCheckpoints) {
+  zmq::context_t context(1);
+  TempDir dir;
+  Job job(80);
+  const ShardId s(1);
+  FakeCoordinator coordinator(&context);
+  Metrics metrics;
+  ShardOptions o = StoreShardOptions(coordinator, dir.Sub("store"), s);
+  o.metrics = &metrics;
+  o.metrics_address = "127.0.0.1:9999";  // told, not served
+  const Labels shard{{"shard", "1"}};
+  auto pushes = [&](const char* result) {
+    return metrics.GetCounter("eps_shard_pushes_total", "", {{"shard", "1"}, {"result", result}})
+        .value();
+  };
+  RunningShard running(&context, o);
+  ASSERT_TRUE(running.open_status().ok()) << running.open_status().ToString();
+  auto reg = coordinator.Next<RegisterShard>();
+  ASSERT_TRUE(reg.has_value());
+  EXPECT_EQ(reg->metrics_address, "127.0.0.1:9999");
+  EXPECT_EQ(metrics.GetGauge("eps_shard_version", "", shard).value(), -1);
+  EXPECT_EQ(metrics.GetGauge("eps_shard_durable_step", "", shard).value(), -1);
+  ShardConfig config = Config();  // the rate halves every step: StepDone tells which one applied
+  config.spec.optimizer.schedule = "step";
+  config.spec.optimizer.step_size = 1;
+  config.spec.optimizer.gamma = 0.5;
+  coordinator.Send(config);
+  FakeWorker worker(&context, reg->address);
+  size_t pushed = 0;
+  const Push init = job.Init(s);
+  pushed += PushedBytes(init);
+  worker.Push(init);
+  ASSERT_TRUE(coordinator.Next<StepDone>(DurableAt(0)).has_value());
+  auto region = ShmRegion::Create(1 << 20);
+  ASSERT_TRUE(region.ok()) << region.status().ToString();
+  for (int64_t t = 0; t < 2; ++t) {
+    // One block through shared memory, one inline: both are counted.
+    const Push a = IntoShm(job.BlockPush(s, t, Block{0, 4}, true), **region);
+    ASSERT_FALSE(a.shm_chunks.empty());
+    const Push b = job.BlockPush(s, t, Block{4, 1}, false);
+    pushed += PushedBytes(a) + PushedBytes(b);
+    worker.Push(a);
+    worker.Push(b);
+    auto done = coordinator.Next<StepDone>(DurableAt(t + 1));
+    ASSERT_TRUE(done.has_value());
+    EXPECT_EQ(done->step, Step(t));
+    EXPECT_EQ(done->lr, t == 0 ? 0.1 : 0.05);
+    EXPECT_EQ(done->bytes_in, pushed);
+    EXPECT_EQ(done->bytes_out, 0u);
+    EXPECT_EQ(metrics.GetGauge("eps_shard_version", "", shard).value(), t + 1);
+  }
+  // A block of a step applied already: a duplicate, read all the same.
+  const Push late = job.BlockPush(s, 0, Block{4, 1}, false);
+  pushed += PushedBytes(late);
+  worker.Push(late);
+  // A block of a future step: refused, its bytes not counted.
+  Push future = job.BlockPush(s, 2, Block{0, 4}, true);
+  future.step = Step(3);
+  auto refused = worker.Send(future);
+  EXPECT_EQ(refused.status().code(), StatusCode::kAborted) << refused.status().ToString();
+  // Two pulls, inline.
+  size_t pulled = 0;
+  for (int64_t version : {1, 2}) {
+    auto reply = worker.Send(MakePull(version));
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    for (const ChunkBytes& c : std::get<PullReply>(reply->body).chunks) pulled += c.size;
+  }
+  EXPECT_GT(pulled, 0u);
+
+  EXPECT_EQ(metrics.GetCounter("eps_shard_push_bytes_total", "", shard).value(), pushed);
+  EXPECT_EQ(pushes("accepted"), 1 + 2 * 2);  // the initial values and two blocks per step
+  EXPECT_EQ(pushes("duplicate"), 1);
+  EXPECT_EQ(pushes("refused"), 1);
+  EXPECT_EQ(metrics.GetCounter("eps_shard_pull_bytes_total", "", shard).value(), pulled);
+  EXPECT_EQ(metrics.GetCounter("eps_shard_pulls_total", "", shard).value(), 2);
+  // Steps 0 and 1 (the initial values are no step); checkpoints of versions 0, 1 and 2.
+  EXPECT_EQ(metrics.GetHistogram("eps_shard_step_seconds", "", {}, shard).count(), 2u);
+  EXPECT_EQ(metrics.GetHistogram("eps_checkpoint_duration_seconds", "", {}, shard).count(), 3u);
+  EXPECT_GT(metrics.GetHistogram("eps_checkpoint_duration_seconds", "", {}, shard).sum(), 0);
+  EXPECT_EQ(metrics.GetCounter("eps_checkpoint_failures_total", "", shard).value(), 0);
+  EXPECT_EQ(metrics.GetGauge("eps_shard_durable_step", "", shard).value(), 2);
+  // StepDone reports the same numbers as the counters.
+  for (const Push& p : {job.BlockPush(s, 2, Block{0, 4}, true),
+                        job.BlockPush(s, 2, Block{4, 1}, false)}) {
+    pushed += PushedBytes(p);
+    worker.Push(p);
+  }
+  auto done = coordinator.Next<StepDone>([](const StepDone& d) { return d.step == Step(2); });
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->bytes_in, pushed);
+  EXPECT_EQ(done->bytes_out, pulled);
+  EXPECT_DOUBLE_EQ(done->lr, 0.025);
+  EXPECT_EQ(metrics.GetCounter("eps_shard_push_bytes_total", "", shard).value(), pushed);
+  // Every series carries the shard's label.
+  const std::string text = metrics.Render();
+  for (size_t at = 0, end; at < text.size(); at = end + 1) {
+    end = text.find('\n', at);
+    const std::string line = text.substr(at, end - at);
+    if (line.rfind("#", 0) != 0) {
+      EXPECT_NE(line.find("shard=\"1\""), std::string::npos) << line;
+    }
+  }
+  coordinator.Send(Shutdown{"done"});
+  EXPECT_TRUE(running.Join().ok());
 }
 
 TEST(ShardService, CheckpointingNeedsAStoreAndABadStoreStopsTheShardAtOpen) {
