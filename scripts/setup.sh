@@ -21,7 +21,6 @@ packages=(
   libgflags-dev libgoogle-glog-dev libgtest-dev libssl-dev nlohmann-json3-dev zlib1g-dev
   libcpp-httplib-dev prometheus
   libtorch-dev libopenblas0-pthread dataset-fashion-mnist python3-torch python3-matplotlib
-  prometheus
 )
 missing=()
 for p in "${packages[@]}"; do
