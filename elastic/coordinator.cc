@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -13,7 +14,9 @@
 #include "common/layout.h"
 #include "common/wire.h"
 #include "elastic/job_event.h"
+#include "elastic/job_metrics.h"
 #include "elastic/job_state.h"
+#include "elastic/metrics_csv.h"
 #include "elastic/model_export.h"
 #include "schema/channel.h"
 #include "storage/state_store.h"
@@ -62,15 +65,18 @@ class CoordinatorImpl final : public Coordinator {
  public:
   CoordinatorImpl(CoordinatorOptions options, std::unique_ptr<Channel> channel,
                   zmq::context_t* context, std::unique_ptr<StateStore> store,
-                  std::unique_ptr<JsonLinesFile> events,
+                  std::unique_ptr<JsonLinesFile> events, std::unique_ptr<MetricsCsv> csv,
                   const std::optional<JobState::Resumed>& resumed)
       : options_(std::move(options)),
         channel_(std::move(channel)),
         context_(context),
         store_(std::move(store)),
         events_(std::move(events)),
+        csv_(std::move(csv)),
         state_(options_.spec, StateOptions(options_), &clock_),
-        shard_peers_(options_.spec.num_shards) {
+        shard_peers_(options_.spec.num_shards),
+        shard_metrics_(options_.spec.num_shards) {
+    if (options_.metrics) job_metrics_.emplace(options_.metrics);
     if (resumed) {
       state_.Resume(*resumed);
       persisted_job_ = true;
@@ -88,6 +94,7 @@ class CoordinatorImpl final : public Coordinator {
               << " model=" << spec.model << " shards=" << spec.num_shards
               << " min workers=" << options_.workers;
     auto last_progress = Clock::now();
+    auto last_publish = last_progress - kPublishEvery;
     Step last_printed_step{-1};
     std::optional<Clock::time_point> stop_deadline;
     bool signalled = false;
@@ -116,6 +123,10 @@ class CoordinatorImpl final : public Coordinator {
         state_.ReportProgress();
       }
       RecordEvents();
+      if (now - last_publish >= kPublishEvery) {
+        last_publish = now;
+        Publish();
+      }
       // Workers that never ask again (hung, or killed during the end) get a bounded grace.
       if (state_.phase() == JobState::Phase::kStopping) {
         if (!stop_deadline) stop_deadline = now + std::chrono::seconds(5);
@@ -127,6 +138,7 @@ class CoordinatorImpl final : public Coordinator {
         Send(shard_peers_[s], Shutdown{"coordinator exits"});
     }
     RecordEvents();
+    Publish();
     return state_.fatal();
   }
 
@@ -155,10 +167,50 @@ class CoordinatorImpl final : public Coordinator {
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     for (const JobEvent& e : events) {
       Print(EventText(e));
-      const Status st = events_->Append(
-          EventJson(e, wall_now - std::chrono::duration<double>(steady_now - e.at).count()));
+      const double wall = wall_now - std::chrono::duration<double>(steady_now - e.at).count();
+      std::string json = EventJson(e, wall);
+      Status st = events_->Append(json);
       if (!st.ok()) LOG(ERROR) << st.ToString();  // once; the job goes on
+      if (!IsPerStep(e)) {
+        recent_events_.push_back(std::move(json));
+        if (recent_events_.size() > kRecentEvents) recent_events_.pop_front();
+      }
+      st = csv_->OnEvent(e, wall);
+      if (!st.ok()) LOG(ERROR) << st.ToString();  // once
+      if (job_metrics_) job_metrics_->OnEvent(e);
     }
+  }
+
+  // The job's status as `elasticps status` shows it, with the newest `events`.
+  JobStatusReply StatusReport(size_t events) const {
+    JobStatusReply r = state_.StatusReport();
+    for (WorkerStatus& w : r.workers) {
+      auto it = worker_metrics_.find(w.worker);
+      if (it != worker_metrics_.end()) w.metrics_address = it->second;
+    }
+    for (ShardStatus& s : r.shards) s.metrics_address = shard_metrics_[s.shard.value()];
+    const size_t n = std::min(events, recent_events_.size());
+    r.events.assign(recent_events_.end() - static_cast<std::ptrdiff_t>(n), recent_events_.end());
+    return r;
+  }
+
+  // The metrics' gauges, and the scrape targets when they changed.
+  void Publish() {
+    if (!job_metrics_) return;
+    const JobStatusReply status = StatusReport(0);
+    job_metrics_->Publish(status);
+    std::string targets = PrometheusTargets(status, options_.metrics_address);
+    if (targets == written_targets_) return;
+    const Status st =
+        WriteFileAtomically(options_.run_dir + "/prometheus_targets.json", targets);
+    if (!st.ok()) LOG(ERROR) << st.ToString();
+    written_targets_ = std::move(targets);  // not retried: one error line, the job goes on
+  }
+
+  // The events of every step, which the status leaves out.
+  static bool IsPerStep(const JobEvent& e) {
+    return e.As<JobEvent::RangeConfirmed>() || e.As<JobEvent::StepCompleted>() ||
+           e.As<JobEvent::CheckpointDurable>() || e.As<JobEvent::Progress>();
   }
 
   static void Print(const EventLine& line) {
@@ -248,9 +300,16 @@ class CoordinatorImpl final : public Coordinator {
       const bool new_peer =
           m->shard.value() >= shard_peers_.size() || shard_peers_[m->shard.value()] != in.peer;
       st = state_.OnShardRegistered(m->shard, m->address, m->durable_step, m->version, new_peer);
-      if (st.ok()) shard_peers_[m->shard.value()] = in.peer;
+      if (st.ok()) {
+        shard_peers_[m->shard.value()] = in.peer;
+        shard_metrics_[m->shard.value()] = m->metrics_address;
+      }
     } else if (auto* m = std::get_if<RegisterWorker>(&body)) {
-      worker_peers_[state_.OnWorkerRegistered(m->host, m->pid, m->device_kind)] = in.peer;
+      const WorkerId id = state_.OnWorkerRegistered(m->host, m->pid, m->device_kind);
+      worker_peers_[id] = in.peer;
+      worker_metrics_[id] = m->metrics_address;
+    } else if (auto* m = std::get_if<JobStatusRequest>(&body)) {
+      Send(in.peer, StatusReport(m->recent_events));
     } else if (std::get_if<JobInfo>(&body)) {
       Send(in.peer, state_.Info());  // for the inter-job scheduler
     } else if (auto* m = std::get_if<StepRequest>(&body)) {
@@ -350,12 +409,21 @@ class CoordinatorImpl final : public Coordinator {
   SteadyClock clock_;
   std::unique_ptr<StateStore> store_;  // null: the coordinator keeps nothing across restarts
   const std::unique_ptr<JsonLinesFile> events_;
+  const std::unique_ptr<MetricsCsv> csv_;
   JobState state_;
+  std::optional<JobMetrics> job_metrics_;  // when options_.metrics
+  static constexpr auto kPublishEvery = std::chrono::milliseconds(250);
+  static constexpr size_t kRecentEvents = 1000;
+  std::deque<std::string> recent_events_;  // the newest lines of events.jsonl, less the
+                                           // per-step ones
+  std::string written_targets_;
   bool persisted_job_ = false;
   Epoch persisted_epoch_{0};
   uint32_t persisted_next_worker_ = 0;
   std::vector<std::string> shard_peers_;
   std::map<WorkerId, std::string> worker_peers_;  // routing id of each worker's main socket
+  std::vector<std::string> shard_metrics_;          // each shard's metrics address (empty: none)
+  std::map<WorkerId, std::string> worker_metrics_;  // each worker's
 };
 
 }  // namespace
@@ -413,10 +481,15 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
     }
   }
   EPS_ASSIGN_OR_RETURN(auto events, JsonLinesFile::Open(options.run_dir + "/events.jsonl"));
+  EPS_ASSIGN_OR_RETURN(auto csv,
+                       MetricsCsv::Open(options.run_dir + "/metrics.csv",
+                                        uint64_t{options.spec.virtual_workers} *
+                                            options.spec.batch_per_vw));
   EPS_ASSIGN_OR_RETURN(auto channel, Channel::Bind(context, bind));
   if (store) EPS_RETURN_IF_ERROR(store->Put("endpoint", channel->endpoint()));
   return std::unique_ptr<Coordinator>(new CoordinatorImpl(
-      options, std::move(channel), context, std::move(store), std::move(events), resumed));
+      options, std::move(channel), context, std::move(store), std::move(events), std::move(csv),
+      resumed));
 }
 
 }  // namespace eps

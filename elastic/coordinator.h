@@ -8,6 +8,11 @@
 // coordinator has the test set evaluated, reads the final parameters from the
 // shards, and writes <run_dir>/result.json.
 //
+// Along the way it writes <run_dir>/events.jsonl (docs/events.md),
+// <run_dir>/metrics.csv (one row per step) and, when the processes serve
+// Prometheus metrics, <run_dir>/prometheus_targets.json; anyone with the
+// token may ask it for a JobStatusReply (`elasticps status`).
+//
 // The decisions (membership, assignment, recovery, the step clock) live in the
 // pure JobState (job_state.h); this class is its I/O shell.
 // Run() owns the socket and all state: one thread, no locks.
@@ -18,6 +23,7 @@
 #include <string>
 #include <zmq.hpp>
 
+#include "common/metrics.h"
 #include "common/status.h"
 #include "elastic/planner.h"
 #include "schema/messages.h"
@@ -41,6 +47,8 @@ struct CoordinatorOptions {
   PlannerOptions planner;                          // VW counts by measured speed, or equal
   double replan_threshold = 0.25;                  // hysteresis of speed-driven re-planning
   int64_t probe_idle_after = 1000;  // re-measure a worker idle this many steps (0: never)
+  Metrics* metrics = nullptr;       // the coordinator's metrics go here (null: none)
+  std::string metrics_address;      // where they are served ("host:port"), for the scrape targets
 };
 
 // Checks what can be checked before any process starts: sizes, counts, the data files.

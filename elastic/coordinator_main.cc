@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <memory>
 
 #include "common/files.h"
 #include "common/memory.h"
+#include "common/metrics_server.h"
 #include "common/wire.h"
 #include "elastic/coordinator.h"
 
@@ -60,6 +62,9 @@ DEFINE_int64(chunk_elems, 1 << 20, "Largest chunk of a tensor, in elements");
 DEFINE_uint32(workers, 1, "Start training once this many workers have registered");
 DEFINE_string(bind, "tcp://127.0.0.1:0", "Endpoint to serve on (port 0: any free port)");
 DEFINE_string(run_dir, "", "Folder for result.json");
+DEFINE_int32(metrics_port, -1,
+             "Serve Prometheus metrics at http://HOST:PORT/metrics (0: a free port; -1: off)");
+DEFINE_string(metrics_host, "127.0.0.1", "Interface for --metrics_port (0.0.0.0: every one)");
 DEFINE_string(store, "",
               "RocksDB directory of the coordinator's state (empty: none). Restarted on the same "
               "store, the coordinator binds its former endpoint and resumes the job");
@@ -182,6 +187,20 @@ int main(int argc, char** argv) {
   o.token = *token;
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
+
+  eps::Metrics metrics;
+  std::unique_ptr<eps::MetricsServer> metrics_server;
+  if (FLAGS_metrics_port >= 0) {
+    auto server = eps::MetricsServer::Start({FLAGS_metrics_host, FLAGS_metrics_port}, &metrics);
+    if (!server.ok()) {
+      LOG(ERROR) << "--metrics_port: " << server.status().ToString();
+      return 2;
+    }
+    metrics_server = std::move(server).value();
+    o.metrics = &metrics;
+    o.metrics_address = metrics_server->address();
+    LOG(INFO) << "metrics at http://" << o.metrics_address << "/metrics";
+  }
 
   zmq::context_t context(1);
   auto coordinator = eps::Coordinator::Open(o, &context);

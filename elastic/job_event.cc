@@ -183,7 +183,12 @@ std::string EventJson(const JobEvent& event, double wall_seconds) {
                    j["lo"] = e.lo;
                    j["hi"] = e.hi;
                  },
-                 [&](const E::StepCompleted&) {},
+                 [&](const E::StepCompleted& e) {
+                   if (e.has_loss) j["loss"] = e.loss;
+                   j["lr"] = e.lr;
+                   j["epoch"] = e.epoch;
+                   j["ranges"] = Ranges(e.ranges);
+                 },
                  [&](const E::Paused& e) {
                    j["cause"] = e.cause == E::Paused::Cause::kNoWorker ? "no_worker" : "capacity";
                    j["detail"] = e.detail;

@@ -107,7 +107,13 @@ struct JobEvent {
     WorkerId worker;
     uint32_t lo = 0, hi = 0;
   };
-  struct StepCompleted {};  // every shard applied step `step`
+  struct StepCompleted {  // every shard applied step `step`
+    bool has_loss = false;
+    float loss = 0;   // the step's mean VW training loss
+    double lr = 0;    // the learning rate it applied
+    double epoch = 0;  // passes over the training data after it
+    std::vector<WorkerRange> ranges;  // who held which VWs in it (live workers' ranges)
+  };
   struct Paused {           // training waits at step `step`
     enum class Cause { kNoWorker, kCapacity };
     Cause cause = Cause::kNoWorker;

@@ -14,7 +14,10 @@ JobState::JobState(JobSpec spec, JobStateOptions options, const Clock* clock)
       shard_done_(spec_.num_shards, Step(-2)),
       shard_registered_(spec_.num_shards, false),
       shard_durable_(spec_.num_shards, Step(-1)),
-      shard_version_(spec_.num_shards, Step(-1)) {
+      shard_version_(spec_.num_shards, Step(-1)),
+      shard_durable_at_(spec_.num_shards),
+      shard_bytes_in_(spec_.num_shards, 0),
+      shard_bytes_out_(spec_.num_shards, 0) {
   started_ = clock_->Now();
   progress_deadline_ = started_ + options_.startup_timeout;
   auto speeds = SpeedEstimator::Create(SpeedEstimatorOptions());
@@ -92,8 +95,7 @@ Status JobState::OnStepRequest(const StepRequest& r) {
   } else {
     // Everything this worker held is confirmed: it asks only after its pushes were acknowledged.
     for (const Work& item : work_) {
-      if (item.holder == r.worker)
-        Emit(JobEvent::RangeConfirmed{r.worker, item.lo, item.hi}, step_);
+      if (item.holder == r.worker) Confirm(r.worker, item.lo, item.hi);
     }
     work_.erase(std::remove_if(work_.begin(), work_.end(),
                                [&](const Work& item) { return item.holder == r.worker; }),
@@ -125,6 +127,7 @@ Status JobState::OnLeave(WorkerId worker, const std::string& reason) {
   if (it == workers_.end() || !it->second.alive)
     return OkStatus();  // already gone: the ack is the same
   std::vector<WorkerRange> moved = DeclareDead(worker);
+  it->second.left = true;
   Emit(JobEvent::WorkerLeft{worker, reason, std::move(moved)}, CurrentStep());
   Send(worker, StepPlan{PlanKind::kStop, step_, epoch_, 0, 0, 0, 0});
   Advance();
@@ -135,8 +138,11 @@ Status JobState::OnStepDone(ShardId shard, const StepDone& done) {
   if (shard.value() >= spec_.num_shards || !shard_registered_[shard.value()]) {
     return NotFound("step report from an unknown shard: register again");
   }
+  shard_bytes_in_[shard.value()] = done.bytes_in;
+  shard_bytes_out_[shard.value()] = done.bytes_out;
   if (done.durable_step > shard_durable_[shard.value()]) {
     shard_durable_[shard.value()] = done.durable_step;
+    shard_durable_at_[shard.value()] = clock_->Now();
     Emit(JobEvent::CheckpointDurable{shard}, done.durable_step);
   }
   UpdateRetention();
@@ -145,6 +151,7 @@ Status JobState::OnStepDone(ShardId shard, const StepDone& done) {
   if (phase_ == Phase::kRollingBack) return OkStatus();  // reports from before the rollback
   shard_done_[shard.value()] = std::max(shard_done_[shard.value()], done.step);
   if (done.has_loss) losses_[done.step.value()] = done.loss;
+  if (done.step == step_) step_lr_ = done.lr;
   Progress();
   Advance();
   return OkStatus();
@@ -544,10 +551,23 @@ void JobState::DispatchTrain() {
 
 void JobState::OnStepFinished() {
   for (const Work& item : work_) {  // held ranges whose confirmation the shards' report overtook
-    if (item.holder) Emit(JobEvent::RangeConfirmed{*item.holder, item.lo, item.hi}, step_);
+    if (item.holder) Confirm(*item.holder, item.lo, item.hi);
   }
-  Emit(JobEvent::StepCompleted{}, step_);
   const Step next(step_.value() + 1);
+  JobEvent::StepCompleted completed;
+  if (auto loss = losses_.find(step_.value()); loss != losses_.end()) {
+    completed.has_loss = true;
+    completed.loss = loss->second;
+  }
+  completed.lr = last_lr_ = step_lr_;
+  if (train_samples_ > 0) {
+    completed.epoch =
+        double(next.value()) * spec_.virtual_workers * spec_.batch_per_vw / double(train_samples_);
+  }
+  completed.ranges = LiveRanges();
+  Emit(std::move(completed), step_);
+  completions_.push_back(clock_->Now());
+  if (completions_.size() > kRateWindow) completions_.pop_front();
   steps_done_ = next.value();
   if (steps_done_ == JobSummary::kWarmupSteps && warmed_up_ == Clock::time_point{})
     warmed_up_ = clock_->Now();
@@ -561,6 +581,15 @@ void JobState::OnStepFinished() {
     return StartEval(next);
   }
   StartStep(next);
+}
+
+void JobState::Confirm(WorkerId w, uint32_t lo, uint32_t hi) {
+  Emit(JobEvent::RangeConfirmed{w, lo, hi}, step_);
+  WorkerInfo& info = workers_[w];
+  if (info.contributed_step != step_) {
+    info.contributed_step = step_;
+    ++info.steps_contributed;
+  }
 }
 
 void JobState::StartEval(Step version) {

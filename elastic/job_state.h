@@ -31,6 +31,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
@@ -176,6 +177,10 @@ class JobState {
   // What the inter-job scheduler asks for: the job's needs and its live
   // workers' measured seconds per VW (0 while not measured).
   JobInfoReply Info() const;
+  // How the job is doing, for `elasticps status` and the metrics: every worker
+  // the job has known, every shard. The events and the metrics addresses are
+  // the shell's to fill in (job_status.cc).
+  JobStatusReply StatusReport() const;
 
  private:
   struct Work {
@@ -199,9 +204,14 @@ class JobState {
     Clock::time_point last_seen;
     bool init_holder = false;
     int64_t idle_since = -1;  // the step from which it has held no VW (-1: it holds some)
+    bool left = false;        // it left gracefully (else, once dead, it was declared dead)
+    int64_t steps_contributed = 0;  // steps in which some range of it was confirmed
+    Step contributed_step{-1};      // the newest of them
   };
 
   void Advance();
+  // A range `w` computed in the step in flight was confirmed.
+  void Confirm(WorkerId w, uint32_t lo, uint32_t hi);
   void Emit(JobEvent::What what, std::optional<Step> step) {
     events_.push_back({clock_->Now(), step, std::move(what)});
   }
@@ -249,6 +259,13 @@ class JobState {
   std::vector<Step> shard_durable_;  // newest checkpoint each shard reported
   Step retain_sent_{-2};             // the retention floor last sent to the shards (-2: none)
   std::vector<Step> shard_version_;  // version each shard served when it registered
+  std::vector<std::optional<Clock::time_point>> shard_durable_at_;  // when each durable step
+                                                                    // last advanced
+  std::vector<uint64_t> shard_bytes_in_, shard_bytes_out_;  // as each shard last reported
+  double step_lr_ = 0;  // the learning rate the shards reported for the step in flight
+  double last_lr_ = 0;  // ... for the newest completed step
+  std::deque<Clock::time_point> completions_;  // when the newest steps completed (a window)
+  static constexpr size_t kRateWindow = 20;
   std::vector<std::pair<uint32_t, uint32_t>> resume_ranges_;
   Step rollback_step_{-1};
   std::vector<bool> rollback_acked_;

@@ -91,6 +91,9 @@ class Driver {
     d.durable_step = Step(durable);
     d.has_loss = s == 0;
     d.loss = 1.0f / float(t + 3);
+    d.lr = 0.5 / double(t + 2);
+    d.bytes_in = uint64_t(1000 * (s + 1) * (t + 2));
+    d.bytes_out = uint64_t(10 * (s + 1) * (t + 2));
     ASSERT_TRUE(state.OnStepDone(ShardId(s), d).ok());
   }
   // Every shard finished step t; shard 0 reports the loss.
@@ -560,6 +563,86 @@ TEST(JobState, InfoNamesTheJobsNeedsAndEachLiveWorkersMeasuredSpeed) {
   EXPECT_NEAR(info.workers[1].seconds_per_vw, 0.02, 1e-12);
   ASSERT_TRUE(d.state.OnLeave(ws[0], "test").ok());
   EXPECT_EQ(d.state.Info().workers.size(), 1u) << "only live workers";
+}
+
+TEST(JobState, AStepCompletedEventCarriesTheStepsLossLearningRateEpochAndRanges) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(2);
+  d.Events();
+  d.RunStep(0, ws);
+  const auto completed = Of<JobEvent::StepCompleted>(d.Events());
+  ASSERT_EQ(completed.size(), 1u);
+  EXPECT_EQ(completed[0].first, Step(0));
+  const JobEvent::StepCompleted& c = completed[0].second;
+  EXPECT_TRUE(c.has_loss);
+  EXPECT_FLOAT_EQ(c.loss, 1.0f / 3);
+  EXPECT_DOUBLE_EQ(c.lr, 0.5 / 2);
+  EXPECT_DOUBLE_EQ(c.epoch, double(kV * 4) / kSamples);
+  EXPECT_EQ(c.ranges, Ranges({{ws[0], 0, 4}, {ws[1], 4, 8}}));
+}
+
+TEST(JobState, TheStatusReportNamesEveryWorkerAndShardAndTheRecentRate) {
+  Driver d;
+  std::vector<WorkerId> ws = d.Start(2);
+  StepRequest r;
+  r.worker = ws[1];
+  r.done_step = Step(-1);
+  r.seconds_per_vw = 0.02;
+  ASSERT_TRUE(d.state.OnStepRequest(r).ok());
+  JobStatusReply s = d.state.StatusReport();
+  EXPECT_EQ(s.phase, "training");
+  EXPECT_EQ(s.step, 0);
+  EXPECT_EQ(s.eta_s, -1) << "no rate before two steps completed";
+  EXPECT_FALSE(s.has_loss) << "no step is done yet";
+  for (int64_t t = 0; t < 3; ++t) {
+    d.clock.Advance(seconds(2));
+    d.RunStep(t, ws);
+  }
+  d.ShardDone(0, 2, /*durable=*/2);  // shard 0's checkpoint of step 2 landed
+  d.clock.Advance(milliseconds(500));
+  ASSERT_TRUE(d.state.OnLeave(ws[1], "preempted").ok());
+  const WorkerId dead = d.AddWorker();
+  d.Pass(seconds(4), {ws[0]});  // `dead` misses its heartbeats
+  d.clock.Advance(milliseconds(500));
+  s = d.state.StatusReport();
+  EXPECT_EQ(s.job_id, "job");
+  EXPECT_EQ(s.model, "tiny");
+  EXPECT_EQ(s.step, 3);
+  EXPECT_EQ(s.steps, kSteps);
+  EXPECT_DOUBLE_EQ(s.epoch, 3.0 * kV * 4 / kSamples);
+  EXPECT_TRUE(s.has_loss);
+  EXPECT_FLOAT_EQ(s.loss, 1.0f / 5);
+  EXPECT_DOUBLE_EQ(s.lr, 0.5 / 4);
+  EXPECT_DOUBLE_EQ(s.samples_per_s, kV * 4 / 2.0) << "a step every 2 s";
+  EXPECT_DOUBLE_EQ(s.eta_s, (kSteps - 3) * 2.0);
+  EXPECT_DOUBLE_EQ(s.elapsed_s, 11);
+  EXPECT_EQ(s.virtual_workers, kV);
+  ASSERT_EQ(s.workers.size(), 3u);
+  EXPECT_EQ(s.workers[0].worker, ws[0]);
+  EXPECT_EQ(s.workers[0].state, "ready");
+  EXPECT_EQ(s.workers[0].host, "host");
+  EXPECT_EQ(s.workers[0].device_kind, "cpu");
+  EXPECT_EQ(s.workers[0].steps_contributed, 3);
+  EXPECT_DOUBLE_EQ(s.workers[0].since_heartbeat_s, 0.5);
+  EXPECT_EQ(s.workers[1].state, "left");
+  EXPECT_EQ(s.workers[1].steps_contributed, 3);
+  EXPECT_NEAR(s.workers[1].seconds_per_vw, 0, 1e-12) << "forgotten once it left";
+  EXPECT_EQ(s.workers[1].vw_hi - s.workers[1].vw_lo, 0u) << "a worker that left holds nothing";
+  EXPECT_EQ(s.workers[2].worker, dead);
+  EXPECT_EQ(s.workers[2].state, "dead");
+  EXPECT_EQ(s.workers[2].steps_contributed, 0);
+  ASSERT_EQ(s.shards.size(), kShards);
+  for (uint32_t i = 0; i < kShards; ++i) {
+    EXPECT_TRUE(s.shards[i].registered);
+    EXPECT_EQ(s.shards[i].address, "ipc:///tmp/shard" + std::to_string(i));
+    EXPECT_EQ(s.shards[i].version, Step(3)) << "it applied steps 0, 1, 2";
+    EXPECT_EQ(s.shards[i].bytes_in, 1000u * (i + 1) * 4);
+    EXPECT_EQ(s.shards[i].bytes_out, 10u * (i + 1) * 4);
+  }
+  EXPECT_EQ(s.shards[0].durable_step, Step(2));
+  EXPECT_DOUBLE_EQ(s.shards[0].since_checkpoint_s, 5);
+  EXPECT_EQ(s.shards[1].durable_step, Step(-1));
+  EXPECT_EQ(s.shards[1].since_checkpoint_s, -1) << "no checkpoint";
 }
 
 TEST(JobState, TheEpochStaysWhileMembershipDoesNotChange) {
