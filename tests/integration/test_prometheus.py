@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 import unittest
 
 from harness import ENV, LOCAL, MLP, ROOT, RunDirTest, logs, poll_until, read_events, read_result, wait_for_file
@@ -132,6 +133,10 @@ class LiveJob(RunDirTest):
         self.assertIsNone(self.job.poll(), f"the job ended ({self.job.returncode}) before: {what}\n{logs(self.dir)}")
         return self.prom.wait_for(expr, predicate, timeout, what)
 
+    def mark(self, what):
+        """Prints how far into the job `what` was reached (the job's length must cover every phase)."""
+        print(f"  {time.monotonic() - self.t0:5.1f}s {what}", flush=True)
+
     def targets(self, role):
         return [t for t in self.prom.targets() if t["labels"].get("eps_role") == role
                 and t["labels"].get("eps_job") == JOB]
@@ -154,6 +159,7 @@ class LiveJob(RunDirTest):
                                      "--run-dir", self.dir, "--checkpoint-every", "100", "--slowdowns", SLOWDOWN,
                                      "--", *EXTRA], env=ENV, stdout=log, stderr=subprocess.STDOUT)
         log.close()
+        self.t0 = time.monotonic()
         self.procs.append(self.job)
         addr = wait_for_file(os.path.join(self.dir, "coordinator.addr"), proc=self.job)
         job = f'eps_job="{JOB}"'
@@ -165,6 +171,7 @@ class LiveJob(RunDirTest):
                               "a coordinator target up")
         first = self.wait_for_targets("worker", lambda ts: len(ts) == 1 and ts[0]["health"] == "up", 30,
                                       "a worker target up")[0]
+        self.mark("every process a target, up")
 
         # Steps go up, and so do the bytes the shards received.
         s1 = self.wait_for(f"eps_step{{{job}}}", lambda v: v >= 1, 30, "eps_step at 1 or more")
@@ -173,6 +180,7 @@ class LiveJob(RunDirTest):
         b1 = self.wait_for(pushed, lambda v: v > 0, 30, "shard push bytes above 0")
         self.wait_for(pushed, lambda v: v > b1, 30, f"shard push bytes above {b1}")
         self.wait_for(f"eps_workers{{{job}}}", lambda v: v == 1, 30, "eps_workers at 1")
+        self.mark("eps_step and the shard push bytes going up")
 
         # A worker attaches with metrics on: eps_workers goes to 2 and its target is up.
         attached = subprocess.Popen([ATTACH, "--metrics", "--coordinator", addr, "--token-file",
@@ -184,6 +192,7 @@ class LiveJob(RunDirTest):
         self.assertEqual(len(ids), 1, read_events(self.dir, "worker_joined"))
         self.wait_for_targets("worker", lambda ts: any(t["labels"]["eps_worker"] in ids and t["health"] == "up"
                                                        for t in ts), 30, "the attached worker's target up")
+        self.mark("the attached worker counted and a target")
 
         # The first worker is SIGKILLed: eps_workers back to 1, its target gone from the targets file.
         with open(os.path.join(self.dir, "pids", "worker0.pid")) as f:
@@ -193,15 +202,23 @@ class LiveJob(RunDirTest):
                       "a death counted")
         self.wait_for_targets("worker", lambda ts: [t["labels"]["eps_worker"] for t in ts] == sorted(ids) and
                               first["labels"]["eps_worker"] not in ids, 30, "only the attached worker a target")
+        self.mark("the killed worker uncounted and no target")
 
         # The dashboard's panels answer with live data (the test accuracy has none: --test_limit=-1).
         self.wait_for(f"max(eps_shard_durable_step{{{job}}})", lambda v: v >= 100, 60, "a checkpoint at step 100")
-        for title, expr in dashboard_queries(JOB):
-            if title in ("Test accuracy",):
-                continue
-            with self.subTest(panel=title, expr=expr):
-                poll_until(lambda: self.prom.query(expr) or None, 20, f"no data for '{title}': {expr}")
+        queries = [(title, expr) for title, expr in dashboard_queries(JOB) if title != "Test accuracy"]
+        missing = []
 
+        def all_answer():
+            self.assertIsNone(self.job.poll(), f"the job ended before every panel had data: {missing}")
+            missing[:] = [(title, expr) for title, expr in queries if not self.prom.query(expr)]
+            return True if not missing else None
+        try:
+            poll_until(all_answer, 30, "every dashboard panel with data")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; without: {missing}") from None
+        self.assertIsNone(self.job.poll(), "the job ended before the dashboard was read: make it longer")
+        self.mark("every dashboard panel with data")
         rc = self.job.wait(timeout=300)
         self.assertEqual(rc, 0, logs(self.dir))
         result = read_result(self.dir)
