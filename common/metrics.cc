@@ -38,7 +38,8 @@ void AtomicAdd(std::atomic<double>* a, double delta) {
 
 // As Prometheus (Go's ParseFloat) reads it: integers up to 2^53 in plain
 // digits, NaN and infinities spelled its way, anything else the shortest text
-// that reads back as the same double.
+// that reads back as the same double, in %g style (0.0001, 1e-05) as Prometheus' clients
+// write bucket bounds.
 void AppendNumber(double v, std::string* out) {
   if (std::isnan(v)) {
     *out += "NaN";
@@ -50,7 +51,7 @@ void AppendNumber(double v, std::string* out) {
     out->append(buf, static_cast<size_t>(n));
   } else {
     char buf[32];
-    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
     out->append(buf, r.ptr);
   }
 }

@@ -8,6 +8,8 @@
 #include <future>
 #include <thread>
 
+#include "common/threads.h"
+
 namespace eps {
 namespace {
 
@@ -69,10 +71,13 @@ class MetricsServerImpl final : public MetricsServer {
     port_ = port;
     std::promise<void> finished;
     finished_ = finished.get_future();
-    thread_ = std::thread([this, finished = std::move(finished)]() mutable {
-      server_.listen_after_bind();
-      finished.set_value();
-    });
+    // The serving threads (this one and httplib's pool, which inherits its
+    // signal mask and CPUs) leave the stop signals to the process's main thread.
+    EPS_ASSIGN_OR_RETURN(thread_,
+                         StartThreadWithoutStopSignals([this, finished = std::move(finished)]() mutable {
+                           server_.listen_after_bind();
+                           finished.set_value();
+                         }));
     return OkStatus();
   }
 

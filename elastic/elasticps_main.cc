@@ -276,10 +276,18 @@ int main(int argc, char** argv) {
   std::vector<std::string> args = {std::string(argv[0]) + " " + command};
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
-    if (a.rfind("--", 0) == 0) {
+    if (a.rfind("--", 0) == 0 && a.size() > 2) {
       const size_t end = std::min(a.find('='), a.size());
       for (size_t k = 2; k < end; ++k)
         if (a[k] == '-') a[k] = '_';
+      std::string name = a.substr(2, end - 2);
+      gflags::CommandLineFlagInfo info;
+      if (!gflags::GetCommandLineFlagInfo(name.c_str(), &info) &&
+          !(name.rfind("no", 0) == 0 && gflags::GetCommandLineFlagInfo(name.c_str() + 2, &info))) {
+        std::fprintf(stderr, "elasticps %s: unknown flag --%s\nusage: %s\n", command.c_str(),
+                     name.c_str(), eps::kUsage);
+        return 2;
+      }
     }
     args.push_back(std::move(a));
   }

@@ -112,7 +112,7 @@ struct JobEvent {
     float loss = 0;   // the step's mean VW training loss
     double lr = 0;    // the learning rate it applied
     double epoch = 0;  // passes over the training data after it
-    std::vector<WorkerRange> ranges;  // who held which VWs in it (live workers' ranges)
+    std::vector<WorkerRange> ranges;  // its ranges by the worker that computed them (confirmed)
   };
   struct Paused {           // training waits at step `step`
     enum class Cause { kNoWorker, kCapacity };

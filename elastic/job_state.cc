@@ -166,8 +166,8 @@ Status JobState::OnEvalResult(const EvalResult& r) {
   for (EvalSlice& s : eval_slices_) {
     if (s.lo == r.lo && s.hi == r.hi && !s.done) {
       s.done = true;
-      eval_correct_ += r.correct;
-      eval_loss_ += r.loss_sum;
+      s.correct = r.correct;
+      s.loss_sum = r.loss_sum;
     }
   }
   Progress();
@@ -478,8 +478,15 @@ void JobState::Advance() {
       DispatchEval();
       if (std::all_of(eval_slices_.begin(), eval_slices_.end(),
                       [](const EvalSlice& s) { return s.done; })) {
-        test_accuracy_ = double(eval_correct_) / double(test_samples_);
-        test_loss_ = eval_loss_ / double(test_samples_);
+        // In slice order, whoever computed which: the same sum in every placement.
+        int64_t correct = 0;
+        double loss = 0;
+        for (const EvalSlice& slice : eval_slices_) {
+          correct += slice.correct;
+          loss += slice.loss_sum;
+        }
+        test_accuracy_ = double(correct) / double(test_samples_);
+        test_loss_ = loss / double(test_samples_);
         evaluated_ = true;
         Emit(JobEvent::Evaluated{test_accuracy_, test_loss_}, eval_version_);
         if (eval_version_.value() >= spec_.steps) {
@@ -506,6 +513,7 @@ void JobState::StartStep(Step t) {
   phase_ = Phase::kTraining;
   step_ = t;
   work_.clear();
+  step_ranges_.clear();
   if (MembershipChanged() || lacks_capacity_) {
     if (!Assign()) return;  // paused until workers can hold every VW
   } else {
@@ -564,7 +572,10 @@ void JobState::OnStepFinished() {
     completed.epoch =
         double(next.value()) * spec_.virtual_workers * spec_.batch_per_vw / double(train_samples_);
   }
-  completed.ranges = LiveRanges();
+  std::sort(step_ranges_.begin(), step_ranges_.end(),
+            [](const WorkerRange& a, const WorkerRange& b) { return a.lo < b.lo; });
+  completed.ranges = std::move(step_ranges_);
+  step_ranges_.clear();
   Emit(std::move(completed), step_);
   completions_.push_back(clock_->Now());
   if (completions_.size() > kRateWindow) completions_.pop_front();
@@ -585,6 +596,7 @@ void JobState::OnStepFinished() {
 
 void JobState::Confirm(WorkerId w, uint32_t lo, uint32_t hi) {
   Emit(JobEvent::RangeConfirmed{w, lo, hi}, step_);
+  step_ranges_.push_back({w, lo, hi});
   WorkerInfo& info = workers_[w];
   if (info.contributed_step != step_) {
     info.contributed_step = step_;
@@ -596,12 +608,11 @@ void JobState::StartEval(Step version) {
   phase_ = Phase::kEvaluating;
   eval_version_ = version;
   eval_slices_.clear();
-  eval_correct_ = 0;
-  eval_loss_ = 0;
-  const int64_t n = static_cast<int64_t>(std::max<size_t>(1, assignment_.size()));
-  const int64_t per = (test_samples_ + n - 1) / n;
+  // One slice per evaluation batch: a batch's loss, summed in float by the
+  // worker, is then the same whoever computes it (docs/design.md).
+  const int64_t per = std::max<int64_t>(1, spec_.eval_batch);
   for (int64_t lo = 0; lo < test_samples_; lo += per)
-    eval_slices_.push_back({lo, std::min(test_samples_, lo + per), std::nullopt, false});
+    eval_slices_.push_back({lo, std::min(test_samples_, lo + per)});
   Progress();
   DispatchEval();
 }
@@ -648,7 +659,7 @@ void JobState::StopWorkers() {
 JobSummary JobState::Summary() const {
   JobSummary s;
   s.steps = steps_done_;
-  s.final_loss = losses_.empty() ? 0.0f : losses_.rbegin()->second;
+  s.final_loss = NewestLoss().value_or(0.0f);
   s.evaluated = evaluated_;
   s.test_accuracy = test_accuracy_;
   s.test_loss = test_loss_;
@@ -672,11 +683,19 @@ std::vector<WorkerRange> JobState::LiveRanges() const {
   return out;
 }
 
+std::optional<float> JobState::NewestLoss() const {
+  if (steps_done_ == 0) return std::nullopt;
+  auto it = losses_.find(steps_done_ - 1);
+  if (it == losses_.end()) return std::nullopt;
+  return it->second;
+}
+
 void JobState::ReportProgress() {
-  if (steps_done_ == 0 || losses_.empty() || train_samples_ == 0) return;
+  const std::optional<float> loss = NewestLoss();
+  if (!loss || train_samples_ == 0) return;
   const double secs = std::chrono::duration<double>(clock_->Now() - train_started_).count();
   const double samples = double(steps_done_) * spec_.virtual_workers * spec_.batch_per_vw;
-  Emit(JobEvent::Progress{spec_.steps, samples / double(train_samples_), losses_.rbegin()->second,
+  Emit(JobEvent::Progress{spec_.steps, samples / double(train_samples_), *loss,
                           secs > 0 ? samples / secs : 0.0, live_workers(), paused_,
                           paused_ ? std::vector<WorkerRange>{} : LiveRanges()},
        Step(steps_done_));

@@ -192,6 +192,8 @@ class JobState {
     int64_t lo = 0, hi = 0;
     std::optional<WorkerId> holder;
     bool done = false;
+    int64_t correct = 0;  // once done
+    double loss_sum = 0;
   };
   struct WorkerInfo {
     std::string host;
@@ -210,6 +212,8 @@ class JobState {
   };
 
   void Advance();
+  // The loss of the newest completed step (none before the first, or when no shard reported it).
+  std::optional<float> NewestLoss() const;
   // A range `w` computed in the step in flight was confirmed.
   void Confirm(WorkerId w, uint32_t lo, uint32_t hi);
   void Emit(JobEvent::What what, std::optional<Step> step) {
@@ -262,6 +266,7 @@ class JobState {
   std::vector<std::optional<Clock::time_point>> shard_durable_at_;  // when each durable step
                                                                     // last advanced
   std::vector<uint64_t> shard_bytes_in_, shard_bytes_out_;  // as each shard last reported
+  std::vector<WorkerRange> step_ranges_;  // the ranges confirmed in the step in flight
   double step_lr_ = 0;  // the learning rate the shards reported for the step in flight
   double last_lr_ = 0;  // ... for the newest completed step
   std::deque<Clock::time_point> completions_;  // when the newest steps completed (a window)
@@ -290,8 +295,6 @@ class JobState {
   std::map<int64_t, float> losses_;
   Step eval_version_{0};
   std::vector<EvalSlice> eval_slices_;
-  int64_t eval_correct_ = 0;
-  double eval_loss_ = 0;
   bool evaluated_ = false;
   double test_accuracy_ = 0, test_loss_ = 0;
   Clock::time_point started_, train_started_, train_ended_, progress_deadline_;

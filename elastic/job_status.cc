@@ -48,9 +48,9 @@ JobStatusReply JobState::StatusReport() const {
   r.assignment_epoch = epoch_;
   const double samples_per_step = double(spec_.virtual_workers) * spec_.batch_per_vw;
   if (train_samples_ > 0) r.epoch = steps_done_ * samples_per_step / double(train_samples_);
-  if (steps_done_ > 0 && !losses_.empty()) {
+  if (const std::optional<float> loss = NewestLoss()) {
     r.has_loss = true;
-    r.loss = losses_.rbegin()->second;
+    r.loss = *loss;
   }
   r.lr = last_lr_;
   if (phase_ != Phase::kStarting && phase_ != Phase::kInitializing) {

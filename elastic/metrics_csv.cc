@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <map>
 
 namespace eps {
 namespace {
@@ -67,11 +68,12 @@ Status MetricsCsv::WritePending() {
     line += ",";
   }
   line += "," + (row.samples_per_s >= 0 ? Printf("%.1f", row.samples_per_s) : "") + ",";
-  line += std::to_string(c.ranges.size()) + ",";
-  for (size_t i = 0; i < c.ranges.size(); ++i) {
-    if (i > 0) line += " ";
-    line += "w" + std::to_string(c.ranges[i].worker.value()) + ":" +
-            std::to_string(c.ranges[i].hi - c.ranges[i].lo);
+  std::map<WorkerId, uint32_t> vws;  // by worker id
+  for (const WorkerRange& r : c.ranges) vws[r.worker] += r.hi - r.lo;
+  line += std::to_string(vws.size()) + ",";
+  for (const auto& [worker, n] : vws) {
+    if (line.back() != ',') line += " ";
+    line += "w" + std::to_string(worker.value()) + ":" + std::to_string(n);
   }
   line += "," + Printf("%.3f", row.wall);
   return file_->Append(line);

@@ -5,7 +5,8 @@
 //
 // step, epoch, loss, lr, test_accuracy and test_loss are the same bits in every
 // placement; samples_per_s, workers, vws_per_worker and wall_time describe the
-// placement. The row of a step the test set is evaluated at waits for the
+// placement: workers and vws_per_worker count the VWs each worker's confirmed
+// computation covered in the step. The row of a step the test set is evaluated at waits for the
 // evaluation. A restarted coordinator appends to the file; a step replayed after
 // a rollback appears again. Not thread-safe: the coordinator's loop owns it.
 #pragma once

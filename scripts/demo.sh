@@ -5,7 +5,8 @@
 # third worker attaches and one of the first two is SIGKILLed. At the end it
 # prints the test accuracy and checks that accuracy and params_sha256 equal
 # those of the undisturbed run (made first, or reused from an earlier demo on
-# this machine with the same job and binaries).
+# this machine with the same job and binaries), and draws the elastic run's
+# training curves over the undisturbed run's into DIR/demo/curves.png.
 #
 #   scripts/demo.sh [--run-dir DIR] [--fresh-reference]     (default DIR: runs/)
 set -euo pipefail
@@ -59,7 +60,8 @@ wait "$job_pid"
 trap - EXIT
 [ -n "$attached" ] && wait "$attached" 2>/dev/null || true
 
-python3 - "$ref/result.json" "$demo/result.json" <<'PY'
+verdict=0
+python3 - "$ref/result.json" "$demo/result.json" <<'PY' || verdict=$?
 import json, sys
 ref, got = (json.load(open(p)) for p in sys.argv[1:3])
 print(f"== done: {got['steps']} steps in {got['train_seconds']:.0f} s with {got['workers_seen']} workers over the run")
@@ -70,3 +72,13 @@ same = got["params_sha256"] == ref["params_sha256"] and got["test_accuracy"] == 
 print("   identical to the undisturbed run: " + ("yes, bit for bit" if same else "NO"))
 sys.exit(0 if same and got["test_accuracy"] >= 0.91 else 1)
 PY
+
+# Debian's python3 (scripts/plot_run.py needs its matplotlib).
+if /usr/bin/python3 "$root/scripts/plot_run.py" "$ref" "$demo" --label undisturbed --label elastic \
+    --out "$demo/curves.png" > /dev/null; then
+  echo "== training curves, the elastic run over the undisturbed one: $demo/curves.png"
+else
+  echo "demo.sh: no training curves (scripts/plot_run.py failed)" >&2
+  verdict=1
+fi
+exit $verdict

@@ -59,14 +59,14 @@ TEST_F(MetricsCsvTest, OneRowPerStepWithTheEvaluationOnItsStepsRow) {
   ASSERT_TRUE((*csv)->OnEvent(Completed(1, 1.25f, {{w0, 0, 4}, {w2, 4, 8}}), 100.5).ok());
   EXPECT_EQ(Lines(path_).size(), 2u) << "step 1's row waits: an evaluation may follow";
   ASSERT_TRUE((*csv)->OnEvent(At(2, JobEvent::Evaluated{0.875, 0.4}), 100.9).ok());
-  ASSERT_TRUE((*csv)->OnEvent(Completed(2, 1.0f, {{w2, 0, 8}}), 101.5).ok());
+  ASSERT_TRUE((*csv)->OnEvent(Completed(2, 1.0f, {{w2, 0, 2}, {w0, 2, 4}, {w2, 4, 8}}), 101.5).ok());
   ASSERT_TRUE((*csv)->OnEvent(At(3, JobEvent::JobFinished{}), 101.6).ok());
   const std::vector<std::string> lines = Lines(path_);
   ASSERT_EQ(lines.size(), 4u);
   EXPECT_EQ(lines[0], MetricsCsv::kHeader);
   EXPECT_EQ(lines[1], "1,0.250000,2.5,0.05,,,,1,w0:8,100.000") << "no rate for the first step";
   EXPECT_EQ(lines[2], "2,0.500000,1.25,0.05,0.875000,0.4,128.0,2,w0:4 w2:4,100.500");
-  EXPECT_EQ(lines[3], "3,0.750000,1,0.05,,,64.0,1,w2:8,101.500");
+  EXPECT_EQ(lines[3], "3,0.750000,1,0.05,,,64.0,2,w0:2 w2:6,101.500") << "VWs by worker";
 }
 
 TEST_F(MetricsCsvTest, AReopenedFileKeepsItsRowsAndGetsNoSecondHeader) {

@@ -28,6 +28,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "common/metrics.h"
 #include "elastic/coordinator.h"
 #include "server/shard.h"
 
@@ -165,6 +166,7 @@ struct WorkerSetup {
   milliseconds heartbeat_interval{50};
   int64_t stall_at = -1;  // FakeModel's
   std::function<void()> stall;
+  Metrics* metrics = nullptr;  // WorkerOptions::metrics
 };
 
 // A job in this process: a coordinator, shards and workers, each on a thread of its own.
@@ -226,6 +228,7 @@ class Job {
       so.coordinator = endpoint_;
       so.token = "secret";
       so.register_every = milliseconds(100);
+      so.metrics = shard_metrics;
       EPS_ASSIGN_OR_RETURN(std::unique_ptr<Shard> shard, Shard::Open(so, &context_));
       Shard* raw = shard.get();
       shards_.push_back(std::move(shard));
@@ -256,6 +259,7 @@ class Job {
     wo.rpc_timeout = seconds(60);
     w->report = dir_ + "/worker" + std::to_string(workers_.size()) + ".json";
     wo.report_file = w->report;
+    wo.metrics = setup.metrics;
     std::atomic<int64_t>* steps = &w->model_steps;
     wo.model_factory = [steps,
                         setup](const ModelOptions& o) -> StatusOr<std::unique_ptr<ModelRunner>> {
@@ -283,6 +287,9 @@ class Job {
     std::ifstream in(dir_ + "/result.json");
     return nlohmann::json::parse(in);
   }
+
+  // Where the shards started next keep their metrics (null: none).
+  Metrics* shard_metrics = nullptr;
 
   static nlohmann::json Report(const RunningWorker& w) {
     std::ifstream in(w.report);
@@ -434,6 +441,64 @@ TEST(Worker, AWorkerDeclaredDeadRegistersAgainAndChangesNoBit) {
   EXPECT_GE(report["reregistrations"].get<int64_t>(), 1);
   EXPECT_GE(report["worker_ids"].size(), 2u);
   EXPECT_GT(report["train_plans"].get<int64_t>(), 0);
+}
+
+TEST(Worker, MetricsCountTheVwsPlansAndBytesTheWorkerAndTheShardsSaw) {
+  if (!HaveData()) GTEST_SKIP() << "no Fashion-MNIST in " << kDataDir;
+  constexpr int64_t kShortJob = 12;
+  Metrics worker_metrics, shard_metrics;  // outlive the job
+  auto job = std::make_unique<Job>(kShortJob);
+  job->shard_metrics = &shard_metrics;
+  ASSERT_TRUE(job->StartCoordinator().ok());
+  ASSERT_TRUE(job->StartShards().ok());
+  WorkerSetup setup;
+  setup.metrics = &worker_metrics;
+  Job::RunningWorker* w = *job->StartWorker(setup);
+  auto result = job->Finish();
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  const nlohmann::json report = Job::Report(*w);
+  ASSERT_EQ(report["outcome"], "done");
+  ASSERT_EQ(report["worker_ids"].size(), 1u);
+  const Labels labels{{"host", "worker_test/0"},
+                      {"worker", "w" + std::to_string(report["worker_ids"][0].get<int64_t>())}};
+  auto with = [&](const std::string& name, const std::string& value) {
+    Labels l = labels;
+    l[name] = value;
+    return l;
+  };
+  auto counter = [&](const std::string& name, const Labels& l) {
+    return worker_metrics.GetCounter(name, "", l).value();
+  };
+  EXPECT_GT(w->model_steps, 0);
+  EXPECT_EQ(counter("eps_worker_vws_total", labels), w->model_steps.load());
+  EXPECT_EQ(worker_metrics.GetHistogram("eps_worker_vw_seconds", "", {}, labels).count(),
+            static_cast<uint64_t>(w->model_steps.load()));
+  EXPECT_EQ(counter("eps_worker_plans_total", with("kind", "train")), kShortJob);
+  EXPECT_EQ(counter("eps_worker_plans_total", with("kind", "init")), 1);
+  EXPECT_GE(counter("eps_worker_plans_total", with("kind", "eval")), 1);  // at the end at least
+  EXPECT_EQ(worker_metrics.GetHistogram("eps_worker_pull_seconds", "", {}, labels).count(),
+            static_cast<uint64_t>(kShortJob));
+  EXPECT_EQ(worker_metrics.GetHistogram("eps_worker_push_wait_seconds", "", {}, labels).count(),
+            static_cast<uint64_t>(kShortJob));
+  EXPECT_EQ(worker_metrics.GetGauge("eps_worker_vws", "", labels).value(), 0);  // stopped
+  Labels info = with("device", "cpu");
+  info["device_kind"] = "cpu";
+  EXPECT_EQ(worker_metrics.GetGauge("eps_worker_info", "", info).value(), 1);
+  // What the worker pushed, the shards read; they also answered the coordinator's final pull.
+  double shard_in = 0, shard_out = 0;
+  for (const char* s : {"0", "1"}) {
+    shard_in += shard_metrics.GetCounter("eps_shard_push_bytes_total", "", {{"shard", s}}).value();
+    shard_out += shard_metrics.GetCounter("eps_shard_pull_bytes_total", "", {{"shard", s}}).value();
+  }
+  const double pushed = counter("eps_worker_push_bytes_total", labels);
+  const double pulled = counter("eps_worker_pull_bytes_total", labels);
+  EXPECT_GT(pushed, 0);
+  EXPECT_EQ(pushed, shard_in);
+  EXPECT_GT(pulled, 0);
+  EXPECT_LT(pulled, shard_out);
+  // Once the worker is gone its series are no longer rendered.
+  job.reset();
+  EXPECT_EQ(worker_metrics.Render(), "");
 }
 
 }  // namespace

@@ -98,7 +98,8 @@ StatusOr<RegisterWorkerReply> CoordinatorSession::Register() {
     const auto left =
         std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
-    reply = Call(RegisterWorker{options_.host, uint32_t(getpid()), options_.device_kind},
+    reply = Call(RegisterWorker{options_.host, uint32_t(getpid()), options_.device_kind,
+                                options_.metrics_address},
                  std::min(left, kRegisterRepeat));
     if (reply.status().code() != StatusCode::kDeadlineExceeded) break;
     // A late answer to this request must not be taken for the next call's.

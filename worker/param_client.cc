@@ -98,6 +98,8 @@ Status ParameterClient::Reconnect() {
 Status ParameterClient::SendPush(size_t s, Push push) {
   if (push.chunks.empty() && push.shm_chunks.empty()) return OkStatus();
   ++(push.shm_chunks.empty() ? counts_.inline_pushes : counts_.shm_pushes);
+  for (const ChunkBytes& c : push.chunks) counts_.push_bytes += static_cast<int64_t>(c.size);
+  for (const ShmChunk& c : push.shm_chunks) counts_.push_bytes += static_cast<int64_t>(c.size);
   EPS_RETURN_IF_ERROR(links_[s].pushes->Send(Envelope{options_.token, std::move(push)}));
   ++links_[s].outstanding;
   return OkStatus();
@@ -266,6 +268,7 @@ Pull ParameterClient::MakePull(size_t s, Step version, std::vector<ChunkId> chun
 Status ParameterClient::WritePulled(size_t s, const PullReply& reply) {
   for (const ChunkBytes& cb : reply.chunks) {
     EPS_RETURN_IF_ERROR(WritePulledChunk(s, cb.chunk, cb.data, cb.size));
+    counts_.pull_bytes += static_cast<int64_t>(cb.size);
   }
   if (reply.shm_chunks.empty()) {
     ++counts_.inline_replies;
@@ -281,6 +284,7 @@ Status ParameterClient::WritePulled(size_t s, const PullReply& reply) {
                            " is not where the pull asked for it");
     }
     EPS_RETURN_IF_ERROR(WritePulledChunk(s, c.chunk, region->data() + c.offset, c.size));
+    counts_.pull_bytes += static_cast<int64_t>(c.size);
   }
   ++counts_.shm_replies;
   link.shm_pushes = !link.shm_refused;  // the shard can map this worker's regions

@@ -55,7 +55,7 @@ struct ParameterClientOptions {
 // refuses such a push gets them inline for good.
 //
 // Threads: the worker's main thread owns the object, except SendPush(),
-// TakePushRegion's regions' contents and counts().pushes, used by the
+// TakePushRegion's regions' contents and counts()' pushes and push bytes, used by the
 // reducing thread while it pushes a step's blocks (the main thread does not
 // push meanwhile; TaskThread::Wait() hands them back).
 class ParameterClient {

@@ -36,6 +36,10 @@ struct TransferCounts {
   int64_t inline_pushes = 0;   // pushes with all their bytes in the message
   int64_t prefetches_pulled_again = 0;  // prefetches that expired at a shard and were pulled again
   int64_t shm_push_refusals = 0;        // shards that refused a push from shared memory
+  // Tensor bytes sent in pushes and received in pull replies, inline or in shared memory
+  // (eps_worker_push_bytes_total, eps_worker_pull_bytes_total; not in the report).
+  int64_t push_bytes = 0;
+  int64_t pull_bytes = 0;
 };
 
 // A worker process's run, as written to its report file when Run() ends.

@@ -16,12 +16,17 @@
 #include "worker/slowdown.h"
 #include "worker/step_times.h"
 #include "worker/wait.h"
+#include "worker/worker_metrics.h"
 
 namespace eps {
 namespace {
 
 using std::chrono::milliseconds;
 using Duration = std::chrono::steady_clock::duration;
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 // The reason a worker stopped by a signal gives in its Leave.
 constexpr char kStopReason[] = "SIGTERM";
@@ -63,7 +68,8 @@ class WorkerImpl final : public Worker {
       : options_(std::move(options)),
         context_(context),
         slowdown_(options_.slowdown, options_.device == "cpu"),
-        coordinator_(std::move(coordinator)) {}
+        coordinator_(std::move(coordinator)),
+        metrics_(options_.metrics, options_.host, options_.device, options_.device_kind) {}
 
   Status Run(const std::atomic<bool>* stop) override {
     stop_ = stop;
@@ -99,6 +105,7 @@ class WorkerImpl final : public Worker {
       return OkStatus();
     }
     spec_ = registered->spec;
+    metrics_.SetWorker(session_->id());
     Status st = CheckThreads();
     if (!st.ok()) {
       // This worker's configuration, not the job, is at fault: leave, do not fail the job.
@@ -127,6 +134,7 @@ class WorkerImpl final : public Worker {
 
   Status Leave() {
     outcome_ = "left";
+    metrics_.PlanVws(0);
     return session_->Leave(kStopReason);
   }
 
@@ -209,6 +217,7 @@ class WorkerImpl final : public Worker {
   Status Reregister() {
     EPS_ASSIGN_OR_RETURN(RegisterWorkerReply r, session_->Register());
     ++times_.reregistrations;
+    metrics_.SetWorker(session_->id());
     if (!SameComputation(r.spec, spec_) || r.shard_addresses.size() != client_->num_shards()) {
       return FailedPrecondition("registered again, but the coordinator now runs another job ('" +
                                 r.spec.job_id + "', model " + r.spec.model + ")");
@@ -301,6 +310,7 @@ class WorkerImpl final : public Worker {
         return ProtocolError(std::string("step request answered with ") + BodyName(reply->body));
       }
       Status st;
+      metrics_.Plan(plan->kind);
       switch (plan->kind) {
         case PlanKind::kWait:
           break;
@@ -327,8 +337,10 @@ class WorkerImpl final : public Worker {
         case PlanKind::kStop:
           LOG(INFO) << "the job is over; " << Summary(times_, client_->counts());
           outcome_ = "done";
+          metrics_.PlanVws(0);
           return OkStatus();
       }
+      metrics_.Transferred(client_->counts());  // the reducing thread is idle between plans
       if (stopping()) return Leave();
       if (!st.ok() && AbandonsPlan(st)) {
         LOG(WARNING) << "gave up the plan for step " << plan->step << ": " << st.ToString();
@@ -411,6 +423,7 @@ class WorkerImpl final : public Worker {
         reducing_->Post([pusher, last] { return pusher->StartLastVW(last); });
       }
       lap(&times_.copies);
+      const auto vw_start = std::chrono::steady_clock::now();
       const Duration slowdown_from = slowdown_.Start();
       EPS_ASSIGN_OR_RETURN(
           float loss,
@@ -418,6 +431,7 @@ class WorkerImpl final : public Worker {
                             is_last ? push_as_ready : after_backward));
       slowdown_.After(slowdown_from, *stop_);
       lap(&times_.compute);
+      metrics_.Vw(SecondsSince(vw_start));
       if (v == 0) *vw0_buffers = SnapshotBuffers();
       EPS_ASSIGN_OR_RETURN(ModelRunner::Gradients grads, model_->TakeGradients());
       if (is_last) {
@@ -442,9 +456,12 @@ class WorkerImpl final : public Worker {
 
   Status Train(const StepPlan& plan) {
     if (plan.vw_hi > spec_.virtual_workers) return InvalidArgument("plan names VWs beyond V");
+    metrics_.PlanVws(plan.vw_hi - plan.vw_lo);
     Laps lap;
+    const auto pull_start = std::chrono::steady_clock::now();
     EPS_RETURN_IF_ERROR(client_->PullInto(plan.step, session_.get()));
     lap(&times_.pull);
+    metrics_.Pull(SecondsSince(pull_start));
     const BufferCopies step_buffers = SnapshotBuffers();
     BufferCopies vw0_buffers;
     const auto compute_before = times_.compute;
@@ -458,8 +475,10 @@ class WorkerImpl final : public Worker {
     }
     EPS_RETURN_IF_ERROR(reducing_->Wait());
     lap(&times_.copies);
+    const auto push_wait_start = std::chrono::steady_clock::now();
     EPS_RETURN_IF_ERROR(client_->AwaitPushes());
     lap(&times_.push_wait);
+    metrics_.PushWait(SecondsSince(push_wait_start));
     ++times_.steps;
     // Reported with the next step request: the coordinator sizes VW ranges by
     // speed. The first plan runs libtorch's one-time initialization and would
@@ -501,6 +520,7 @@ class WorkerImpl final : public Worker {
   std::unique_ptr<FlatGradientLayout> flat_;
   std::unique_ptr<ParameterClient> client_;  // over layout_ and model_
   std::unique_ptr<TaskThread> reducing_;     // sums and pushes block partials (BlockPusher)
+  WorkerMetrics metrics_;
 };
 
 }  // namespace

@@ -65,6 +65,8 @@
 
 namespace eps {
 
+class Metrics;
+
 // Makes the job's model: the worker calls it once the job spec is known, and
 // again when the job starts over from its initial values. Production workers
 // use ModelRunner::Create (libtorch, worker/model_runner.cc); a test may hand
@@ -109,6 +111,13 @@ struct WorkerOptions {
   // Where Run() writes the worker's report (worker/step_times.h: times, counts,
   // the ids it held, how it ended) as JSON when it returns. Empty: nowhere.
   std::string report_file;
+  // Where the worker keeps its eps_worker_* series (docs/metrics.md; null:
+  // none kept). It must outlive the worker; serving it is the caller's
+  // (common/metrics_server.h).
+  Metrics* metrics = nullptr;
+  // The scrape target serving `metrics` ("host:port"), told to the coordinator
+  // at registration; empty: none.
+  std::string metrics_address;
 };
 
 class Worker {

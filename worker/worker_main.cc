@@ -17,11 +17,18 @@
 #include "common/cpus.h"
 #include "common/files.h"
 #include "common/memory.h"
+#include "common/metrics.h"
+#include "common/metrics_server.h"
 #include "worker/model_runner.h"
 #include "worker/pool_client.h"
 #include "worker/worker.h"
 
 DEFINE_string(coordinator, "", "The coordinator's endpoint, e.g. tcp://10.0.0.1:5555");
+DEFINE_int32(metrics_port, -1,
+             "Serve Prometheus metrics at http://HOST:PORT/metrics (docs/metrics.md): -1 off, "
+             "0 any free port");
+DEFINE_string(metrics_host, "127.0.0.1",
+              "The address --metrics_port binds (0.0.0.0: every interface)");
 DEFINE_string(
     scheduler, "",
     "Instead of --coordinator: join the worker pool of this inter-job scheduler (pool_scheduler), "
@@ -239,6 +246,20 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.device_kind = FLAGS_reported_device_kind.empty() ? *kind : FLAGS_reported_device_kind;
+  // Started after the pinning: its threads run on the helper CPUs. It outlives every worker.
+  eps::Metrics metrics;
+  std::unique_ptr<eps::MetricsServer> metrics_server;
+  if (FLAGS_metrics_port >= 0) {
+    auto server = eps::MetricsServer::Start({FLAGS_metrics_host, FLAGS_metrics_port}, &metrics);
+    if (!server.ok()) {
+      LOG(ERROR) << "--metrics_port: " << server.status().ToString();
+      return 2;
+    }
+    metrics_server = std::move(server).value();
+    options.metrics = &metrics;
+    options.metrics_address = metrics_server->address();
+    LOG(INFO) << "metrics at http://" << options.metrics_address << "/metrics";
+  }
   if (!FLAGS_scheduler.empty()) return RunPool(options, &context);
   auto worker = eps::Worker::Open(options, &context);
   if (!worker.ok()) {

@@ -17,6 +17,7 @@ import unittest
 ROOT = os.environ.get("EPS_ROOT", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from events import EventReader  # noqa: E402  (scripts/events.py: the reader of events.jsonl)
+from metrics import TRAINING_COLUMNS, read_metrics  # noqa: E402,F401  (scripts/metrics.py: metrics.csv)
 BIN = os.environ.get("EPS_BIN", os.path.join(ROOT, "build", "bin"))
 LOCAL = os.path.join(ROOT, "launcher", "local.sh")
 MLP = os.path.join(ROOT, "examples", "fashion_mnist_mlp.flags")
@@ -48,6 +49,15 @@ class RunDirTest(unittest.TestCase):
             shutil.rmtree(self.tmp, ignore_errors=True)
         else:
             print("run dirs kept in", self.tmp)
+
+    def assertSameTrainingCurve(self, rows, reference, what=""):
+        """metrics.csv rows (read_metrics) hold the reference's steps and, in each, the same values in every column
+        that is the same bits in every placement (TRAINING_COLUMNS); a failure names the first step that differs."""
+        self.assertEqual([r["step"] for r in rows], [r["step"] for r in reference], what)
+        for got, want in zip(rows, reference):
+            differ = [c for c in TRAINING_COLUMNS if got[c] != want[c]]
+            self.assertEqual(differ, [], f"{what} step {got['step']}: got {[got[c] for c in differ]}, the reference "
+                             f"{[want[c] for c in differ]}")
 
     def run_dir(self, name):
         d = os.path.join(self.tmp, name)

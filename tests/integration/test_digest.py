@@ -5,7 +5,7 @@ import os
 import struct
 import unittest
 
-from harness import MLP, RunDirTest
+from harness import MLP, RunDirTest, read_metrics
 
 # (workers) placements of V = 8 virtual workers: 1x8, 2x4, 4x2, 8x1 and an uneven 3-way split (3, 3, 2).
 PLACEMENTS = [1, 2, 4, 8, 3]
@@ -13,12 +13,20 @@ PLACEMENTS = [1, 2, 4, 8, 3]
 
 class DigestAcrossPlacements(RunDirTest):
     def digests(self, servers):
-        out = {}
+        """Runs every placement; returns their digests once their metrics.csv training curves are checked equal."""
+        out, curves = {}, {}
         for w in PLACEMENTS:
             _, _, r = self.run_local(f"s{servers}-w{w}", MLP, servers=servers, workers=w)
             self.assertEqual(r["steps"], 200)
             self.assertEqual(r["virtual_workers"], 8)
             out[w] = r["params_sha256"]
+            rows = read_metrics(os.path.join(self.tmp, f"s{servers}-w{w}"))
+            self.assertEqual([row["step"] for row in rows], list(range(1, 201)))
+            self.assertAlmostEqual(rows[-1]["test_accuracy"], r["test_accuracy"], places=6)  # at the end only
+            self.assertEqual([row["step"] for row in rows if row["test_accuracy"] is not None], [200])
+            curves[w] = rows
+        for w in PLACEMENTS[1:]:
+            self.assertSameTrainingCurve(curves[w], curves[PLACEMENTS[0]], f"{w} workers against {PLACEMENTS[0]}:")
         return out
 
     def test_mlp_one_shard_every_placement_same_digest(self):

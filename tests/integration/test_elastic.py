@@ -1,7 +1,8 @@
 """Elastic membership: workers join, leave and crash mid-training without changing a bit.
 
 Each scenario runs the mlp job long enough for the events to land mid-run and
-compares its params_sha256 with the undisturbed 1x8 run of the same job.
+compares its params_sha256, and its training curve in metrics.csv, with the
+undisturbed 1x8 run of the same job.
 """
 import os
 import shutil
@@ -10,21 +11,39 @@ import subprocess
 import time
 import unittest
 
-from harness import (ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_report, read_result, wait_for_event,
-                     wait_for_file, wait_for_step, worker_ids_of_pid)
+from harness import (ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_metrics, read_report, read_result,
+                     wait_for_event, wait_for_file, wait_for_step, worker_ids_of_pid)
 
 ATTACH = os.path.join(ROOT, "launcher", "attach.sh")
+PLOT = os.path.join(ROOT, "scripts", "plot_run.py")
 STEPS = 1200
-EXTRA = [f"--steps={STEPS}", "--heartbeat_timeout_ms=1500", "--test_limit=-1"]
-_reference = {}
+EXTRA = [f"--steps={STEPS}", "--heartbeat_timeout_ms=1500", "--test_limit=500", "--eval_every=400"]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_reference = {}  # the undisturbed run, made once for the module: its digest, metrics.csv rows and files
 
 
 class ElasticRun(RunDirTest):
     def reference(self):
         if "digest" not in _reference:
             _, _, r = self.run_local("reference", MLP, servers=2, workers=1, extra=EXTRA)
+            d = os.path.join(self.tmp, "reference")
             _reference["digest"] = r["params_sha256"]
+            _reference["metrics"] = read_metrics(d)
+            _reference["files"] = {}
+            for name in ("metrics.csv", "events.jsonl"):
+                with open(os.path.join(d, name), "rb") as f:
+                    _reference["files"][name] = f.read()
         return _reference["digest"]
+
+    def reference_dir(self):
+        """A run dir in this test's folder holding the reference's metrics.csv and events.jsonl (the reference ran
+        in the folder of the test that needed it first)."""
+        self.reference()
+        d = self.run_dir("reference")
+        for name, data in _reference["files"].items():
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(data)
+        return d
 
     def start_job(self, workers):
         self.dir = self.run_dir("job")
@@ -56,6 +75,11 @@ class ElasticRun(RunDirTest):
         self.assertEqual(result["params_sha256"], self.reference(), logs(self.dir))
         if min_workers_seen is not None:
             self.assertGreaterEqual(result["workers_seen"], min_workers_seen)
+        # One metrics.csv row per step, the same training curve (loss, lr, evaluations) as the undisturbed run's.
+        rows = read_metrics(self.dir)
+        self.assertEqual([r["step"] for r in rows], list(range(1, STEPS + 1)))
+        self.assertEqual([r["step"] for r in rows if r["test_accuracy"] is not None], [400, 800, 1200])
+        self.assertSameTrainingCurve(rows, _reference["metrics"], "metrics.csv against the reference's:")
         return result
 
     def wait_for_event(self, kind, predicate=None, timeout=60):
@@ -98,13 +122,33 @@ class Elasticity(ElasticRun):
         self.finish()
         self.assertEqual([e for e in read_events(self.dir, "worker_dead") if e["worker"] in ids], [])
 
-    def test_c_sigkill_mid_step_is_recomputed(self):
-        self.start_job(workers=3)
+    def test_c_a_worker_attaches_then_one_is_sigkilled_mid_step_and_recomputed(self):
+        self.start_job(workers=2)
         self.wait_for_step(1)
+        self.attach("attached")
+        # A step completed with the three (in metrics.csv: a row with workers = 3) before the kill.
+        self.wait_for_event("step_completed", lambda e: len(e.get("ranges", [])) == 3, timeout=120)
         ids = worker_ids_of_pid(self.dir, self.worker_pid(1))
         os.kill(self.worker_pid(1), signal.SIGKILL)
         self.wait_for_event("worker_dead", lambda e: e["worker"] in ids and e["cause"] == "missed_heartbeats")
-        self.finish()
+        self.finish(min_workers_seen=3)
+        # The training columns matched the reference's (finish); the placement columns tell what happened.
+        rows = read_metrics(self.dir)
+        self.assertEqual((rows[0]["workers"], rows[-1]["workers"]), (2, 2))
+        self.assertIn(3, {r["workers"] for r in rows})
+        for r in (rows[0], rows[-1]):
+            self.assertEqual(sum(r["vws_per_worker"].values()), 8, r)
+        self.assertFalse(ids & set(rows[-1]["vws_per_worker"]), rows[-1])
+        self.assertGreater(len({tuple(r["vws_per_worker"].items()) for r in rows}), 2)
+        # The curves of the two runs, drawn over each other.
+        png = os.path.join(self.tmp, "curves.png")
+        p = subprocess.run([PLOT, self.reference_dir(), self.dir, "--label", "undisturbed", "--label", "elastic",
+                            "--out", png], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout)
+        with open(png, "rb") as f:
+            data = f.read()
+        self.assertTrue(data.startswith(PNG_SIGNATURE) and len(data) > len(PNG_SIGNATURE), data[:16])
 
     def test_d_all_workers_killed_job_pauses_and_resumes(self):
         self.start_job(workers=2)
@@ -153,6 +197,21 @@ class Elasticity(ElasticRun):
         self.wait_for_event("worker_left", lambda e: e["worker"] == report["worker_ids"][0], timeout=30)
         self.assertEqual(read_events(self.dir, "job_failed"), [])
         self.finish(min_workers_seen=2)
+
+
+class PlotRun(RunDirTest):
+    def test_a_dir_without_metrics_csv_or_no_dir_exits_2_without_a_traceback(self):
+        empty = self.run_dir("empty")
+        with open(os.path.join(empty, "events.jsonl"), "w") as f:
+            f.write('{"event":"worker_joined","t":1.0,"worker":0,"host":"h:1","pid":1,"device_kind":"cpu"}\n')
+        png = os.path.join(self.tmp, "curves.png")
+        for d in (empty, os.path.join(self.tmp, "missing")):
+            p = subprocess.run([PLOT, d, "--out", png], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, timeout=60)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(d, p.stderr)
+            self.assertNotIn("Traceback", p.stderr)
+            self.assertFalse(os.path.exists(png))
 
 
 if __name__ == "__main__":
