@@ -5,7 +5,7 @@
 #
 #   launcher/attach.sh --coordinator tcp://HOST:PORT --token-file FILE [--device cpu] [--threads N]
 #                      [--compute-cpus CPUS] [--slowdown F] [--log FILE] [--report-file FILE]
-#                      [--register-timeout S]
+#                      [--register-timeout S] [--metrics] [--metrics-host HOST]
 #   launcher/attach.sh --scheduler tcp://HOST:PORT [--token-file POOL_TOKEN] [...]
 #
 # --token-file  the job's token (local.sh writes it to RUN_DIR/token); with
@@ -29,21 +29,26 @@
 # --register-timeout S  give up after S seconds (default 120) without an answer from the
 #               coordinator (one that ended, a wrong address): the worker says so every
 #               10 s meanwhile and then exits 3 (docs/operations.md lists the exit codes).
+# --metrics     the worker serves Prometheus metrics at http://HOST:PORT/metrics on a free
+#               port (--metrics_port=0) and reports that address when it registers: the
+#               coordinator adds it to RUN_DIR/prometheus_targets.json while it lives.
+# --metrics-host HOST  the address its metrics server binds (default 127.0.0.1; this host's
+#               reachable address or 0.0.0.0 when Prometheus runs elsewhere); implies --metrics.
 # Runs in the foreground: Ctrl-C or SIGTERM makes the worker leave the job
 # gracefully and exit 0 (a second Ctrl-C kills it). EPS_BIN overrides the
 # directory of the binaries (default build/bin).
 set -euo pipefail
 
-usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "attach.sh: $*" >&2; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
 coordinator="" scheduler="" token_file="" device=cpu threads=0 slowdown=1 log="" compute_cpus="" report_file=""
-register_timeout=120
+register_timeout=120 metrics=0 metrics_host=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --coordinator|--scheduler|--token-file|--device|--threads|--compute-cpus|--slowdown|--log|--report-file|--register-timeout)
+    --coordinator|--scheduler|--token-file|--device|--threads|--compute-cpus|--slowdown|--log|--report-file|--register-timeout|--metrics-host)
       [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"
       case "$1" in
         --coordinator) coordinator=$2 ;;
@@ -56,8 +61,10 @@ while [ $# -gt 0 ]; do
         --log) log=$2 ;;
         --report-file) report_file=$2 ;;
         --register-timeout) register_timeout=$2 ;;
+        --metrics-host) metrics=1; metrics_host=$2 ;;
       esac
       shift 2 ;;
+    --metrics) metrics=1; shift ;;
     -h|--help) usage ;;
     *) echo "attach.sh: unknown argument '$1'" >&2; usage ;;
   esac
@@ -85,6 +92,12 @@ compute=()
 [ -z "$compute_cpus" ] || compute=(--compute_cpus="$compute_cpus")
 report=()
 [ -z "$report_file" ] || report=(--report_file="$report_file")
+[[ "$metrics_host" =~ ^[A-Za-z0-9.:_-]*$ ]] || die "--metrics-host must be a host name or address"
+metrics_flags=()
+if [ $metrics = 1 ]; then
+  metrics_flags=(--metrics_port=0)
+  [ -z "$metrics_host" ] || metrics_flags+=(--metrics_host="$metrics_host")
+fi
 [ -x "$bin/worker" ] || die "$bin/worker is missing: run scripts/setup.sh"
 if [ -n "$log" ]; then
   { : >> "$log"; } 2>/dev/null || die "cannot write the log file '$log'"
@@ -96,4 +109,4 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 # exec: the worker gets this process id, so Ctrl-C and SIGTERM reach it directly, and
 # this script ends when the worker does, with its exit code.
 exec "$bin/worker" "${target[@]}" --device="$device" --threads="$threads" --slowdown="$slowdown" \
-  --register_timeout_s="$register_timeout" "${compute[@]}" "${report[@]}"
+  --register_timeout_s="$register_timeout" "${compute[@]}" "${report[@]}" "${metrics_flags[@]}"

@@ -5,7 +5,7 @@
 #   launcher/local.sh --job FILE --servers S --workers W --run-dir DIR [--slowdowns F0,F1,...]
 #                     [--devices D | D0,D1,...] [--checkpoint-every K] [--supervise]
 #                     [--worker-cpus C0:C1:...] [--server-cpus CPUS] [--compute-cpus C0:C1:...]
-#                     [-- extra coordinator flags]
+#                     [--metrics] [--metrics-host HOST] [-- extra coordinator flags]
 #   launcher/local.sh --resume --run-dir DIR
 #
 # --checkpoint-every K  each shard keeps its state in RocksDB under DIR/store/shard<N>
@@ -21,6 +21,12 @@
 #                       was started with (DIR/launch.args); a fresh start wipes DIR/store.
 # --workers 0           start no worker: the job waits for workers to attach (attach.sh),
 #                       e.g. from an inter-job scheduler's pool (pool_scheduler).
+# --metrics     every process (coordinator, shards, workers) serves Prometheus metrics at
+#               http://HOST:PORT/metrics (--metrics_port=0: a free port each); the coordinator
+#               keeps DIR/prometheus_targets.json, a file_sd list of every live process's
+#               address (docs/operations.md, Prometheus and Grafana).
+# --metrics-host HOST  the address the metrics servers bind (default 127.0.0.1; 0.0.0.0 for
+#               a Prometheus on another host); implies --metrics.
 # --slowdowns gives worker i the testing aid --slowdown=Fi (a stand-in for slower
 # hardware: timing only, never bits).
 # --devices     worker i computes on Di (cpu or cuda:N; default cpu); one value
@@ -42,12 +48,12 @@
 # SIGTERM) stops every process. Exits 0 only if the job succeeded.
 set -euo pipefail
 
-usage() { sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,48p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
 job="" servers=1 workers=1 run_dir="" slowdowns="" devices="" checkpoint_every=0 supervise=0 resume=0 extra=()
-worker_cpus="" server_cpus="" compute_cpus=""
+worker_cpus="" server_cpus="" compute_cpus="" metrics=0 metrics_host=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --job) job=$2; shift 2 ;;
@@ -61,6 +67,8 @@ while [ $# -gt 0 ]; do
     --compute-cpus) compute_cpus=$2; shift 2 ;;
     --checkpoint-every) checkpoint_every=$2; shift 2 ;;
     --supervise) supervise=1; shift ;;
+    --metrics) metrics=1; shift ;;
+    --metrics-host) metrics=1; metrics_host=$2; shift 2 ;;
     --resume) resume=1; shift ;;
     --) shift; extra=("$@"); break ;;
     -h|--help) usage ;;
@@ -87,6 +95,13 @@ fi
 [[ "$worker_cpus" =~ ^[0-9,:-]*$ ]] || { echo "local.sh: --worker-cpus: CPU lists separated by ':'" >&2; exit 2; }
 [[ "$server_cpus" =~ ^[0-9,-]*$ ]] || { echo "local.sh: --server-cpus: a CPU list (e.g. 1 or 2-3)" >&2; exit 2; }
 [[ "$compute_cpus" =~ ^[0-9,:-]*$ ]] || { echo "local.sh: --compute-cpus: CPU lists separated by ':'" >&2; exit 2; }
+[[ "$metrics_host" =~ ^[A-Za-z0-9.:_-]*$ ]] || { echo "local.sh: --metrics-host: a host name or address" >&2; exit 2; }
+# The metrics flags every process gets: a free port each, on the metrics host.
+metrics_flags=()
+if [ $metrics = 1 ]; then
+  metrics_flags=(--metrics_port=0)
+  [ -z "$metrics_host" ] || metrics_flags+=(--metrics_host="$metrics_host")
+fi
 # pinned CPUS: the taskset prefix that runs a command on CPUS (nothing for none).
 pinned() { [ -z "$1" ] || printf '%s\0' taskset -c "$1"; }
 mapfile -d '' -t server_pin < <(pinned "$server_cpus")
@@ -123,6 +138,8 @@ if [ $resumed = 0 ]; then
           --devices "$devices" --checkpoint-every "$checkpoint_every" --worker-cpus "$worker_cpus"
           --server-cpus "$server_cpus" --compute-cpus "$compute_cpus")
   [ $supervise = 1 ] && launch+=(--supervise)
+  [ $metrics = 1 ] && launch+=(--metrics)
+  [ -n "$metrics_host" ] && launch+=(--metrics-host "$metrics_host")
   printf '%s\0' "${launch[@]}" -- "${extra[@]}" > "$run_dir/launch.args"
 else
   echo "resuming the job in $run_dir from its stores"
@@ -185,7 +202,7 @@ supervise() {
 
 coordinator=("${server_pin[@]}" "$bin/coordinator" --flagfile="$job" --shards="$servers" --workers="$((workers > 0 ? workers : 1))" --run_dir="$run_dir"
   --addr_file="$run_dir/coordinator.addr" --token_file="$run_dir/token" --store="$run_dir/store/coordinator"
-  "${extra[@]}")
+  "${metrics_flags[@]}" "${extra[@]}")
 if [ $supervise = 1 ]; then
   supervise coordinator "${coordinator[@]}" &
   pids+=($!)
@@ -207,9 +224,11 @@ if [ ! -s "$run_dir/coordinator.addr" ]; then
 fi
 addr=$(cat "$run_dir/coordinator.addr")
 echo "coordinator at $addr, run dir $run_dir"
+[ $metrics = 0 ] || echo "prometheus targets (file_sd) in $run_dir/prometheus_targets.json"
 
 for ((s = 0; s < servers; s++)); do
-  shard=("${server_pin[@]}" "$bin/shard" --coordinator="$addr" --shard_id=$s --token_file="$run_dir/token" --addr_file="$run_dir/shard$s.addr")
+  shard=("${server_pin[@]}" "$bin/shard" --coordinator="$addr" --shard_id=$s --token_file="$run_dir/token" --addr_file="$run_dir/shard$s.addr"
+    "${metrics_flags[@]}")
   if [ "$checkpoint_every" -gt 0 ]; then
     shard+=(--store="$run_dir/store/shard$s" --checkpoint_every="$checkpoint_every")
   fi
@@ -228,7 +247,7 @@ for ((w = 0; w < workers; w++)); do
   compute=()
   [ -n "${compute_cpu_list[$w]:-}" ] && compute=(--compute_cpus="${compute_cpu_list[$w]}")
   start "worker$w" "${pin[@]}" "$bin/worker" --coordinator="$addr" --token_file="$run_dir/token" \
-    --slowdown="${slow[$w]:-1}" --device="$device" --report_file="$run_dir/logs/worker$w.json" "${compute[@]}"
+    --slowdown="${slow[$w]:-1}" --device="$device" --report_file="$run_dir/logs/worker$w.json" "${compute[@]}" "${metrics_flags[@]}"
 done
 
 # Show the coordinator's progress lines while the job runs.
