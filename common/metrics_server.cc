@@ -8,6 +8,8 @@
 #include <future>
 #include <thread>
 
+#include <glog/logging.h>
+
 #include "common/threads.h"
 
 namespace eps {
@@ -109,6 +111,14 @@ StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const MetricsServe
   auto server = std::make_unique<MetricsServerImpl>(options, metrics);
   EPS_RETURN_IF_ERROR(server->Bind());
   return std::unique_ptr<MetricsServer>(std::move(server));
+}
+
+StatusOr<std::unique_ptr<MetricsServer>> ServeMetricsIfAsked(int port, const std::string& host,
+                                                             const Metrics* metrics) {
+  if (port < 0) return std::unique_ptr<MetricsServer>();
+  EPS_ASSIGN_OR_RETURN(auto server, MetricsServer::Start({host, port}, metrics));
+  LOG(INFO) << "metrics at http://" << server->address() << "/metrics";
+  return server;
 }
 
 }  // namespace eps

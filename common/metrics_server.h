@@ -30,4 +30,9 @@ class MetricsServer {
   virtual std::string address() const = 0;
 };
 
+// What a binary's --metrics_port (-1: off, 0: a free port) and --metrics_host
+// ask for: null when off, else a started server whose address is logged.
+StatusOr<std::unique_ptr<MetricsServer>> ServeMetricsIfAsked(int port, const std::string& host,
+                                                             const Metrics* metrics);
+
 }  // namespace eps

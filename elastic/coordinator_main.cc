@@ -202,17 +202,14 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, OnSignal);
 
   eps::Metrics metrics;
-  std::unique_ptr<eps::MetricsServer> metrics_server;
-  if (FLAGS_metrics_port >= 0) {
-    auto server = eps::MetricsServer::Start({FLAGS_metrics_host, FLAGS_metrics_port}, &metrics);
-    if (!server.ok()) {
-      LOG(ERROR) << "--metrics_port: " << server.status().ToString();
-      return 2;
-    }
-    metrics_server = std::move(server).value();
+  auto metrics_server = eps::ServeMetricsIfAsked(FLAGS_metrics_port, FLAGS_metrics_host, &metrics);
+  if (!metrics_server.ok()) {
+    LOG(ERROR) << "--metrics_port: " << metrics_server.status().ToString();
+    return 2;
+  }
+  if (*metrics_server) {
     o.metrics = &metrics;
-    o.metrics_address = metrics_server->address();
-    LOG(INFO) << "metrics at http://" << o.metrics_address << "/metrics";
+    o.metrics_address = (*metrics_server)->address();
   }
 
   zmq::context_t context(1);

@@ -21,6 +21,7 @@
 #include <zmq.hpp>
 
 #include "common/files.h"
+#include "common/format.h"
 #include "schema/channel.h"
 
 DEFINE_string(run_dir, "", "A job's run folder (its coordinator.addr and token)");
@@ -39,18 +40,12 @@ constexpr const char* kUsage =
     "elasticps status (--run-dir DIR | --coordinator ADDR --token-file FILE) [--json] "
     "[--events N] [--timeout-s S]";
 
-std::string Printf(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), format, v);
-  return buf;
-}
-
 std::string Duration(double s) {
   if (s < 0) return "-";
-  if (s < 60) return Printf("%.1fs", s);
+  if (s < 60) return StrFormat("%.1fs", s);
   const long t = static_cast<long>(s);
-  if (t < 3600) return std::to_string(t / 60) + "m" + Printf("%02.0fs", double(t % 60));
-  return std::to_string(t / 3600) + "h" + Printf("%02.0fm", double(t / 60 % 60));
+  if (t < 3600) return std::to_string(t / 60) + "m" + StrFormat("%02.0fs", double(t % 60));
+  return std::to_string(t / 3600) + "h" + StrFormat("%02.0fm", double(t / 60 % 60));
 }
 
 std::string Bytes(uint64_t b) {
@@ -61,7 +56,7 @@ std::string Bytes(uint64_t b) {
     v /= 1000;
     ++u;
   }
-  return Printf(u == 0 ? "%.0f" : "%.1f", v) + " " + units[u];
+  return StrFormat(u == 0 ? "%.0f" : "%.1f", v) + " " + units[u];
 }
 
 // Columns padded to their widest cell.
@@ -140,11 +135,11 @@ Json ToJson(const JobStatusReply& s) {
 void PrintTables(const JobStatusReply& s) {
   std::string head = "job " + s.job_id + " (" + s.model + ")  " + s.phase +
                      (s.paused ? " (paused)" : "") + "  step " + std::to_string(s.step) + "/" +
-                     std::to_string(s.steps) + "  epoch " + Printf("%.2f", s.epoch);
-  if (s.has_loss) head += "  loss " + Printf("%.4f", s.loss);
-  head += "  lr " + Printf("%.4g", s.lr) + "  samples/s " + Printf("%.0f", s.samples_per_s) +
+                     std::to_string(s.steps) + "  epoch " + StrFormat("%.2f", s.epoch);
+  if (s.has_loss) head += "  loss " + StrFormat("%.4f", s.loss);
+  head += "  lr " + StrFormat("%.4g", s.lr) + "  samples/s " + StrFormat("%.0f", s.samples_per_s) +
           "  ETA " + Duration(s.eta_s) + "  elapsed " + Duration(s.elapsed_s);
-  if (s.evaluated) head += "  test accuracy " + Printf("%.4f", s.test_accuracy);
+  if (s.evaluated) head += "  test accuracy " + StrFormat("%.4f", s.test_accuracy);
   std::printf("%s\n%u VWs x %u samples, assignment epoch %llu\n\n", head.c_str(),
               s.virtual_workers, s.batch_per_vw,
               static_cast<unsigned long long>(s.assignment_epoch.value()));
@@ -157,7 +152,7 @@ void PrintTables(const JobStatusReply& s) {
                     w.vw_hi > w.vw_lo ? "[" + std::to_string(w.vw_lo) + "," +
                                             std::to_string(w.vw_hi) + ")"
                                       : "-",
-                    w.seconds_per_vw > 0 ? Printf("%.4f", w.seconds_per_vw) : "-",
+                    w.seconds_per_vw > 0 ? StrFormat("%.4f", w.seconds_per_vw) : "-",
                     live ? Duration(w.since_heartbeat_s) + " ago" : "-",
                     std::to_string(w.steps_contributed),
                     w.metrics_address.empty() ? "-" : w.metrics_address});
@@ -240,7 +235,7 @@ int RunStatus(zmq::context_t* context) {
   if (!reply.ok()) {
     std::string why = reply.status().ToString();
     if (reply.status().code() == StatusCode::kDeadlineExceeded) {
-      why = "no answer from " + endpoint + " within " + Printf("%g", FLAGS_timeout_s) +
+      why = "no answer from " + endpoint + " within " + StrFormat("%g", FLAGS_timeout_s) +
             " s: is the job running?";
       if (!FLAGS_run_dir.empty() && ReadFirstLine(FLAGS_run_dir + "/result.json").ok())
         why += " (" + FLAGS_run_dir + "/result.json is there: the job has finished)";

@@ -1,5 +1,7 @@
 #include "elastic/job_event.h"
 
+#include "common/format.h"
+
 #include <cstdarg>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -48,16 +50,6 @@ std::string MovedText(const std::vector<WorkerRange>& moved, std::optional<Step>
 
 const char* DeadCauseName(E::WorkerDead::Cause c) {
   return c == E::WorkerDead::Cause::kMissedHeartbeats ? "missed_heartbeats" : "shard_moved";
-}
-
-std::string Printf(const char* format, ...) __attribute__((format(printf, 1, 2)));
-std::string Printf(const char* format, ...) {
-  char buf[512];
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(buf, sizeof(buf), format, args);
-  va_end(args);
-  return buf;
 }
 
 long long StepOf(const JobEvent& e) {
@@ -290,7 +282,7 @@ EventLine EventText(const JobEvent& event) {
           [&](const E::HostBackedOff& e) -> EventLine {
             return {Sink::kWarning,
                     "host " + e.host + " backed off for " +
-                        Printf("%.0f s after %u failures in a row", e.backoff_s, e.failures) +
+                        StrFormat("%.0f s after %u failures in a row", e.backoff_s, e.failures) +
                         " (last: " + e.reason + ")"};
           },
           [&](const E::WorkerDead& e) -> EventLine {
@@ -333,35 +325,35 @@ EventLine EventText(const JobEvent& event) {
             return {Sink::kWarning, "worker " + std::to_string(e.worker.value()) + ": " + e.error};
           },
           [&](const E::RangeRecomputed& e) -> EventLine {
-            return {Sink::kInfo, Printf("worker %u recomputes [%u,%u) of step %lld",
+            return {Sink::kInfo, StrFormat("worker %u recomputes [%u,%u) of step %lld",
                                         e.worker.value(), e.lo, e.hi, step)};
           },
           [&](const E::RangeConfirmed& e) -> EventLine {
-            return {Sink::kVerbose, Printf("worker %u confirmed [%u,%u) of step %lld",
+            return {Sink::kVerbose, StrFormat("worker %u confirmed [%u,%u) of step %lld",
                                            e.worker.value(), e.lo, e.hi, step)};
           },
           [&](const E::StepCompleted&) -> EventLine {
-            return {Sink::kVerbose, Printf("step %lld complete", step)};
+            return {Sink::kVerbose, StrFormat("step %lld complete", step)};
           },
           [&](const E::Paused& e) -> EventLine {
-            return {Sink::kStdout, Printf("paused at step %lld: ", step) + e.detail};
+            return {Sink::kStdout, StrFormat("paused at step %lld: ", step) + e.detail};
           },
           [&](const E::Resumed&) -> EventLine {
-            return {Sink::kStdout, Printf("resumed at step %lld: a worker attached", step)};
+            return {Sink::kStdout, StrFormat("resumed at step %lld: a worker attached", step)};
           },
           [&](const E::Evaluated& e) -> EventLine {
-            return {Sink::kStdout, Printf("eval  step %lld: test accuracy %.4f, test loss %.4f",
+            return {Sink::kStdout, StrFormat("eval  step %lld: test accuracy %.4f, test loss %.4f",
                                           step, e.accuracy, e.loss)};
           },
           [&](const E::Progress& e) -> EventLine {
             return {Sink::kStdout,
-                    Printf("step %lld/%lld  epoch %.2f  loss %.4f  samples/s %.0f  workers %zu  ",
+                    StrFormat("step %lld/%lld  epoch %.2f  loss %.4f  samples/s %.0f  workers %zu  ",
                            step, (long long)e.steps, e.epoch, e.loss, e.samples_per_s, e.workers) +
                         (e.paused ? "paused" : RangesText(e.ranges))};
           },
           [&](const E::CheckpointDurable& e) -> EventLine {
             return {Sink::kVerbose,
-                    Printf("shard %u holds step %lld durably", e.shard.value(), step)};
+                    StrFormat("shard %u holds step %lld durably", e.shard.value(), step)};
           },
           [&](const E::CheckpointFailed& e) -> EventLine {
             return {Sink::kWarning, "shard " + std::to_string(e.shard.value()) +
@@ -369,14 +361,14 @@ EventLine EventText(const JobEvent& event) {
           },
           [&](const E::RollingBack& e) -> EventLine {
             return {Sink::kStdout,
-                    Printf("rolling back to step %lld: shard %u restarted from its checkpoint of "
+                    StrFormat("rolling back to step %lld: shard %u restarted from its checkpoint of "
                            "step %lld",
                            step, e.shard.value(), (long long)e.shard_checkpoint.value())};
           },
           [&](const E::StartingOver& e) -> EventLine {
             if (!e.shard) return {Sink::kInfo, "no shard holds the initial values: starting over"};
             return {Sink::kStdout,
-                    Printf("starting over from the initial values: shard %u restarted %s, and no "
+                    StrFormat("starting over from the initial values: shard %u restarted %s, and no "
                            "checkpoint is held by every shard",
                            e.shard->value(),
                            e.shard_had_state ? "from its checkpoint" : "without state")};
@@ -385,7 +377,7 @@ EventLine EventText(const JobEvent& event) {
             if (step < 0)
               return {Sink::kInfo, "every shard is empty: initializing the parameters again"};
             return {Sink::kInfo,
-                    Printf("every shard serves version %lld: replaying from there", step)};
+                    StrFormat("every shard serves version %lld: replaying from there", step)};
           },
           [&](const E::CoordinatorResuming& e) -> EventLine {
             return {Sink::kInfo, "resuming job '" + e.job_id + "' (" + std::to_string(e.steps) +
@@ -394,12 +386,12 @@ EventLine EventText(const JobEvent& event) {
           },
           [&](const E::CoordinatorResumed&) -> EventLine {
             return {Sink::kStdout,
-                    Printf("resumed at step %lld after a coordinator restart", step)};
+                    StrFormat("resumed at step %lld after a coordinator restart", step)};
           },
           [&](const E::JobFinished& e) -> EventLine {
             return {
                 Sink::kStdout,
-                Printf("result: steps %lld  final loss %.4f  test accuracy %s  params_sha256 %s",
+                StrFormat("result: steps %lld  final loss %.4f  test accuracy %s  params_sha256 %s",
                        step, e.final_loss,
                        e.evaluated ? std::to_string(e.test_accuracy).c_str() : "n/a",
                        e.params_sha256.c_str())};

@@ -5,17 +5,9 @@
 #include <cstdio>
 #include <map>
 
+#include "common/format.h"
+
 namespace eps {
-namespace {
-
-std::string Printf(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), format, v);
-  return buf;
-}
-
-}  // namespace
-
 StatusOr<std::unique_ptr<MetricsCsv>> MetricsCsv::Open(const std::string& path,
                                                        uint64_t samples_per_step) {
   struct stat st;
@@ -60,14 +52,14 @@ Status MetricsCsv::WritePending() {
   const Row row = std::move(*pending_);
   pending_.reset();
   const JobEvent::StepCompleted& c = row.completed;
-  std::string line = std::to_string(row.step) + "," + Printf("%.6f", c.epoch) + "," +
-                     (c.has_loss ? Printf("%.9g", c.loss) : "") + "," + Printf("%.9g", c.lr) + ",";
+  std::string line = std::to_string(row.step) + "," + StrFormat("%.6f", c.epoch) + "," +
+                     (c.has_loss ? StrFormat("%.9g", c.loss) : "") + "," + StrFormat("%.9g", c.lr) + ",";
   if (row.evaluated) {
-    line += Printf("%.6f", row.evaluated->accuracy) + "," + Printf("%.9g", row.evaluated->loss);
+    line += StrFormat("%.6f", row.evaluated->accuracy) + "," + StrFormat("%.9g", row.evaluated->loss);
   } else {
     line += ",";
   }
-  line += "," + (row.samples_per_s >= 0 ? Printf("%.1f", row.samples_per_s) : "") + ",";
+  line += "," + (row.samples_per_s >= 0 ? StrFormat("%.1f", row.samples_per_s) : "") + ",";
   std::map<WorkerId, uint32_t> vws;  // by worker id
   for (const WorkerRange& r : c.ranges) vws[r.worker] += r.hi - r.lo;
   line += std::to_string(vws.size()) + ",";
@@ -75,7 +67,7 @@ Status MetricsCsv::WritePending() {
     if (line.back() != ',') line += " ";
     line += "w" + std::to_string(worker.value()) + ":" + std::to_string(n);
   }
-  line += "," + Printf("%.3f", row.wall);
+  line += "," + StrFormat("%.3f", row.wall);
   return file_->Append(line);
 }
 

@@ -9,17 +9,12 @@
 #include <set>
 #include <sstream>
 
+#include "common/format.h"
 #include "elastic/planner.h"
 #include "elastic/scheduler.h"
 
 namespace eps {
 namespace {
-
-std::string Fmt(const char* format, double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), format, x);
-  return buf;
-}
 
 std::string Trim(const std::string& s) {
   const size_t b = s.find_first_not_of(" \t\r");
@@ -188,11 +183,11 @@ std::string FormatTrace(const std::vector<TraceJob>& jobs, const std::string& co
   for (const std::string& type : types) os << ",t_" << type;
   os << "\n";
   for (const TraceJob& j : jobs) {
-    os << Fmt("%.1f", j.arrival_s) << "," << j.id << "," << j.steps << "," << j.v << ","
+    os << StrFormat("%.1f", j.arrival_s) << "," << j.id << "," << j.steps << "," << j.v << ","
        << j.batch_per_vw << "," << j.gpus;
     for (const std::string& type : types) {
       auto it = j.seconds_per_vw.find(type);
-      os << "," << (it == j.seconds_per_vw.end() ? "" : Fmt("%g", it->second));
+      os << "," << (it == j.seconds_per_vw.end() ? "" : StrFormat("%g", it->second));
     }
     os << "\n";
   }
@@ -301,7 +296,7 @@ class Simulation {
         }
       }
       if (!std::isfinite(t))
-        return Internal("simulation stuck at t=" + Fmt("%.1f", now_) + ": no job can run");
+        return Internal("simulation stuck at t=" + StrFormat("%.1f", now_) + ": no job can run");
       for (size_t i = 0; i < runs_.size(); ++i) {
         JobRun& r = runs_[i];
         if (!r.arrived || r.done) continue;
@@ -434,7 +429,7 @@ class Simulation {
       if (runs_[i].rate <= 0)
         return InvalidArgument(j.id + ": no feasible plan on its GPUs (cap?)");
       if (options_.record_decisions) {
-        log_.push_back("t=" + Fmt("%.1f", now_) + ": " + j.id + " starts on " + std::to_string(g) +
+        log_.push_back("t=" + StrFormat("%.1f", now_) + ": " + j.id + " starts on " + std::to_string(g) +
                        " GPUs");
       }
     }
@@ -460,7 +455,7 @@ class Simulation {
     for (const SchedulerDecision& d : round.decisions) {
       if (!d.from_job.empty()) ++moves_;
       if (options_.record_decisions) {
-        log_.push_back("t=" + Fmt("%.1f", now_) + ": worker " + std::to_string(d.worker.value()) +
+        log_.push_back("t=" + StrFormat("%.1f", now_) + ": worker " + std::to_string(d.worker.value()) +
                        " (" + pool_[d.worker.value()].device_type + ") " +
                        (d.from_job.empty() ? "idle" : d.from_job) + " -> " +
                        (d.to_job.empty() ? "idle" : d.to_job) + ": " + d.reason);

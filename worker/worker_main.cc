@@ -256,17 +256,14 @@ int main(int argc, char** argv) {
   options.device_kind = FLAGS_reported_device_kind.empty() ? *kind : FLAGS_reported_device_kind;
   // Started after the pinning: its threads run on the helper CPUs. It outlives every worker.
   eps::Metrics metrics;
-  std::unique_ptr<eps::MetricsServer> metrics_server;
-  if (FLAGS_metrics_port >= 0) {
-    auto server = eps::MetricsServer::Start({FLAGS_metrics_host, FLAGS_metrics_port}, &metrics);
-    if (!server.ok()) {
-      LOG(ERROR) << "--metrics_port: " << server.status().ToString();
-      return 2;
-    }
-    metrics_server = std::move(server).value();
+  auto metrics_server = eps::ServeMetricsIfAsked(FLAGS_metrics_port, FLAGS_metrics_host, &metrics);
+  if (!metrics_server.ok()) {
+    LOG(ERROR) << "--metrics_port: " << metrics_server.status().ToString();
+    return 2;
+  }
+  if (*metrics_server) {
     options.metrics = &metrics;
-    options.metrics_address = metrics_server->address();
-    LOG(INFO) << "metrics at http://" << options.metrics_address << "/metrics";
+    options.metrics_address = (*metrics_server)->address();
   }
   if (!FLAGS_scheduler.empty()) return RunPool(options, &context);
   auto worker = eps::Worker::Open(options, &context);
