@@ -21,7 +21,11 @@ packages=(
   libgflags-dev libgoogle-glog-dev libgtest-dev libssl-dev nlohmann-json3-dev zlib1g-dev
   libcpp-httplib-dev prometheus
   libtorch-dev libopenblas0-pthread dataset-fashion-mnist python3-torch python3-matplotlib
+  nodejs
 )
+# test_k8s validates launcher/k8s/ with an npm package. Debian's npm is its own package; a
+# NodeSource nodejs brings npm itself and conflicts with Debian's.
+command -v npm > /dev/null || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
