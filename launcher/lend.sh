@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Lends this node to an ElasticPS job while its own duty (serving) leaves it idle: a small agent
+# that runs the operator's probe every few seconds, attaches a worker (launcher/attach.sh) once
+# the node has been idle for N probes in a row, and makes the worker leave as soon as the probe
+# says busy (M probes in a row, default 1: serving comes first).
+#
+#   launcher/lend.sh --coordinator tcp://HOST:PORT --token-file FILE --probe CMD
+#                    [--every S] [--idle-for N] [--busy-for M] [--probe-timeout S]
+#                    [--leave-timeout S] [-- attach.sh flags]
+#   launcher/lend.sh --scheduler tcp://HOST:PORT [--pool-token-file FILE] --probe CMD [...]
+#
+# --probe CMD        a bash command; exit 0: idle enough to lend, anything else (or no answer
+#                    within --probe-timeout): busy. E.g. a load, queue or GPU-use threshold.
+# --every S          seconds between two probes (default 5; fractions allowed).
+# --idle-for N       idle probes in a row before a worker attaches (default 3): hysteresis.
+# --busy-for M       busy probes in a row before the worker is asked to leave (default 1).
+# --probe-timeout S  a probe running longer counts as busy (default 10).
+# --leave-timeout S  a worker asked to leave (SIGTERM: it leaves at the next VW boundary) that
+#                    has not exited after S seconds is killed (default 60); the job survives
+#                    that too (the worker is declared dead and its step redone).
+# --scheduler        lend the worker to an inter-job scheduler's pool instead of one job, with
+#                    the pool's token (--pool-token-file).
+# -- FLAGS           passed to attach.sh for the worker: --device, --threads, --compute-cpus,
+#                    --slowdown, --log, --report-file, --register-timeout, --metrics, ...
+#
+# A worker that exits on its own is noted, and re-attached only after the next idle period (N
+# more idle probes): exit 1 (refused, a host backed off, a failure on this host) or 3 (no
+# coordinator answered). Exit 0 means the job is over: the agent then exits 0 too. Exit 2 (bad
+# flags) ends the agent with 2. Ctrl-C or SIGTERM stops the agent and makes its worker leave
+# (exit 0). The worker runs in its own session, so a terminal's Ctrl-C reaches only the agent,
+# which gives the worker one SIGTERM (the worker's second signal would kill it). Each decision
+# is printed with the time. EPS_BIN overrides the directory of the binaries (build/bin).
+set -euo pipefail
+
+usage() { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+die() { echo "lend.sh: $*" >&2; exit 2; }
+say() { echo "$(date '+%F %T') lend.sh: $*"; }
+
+here=$(cd "$(dirname "$0")" && pwd)
+coordinator="" scheduler="" token_file="" pool_token_file="" probe="" every=5 idle_for=3 busy_for=1
+probe_timeout=10 leave_timeout=60 attach_flags=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --coordinator|--scheduler|--token-file|--pool-token-file|--probe|--every|--idle-for|--busy-for|--probe-timeout|--leave-timeout)
+      [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"
+      case "$1" in
+        --coordinator) coordinator=$2 ;;
+        --scheduler) scheduler=$2 ;;
+        --token-file) token_file=$2 ;;
+        --pool-token-file) pool_token_file=$2 ;;
+        --probe) probe=$2 ;;
+        --every) every=$2 ;;
+        --idle-for) idle_for=$2 ;;
+        --busy-for) busy_for=$2 ;;
+        --probe-timeout) probe_timeout=$2 ;;
+        --leave-timeout) leave_timeout=$2 ;;
+      esac
+      shift 2 ;;
+    --) shift; attach_flags=("$@"); break ;;
+    -h|--help) usage ;;
+    *) echo "lend.sh: unknown argument '$1'" >&2; usage ;;
+  esac
+done
+if [ -n "$scheduler" ]; then
+  [ -z "$coordinator" ] || die "give --coordinator (one job) or --scheduler (a pool), not both"
+  [ -z "$token_file" ] || die "with --scheduler the token is the pool's: --pool-token-file"
+  target=(--scheduler "$scheduler")
+  [ -z "$pool_token_file" ] || target+=(--token-file "$pool_token_file")
+  token_file=$pool_token_file
+else
+  [ -n "$coordinator" ] || { echo "lend.sh: --coordinator (or --scheduler) is required" >&2; usage; }
+  [ -n "$token_file" ] || die "--token-file is required with --coordinator"
+  [ -z "$pool_token_file" ] || die "--pool-token-file goes with --scheduler"
+  target=(--coordinator "$coordinator" --token-file "$token_file")
+fi
+[ -n "$probe" ] || die "--probe CMD is required (exit 0: idle enough to lend)"
+if [ -n "$token_file" ]; then
+  [ -r "$token_file" ] && [ -s "$token_file" ] || die "cannot read the token file '$token_file'"
+fi
+number='^([0-9]+(\.[0-9]*)?|\.[0-9]+)$'
+[[ "$every" =~ $number ]] && awk -v x="$every" 'BEGIN { exit !(x > 0) }' || die "--every must be a number of seconds > 0"
+[[ "$probe_timeout" =~ $number ]] && awk -v x="$probe_timeout" 'BEGIN { exit !(x > 0) }' ||
+  die "--probe-timeout must be a number of seconds > 0"
+[[ "$leave_timeout" =~ ^[1-9][0-9]*$ ]] || die "--leave-timeout must be a whole number of seconds >= 1"
+[[ "$idle_for" =~ ^[1-9][0-9]*$ ]] || die "--idle-for must be a whole number >= 1"
+[[ "$busy_for" =~ ^[1-9][0-9]*$ ]] || die "--busy-for must be a whole number >= 1"
+command -v setsid > /dev/null || die "setsid (util-linux) is missing"
+
+worker=""      # the worker's pid while one runs (attach.sh execs it: the same process)
+leaving=0      # 1 once the worker was sent SIGTERM
+leave_deadline=0
+idle=0 busy=0
+
+# stop_worker REASON: one SIGTERM (the graceful leave); the main loop waits for the exit.
+stop_worker() {
+  [ -n "$worker" ] && [ $leaving = 0 ] || return 0
+  say "$1: asking worker $worker to leave (SIGTERM)"
+  kill -TERM "$worker" 2>/dev/null || true
+  leaving=1
+  leave_deadline=$((SECONDS + leave_timeout))
+}
+
+# Ctrl-C / SIGTERM: the worker leaves (bounded by --leave-timeout), then the agent exits 0.
+shutdown() {
+  trap - INT TERM
+  say "stopping"
+  if [ -n "$worker" ]; then
+    stop_worker "the agent stops"
+    while kill -0 "$worker" 2>/dev/null && [ $SECONDS -lt $leave_deadline ]; do sleep 0.1; done
+    if kill -0 "$worker" 2>/dev/null; then
+      say "worker $worker did not leave within ${leave_timeout}s: killing it"
+      kill -KILL "$worker" 2>/dev/null || true
+    fi
+    local rc=0
+    wait "$worker" 2>/dev/null || rc=$?
+    say "worker $worker exited with $rc"
+  fi
+  exit 0
+}
+trap shutdown INT TERM
+
+# reap: notes the exit of a worker that has ended; returns after deciding what that means.
+reap() {
+  [ -n "$worker" ] && ! kill -0 "$worker" 2>/dev/null || return 0
+  local rc=0
+  wait "$worker" 2>/dev/null || rc=$?
+  if [ $leaving = 1 ]; then
+    say "worker $worker left (exit $rc)"
+  else
+    case $rc in
+      0) say "worker $worker exited 0: the job is over"; exit 0 ;;
+      2) say "worker $worker exited 2: bad flags, or a device this build cannot compute on"; exit 2 ;;
+      3) say "worker $worker exited 3: no coordinator answered; again after the next idle period" ;;
+      *) say "worker $worker exited $rc (refused, backed off or failed here); again after the next idle period" ;;
+    esac
+    idle=0  # a fresh idle period before the next attach
+  fi
+  worker="" leaving=0
+}
+
+say "probing every ${every}s: lend after $idle_for idle probes, reclaim after $busy_for busy"
+while true; do
+  if timeout --kill-after=1 "$probe_timeout" bash -c "$probe" < /dev/null > /dev/null 2>&1; then
+    idle=$((idle + 1)) busy=0
+  else
+    busy=$((busy + 1)) idle=0
+  fi
+  reap
+  if [ -n "$worker" ]; then
+    if [ $leaving = 0 ] && [ $busy -ge "$busy_for" ]; then
+      stop_worker "busy ($busy probes)"
+    elif [ $leaving = 1 ] && [ $SECONDS -ge $leave_deadline ]; then
+      say "worker $worker did not leave within ${leave_timeout}s: killing it"
+      kill -KILL "$worker" 2>/dev/null || true
+    fi
+  elif [ $idle -ge "$idle_for" ]; then
+    # setsid: its own session (no terminal signals); not a group leader, it execs in place, so $!
+    # is attach.sh's pid, which execs the worker.
+    setsid "$here/attach.sh" "${target[@]}" "${attach_flags[@]}" < /dev/null &
+    worker=$!
+    say "idle ($idle probes): attached worker $worker"
+  fi
+  # The wait returns at once on a signal, so Ctrl-C does not wait for the period.
+  sleep "$every" &
+  wait $! || true
+done

@@ -1,0 +1,122 @@
+"""launcher/lend.sh on a live mlp job: a probe that reads a file the test flips between idle and
+busy. Idle: the agent attaches a worker (worker_ready); busy: the worker leaves (worker_left)
+within about one VW's compute plus the probe period of the flip; idle again: a new worker
+attaches; Ctrl-C stops the agent and makes its worker leave; a new agent lends a worker again,
+which stays until the job is over, and that agent then exits 0 by itself. The job ends on the
+undisturbed run's digest."""
+import os
+import signal
+import subprocess
+import time
+import unittest
+
+from harness import LOCAL, MLP, ROOT, RunDirTest, logs, poll_until, read_events, read_report, read_result, \
+    read_text, wait_for_event, wait_for_file
+
+LEND = os.path.join(ROOT, "launcher", "lend.sh")
+EVERY = 0.2  # the probe period, seconds
+SLOWDOWN = "15"  # every worker idles 14 x each VW's compute: the job lasts while the test flips the probe
+
+
+class Lend(RunDirTest):
+    def flip(self, state):
+        tmp = self.probe_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(state + "\n")
+        os.replace(tmp, self.probe_file)
+        return time.time()
+
+    def start_agent(self, d, name):
+        return self.start([LEND, "--coordinator", self.addr, "--token-file", f"{d}/token",
+                           "--probe", f"grep -qx idle {self.probe_file}", "--every", str(EVERY), "--idle-for", "2",
+                           "--", "--slowdown", SLOWDOWN, "--log", f"{d}/{name}-worker.log",
+                           "--report-file", f"{d}/{name}-report.json"], f"{d}/{name}.log")
+
+    def agent_says(self, log, text, timeout=30):
+        """Waits (bounded) until the agent's log holds `text`."""
+        poll_until(lambda: True if text in (read_text(log) or "") else None, timeout, f"no '{text}' in {log}")
+
+    def lent_joined(self, d, seen):
+        """The first worker_joined event of a process not in `seen` (the job's own worker's and earlier lent
+        ones' pids), or None."""
+        for e in read_events(d, "worker_joined"):
+            if e["pid"] not in seen:
+                return e
+        return None
+
+    def test_lends_while_idle_and_reclaims_when_busy(self):
+        _, _, ref = self.run_local("reference")
+        d = self.run_dir("lend")
+        self.probe_file = os.path.join(d, "probe")
+        self.flip("busy")
+        job = self.start([LOCAL, "--job", MLP, "--servers", "1", "--workers", "1", "--run-dir", d,
+                          "--slowdowns", SLOWDOWN], f"{d}/local.log")
+        self.addr = wait_for_file(f"{d}/coordinator.addr", proc=job)
+        own = int(wait_for_file(f"{d}/pids/worker0.pid", proc=job))
+        seen = {own}
+        agent = self.start_agent(d, "agent1")
+        time.sleep(5 * EVERY)  # busy probes: nothing attaches
+        self.assertIsNone(self.lent_joined(d, seen), read_text(f"{d}/agent1.log"))
+
+        # Idle: a worker attaches and is given VWs.
+        t_idle = self.flip("idle")
+        joined = poll_until(lambda: self.lent_joined(d, seen), 30, "no lent worker joined")
+        w = joined["worker"]
+        seen.add(joined["pid"])
+        ready = wait_for_event(d, "worker_ready", lambda e: e["worker"] == w, timeout=30, proc=job)
+        wait_for_event(d, "assignment", lambda e: any(r["worker"] == w for r in e["ranges"]), timeout=30, proc=job)
+        print(f"attached {ready['t'] - t_idle:.2f} s after the flip to idle (2 idle probes of {EVERY} s)")
+
+        # Busy: it leaves within a VW's compute plus the probe period (the bound asserted is generous).
+        t_busy = self.flip("busy")
+        left = wait_for_event(d, "worker_left", lambda e: e["worker"] == w, timeout=30, proc=job)
+        self.agent_says(f"{d}/agent1.log", f"worker {joined['pid']} left (exit 0)")
+        # One VW's compute (the slowdown's idling included), from the worker's report and its last range.
+        report = read_report(f"{d}/agent1-report.json")
+        held = [r["hi"] - r["lo"] for e in read_events(d, "assignment") for r in e["ranges"] if r["worker"] == w]
+        per_vw = report["ms_per_train_plan"]["compute"] / held[-1] / 1000
+        print(f"worker_left {left['t'] - t_busy:.3f} s after the flip to busy; one VW's compute {per_vw:.3f} s, "
+              f"the probe period {EVERY} s: bound {per_vw + EVERY:.3f} s")
+        self.assertLess(left["t"] - t_busy, 10)
+        self.assertEqual(left["reason"], "SIGTERM")
+
+        # Idle again: a new worker attaches.
+        self.flip("idle")
+        joined = poll_until(lambda: self.lent_joined(d, seen), 30, "no second lent worker joined")
+        w = joined["worker"]
+        seen.add(joined["pid"])
+        wait_for_event(d, "worker_ready", lambda e: e["worker"] == w, timeout=30, proc=job)
+
+        # Ctrl-C: the agent makes its worker leave and exits 0.
+        agent.send_signal(signal.SIGINT)
+        self.assertEqual(agent.wait(timeout=30), 0, read_text(f"{d}/agent1.log"))
+        wait_for_event(d, "worker_left", lambda e: e["worker"] == w, timeout=10, proc=job)
+        self.agent_says(f"{d}/agent1.log", f"worker {joined['pid']} exited with 0", timeout=0.1)
+
+        # A new agent lends a worker that stays to the end; the agent then exits 0 by itself.
+        agent = self.start_agent(d, "agent2")
+        joined = poll_until(lambda: self.lent_joined(d, seen), 30, "no third lent worker joined")
+        self.assertEqual(job.wait(timeout=120), 0, logs(d))
+        self.assertEqual(agent.wait(timeout=30), 0, read_text(f"{d}/agent2.log"))
+        self.agent_says(f"{d}/agent2.log", f"worker {joined['pid']} exited 0: the job is over", timeout=0.1)
+        result = read_result(d)
+        self.assertEqual(result["params_sha256"], ref["params_sha256"])
+        self.assertGreaterEqual(result["workers_seen"], 4)
+        print(f"the job's digest {result['params_sha256'][:16]}... equals the undisturbed run's; "
+              f"{result['workers_seen']} workers took part")
+
+    def test_refuses_bad_arguments(self):
+        d = self.run_dir("args")
+        for args, what in [([], "--coordinator (or --scheduler) is required"),
+                           (["--coordinator", "tcp://127.0.0.1:1", "--token-file", f"{d}/none", "--probe", "true"],
+                            "cannot read the token file"),
+                           (["--scheduler", "tcp://127.0.0.1:1", "--probe", "true", "--every", "0"],
+                            "--every must be"),
+                           (["--scheduler", "tcp://127.0.0.1:1"], "--probe CMD is required")]:
+            p = subprocess.run([LEND, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=10)
+            self.assertEqual(p.returncode, 2, p.stdout)
+            self.assertIn(what, p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
