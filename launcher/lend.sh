@@ -32,7 +32,7 @@
 # is printed with the time. EPS_BIN overrides the directory of the binaries (build/bin).
 set -euo pipefail
 
-usage() { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "lend.sh: $*" >&2; exit 2; }
 say() { echo "$(date '+%F %T') lend.sh: $*"; }
 
