@@ -66,6 +66,7 @@ mkdir -p "$run_dir/logs" "$run_dir/pids" "$run_dir/ssh"
 run_dir=$(cd "$run_dir" && pwd)
 rdir=${remote_run_dir:-$run_dir}
 case "$rbin$rdir" in *"'"*) die "remote paths may not hold a single quote" ;; esac
+[[ "$rdir" = /* ]] && [[ "$rbin" = /* ]] || die "--remote-run-dir and --remote-root must be absolute paths"
 
 # The host file: one coordinator, shards and workers in the file's order.
 coordinator="" shard_hosts=() worker_hosts=() hosts=()
