@@ -1,0 +1,316 @@
+"""Slurm: the servers of a job in one Slurm job, its workers as preemptible Slurm jobs.
+
+The test runs a real Slurm on this host (munged, slurmctld and slurmd as root, every file in a
+temporary folder, ports the kernel picked): partitions "main" (the servers; never preempted),
+"train" (workers; PreemptMode=REQUEUE) and "serve" (a higher PriorityTier that preempts train).
+It runs the mlp job through launcher/slurm/servers.sbatch and a 2-task array of
+launcher/slurm/worker.sbatch, then submits a job on "serve" that needs one worker's CPU: Slurm
+preempts a worker (SIGTERM: a graceful leave), requeues it, and the requeued worker attaches
+again. The job ends on the digest of the same job run undisturbed by local.sh.
+"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from harness import (ENV, MLP, ROOT, RunDirTest, logs, poll_until, read_events, read_metrics, read_report,
+                     read_result, wait_for_event)
+
+SERVERS = os.path.join(ROOT, "launcher", "slurm", "servers.sbatch")
+WORKER = os.path.join(ROOT, "launcher", "slurm", "worker.sbatch")
+STEPS = 500
+EXTRA = [f"--steps={STEPS}", "--test_limit=500"]
+SLOWDOWN = "15"       # the Slurm run's workers (timing only): the job outlasts the preemption and the requeue
+GRACE_S = 20          # the train partition's GraceTime: the worker must be gone well before it
+CRED_EXPIRE_S = 5     # a requeued job may start again cred_expire + 1 s after its requeue (default 120)
+DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scancel", "scontrol")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class SlurmCluster:
+    """One node's Slurm in a temporary folder: munged with its own key and socket, slurmctld and slurmd in the
+    foreground (processes this object owns). close() cancels every job, waits for them to end, stops the daemons
+    and removes the folder."""
+
+    def __init__(self, cpus):
+        self.dir = tempfile.mkdtemp(prefix="eps-slurm-")
+        os.chmod(self.dir, 0o755)  # munged wants its socket's folder searchable by all
+        self.procs = []
+        self.jobs = []
+        self.node = socket.gethostname().split(".")[0]
+        self.conf = os.path.join(self.dir, "slurm.conf")
+        self.env = dict(ENV, SLURM_CONF=self.conf)
+        self.env.pop("EPS_ROOT", None)  # the scripts find the repository from the path given to sbatch
+        for d in ("state", "spool"):
+            os.makedirs(os.path.join(self.dir, d))
+        d = self.dir
+        with open(self.conf, "w") as f:
+            f.write(f"""ClusterName=epstest
+SlurmctldHost={self.node}(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={d}/munge.sock,cred_expire={CRED_EXPIRE_S}
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd.pid
+SlurmctldLogFile={d}/slurmctld.log
+SlurmdLogFile={d}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+MailProg=/bin/true
+ReturnToService=2
+SlurmdParameters=config_overrides
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1,sched_interval=1
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+KillWait=10
+MinJobAge=2
+NodeName={self.node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 State=UNKNOWN
+PartitionName=main Nodes={self.node} PriorityTier=1 PreemptMode=OFF Default=YES MaxTime=INFINITE State=UP
+PartitionName=train Nodes={self.node} PriorityTier=1 PreemptMode=REQUEUE GraceTime={GRACE_S} MaxTime=INFINITE State=UP
+PartitionName=serve Nodes={self.node} PriorityTier=10 PreemptMode=OFF MaxTime=INFINITE State=UP
+""")
+        try:
+            key = os.path.join(d, "munge.key")
+            subprocess.run(["mungekey", "--create", f"--keyfile={key}"], check=True, timeout=30,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+            self.daemon("munged", ["munged", "-F", f"--key-file={key}", f"--socket={d}/munge.sock",
+                                   f"--pid-file={d}/munged.pid", f"--log-file={d}/munged.log",
+                                   f"--seed-file={d}/munged.seed"])
+            poll_until(lambda: True if os.path.exists(f"{d}/munge.sock") else self.check_daemons(), 30,
+                       "munged did not create its socket")
+            self.daemon("slurmctld", ["slurmctld", "-D", "-i", "-f", self.conf])
+            self.daemon("slurmd", ["slurmd", "-D", "-f", self.conf])
+            poll_until(lambda: True if self.node_state() == "idle" else self.check_daemons(), 60,
+                       "the node did not become idle")
+        except BaseException:
+            print(self.logs())
+            self.close()
+            raise
+
+    def daemon(self, name, cmd):
+        log = open(os.path.join(self.dir, f"{name}.out"), "w")
+        self.procs.append((name, subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT)))
+        log.close()
+
+    def check_daemons(self):
+        for name, p in self.procs:
+            if p.poll() is not None:
+                raise AssertionError(f"{name} exited with {p.returncode}:\n{self.logs()}")
+        return None
+
+    def run(self, *cmd, timeout=30):
+        p = subprocess.run(cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=timeout)
+        if p.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} exited with {p.returncode}: {p.stdout}")
+        return p.stdout
+
+    def node_state(self):
+        try:
+            # One line per partition the node is in, each with the node's state.
+            states = self.run("sinfo", "-h", "-N", "-n", self.node, "-o", "%T").split()
+            return states[0].rstrip("*") if states else None
+        except (AssertionError, subprocess.TimeoutExpired):
+            return None
+
+    def sbatch(self, *args):
+        """Submits a job (sbatch --parsable ARGS); returns its id."""
+        job = self.run("sbatch", "--parsable", *args).strip().split(";")[0]
+        self.jobs.append(job)
+        return job
+
+    def queue(self):
+        """{job id: state} of the jobs Slurm knows (array tasks as ARRAYJOB_TASK)."""
+        out = self.run("squeue", "-h", "-o", "%i %T %r")
+        return {line.split()[0]: line.split()[1] for line in out.splitlines() if line.strip()}
+
+    def job_field(self, job, field):
+        out = self.run("scontrol", "show", "job", "-o", job)
+        for line in out.splitlines():
+            for kv in line.split():
+                if kv.startswith(field + "="):
+                    return kv[len(field) + 1:]
+        return None
+
+    def logs(self):
+        out = []
+        for name in ("munged.out", "munged.log", "slurmctld.out", "slurmctld.log", "slurmd.out", "slurmd.log"):
+            path = os.path.join(self.dir, name)
+            if os.path.exists(path):
+                with open(path, errors="replace") as f:
+                    out.append(f"--- {name}\n" + "".join(f.readlines()[-15:]))
+        return "\n".join(out)
+
+    def close(self, keep_logs_in=None):
+        """Cancels the jobs, stops the daemons and removes the folder (its daemons' logs copied to keep_logs_in/slurm
+        first, if given)."""
+        try:
+            if self.jobs and all(p.poll() is None for _, p in self.procs):
+                subprocess.run(["scancel", *self.jobs], env=self.env, timeout=30, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.STDOUT)
+                spool = os.path.join(self.dir, "spool")
+
+                def ended():
+                    try:
+                        if self.queue():
+                            return None
+                    except (AssertionError, subprocess.TimeoutExpired):
+                        return None
+                    # Each slurmstepd removes its socket from the spool folder when it ends.
+                    return True if not [n for n in os.listdir(spool) if n.startswith(self.node + "_")] else None
+                try:
+                    poll_until(ended, 60, "the Slurm jobs did not end")
+                except AssertionError as e:
+                    print(e, file=sys.stderr)
+        finally:
+            for _, p in reversed(self.procs):
+                if p.poll() is None:
+                    p.terminate()
+            for _, p in reversed(self.procs):
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(timeout=20)
+            if keep_logs_in:
+                keep = os.path.join(keep_logs_in, "slurm-daemons")
+                os.makedirs(keep, exist_ok=True)
+                for name in os.listdir(self.dir):
+                    if name.endswith((".log", ".out", ".conf")):
+                        shutil.copy(os.path.join(self.dir, name), keep)
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class SlurmPreemption(RunDirTest):
+    def setUp(self):
+        super().setUp()
+        if os.geteuid() != 0:
+            self.skipTest("slurmctld and slurmd run here as root: run the test as root")
+        missing = [d for d in DAEMONS if shutil.which(d) is None]
+        if missing:
+            self.skipTest(f"Slurm is not installed ({', '.join(missing)} missing): scripts/setup.sh installs "
+                          "slurm-wlm and munge")
+        self.cluster = None
+
+    def tearDown(self):
+        if self.cluster is not None:
+            self.cluster.close(keep_logs_in=self.tmp)  # before the run dirs go: no job writes into them any more
+        super().tearDown()
+
+    def test_a_preempted_worker_leaves_is_requeued_attaches_again_and_the_digest_is_the_same(self):
+        t_start = time.monotonic()
+        _, _, reference = self.run_local("reference", MLP, servers=2, workers=1, extra=EXTRA)
+        t_reference = time.monotonic() - t_start
+        # 3 CPUs: the servers' job, and one for each of the two workers; the serve job needs one of theirs.
+        self.cluster = cluster = SlurmCluster(cpus=3)
+        d = self.run_dir("slurm")
+        servers = cluster.sbatch("-p", "main", "-n", "1", "-o", f"{d}/slurm-servers.out", SERVERS, "--job", MLP,
+                                 "--servers", "2", "--workers", "2", "--run-dir", d, "--", *EXTRA)
+        workers = cluster.sbatch("-p", "train", "-n", "1", "--array=0-1", "-o", f"{d}/slurm-worker-%A_%a.out",
+                                 WORKER, "--run-dir", d, "--slowdown", SLOWDOWN, "--wait", "120")
+
+        def servers_running():
+            state = cluster.queue().get(servers)
+            if state is None:
+                raise AssertionError(f"the servers' job ended early:\n{read_file(f'{d}/slurm-servers.out')}\n"
+                                     f"{logs(d)}")
+            return None
+        # Both workers compute a step before the preemption.
+        wait_for_event(d, "step_completed", lambda e: len(e["ranges"]) == 2, timeout=90)
+        servers_running()
+        joined = {e["worker"]: e for e in read_events(d, "worker_joined")}
+        self.assertEqual(len(joined), 2, joined)
+
+        t_submit = time.time()
+        cluster.sbatch("-p", "serve", "-n", "1", "-o", f"{d}/slurm-serve.out", "--wrap", "sleep 3")
+        left = wait_for_event(d, "worker_left", timeout=60)
+        # A graceful leave on Slurm's SIGTERM, not a crash.
+        self.assertIn(left["worker"], joined)
+        self.assertEqual((left["reason"], left["host_fault"]), ("SIGTERM", False), left)
+        pid = joined[left["worker"]]["pid"]
+        task = poll_until(lambda: preempted_task(d, workers, pid), 30, f"no worker report names pid {pid}")
+        report = read_report(f"{d}/logs/slurm-worker-{task}.0.json")
+        self.assertEqual((report["outcome"], report["worker_ids"]), ("left", [left["worker"]]), report)
+        next_step = wait_for_event(d, "step_completed", lambda e: e["t"] > left["t"], timeout=30)
+
+        # Requeued (Slurm's restart count), it starts again and attaches under a new id.
+        rejoined = wait_for_event(d, "worker_joined", lambda e: e["t"] > left["t"], timeout=90)
+        self.assertNotIn(rejoined["worker"], joined)
+        wait_for_event(d, "worker_ready", lambda e: e["worker"] == rejoined["worker"], timeout=60)
+        self.assertGreaterEqual(int(cluster.job_field(task, "Restarts") or 0), 1)
+
+        def finished():
+            result = read_result(d)
+            if result is not None:
+                return result
+            return servers_running()
+        result = poll_until(finished, 180, "the job did not finish")
+        self.assertEqual(result["steps"], STEPS)
+        self.assertEqual(result["params_sha256"], reference["params_sha256"], logs(d))
+        self.assertGreaterEqual(result["workers_seen"], 3)
+        # The preempted worker's VWs moved by its leave: nobody was declared dead.
+        self.assertEqual(read_events(d, "worker_dead"), [])
+        # Every worker ends when the job does (exit 0): the requeued one with outcome "done".
+        again = read_report(f"{d}/logs/slurm-worker-{task}.1.json", timeout=60)
+        self.assertEqual((again["outcome"], again["worker_ids"]), ("done", [rejoined["worker"]]), again)
+        poll_until(lambda: True if not cluster.queue() else None, 60, "the Slurm jobs did not end")
+        # The coordinator has exited (its job ended): metrics.csv is complete.
+        self.assertSameTrainingCurve(read_metrics(d), read_metrics(self.run_dir("reference")),
+                                     "metrics.csv against the reference's:")
+
+        # For the benchmark notes (printed, never asserted).
+        steps_between = next_step["step"] - left["step"]
+        print(f"\nslurm preemption: serve job submitted -> worker_left {left['t'] - t_submit:.3f} s, "
+              f"worker_left -> next step_completed (step {next_step['step']}, {steps_between} after the leave's) "
+              f"{next_step['t'] - left['t']:.3f} s, serve job submitted -> next step_completed "
+              f"{next_step['t'] - t_submit:.3f} s; requeued worker joined {rejoined['t'] - left['t']:.1f} s "
+              f"after the leave; reference run {t_reference:.1f} s, test {time.monotonic() - t_start:.1f} s",
+              flush=True)
+
+
+def read_file(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def preempted_task(d, workers, pid):
+    """The array task (ARRAYJOB_TASK) whose first worker had pid `pid`, from the reports in d/logs (the worker
+    writes one when it ends); None while there is none."""
+    for task in (f"{workers}_0", f"{workers}_1"):
+        try:
+            with open(f"{d}/logs/slurm-worker-{task}.0.json") as f:
+                if json.load(f)["host"].endswith(f":{pid}"):
+                    return task
+        except (FileNotFoundError, ValueError):
+            pass
+    return None
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
