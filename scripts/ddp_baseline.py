@@ -184,15 +184,23 @@ def free_port():
         return s.getsockname()[1]
 
 
+def rank_env(a, master_addr, master_port, rank, base=None):
+    """The environment of rank `rank`'s process (started as this script with --rank R and the launcher's arguments):
+    the rendezvous at master_addr:master_port and the thread settings. scripts/bench/network.py starts ranks on hosts
+    in network namespaces with it."""
+    return dict(os.environ if base is None else base, MASTER_ADDR=master_addr, MASTER_PORT=str(master_port),
+                WORLD_SIZE=str(a.ranks), RANK=str(rank), OMP_NUM_THREADS=str(a.threads),
+                OPENBLAS_NUM_THREADS=str(a.threads), OMP_WAIT_POLICY="passive")
+
+
 def launch(a, argv):
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(a.ranks),
-               OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads), OMP_WAIT_POLICY="passive")
+    port = free_port()
     procs = []
     deadline = time.monotonic() + a.timeout_s
     try:
         for r in range(a.ranks):
             procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv, "--rank", str(r)],
-                                          env=dict(env, RANK=str(r))))
+                                          env=rank_env(a, "127.0.0.1", port, r)))
         codes = []
         for p in procs:
             codes.append(p.wait(timeout=max(1.0, deadline - time.monotonic())))

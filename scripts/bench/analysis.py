@@ -288,6 +288,7 @@ SECTIONS = {  # name: (what the ratio_vs_baseline column of its csv rows is, goa
     "scaling": ("ms/step vs plain libtorch loop (lower is better)", None),
     "hetero": ("steps/s vs --planner=equal", 1.3),
     "durable": ("GB/s vs raw RocksDB; mlp rows: steps/s vs no checkpoints (goal: >= 0.95)", 0.95),
+    "network": ("samples/s vs the same framework on one host", None),
 }
 
 
