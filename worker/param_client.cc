@@ -90,7 +90,7 @@ Status ParameterClient::Reconnect() {
   ReleasePushRegions();
   for (ShardLink& link : links_) {
     EPS_RETURN_IF_ERROR(
-        link.Reconnect(context_, options_.shm ? pull_regions_.size[link.index] : 0));
+        link.Reconnect(context_, options_.shm ? pull_regions_.size[link.index] : 0, options_.curve));
   }
   return OkStatus();
 }
