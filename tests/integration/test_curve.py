@@ -130,7 +130,8 @@ class Curve(RunDirTest):
         self.assertEqual(len(read_events(d, "worker_joined")), 1)
         token = read_text(f"{d}/token").strip().encode()
         self.assertNotIn(token, wire, "the token travels in the clear with CURVE")
-        self.assertGreater(len(wire), 1 << 20, "the capture missed the job's traffic")
+        # At least the final parameters (the coordinator's pull from the shard) crossed the socket.
+        self.assertGreater(len(wire), os.path.getsize(f"{d}/model.safetensors"), "the capture missed the job's traffic")
         found = [w.hex() for w in windows if w in wire]
         self.assertEqual(found, [], "parameter bytes travel in the clear with CURVE")
 
