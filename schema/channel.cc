@@ -175,8 +175,7 @@ Status Channel::HandshakeStatus() {
 
 StatusOr<Channel::Incoming> Channel::Receive(std::chrono::milliseconds timeout) {
   try {
-    EPS_ASSIGN_OR_RETURN(size_t ready, AwaitReadable({this}, timeout));
-    (void)ready;
+    EPS_RETURN_IF_ERROR(AwaitReadable({this}, timeout).status());
     auto parts = std::make_shared<std::vector<zmq::message_t>>();
     do {
       parts->emplace_back();

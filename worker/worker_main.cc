@@ -150,7 +150,7 @@ int RunPool(eps::WorkerOptions options, zmq::context_t* context) {
   eps::PoolClient pool(context, FLAGS_scheduler, *pool_token,
                        eps::PoolRequest{options.host, options.device_kind, "", ""},
                        std::chrono::milliseconds(FLAGS_pool_poll_ms), *pool_curve);
-  const std::string default_server_key = options.curve.server_key;
+  const eps::CurveOptions curve = options.curve;  // the job's server key comes with each job
   // A job that ended since the scheduler named it never answers: ask the scheduler again soon.
   options.register_timeout = std::chrono::seconds(15);
   LOG(INFO) << "joined the pool of the scheduler at " << FLAGS_scheduler;
@@ -166,7 +166,10 @@ int RunPool(eps::WorkerOptions options, zmq::context_t* context) {
               << job->coordinator;
     options.coordinator = job->coordinator;
     options.token = job->token;
-    options.curve.server_key = job->server_key.empty() ? default_server_key : job->server_key;
+    // A job without a server key (in the jobs file, or --curve_server_key) runs in the clear.
+    options.curve = curve;
+    if (!job->server_key.empty()) options.curve.server_key = job->server_key;
+    if (options.curve.server_key.empty()) options.curve = eps::CurveOptions();
     g_leave = g_stop.load();
     auto worker = eps::Worker::Open(options, context);
     if (!worker.ok()) {
