@@ -32,7 +32,7 @@ class Pool {
  public:
   Pool() {
     auto s = PoolScheduler::Create(
-        {{"short", "tcp://127.0.0.1:1001", "tok-s"}, {"long", "tcp://127.0.0.1:1002", "tok-l"}},
+        {{"short", "tcp://127.0.0.1:1001", "tok-s", ""}, {"long", "tcp://127.0.0.1:1002", "tok-l", ""}},
         PoolSchedulerOptions(), &clock);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     scheduler.emplace(std::move(s).value());
@@ -170,9 +170,9 @@ TEST(PoolScheduler, MeasuredSpeedsComeFromTheJobsReports) {
 
 TEST(PoolScheduler, DuplicateOrEmptyJobIdsAreRefused) {
   FakeClock clock;
-  EXPECT_EQ(PoolScheduler::Create({{"a", "x", ""}, {"a", "y", ""}}, {}, &clock).status().code(),
+  EXPECT_EQ(PoolScheduler::Create({{"a", "x", "", ""}, {"a", "y", "", ""}}, {}, &clock).status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(PoolScheduler::Create({{"", "x", ""}}, {}, &clock).status().code(),
+  EXPECT_EQ(PoolScheduler::Create({{"", "x", "", ""}}, {}, &clock).status().code(),
             StatusCode::kInvalidArgument);
 }
 
