@@ -667,8 +667,8 @@ class Bench {
  private:
   Setup setup_;
   zmq::context_t context_;
-  std::string curve_dir_;            // with --curve: the keys
-  CurveOptions server_curve_;        // with --curve: the coordinator's
+  std::string curve_dir_;      // with --curve: the keys
+  CurveOptions server_curve_;  // with --curve: the coordinator's
   std::unique_ptr<Channel> coordinator_;
   std::vector<Child> children_;
   std::vector<std::string> shard_peers_, shard_addrs_, raw_peers_, raw_addrs_;
@@ -743,10 +743,12 @@ int RunTransfer() {
               FLAGS_curve ? "ElasticPS over CURVE" : "ElasticPS push+pull", Median(ps.push),
               Median(ps.pull), ps_ms, ps_ms > 0 ? raw_ms / ps_ms : 0);
   std::printf(
-      "{\"mode\":\"transfer\",\"curve\":%s,\"shards\":%u,\"clients\":%u,\"elems\":%lld,\"wire\":\"%s\","
+      "{\"mode\":\"transfer\",\"curve\":%s,\"shards\":%u,\"clients\":%u,\"elems\":%lld,\"wire\":\"%"
+      "s\","
       "\"raw_ms\":%.2f,\"ps_ms\":%.2f,\"push_ms\":%.2f,\"pull_ms\":%.2f,\"samples\":%zu}\n",
       FLAGS_curve ? "true" : "false", setup.shards, setup.clients,
-      static_cast<long long>(FLAGS_elems), WireDTypeName(setup.wire), raw_ms, ps_ms, Median(ps.push), Median(ps.pull), ps.total.size());
+      static_cast<long long>(FLAGS_elems), WireDTypeName(setup.wire), raw_ms, ps_ms,
+      Median(ps.push), Median(ps.pull), ps.total.size());
   ReportMemoryCost(static_cast<size_t>(FLAGS_elems) * sizeof(float));
   return 0;
 }

@@ -27,15 +27,18 @@
 #include "schema/curve.h"
 #include "schema/zap_handler.h"
 
-DEFINE_string(jobs, "",
-              "Jobs file: one 'ID COORDINATOR_ENDPOINT TOKEN_FILE [SERVER_KEY_FILE]' per line ('-': "
-              "no token; SERVER_KEY_FILE: the job's servers' CURVE public key)");
-DEFINE_string(curve_secret_key, "",
-              "CURVE (docs/security.md): the scheduler's secret key file (elasticps keygen): it "
-              "serves the pool with it and connects to CURVE coordinators with it. Empty: plain TCP");
-DEFINE_string(allowed_keys, "",
-              "With --curve_secret_key: the pool workers' public keys, a file (one Z85 key a line) or "
-              "a folder of *.pub; re-read at every handshake");
+DEFINE_string(
+    jobs, "",
+    "Jobs file: one 'ID COORDINATOR_ENDPOINT TOKEN_FILE [SERVER_KEY_FILE]' per line ('-': "
+    "no token; SERVER_KEY_FILE: the job's servers' CURVE public key)");
+DEFINE_string(
+    curve_secret_key, "",
+    "CURVE (docs/security.md): the scheduler's secret key file (elasticps keygen): it "
+    "serves the pool with it and connects to CURVE coordinators with it. Empty: plain TCP");
+DEFINE_string(
+    allowed_keys, "",
+    "With --curve_secret_key: the pool workers' public keys, a file (one Z85 key a line) or "
+    "a folder of *.pub; re-read at every handshake");
 DEFINE_string(bind, "tcp://127.0.0.1:0", "Endpoint the pool workers reach");
 DEFINE_string(addr_file, "", "Write the bound endpoint to this file once serving");
 DEFINE_string(token_file, "", "The pool's token, which pool workers must present (empty: none)");
@@ -184,7 +187,7 @@ class SchedulerProcess {
   zmq::context_t* const context_;
   const std::string token_;
   const std::unique_ptr<JsonLinesFile> events_;  // or null
-  const CurveKeyPair keys_;                       // CURVE off: empty
+  const CurveKeyPair keys_;                      // CURVE off: empty
   std::map<std::string, std::unique_ptr<Channel>> coordinators_;
   std::string last_allocation_;
 };

@@ -46,7 +46,8 @@ void ApplyCurve(zmq::socket_t& s, const CurveOptions& c, bool server) {
 // The handshake failures a DEALER watches: each is only possible when an end
 // uses CURVE, so a job without CURVE never sees one (and a connection reset in
 // a handshake, ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL, is not watched: it is retried).
-constexpr int kWatchedEvents = ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL;
+constexpr int kWatchedEvents =
+    ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL;
 
 // Names the inproc endpoints of the monitors: unique in the process.
 std::atomic<uint64_t> monitors_started{0};

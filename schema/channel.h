@@ -89,8 +89,8 @@ class Channel {
   Status SendFrames(const std::string* peer, const Envelope& envelope);
 
   zmq::socket_t socket_;
-  zmq::socket_t monitor_;   // PAIR receiving socket_'s handshake failures (DEALER only)
-  Status handshake_;        // the first handshake failure
+  zmq::socket_t monitor_;  // PAIR receiving socket_'s handshake failures (DEALER only)
+  Status handshake_;       // the first handshake failure
   const std::string endpoint_;
   const bool router_;
   const Options options_;

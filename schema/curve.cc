@@ -32,7 +32,8 @@ StatusOr<std::string> ReadWhole(const std::string& path) {
 }
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // Creates `path` with `text` and `mode`, failing if it exists.

@@ -41,8 +41,7 @@ StatusOr<std::string> ParseCurveKey(const std::string& text);
 
 // Writes DIR/NAME.key (0600) and DIR/NAME.pub. AlreadyExists if either is there:
 // a key pair is never overwritten.
-Status WriteCurveKeyPair(const std::string& dir, const std::string& name,
-                         const CurveKeyPair& keys);
+Status WriteCurveKeyPair(const std::string& dir, const std::string& name, const CurveKeyPair& keys);
 
 // The key pair of the secret key in `path` (the public key is derived from it).
 StatusOr<CurveKeyPair> ReadCurveSecretKey(const std::string& path);

@@ -18,7 +18,8 @@ constexpr std::chrono::milliseconds kStopCheck{100};  // how soon the thread not
 
 StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Start(zmq::context_t* context,
                                                         const Options& options) {
-  for (const std::string& key : options.always_allowed) EPS_RETURN_IF_ERROR(ParseCurveKey(key).status());
+  for (const std::string& key : options.always_allowed)
+    EPS_RETURN_IF_ERROR(ParseCurveKey(key).status());
   EPS_RETURN_IF_ERROR(ReadAllowedKeys(options.allowed_keys).status());
   try {
     zmq::socket_t s(*context, zmq::socket_type::rep);
@@ -37,8 +38,9 @@ StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Start(zmq::context_t* context,
   }
 }
 
-StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::StartForServer(
-    zmq::context_t* context, const CurveOptions& curve, const std::string& allowed_keys) {
+StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::StartForServer(zmq::context_t* context,
+                                                                 const CurveOptions& curve,
+                                                                 const std::string& allowed_keys) {
   if (!curve.enabled()) {
     if (!allowed_keys.empty())
       return InvalidArgument("--allowed_keys needs --curve_secret_key (the server's key pair)");
@@ -106,8 +108,7 @@ void ZapHandler::Loop() {
   }
 }
 
-std::pair<std::string, std::string> ZapHandler::Decide(
-    const std::vector<zmq::message_t>& request) {
+std::pair<std::string, std::string> ZapHandler::Decide(const std::vector<zmq::message_t>& request) {
   // Version, request id, domain, address, routing id, mechanism, credentials...
   if (request.size() < 6 || request[0].to_string() != "1.0")
     return {"500", "malformed ZAP request"};

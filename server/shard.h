@@ -53,9 +53,9 @@ class Metrics;
 
 struct ShardOptions {
   ShardId shard;
-  std::string bind = "tcp://127.0.0.1:0";          // where workers reach this shard
-  std::string coordinator;                         // the coordinator's endpoint
-  std::string token;                               // the job's secret; empty: none required
+  std::string bind = "tcp://127.0.0.1:0";  // where workers reach this shard
+  std::string coordinator;                 // the coordinator's endpoint
+  std::string token;                       // the job's secret; empty: none required
   // CURVE (docs/security.md): the shard's key pair serves the workers and connects to the
   // coordinator (server_key); off without a key. The context needs a ZapHandler.
   CurveOptions curve;

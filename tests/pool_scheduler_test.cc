@@ -31,9 +31,9 @@ JobInfoReply Info(const std::string& id, uint32_t v, int64_t steps, int64_t step
 class Pool {
  public:
   Pool() {
-    auto s = PoolScheduler::Create(
-        {{"short", "tcp://127.0.0.1:1001", "tok-s", ""}, {"long", "tcp://127.0.0.1:1002", "tok-l", ""}},
-        PoolSchedulerOptions(), &clock);
+    auto s = PoolScheduler::Create({{"short", "tcp://127.0.0.1:1001", "tok-s", ""},
+                                    {"long", "tcp://127.0.0.1:1002", "tok-l", ""}},
+                                   PoolSchedulerOptions(), &clock);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     scheduler.emplace(std::move(s).value());
   }
@@ -170,8 +170,9 @@ TEST(PoolScheduler, MeasuredSpeedsComeFromTheJobsReports) {
 
 TEST(PoolScheduler, DuplicateOrEmptyJobIdsAreRefused) {
   FakeClock clock;
-  EXPECT_EQ(PoolScheduler::Create({{"a", "x", "", ""}, {"a", "y", "", ""}}, {}, &clock).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      PoolScheduler::Create({{"a", "x", "", ""}, {"a", "y", "", ""}}, {}, &clock).status().code(),
+      StatusCode::kInvalidArgument);
   EXPECT_EQ(PoolScheduler::Create({{"", "x", "", ""}}, {}, &clock).status().code(),
             StatusCode::kInvalidArgument);
 }

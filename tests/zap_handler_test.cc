@@ -45,9 +45,7 @@ CurveKeyPair NewKeys() {
   return *keys;
 }
 
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+void WriteText(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 // A CURVE server channel with its ZAP handler, both on `ctx`.
 struct Server {

@@ -523,7 +523,7 @@ class WorkerImpl final : public Worker {
   std::unique_ptr<CoordinatorSession> session_;
   // For the report: "done", "left", "failed", "unreachable", "refused" (its CURVE key).
   std::string outcome_ = "failed";
-  bool unreachable_ = false;        // see Worker::unreachable()
+  bool unreachable_ = false;  // see Worker::unreachable()
   StepTimes times_;
   double seconds_per_vw_ = 0;  // measured in the last train plan, reported with the next request
   bool warmed_up_ = false;     // a train plan ran before (the first one is not timed)
@@ -553,8 +553,8 @@ StatusOr<std::unique_ptr<Worker>> Worker::Open(const WorkerOptions& options,
   }
   if (options.curve.enabled() && options.curve.server_key.empty())
     return InvalidArgument("a worker with a CURVE key needs the servers' public key");
-  EPS_ASSIGN_OR_RETURN(auto channel,
-                       Channel::Connect(context, options.coordinator, CoordinatorChannelOptions(options)));
+  EPS_ASSIGN_OR_RETURN(auto channel, Channel::Connect(context, options.coordinator,
+                                                      CoordinatorChannelOptions(options)));
   return std::unique_ptr<Worker>(new WorkerImpl(options, context, std::move(channel)));
 }
 

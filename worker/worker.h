@@ -75,8 +75,8 @@ class Metrics;
 using ModelFactory = std::function<StatusOr<std::unique_ptr<ModelRunner>>(const ModelOptions&)>;
 
 struct WorkerOptions {
-  std::string coordinator;                         // the coordinator's endpoint
-  std::string token;                               // the job's secret
+  std::string coordinator;  // the coordinator's endpoint
+  std::string token;        // the job's secret
   // CURVE (docs/security.md): this worker's key pair and the job's servers' public key
   // (the coordinator and the shards share one); off without a key.
   CurveOptions curve;
