@@ -4,7 +4,6 @@ job in the clear; workers with an unknown key, no key, or a revoked key are
 refused (exit 4, report outcome "refused") and the job is unaffected; and a
 capture of the job's loopback traffic (tshark, as root) holds the token and
 bytes of the final parameters in the clear, and neither with CURVE."""
-import json
 import os
 import shutil
 import signal
@@ -13,7 +12,7 @@ import subprocess
 import unittest
 
 from harness import BIN, ENV, LOCAL, MLP, ROOT, RunDirTest, poll_until, read_events, read_report, read_result, \
-    read_text, wait_for_file
+    read_text, wait_for_file  # noqa: F401
 
 ATTACH = os.path.join(ROOT, "launcher", "attach.sh")
 ELASTICPS = os.path.join(BIN, "elasticps")
@@ -63,7 +62,7 @@ class Curve(RunDirTest):
                 "--log", f"{d}/{name}.log"]
         if secure:
             args += ["--secure-dir", d]
-        return self.start(args + [], f"{d}/{name}.out")
+        return self.start(args, f"{d}/{name}.out")
 
     def finish(self, d, launcher, tshark, pcap):
         self.assertEqual(launcher.wait(timeout=120), 0, read_text(f"{d}/logs/coordinator.log"))
