@@ -44,6 +44,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -59,6 +60,7 @@
 #include "common/tree.h"
 #include "common/wire.h"
 #include "schema/channel.h"
+#include "schema/curve.h"
 #include "schema/messages.h"
 
 DEFINE_string(mode, "transfer", "transfer | share | raw_server (internal)");
@@ -80,6 +82,10 @@ DEFINE_int32(timeout_s, 60, "Deadline of every wait (registration, replies, exit
 // raw_server mode (set by transfer mode when it starts the echo servers)
 DEFINE_string(coordinator, "", "raw_server: the endpoint to register with");
 DEFINE_uint32(shard_id, 0, "raw_server: its id");
+DEFINE_bool(curve, false,
+            "transfer: the ElasticPS path (shards and clients) over CURVE (encrypted, "
+            "docs/security.md); the raw ZeroMQ baseline stays plain. Compare with a run without");
+DEFINE_string(curve_dir, "", "raw_server (internal): the bench's keys, to register over CURVE");
 
 namespace eps {
 namespace {
@@ -138,7 +144,16 @@ void NoFree(void*, void*) {}
 
 int RunRawServer() {
   zmq::context_t context(1);
-  auto control = Channel::Connect(&context, FLAGS_coordinator);
+  Channel::Options control_options;
+  if (!FLAGS_curve_dir.empty()) {
+    auto curve = LoadCurveOptions(FLAGS_curve_dir + "/server.key", FLAGS_curve_dir + "/server.pub");
+    if (!curve.ok()) {
+      std::fprintf(stderr, "raw_server: %s\n", curve.status().ToString().c_str());
+      return 1;
+    }
+    control_options.curve = *curve;
+  }
+  auto control = Channel::Connect(&context, FLAGS_coordinator, control_options);
   if (!control.ok()) {
     std::fprintf(stderr, "raw_server: %s\n", control.status().ToString().c_str());
     return 1;
@@ -235,6 +250,7 @@ struct Setup {
   bool worker_copies = false;         // share mode: copy as worker/worker.cc does
   WireDType wire = WireDType::kFP32;  // gradients pushed and weights pulled in this dtype
   double compute_ms = 0;
+  CurveOptions curve;  // the clients' (off: plain TCP)
   uint32_t V() const { return clients * vws_per_client; }
 };
 
@@ -300,8 +316,10 @@ class Client {
   }
 
   Status Connect() {
+    Channel::Options co;
+    co.curve = setup_.curve;
     for (const std::string& a : shard_addrs_) {
-      EPS_ASSIGN_OR_RETURN(auto ch, Channel::Connect(&context_, a));
+      EPS_ASSIGN_OR_RETURN(auto ch, Channel::Connect(&context_, a, co));
       shards_.push_back(std::move(ch));
     }
     for (const std::string& a : raw_addrs_) {
@@ -511,10 +529,34 @@ std::string SelfDir() {
 class Bench {
  public:
   explicit Bench(Setup setup) : setup_(setup), context_(1) {}
-  ~Bench() { Reap(&children_, Clock::now()); }
+  ~Bench() {
+    Reap(&children_, Clock::now());
+    if (!curve_dir_.empty()) std::system(("rm -rf '" + curve_dir_ + "'").c_str());
+  }
+
+  // With CURVE: a key pair for the servers (the shards, this coordinator; also the raw servers'
+  // registrations) and one for the clients (`client`). The shards check the clients' key
+  // (their ZAP handlers); this coordinator runs none (the handler would bring glog's flags,
+  // whose --log_dir clashes with this program's), so it admits any CURVE client: a benchmark.
+  Status StartCurve(CurveOptions* client) {
+    char tmpl[] = "/tmp/eps-bench-curve-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) return Internal("mkdtemp failed");
+    curve_dir_ = tmpl;
+    EPS_ASSIGN_OR_RETURN(CurveKeyPair server, GenerateCurveKeyPair());
+    EPS_ASSIGN_OR_RETURN(CurveKeyPair clients, GenerateCurveKeyPair());
+    EPS_RETURN_IF_ERROR(WriteCurveKeyPair(curve_dir_, "server", server));
+    EPS_RETURN_IF_ERROR(WriteCurveKeyPair(curve_dir_, "client", clients));
+    server_curve_.keys = server;
+    client->keys = clients;
+    client->server_key = server.public_key;
+    return OkStatus();
+  }
 
   Status Start(bool with_raw) {
-    EPS_ASSIGN_OR_RETURN(coordinator_, Channel::Bind(&context_, "tcp://127.0.0.1:0"));
+    if (FLAGS_curve) EPS_RETURN_IF_ERROR(StartCurve(&setup_.curve));
+    Channel::Options co;
+    co.curve = server_curve_;
+    EPS_ASSIGN_OR_RETURN(coordinator_, Channel::Bind(&context_, "tcp://127.0.0.1:0", co));
     const std::string shard_bin = FLAGS_shard_bin.empty() ? SelfDir() + "/shard" : FLAGS_shard_bin;
     const std::string self = SelfDir() + "/ps_transfer";
     if (access(shard_bin.c_str(), X_OK) != 0) return NotFound(shard_bin + " is not an executable");
@@ -523,11 +565,17 @@ class Bench {
       const std::string id = "--shard_id=" + std::to_string(s);
       const std::string pull_wait = "--pull_wait_ms=" + std::to_string(FLAGS_timeout_s * 1000);
       const std::string shard = "shard" + std::to_string(s), raw = "raw" + std::to_string(s);
-      EPS_ASSIGN_OR_RETURN(Child c, Spawn({shard_bin, coord, id, pull_wait}, shard, LogOf(shard)));
+      std::vector<std::string> args = {shard_bin, coord, id, pull_wait};
+      if (!curve_dir_.empty()) {
+        args.push_back("--curve_secret_key=" + curve_dir_ + "/server.key");
+        args.push_back("--allowed_keys=" + curve_dir_ + "/client.pub");
+      }
+      EPS_ASSIGN_OR_RETURN(Child c, Spawn(args, shard, LogOf(shard)));
       children_.push_back(c);
       if (with_raw) {
         EPS_ASSIGN_OR_RETURN(Child r, Spawn({self, "--mode=raw_server", coord, id,
-                                             "--timeout_s=" + std::to_string(FLAGS_timeout_s)},
+                                             "--timeout_s=" + std::to_string(FLAGS_timeout_s),
+                                             "--curve_dir=" + curve_dir_},
                                             raw, LogOf(raw)));
         children_.push_back(r);
       }
@@ -617,8 +665,10 @@ class Bench {
   }
 
  private:
-  const Setup setup_;
+  Setup setup_;
   zmq::context_t context_;
+  std::string curve_dir_;      // with --curve: the keys
+  CurveOptions server_curve_;  // with --curve: the coordinator's
   std::unique_ptr<Channel> coordinator_;
   std::vector<Child> children_;
   std::vector<std::string> shard_peers_, shard_addrs_, raw_peers_, raw_addrs_;
@@ -689,13 +739,16 @@ int RunTransfer() {
       static_cast<long long>(setup.chunk_elems));
   std::printf("  %-22s %10s %10s %10s %10s\n", "path", "push ms", "pull ms", "total ms", "vs raw");
   std::printf("  %-22s %10s %10s %10.1f %10.2f\n", "raw ZeroMQ round trip", "-", "-", raw_ms, 1.0);
-  std::printf("  %-22s %10.1f %10.1f %10.1f %10.2f\n", "ElasticPS push+pull", Median(ps.push),
+  std::printf("  %-22s %10.1f %10.1f %10.1f %10.2f\n",
+              FLAGS_curve ? "ElasticPS over CURVE" : "ElasticPS push+pull", Median(ps.push),
               Median(ps.pull), ps_ms, ps_ms > 0 ? raw_ms / ps_ms : 0);
   std::printf(
-      "{\"mode\":\"transfer\",\"shards\":%u,\"clients\":%u,\"elems\":%lld,\"wire\":\"%s\","
+      "{\"mode\":\"transfer\",\"curve\":%s,\"shards\":%u,\"clients\":%u,\"elems\":%lld,\"wire\":\"%"
+      "s\","
       "\"raw_ms\":%.2f,\"ps_ms\":%.2f,\"push_ms\":%.2f,\"pull_ms\":%.2f,\"samples\":%zu}\n",
-      setup.shards, setup.clients, static_cast<long long>(FLAGS_elems), WireDTypeName(setup.wire),
-      raw_ms, ps_ms, Median(ps.push), Median(ps.pull), ps.total.size());
+      FLAGS_curve ? "true" : "false", setup.shards, setup.clients,
+      static_cast<long long>(FLAGS_elems), WireDTypeName(setup.wire), raw_ms, ps_ms,
+      Median(ps.push), Median(ps.pull), ps.total.size());
   ReportMemoryCost(static_cast<size_t>(FLAGS_elems) * sizeof(float));
   return 0;
 }

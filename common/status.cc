@@ -35,6 +35,8 @@ const char* StatusCodeName(StatusCode code) {
       return "PROTOCOL_ERROR";
     case StatusCode::kUnimplemented:
       return "UNIMPLEMENTED";
+    case StatusCode::kPermissionDenied:
+      return "PERMISSION_DENIED";
   }
   return "UNKNOWN";
 }

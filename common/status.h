@@ -10,6 +10,8 @@
 //   kUnimplemented      the peer cannot do it this way; do it another way (a
 //                       shard that cannot map a push's shared memory: push
 //                       through the socket).
+//   kPermissionDenied   a server refused this process's CURVE key (or the two
+//                       disagree on CURVE): do not retry with the same key.
 //   kDataLoss           data at rest is damaged (a corrupt store or file on
 //                       disk); never a message from the network.
 // Library code never aborts on input from the network, a file or a user; it
@@ -40,11 +42,12 @@ enum class StatusCode : int {
   kInternal = 11,
   kProtocolError = 12,
   kUnimplemented = 13,
+  kPermissionDenied = 14,
   // New codes go here, at the end: the numbers travel in ErrorReply and RollbackDone.
 };
 
 // The largest code there is; a code read from the wire above it is unknown.
-inline constexpr StatusCode kLastStatusCode = StatusCode::kUnimplemented;
+inline constexpr StatusCode kLastStatusCode = StatusCode::kPermissionDenied;
 
 const char* StatusCodeName(StatusCode code);
 
@@ -91,6 +94,9 @@ inline Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status ProtocolError(std::string m) { return {StatusCode::kProtocolError, std::move(m)}; }
 inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
+inline Status PermissionDenied(std::string m) {
+  return {StatusCode::kPermissionDenied, std::move(m)};
+}
 
 namespace internal {
 // Prints `what` and `status` to stderr and aborts: a StatusOr used wrongly.

@@ -382,7 +382,9 @@ class CoordinatorImpl final : public Coordinator {
     const JobSummary summary = state_.Summary();
     ModelChunks chunks;
     for (uint32_t s = 0; s < spec.num_shards; ++s) {
-      EPS_ASSIGN_OR_RETURN(auto ch, Channel::Connect(context_, state_.shard_addresses()[s]));
+      Channel::Options co;
+      co.curve = options_.curve;
+      EPS_ASSIGN_OR_RETURN(auto ch, Channel::Connect(context_, state_.shard_addresses()[s], co));
       EPS_ASSIGN_OR_RETURN(Envelope reply,
                            Call(ch.get(), Envelope{options_.token, Pull{Step(summary.steps), {}}},
                                 std::chrono::milliseconds(30000)));
@@ -506,7 +508,9 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
                        MetricsCsv::Open(options.run_dir + "/metrics.csv",
                                         uint64_t{options.spec.virtual_workers} *
                                             options.spec.batch_per_vw));
-  EPS_ASSIGN_OR_RETURN(auto channel, Channel::Bind(context, bind));
+  Channel::Options co;
+  co.curve = options.curve;
+  EPS_ASSIGN_OR_RETURN(auto channel, Channel::Bind(context, bind, co));
   if (store) EPS_RETURN_IF_ERROR(store->Put("endpoint", channel->endpoint()));
   return std::unique_ptr<Coordinator>(new CoordinatorImpl(
       options, std::move(channel), context, std::move(store), std::move(events), std::move(csv),

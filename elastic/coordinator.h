@@ -26,6 +26,7 @@
 #include "common/metrics.h"
 #include "common/status.h"
 #include "elastic/planner.h"
+#include "schema/curve.h"
 #include "schema/messages.h"
 
 namespace eps {
@@ -34,6 +35,9 @@ struct CoordinatorOptions {
   JobSpec spec;
   std::string bind = "tcp://127.0.0.1:0";
   std::string token;       // required from every peer when not empty
+  // CURVE (docs/security.md): the key pair it serves with and connects to the shards with
+  // (server_key: the shards'); off without a key. The context needs a ZapHandler.
+  CurveOptions curve;
   std::string run_dir;     // result.json goes here
   std::string store_path;  // RocksDB store of the job's state (empty: none). A coordinator
                            // restarted on it binds the same endpoint and resumes the job

@@ -12,6 +12,8 @@
 #include "common/metrics_server.h"
 #include "common/wire.h"
 #include "elastic/coordinator.h"
+#include "schema/curve.h"
+#include "schema/zap_handler.h"
 
 // The job.
 DEFINE_string(job_id, "job", "Name of the job");
@@ -70,6 +72,15 @@ DEFINE_string(store, "",
               "store, the coordinator binds its former endpoint and resumes the job");
 DEFINE_string(addr_file, "", "Write the bound endpoint to this file once serving");
 DEFINE_string(token_file, "", "File holding the job's secret token (empty: none)");
+DEFINE_string(curve_secret_key, "",
+              "CURVE (docs/security.md): the job's servers' secret key file (elasticps keygen); "
+              "traffic is encrypted and only --allowed_keys clients are served. Empty: plain TCP");
+DEFINE_string(curve_server_key, "",
+              "The shards' public key file, with --curve_secret_key (empty: the coordinator's own; "
+              "the job's servers share one key pair)");
+DEFINE_string(allowed_keys, "",
+              "With --curve_secret_key: the clients' public keys, a file (one Z85 key a line) or a "
+              "folder of *.pub; re-read at every handshake, so removing a key revokes it");
 DEFINE_int32(startup_timeout_s, 120, "The shards must register within this time");
 DEFINE_int32(step_timeout_s, 300,
              "While workers are alive, a step or an evaluation must complete within this time");
@@ -198,6 +209,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.token = *token;
+  auto curve = eps::LoadCurveOptions(FLAGS_curve_secret_key, FLAGS_curve_server_key);
+  if (!curve.ok()) {
+    LOG(ERROR) << curve.status().ToString();
+    return 2;
+  }
+  o.curve = *curve;
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
 
@@ -213,6 +230,12 @@ int main(int argc, char** argv) {
   }
 
   zmq::context_t context(1);
+  // Before the first Bind, destroyed before the context.
+  auto zap = eps::ZapHandler::StartForServer(&context, o.curve, FLAGS_allowed_keys);
+  if (!zap.ok()) {
+    LOG(ERROR) << zap.status().ToString();
+    return 2;
+  }
   auto coordinator = eps::Coordinator::Open(o, &context);
   if (!coordinator.ok()) {
     LOG(ERROR) << "invalid job: " << coordinator.status().ToString();

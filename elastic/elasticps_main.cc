@@ -2,12 +2,19 @@
 //
 //   elasticps status --run-dir DIR [--json] [--events N]
 //   elasticps status --coordinator tcp://HOST:PORT --token-file FILE [--json] [--events N]
+//                    [--curve-secret-key FILE --curve-server-key FILE]
+//   elasticps keygen --out DIR [--name NAME]
 //
 // `status` asks the job's coordinator (a JobStatusRequest, token-checked like
 // every message) and prints the job, its workers, its shards and the newest
 // events as tables, or the reply as one JSON object (--json). Flags may be
 // spelled with dashes or underscores. Exit codes: 0 answered, 1 no answer or
-// refused, 2 bad flags.
+// refused, 2 bad flags. With --run-dir of a job started with `local.sh
+// --secure`, status uses the run dir's keys (keys/status.key, keys/server.pub).
+//
+// `keygen` writes a CURVE key pair (docs/security.md): DIR/NAME.key, the
+// secret key (mode 0600), and DIR/NAME.pub, the public key, one Z85 line each;
+// it never overwrites a key (exit 1). NAME defaults to "key".
 #include <gflags/gflags.h>
 
 #include <chrono>
@@ -23,6 +30,7 @@
 #include "common/files.h"
 #include "common/format.h"
 #include "schema/channel.h"
+#include "schema/curve.h"
 
 DEFINE_string(run_dir, "", "A job's run folder (its coordinator.addr and token)");
 DEFINE_string(coordinator, "", "The coordinator's endpoint, instead of --run_dir");
@@ -30,6 +38,10 @@ DEFINE_string(token_file, "", "The job's token (with --coordinator)");
 DEFINE_bool(json, false, "Print the reply as one JSON object");
 DEFINE_uint32(events, 10, "How many of the newest events to show");
 DEFINE_double(timeout_s, 5, "How long to wait for the coordinator's answer");
+DEFINE_string(curve_secret_key, "", "status: this client's CURVE secret key file (a CURVE job)");
+DEFINE_string(curve_server_key, "", "status: the job's servers' CURVE public key file");
+DEFINE_string(out, "", "keygen: the folder to write the key pair to");
+DEFINE_string(name, "key", "keygen: the key pair's name (NAME.key, NAME.pub)");
 
 namespace eps {
 namespace {
@@ -38,7 +50,8 @@ using Json = nlohmann::json;
 
 constexpr const char* kUsage =
     "elasticps status (--run-dir DIR | --coordinator ADDR --token-file FILE) [--json] "
-    "[--events N] [--timeout-s S]";
+    "[--events N] [--timeout-s S] [--curve-secret-key FILE --curve-server-key FILE]\n"
+    "       elasticps keygen --out DIR [--name NAME]";
 
 std::string Duration(double s) {
   if (s < 0) return "-";
@@ -206,6 +219,12 @@ StatusOr<std::string> ReadFirstLine(const std::string& path) {
 
 int RunStatus(zmq::context_t* context) {
   std::string endpoint = FLAGS_coordinator, token_file = FLAGS_token_file;
+  std::string secret_key = FLAGS_curve_secret_key, server_key = FLAGS_curve_server_key;
+  if (!FLAGS_run_dir.empty() && secret_key.empty() &&
+      ReadFirstLine(FLAGS_run_dir + "/keys/status.key").ok()) {  // local.sh --secure
+    secret_key = FLAGS_run_dir + "/keys/status.key";
+    if (server_key.empty()) server_key = FLAGS_run_dir + "/keys/server.pub";
+  }
   if (!FLAGS_run_dir.empty()) {
     auto addr = ReadFirstLine(FLAGS_run_dir + "/coordinator.addr");
     if (!addr.ok()) {
@@ -225,7 +244,18 @@ int RunStatus(zmq::context_t* context) {
     std::fprintf(stderr, "elasticps status: %s\n", token.status().ToString().c_str());
     return 2;
   }
-  auto channel = Channel::Connect(context, endpoint);
+  if (!secret_key.empty() && server_key.empty()) {
+    std::fprintf(stderr, "elasticps status: --curve-secret-key needs --curve-server-key\n");
+    return 2;
+  }
+  auto curve = LoadCurveOptions(secret_key, server_key);
+  if (!curve.ok()) {
+    std::fprintf(stderr, "elasticps status: %s\n", curve.status().ToString().c_str());
+    return 2;
+  }
+  Channel::Options options;
+  options.curve = *curve;
+  auto channel = Channel::Connect(context, endpoint, options);
   if (!channel.ok()) {
     std::fprintf(stderr, "elasticps status: %s\n", channel.status().ToString().c_str());
     return 2;
@@ -254,6 +284,26 @@ int RunStatus(zmq::context_t* context) {
   } else {
     PrintTables(*status);
   }
+  return 0;
+}
+
+int RunKeygen() {
+  if (FLAGS_out.empty()) {
+    std::fprintf(stderr, "elasticps keygen: --out is required\n%s\n", kUsage);
+    return 2;
+  }
+  auto keys = GenerateCurveKeyPair();
+  if (!keys.ok()) {
+    std::fprintf(stderr, "elasticps keygen: %s\n", keys.status().ToString().c_str());
+    return 1;
+  }
+  Status st = WriteCurveKeyPair(FLAGS_out, FLAGS_name, *keys);
+  if (!st.ok()) {
+    std::fprintf(stderr, "elasticps keygen: %s\n", st.ToString().c_str());
+    return st.code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  std::printf("%s/%s.key (secret) %s/%s.pub %s\n", FLAGS_out.c_str(), FLAGS_name.c_str(),
+              FLAGS_out.c_str(), FLAGS_name.c_str(), keys->public_key.c_str());
   return 0;
 }
 
@@ -295,6 +345,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "elasticps %s: unexpected argument '%s'\n", command.c_str(), p[1]);
     return 2;
   }
+  if (command == "keygen") return eps::RunKeygen();
   zmq::context_t context(1);
   if (command == "status") return eps::RunStatus(&context);
   std::fprintf(stderr, "elasticps: unknown command '%s'\nusage: %s\n", command.c_str(),

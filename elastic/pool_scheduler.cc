@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/files.h"
+#include "schema/curve.h"
 
 namespace eps {
 
@@ -18,11 +19,17 @@ StatusOr<std::vector<PoolJobConfig>> ReadJobsFile(const std::string& path) {
     const std::string where = path + ":" + std::to_string(n);
     std::istringstream fields(line.substr(0, line.find('#')));
     PoolJobConfig job;
-    std::string token_file, extra;
+    std::string token_file, key_file, extra;
     if (!(fields >> job.id)) continue;  // blank or a comment
-    if (!(fields >> job.coordinator >> token_file) || (fields >> extra)) {
-      return InvalidArgument(
-          where + ": expected 'ID COORDINATOR_ENDPOINT TOKEN_FILE' (TOKEN_FILE '-' for none)");
+    if (!(fields >> job.coordinator >> token_file) || ((fields >> key_file) && (fields >> extra))) {
+      return InvalidArgument(where +
+                             ": expected 'ID COORDINATOR_ENDPOINT TOKEN_FILE [SERVER_KEY_FILE]' "
+                             "(TOKEN_FILE '-' for none)");
+    }
+    if (!key_file.empty()) {
+      auto key = ReadCurvePublicKey(key_file);
+      if (!key.ok()) return key.status().WithContext(where);
+      job.server_key = *key;
     }
     auto token = ReadTokenFile(token_file == "-" ? "" : token_file);
     if (!token.ok()) return token.status().WithContext(where);
@@ -58,7 +65,7 @@ PoolAssign PoolScheduler::AssignmentOf(const std::string& host) const {
   auto it = target_.find(host);
   const PoolJobConfig* job = it == target_.end() ? nullptr : FindJob(it->second);
   if (job == nullptr) return PoolAssign{};
-  return PoolAssign{job->id, job->coordinator, job->token};
+  return PoolAssign{job->id, job->coordinator, job->token, job->server_key};
 }
 
 PoolAssign PoolScheduler::OnRequest(const PoolRequest& request) {

@@ -44,9 +44,11 @@ struct PoolJobConfig {
   std::string id;
   std::string coordinator;  // endpoint
   std::string token;        // the job's token
+  std::string server_key;   // its servers' CURVE public key (Z85); empty: no CURVE
 };
 
-// Reads a jobs file: one job per line, "ID COORDINATOR_ENDPOINT TOKEN_FILE",
+// Reads a jobs file: one job per line, "ID COORDINATOR_ENDPOINT TOKEN_FILE
+// [SERVER_KEY_FILE]" (the last: the job's servers' CURVE public key),
 // blank lines and '#' comments skipped; token files are read (an empty
 // TOKEN_FILE field is written "-": no token). InvalidArgument names the line.
 StatusOr<std::vector<PoolJobConfig>> ReadJobsFile(const std::string& path);

@@ -24,9 +24,21 @@
 #include "common/jsonl.h"
 #include "elastic/pool_scheduler.h"
 #include "schema/channel.h"
+#include "schema/curve.h"
+#include "schema/zap_handler.h"
 
-DEFINE_string(jobs, "",
-              "Jobs file: one 'ID COORDINATOR_ENDPOINT TOKEN_FILE' per line ('-': no token)");
+DEFINE_string(
+    jobs, "",
+    "Jobs file: one 'ID COORDINATOR_ENDPOINT TOKEN_FILE [SERVER_KEY_FILE]' per line ('-': "
+    "no token; SERVER_KEY_FILE: the job's servers' CURVE public key)");
+DEFINE_string(
+    curve_secret_key, "",
+    "CURVE (docs/security.md): the scheduler's secret key file (elasticps keygen): it "
+    "serves the pool with it and connects to CURVE coordinators with it. Empty: plain TCP");
+DEFINE_string(
+    allowed_keys, "",
+    "With --curve_secret_key: the pool workers' public keys, a file (one Z85 key a line) or "
+    "a folder of *.pub; re-read at every handshake");
 DEFINE_string(bind, "tcp://127.0.0.1:0", "Endpoint the pool workers reach");
 DEFINE_string(addr_file, "", "Write the bound endpoint to this file once serving");
 DEFINE_string(token_file, "", "The pool's token, which pool workers must present (empty: none)");
@@ -53,12 +65,13 @@ using std::chrono::milliseconds;
 class SchedulerProcess {
  public:
   SchedulerProcess(PoolScheduler scheduler, std::unique_ptr<Channel> pool, zmq::context_t* context,
-                   std::string token, std::unique_ptr<JsonLinesFile> events)
+                   std::string token, std::unique_ptr<JsonLinesFile> events, CurveKeyPair keys)
       : scheduler_(std::move(scheduler)),
         pool_(std::move(pool)),
         context_(context),
         token_(std::move(token)),
-        events_(std::move(events)) {}
+        events_(std::move(events)),
+        keys_(std::move(keys)) {}
 
   Status Run() {
     auto next_round = std::chrono::steady_clock::now();
@@ -119,7 +132,14 @@ class SchedulerProcess {
       if (scheduler_.JobOver(job.id)) continue;
       auto& channel = coordinators_[job.id];
       if (channel == nullptr) {
-        EPS_ASSIGN_OR_RETURN(channel, Channel::Connect(context_, job.coordinator));
+        Channel::Options co;
+        if (!job.server_key.empty()) {  // a CURVE job: this scheduler's key must be allowed there
+          if (keys_.secret_key.empty())
+            return InvalidArgument("job " + job.id + " uses CURVE: give --curve_secret_key");
+          co.curve.keys = keys_;
+          co.curve.server_key = job.server_key;
+        }
+        EPS_ASSIGN_OR_RETURN(channel, Channel::Connect(context_, job.coordinator, co));
       }
       auto reply =
           Call(channel.get(), Envelope{job.token, JobInfo{}}, milliseconds(FLAGS_info_timeout_ms));
@@ -167,6 +187,7 @@ class SchedulerProcess {
   zmq::context_t* const context_;
   const std::string token_;
   const std::unique_ptr<JsonLinesFile> events_;  // or null
+  const CurveKeyPair keys_;                      // CURVE off: empty
   std::map<std::string, std::unique_ptr<Channel>> coordinators_;
   std::string last_allocation_;
 };
@@ -206,8 +227,21 @@ int main(int argc, char** argv) {
     LOG(ERROR) << scheduler.status().ToString();
     return 2;
   }
+  auto curve = eps::LoadCurveOptions(FLAGS_curve_secret_key, "");
+  if (!curve.ok()) {
+    LOG(ERROR) << curve.status().ToString();
+    return 2;
+  }
   zmq::context_t context(1);
-  auto pool = eps::Channel::Bind(&context, FLAGS_bind);
+  // Before the first Bind, destroyed before the context.
+  auto zap = eps::ZapHandler::StartForServer(&context, *curve, FLAGS_allowed_keys);
+  if (!zap.ok()) {
+    LOG(ERROR) << zap.status().ToString();
+    return 2;
+  }
+  eps::Channel::Options pool_options;
+  pool_options.curve = *curve;
+  auto pool = eps::Channel::Bind(&context, FLAGS_bind, pool_options);
   if (!pool.ok()) {
     LOG(ERROR) << pool.status().ToString();
     return 2;
@@ -233,7 +267,7 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   eps::SchedulerProcess process(std::move(scheduler).value(), std::move(pool).value(), &context,
-                                *token, std::move(events));
+                                *token, std::move(events), curve->keys);
   eps::Status st = process.Run();
   if (!st.ok()) {
     LOG(ERROR) << "scheduler failed: " << st.ToString();

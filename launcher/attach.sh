@@ -6,6 +6,7 @@
 #   launcher/attach.sh --coordinator tcp://HOST:PORT --token-file FILE [--device cpu] [--threads N]
 #                      [--compute-cpus CPUS] [--slowdown F] [--log FILE] [--report-file FILE]
 #                      [--register-timeout S] [--metrics] [--metrics-host HOST]
+#                      [--secure-dir RUN_DIR | --curve-secret-key FILE --curve-server-key FILE]
 #   launcher/attach.sh --scheduler tcp://HOST:PORT [--token-file POOL_TOKEN] [...]
 #
 # --token-file  the job's token (local.sh writes it to RUN_DIR/token); with
@@ -34,21 +35,28 @@
 #               coordinator adds it to RUN_DIR/prometheus_targets.json while it lives.
 # --metrics-host HOST  the address its metrics server binds (default 127.0.0.1; this host's
 #               reachable address or 0.0.0.0 when Prometheus runs elsewhere); implies --metrics.
+# --secure-dir RUN_DIR  join a job started with `local.sh --secure` (docs/security.md) from
+#               a host that shares RUN_DIR: a fresh key pair RUN_DIR/keys/attach-HOST-N, its
+#               public key enrolled in RUN_DIR/allowed_keys/ (remove it there to revoke it),
+#               and the job's server key RUN_DIR/keys/server.pub.
+# --curve-secret-key FILE  the worker's CURVE secret key (elasticps keygen; its .pub must be
+#               among the job's allowed keys), with --curve-server-key FILE: the job's servers'
+#               public key (with --scheduler: the scheduler's). A refused key: exit 4.
 # Runs in the foreground: Ctrl-C or SIGTERM makes the worker leave the job
 # gracefully and exit 0 (a second Ctrl-C kills it). EPS_BIN overrides the
 # directory of the binaries (default build/bin).
 set -euo pipefail
 
-usage() { sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,47p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "attach.sh: $*" >&2; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
 coordinator="" scheduler="" token_file="" device=cpu threads=0 slowdown=1 log="" compute_cpus="" report_file=""
-register_timeout=120 metrics=0 metrics_host=""
+register_timeout=120 metrics=0 metrics_host="" secure_dir="" curve_secret_key="" curve_server_key=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --coordinator|--scheduler|--token-file|--device|--threads|--compute-cpus|--slowdown|--log|--report-file|--register-timeout|--metrics-host)
+    --coordinator|--scheduler|--token-file|--device|--threads|--compute-cpus|--slowdown|--log|--report-file|--register-timeout|--metrics-host|--secure-dir|--curve-secret-key|--curve-server-key)
       [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"
       case "$1" in
         --coordinator) coordinator=$2 ;;
@@ -62,6 +70,9 @@ while [ $# -gt 0 ]; do
         --report-file) report_file=$2 ;;
         --register-timeout) register_timeout=$2 ;;
         --metrics-host) metrics=1; metrics_host=$2 ;;
+        --secure-dir) secure_dir=$2 ;;
+        --curve-secret-key) curve_secret_key=$2 ;;
+        --curve-server-key) curve_server_key=$2 ;;
       esac
       shift 2 ;;
     --metrics) metrics=1; shift ;;
@@ -99,6 +110,23 @@ if [ $metrics = 1 ]; then
   [ -z "$metrics_host" ] || metrics_flags+=(--metrics_host="$metrics_host")
 fi
 [ -x "$bin/worker" ] || die "$bin/worker is missing: run scripts/setup.sh"
+curve=()
+if [ -n "$secure_dir" ]; then
+  [ -z "$curve_secret_key$curve_server_key" ] || die "give --secure-dir or --curve-secret-key/--curve-server-key, not both"
+  [ -s "$secure_dir/keys/server.pub" ] && [ -d "$secure_dir/allowed_keys" ] ||
+    die "'$secure_dir' is not the run dir of a job started with local.sh --secure"
+  name=attach-$(hostname -s)-$$
+  "$bin/elasticps" keygen --out "$secure_dir/keys" --name "$name" > /dev/null || die "keygen failed"
+  cp "$secure_dir/keys/$name.pub" "$secure_dir/allowed_keys/$name.pub"
+  curve_secret_key=$secure_dir/keys/$name.key curve_server_key=$secure_dir/keys/server.pub
+fi
+if [ -n "$curve_secret_key$curve_server_key" ]; then
+  [ -n "$curve_secret_key" ] && [ -n "$curve_server_key" ] || die "--curve-secret-key and --curve-server-key go together"
+  [ -r "$curve_secret_key" ] || die "cannot read the secret key '$curve_secret_key'"
+  [ -r "$curve_server_key" ] || die "cannot read the server key '$curve_server_key'"
+  curve=(--curve_secret_key="$curve_secret_key")
+  if [ -n "$scheduler" ]; then curve+=(--pool_curve_server_key="$curve_server_key"); else curve+=(--curve_server_key="$curve_server_key"); fi
+fi
 if [ -n "$log" ]; then
   { : >> "$log"; } 2>/dev/null || die "cannot write the log file '$log'"
   exec >> "$log" 2>&1
@@ -109,4 +137,4 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 # exec: the worker gets this process id, so Ctrl-C and SIGTERM reach it directly, and
 # this script ends when the worker does, with its exit code.
 exec "$bin/worker" "${target[@]}" --device="$device" --threads="$threads" --slowdown="$slowdown" \
-  --register_timeout_s="$register_timeout" "${compute[@]}" "${report[@]}" "${metrics_flags[@]}"
+  --register_timeout_s="$register_timeout" "${compute[@]}" "${report[@]}" "${metrics_flags[@]}" "${curve[@]}"

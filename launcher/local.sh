@@ -5,7 +5,7 @@
 #   launcher/local.sh --job FILE --servers S --workers W --run-dir DIR [--slowdowns F0,F1,...]
 #                     [--devices D | D0,D1,...] [--checkpoint-every K] [--supervise]
 #                     [--worker-cpus C0:C1:...] [--server-cpus CPUS] [--compute-cpus C0:C1:...]
-#                     [--metrics] [--metrics-host HOST] [-- extra coordinator flags]
+#                     [--metrics] [--metrics-host HOST] [--secure] [-- extra coordinator flags]
 #   launcher/local.sh --resume --run-dir DIR
 #
 # --checkpoint-every K  each shard keeps its state in RocksDB under DIR/store/shard<N>
@@ -27,6 +27,12 @@
 #               address (docs/operations.md, Prometheus and Grafana).
 # --metrics-host HOST  the address the metrics servers bind (default 127.0.0.1; 0.0.0.0 for
 #               a Prometheus on another host); implies --metrics.
+# --secure      encrypt and authenticate every connection with ZeroMQ CURVE (docs/security.md):
+#               DIR/keys/ gets a key pair per client (workerN, status) and one for the
+#               job's servers (server: the coordinator and the shards), DIR/allowed_keys/
+#               the clients' public keys; removing a .pub there revokes that key. The
+#               secret keys (mode 0600) are the job's secret; `elasticps status --run-dir
+#               DIR` and `attach.sh --secure-dir DIR` use them.
 # --slowdowns gives worker i the testing aid --slowdown=Fi (a stand-in for slower
 # hardware: timing only, never bits).
 # --devices     worker i computes on Di (cpu or cuda:N; default cpu); one value
@@ -48,12 +54,12 @@
 # SIGTERM) stops every process. Exits 0 only if the job succeeded.
 set -euo pipefail
 
-usage() { sed -n '2,48p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,54p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
 job="" servers=1 workers=1 run_dir="" slowdowns="" devices="" checkpoint_every=0 supervise=0 resume=0 extra=()
-worker_cpus="" server_cpus="" compute_cpus="" metrics=0 metrics_host=""
+worker_cpus="" server_cpus="" compute_cpus="" metrics=0 metrics_host="" secure=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --job) job=$2; shift 2 ;;
@@ -69,6 +75,7 @@ while [ $# -gt 0 ]; do
     --supervise) supervise=1; shift ;;
     --metrics) metrics=1; shift ;;
     --metrics-host) metrics=1; metrics_host=$2; shift 2 ;;
+    --secure) secure=1; shift ;;
     --resume) resume=1; shift ;;
     --) shift; extra=("$@"); break ;;
     -h|--help) usage ;;
@@ -115,7 +122,7 @@ if [ ${#device_list[@]} -gt 1 ] && [ ${#device_list[@]} -ne "$workers" ]; then
   echo "local.sh: --devices names ${#device_list[@]} devices for $workers workers (give one, or one per worker)" >&2
   exit 2
 fi
-for b in coordinator shard worker; do
+for b in coordinator shard worker $([ $secure = 0 ] || echo elasticps); do
   [ -x "$bin/$b" ] || { echo "local.sh: $bin/$b is missing: run scripts/setup.sh" >&2; exit 2; }
 done
 
@@ -140,6 +147,7 @@ if [ $resumed = 0 ]; then
   [ $supervise = 1 ] && launch+=(--supervise)
   [ $metrics = 1 ] && launch+=(--metrics)
   [ -n "$metrics_host" ] && launch+=(--metrics-host "$metrics_host")
+  [ $secure = 1 ] && launch+=(--secure)
   printf '%s\0' "${launch[@]}" -- "${extra[@]}" > "$run_dir/launch.args"
 else
   echo "resuming the job in $run_dir from its stores"
@@ -149,6 +157,23 @@ if [ ! -s "$run_dir/token" ]; then
   (umask 077; od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > "$run_dir/token")
 fi
 chmod 600 "$run_dir/token"
+
+# --secure: a key pair per process that is missing one (a resumed job keeps its keys).
+server_curve=()
+worker_curve() { :; }  # worker_curve W: worker W's CURVE flags, NUL-separated (none without --secure)
+if [ $secure = 1 ]; then
+  mkdir -p "$run_dir/keys" "$run_dir/allowed_keys"
+  chmod 700 "$run_dir/keys"
+  keygen() {  # keygen NAME [allowed]: DIR/keys/NAME.{key,pub}; with allowed, its .pub in allowed_keys/
+    [ -s "$run_dir/keys/$1.key" ] || "$bin/elasticps" keygen --out "$run_dir/keys" --name "$1" > /dev/null
+    [ -z "${2:-}" ] || cp "$run_dir/keys/$1.pub" "$run_dir/allowed_keys/$1.pub"
+  }
+  keygen server
+  keygen status allowed
+  for ((w = 0; w < workers; w++)); do keygen "worker$w" allowed; done
+  server_curve=(--curve_secret_key="$run_dir/keys/server.key" --allowed_keys="$run_dir/allowed_keys")
+  worker_curve() { printf '%s\0' --curve_secret_key="$run_dir/keys/worker$1.key" --curve_server_key="$run_dir/keys/server.pub"; }
+fi
 
 # Several libtorch processes share this host: no OpenMP spinning.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
@@ -202,7 +227,7 @@ supervise() {
 
 coordinator=("${server_pin[@]}" "$bin/coordinator" --flagfile="$job" --shards="$servers" --workers="$((workers > 0 ? workers : 1))" --run_dir="$run_dir"
   --addr_file="$run_dir/coordinator.addr" --token_file="$run_dir/token" --store="$run_dir/store/coordinator"
-  "${metrics_flags[@]}" "${extra[@]}")
+  "${server_curve[@]}" "${metrics_flags[@]}" "${extra[@]}")
 if [ $supervise = 1 ]; then
   supervise coordinator "${coordinator[@]}" &
   pids+=($!)
@@ -228,7 +253,7 @@ echo "coordinator at $addr, run dir $run_dir"
 
 for ((s = 0; s < servers; s++)); do
   shard=("${server_pin[@]}" "$bin/shard" --coordinator="$addr" --shard_id=$s --token_file="$run_dir/token" --addr_file="$run_dir/shard$s.addr"
-    "${metrics_flags[@]}")
+    "${server_curve[@]}" "${metrics_flags[@]}")
   if [ "$checkpoint_every" -gt 0 ]; then
     shard+=(--store="$run_dir/store/shard$s" --checkpoint_every="$checkpoint_every")
   fi
@@ -246,8 +271,10 @@ for ((w = 0; w < workers; w++)); do
   mapfile -d '' -t pin < <(pinned "${worker_cpu_list[$w]:-}")
   compute=()
   [ -n "${compute_cpu_list[$w]:-}" ] && compute=(--compute_cpus="${compute_cpu_list[$w]}")
+  mapfile -d '' -t curve < <(worker_curve "$w")
   start "worker$w" "${pin[@]}" "$bin/worker" --coordinator="$addr" --token_file="$run_dir/token" \
-    --slowdown="${slow[$w]:-1}" --device="$device" --report_file="$run_dir/logs/worker$w.json" "${compute[@]}" "${metrics_flags[@]}"
+    --slowdown="${slow[$w]:-1}" --device="$device" --report_file="$run_dir/logs/worker$w.json" "${compute[@]}" "${metrics_flags[@]}" \
+    "${curve[@]}"
 done
 
 # Show the coordinator's progress lines while the job runs.

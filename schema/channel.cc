@@ -2,7 +2,11 @@
 
 #include <glog/logging.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstring>
+
+#include "common/format.h"
 
 namespace eps {
 namespace {
@@ -26,10 +30,56 @@ void ApplyOptions(zmq::socket_t& s, const Channel::Options& o) {
   s.set(zmq::sockopt::maxmsgsize, o.max_message_bytes);
 }
 
+void ApplyCurve(zmq::socket_t& s, const CurveOptions& c, bool server) {
+  if (!c.enabled()) return;
+  if (server) {
+    s.set(zmq::sockopt::curve_server, 1);
+    s.set(zmq::sockopt::curve_secretkey, c.keys.secret_key);
+    s.set(zmq::sockopt::zap_domain, c.zap_domain);
+  } else {
+    s.set(zmq::sockopt::curve_serverkey, c.server_key);
+    s.set(zmq::sockopt::curve_publickey, c.keys.public_key);
+    s.set(zmq::sockopt::curve_secretkey, c.keys.secret_key);
+  }
+}
+
+// The handshake failures a DEALER watches: each is only possible when an end
+// uses CURVE, so a job without CURVE never sees one (and a connection reset in
+// a handshake, ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL, is not watched: it is retried).
+constexpr int kWatchedEvents =
+    ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL;
+
+// Names the inproc endpoints of the monitors: unique in the process.
+std::atomic<uint64_t> monitors_started{0};
+
+// The failure one monitor event reports, or OK for one that is not fatal.
+Status HandshakeFailure(uint16_t event, uint32_t value, const std::string& endpoint) {
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+    return PermissionDenied(StrFormat(
+        "the server at %s refused this process's CURVE key (ZAP status %u): the key is not "
+        "among the ones the job allows, or it was revoked",
+        endpoint.c_str(), value));
+  }
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+      value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+    return PermissionDenied("the server at " + endpoint +
+                            " and this process disagree on CURVE: one end encrypts "
+                            "(a CURVE key pair), the other not");
+  }
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+      value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC) {
+    return PermissionDenied("the CURVE handshake with " + endpoint +
+                            " failed: is the server key this process was given the server's?");
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
-Channel::Channel(zmq::socket_t socket, std::string endpoint, bool router, Options options)
+Channel::Channel(zmq::socket_t socket, zmq::socket_t monitor, std::string endpoint, bool router,
+                 Options options)
     : socket_(std::move(socket)),
+      monitor_(std::move(monitor)),
       endpoint_(std::move(endpoint)),
       router_(router),
       options_(std::move(options)) {}
@@ -42,6 +92,7 @@ StatusOr<std::unique_ptr<Channel>> Channel::Bind(zmq::context_t* context,
   try {
     zmq::socket_t s(*context, zmq::socket_type::router);
     ApplyOptions(s, options);
+    ApplyCurve(s, options.curve, /*server=*/true);
     s.set(zmq::sockopt::router_mandatory, 1);
     // ZeroMQ spells "any port" as '*'; accept the conventional ":0" too.
     std::string ep = endpoint;
@@ -49,7 +100,8 @@ StatusOr<std::unique_ptr<Channel>> Channel::Bind(zmq::context_t* context,
       ep = ep.substr(0, ep.size() - 1) + "*";
     s.bind(ep);
     std::string bound = s.get(zmq::sockopt::last_endpoint);
-    return std::unique_ptr<Channel>(new Channel(std::move(s), bound, true, options));
+    return std::unique_ptr<Channel>(
+        new Channel(std::move(s), zmq::socket_t(), bound, true, options));
   } catch (const zmq::error_t& e) {
     return Unavailable("cannot bind " + endpoint + ": " + e.what());
   }
@@ -58,11 +110,21 @@ StatusOr<std::unique_ptr<Channel>> Channel::Bind(zmq::context_t* context,
 StatusOr<std::unique_ptr<Channel>> Channel::Connect(zmq::context_t* context,
                                                     const std::string& endpoint,
                                                     const Options& options) {
+  if (options.curve.enabled() && options.curve.server_key.empty())
+    return InvalidArgument("a CURVE client needs the server's public key");
   try {
     zmq::socket_t s(*context, zmq::socket_type::dealer);
     ApplyOptions(s, options);
+    ApplyCurve(s, options.curve, /*server=*/false);
+    // The monitor is connected before the socket: no event is lost.
+    const std::string events = "inproc://eps-handshakes-" + std::to_string(++monitors_started);
+    if (zmq_socket_monitor(s.handle(), events.c_str(), kWatchedEvents) != 0) throw zmq::error_t();
+    zmq::socket_t monitor(*context, zmq::socket_type::pair);
+    monitor.set(zmq::sockopt::linger, 0);
+    monitor.connect(events);
     s.connect(endpoint);
-    return std::unique_ptr<Channel>(new Channel(std::move(s), endpoint, false, options));
+    return std::unique_ptr<Channel>(
+        new Channel(std::move(s), std::move(monitor), endpoint, false, options));
   } catch (const zmq::error_t& e) {
     return InvalidArgument("cannot connect to '" + endpoint + "': " + e.what());
   }
@@ -96,11 +158,25 @@ Status Channel::SendFrames(const std::string* peer, const Envelope& envelope) {
   return OkStatus();
 }
 
+Status Channel::HandshakeStatus() {
+  if (!monitor_) return OkStatus();
+  while (handshake_.ok()) {
+    zmq::message_t event, address;
+    if (!monitor_.recv(event, zmq::recv_flags::dontwait)) break;
+    if (event.more() && !monitor_.recv(address, zmq::recv_flags::dontwait)) break;
+    if (event.size() < 6) continue;
+    uint16_t id;
+    uint32_t value;
+    std::memcpy(&id, event.data(), sizeof id);
+    std::memcpy(&value, static_cast<const char*>(event.data()) + 2, sizeof value);
+    handshake_ = HandshakeFailure(id, value, endpoint_);
+  }
+  return handshake_;
+}
+
 StatusOr<Channel::Incoming> Channel::Receive(std::chrono::milliseconds timeout) {
   try {
-    zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, timeout) == 0)
-      return DeadlineExceeded("no message within the deadline");
+    EPS_RETURN_IF_ERROR(AwaitReadable({this}, timeout).status());
     auto parts = std::make_shared<std::vector<zmq::message_t>>();
     do {
       parts->emplace_back();
@@ -132,20 +208,40 @@ StatusOr<Channel::Incoming> Channel::Receive(std::chrono::milliseconds timeout) 
 
 StatusOr<size_t> AwaitReadable(const std::vector<Channel*>& channels,
                                std::chrono::milliseconds timeout) {
+  // The channels' sockets, then the monitors of those that have one.
   std::vector<zmq::pollitem_t> items;
-  items.reserve(channels.size());
-  for (Channel* c : channels) items.push_back({static_cast<void*>(c->socket()), 0, ZMQ_POLLIN, 0});
-  try {
-    if (zmq::poll(items.data(), items.size(), timeout) == 0)
-      return DeadlineExceeded("no message within the deadline");
-  } catch (const zmq::error_t& e) {
-    if (e.num() == EINTR) return Aborted("interrupted by a signal");
-    return Unavailable(std::string("poll failed: ") + e.what());
+  std::vector<Channel*> watched;
+  items.reserve(2 * channels.size());
+  for (Channel* c : channels) {
+    EPS_RETURN_IF_ERROR(c->HandshakeStatus());
+    items.push_back({static_cast<void*>(c->socket()), 0, ZMQ_POLLIN, 0});
   }
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (items[i].revents & ZMQ_POLLIN) return i;
+  for (Channel* c : channels) {
+    if (c->monitor() == nullptr) continue;
+    items.push_back({static_cast<void*>(*c->monitor()), 0, ZMQ_POLLIN, 0});
+    watched.push_back(c);
   }
-  return Internal("poll woke without a readable socket");
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto left = std::max(std::chrono::milliseconds(0),
+                               std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   deadline - std::chrono::steady_clock::now()));
+    try {
+      if (zmq::poll(items.data(), items.size(), left) == 0)
+        return DeadlineExceeded("no message within the deadline");
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) return Aborted("interrupted by a signal");
+      return Unavailable(std::string("poll failed: ") + e.what());
+    }
+    for (size_t i = 0; i < watched.size(); ++i) {
+      if (items[channels.size() + i].revents & ZMQ_POLLIN)
+        EPS_RETURN_IF_ERROR(watched[i]->HandshakeStatus());
+    }
+    for (size_t i = 0; i < channels.size(); ++i) {
+      if (items[i].revents & ZMQ_POLLIN) return i;
+    }
+    if (left.count() == 0) return DeadlineExceeded("no message within the deadline");
+  }
 }
 
 StatusOr<Envelope> Call(Channel* channel, const Envelope& request,

@@ -6,6 +6,13 @@
 // keeps the caller's owner alive until ZeroMQ is done) and received chunks point
 // into the received frames. A message that fails to decode is still returned,
 // with its error, so a server can answer the peer and keep serving.
+// With CURVE (Options::curve, docs/security.md) the traffic is encrypted and
+// both ends authenticated: a ROUTER serves as a CURVE server (its clients are
+// checked by the context's ZapHandler, schema/zap_handler.h) and a DEALER
+// connects as a CURVE client to the server's public key. Every DEALER watches
+// its handshakes: when the server refuses its key, or one end speaks CURVE and
+// the other not, Receive and AwaitReadable return PermissionDenied instead of
+// waiting for an answer that never comes.
 // Not thread-safe: one thread owns a channel and its socket.
 #pragma once
 
@@ -16,6 +23,7 @@
 #include <zmq.hpp>
 
 #include "schema/codec.h"
+#include "schema/curve.h"
 
 namespace eps {
 
@@ -25,6 +33,7 @@ class Channel {
     DecodeLimits limits;
     int linger_ms = 2000;            // how long close() may wait to flush queued messages
     int64_t max_message_bytes = -1;  // ZeroMQ drops larger incoming messages (-1: no limit)
+    CurveOptions curve;              // off (plain TCP) without a secret key
   };
 
   // ROUTER bound to `endpoint` ("tcp://127.0.0.1:0" picks a free port).
@@ -59,18 +68,29 @@ class Channel {
     StatusOr<Envelope> envelope = InvalidArgument("no message");
   };
   // Waits up to `timeout` for one message. DeadlineExceeded when none came;
-  // Aborted when a signal interrupted the wait.
+  // Aborted when a signal interrupted the wait; PermissionDenied when the
+  // server refused this client's handshake (HandshakeStatus).
   StatusOr<Incoming> Receive(std::chrono::milliseconds timeout);
   // Receives only if a message is ready now.
   StatusOr<Incoming> TryReceive() { return Receive(std::chrono::milliseconds(0)); }
 
   zmq::socket_t& socket() { return socket_; }
 
+  // DEALER: PermissionDenied once a handshake with the server failed (its ZAP
+  // handler refused this client's key, or one end speaks CURVE and the other
+  // not); it stays so. OK otherwise, and always on a ROUTER.
+  Status HandshakeStatus();
+  // The socket of the handshake events (DEALER), or null.
+  zmq::socket_t* monitor() { return monitor_ ? &monitor_ : nullptr; }
+
  private:
-  Channel(zmq::socket_t socket, std::string endpoint, bool router, Options options);
+  Channel(zmq::socket_t socket, zmq::socket_t monitor, std::string endpoint, bool router,
+          Options options);
   Status SendFrames(const std::string* peer, const Envelope& envelope);
 
   zmq::socket_t socket_;
+  zmq::socket_t monitor_;  // PAIR receiving socket_'s handshake failures (DEALER only)
+  Status handshake_;       // the first handshake failure
   const std::string endpoint_;
   const bool router_;
   const Options options_;
@@ -78,7 +98,8 @@ class Channel {
 
 // Waits up to `timeout` (0: looks only) until one of `channels` has a message
 // waiting, and returns the lowest such index. DeadlineExceeded when none has;
-// Aborted when a signal interrupted the wait.
+// Aborted when a signal interrupted the wait; PermissionDenied when a server
+// refused the handshake of one of them.
 StatusOr<size_t> AwaitReadable(const std::vector<Channel*>& channels,
                                std::chrono::milliseconds timeout);
 

@@ -550,6 +550,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       EPS_RETURN_IF_ERROR(r.Text(in.getJob(), &m.job));
       EPS_RETURN_IF_ERROR(r.Text(in.getCoordinator(), &m.coordinator));
       EPS_RETURN_IF_ERROR(r.Text(in.getToken(), &m.token));
+      EPS_RETURN_IF_ERROR(r.Text(in.getServerKey(), &m.server_key));
       *body = std::move(m);
       return OkStatus();
     }
@@ -757,6 +758,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    o.setJob(m.job);
                    o.setCoordinator(m.coordinator);
                    o.setToken(m.token);
+                   o.setServerKey(m.server_key);
                  },
                  [&](const JobInfo&) { b.initJobInfo(); },
                  [&](const JobInfoReply& m) {

@@ -287,6 +287,7 @@ struct PoolAssign {
   job @0 :Text;                   # scheduler -> pool worker: the job to train (empty: stay idle, ask again)
   coordinator @1 :Text;           # that job's coordinator
   token @2 :Text;                 # and its token
+  serverKey @3 :Text;             # and its servers' CURVE public key (Z85); empty: no CURVE
 }
 
 struct JobInfo {

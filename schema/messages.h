@@ -310,6 +310,7 @@ struct PoolAssign {
   std::string job;  // empty: idle
   std::string coordinator;
   std::string token;
+  std::string server_key;  // the job's servers' CURVE public key (Z85); empty: no CURVE
 };
 
 struct JobInfo {};

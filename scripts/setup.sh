@@ -19,7 +19,7 @@ packages=(
   build-essential cmake ccache pkg-config python3
   libzmq3-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev
   libgflags-dev libgoogle-glog-dev libgtest-dev libssl-dev nlohmann-json3-dev zlib1g-dev
-  libcpp-httplib-dev prometheus iproute2 openssh-client openssh-server slurm-wlm munge
+  libcpp-httplib-dev prometheus tshark iproute2 openssh-client openssh-server slurm-wlm munge
   libtorch-dev libopenblas0-pthread dataset-fashion-mnist python3-torch python3-matplotlib
   nodejs
 )
@@ -37,6 +37,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
+  # tshark (tests/integration/test_curve.py captures loopback traffic as root): no question asked.
+  echo "wireshark-common wireshark-common/install-setcap boolean false" | debconf-set-selections
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi

@@ -690,8 +690,10 @@ StatusOr<std::unique_ptr<Shard>> Shard::Open(const ShardOptions& options, zmq::c
   }
   if (options.register_every.count() <= 0)
     return InvalidArgument("register_every must be positive");
-  EPS_ASSIGN_OR_RETURN(auto workers, Channel::Bind(context, options.bind));
-  EPS_ASSIGN_OR_RETURN(auto coordinator, Channel::Connect(context, options.coordinator));
+  Channel::Options co;
+  co.curve = options.curve;
+  EPS_ASSIGN_OR_RETURN(auto workers, Channel::Bind(context, options.bind, co));
+  EPS_ASSIGN_OR_RETURN(auto coordinator, Channel::Connect(context, options.coordinator, co));
   auto shard = std::make_unique<ShardImpl>(options, std::move(workers), std::move(coordinator));
   EPS_RETURN_IF_ERROR(shard->OpenStore());
   return std::unique_ptr<Shard>(std::move(shard));

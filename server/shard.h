@@ -45,6 +45,7 @@
 
 #include "common/ids.h"
 #include "common/status.h"
+#include "schema/curve.h"
 
 namespace eps {
 
@@ -52,9 +53,12 @@ class Metrics;
 
 struct ShardOptions {
   ShardId shard;
-  std::string bind = "tcp://127.0.0.1:0";          // where workers reach this shard
-  std::string coordinator;                         // the coordinator's endpoint
-  std::string token;                               // the job's secret; empty: none required
+  std::string bind = "tcp://127.0.0.1:0";  // where workers reach this shard
+  std::string coordinator;                 // the coordinator's endpoint
+  std::string token;                       // the job's secret; empty: none required
+  // CURVE (docs/security.md): the shard's key pair serves the workers and connects to the
+  // coordinator (server_key); off without a key. The context needs a ZapHandler.
+  CurveOptions curve;
   std::chrono::milliseconds pull_wait{30000};      // how long a pull may wait for its version
   std::chrono::milliseconds register_every{1000};  // between beacons (RegisterShard again); > 0
   // A testing aid: refuse every push that names shared memory with

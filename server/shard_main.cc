@@ -8,12 +8,23 @@
 #include "common/memory.h"
 #include "common/metrics.h"
 #include "common/metrics_server.h"
+#include "schema/curve.h"
+#include "schema/zap_handler.h"
 #include "server/shard.h"
 
 DEFINE_uint32(shard_id, 0, "This shard's id, 0..S-1");
 DEFINE_string(coordinator, "", "The coordinator's endpoint, e.g. tcp://127.0.0.1:5555");
 DEFINE_string(bind, "tcp://127.0.0.1:0", "Endpoint workers connect to (port 0: any free port)");
 DEFINE_string(token_file, "", "File holding the job's secret token (empty: no token)");
+DEFINE_string(curve_secret_key, "",
+              "CURVE (docs/security.md): the job's servers' secret key file (elasticps keygen); "
+              "workers must be in --allowed_keys. Empty: plain TCP");
+DEFINE_string(curve_server_key, "",
+              "The coordinator's public key file, with --curve_secret_key (empty: the shard's own; "
+              "the job's servers share one key pair)");
+DEFINE_string(allowed_keys, "",
+              "With --curve_secret_key: the clients' public keys, a file (one Z85 key a line) or a "
+              "folder of *.pub; re-read at every handshake, so removing a key revokes it");
 DEFINE_int32(pull_wait_ms, 30000, "How long a pull may wait for its version");
 DEFINE_bool(refuse_shm_pushes, false,
             "Testing aid: refuse every push that names shared memory, as a shard that cannot map "
@@ -62,6 +73,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.token = *token;
+  auto curve = eps::LoadCurveOptions(FLAGS_curve_secret_key, FLAGS_curve_server_key);
+  if (!curve.ok()) {
+    LOG(ERROR) << curve.status().ToString();
+    return 2;
+  }
+  options.curve = *curve;
   options.pull_wait = std::chrono::milliseconds(FLAGS_pull_wait_ms);
   options.refuse_shm_pushes = FLAGS_refuse_shm_pushes;
   options.store_path = FLAGS_store;
@@ -80,6 +97,12 @@ int main(int argc, char** argv) {
     options.metrics_address = (*metrics_server)->address();
   }
   zmq::context_t context(1);
+  // Before the first Bind, destroyed before the context.
+  auto zap = eps::ZapHandler::StartForServer(&context, options.curve, FLAGS_allowed_keys);
+  if (!zap.ok()) {
+    LOG(ERROR) << zap.status().ToString();
+    return 2;
+  }
   auto shard = eps::Shard::Open(options, &context);
   if (!shard.ok()) {
     LOG(ERROR) << shard.status().ToString();

@@ -133,7 +133,7 @@ std::vector<Envelope> EveryMessageKind() {
                                StatusCode::kInvalidArgument, "no checkpoint of step 120"}});
   out.push_back({"tok-ret", Retain{Step(96)}});
   out.push_back({"tok-pool", PoolRequest{"node7:4242", "cuda:NVIDIA H200", "job-a", "job-b"}});
-  out.push_back({"tok-pa", PoolAssign{"job-b", "tcp://10.0.0.2:5555", "secret-b"}});
+  out.push_back({"tok-pa", PoolAssign{"job-b", "tcp://10.0.0.2:5555", "secret-b", "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"}});
   out.push_back({"tok-ji", JobInfo{}});
   out.push_back({"tok-jir", JobInfoReply{"job-b",
                                          8,

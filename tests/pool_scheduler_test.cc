@@ -31,9 +31,9 @@ JobInfoReply Info(const std::string& id, uint32_t v, int64_t steps, int64_t step
 class Pool {
  public:
   Pool() {
-    auto s = PoolScheduler::Create(
-        {{"short", "tcp://127.0.0.1:1001", "tok-s"}, {"long", "tcp://127.0.0.1:1002", "tok-l"}},
-        PoolSchedulerOptions(), &clock);
+    auto s = PoolScheduler::Create({{"short", "tcp://127.0.0.1:1001", "tok-s", ""},
+                                    {"long", "tcp://127.0.0.1:1002", "tok-l", ""}},
+                                   PoolSchedulerOptions(), &clock);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     scheduler.emplace(std::move(s).value());
   }
@@ -170,9 +170,10 @@ TEST(PoolScheduler, MeasuredSpeedsComeFromTheJobsReports) {
 
 TEST(PoolScheduler, DuplicateOrEmptyJobIdsAreRefused) {
   FakeClock clock;
-  EXPECT_EQ(PoolScheduler::Create({{"a", "x", ""}, {"a", "y", ""}}, {}, &clock).status().code(),
-            StatusCode::kInvalidArgument);
-  EXPECT_EQ(PoolScheduler::Create({{"", "x", ""}}, {}, &clock).status().code(),
+  EXPECT_EQ(
+      PoolScheduler::Create({{"a", "x", "", ""}, {"a", "y", "", ""}}, {}, &clock).status().code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(PoolScheduler::Create({{"", "x", "", ""}}, {}, &clock).status().code(),
             StatusCode::kInvalidArgument);
 }
 
@@ -195,6 +196,18 @@ TEST(PoolScheduler, TheJobsFileNamesJobsCoordinatorsAndTokenFiles) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find(":1"), std::string::npos) << bad.status().ToString();
   EXPECT_EQ(ReadJobsFile(std::string(dir) + "/missing").status().code(), StatusCode::kNotFound);
+  // A fourth field: the job's servers' CURVE public key file.
+  const std::string key = std::string(dir) + "/server.pub";
+  std::ofstream(key) << "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7\n";
+  std::ofstream(jobs) << "job-c tcp://x " << token << " " << key << "\n";
+  auto curve = ReadJobsFile(jobs);
+  ASSERT_TRUE(curve.ok()) << curve.status().ToString();
+  EXPECT_EQ((*curve)[0].server_key, "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7");
+  std::ofstream(jobs) << "job-c tcp://x " << token << " " << token << "\n";  // not a key
+  EXPECT_EQ(ReadJobsFile(jobs).status().code(), StatusCode::kInvalidArgument);
+  std::ofstream(jobs) << "job-c tcp://x " << token << " " << key << " extra\n";
+  EXPECT_EQ(ReadJobsFile(jobs).status().code(), StatusCode::kInvalidArgument);
+  std::remove(key.c_str());
   std::remove(token.c_str());
   std::remove(jobs.c_str());
   rmdir(dir);

@@ -29,12 +29,14 @@ TEST(Status, NewCodesKeepTheNumbersBeforeThemAndComeLast) {
   EXPECT_EQ(static_cast<int>(StatusCode::kInternal), 11);
   EXPECT_EQ(static_cast<int>(StatusCode::kProtocolError), 12);
   EXPECT_EQ(static_cast<int>(StatusCode::kUnimplemented), 13);
-  EXPECT_EQ(kLastStatusCode, StatusCode::kUnimplemented);
+  EXPECT_EQ(static_cast<int>(StatusCode::kPermissionDenied), 14);
+  EXPECT_EQ(kLastStatusCode, StatusCode::kPermissionDenied);
 }
 
 TEST(Status, HelpersGiveTheirCodesAndToStringNamesThem) {
   EXPECT_EQ(ProtocolError("a chunk names a missing frame").code(), StatusCode::kProtocolError);
   EXPECT_EQ(Unimplemented("cannot map the region").code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(PermissionDenied("key refused").ToString(), "PERMISSION_DENIED: key refused");
   EXPECT_EQ(ProtocolError("bad").ToString(), "PROTOCOL_ERROR: bad");
   EXPECT_EQ(Unimplemented("no shm").ToString(), "UNIMPLEMENTED: no shm");
   EXPECT_EQ(Unimplemented("no shm").WithContext("shard 2").ToString(),

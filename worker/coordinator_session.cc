@@ -9,6 +9,12 @@
 
 namespace eps {
 
+Channel::Options CoordinatorChannelOptions(const WorkerOptions& options) {
+  Channel::Options co;
+  co.curve = options.curve;
+  return co;
+}
+
 using std::chrono::milliseconds;
 
 namespace {
@@ -56,7 +62,8 @@ StatusOr<Envelope> CoordinatorSession::AwaitAnswer(milliseconds timeout, bool un
   if (until_refused && !received.ok() && received.status().code() == StatusCode::kAborted &&
       !stopping()) {
     // Abandoned: a late answer must not be taken for the next call's.
-    EPS_ASSIGN_OR_RETURN(coordinator_, Channel::Connect(context_, options_.coordinator));
+    EPS_ASSIGN_OR_RETURN(coordinator_, Channel::Connect(context_, options_.coordinator,
+                                                        CoordinatorChannelOptions(options_)));
   }
   EPS_ASSIGN_OR_RETURN(Channel::Incoming in, std::move(received));
   if (!in.envelope.ok()) return in.envelope.status().WithContext("bad reply from the coordinator");
@@ -117,7 +124,8 @@ StatusOr<RegisterWorkerReply> CoordinatorSession::Register() {
     // A late answer to this request must not be taken for the next call's,
     // and the request, if still queued, is worthless: it must not hold the exit up.
     coordinator_->socket().set(zmq::sockopt::linger, 0);
-    EPS_ASSIGN_OR_RETURN(coordinator_, Channel::Connect(context_, options_.coordinator));
+    EPS_ASSIGN_OR_RETURN(coordinator_, Channel::Connect(context_, options_.coordinator,
+                                                        CoordinatorChannelOptions(options_)));
   }
   if (!reply.ok()) {
     if (reply.status().code() != StatusCode::kDeadlineExceeded) return reply.status();
@@ -144,7 +152,7 @@ StatusOr<RegisterWorkerReply> CoordinatorSession::Register() {
   } else {
     EPS_ASSIGN_OR_RETURN(heartbeat_,
                          Heartbeater::Start(context_, options_.coordinator, options_.token,
-                                            options_.heartbeat_interval, id_));
+                                            options_.heartbeat_interval, id_, options_.curve));
   }
   return std::move(*r);
 }

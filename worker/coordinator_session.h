@@ -20,6 +20,9 @@
 
 namespace eps {
 
+// The options of a worker's channels to the coordinator (its CURVE settings).
+Channel::Options CoordinatorChannelOptions(const WorkerOptions& options);
+
 // One worker's session with the coordinator. The coordinator's DEALER socket
 // and every field belong to the worker's main thread (the one that calls
 // Worker::Run); only the heartbeat thread it starts runs elsewhere (see

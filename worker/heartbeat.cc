@@ -11,10 +11,10 @@ using std::chrono::milliseconds;
 StatusOr<std::unique_ptr<Heartbeater>> Heartbeater::Start(zmq::context_t* context,
                                                           const std::string& endpoint,
                                                           std::string token, milliseconds interval,
-                                                          WorkerId worker) {
-  EPS_ASSIGN_OR_RETURN(auto channel, Connect(context, endpoint));
+                                                          WorkerId worker, CurveOptions curve) {
+  EPS_ASSIGN_OR_RETURN(auto channel, Connect(context, endpoint, curve));
   std::unique_ptr<Heartbeater> hb(
-      new Heartbeater(context, endpoint, std::move(token), interval, worker));
+      new Heartbeater(context, endpoint, std::move(token), interval, worker, std::move(curve)));
   Heartbeater* raw = hb.get();
   EPS_ASSIGN_OR_RETURN(hb->thread_,
                        StartThreadWithoutStopSignals(
@@ -42,8 +42,10 @@ void Heartbeater::Stop() {
 }
 
 StatusOr<std::unique_ptr<Channel>> Heartbeater::Connect(zmq::context_t* context,
-                                                        const std::string& endpoint) {
+                                                        const std::string& endpoint,
+                                                        const CurveOptions& curve) {
   Channel::Options co;
+  co.curve = curve;
   co.linger_ms = 0;  // a beat not sent by the time we exit is worthless
   return Channel::Connect(context, endpoint, co);
 }
@@ -58,7 +60,7 @@ void Heartbeater::Loop(std::unique_ptr<Channel> channel) {
     lock.unlock();
     if (registration != beating) {
       // Refusals of beats sent before the registration still in flight go with the old socket.
-      auto fresh = Connect(context_, endpoint_);
+      auto fresh = Connect(context_, endpoint_, curve_);
       if (fresh.ok()) {
         channel = std::move(fresh).value();
       } else {

@@ -33,7 +33,7 @@ class Heartbeater {
   // Internal if the thread cannot start; the socket's errors as Channel gives them.
   [[nodiscard]] static StatusOr<std::unique_ptr<Heartbeater>> Start(
       zmq::context_t* context, const std::string& endpoint, std::string token,
-      std::chrono::milliseconds interval, WorkerId worker);
+      std::chrono::milliseconds interval, WorkerId worker, CurveOptions curve = {});
   ~Heartbeater() { Stop(); }
   Heartbeater(const Heartbeater&) = delete;
   Heartbeater& operator=(const Heartbeater&) = delete;
@@ -51,14 +51,16 @@ class Heartbeater {
 
  private:
   Heartbeater(zmq::context_t* context, std::string endpoint, std::string token,
-              std::chrono::milliseconds interval, WorkerId worker)
+              std::chrono::milliseconds interval, WorkerId worker, CurveOptions curve)
       : context_(context),
         endpoint_(std::move(endpoint)),
         token_(std::move(token)),
         interval_(interval),
+        curve_(std::move(curve)),
         worker_(worker) {}
   static StatusOr<std::unique_ptr<Channel>> Connect(zmq::context_t* context,
-                                                    const std::string& endpoint);
+                                                    const std::string& endpoint,
+                                                    const CurveOptions& curve);
   void Loop(std::unique_ptr<Channel> channel);
 
   // Constant after construction.
@@ -66,6 +68,7 @@ class Heartbeater {
   const std::string endpoint_;
   const std::string token_;
   const std::chrono::milliseconds interval_;
+  const CurveOptions curve_;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -89,8 +89,8 @@ Status ParameterClient::Reconnect() {
   pulling_.reset();
   ReleasePushRegions();
   for (ShardLink& link : links_) {
-    EPS_RETURN_IF_ERROR(
-        link.Reconnect(context_, options_.shm ? pull_regions_.size[link.index] : 0));
+    EPS_RETURN_IF_ERROR(link.Reconnect(context_, options_.shm ? pull_regions_.size[link.index] : 0,
+                                       options_.curve));
   }
   return OkStatus();
 }

@@ -36,6 +36,7 @@ struct ParameterClientOptions {
   bool shm = true;                               // offer shared-memory regions (WorkerOptions::shm)
   WireDType weight_wire = WireDType::kFP32;      // parameters are pulled in this dtype
   size_t push_region_bytes = 0;  // a block partial's region (BlockPusher::RegionBytes)
+  CurveOptions curve;            // the links' CURVE settings (WorkerOptions::curve)
 };
 
 // Pulls and pushes for one worker, over a link per shard.

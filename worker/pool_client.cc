@@ -25,12 +25,13 @@ void SleepWhile(milliseconds total, Pred keep_waiting) {
 }  // namespace
 
 PoolClient::PoolClient(zmq::context_t* context, std::string scheduler, std::string token,
-                       PoolRequest self, milliseconds poll)
+                       PoolRequest self, milliseconds poll, CurveOptions curve)
     : context_(context),
       scheduler_(std::move(scheduler)),
       token_(std::move(token)),
       self_(std::move(self)),
-      poll_(poll) {}
+      poll_(poll),
+      curve_(std::move(curve)) {}
 
 PoolClient::~PoolClient() { StopWatching(); }
 
@@ -39,6 +40,7 @@ PoolClient::~PoolClient() { StopWatching(); }
 StatusOr<PoolAssign> PoolClient::Ask(const std::string& job, const std::string& ended) {
   Channel::Options options;
   options.linger_ms = 0;
+  options.curve = curve_;
   EPS_ASSIGN_OR_RETURN(auto channel, Channel::Connect(context_, scheduler_, options));
   PoolRequest request = self_;
   request.job = job;

@@ -13,6 +13,7 @@
 #include <zmq.hpp>
 
 #include "common/status.h"
+#include "schema/curve.h"
 #include "schema/messages.h"
 
 namespace eps {
@@ -20,9 +21,10 @@ namespace eps {
 class PoolClient {
  public:
   // `self` names this worker (host "hostname:pid", as it registers with
-  // coordinators, and its device kind); `token` is the pool's.
+  // coordinators, and its device kind); `token` is the pool's; `curve` this
+  // worker's key pair and the scheduler's public key (off without a key).
   PoolClient(zmq::context_t* context, std::string scheduler, std::string token, PoolRequest self,
-             std::chrono::milliseconds poll);
+             std::chrono::milliseconds poll, CurveOptions curve = {});
   ~PoolClient();
 
   // Asks every poll until the scheduler names a job; Aborted once *stop.
@@ -47,6 +49,7 @@ class PoolClient {
   const std::string token_;
   const PoolRequest self_;
   const std::chrono::milliseconds poll_;
+  const CurveOptions curve_;
   std::atomic<bool> watching_{false};
   std::thread watcher_;
 };

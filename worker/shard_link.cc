@@ -4,9 +4,12 @@
 
 namespace eps {
 
-Status ShardLink::Reconnect(zmq::context_t* context, size_t pull_region_bytes) {
-  EPS_ASSIGN_OR_RETURN(pushes, Channel::Connect(context, address));
-  EPS_ASSIGN_OR_RETURN(pulls, Channel::Connect(context, address));
+Status ShardLink::Reconnect(zmq::context_t* context, size_t pull_region_bytes,
+                            const CurveOptions& curve) {
+  Channel::Options co;
+  co.curve = curve;
+  EPS_ASSIGN_OR_RETURN(pushes, Channel::Connect(context, address, co));
+  EPS_ASSIGN_OR_RETURN(pulls, Channel::Connect(context, address, co));
   outstanding = 0;
   shm_pushes = false;
   pull_region.reset();

@@ -31,7 +31,8 @@ struct ShardLink {
   // still answer the old socket's pulls into the old region. Pushes wait for a
   // pull answered through shared memory again (the shard may have moved).
   // Without a region (none could be made) pulls are answered inline.
-  [[nodiscard]] Status Reconnect(zmq::context_t* context, size_t pull_region_bytes);
+  [[nodiscard]] Status Reconnect(zmq::context_t* context, size_t pull_region_bytes,
+                                 const CurveOptions& curve);
 
   // Constant after construction.
   const size_t index;   // the shard's id

@@ -79,12 +79,13 @@ class WorkerImpl final : public Worker {
     Status st = RunUntilDone();
     unreachable_ = !st.ok() && session_->unanswered();
     if (unreachable_) outcome_ = "unreachable";
+    if (st.code() == StatusCode::kPermissionDenied) outcome_ = "refused";  // its CURVE key
     if (!options_.report_file.empty()) {
       WorkerReport report{options_.host,
                           options_.device,
                           options_.device_kind,
                           session_->ids(),
-                          st.ok() || unreachable_ ? outcome_ : "failed",
+                          st.ok() || unreachable_ || outcome_ == "refused" ? outcome_ : "failed",
                           st,
                           times_,
                           TransferCounts{}};
@@ -213,6 +214,7 @@ class WorkerImpl final : public Worker {
     ParameterClientOptions po;
     po.token = options_.token;
     po.rpc_timeout = options_.rpc_timeout;
+    po.curve = options_.curve;
     po.shm = options_.shm;
     po.weight_wire = spec_.weight_wire_dtype;
     po.push_region_bytes = BlockPusher::RegionBytes(flat_->size, spec_.grad_wire_dtype);
@@ -519,8 +521,9 @@ class WorkerImpl final : public Worker {
   std::unique_ptr<Channel> coordinator_;  // until Run() hands it to the session
   const std::atomic<bool>* stop_ = nullptr;
   std::unique_ptr<CoordinatorSession> session_;
-  std::string outcome_ = "failed";  // for the report: "done", "left", "failed", "unreachable"
-  bool unreachable_ = false;        // see Worker::unreachable()
+  // For the report: "done", "left", "failed", "unreachable", "refused" (its CURVE key).
+  std::string outcome_ = "failed";
+  bool unreachable_ = false;  // see Worker::unreachable()
   StepTimes times_;
   double seconds_per_vw_ = 0;  // measured in the last train plan, reported with the next request
   bool warmed_up_ = false;     // a train plan ran before (the first one is not timed)
@@ -548,7 +551,10 @@ StatusOr<std::unique_ptr<Worker>> Worker::Open(const WorkerOptions& options,
   if (options.heartbeat_interval.count() <= 0) {
     return InvalidArgument("the heartbeat interval must be positive");
   }
-  EPS_ASSIGN_OR_RETURN(auto channel, Channel::Connect(context, options.coordinator));
+  if (options.curve.enabled() && options.curve.server_key.empty())
+    return InvalidArgument("a worker with a CURVE key needs the servers' public key");
+  EPS_ASSIGN_OR_RETURN(auto channel, Channel::Connect(context, options.coordinator,
+                                                      CoordinatorChannelOptions(options)));
   return std::unique_ptr<Worker>(new WorkerImpl(options, context, std::move(channel)));
 }
 

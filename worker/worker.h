@@ -61,6 +61,7 @@
 #include <zmq.hpp>
 
 #include "common/status.h"
+#include "schema/channel.h"
 #include "worker/model_runner.h"
 
 namespace eps {
@@ -74,8 +75,11 @@ class Metrics;
 using ModelFactory = std::function<StatusOr<std::unique_ptr<ModelRunner>>(const ModelOptions&)>;
 
 struct WorkerOptions {
-  std::string coordinator;                         // the coordinator's endpoint
-  std::string token;                               // the job's secret
+  std::string coordinator;  // the coordinator's endpoint
+  std::string token;        // the job's secret
+  // CURVE (docs/security.md): this worker's key pair and the job's servers' public key
+  // (the coordinator and the shards share one); off without a key.
+  CurveOptions curve;
   std::string host;                                // reported to the coordinator, for logs
   std::chrono::milliseconds plan_timeout{600000};  // longest wait for the next plan
   // Longest wait for the coordinator to answer a registration (a line in the

@@ -19,6 +19,7 @@
 #include "common/memory.h"
 #include "common/metrics.h"
 #include "common/metrics_server.h"
+#include "schema/curve.h"
 #include "worker/model_runner.h"
 #include "worker/pool_client.h"
 #include "worker/worker.h"
@@ -37,6 +38,14 @@ DEFINE_string(pool_token_file, "", "File holding the pool's token, with --schedu
 DEFINE_int32(pool_poll_ms, 1000,
              "With --scheduler: interval between two questions to the scheduler");
 DEFINE_string(token_file, "", "File holding the job's secret token (empty: none)");
+DEFINE_string(curve_secret_key, "",
+              "CURVE (docs/security.md): this worker's secret key file (elasticps keygen); its "
+              "public key must be among the job's allowed keys. Empty: plain TCP");
+DEFINE_string(curve_server_key, "",
+              "With --curve_secret_key: the job's servers' public key file (the coordinator and "
+              "the shards share one); with --scheduler, a job's own comes from the scheduler");
+DEFINE_string(pool_curve_server_key, "",
+              "With --scheduler and --curve_secret_key: the pool scheduler's public key file");
 DEFINE_int32(plan_timeout_s, 600, "Longest wait for the coordinator's next plan");
 DEFINE_int32(register_timeout_s, 120,
              "Longest wait for the coordinator to answer a registration (a log line every 10 s "
@@ -129,9 +138,19 @@ int RunPool(eps::WorkerOptions options, zmq::context_t* context) {
     LOG(ERROR) << pool_token.status().ToString();
     return 2;
   }
+  auto pool_curve = eps::LoadCurveOptions(FLAGS_curve_secret_key, FLAGS_pool_curve_server_key);
+  if (!pool_curve.ok()) {
+    LOG(ERROR) << pool_curve.status().ToString();
+    return 2;
+  }
+  if (pool_curve->enabled() && FLAGS_pool_curve_server_key.empty()) {
+    LOG(ERROR) << "--scheduler with --curve_secret_key needs --pool_curve_server_key";
+    return 2;
+  }
   eps::PoolClient pool(context, FLAGS_scheduler, *pool_token,
                        eps::PoolRequest{options.host, options.device_kind, "", ""},
-                       std::chrono::milliseconds(FLAGS_pool_poll_ms));
+                       std::chrono::milliseconds(FLAGS_pool_poll_ms), *pool_curve);
+  const eps::CurveOptions curve = options.curve;  // the job's server key comes with each job
   // A job that ended since the scheduler named it never answers: ask the scheduler again soon.
   options.register_timeout = std::chrono::seconds(15);
   LOG(INFO) << "joined the pool of the scheduler at " << FLAGS_scheduler;
@@ -141,12 +160,16 @@ int RunPool(eps::WorkerOptions options, zmq::context_t* context) {
     if (!job.ok()) {
       if (g_stop) break;
       LOG(ERROR) << job.status().ToString();
-      return 1;
+      return job.status().code() == eps::StatusCode::kPermissionDenied ? 4 : 1;
     }
     LOG(INFO) << "the scheduler sends this worker to job " << job->job << " at "
               << job->coordinator;
     options.coordinator = job->coordinator;
     options.token = job->token;
+    // A job without a server key (in the jobs file, or --curve_server_key) runs in the clear.
+    options.curve = curve;
+    if (!job->server_key.empty()) options.curve.server_key = job->server_key;
+    if (options.curve.server_key.empty()) options.curve = eps::CurveOptions();
     g_leave = g_stop.load();
     auto worker = eps::Worker::Open(options, context);
     if (!worker.ok()) {
@@ -238,6 +261,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.token = *token;
+  auto curve = eps::LoadCurveOptions(FLAGS_curve_secret_key, FLAGS_curve_server_key);
+  if (!curve.ok()) {
+    LOG(ERROR) << curve.status().ToString();
+    return 2;
+  }
+  if (curve->enabled() && FLAGS_curve_server_key.empty() && FLAGS_scheduler.empty()) {
+    LOG(ERROR) << "--curve_secret_key needs --curve_server_key (the job's servers' public key)";
+    return 2;
+  }
+  if (FLAGS_curve_server_key.empty()) curve->server_key.clear();  // not this worker's own
+  options.curve = *curve;
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   zmq::context_t context(1);
@@ -274,7 +308,12 @@ int main(int argc, char** argv) {
   eps::Status st = (*worker)->Run(&g_stop);
   if (!st.ok()) {
     LOG(ERROR) << "worker failed: " << st.ToString();
-    return (*worker)->unreachable() ? 3 : 1;  // exit codes: docs/operations.md
+    if (st.code() == eps::StatusCode::kPermissionDenied) {
+      LOG(ERROR) << "this worker's CURVE key was refused: it is not among the job's allowed keys "
+                    "(or it was revoked), or this worker and the job disagree on CURVE";
+      return 4;  // exit codes: docs/operations.md
+    }
+    return (*worker)->unreachable() ? 3 : 1;
   }
   return 0;
 }
