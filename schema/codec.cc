@@ -230,6 +230,7 @@ Status DecodeJobStatus(wire::JobStatusReply::Reader in, Reader& r, JobStatusRepl
   m->assignment_epoch = Epoch(in.getAssignmentEpoch());
   m->evaluated = in.getEvaluated();
   m->test_accuracy = in.getTestAccuracy();
+  m->rejected_messages = in.getRejectedMessages();
   EPS_RETURN_IF_ERROR(r.ListSize(in.getWorkers(), "workers"));
   for (auto w : in.getWorkers()) {
     WorkerStatus o;
@@ -289,6 +290,7 @@ void SetJobStatus(wire::JobStatusReply::Builder o, const JobStatusReply& m) {
   o.setAssignmentEpoch(m.assignment_epoch.value());
   o.setEvaluated(m.evaluated);
   o.setTestAccuracy(m.test_accuracy);
+  o.setRejectedMessages(m.rejected_messages);
   auto ws = o.initWorkers(static_cast<unsigned>(m.workers.size()));
   for (size_t i = 0; i < m.workers.size(); ++i) {
     const WorkerStatus& w = m.workers[i];
