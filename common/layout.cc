@@ -70,6 +70,17 @@ StatusOr<Layout> MakeLayout(std::vector<TensorSpec> tensors, uint32_t num_shards
       return InvalidArgument("a layout holds at most one float32 loss tensor of one element");
     }
   }
+  // Chunk ids are 32-bit, and every message that lists a shard's chunks (a
+  // pull of all of them, a checkpoint) holds at most the codec's 2^20 list
+  // entries: a model reported with huge shapes is refused here instead of
+  // cutting billions of chunks (found by fuzz/job_state_fuzz.cc).
+  uint64_t chunks = 0;
+  for (const TensorSpec& t : tensors) chunks += static_cast<uint64_t>((t.numel() - 1) / chunk_elems + 1);
+  if (chunks > kMaxChunks) {
+    return InvalidArgument("the model has " + std::to_string(chunks) + " chunks of " +
+                           std::to_string(chunk_elems) + " elements, more than " +
+                           std::to_string(kMaxChunks) + ": raise chunk_elems");
+  }
   Layout layout;
   layout.tensors = std::move(tensors);
   layout.num_shards = num_shards;

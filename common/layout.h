@@ -67,6 +67,8 @@ struct Layout {
 // parameters, at most one loss tensor of one element) and cuts every tensor into
 // chunks of at most `chunk_elems` elements; each chunk goes to the shard with the
 // fewest bytes so far (lowest id on ties).
+// At most kMaxChunks chunks (InvalidArgument beyond: chunk_elems is too small for the model).
+constexpr uint64_t kMaxChunks = uint64_t{1} << 20;
 StatusOr<Layout> MakeLayout(std::vector<TensorSpec> tensors, uint32_t num_shards,
                             int64_t chunk_elems);
 

@@ -28,15 +28,23 @@ uint16_t ToBF16(float f) {
 float FromBF16(uint16_t h) { return FromBits(uint32_t{h} << 16); }
 
 // fp16 through the compiler's IEEE conversions (GCC and Clang's _Float16).
+// Clang before 15 has no _Float16 on x86-64; its __fp16 converts the same IEEE
+// way, through compiler-rt's builtins (the fuzz build links them).
+#if defined(__clang__) && __clang_major__ < 15
+using Half = __fp16;
+#else
+using Half = _Float16;
+#endif
+
 uint16_t ToFP16(float f) {
-  const _Float16 h = static_cast<_Float16>(f);
+  const Half h = static_cast<Half>(f);
   uint16_t out;
   std::memcpy(&out, &h, sizeof out);
   return out;
 }
 
 float FromFP16(uint16_t bits) {
-  _Float16 h;
+  Half h;
   std::memcpy(&h, &bits, sizeof h);
   return static_cast<float>(h);
 }
@@ -52,7 +60,7 @@ float FromFP16(uint16_t bits) {
 #endif
 
 EPS_WIRE_CLONES void RoundFP16(float* data, size_t n) {
-  for (size_t i = 0; i < n; ++i) data[i] = static_cast<float>(static_cast<_Float16>(data[i]));
+  for (size_t i = 0; i < n; ++i) data[i] = static_cast<float>(static_cast<Half>(data[i]));
 }
 
 EPS_WIRE_CLONES void EncodeFP16(const float* in, size_t n, uint16_t* out) {

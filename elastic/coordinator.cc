@@ -13,6 +13,7 @@
 #include "common/files.h"
 #include "common/jsonl.h"
 #include "common/layout.h"
+#include "common/rejections.h"
 #include "common/wire.h"
 #include "elastic/job_event.h"
 #include "elastic/job_metrics.h"
@@ -76,7 +77,8 @@ class CoordinatorImpl final : public Coordinator {
         csv_(std::move(csv)),
         state_(options_.spec, StateOptions(options_), &clock_),
         shard_peers_(options_.spec.num_shards),
-        shard_metrics_(options_.spec.num_shards) {
+        shard_metrics_(options_.spec.num_shards),
+        rejections_(RejectionsOptions(options_), &clock_) {
     if (options_.metrics) job_metrics_.emplace(options_.metrics);
     if (resumed) {
       state_.Resume(*resumed);
@@ -112,6 +114,7 @@ class CoordinatorImpl final : public Coordinator {
         signalled = true;
         state_.OnJobError("stopped by a signal");
       }
+      if (auto summary = rejections_.TakeSummary()) LOG(WARNING) << *summary;
       state_.Tick();
       if (state_.phase() == JobState::Phase::kFinalizing) state_.OnResultWritten(WriteResult());
       Persist();  // before any plan of a new assignment leaves
@@ -144,6 +147,12 @@ class CoordinatorImpl final : public Coordinator {
   }
 
  private:
+  static RejectionOptions RejectionsOptions(const CoordinatorOptions& o) {
+    RejectionOptions r;
+    r.metrics = o.metrics;
+    return r;
+  }
+
   static JobStateOptions StateOptions(const CoordinatorOptions& o) {
     JobStateOptions s;
     s.min_workers = o.workers;
@@ -195,6 +204,7 @@ class CoordinatorImpl final : public Coordinator {
     for (ShardStatus& s : r.shards) s.metrics_address = shard_metrics_[s.shard.value()];
     const size_t n = std::min(events, recent_events_.size());
     r.events.assign(recent_events_.end() - static_cast<std::ptrdiff_t>(n), recent_events_.end());
+    r.rejected_messages = rejections_.total();
     return r;
   }
 
@@ -288,13 +298,16 @@ class CoordinatorImpl final : public Coordinator {
   }
 
   void OnMessage(Channel::Incoming& in) {
+    // Rejections are counted; their log lines are rate-limited (common/rejections.h).
     if (!in.envelope.ok()) {
-      LOG(WARNING) << "bad message: " << in.envelope.status().ToString();
+      if (rejections_.Record(in.peer, RejectReason::kBadEnvelope))
+        LOG(WARNING) << "bad message: " << in.envelope.status().ToString();
       SendError(in.peer, in.envelope.status());
       return;
     }
     if (!options_.token.empty() && in.envelope->token != options_.token) {
-      LOG(WARNING) << "refused a message with a wrong job token";
+      if (rejections_.Record(in.peer, RejectReason::kWrongToken))
+        LOG(WARNING) << "refused a message with a wrong job token";
       SendError(in.peer, Unauthenticated("wrong job token"));
       return;
     }
@@ -349,6 +362,8 @@ class CoordinatorImpl final : public Coordinator {
       OnErrorReply(in.peer, *m);
     } else {
       st = InvalidArgument(std::string("the coordinator does not serve ") + BodyName(body));
+      if (rejections_.Record(in.peer, RejectReason::kUnserved))
+        LOG(WARNING) << "refused a message: " << st.message();
     }
     if (!st.ok()) SendError(in.peer, st);
   }
@@ -447,6 +462,7 @@ class CoordinatorImpl final : public Coordinator {
   std::vector<std::string> shard_metrics_;          // each shard's metrics address (empty: none)
   std::map<WorkerId, std::string> worker_metrics_;  // each worker's
   bool stray_error_logged_ = false;
+  Rejections rejections_;  // after clock_, which it reads
 };
 
 }  // namespace

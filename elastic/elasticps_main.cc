@@ -111,7 +111,8 @@ Json ToJson(const JobStatusReply& s) {
             {"virtual_workers", s.virtual_workers},
             {"batch_per_vw", s.batch_per_vw},
             {"assignment_epoch", s.assignment_epoch.value()},
-            {"test_accuracy", s.evaluated ? Json(s.test_accuracy) : Json(nullptr)}};
+            {"test_accuracy", s.evaluated ? Json(s.test_accuracy) : Json(nullptr)},
+            {"rejected_messages", s.rejected_messages}};
   j["workers"] = Json::array();
   for (const WorkerStatus& w : s.workers) {
     j["workers"].push_back({{"worker", w.worker.value()},

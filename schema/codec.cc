@@ -106,7 +106,8 @@ ShmRegionRef ReadShmRef(wire::ShmRegionRef::Reader in) {
 class Reader {
  public:
   Reader(const std::vector<Frame>& frames, const DecodeLimits& limits)
-      : frames_(frames), limits_(limits), used_(frames.size(), false) {}
+      : frames_(frames), limits_(limits), used_(frames.size(), false),
+        header_bytes_(frames.empty() ? 0 : frames[0].size) {}
 
   Status Text(capnp::Text::Reader t, std::string* out) {
     if (t.size() > limits_.max_text)
@@ -118,6 +119,12 @@ class Reader {
   template <class L>
   Status ListSize(const L& list, const char* what) {
     if (list.size() > limits_.max_list) return ProtocolError(std::string(what) + " list too long");
+    // Every element of every list of the schema takes at least a byte of the
+    // envelope (an encoder writes structs at their schema's size); a list of
+    // zero-sized elements would make a few bytes decode into millions of values.
+    if (list.size() > header_bytes_) {
+      return ProtocolError(std::string(what) + " list longer than its message could hold");
+    }
     return OkStatus();
   }
 
@@ -209,6 +216,7 @@ class Reader {
   const std::vector<Frame>& frames_;
   const DecodeLimits& limits_;
   std::vector<bool> used_;
+  const size_t header_bytes_;  // of the envelope (frame 0)
 };
 
 Status DecodeJobStatus(wire::JobStatusReply::Reader in, Reader& r, JobStatusReply* m) {
@@ -230,6 +238,7 @@ Status DecodeJobStatus(wire::JobStatusReply::Reader in, Reader& r, JobStatusRepl
   m->assignment_epoch = Epoch(in.getAssignmentEpoch());
   m->evaluated = in.getEvaluated();
   m->test_accuracy = in.getTestAccuracy();
+  m->rejected_messages = in.getRejectedMessages();
   EPS_RETURN_IF_ERROR(r.ListSize(in.getWorkers(), "workers"));
   for (auto w : in.getWorkers()) {
     WorkerStatus o;
@@ -289,6 +298,7 @@ void SetJobStatus(wire::JobStatusReply::Builder o, const JobStatusReply& m) {
   o.setAssignmentEpoch(m.assignment_epoch.value());
   o.setEvaluated(m.evaluated);
   o.setTestAccuracy(m.test_accuracy);
+  o.setRejectedMessages(m.rejected_messages);
   auto ws = o.initWorkers(static_cast<unsigned>(m.workers.size()));
   for (size_t i = 0; i < m.workers.size(); ++i) {
     const WorkerStatus& w = m.workers[i];

@@ -364,4 +364,5 @@ struct JobStatusReply {
   workers @18 :List(WorkerStatus);
   shards @19 :List(ShardStatus);
   events @20 :List(Text);         # the newest events, oldest first, each a line of events.jsonl
+  rejectedMessages @21 :UInt64;   # messages the coordinator rejected (bad, wrong token, unserved)
 }

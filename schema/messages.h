@@ -384,6 +384,9 @@ struct JobStatusReply {
   std::vector<WorkerStatus> workers;
   std::vector<ShardStatus> shards;
   std::vector<std::string> events;  // the newest events, oldest first, as in events.jsonl
+  // Messages the coordinator rejected since it started: undecodable, with a
+  // wrong token, or of a kind it does not serve (common/rejections.h).
+  uint64_t rejected_messages = 0;
 };
 
 using Body = std::variant<ErrorReply, RegisterWorker, RegisterWorkerReply, RegisterShard,

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "common/metrics.h"
+#include "common/rejections.h"
 #include "schema/channel.h"
 #include "server/shard_state.h"
 #include "storage/state_store.h"
@@ -199,7 +200,8 @@ class ShardImpl final : public Shard {
         state_(options_.shard),
         own_metrics_(options_.metrics == nullptr ? std::make_unique<Metrics>() : nullptr),
         metrics_(options_.metrics != nullptr ? options_.metrics : own_metrics_.get(),
-                 options_.shard) {
+                 options_.shard),
+        rejections_(RejectionsOptions(), &clock_) {
     metrics_.version.Set(-1);
     metrics_.durable_step.Set(-1);
   }
@@ -245,6 +247,7 @@ class ShardImpl final : public Shard {
       if (items[0].revents & ZMQ_POLLIN) OnWorkerMessage();
       if (wake_fd_ >= 0 && (items[2].revents & ZMQ_POLLIN)) OnCheckpointsWritten(/*report=*/true);
       ExpirePulls();
+      if (auto summary = rejections_.TakeSummary()) LOG(WARNING) << *summary;
       if (!done_ && Clock::now() >= next_register_) {
         Status st = Register();
         if (!st.ok())
@@ -262,6 +265,13 @@ class ShardImpl final : public Shard {
     Pull pull;
     Clock::time_point deadline;
   };
+
+  RejectionOptions RejectionsOptions() const {
+    RejectionOptions r;
+    r.metrics = options_.metrics != nullptr ? options_.metrics : own_metrics_.get();
+    r.labels = metrics_.labels;
+    return r;
+  }
 
   StoreOptions StoreOptionsFor(const std::string& job_id) const {
     StoreOptions o;
@@ -439,13 +449,16 @@ class ShardImpl final : public Shard {
     auto received = workers_->TryReceive();
     if (!received.ok()) return;
     Channel::Incoming& in = *received;
+    // Rejections are counted; their log lines are rate-limited (common/rejections.h).
     if (!in.envelope.ok()) {
-      LOG(WARNING) << "bad message from a worker: " << in.envelope.status().ToString();
+      if (rejections_.Record(in.peer, RejectReason::kBadEnvelope))
+        LOG(WARNING) << "bad message from a worker: " << in.envelope.status().ToString();
       ReplyError(in.peer, in.envelope.status());
       return;
     }
     if (!options_.token.empty() && in.envelope->token != options_.token) {
-      LOG(WARNING) << "refused a message with a wrong job token";
+      if (rejections_.Record(in.peer, RejectReason::kWrongToken))
+        LOG(WARNING) << "refused a message with a wrong job token";
       ReplyError(in.peer, Unauthenticated("wrong job token"));
       return;
     }
@@ -460,7 +473,8 @@ class ShardImpl final : public Shard {
       auto outcome =
           readable.ok() ? state_.HandlePush(*push) : StatusOr<ShardState::PushOutcome>(readable);
       if (!outcome.ok()) {
-        LOG(WARNING) << "refused push for step " << push->step << " block "
+        if (rejections_.Record(in.peer, RejectReason::kRefused))
+          LOG(WARNING) << "refused push for step " << push->step << " block "
                      << push->block.ToString() << ": " << outcome.status().ToString();
         metrics_.pushes_refused.Add();
         ReplyError(in.peer, outcome.status());
@@ -488,7 +502,10 @@ class ShardImpl final : public Shard {
         ReplyError(in.peer, reply.status());
       }
     } else {
-      ReplyError(in.peer, InvalidArgument(std::string("a shard does not serve ") + BodyName(body)));
+      const Status st = InvalidArgument(std::string("a shard does not serve ") + BodyName(body));
+      if (rejections_.Record(in.peer, RejectReason::kUnserved))
+        LOG(WARNING) << "refused a message: " << st.message();
+      ReplyError(in.peer, st);
     }
   }
 
@@ -677,6 +694,8 @@ class ShardImpl final : public Shard {
   uint64_t bytes_out_ = 0;  // of the pull replies sent (eps_shard_pull_bytes_total)
   Step step_started_of_{-1};         // the step whose first contribution came at step_started_
   Clock::time_point step_started_;
+  SteadyClock clock_;       // the rejections'
+  Rejections rejections_;  // of worker messages; after metrics_ and clock_
 };
 
 }  // namespace

@@ -1,9 +1,15 @@
-// garbage_peer ENDPOINT [TOKEN_FILE]: sends malformed, truncated, mislabelled and
-// unauthorized messages to a live coordinator or shard and checks that each one
-// is answered with an ErrorReply (the process must keep serving). Exits 0 when
-// every probe got its error reply within the deadline. A test tool, used by
-// tests/integration/test_bad_input.py.
+// garbage_peer ENDPOINT [TOKEN_FILE] [--barrage=N]: sends malformed, truncated,
+// mislabelled and unauthorized messages to a live coordinator or shard and
+// checks that each one is answered with an ErrorReply (the process must keep
+// serving). Exits 0 when every probe got its error reply within the deadline.
+// With --barrage=N it sends N bad messages instead (undecodable, with a wrong
+// token, of a kind no coordinator or shard serves, in turn) from one socket as
+// fast as the replies come back, 100 in flight, and checks that every one was
+// answered with an error. A test tool, used by tests/integration/test_bad_input.py.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -43,6 +49,47 @@ bool Probe(zmq::context_t* ctx, const std::string& endpoint, const char* what,
   return true;
 }
 
+std::vector<std::string> Encoded(const Envelope& env);
+
+// The barrage: `n` bad messages, in batches of 100 whose replies are awaited.
+bool Barrage(zmq::context_t* ctx, const std::string& endpoint, const std::string& token, long n) {
+  auto ch = eps::Channel::Connect(ctx, endpoint);
+  if (!ch.ok()) return false;
+  zmq::socket_t& s = (*ch)->socket();
+  const std::vector<std::vector<std::string>> kinds = {
+      {std::string("\x01\x02 not an envelope")},
+      Encoded(Envelope{token + "x", eps::Pull{eps::Step(0), {}}}),
+      Encoded(Envelope{token, eps::RegisterWorkerReply{eps::WorkerId(0), {}, {}}}),
+  };
+  const auto start = std::chrono::steady_clock::now();
+  long sent = 0, errors = 0;
+  while (sent < n) {
+    const long batch = std::min(100L, n - sent);
+    for (long i = 0; i < batch; ++i, ++sent) {
+      const std::vector<std::string>& frames = kinds[sent % kinds.size()];
+      for (size_t f = 0; f < frames.size(); ++f) {
+        s.send(zmq::buffer(frames[f]),
+               f + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      }
+    }
+    for (long i = 0; i < batch; ++i) {
+      auto in = (*ch)->Receive(std::chrono::milliseconds(10000));
+      if (!in.ok()) {
+        std::printf("FAIL barrage: no reply after %ld messages: %s\n", sent,
+                    in.status().ToString().c_str());
+        return false;
+      }
+      if (in->envelope.ok() && std::get_if<eps::ErrorReply>(&in->envelope->body) != nullptr)
+        ++errors;
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%s barrage: %ld messages, %ld error replies in %.1f s\n",
+              errors == n ? "ok  " : "FAIL", n, errors, seconds);
+  return errors == n;
+}
+
 std::vector<std::string> Encoded(const Envelope& env) {
   auto frames = eps::Encode(env);
   std::vector<std::string> out;
@@ -58,6 +105,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string endpoint = argv[1];
+  long barrage = 0;
+  if (argc > 2 && std::strncmp(argv[argc - 1], "--barrage=", 10) == 0) {
+    barrage = std::strtol(argv[argc - 1] + 10, nullptr, 10);
+    --argc;
+  }
   std::string token;
   if (argc > 2) {
     auto t = eps::ReadTokenFile(argv[2]);
@@ -68,6 +120,7 @@ int main(int argc, char** argv) {
     token = *t;
   }
   zmq::context_t ctx(1);
+  if (barrage > 0) return Barrage(&ctx, endpoint, token, barrage) ? 0 : 1;
   std::mt19937_64 rng(42);  // the test's own randomness; nothing here needs portable bits
   auto random_bytes = [&](size_t n) {
     std::string s(n, '\0');

@@ -173,6 +173,10 @@ TEST(Layout, RejectsListsNoJobCanTrain) {
   expect_invalid({TensorSpec{"loss", TensorKind::kLoss, DType::kFloat32, {2}}}, 2, 10,
                  "loss of two elements");
   expect_invalid({TensorSpec{"loss", TensorKind::kLoss, DType::kInt64, {1}}}, 2, 10, "int64 loss");
+  // A worker reporting huge shapes (fuzz/corpus/job_state/crash-huge-model): 2^38 chunks.
+  expect_invalid({Param("w", {int64_t{1} << 40})}, 1, 4, "more than kMaxChunks chunks");
+  expect_invalid({Param("w", {int64_t{kMaxChunks}}), Param("v", {1})}, 1, 1, "kMaxChunks + 1 chunks");
+  EXPECT_TRUE(MakeLayout({Param("w", {int64_t{kMaxChunks} - 1}), Param("v", {1})}, 1, 1).ok());
 
   // The same lists, repaired, are accepted: the rejections above are about what they name.
   EXPECT_TRUE(MakeLayout({Param("w", {3}), Param("v", {4})}, 2, 10).ok());
