@@ -43,6 +43,14 @@ DEFINE_string(
     "of placement");
 DEFINE_string(grad_wire_dtype, "", "Gradients only: overrides --wire_dtype for pushes");
 DEFINE_string(weight_wire_dtype, "", "Weights only: overrides --wire_dtype for pulls");
+// Your model, your data (docs/models.md).
+DEFINE_string(model_sha256, "", "Pins the TorchScript --model file: its SHA-256 (hex); empty: any");
+DEFINE_string(train_data, "", "Training features: .npy, .csv or IDX (empty: --data_dir's Fashion-MNIST)");
+DEFINE_string(train_labels, "", "Training labels: .npy or IDX (CSV: the --label_column)");
+DEFINE_string(test_data, "", "Test features, as --train_data");
+DEFINE_string(test_labels, "", "Test labels, as --train_labels");
+DEFINE_string(data_format, "", "idx, npy or csv; empty: from the files' extensions");
+DEFINE_string(label_column, "label", "CSV: the header name of the label column");
 // The optimizer.
 DEFINE_string(optimizer, "sgd", "sgd, adam or adamw (sgd covers momentum and Nesterov)");
 DEFINE_double(lr, 0.01, "Learning rate");

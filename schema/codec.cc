@@ -369,6 +369,8 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
         EPS_RETURN_IF_ERROR(r.Text(a, &s));
         m.shard_addresses.push_back(std::move(s));
       }
+      const capnp::Data::Reader model = in.getModelBytes();
+      m.model_bytes.assign(reinterpret_cast<const char*>(model.begin()), model.size());
       *body = std::move(m);
       return OkStatus();
     }
@@ -401,6 +403,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       m.test_samples = in.getTestSamples();
       m.abandoned = in.getAbandoned();
       m.seconds_per_vw = in.getSecondsPerVw();
+      EPS_RETURN_IF_ERROR(r.Text(in.getDataFingerprint(), &m.data_fingerprint));
       if (!(m.seconds_per_vw >= 0) || m.seconds_per_vw > 1e6)
         return ProtocolError("bad seconds_per_vw");
       *body = std::move(m);
@@ -647,6 +650,8 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    auto a = o.initShardAddresses(m.shard_addresses.size());
                    for (size_t i = 0; i < m.shard_addresses.size(); ++i)
                      a.set(i, m.shard_addresses[i]);
+                   o.setModelBytes(kj::arrayPtr(
+                       reinterpret_cast<const kj::byte*>(m.model_bytes.data()), m.model_bytes.size()));
                  },
                  [&](const RegisterShard& m) {
                    auto o = b.initRegisterShard();
@@ -670,6 +675,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    o.setTestSamples(m.test_samples);
                    o.setAbandoned(m.abandoned);
                    o.setSecondsPerVw(m.seconds_per_vw);
+                   o.setDataFingerprint(m.data_fingerprint);
                  },
                  [&](const StepPlan& m) {
                    auto o = b.initStepPlan();

@@ -92,6 +92,13 @@ struct JobSpec {
   gradWireDtype @15 :UInt8 = 0;         # eps::WireDType of pushed gradients (and the loss):
                                         # 0 fp32, 1 bf16, 2 fp16; every tree node is rounded to it
   weightWireDtype @16 :UInt8 = 0;       # eps::WireDType in which workers pull parameters
+  modelSha256 @17 :Text;   # SHA-256 (hex) of a TorchScript model file; empty: a built-in model
+  trainData @18 :Text;     # the training features file (empty: Fashion-MNIST IDX in dataDir)
+  trainLabels @19 :Text;   # its labels file (NPY, IDX); empty for CSV (a column)
+  testData @20 :Text;
+  testLabels @21 :Text;
+  dataFormat @22 :Text;    # "idx" | "npy" | "csv"; empty: from the file's extension
+  labelColumn @23 :Text;   # CSV: the label column's header name
 }
 
 struct RegisterWorker {
@@ -106,6 +113,7 @@ struct RegisterWorkerReply {
   worker @0 :UInt32;
   spec @1 :JobSpec;
   shardAddresses @2 :List(Text);  # index = shard id
+  modelBytes @3 :Data;            # the TorchScript model file (spec.modelSha256); empty: built-in
 }
 
 struct RegisterShard {
@@ -135,6 +143,7 @@ struct StepRequest {
   abandoned @5 :Bool;             # the previous plan was given up (a shard refused or vanished):
                                   # its work is not done and goes back to the pool
   secondsPerVw @6 :Float64;       # measured compute time per VW in the previous train plan (0: none)
+  dataFingerprint @7 :Text;       # what identifies the data files it loaded (first request only)
 }
 
 struct StepPlan {

@@ -104,7 +104,16 @@ enum class SpecFieldRole { kComputation, kJob };
   X(bool,          allow_mixed_devices, false,            AllowMixedDevices, allow_mixed_devices, kJob)         \
   /* how gradients (and the loss) are pushed and parameters pulled (common/wire.h) */                           \
   X(WireDType,     grad_wire_dtype,     WireDType::kFP32, GradWireDtype,     grad_wire_dtype,     kComputation) \
-  X(WireDType,     weight_wire_dtype,   WireDType::kFP32, WeightWireDtype,   weight_wire_dtype,   kComputation)
+  X(WireDType,     weight_wire_dtype,   WireDType::kFP32, WeightWireDtype,   weight_wire_dtype,   kComputation) \
+  /* a TorchScript model file's SHA-256 (the coordinator fills it in; a flag pins it) */                        \
+  X(std::string,   model_sha256,        "",               ModelSha256,       model_sha256,        kComputation) \
+  /* the data files (empty train_data: Fashion-MNIST IDX files in data_dir) */                                  \
+  X(std::string,   train_data,          "",               TrainData,         train_data,          kComputation) \
+  X(std::string,   train_labels,        "",               TrainLabels,       train_labels,        kComputation) \
+  X(std::string,   test_data,           "",               TestData,          test_data,           kComputation) \
+  X(std::string,   test_labels,         "",               TestLabels,        test_labels,         kComputation) \
+  X(std::string,   data_format,         "",               DataFormat,        data_format,         kComputation) \
+  X(std::string,   label_column,        "label",          LabelColumn,       label_column,        kComputation)
 // clang-format on
 
 #define EPS_SPEC_MEMBER(type, name, default_value, Capnp, flag, role) type name = default_value;
@@ -160,6 +169,7 @@ struct RegisterWorkerReply {
   WorkerId worker;
   JobSpec spec;
   std::vector<std::string> shard_addresses;  // index = shard id
+  std::string model_bytes{};  // the TorchScript model file (spec.model_sha256); empty: built-in
 };
 
 struct RegisterShard {
@@ -184,6 +194,7 @@ struct StepRequest {
   int64_t test_samples = 0;
   bool abandoned = false;     // the previous plan was given up: its work is not done
   double seconds_per_vw = 0;  // measured compute time per VW in the previous train plan (0: none)
+  std::string data_fingerprint{};  // what identifies the data files it loaded (first request only)
 };
 
 enum class PlanKind : uint8_t { kWait = 0, kInit = 1, kTrain = 2, kEval = 3, kStop = 4 };

@@ -144,6 +144,7 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.worker, b.worker);
           ExpectSameSpec(a.spec, b.spec);
           EXPECT_EQ(a.shard_addresses, b.shard_addresses);
+          EXPECT_EQ(a.model_bytes, b.model_bytes);
         } else if constexpr (std::is_same_v<T, RegisterShard>) {
           EXPECT_EQ(a.shard, b.shard);
           EXPECT_EQ(a.address, b.address);
@@ -157,6 +158,11 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.worker, b.worker);
           EXPECT_EQ(a.done_step, b.done_step);
           EXPECT_EQ(a.tensors, b.tensors);
+          EXPECT_EQ(a.train_samples, b.train_samples);
+          EXPECT_EQ(a.test_samples, b.test_samples);
+          EXPECT_EQ(a.abandoned, b.abandoned);
+          EXPECT_EQ(a.seconds_per_vw, b.seconds_per_vw);
+          EXPECT_EQ(a.data_fingerprint, b.data_fingerprint);
         } else if constexpr (std::is_same_v<T, StepPlan>) {
           EXPECT_EQ(a.kind, b.kind);
           EXPECT_EQ(a.step, b.step);
@@ -505,7 +511,8 @@ TEST(JobSpecFields, SameComputationComparesExactlyTheFieldsThatFixWhatAWorkerCom
   const std::set<std::string> computation = {
       "job_id",     "model",           "data_dir",         "virtual_workers", "batch_per_vw",
       "seed",       "threads",         "train_limit",      "test_limit",      "chunk_elems",
-      "num_shards", "grad_wire_dtype", "weight_wire_dtype"};
+      "num_shards", "grad_wire_dtype", "weight_wire_dtype", "model_sha256",    "train_data",
+      "train_labels", "test_data",     "test_labels",      "data_format",     "label_column"};
   EXPECT_TRUE(SameComputation(JobSpec(), JobSpec()));
   for (const auto& [name, spec] : OneFieldChanged()) {
     SCOPED_TRACE(name);
