@@ -9,32 +9,12 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "tests/data_files.h"
 
 namespace eps {
 namespace {
 
-// A temporary directory removed with its files at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/idx_reader_test.XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    EXPECT_NE(p, nullptr);
-    path_ = p != nullptr ? p : "/tmp";
-  }
-  ~TempDir() {
-    for (const std::string& f : files_) std::remove(f.c_str());
-    rmdir(path_.c_str());
-  }
-  std::string File(const std::string& name) {
-    files_.push_back(path_ + "/" + name);
-    return files_.back();
-  }
-
- private:
-  std::string path_;
-  std::vector<std::string> files_;
-};
+using testing_data::TempDir;
 
 void PutU32(std::vector<uint8_t>* out, uint32_t v) {
   for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<uint8_t>(v >> shift));
