@@ -19,7 +19,7 @@ constexpr int64_t kNumClasses = 10;
 bool IsBuiltinModel(const std::string& model);
 
 // OK if the built-in models can train on `data`: float32 samples of
-// [1, 28, 28] (or [28, 28]), one int64 class per sample, below 10, and a data
+// [1, 28, 28], [28, 28] or [784] (a CSV row of pixels), one int64 class per sample, below 10, and a data
 // set whose pointers are set; InvalidArgument saying what differs.
 [[nodiscard]] Status CheckModelInput(const Dataset& data);
 

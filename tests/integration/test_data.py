@@ -84,9 +84,9 @@ class DataFormats(RunDirTest):
         _, _, ref = self.run_local("reference", MLP, workers=1, extra=JOB + npy_flags(d, d + "/"))
 
         run = self.run_dir("job")
-        job = subprocess.Popen([LOCAL, "--job", MLP, "--servers", "1", "--workers", "0", "--run-dir", run, "--",
-                                *JOB, *npy_flags(d)], cwd=d, env=ENV, stdout=open(f"{run}/local.out", "w"),
-                               stderr=subprocess.STDOUT)
+        with open(f"{run}/local.out", "w") as out:
+            job = subprocess.Popen([LOCAL, "--job", MLP, "--servers", "1", "--workers", "0", "--run-dir", run,
+                                    "--", *JOB, *npy_flags(d)], cwd=d, env=ENV, stdout=out, stderr=subprocess.STDOUT)
         self.procs.append(job)
         token = f"{run}/token"
         address = wait_for_file(f"{run}/coordinator.addr", proc=job)
