@@ -6,7 +6,7 @@ import subprocess
 import unittest
 
 from harness import BIN, ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_result, read_text, \
-    wait_for_event, wait_for_file
+    wait_for_event, wait_for_file, wait_for_step
 
 ATTACH = os.path.join(ROOT, "launcher", "attach.sh")
 FASHION = "/usr/share/datasets/fashion-mnist"
@@ -103,6 +103,22 @@ class DataFormats(RunDirTest):
         self.assertEqual(good.wait(timeout=60), 0)
         self.assertEqual(read_result(run)["params_sha256"], ref["params_sha256"])
         self.assertEqual(read_events(run, "job_failed"), [])
+
+    def test_a_data_file_changed_while_the_job_runs_takes_the_worker_out_cleanly(self):
+        d = self.convert(1024, 300)
+        run = self.run_dir("changed")
+        with open(f"{run}/local.out", "w") as out:
+            job = subprocess.Popen([LOCAL, "--job", MLP, "--servers", "1", "--workers", "1", "--run-dir", run, "--",
+                                    "--steps=100000", "--test_limit=-1", "--heartbeat_timeout_ms=60000",
+                                    *npy_flags(d, d + "/")[:2]], env=ENV, stdout=out, stderr=subprocess.STDOUT)
+        self.procs.append(job)
+        wait_for_step(run, 3, timeout=120, proc=job)
+        st = os.stat(f"{d}/train_x.npy")
+        os.utime(f"{d}/train_x.npy", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # modified in place
+        left = wait_for_event(run, "worker_left", timeout=60, proc=job)
+        self.assertTrue(left["host_fault"], left)
+        self.assertIn(f"{d}/train_x.npy", left["reason"])
+        self.assertEqual(read_events(run, "worker_dead"), [])  # it left, it did not crash
 
     def test_a_malformed_data_set_is_refused_at_start_with_exit_2(self):
         d = self.run_dir("bad")
