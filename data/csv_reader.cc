@@ -1,4 +1,5 @@
 // CSV tables: a header row of names, numeric cells, one label column.
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>

@@ -81,6 +81,24 @@ TEST(JobData, OpensTheFormatTheExtensionOrFlagSays) {
             std::string::npos);
 }
 
+TEST(JobData, OpensIdxFilesByExplicitPathsAsTheDefaultDoes) {
+  const std::string dir = "/usr/share/datasets/fashion-mnist/";
+  if (access((dir + "t10k-images-idx3-ubyte.gz").c_str(), R_OK) != 0)
+    GTEST_SKIP() << "no Fashion-MNIST here";
+  JobSpec spec;
+  spec.data_dir = dir;
+  spec.train_data = dir + "t10k-images-idx3-ubyte.gz";  // .gz: IDX
+  spec.train_labels = dir + "t10k-labels-idx1-ubyte.gz";
+  spec.train_limit = 100;
+  spec.test_limit = -1;
+  auto data = OpenJobData(spec);
+  ASSERT_TRUE(data.ok()) << data.status().ToString();
+  EXPECT_EQ(data->train.size, 100);
+  EXPECT_EQ(data->train.sample_shape, (std::vector<int64_t>{1, 28, 28}));
+  EXPECT_EQ(data->train.num_classes, 10);
+  EXPECT_NE(data->fingerprint.find("train_labels size="), std::string::npos);
+}
+
 TEST(JobData, DefaultsToFashionMnistInDataDir) {
   JobSpec spec;
   spec.data_dir = "/data";
