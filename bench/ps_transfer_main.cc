@@ -604,19 +604,26 @@ Status Initialize(uint32_t c, Client& client, Barrier& barrier) {
   return OkStatus();
 }
 
-int RunTransfer() {
-  Setup setup;
+// What both modes take from the flags; false (with a line on stderr) when
+// --wire_dtype names no wire dtype.
+bool SetupFromFlags(Setup* setup) {
   auto wire = ParseWireDType(FLAGS_wire_dtype);
   if (!wire.ok()) {
     std::fprintf(stderr, "ps_transfer: --wire_dtype: %s\n", wire.status().ToString().c_str());
-    return 2;
+    return false;
   }
-  setup.wire = *wire;
-  setup.shards = FLAGS_shards;
+  setup->wire = *wire;
+  setup->shards = FLAGS_shards;
+  setup->elems = FLAGS_elems;
+  setup->chunk_elems = FLAGS_chunk_elems;
+  return true;
+}
+
+int RunTransfer() {
+  Setup setup;
+  if (!SetupFromFlags(&setup)) return 2;
   setup.clients = FLAGS_clients;
   setup.vws_per_client = 1;
-  setup.elems = FLAGS_elems;
-  setup.chunk_elems = FLAGS_chunk_elems;
   setup.total_steps = int64_t{FLAGS_rounds} * (FLAGS_iters + FLAGS_warmup) + 1;
   Bench bench(setup);
   Status st = bench.Start(/*with_raw=*/true);
@@ -656,17 +663,9 @@ int RunTransfer() {
 
 int RunShare() {
   Setup setup;
-  auto wire = ParseWireDType(FLAGS_wire_dtype);
-  if (!wire.ok()) {
-    std::fprintf(stderr, "ps_transfer: --wire_dtype: %s\n", wire.status().ToString().c_str());
-    return 2;
-  }
-  setup.wire = *wire;
-  setup.shards = FLAGS_shards;
+  if (!SetupFromFlags(&setup)) return 2;
   setup.clients = 1;
   setup.vws_per_client = FLAGS_vws_per_client;
-  setup.elems = FLAGS_elems;
-  setup.chunk_elems = FLAGS_chunk_elems;
   setup.total_steps = FLAGS_warmup + FLAGS_iters + 1;
   setup.worker_copies = true;
   setup.compute_ms = FLAGS_compute_ms;
