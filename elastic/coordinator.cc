@@ -298,19 +298,8 @@ class CoordinatorImpl final : public Coordinator {
   }
 
   void OnMessage(Channel::Incoming& in) {
-    // Rejections are counted; their log lines are rate-limited (common/rejections.h).
-    if (!in.envelope.ok()) {
-      if (rejections_.Record(in.peer, RejectReason::kBadEnvelope))
-        LOG(WARNING) << "bad message: " << in.envelope.status().ToString();
-      SendError(in.peer, in.envelope.status());
-      return;
-    }
-    if (!options_.token.empty() && in.envelope->token != options_.token) {
-      if (rejections_.Record(in.peer, RejectReason::kWrongToken))
-        LOG(WARNING) << "refused a message with a wrong job token";
-      SendError(in.peer, Unauthenticated("wrong job token"));
-      return;
-    }
+    const Status admitted = AdmitIncoming(in, options_.token, &rejections_);
+    if (!admitted.ok()) return SendError(in.peer, admitted);
     const Body& body = in.envelope->body;
     Dispatched d = DispatchMessage(in.peer, body, &state_, &peers_);
     if (d.status_report) Send(in.peer, StatusReport(std::get<JobStatusRequest>(body).recent_events));
