@@ -262,14 +262,11 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, OnSignal);
 
   eps::Metrics metrics;
-  auto metrics_server = eps::ServeMetricsIfAsked(FLAGS_metrics_port, FLAGS_metrics_host, &metrics);
+  auto metrics_server = eps::ServeMetricsIfAsked(FLAGS_metrics_port, FLAGS_metrics_host, &metrics,
+                                                 &o.metrics, &o.metrics_address);
   if (!metrics_server.ok()) {
     LOG(ERROR) << "--metrics_port: " << metrics_server.status().ToString();
     return 2;
-  }
-  if (*metrics_server) {
-    o.metrics = &metrics;
-    o.metrics_address = (*metrics_server)->address();
   }
 
   zmq::context_t context(1);

@@ -277,20 +277,26 @@ class Network:
         self._closed = True
         for p in self.procs:
             p.terminate()
-        deadline = time.monotonic() + 5
-        for p in self.procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    p.popen.kill()
+        stop(self.procs, 5)
         cleanup(self.prefix)
         _open.discard(self)
         if not _open and signal.getsignal(signal.SIGTERM) is _on_sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def stop(procs, grace_s):
+    """Waits for the processes (Network.popen's) to end, all within grace_s seconds together, then kills what is
+    left: kill() ends a process's pid namespace; if it has not ended 5 s later, the unshare itself is killed."""
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.popen.kill()
 
 
 @atexit.register
