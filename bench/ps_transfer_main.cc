@@ -34,10 +34,8 @@
 #include <fcntl.h>
 #include <gflags/gflags.h>
 #include <poll.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -54,6 +52,7 @@
 #include <zmq.hpp>
 
 #include "bench/child_process.h"
+#include "bench/ps_transfer.h"
 #include "common/layout.h"
 #include "common/memory.h"
 #include "common/status.h"
@@ -90,19 +89,16 @@ DEFINE_string(curve_dir, "", "raw_server (internal): the bench's keys, to regist
 namespace eps {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using ps_transfer::BenchCurve;
+using ps_transfer::Clock;
+using ps_transfer::MakeBenchCurve;
+using ps_transfer::MsSince;
+using ps_transfer::PrintShare;
+using ps_transfer::PrintTransfer;
+using ps_transfer::ReportMemoryCost;
+using ps_transfer::Setup;
+using ps_transfer::StepTimes;
 using std::chrono::milliseconds;
-
-double MsSince(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-double Median(std::vector<double> xs) {
-  if (xs.empty()) return 0;
-  std::sort(xs.begin(), xs.end());
-  const size_t n = xs.size();
-  return n % 2 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
-}
 
 // Where a server process's output goes.
 std::string LogOf(const std::string& name) {
@@ -210,49 +206,7 @@ int RunRawServer() {
   }
 }
 
-// ---- what memory costs on this host ------------------------------------------
-
-// Copies `bytes` into a warm buffer and into freshly mapped pages (as a new
-// receive buffer or a new std::vector above glibc's mmap threshold gets them);
-// prints the best of 3 of each. Explains most of the figures of both modes.
-void ReportMemoryCost(size_t bytes) {
-  std::vector<uint8_t> src(bytes, 1), warm(bytes, 2);
-  double warm_ms = 1e30, fresh_ms = 1e30;
-  for (int i = 0; i < 3; ++i) {
-    auto t0 = Clock::now();
-    std::memcpy(warm.data(), src.data(), bytes);
-    warm_ms = std::min(warm_ms, MsSince(t0));
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return;
-    t0 = Clock::now();
-    std::memcpy(p, src.data(), bytes);
-    fresh_ms = std::min(fresh_ms, MsSince(t0));
-    munmap(p, bytes);
-  }
-  const double pages = static_cast<double>(bytes) / 4096;
-  std::printf(
-      "memory: memcpy of %.1f MB: %.1f ms into a warm buffer (%.1f GB/s), %.1f ms into fresh pages "
-      "(%.2f us per 4 KiB page fault)\n",
-      bytes / 1e6, warm_ms, bytes / warm_ms / 1e6, fresh_ms, (fresh_ms - warm_ms) * 1e3 / pages);
-  std::printf("{\"mode\":\"memory\",\"bytes\":%zu,\"warm_ms\":%.2f,\"fresh_ms\":%.2f}\n", bytes,
-              warm_ms, fresh_ms);
-}
-
 // ---- the synthetic job ---------------------------------------------------------
-
-struct Setup {
-  uint32_t shards = 1;
-  uint32_t clients = 1;
-  uint32_t vws_per_client = 1;
-  int64_t elems = 0;
-  int64_t chunk_elems = 0;
-  int64_t total_steps = 0;
-  bool worker_copies = false;         // share mode: copy as worker/worker.cc does
-  WireDType wire = WireDType::kFP32;  // gradients pushed and weights pulled in this dtype
-  double compute_ms = 0;
-  CurveOptions curve;  // the clients' (off: plain TCP)
-  uint32_t V() const { return clients * vws_per_client; }
-};
 
 std::vector<TensorSpec> Tensors(const Setup& s) {
   TensorSpec w;
@@ -279,27 +233,6 @@ ShardConfig MakeConfig(const Setup& s) {
   config.tensors = Tensors(s);
   return config;
 }
-
-struct StepTimes {
-  std::vector<double> pull, compute, worker, push, total;  // ms per measured step
-  std::vector<double> tree;  // share mode: the part of `worker` spent in TreeReducer::Add
-  void Add(double pl, double c, double w, double ps) {
-    pull.push_back(pl);
-    compute.push_back(c);
-    worker.push_back(w);
-    push.push_back(ps);
-    total.push_back(pl + c + w + ps);
-  }
-  void Append(const StepTimes& o) {
-    for (auto [mine, theirs] : {std::pair{&pull, &o.pull},
-                                {&compute, &o.compute},
-                                {&worker, &o.worker},
-                                {&push, &o.push},
-                                {&total, &o.total}}) {
-      mine->insert(mine->end(), theirs->begin(), theirs->end());
-    }
-  }
-};
 
 // One client: a worker's data path against the shards, and the raw baseline.
 class Client {
@@ -534,26 +467,13 @@ class Bench {
     if (!curve_dir_.empty()) std::system(("rm -rf '" + curve_dir_ + "'").c_str());
   }
 
-  // With CURVE: a key pair for the servers (the shards, this coordinator; also the raw servers'
-  // registrations) and one for the clients (`client`). The shards check the clients' key
-  // (their ZAP handlers); this coordinator runs none (the handler would bring glog's flags,
-  // whose --log_dir clashes with this program's), so it admits any CURVE client: a benchmark.
-  Status StartCurve(CurveOptions* client) {
-    char tmpl[] = "/tmp/eps-bench-curve-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) return Internal("mkdtemp failed");
-    curve_dir_ = tmpl;
-    EPS_ASSIGN_OR_RETURN(CurveKeyPair server, GenerateCurveKeyPair());
-    EPS_ASSIGN_OR_RETURN(CurveKeyPair clients, GenerateCurveKeyPair());
-    EPS_RETURN_IF_ERROR(WriteCurveKeyPair(curve_dir_, "server", server));
-    EPS_RETURN_IF_ERROR(WriteCurveKeyPair(curve_dir_, "client", clients));
-    server_curve_.keys = server;
-    client->keys = clients;
-    client->server_key = server.public_key;
-    return OkStatus();
-  }
-
   Status Start(bool with_raw) {
-    if (FLAGS_curve) EPS_RETURN_IF_ERROR(StartCurve(&setup_.curve));
+    if (FLAGS_curve) {
+      EPS_ASSIGN_OR_RETURN(BenchCurve curve, MakeBenchCurve());
+      curve_dir_ = curve.dir;
+      server_curve_ = curve.server;
+      setup_.curve = curve.client;
+    }
     Channel::Options co;
     co.curve = server_curve_;
     EPS_ASSIGN_OR_RETURN(coordinator_, Channel::Bind(&context_, "tcp://127.0.0.1:0", co));
@@ -684,19 +604,26 @@ Status Initialize(uint32_t c, Client& client, Barrier& barrier) {
   return OkStatus();
 }
 
-int RunTransfer() {
-  Setup setup;
+// What both modes take from the flags; false (with a line on stderr) when
+// --wire_dtype names no wire dtype.
+bool SetupFromFlags(Setup* setup) {
   auto wire = ParseWireDType(FLAGS_wire_dtype);
   if (!wire.ok()) {
     std::fprintf(stderr, "ps_transfer: --wire_dtype: %s\n", wire.status().ToString().c_str());
-    return 2;
+    return false;
   }
-  setup.wire = *wire;
-  setup.shards = FLAGS_shards;
+  setup->wire = *wire;
+  setup->shards = FLAGS_shards;
+  setup->elems = FLAGS_elems;
+  setup->chunk_elems = FLAGS_chunk_elems;
+  return true;
+}
+
+int RunTransfer() {
+  Setup setup;
+  if (!SetupFromFlags(&setup)) return 2;
   setup.clients = FLAGS_clients;
   setup.vws_per_client = 1;
-  setup.elems = FLAGS_elems;
-  setup.chunk_elems = FLAGS_chunk_elems;
   setup.total_steps = int64_t{FLAGS_rounds} * (FLAGS_iters + FLAGS_warmup) + 1;
   Bench bench(setup);
   Status st = bench.Start(/*with_raw=*/true);
@@ -729,43 +656,16 @@ int RunTransfer() {
     std::fprintf(stderr, "ps_transfer: %s\n", st.ToString().c_str());
     return 1;
   }
-  const double mb = static_cast<double>(FLAGS_elems) * 4 / 1e6;
-  const double raw_ms = Median(raw.total), ps_ms = Median(ps.total);
-  std::printf(
-      "transfer: %u shard(s), %u client(s), %.1f MB of fp32 pushed and pulled per client and step "
-      "as %s, "
-      "%lld-element chunks\n",
-      setup.shards, setup.clients, mb, WireDTypeName(setup.wire),
-      static_cast<long long>(setup.chunk_elems));
-  std::printf("  %-22s %10s %10s %10s %10s\n", "path", "push ms", "pull ms", "total ms", "vs raw");
-  std::printf("  %-22s %10s %10s %10.1f %10.2f\n", "raw ZeroMQ round trip", "-", "-", raw_ms, 1.0);
-  std::printf("  %-22s %10.1f %10.1f %10.1f %10.2f\n",
-              FLAGS_curve ? "ElasticPS over CURVE" : "ElasticPS push+pull", Median(ps.push),
-              Median(ps.pull), ps_ms, ps_ms > 0 ? raw_ms / ps_ms : 0);
-  std::printf(
-      "{\"mode\":\"transfer\",\"curve\":%s,\"shards\":%u,\"clients\":%u,\"elems\":%lld,\"wire\":\"%"
-      "s\","
-      "\"raw_ms\":%.2f,\"ps_ms\":%.2f,\"push_ms\":%.2f,\"pull_ms\":%.2f,\"samples\":%zu}\n",
-      FLAGS_curve ? "true" : "false", setup.shards, setup.clients,
-      static_cast<long long>(FLAGS_elems), WireDTypeName(setup.wire), raw_ms, ps_ms,
-      Median(ps.push), Median(ps.pull), ps.total.size());
+  PrintTransfer(setup, ps, raw, FLAGS_curve);
   ReportMemoryCost(static_cast<size_t>(FLAGS_elems) * sizeof(float));
   return 0;
 }
 
 int RunShare() {
   Setup setup;
-  auto wire = ParseWireDType(FLAGS_wire_dtype);
-  if (!wire.ok()) {
-    std::fprintf(stderr, "ps_transfer: --wire_dtype: %s\n", wire.status().ToString().c_str());
-    return 2;
-  }
-  setup.wire = *wire;
-  setup.shards = FLAGS_shards;
+  if (!SetupFromFlags(&setup)) return 2;
   setup.clients = 1;
   setup.vws_per_client = FLAGS_vws_per_client;
-  setup.elems = FLAGS_elems;
-  setup.chunk_elems = FLAGS_chunk_elems;
   setup.total_steps = FLAGS_warmup + FLAGS_iters + 1;
   setup.worker_copies = true;
   setup.compute_ms = FLAGS_compute_ms;
@@ -786,22 +686,7 @@ int RunShare() {
     std::fprintf(stderr, "ps_transfer: %s\n", st.ToString().c_str());
     return 1;
   }
-  const double step = Median(times.total), compute = Median(times.compute);
-  std::printf("share: %lld parameters, V = %u in one worker, %.1f ms compute per VW, %u shard(s)\n",
-              static_cast<long long>(FLAGS_elems), setup.V(), FLAGS_compute_ms, setup.shards);
-  std::printf(
-      "  step %.1f ms = pull %.1f + compute %.1f + worker copies %.1f (of which tree adds %.1f) + "
-      "push %.1f;"
-      " PS share %.1f %%\n",
-      step, Median(times.pull), compute, Median(times.worker), Median(times.tree),
-      Median(times.push), step > 0 ? 100 * (step - compute) / step : 0);
-  std::printf(
-      "{\"mode\":\"share\",\"shards\":%u,\"vws\":%u,\"elems\":%lld,\"wire\":\"%s\","
-      "\"step_ms\":%.2f,\"compute_ms\":%.2f,\"pull_ms\":%.2f,\"worker_ms\":%.2f,"
-      "\"tree_ms\":%.2f,\"push_ms\":%.2f,\"samples\":%zu}\n",
-      setup.shards, setup.V(), static_cast<long long>(FLAGS_elems), WireDTypeName(setup.wire), step,
-      compute, Median(times.pull), Median(times.worker), Median(times.tree), Median(times.push),
-      times.total.size());
+  PrintShare(setup, times);
   ReportMemoryCost(static_cast<size_t>(FLAGS_elems) * sizeof(float));
   return 0;
 }

@@ -114,10 +114,14 @@ StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const MetricsServe
 }
 
 StatusOr<std::unique_ptr<MetricsServer>> ServeMetricsIfAsked(int port, const std::string& host,
-                                                             const Metrics* metrics) {
+                                                             Metrics* metrics,
+                                                             Metrics** metrics_field,
+                                                             std::string* address_field) {
   if (port < 0) return std::unique_ptr<MetricsServer>();
   EPS_ASSIGN_OR_RETURN(auto server, MetricsServer::Start({host, port}, metrics));
   LOG(INFO) << "metrics at http://" << server->address() << "/metrics";
+  *metrics_field = metrics;
+  *address_field = server->address();
   return server;
 }
 

@@ -31,8 +31,13 @@ class MetricsServer {
 };
 
 // What a binary's --metrics_port (-1: off, 0: a free port) and --metrics_host
-// ask for: null when off, else a started server whose address is logged.
+// ask for: null when off, else a started server whose address is logged and
+// handed to the component it serves: `*metrics_field` = metrics and
+// `*address_field` = the server's address (its Options' `metrics` and
+// `metrics_address`; both left as they are when off).
 StatusOr<std::unique_ptr<MetricsServer>> ServeMetricsIfAsked(int port, const std::string& host,
-                                                             const Metrics* metrics);
+                                                             Metrics* metrics,
+                                                             Metrics** metrics_field,
+                                                             std::string* address_field);
 
 }  // namespace eps

@@ -17,6 +17,7 @@
 #include "common/wire.h"
 #include "data/job_data.h"
 #include "data/model_input.h"
+#include "elastic/coordinator_dispatch.h"
 #include "elastic/job_event.h"
 #include "elastic/job_metrics.h"
 #include "elastic/job_state.h"
@@ -78,8 +79,7 @@ class CoordinatorImpl final : public Coordinator {
         events_(std::move(events)),
         csv_(std::move(csv)),
         state_(options_.spec, StateOptions(options_), &clock_),
-        shard_peers_(options_.spec.num_shards),
-        shard_metrics_(options_.spec.num_shards),
+        peers_(options_.spec.num_shards),
         rejections_(RejectionsOptions(options_), &clock_) {
     if (options_.metrics) job_metrics_.emplace(options_.metrics);
     if (resumed) {
@@ -139,9 +139,9 @@ class CoordinatorImpl final : public Coordinator {
         if (now > *stop_deadline) break;
       }
     }
-    for (uint32_t s = 0; s < shard_peers_.size(); ++s) {  // after a forced stop too
-      if (!state_.done() && !shard_peers_[s].empty())
-        Send(shard_peers_[s], Shutdown{"coordinator exits"});
+    for (uint32_t s = 0; s < peers_.shards.size(); ++s) {  // after a forced stop too
+      if (!state_.done() && !peers_.shards[s].empty())
+        Send(peers_.shards[s], Shutdown{"coordinator exits"});
     }
     RecordEvents();
     Publish();
@@ -201,10 +201,10 @@ class CoordinatorImpl final : public Coordinator {
   JobStatusReply StatusReport(size_t events) const {
     JobStatusReply r = state_.StatusReport();
     for (WorkerStatus& w : r.workers) {
-      auto it = worker_metrics_.find(w.worker);
-      if (it != worker_metrics_.end()) w.metrics_address = it->second;
+      auto it = peers_.worker_metrics.find(w.worker);
+      if (it != peers_.worker_metrics.end()) w.metrics_address = it->second;
     }
-    for (ShardStatus& s : r.shards) s.metrics_address = shard_metrics_[s.shard.value()];
+    for (ShardStatus& s : r.shards) s.metrics_address = peers_.shard_metrics[s.shard.value()];
     const size_t n = std::min(events, recent_events_.size());
     r.events.assign(recent_events_.end() - static_cast<std::ptrdiff_t>(n), recent_events_.end());
     r.rejected_messages = rejections_.total();
@@ -291,106 +291,34 @@ class CoordinatorImpl final : public Coordinator {
   void Flush() {
     for (Outgoing& o : state_.TakeOutgoing()) {
       if (o.to == Outgoing::To::kShard) {
-        if (o.id < shard_peers_.size() && !shard_peers_[o.id].empty())
-          Send(shard_peers_[o.id], std::move(o.body));
+        if (o.id < peers_.shards.size() && !peers_.shards[o.id].empty())
+          Send(peers_.shards[o.id], std::move(o.body));
         continue;
       }
-      auto it = worker_peers_.find(WorkerId(o.id));
-      if (it != worker_peers_.end()) Send(it->second, std::move(o.body));
+      auto it = peers_.workers.find(WorkerId(o.id));
+      if (it != peers_.workers.end()) Send(it->second, std::move(o.body));
     }
   }
 
   void OnMessage(Channel::Incoming& in) {
-    // Rejections are counted; their log lines are rate-limited (common/rejections.h).
-    if (!in.envelope.ok()) {
-      if (rejections_.Record(in.peer, RejectReason::kBadEnvelope))
-        LOG(WARNING) << "bad message: " << in.envelope.status().ToString();
-      SendError(in.peer, in.envelope.status());
-      return;
-    }
-    if (!options_.token.empty() && in.envelope->token != options_.token) {
-      if (rejections_.Record(in.peer, RejectReason::kWrongToken))
-        LOG(WARNING) << "refused a message with a wrong job token";
-      SendError(in.peer, Unauthenticated("wrong job token"));
-      return;
-    }
-    Body& body = in.envelope->body;
-    Status st;
-    if (auto* m = std::get_if<RegisterShard>(&body)) {
-      const bool new_peer =
-          m->shard.value() >= shard_peers_.size() || shard_peers_[m->shard.value()] != in.peer;
-      st = state_.OnShardRegistered(m->shard, m->address, m->durable_step, m->version, new_peer);
-      if (st.ok()) {
-        shard_peers_[m->shard.value()] = in.peer;
-        shard_metrics_[m->shard.value()] = m->metrics_address;
-      }
-    } else if (auto* m = std::get_if<RegisterWorker>(&body)) {
-      const WorkerId id = state_.OnWorkerRegistered(m->host, m->pid, m->device_kind);
-      worker_peers_[id] = in.peer;
-      worker_metrics_[id] = m->metrics_address;
-    } else if (auto* m = std::get_if<JobStatusRequest>(&body)) {
-      Send(in.peer, StatusReport(m->recent_events));
-    } else if (std::get_if<JobInfo>(&body)) {
-      Send(in.peer, state_.Info());  // for the inter-job scheduler
-    } else if (auto* m = std::get_if<StepRequest>(&body)) {
-      if (IsPeerOf(m->worker, in.peer))
-        st = state_.OnStepRequest(*m);
-      else
-        st = Aborted("unknown worker: register again");
-    } else if (auto* m = std::get_if<Heartbeat>(&body)) {
-      st = state_.OnHeartbeat(m->worker);  // from the worker's heartbeat socket: errors go there
-    } else if (auto* m = std::get_if<Leave>(&body)) {
-      if (IsPeerOf(m->worker, in.peer))
-        st = state_.OnLeave(m->worker, m->reason, m->host_fault);
-      else
-        Send(in.peer, StepPlan{PlanKind::kStop, state_.step(), state_.epoch(), 0, 0, 0, 0});
-    } else if (auto* m = std::get_if<StepDone>(&body)) {
-      if (m->shard.value() < shard_peers_.size() && shard_peers_[m->shard.value()] == in.peer) {
-        st = state_.OnStepDone(m->shard, *m);
-      } else {
-        st = NotFound("step report from an unknown shard: register again");
-      }
-    } else if (auto* m = std::get_if<RollbackDone>(&body)) {
-      if (m->shard.value() < shard_peers_.size() && shard_peers_[m->shard.value()] == in.peer) {
-        st = state_.OnRollbackDone(*m);
-      } else {
-        st = NotFound("rollback report from an unknown shard: register again");
-      }
-    } else if (auto* m = std::get_if<EvalResult>(&body)) {
-      // Never answered: the worker's next message is a step request awaiting its plan.
-      Status ignored =
-          IsPeerOf(m->worker, in.peer) ? state_.OnEvalResult(*m) : Aborted("unknown worker");
-      if (!ignored.ok()) LOG(WARNING) << "dropped an evaluation result: " << ignored.ToString();
-    } else if (auto* m = std::get_if<ErrorReply>(&body)) {
-      OnErrorReply(in.peer, *m);
-    } else {
-      st = InvalidArgument(std::string("the coordinator does not serve ") + BodyName(body));
-      if (rejections_.Record(in.peer, RejectReason::kUnserved))
-        LOG(WARNING) << "refused a message: " << st.message();
-    }
-    if (!st.ok()) SendError(in.peer, st);
-  }
-
-  // A shard that finds the job impossible fails it; a worker's set-up error
-  // is JobState's to judge (the job's fault or its host's). Anyone else's
-  // (a confused or hostile peer with the token) is logged once and ignored.
-  void OnErrorReply(const std::string& peer, const ErrorReply& error) {
-    if (std::find(shard_peers_.begin(), shard_peers_.end(), peer) != shard_peers_.end())
-      return state_.OnJobError(error.message);
-    for (auto it = worker_peers_.rbegin(); it != worker_peers_.rend(); ++it) {
-      if (it->second == peer) return state_.OnWorkerError(it->first, error.ToStatus());
-    }
-    if (!stray_error_logged_) {
+    const Status admitted = AdmitIncoming(in, options_.token, &rejections_);
+    if (!admitted.ok()) return SendError(in.peer, admitted);
+    const Body& body = in.envelope->body;
+    Dispatched d = DispatchMessage(in.peer, body, &state_, &peers_);
+    if (d.status_report) Send(in.peer, StatusReport(std::get<JobStatusRequest>(body).recent_events));
+    if (d.reply) Send(in.peer, std::move(*d.reply));
+    if (!d.dropped.ok()) LOG(WARNING) << "dropped an evaluation result: " << d.dropped.ToString();
+    // A confused or hostile peer with the token: logged once and ignored.
+    if (d.stray_error && !stray_error_logged_) {
       LOG(WARNING) << "ignored an error from a peer that is no shard or worker of the job: "
-                   << error.ToStatus().ToString();
+                   << std::get<ErrorReply>(body).ToStatus().ToString();
       stray_error_logged_ = true;
     }
+    if (d.unserved && rejections_.Record(in.peer, RejectReason::kUnserved))
+      LOG(WARNING) << "refused a message: " << d.error.message();
+    if (!d.error.ok()) SendError(in.peer, d.error);
   }
 
-  bool IsPeerOf(WorkerId worker, const std::string& peer) const {
-    auto it = worker_peers_.find(worker);
-    return it != worker_peers_.end() && it->second == peer;
-  }
 
   // Reads the final parameters from the shards, hashes them in layout order,
   // writes result.json; returns the parameters' digest.
@@ -460,10 +388,7 @@ class CoordinatorImpl final : public Coordinator {
   bool persisted_job_ = false;
   Epoch persisted_epoch_{0};
   uint32_t persisted_next_worker_ = 0;
-  std::vector<std::string> shard_peers_;
-  std::map<WorkerId, std::string> worker_peers_;  // routing id of each worker's main socket
-  std::vector<std::string> shard_metrics_;          // each shard's metrics address (empty: none)
-  std::map<WorkerId, std::string> worker_metrics_;  // each worker's
+  CoordinatorPeers peers_;
   bool stray_error_logged_ = false;
   Rejections rejections_;  // after clock_, which it reads
 };

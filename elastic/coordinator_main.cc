@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <fstream>
 #include <memory>
+#include <sstream>
 
 #include "common/files.h"
 #include "common/memory.h"
@@ -44,6 +46,7 @@ DEFINE_string(
 DEFINE_string(grad_wire_dtype, "", "Gradients only: overrides --wire_dtype for pushes");
 DEFINE_string(weight_wire_dtype, "", "Weights only: overrides --wire_dtype for pulls");
 // Your model, your data (docs/models.md).
+DECLARE_string(flagfile);  // gflags' own
 DEFINE_string(model_sha256, "", "Pins the TorchScript --model file: its SHA-256 (hex); empty: any");
 DEFINE_string(train_data, "", "Training features: .npy, .csv or IDX (empty: --data_dir's Fashion-MNIST)");
 DEFINE_string(train_labels, "", "Training labels: .npy or IDX (CSV: the --label_column)");
@@ -149,6 +152,34 @@ eps::Status FromFlag(const char*, const std::string& /*kind*/, eps::OptimizerSpe
   return eps::OkStatus();
 }
 
+// gflags passes over a flag it does not know in a --flagfile: a typo in a job
+// file (--stepz=3) would silently leave its default. OK if every line of every
+// flagfile is blank, a # comment, or a flag this binary defines.
+eps::Status CheckFlagfiles(const std::string& files) {
+  std::istringstream list(files);
+  std::string path;
+  while (std::getline(list, path, ',')) {
+    if (path.empty()) continue;
+    std::ifstream in(path);
+    if (!in) return eps::NotFound("--flagfile: cannot read " + path);
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) {
+      const size_t first = line.find_first_not_of(" \t");
+      if (first == std::string::npos || line[first] == '#') continue;
+      std::string name = line.substr(first);
+      if (name.rfind("--", 0) == 0) name = name.substr(2);
+      else if (name.rfind("-", 0) == 0) name = name.substr(1);
+      name = name.substr(0, name.find_first_of("= \t"));
+      gflags::CommandLineFlagInfo info;
+      if (gflags::GetCommandLineFlagInfo(name.c_str(), &info)) continue;
+      if (name.rfind("no", 0) == 0 && gflags::GetCommandLineFlagInfo(name.c_str() + 2, &info))
+        continue;
+      return eps::InvalidArgument(path + " line " + std::to_string(n) + ": unknown flag --" + name);
+    }
+  }
+  return eps::OkStatus();
+}
+
 // The job spec the flags describe; InvalidArgument names the flag that is wrong.
 eps::StatusOr<eps::JobSpec> JobSpecFromFlags() {
   eps::JobSpec spec;
@@ -170,6 +201,10 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   if (argc > 1) {
     LOG(ERROR) << "unexpected argument '" << argv[1] << "'";
+    return 2;
+  }
+  if (eps::Status st = CheckFlagfiles(FLAGS_flagfile); !st.ok()) {
+    LOG(ERROR) << "invalid job: " << st.ToString();
     return 2;
   }
   eps::CoordinatorOptions o;
@@ -239,14 +274,11 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, OnSignal);
 
   eps::Metrics metrics;
-  auto metrics_server = eps::ServeMetricsIfAsked(FLAGS_metrics_port, FLAGS_metrics_host, &metrics);
+  auto metrics_server = eps::ServeMetricsIfAsked(FLAGS_metrics_port, FLAGS_metrics_host, &metrics,
+                                                 &o.metrics, &o.metrics_address);
   if (!metrics_server.ok()) {
     LOG(ERROR) << "--metrics_port: " << metrics_server.status().ToString();
     return 2;
-  }
-  if (*metrics_server) {
-    o.metrics = &metrics;
-    o.metrics_address = (*metrics_server)->address();
   }
 
   zmq::context_t context(1);

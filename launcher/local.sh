@@ -51,10 +51,11 @@
 # DIR/coordinator.addr, the job's token to DIR/token (mode 0600), the
 # coordinator's events to DIR/events.jsonl (docs/events.md; a resumed or
 # restarted job appends to it) and the result to DIR/result.json. Ctrl-C (or
-# SIGTERM) stops every process. Exits 0 only if the job succeeded.
+# SIGTERM) stops every process. Exits 0 only if the job succeeded, 2 if the job is
+# invalid (the coordinator refused its flags, files or model).
 set -euo pipefail
 
-usage() { sed -n '2,54p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,55p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
@@ -245,6 +246,10 @@ done
 if [ ! -s "$run_dir/coordinator.addr" ]; then
   echo "local.sh: the coordinator did not start:" >&2
   tail -n 20 "$run_dir/logs/coordinator.log" >&2
+  # Its exit code 2 (a bad job: flag, file, model) is ours too.
+  rc=0
+  kill -0 "$coord_pid" 2>/dev/null || wait "$coord_pid" || rc=$?
+  [ "$rc" = 2 ] && exit 2
   exit 1
 fi
 addr=$(cat "$run_dir/coordinator.addr")

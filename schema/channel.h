@@ -22,6 +22,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "common/rejections.h"
 #include "schema/codec.h"
 #include "schema/curve.h"
 
@@ -107,5 +108,13 @@ StatusOr<size_t> AwaitReadable(const std::vector<Channel*>& channels,
 // An ErrorReply from the server comes back as its Status.
 StatusOr<Envelope> Call(Channel* channel, const Envelope& request,
                         std::chrono::milliseconds timeout);
+
+// What a server checks of a message its ROUTER received before it serves it:
+// that it decoded and, when the job has a `token`, that it carries it. A
+// rejection is counted in `rejections` and, at its rate, logged ("bad message"
+// + `from`: the error, for an envelope that did not decode). Returns what to
+// answer the peer with (an ErrorReply of it), or OK to serve the message.
+Status AdmitIncoming(const Channel::Incoming& in, const std::string& token,
+                     Rejections* rejections, const char* from = "");
 
 }  // namespace eps

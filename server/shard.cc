@@ -449,19 +449,8 @@ class ShardImpl final : public Shard {
     auto received = workers_->TryReceive();
     if (!received.ok()) return;
     Channel::Incoming& in = *received;
-    // Rejections are counted; their log lines are rate-limited (common/rejections.h).
-    if (!in.envelope.ok()) {
-      if (rejections_.Record(in.peer, RejectReason::kBadEnvelope))
-        LOG(WARNING) << "bad message from a worker: " << in.envelope.status().ToString();
-      ReplyError(in.peer, in.envelope.status());
-      return;
-    }
-    if (!options_.token.empty() && in.envelope->token != options_.token) {
-      if (rejections_.Record(in.peer, RejectReason::kWrongToken))
-        LOG(WARNING) << "refused a message with a wrong job token";
-      ReplyError(in.peer, Unauthenticated("wrong job token"));
-      return;
-    }
+    const Status admitted = AdmitIncoming(in, options_.token, &rejections_, " from a worker");
+    if (!admitted.ok()) return ReplyError(in.peer, admitted);
     Body& body = in.envelope->body;
     if (auto* push = std::get_if<Push>(&body)) {
       // Bytes in a worker's shared memory are read in place, before the reply lets the worker write

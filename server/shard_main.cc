@@ -87,14 +87,11 @@ int main(int argc, char** argv) {
   options.job_id = FLAGS_job_id;
   // Declared before the shard: it keeps its series here, and outlives the server too.
   eps::Metrics metrics;
-  auto metrics_server = eps::ServeMetricsIfAsked(FLAGS_metrics_port, FLAGS_metrics_host, &metrics);
+  auto metrics_server = eps::ServeMetricsIfAsked(FLAGS_metrics_port, FLAGS_metrics_host, &metrics,
+                                                 &options.metrics, &options.metrics_address);
   if (!metrics_server.ok()) {
     LOG(ERROR) << "--metrics_port: " << metrics_server.status().ToString();
     return 2;
-  }
-  if (*metrics_server) {
-    options.metrics = &metrics;
-    options.metrics_address = (*metrics_server)->address();
   }
   zmq::context_t context(1);
   // Before the first Bind, destroyed before the context.

@@ -16,6 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
+#include "common/rejections.h"
+
 namespace eps {
 namespace {
 
@@ -323,6 +326,21 @@ TEST(Channel, IpcEndpointInTempDirWorks) {
   }
   std::remove(path.c_str());
   EXPECT_EQ(rmdir(dir), 0);
+}
+
+TEST(AdmitIncoming, RefusesWhatDidNotDecodeOrLacksTheTokenAndCountsIt) {
+  FakeClock clock;
+  Rejections rejections(RejectionOptions(), &clock);
+  Channel::Incoming bad{"peer", ProtocolError("garbage")};
+  EXPECT_EQ(AdmitIncoming(bad, "tok", &rejections).code(), StatusCode::kProtocolError);
+  Channel::Incoming wrong{"peer", Envelope{"other", Heartbeat{WorkerId(0)}}};
+  EXPECT_EQ(AdmitIncoming(wrong, "tok", &rejections).code(), StatusCode::kUnauthenticated);
+  Channel::Incoming right{"peer", Envelope{"tok", Heartbeat{WorkerId(0)}}};
+  EXPECT_TRUE(AdmitIncoming(right, "tok", &rejections).ok());
+  EXPECT_TRUE(AdmitIncoming(wrong, "", &rejections).ok());  // a job without a token
+  EXPECT_EQ(rejections.count("peer", RejectReason::kBadEnvelope), 1u);
+  EXPECT_EQ(rejections.count("peer", RejectReason::kWrongToken), 1u);
+  EXPECT_EQ(rejections.total(), 2u);
 }
 
 }  // namespace

@@ -56,10 +56,12 @@ bool Barrage(zmq::context_t* ctx, const std::string& endpoint, const std::string
   auto ch = eps::Channel::Connect(ctx, endpoint);
   if (!ch.ok()) return false;
   zmq::socket_t& s = (*ch)->socket();
+  eps::RegisterWorkerReply reply;  // named: GCC 12 warns of a braced temporary (maybe-uninitialized)
+  reply.worker = eps::WorkerId(0);
   const std::vector<std::vector<std::string>> kinds = {
       {std::string("\x01\x02 not an envelope")},
       Encoded(Envelope{token + "x", eps::Pull{eps::Step(0), {}}}),
-      Encoded(Envelope{token, eps::RegisterWorkerReply{eps::WorkerId(0), {}, {}}}),
+      Encoded(Envelope{token, reply}),
   };
   const auto start = std::chrono::steady_clock::now();
   long sent = 0, errors = 0;

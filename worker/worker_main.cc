@@ -290,14 +290,11 @@ int main(int argc, char** argv) {
   options.device_kind = FLAGS_reported_device_kind.empty() ? *kind : FLAGS_reported_device_kind;
   // Started after the pinning: its threads run on the helper CPUs. It outlives every worker.
   eps::Metrics metrics;
-  auto metrics_server = eps::ServeMetricsIfAsked(FLAGS_metrics_port, FLAGS_metrics_host, &metrics);
+  auto metrics_server = eps::ServeMetricsIfAsked(FLAGS_metrics_port, FLAGS_metrics_host, &metrics,
+                                                 &options.metrics, &options.metrics_address);
   if (!metrics_server.ok()) {
     LOG(ERROR) << "--metrics_port: " << metrics_server.status().ToString();
     return 2;
-  }
-  if (*metrics_server) {
-    options.metrics = &metrics;
-    options.metrics_address = (*metrics_server)->address();
   }
   if (!FLAGS_scheduler.empty()) return RunPool(options, &context);
   auto worker = eps::Worker::Open(options, &context);

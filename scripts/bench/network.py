@@ -59,16 +59,7 @@ def shape(net, link):
 
 def stop(procs):
     """Waits for the processes of a run to end (bounded), killing what is left."""
-    deadline = time.monotonic() + 10
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.popen.kill()
+    netns.stop(procs, 10)
 
 
 def eps_on_hosts(b, net, name):

@@ -3,7 +3,8 @@
 A Network is N "hosts": network namespaces joined by a Linux bridge through veth pairs, host i at
 SUBNET.(i + 2) on a /24 (loopback up, the host's end named eth0). Every process started on a host
 runs in the host's network namespace and in a pid, mount and UTS namespace of its own (its /proc
-shows only itself, its host name is the host's): a shard can open no worker's /proc/<pid>/fd, so
+shows only itself, its host name is the host's; every host's name resolves, to its address, on every
+host: iproute2 mounts /etc/netns/NAMESPACE/hosts over /etc/hosts in the namespace): a shard can open no worker's /proc/<pid>/fd, so
 workers and shards on different hosts talk through the network only, never through shared memory
 (common/shm.h), as on separate machines. Files are the machine's: a run dir is shared by all hosts.
 
@@ -53,10 +54,19 @@ def unavailable():
     return None
 
 
+def _etc(netns):
+    """The folder whose files `ip netns exec` mounts over /etc's in namespace `netns`."""
+    return os.path.join("/etc/netns", netns)
+
+
 def cleanup(prefix=FAMILY):
-    """Kills every process in the namespaces whose names start with `prefix`, deletes those namespaces and every
-    link whose name starts with it. Returns the names removed."""
+    """Kills every process in the namespaces whose names start with `prefix`, deletes those namespaces, their
+    /etc/netns folders and every link whose name starts with it. Returns the names removed."""
     removed = []
+    if os.path.isdir("/etc/netns"):
+        for name in os.listdir("/etc/netns"):
+            if name.startswith(prefix):
+                shutil.rmtree(_etc(name), ignore_errors=True)
     r = _ip("netns", "list", check=False)
     for line in r.stdout.splitlines():
         name = line.split()[0] if line.split() else ""
@@ -165,6 +175,11 @@ class Network:
             raise
 
     def _create(self):
+        hosts = "127.0.0.1 localhost\n" + "".join(f"{self.address(i)} {n}\n" for i, n in enumerate(self.names))
+        for i in range(len(self.names)):
+            os.makedirs(_etc(self.netns(i)), exist_ok=True)
+            with open(os.path.join(_etc(self.netns(i)), "hosts"), "w") as f:
+                f.write(hosts)
         _ip("link", "add", self.bridge, "type", "bridge", "forward_delay", "0")
         _ip("link", "set", self.bridge, "up")
         for i in range(len(self.names)):
@@ -262,20 +277,26 @@ class Network:
         self._closed = True
         for p in self.procs:
             p.terminate()
-        deadline = time.monotonic() + 5
-        for p in self.procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    p.popen.kill()
+        stop(self.procs, 5)
         cleanup(self.prefix)
         _open.discard(self)
         if not _open and signal.getsignal(signal.SIGTERM) is _on_sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def stop(procs, grace_s):
+    """Waits for the processes (Network.popen's) to end, all within grace_s seconds together, then kills what is
+    left: kill() ends a process's pid namespace; if it has not ended 5 s later, the unshare itself is killed."""
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.popen.kill()
 
 
 @atexit.register

@@ -1,12 +1,16 @@
-"""Slurm: the servers of a job in one Slurm job, its workers as preemptible Slurm jobs.
+"""Slurm: the servers of a job in one Slurm job, its workers as preemptible Slurm jobs, on a cluster of hosts.
 
-The test runs a real Slurm on this host (munged, slurmctld and slurmd as root, every file in a
-temporary folder, ports the kernel picked): partitions "main" (the servers; never preempted),
-"train" (workers; PreemptMode=REQUEUE) and "serve" (a higher PriorityTier that preempts train).
-It runs the mlp job through launcher/slurm/servers.sbatch and a 2-task array of
-launcher/slurm/worker.sbatch, then submits a job on "serve" that needs one worker's CPU: Slurm
-preempts a worker (SIGTERM: a graceful leave), requeues it, and the requeued worker attaches
-again. The job ends on the digest of the same job run undisturbed by local.sh.
+The test runs a real Slurm as root, every file in a temporary folder, on four hosts in network
+namespaces (tests/integration/netns.py): slurmctld on host "ctl", a slurmd on each of the nodes
+n1, n2 and n3 (one CPU each; each node's host name is its own and resolves on every host), munged
+beside them. Partitions: "main" (n1: the servers; never preempted), "train" (n2, n3: workers;
+PreemptMode=REQUEUE) and "serve" (n2, n3; a higher PriorityTier that preempts train). It runs the
+mlp job through launcher/slurm/servers.sbatch on n1 (which binds and advertises n1's address)
+and a 2-task array of launcher/slurm/worker.sbatch (one worker on n2, one on n3), then submits a
+job on "serve" that needs one worker's CPU: Slurm preempts that worker (SIGTERM: a graceful
+leave), requeues it, and the requeued worker attaches again. The job ends on the digest of the
+same job run undisturbed by local.sh, and the workers pushed nothing through shared memory: the
+hosts talked through the network only.
 """
 import json
 import os
@@ -18,6 +22,7 @@ import tempfile
 import time
 import unittest
 
+import netns
 from harness import (ENV, MLP, ROOT, RunDirTest, logs, poll_until, read_events, read_metrics, read_report,
                      read_result, wait_for_event)
 
@@ -29,6 +34,8 @@ SLOWDOWN = "15"       # the Slurm run's workers (timing only): the job outlasts 
 GRACE_S = 20          # the train partition's GraceTime: the worker must be gone well before it
 CRED_EXPIRE_S = 5     # a requeued job may start again cred_expire + 1 s after its requeue (default 120)
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scancel", "scontrol")
+HOSTS = ["ctl", "n1", "n2", "n3"]  # slurmctld's host, then the nodes (host i of the Network)
+SERVERS_NODE, WORKER_NODES = "n1", "n2,n3"
 
 
 def free_port():
@@ -37,26 +44,50 @@ def free_port():
         return s.getsockname()[1]
 
 
-class SlurmCluster:
-    """One node's Slurm in a temporary folder: munged with its own key and socket, slurmctld and slurmd in the
-    foreground (processes this object owns). close() cancels every job, waits for them to end, stops the daemons
-    and removes the folder."""
+def cgroup_mounts():
+    """A shell command that mounts under /sys/fs/cgroup the cgroup hierarchies this machine has there (a tmpfs of
+    v1 controllers, or the v2 unified hierarchy), as they are mounted in this process's mount namespace."""
+    cmds = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            sep = fields.index("-")
+            where, fstype, options = fields[4], fields[sep + 1], fields[sep + 3]
+            if not (where == "/sys/fs/cgroup" or where.startswith("/sys/fs/cgroup/")):
+                continue
+            if fstype == "tmpfs":
+                cmds.append(f"mount -t tmpfs -o mode=755 tmpfs {where}")
+            elif fstype in ("cgroup", "cgroup2"):
+                hierarchy = ",".join(o for o in options.split(",") if o not in ("rw", "ro"))  # cpu, name=systemd
+                cmds.append(f"mkdir -p {where} && mount -t {fstype} {'-o ' + hierarchy if hierarchy else ''} "
+                            f"{fstype} {where}")
+    return " && ".join(cmds) or "true"
 
-    def __init__(self, cpus):
+
+class SlurmCluster:
+    """A Slurm cluster in a temporary folder on the hosts of `net` (a netns.Network of HOSTS): munged with its own
+    key and socket on this machine, slurmctld on host 0 and a slurmd on every other host, in the foreground
+    (processes this object and the Network own). Slurm's commands run on host 0. close() cancels every job, waits
+    for them to end, stops the daemons and removes the folder."""
+
+    def __init__(self, net):
+        self.net = net
         self.dir = tempfile.mkdtemp(prefix="eps-slurm-")
         os.chmod(self.dir, 0o755)  # munged wants its socket's folder searchable by all
         self.procs = []
         self.jobs = []
-        self.node = socket.gethostname().split(".")[0]
+        self.nodes = net.names[1:]
         self.conf = os.path.join(self.dir, "slurm.conf")
         self.env = dict(ENV, SLURM_CONF=self.conf)
         self.env.pop("EPS_ROOT", None)  # the scripts find the repository from the path given to sbatch
-        for d in ("state", "spool"):
-            os.makedirs(os.path.join(self.dir, d))
+        for sub in ["state", "spool", *[f"spool/{n}" for n in self.nodes]]:
+            os.makedirs(os.path.join(self.dir, sub))
         d = self.dir
+        nodes = "".join(f"NodeName={n} NodeAddr={net.address(i + 1)} CPUs=1 RealMemory=1000 State=UNKNOWN\n"
+                        for i, n in enumerate(self.nodes))
         with open(self.conf, "w") as f:
             f.write(f"""ClusterName=epstest
-SlurmctldHost={self.node}(127.0.0.1)
+SlurmctldHost={net.names[0]}({net.address(0)})
 SlurmUser=root
 SlurmdUser=root
 SlurmctldPort={free_port()}
@@ -65,11 +96,11 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={d}/munge.sock,cred_expire={CRED_EXPIRE_S}
 StateSaveLocation={d}/state
-SlurmdSpoolDir={d}/spool
+SlurmdSpoolDir={d}/spool/%n
 SlurmctldPidFile={d}/slurmctld.pid
-SlurmdPidFile={d}/slurmd.pid
+SlurmdPidFile={d}/slurmd-%n.pid
 SlurmctldLogFile={d}/slurmctld.log
-SlurmdLogFile={d}/slurmd.log
+SlurmdLogFile={d}/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -87,10 +118,9 @@ PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 KillWait=10
 MinJobAge=2
-NodeName={self.node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 State=UNKNOWN
-PartitionName=main Nodes={self.node} PriorityTier=1 PreemptMode=OFF Default=YES MaxTime=INFINITE State=UP
-PartitionName=train Nodes={self.node} PriorityTier=1 PreemptMode=REQUEUE GraceTime={GRACE_S} MaxTime=INFINITE State=UP
-PartitionName=serve Nodes={self.node} PriorityTier=10 PreemptMode=OFF MaxTime=INFINITE State=UP
+{nodes}PartitionName=main Nodes={SERVERS_NODE} PriorityTier=1 PreemptMode=OFF Default=YES MaxTime=INFINITE State=UP
+PartitionName=train Nodes={WORKER_NODES} PriorityTier=1 PreemptMode=REQUEUE GraceTime={GRACE_S} MaxTime=INFINITE State=UP
+PartitionName=serve Nodes={WORKER_NODES} PriorityTier=10 PreemptMode=OFF MaxTime=INFINITE State=UP
 """)
         try:
             key = os.path.join(d, "munge.key")
@@ -101,19 +131,30 @@ PartitionName=serve Nodes={self.node} PriorityTier=10 PreemptMode=OFF MaxTime=IN
                                    f"--seed-file={d}/munged.seed"])
             poll_until(lambda: True if os.path.exists(f"{d}/munge.sock") else self.check_daemons(), 30,
                        "munged did not create its socket")
-            self.daemon("slurmctld", ["slurmctld", "-D", "-i", "-f", self.conf])
-            self.daemon("slurmd", ["slurmd", "-D", "-f", self.conf])
-            poll_until(lambda: True if self.node_state() == "idle" else self.check_daemons(), 60,
-                       "the node did not become idle")
+            self.daemon("slurmctld", ["slurmctld", "-D", "-i", "-f", self.conf], host=0)
+            for i, n in enumerate(self.nodes):
+                # `ip netns exec` gives the host a sysfs of its own, without the cgroup filesystems slurmd's cgroup
+                # plugin looks for: mount this machine's there (the host's mount namespace is its own).
+                self.daemon(f"slurmd-{n}", ["sh", "-c", cgroup_mounts() + ' && exec "$@"', "sh",
+                                            "slurmd", "-D", "-f", self.conf], host=i + 1)
+            poll_until(lambda: True if self.node_states() == ["idle"] * len(self.nodes) else self.check_daemons(),
+                       60, "the nodes did not become idle")
         except BaseException:
             print(self.logs())
             self.close()
             raise
 
-    def daemon(self, name, cmd):
-        log = open(os.path.join(self.dir, f"{name}.out"), "w")
-        self.procs.append((name, subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT)))
-        log.close()
+    def daemon(self, name, cmd, host=None):
+        """Starts a daemon on this machine, or on Network host `host` (its host name, namespaces and address)."""
+        log_path = os.path.join(self.dir, f"{name}.out")
+        if host is not None:
+            with open(log_path, "w") as log:
+                p = subprocess.Popen(self.net.command(host, cmd), env=self.env, stdout=log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.procs.append((name, netns.HostProcess(p, name)))
+            return
+        with open(log_path, "w") as log:
+            self.procs.append((name, subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT)))
 
     def check_daemons(self):
         for name, p in self.procs:
@@ -122,17 +163,20 @@ PartitionName=serve Nodes={self.node} PriorityTier=10 PreemptMode=OFF MaxTime=IN
         return None
 
     def run(self, *cmd, timeout=30):
-        p = subprocess.run(cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=timeout)
+        """Runs a Slurm command on slurmctld's host; its output, or AssertionError."""
+        p = subprocess.run(self.net.command(0, cmd, pid_namespace=False), env=self.env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
         if p.returncode != 0:
             raise AssertionError(f"{' '.join(cmd)} exited with {p.returncode}: {p.stdout}")
         return p.stdout
 
-    def node_state(self):
+    def node_states(self):
+        """Every node's state, in node order (None for a node sinfo does not list), or None."""
         try:
-            # One line per partition the node is in, each with the node's state.
-            states = self.run("sinfo", "-h", "-N", "-n", self.node, "-o", "%T").split()
-            return states[0].rstrip("*") if states else None
+            # One line per partition a node is in, each with the node's state.
+            lines = self.run("sinfo", "-h", "-N", "-o", "%N %T").split("\n")
+            states = dict(line.split() for line in lines if len(line.split()) == 2)
+            return [states.get(n, "").rstrip("*") or None for n in self.nodes]
         except (AssertionError, subprocess.TimeoutExpired):
             return None
 
@@ -157,7 +201,10 @@ PartitionName=serve Nodes={self.node} PriorityTier=10 PreemptMode=OFF MaxTime=IN
 
     def logs(self):
         out = []
-        for name in ("munged.out", "munged.log", "slurmctld.out", "slurmctld.log", "slurmd.out", "slurmd.log"):
+        names = ["munged.out", "munged.log", "slurmctld.out", "slurmctld.log"]
+        for n in self.nodes:
+            names += [f"slurmd-{n}.out", f"slurmd-{n}.log"]
+        for name in names:
             path = os.path.join(self.dir, name)
             if os.path.exists(path):
                 with open(path, errors="replace") as f:
@@ -169,9 +216,8 @@ PartitionName=serve Nodes={self.node} PriorityTier=10 PreemptMode=OFF MaxTime=IN
         first, if given)."""
         try:
             if self.jobs and all(p.poll() is None for _, p in self.procs):
-                subprocess.run(["scancel", *self.jobs], env=self.env, timeout=30, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.STDOUT)
-                spool = os.path.join(self.dir, "spool")
+                subprocess.run(self.net.command(0, ["scancel", *self.jobs], pid_namespace=False), env=self.env,
+                               timeout=30, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
                 def ended():
                     try:
@@ -179,8 +225,11 @@ PartitionName=serve Nodes={self.node} PriorityTier=10 PreemptMode=OFF MaxTime=IN
                             return None
                     except (AssertionError, subprocess.TimeoutExpired):
                         return None
-                    # Each slurmstepd removes its socket from the spool folder when it ends.
-                    return True if not [n for n in os.listdir(spool) if n.startswith(self.node + "_")] else None
+                    # Each slurmstepd removes its socket from its node's spool folder when it ends.
+                    for n in self.nodes:
+                        if [f for f in os.listdir(os.path.join(self.dir, "spool", n)) if f.startswith(n + "_")]:
+                            return None
+                    return True
                 try:
                     poll_until(ended, 60, "the Slurm jobs did not end")
                 except AssertionError as e:
@@ -213,19 +262,26 @@ class SlurmPreemption(RunDirTest):
         if missing:
             self.skipTest(f"Slurm is not installed ({', '.join(missing)} missing): scripts/setup.sh installs "
                           "slurm-wlm and munge")
-        self.cluster = None
+        why = netns.unavailable()
+        if why:
+            self.skipTest(f"the cluster's hosts are network namespaces: {why}")
+        self.net = self.cluster = None
 
     def tearDown(self):
         if self.cluster is not None:
             self.cluster.close(keep_logs_in=self.tmp)  # before the run dirs go: no job writes into them any more
+        if self.net is not None:
+            self.net.close()
         super().tearDown()
 
     def test_a_preempted_worker_leaves_is_requeued_attaches_again_and_the_digest_is_the_same(self):
         t_start = time.monotonic()
         _, _, reference = self.run_local("reference", MLP, servers=2, workers=1, extra=EXTRA)
         t_reference = time.monotonic() - t_start
-        # 3 CPUs: the servers' job, and one for each of the two workers; the serve job needs one of theirs.
-        self.cluster = cluster = SlurmCluster(cpus=3)
+        # 3 nodes of one CPU: the servers' job on n1, a worker on each of n2 and n3; the serve job needs one of
+        # theirs.
+        self.net = netns.Network(len(HOSTS), subnet="10.78.0", names=HOSTS)
+        self.cluster = cluster = SlurmCluster(self.net)
         d = self.run_dir("slurm")
         servers = cluster.sbatch("-p", "main", "-n", "1", "-o", f"{d}/slurm-servers.out", SERVERS, "--job", MLP,
                                  "--servers", "2", "--workers", "2", "--run-dir", d, "--", *EXTRA)
@@ -243,6 +299,10 @@ class SlurmPreemption(RunDirTest):
         servers_running()
         joined = {e["worker"]: e for e in read_events(d, "worker_joined")}
         self.assertEqual(len(joined), 2, joined)
+        # servers.sbatch bound and advertised its node's address; a worker runs on each worker node.
+        with open(f"{d}/coordinator.addr") as f:
+            self.assertTrue(f.read().startswith(f"tcp://{self.net.address(HOSTS.index(SERVERS_NODE))}:"))
+        self.assertEqual(sorted(e["host"].split(":")[0] for e in joined.values()), WORKER_NODES.split(","))
 
         t_submit = time.time()
         cluster.sbatch("-p", "serve", "-n", "1", "-o", f"{d}/slurm-serve.out", "--wrap", "sleep 3")
@@ -250,8 +310,8 @@ class SlurmPreemption(RunDirTest):
         # A graceful leave on Slurm's SIGTERM, not a crash.
         self.assertIn(left["worker"], joined)
         self.assertEqual((left["reason"], left["host_fault"]), ("SIGTERM", False), left)
-        pid = joined[left["worker"]]["pid"]
-        task = poll_until(lambda: preempted_task(d, workers, pid), 30, f"no worker report names pid {pid}")
+        host = joined[left["worker"]]["host"]
+        task = poll_until(lambda: preempted_task(d, workers, host), 30, f"no worker report names {host}")
         report = read_report(f"{d}/logs/slurm-worker-{task}.0.json")
         self.assertEqual((report["outcome"], report["worker_ids"]), ("left", [left["worker"]]), report)
         next_step = wait_for_event(d, "step_completed", lambda e: e["t"] > left["t"], timeout=30)
@@ -276,6 +336,9 @@ class SlurmPreemption(RunDirTest):
         # Every worker ends when the job does (exit 0): the requeued one with outcome "done".
         again = read_report(f"{d}/logs/slurm-worker-{task}.1.json", timeout=60)
         self.assertEqual((again["outcome"], again["worker_ids"]), ("done", [rejoined["worker"]]), again)
+        # Across hosts, through the network only: no push through shared memory.
+        for report in [again] + [read_report(f"{d}/logs/slurm-worker-{workers}_{i}.0.json") for i in (0, 1)]:
+            self.assertEqual(report["pushes"].get("shm", 0), 0, report)
         poll_until(lambda: True if not cluster.queue() else None, 60, "the Slurm jobs did not end")
         # The coordinator has exited (its job ended): metrics.csv is complete.
         self.assertSameTrainingCurve(read_metrics(d), read_metrics(self.run_dir("reference")),
@@ -299,13 +362,13 @@ def read_file(path):
         return ""
 
 
-def preempted_task(d, workers, pid):
-    """The array task (ARRAYJOB_TASK) whose first worker had pid `pid`, from the reports in d/logs (the worker
-    writes one when it ends); None while there is none."""
+def preempted_task(d, workers, host):
+    """The array task (ARRAYJOB_TASK) whose first worker reported `host` ("NODE:PID"), from the reports in d/logs
+    (the worker writes one when it ends); None while there is none."""
     for task in (f"{workers}_0", f"{workers}_1"):
         try:
             with open(f"{d}/logs/slurm-worker-{task}.0.json") as f:
-                if json.load(f)["host"].endswith(f":{pid}"):
+                if json.load(f)["host"] == host:
                     return task
         except (FileNotFoundError, ValueError):
             pass

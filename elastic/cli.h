@@ -1,0 +1,89 @@
+// The subcommands of `elasticps`, the command line for people training and
+// operating jobs (elastic/elasticps_main.cc dispatches to them):
+//
+//   elasticps train    a job on this host (launcher/local.sh runs it)
+//   elasticps export   a job's model from its stores (export_model)
+//   elasticps status   a running job's step, workers, shards and events
+//   elasticps keygen   a CURVE key pair
+//
+// What is here is the part worth testing without a process: the status
+// command, and how `train`'s arguments split into the launcher's options and
+// the job's flags. Thread-compatible functions; nothing here reads flags or
+// the environment.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace eps {
+
+// ---- status ----------------------------------------------------------------
+
+inline constexpr const char* kStatusUsage =
+    "elasticps status (--run-dir DIR | --coordinator ADDR --token-file FILE) [--json] "
+    "[--events N] [--timeout-s S] [--curve-secret-key FILE --curve-server-key FILE]";
+
+struct StatusCommandOptions {
+  std::string run_dir;      // a job's run folder: its coordinator.addr, token (and keys/)
+  std::string coordinator;  // or the coordinator's endpoint ...
+  std::string token_file;   // ... and the job's token file
+  bool json = false;        // the reply as one JSON object instead of tables
+  uint32_t events = 10;     // how many of the newest events to show
+  double timeout_s = 5;     // how long to wait for the answer
+  std::string curve_secret_key, curve_server_key;  // a CURVE job (docs/security.md)
+};
+
+// Prints the job's status on stdout. Returns the process's exit code: 0
+// answered, 1 no answer or refused (it says when result.json shows the job
+// has finished), 2 bad options.
+int RunStatusCommand(const StatusCommandOptions& options);
+
+// ---- train -------------------------------------------------------------------
+
+inline constexpr const char* kTrainUsage =
+    "elasticps train [--job FILE] [--run-dir DIR] [--servers S] [--workers W] [launcher options]\n"
+    "                [--FLAG=VALUE ...]\n"
+    "\n"
+    "Runs a job on this host: its coordinator, S shards (default 1) and W workers (default 2),\n"
+    "through launcher/local.sh, and waits for it; the run folder (default runs/JOB_ID) gets\n"
+    "the logs, events.jsonl, metrics.csv, result.json and the model files.\n"
+    "\n"
+    "  --job FILE        a job file (one --flag=value a line, e.g. examples/*.flags)\n"
+    "  --FLAG=VALUE      a job flag (`coordinator --help` lists them): it overrides\n"
+    "                    the job file's, or, without --job, makes the job (DIR/job.flags).\n"
+    "                    Job flags are written with '=': --model=model.pt --steps=300\n"
+    "  launcher options  --slowdowns F0,.. --devices D --worker-cpus C --server-cpus C\n"
+    "                    --compute-cpus C --checkpoint-every K --supervise --metrics\n"
+    "                    --metrics-host HOST --secure (launcher/local.sh --help)\n"
+    "Exit code: local.sh's (0 only if the job succeeded, 2 bad arguments).";
+
+// `elasticps train`'s arguments, sorted out.
+struct TrainCommand {
+  std::string run_dir;                      // the job's run folder
+  std::string job_file;                     // --job; empty: write job_flags to run_dir/job.flags
+  std::vector<std::string> launcher_args;   // local.sh's options (--job and --run-dir included)
+  std::vector<std::string> job_flags;       // "--name=value", names with underscores
+};
+
+// Splits `args` (what follows `elasticps train`) into local.sh's options, with
+// --servers and --workers defaulted, and the job's flags. Options may be
+// written --name VALUE or --name=VALUE, with dashes or underscores; a job flag
+// is --name=VALUE, --name or --noname. The run folder defaults to
+// runs/JOB_ID, JOB_ID being --job_id or the job file's (read from
+// `job_file_text`, the --job file's contents, when it is given), else "train".
+// InvalidArgument, naming the argument, for a positional argument, an option
+// without its value, or neither --job nor --model.
+[[nodiscard]] StatusOr<TrainCommand> ParseTrainArgs(const std::vector<std::string>& args,
+                                                   const std::string& job_file_text);
+
+// The --job option's value among `args`, if any (the caller reads the file
+// before ParseTrainArgs).
+std::string FindJobFileArg(const std::vector<std::string>& args);
+
+// "--run-dir=x" -> "--run_dir=x": dashes in a flag's name read as underscores;
+// anything that is not a --flag stays as it is.
+std::string FlagWithUnderscores(std::string arg);
+
+}  // namespace eps

@@ -1,0 +1,26 @@
+// AdmitIncoming (schema/channel.h). A file of its own: it logs through glog,
+// which a program that links Channel but never admits messages (bench/ps_transfer,
+// whose --log_dir would clash with glog's) must not pull in.
+#include <glog/logging.h>
+
+#include "schema/channel.h"
+
+namespace eps {
+
+Status AdmitIncoming(const Channel::Incoming& in, const std::string& token,
+                     Rejections* rejections, const char* from) {
+  // Rejections are counted; their log lines are rate-limited (common/rejections.h).
+  if (!in.envelope.ok()) {
+    if (rejections->Record(in.peer, RejectReason::kBadEnvelope))
+      LOG(WARNING) << "bad message" << from << ": " << in.envelope.status().ToString();
+    return in.envelope.status();
+  }
+  if (!token.empty() && in.envelope->token != token) {
+    if (rejections->Record(in.peer, RejectReason::kWrongToken))
+      LOG(WARNING) << "refused a message with a wrong job token";
+    return Unauthenticated("wrong job token");
+  }
+  return OkStatus();
+}
+
+}  // namespace eps

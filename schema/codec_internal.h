@@ -1,0 +1,140 @@
+// Internal to the codec (schema/codec.cc, schema/codec_status.cc); not part of
+// the public API: include schema/codec.h instead. Holds what the codec's
+// translation units share: the Reader that validates a received envelope's
+// fields against DecodeLimits and the frames, and the job status conversions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "schema/codec.h"
+#include "schema/elasticps.capnp.h"
+
+namespace eps {
+namespace codec_internal {
+
+// Reads the fields of one received envelope, checking text and list sizes
+// against the limits and chunk references against the frames (each frame is
+// referenced once). One per Decode call; not thread-safe.
+class Reader {
+ public:
+  Reader(const std::vector<Frame>& frames, const DecodeLimits& limits)
+      : frames_(frames), limits_(limits), used_(frames.size(), false),
+        header_bytes_(frames.empty() ? 0 : frames[0].size) {}
+
+  Status Text(capnp::Text::Reader t, std::string* out) {
+    if (t.size() > limits_.max_text)
+      return ProtocolError("text field longer than " + std::to_string(limits_.max_text));
+    *out = t.cStr();
+    return OkStatus();
+  }
+
+  template <class L>
+  Status ListSize(const L& list, const char* what) {
+    if (list.size() > limits_.max_list) return ProtocolError(std::string(what) + " list too long");
+    // Every element of every list of the schema takes at least a byte of the
+    // envelope (an encoder writes structs at their schema's size); a list of
+    // zero-sized elements would make a few bytes decode into millions of values.
+    if (list.size() > header_bytes_) {
+      return ProtocolError(std::string(what) + " list longer than its message could hold");
+    }
+    return OkStatus();
+  }
+
+  Status Tensors(capnp::List<wire::TensorSpec>::Reader in, std::vector<TensorSpec>* out) {
+    EPS_RETURN_IF_ERROR(ListSize(in, "tensors"));
+    out->clear();
+    for (auto t : in) {
+      TensorSpec spec;
+      EPS_RETURN_IF_ERROR(Text(t.getName(), &spec.name));
+      if (t.getKind() > static_cast<uint8_t>(TensorKind::kLoss))
+        return ProtocolError("unknown tensor kind");
+      if (t.getDtype() > static_cast<uint8_t>(DType::kInt64)) return ProtocolError("unknown dtype");
+      spec.kind = static_cast<TensorKind>(t.getKind());
+      spec.dtype = static_cast<DType>(t.getDtype());
+      if (t.getShape().size() > 8)
+        return ProtocolError("tensor " + spec.name + " has more than 8 dimensions");
+      for (int64_t d : t.getShape()) spec.shape.push_back(d);
+      out->push_back(std::move(spec));
+    }
+    return OkStatus();
+  }
+
+  // One field of a job spec (see EPS_PUT_FIELD in codec.cc). A number or a bool is
+  // taken as it is; T is deduced from both arguments, so a C++ field whose type
+  // differs from its capnp field's matches no overload and does not compile.
+  template <class T>
+  Status Get(T in, T* out) {
+    *out = in;
+    return OkStatus();
+  }
+  Status Get(capnp::Text::Reader in, std::string* out) { return Text(in, out); }
+  Status Get(uint8_t in, WireDType* out) {
+    StatusOr<WireDType> dtype = WireDTypeFromCode(in);
+    if (!dtype.ok()) return ProtocolError(dtype.status().message());
+    *out = *dtype;
+    return OkStatus();
+  }
+
+#define EPS_GET_FIELD(type, name, default_value, Capnp, flag, role) \
+  EPS_RETURN_IF_ERROR(Get(in.get##Capnp(), &s->name));
+
+  Status Get(wire::OptimizerSpec::Reader in, OptimizerSpec* s) {
+    EPS_OPTIMIZER_SPEC_FIELDS(EPS_GET_FIELD)
+    return OkStatus();
+  }
+
+  Status Spec(wire::JobSpec::Reader in, JobSpec* s) {
+    EPS_JOB_SPEC_FIELDS(EPS_GET_FIELD)
+    return OkStatus();
+  }
+
+#undef EPS_GET_FIELD
+
+  Status Chunks(capnp::List<wire::ChunkRef>::Reader in, std::vector<ChunkBytes>* out) {
+    EPS_RETURN_IF_ERROR(ListSize(in, "chunks"));
+    out->clear();
+    for (auto ref : in) {
+      const size_t frame = size_t{ref.getFrame()} + 1;  // frame 0 is the envelope
+      if (frame >= frames_.size()) {
+        return ProtocolError("chunk " + std::to_string(ref.getChunk()) + " names missing frame " +
+                             std::to_string(ref.getFrame()));
+      }
+      if (used_[frame])
+        return ProtocolError("frame " + std::to_string(ref.getFrame()) + " referenced twice");
+      used_[frame] = true;
+      const Frame& f = frames_[frame];
+      out->push_back({ChunkId(ref.getChunk()), f.data, f.size, f.owner});
+    }
+    return OkStatus();
+  }
+
+  Status ShmChunks(capnp::List<wire::ShmChunk>::Reader in, std::vector<ShmChunk>* out) {
+    EPS_RETURN_IF_ERROR(ListSize(in, "shared-memory chunks"));
+    out->clear();
+    for (auto c : in) out->push_back({ChunkId(c.getChunk()), c.getOffset(), c.getSize()});
+    return OkStatus();
+  }
+
+  // Every byte frame must belong to some chunk: stray frames mean a confused peer.
+  Status AllFramesUsed() const {
+    for (size_t i = 1; i < used_.size(); ++i) {
+      if (!used_[i])
+        return ProtocolError("frame " + std::to_string(i - 1) + " is not referenced by any chunk");
+    }
+    return OkStatus();
+  }
+
+ private:
+  const std::vector<Frame>& frames_;
+  const DecodeLimits& limits_;
+  std::vector<bool> used_;
+  const size_t header_bytes_;  // of the envelope (frame 0)
+};
+
+// JobStatusReply both ways (codec_status.cc).
+Status DecodeJobStatus(wire::JobStatusReply::Reader in, Reader& r, JobStatusReply* m);
+void SetJobStatus(wire::JobStatusReply::Builder o, const JobStatusReply& m);
+
+}  // namespace codec_internal
+}  // namespace eps
