@@ -15,6 +15,8 @@
 #include "common/layout.h"
 #include "common/rejections.h"
 #include "common/wire.h"
+#include "data/job_data.h"
+#include "data/model_input.h"
 #include "elastic/coordinator_dispatch.h"
 #include "elastic/job_event.h"
 #include "elastic/job_metrics.h"
@@ -166,6 +168,7 @@ class CoordinatorImpl final : public Coordinator {
     s.probe_idle_after = o.probe_idle_after;
     s.host_failures_before_backoff = o.host_failures_before_backoff;
     s.host_backoff = o.host_backoff;
+    s.data_fingerprint = o.data_fingerprint;
     s.host_backoff_max = std::max(s.host_backoff_max, o.host_backoff);
     return s;
   }
@@ -404,6 +407,7 @@ Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.model.empty()) return InvalidArgument("--model is required");
   if (spec.eval_batch < 1) return InvalidArgument("--eval_batch must be at least 1");
   for (const char* f : kDataFiles) {
+    if (!spec.train_data.empty()) break;  // the user's files: CheckJobData
     if (spec.test_limit < 0 && std::string(f).rfind("t10k", 0) == 0) continue;
     const std::string path = spec.data_dir + "/" + f;
     struct stat st;
@@ -413,6 +417,18 @@ Status ValidateJobSpec(const JobSpec& spec) {
     }
   }
   return OkStatus();
+}
+
+StatusOr<std::string> CheckJobData(const JobSpec& spec) {
+  // Fashion-MNIST is the project's own: fingerprinted, not read.
+  if (spec.train_data.empty()) return FingerprintJobData(spec);
+  EPS_ASSIGN_OR_RETURN(JobData data, OpenJobData(spec));
+  if (IsBuiltinModel(spec.model)) {
+    EPS_RETURN_IF_ERROR(CheckModelInput(data.train).WithContext("--train_data " + spec.train_data));
+    if (data.test.size > 0)
+      EPS_RETURN_IF_ERROR(CheckModelInput(data.test).WithContext("--test_data " + spec.test_data));
+  }
+  return data.fingerprint;
 }
 
 StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOptions& options,

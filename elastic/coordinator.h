@@ -55,12 +55,21 @@ struct CoordinatorOptions {
   // (0: never), for host_backoff at first, doubling, at most 15 min.
   uint32_t host_failures_before_backoff = 2;
   std::chrono::milliseconds host_backoff{60000};
+  // The job's data files' fingerprint (data/fingerprint.h; CheckJobData):
+  // workers whose files differ are refused. Empty: the first worker's.
+  std::string data_fingerprint;
   Metrics* metrics = nullptr;       // the coordinator's metrics go here (null: none)
   std::string metrics_address;      // where they are served ("host:port"), for the scrape targets
 };
 
 // Checks what can be checked before any process starts: sizes, counts, the data files.
 Status ValidateJobSpec(const JobSpec& spec);
+
+// Reads the job's data files as a worker would (data/job_data.h) and gives
+// their fingerprint: InvalidArgument/DataLoss for a malformed data set (or one
+// a built-in model cannot train on), NotFound when this host cannot read them
+// (then the first worker's fingerprint stands for the job's).
+StatusOr<std::string> CheckJobData(const JobSpec& spec);
 
 class Coordinator {
  public:

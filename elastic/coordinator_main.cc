@@ -246,6 +246,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.spec = *spec;
+  if (eps::Status st = eps::ValidateJobSpec(o.spec); st.ok()) {  // else Open says why
+    auto fingerprint = eps::CheckJobData(o.spec);
+    if (fingerprint.ok()) {
+      o.data_fingerprint = *fingerprint;
+    } else if (fingerprint.status().code() == eps::StatusCode::kNotFound) {
+      LOG(WARNING) << "cannot read the data files here (" << fingerprint.status().message()
+                   << "): the first worker's fingerprint stands for the job's";
+    } else {
+      LOG(ERROR) << "invalid job: " << fingerprint.status().ToString();
+      return 2;
+    }
+  }
   auto token = eps::ReadTokenFile(FLAGS_token_file);
   if (!token.ok()) {
     LOG(ERROR) << token.status().ToString();

@@ -121,8 +121,10 @@ std::string EventJson(const JobEvent& event, double wall_seconds) {
                    j["host"] = e.host;
                    j["device_kind"] = e.device_kind;
                    j["error"] = e.error;
-                   j["cause"] = e.cause == E::WorkerRefused::Cause::kDeviceKind ? "device_kind"
-                                                                                : "host_backed_off";
+                   using Cause = E::WorkerRefused::Cause;
+                   j["cause"] = e.cause == Cause::kDeviceKind      ? "device_kind"
+                                : e.cause == Cause::kDataFingerprint ? "data_fingerprint"
+                                                                     : "host_backed_off";
                  },
                  [&](const E::WorkerReady& e) { j["worker"] = e.worker.value(); },
                  [&](const E::WorkerLeft& e) {

@@ -50,10 +50,11 @@ struct JobEvent {
     WorkerId worker;
     std::string host;
   };
-  struct WorkerRefused {  // it never becomes a member; its id is spent
+  struct WorkerRefused {  // it never becomes (or stops being) a member; its id is spent
     enum class Cause {
       kDeviceKind,     // its device kind is not the job's
       kHostBackedOff,  // its machine is backed off (HostBackedOff)
+      kDataFingerprint,  // its data files differ from the job's (first step request)
     };
     WorkerId worker;
     std::string host;

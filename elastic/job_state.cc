@@ -4,12 +4,15 @@
 #include <cmath>
 #include <sstream>
 
+#include "data/fingerprint.h"
+
 namespace eps {
 
 JobState::JobState(JobSpec spec, JobStateOptions options, const Clock* clock)
     : spec_(std::move(spec)),
       options_(options),
       clock_(clock),
+      data_fingerprint_(options_.data_fingerprint),
       shard_addresses_(spec_.num_shards),
       shard_done_(spec_.num_shards, Step(-2)),
       shard_registered_(spec_.num_shards, false),
@@ -96,6 +99,7 @@ Status JobState::OnStepRequest(const StepRequest& r) {
   WorkerInfo& w = it->second;
   w.last_seen = clock_->Now();
   if (!w.ready) {
+    EPS_RETURN_IF_ERROR(AcceptData(r));
     Status st = AcceptModel(r);
     if (!st.ok()) return st;
     w.ready = true;
@@ -335,6 +339,19 @@ Status JobState::AcceptModel(const StepRequest& r) {
       out_.push_back({Outgoing::To::kShard, s, ShardConfig{spec_, tensors_}});
   }
   return OkStatus();
+}
+
+Status JobState::AcceptData(const StepRequest& r) {
+  if (r.data_fingerprint.empty()) return OkStatus();  // a worker of the test's, reading no files
+  if (data_fingerprint_.empty()) data_fingerprint_ = r.data_fingerprint;
+  Status st = CompareFingerprints(data_fingerprint_, r.data_fingerprint);
+  if (st.ok()) return st;
+  const WorkerInfo& w = workers_[r.worker];
+  Emit(JobEvent::WorkerRefused{r.worker, w.host, w.device_kind, st.message(),
+                               JobEvent::WorkerRefused::Cause::kDataFingerprint},
+       CurrentStep());
+  (void)DeclareDead(r.worker);
+  return st;
 }
 
 std::vector<WorkerRange> JobState::DeclareDead(WorkerId id) {

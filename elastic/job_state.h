@@ -53,6 +53,9 @@ struct JobStateOptions {
   std::chrono::milliseconds startup_timeout{120000};  // for the shards to register
   std::chrono::milliseconds step_timeout{300000};     // progress while workers are alive
   PlannerOptions planner;          // how VW counts follow measured speeds (planner.h)
+  // The fingerprint of the job's data files (data/fingerprint.h), as the
+  // coordinator read them; empty: the first worker's stands for the job's.
+  std::string data_fingerprint;
   double replan_threshold = 0.25;  // re-plan without a membership change only if the slowest
                                    // worker's predicted load improves by more than this
   // A worker that held no VW for this many steps has its speed estimate
@@ -270,6 +273,8 @@ class JobState {
   // A worker of `w`'s machine computed and confirmed a step: the count starts over.
   void HostSucceeded(WorkerId w);
   Status AcceptModel(const StepRequest& request);
+  // A worker's first request: its data files are the job's, or it is refused (and dead).
+  Status AcceptData(const StepRequest& request);
   void AnswerRegistrations();
   // Marks `w` dead and frees what it held; returns the unconfirmed ranges it
   // held (the caller's event names them).
@@ -297,6 +302,7 @@ class JobState {
   JobSpec spec_;
   const JobStateOptions options_;
   const Clock* const clock_;
+  std::string data_fingerprint_;  // the job's data files (options_, or the first worker's)
   std::vector<std::string> shard_addresses_;
   std::vector<Step> shard_done_;
   std::vector<bool> shard_registered_;

@@ -20,7 +20,7 @@ packages=(
   libzmq3-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev
   libgflags-dev libgoogle-glog-dev libgtest-dev libssl-dev nlohmann-json3-dev zlib1g-dev
   libcpp-httplib-dev prometheus tshark iproute2 openssh-client openssh-server slurm-wlm munge
-  libtorch-dev libopenblas0-pthread dataset-fashion-mnist python3-torch python3-matplotlib
+  libtorch-dev libopenblas0-pthread dataset-fashion-mnist python3-torch python3-numpy python3-matplotlib
   nodejs clang-14 libfuzzer-14-dev libclang-rt-14-dev
 )
 # test_k8s validates launcher/k8s/ with an npm package. Debian's npm is its own package; a

@@ -8,33 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "worker/dataset.h"
+#include "data/dataset.h"
+#include "tests/data_files.h"
 
 namespace eps {
 namespace {
 
-// A temporary directory removed with its files at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/idx_reader_test.XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    EXPECT_NE(p, nullptr);
-    path_ = p != nullptr ? p : "/tmp";
-  }
-  ~TempDir() {
-    for (const std::string& f : files_) std::remove(f.c_str());
-    rmdir(path_.c_str());
-  }
-  std::string File(const std::string& name) {
-    files_.push_back(path_ + "/" + name);
-    return files_.back();
-  }
-
- private:
-  std::string path_;
-  std::vector<std::string> files_;
-};
+using testing_data::TempDir;
 
 void PutU32(std::vector<uint8_t>* out, uint32_t v) {
   for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<uint8_t>(v >> shift));
@@ -83,14 +63,18 @@ const std::vector<uint8_t> kLabels = {7, 0, 9};
 
 void ExpectMatches(const Dataset& ds, int64_t n) {
   EXPECT_EQ(ds.size, n);
-  EXPECT_EQ(ds.rows, 2);
-  EXPECT_EQ(ds.cols, 3);
-  ASSERT_EQ(ds.images.size(), static_cast<size_t>(n * 6));
-  ASSERT_EQ(ds.labels.size(), static_cast<size_t>(n));
-  for (size_t i = 0; i < ds.images.size(); ++i) {
-    EXPECT_EQ(ds.images[i], (static_cast<float>(kPixels[i]) / 255.0f - 0.2860f) / 0.3530f) << i;
+  EXPECT_EQ(ds.sample_shape, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(ds.feature_dtype, DataType::kFloat32);
+  EXPECT_EQ(ds.label_dtype, DataType::kInt64);
+  EXPECT_TRUE(ds.label_shape.empty());
+  ASSERT_EQ(ds.SampleElems(), 6);
+  const auto* images = static_cast<const float*>(ds.features);
+  for (int64_t i = 0; i < n * 6; ++i) {
+    EXPECT_EQ(images[i], (static_cast<float>(kPixels[i]) / 255.0f - 0.2860f) / 0.3530f) << i;
   }
-  for (size_t i = 0; i < ds.labels.size(); ++i) EXPECT_EQ(ds.labels[i], kLabels[i]);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(ds.ClassOf(i), kLabels[i]);
+  EXPECT_EQ(ds.num_classes, n == 3 ? 10 : 8);
+  EXPECT_TRUE(ds.CheckUnchanged().ok());
 }
 
 TEST(IdxReader, ReadsGzipFilesWithExactNormalizedPixelsAndLabels) {
@@ -101,8 +85,8 @@ TEST(IdxReader, ReadsGzipFilesWithExactNormalizedPixelsAndLabels) {
   StatusOr<Dataset> ds = ReadIdxDataset(images, labels, 0);
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
   ExpectMatches(*ds, 3);
-  EXPECT_FLOAT_EQ(ds->images[0], -0.2860f / 0.3530f);
-  EXPECT_FLOAT_EQ(ds->images[1], (1.0f - 0.2860f) / 0.3530f);
+  EXPECT_FLOAT_EQ(static_cast<const float*>(ds->features)[0], -0.2860f / 0.3530f);
+  EXPECT_FLOAT_EQ(static_cast<const float*>(ds->features)[1], (1.0f - 0.2860f) / 0.3530f);
 }
 
 TEST(IdxReader, ReadsPlainFiles) {
@@ -241,20 +225,20 @@ TEST(IdxReader, ReadsTheFashionMnistTrainingSet) {
   StatusOr<Dataset> ds = ReadIdxDataset(images, labels, 0);
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
   EXPECT_EQ(ds->size, 60000);
-  EXPECT_EQ(ds->rows, 28);
-  EXPECT_EQ(ds->cols, 28);
-  EXPECT_EQ(ds->images.size(), 60000u * 28 * 28);
-  ASSERT_EQ(ds->labels.size(), 60000u);
+  EXPECT_EQ(ds->sample_shape, (std::vector<int64_t>{1, 28, 28}));
+  EXPECT_EQ(ds->num_classes, 10);
   std::vector<int64_t> per_class(10, 0);
-  for (int64_t l : ds->labels) {
+  for (int64_t i = 0; i < ds->size; ++i) {
+    const int64_t l = ds->ClassOf(i);
     ASSERT_GE(l, 0);
     ASSERT_LT(l, 10);
     ++per_class[static_cast<size_t>(l)];
   }
   for (int64_t c : per_class) EXPECT_EQ(c, 6000);  // Fashion-MNIST is balanced
   double sum = 0;
-  for (float p : ds->images) sum += p;
-  EXPECT_NEAR(sum / static_cast<double>(ds->images.size()), 0.0,
+  const auto* pixels = static_cast<const float*>(ds->features);
+  for (int64_t i = 0; i < ds->size * 784; ++i) sum += pixels[i];
+  EXPECT_NEAR(sum / static_cast<double>(ds->size * 784), 0.0,
               0.01);  // normalized by its own mean
 }
 

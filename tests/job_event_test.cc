@@ -100,6 +100,8 @@ TEST(JobEvent, ABadHostSaysHowOftenItFailedForHowLongAndWhy) {
   EXPECT_EQ(nlohmann::json::parse(EventJson(At(Step(9), refused), 2))["cause"], "host_backed_off");
   refused.cause = JobEvent::WorkerRefused::Cause::kDeviceKind;
   EXPECT_EQ(nlohmann::json::parse(EventJson(At(Step(9), refused), 2))["cause"], "device_kind");
+  refused.cause = JobEvent::WorkerRefused::Cause::kDataFingerprint;
+  EXPECT_EQ(nlohmann::json::parse(EventJson(At(Step(9), refused), 2))["cause"], "data_fingerprint");
   const auto left = nlohmann::json::parse(
       EventJson(At(Step(9), JobEvent::WorkerLeft{WorkerId(4), "no data", {}, true}), 2));
   EXPECT_EQ(left["host_fault"], true);

@@ -332,6 +332,63 @@ TEST(JobState, AWorkerOfAnotherDeviceKindIsRefusedAtOnceAndTheJobGoesOn) {
   EXPECT_TRUE(d.Errors(cpu).empty());
 }
 
+// A data fingerprint of one training file (data/fingerprint.h's format).
+std::string DataFingerprint(const std::string& sha) {
+  return "train_data size=100 sha256=" + sha + " train_x.npy";
+}
+
+TEST(JobState, AWorkerWhoseDataFilesDifferIsRefusedAndTheJobGoesOn) {
+  JobStateOptions options = Options();
+  options.data_fingerprint = DataFingerprint("aaaa");  // the coordinator read the files
+  Driver d(Spec(), options);
+  d.RegisterShards();
+  const WorkerId bad = d.AddWorker();
+  const WorkerId good = d.AddWorker();
+  d.Events();
+  StepRequest r;
+  r.worker = bad;
+  r.done_step = Step(-1);
+  r.tensors = Model();
+  r.train_samples = kSamples;
+  r.data_fingerprint = DataFingerprint("bbbb");
+  Status st = d.state.OnStepRequest(r);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(st.message().rfind("data mismatch: ", 0), 0u) << st.ToString();
+  EXPECT_NE(st.message().find("train_x.npy"), std::string::npos) << st.ToString();
+  const auto refused = Of<JobEvent::WorkerRefused>(d.Events());
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].second.worker, bad);
+  EXPECT_EQ(refused[0].second.cause, JobEvent::WorkerRefused::Cause::kDataFingerprint);
+  EXPECT_EQ(d.state.live_workers(), 1u);
+  // The model was not accepted from it; a worker with the job's files is.
+  r.worker = good;
+  r.data_fingerprint = DataFingerprint("aaaa");
+  EXPECT_TRUE(d.state.OnStepRequest(r).ok());
+  EXPECT_EQ(Of<JobEvent::ModelAccepted>(d.Events()).size(), 1u);
+  EXPECT_TRUE(d.state.fatal().ok());
+}
+
+TEST(JobState, WithoutItsOwnFingerprintTheCoordinatorTakesTheFirstWorkers) {
+  Driver d;
+  d.RegisterShards();
+  const WorkerId first = d.AddWorker();
+  const WorkerId second = d.AddWorker();
+  const WorkerId third = d.AddWorker();
+  StepRequest r;
+  r.done_step = Step(-1);
+  r.tensors = Model();
+  r.train_samples = kSamples;
+  r.worker = first;
+  r.data_fingerprint = DataFingerprint("aaaa");
+  EXPECT_TRUE(d.state.OnStepRequest(r).ok());
+  r.worker = second;
+  r.data_fingerprint = DataFingerprint("cccc");
+  EXPECT_EQ(d.state.OnStepRequest(r).code(), StatusCode::kFailedPrecondition);
+  r.worker = third;
+  r.data_fingerprint = DataFingerprint("aaaa");
+  EXPECT_TRUE(d.state.OnStepRequest(r).ok());
+}
+
 TEST(JobState, TheFirstRegisteredWorkerSetsTheDeviceKindAlsoBeforeTheShards) {
   Driver d;
   const WorkerId gpu = d.state.OnWorkerRegistered("gpu-host", 1, "cuda:NVIDIA H200");

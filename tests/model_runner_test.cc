@@ -21,21 +21,19 @@ std::string TestDevice() {
 }
 
 // A small synthetic 28x28 data set whose pixels depend on the sample and label.
-Dataset SyntheticData(int64_t n) {
-  Dataset d;
-  d.size = n;
-  d.rows = 28;
-  d.cols = 28;
-  d.images.resize(static_cast<size_t>(n * 28 * 28));
-  d.labels.resize(static_cast<size_t>(n));
+Dataset SyntheticData(int64_t n, std::vector<int64_t> shape = {1, 28, 28}) {
+  std::vector<float> images(static_cast<size_t>(n * 28 * 28));
+  std::vector<int64_t> labels(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    d.labels[static_cast<size_t>(i)] = i % 10;
+    labels[static_cast<size_t>(i)] = i % 10;
     for (int64_t p = 0; p < 28 * 28; ++p) {
       const auto v = static_cast<uint8_t>((i * 37 + p * (i % 10 + 1)) % 256);
-      d.images[static_cast<size_t>(i * 784 + p)] = NormalizePixel(v);
+      images[static_cast<size_t>(i * 784 + p)] = NormalizePixel(v);
     }
   }
-  return d;
+  StatusOr<Dataset> d = MakeDataset(std::move(shape), std::move(images), std::move(labels));
+  EXPECT_TRUE(d.ok()) << d.status().ToString();
+  return d.ok() ? *d : Dataset{};
 }
 
 std::unique_ptr<ModelRunner> MustCreate(const std::string& model, uint64_t seed = 1) {
@@ -365,15 +363,34 @@ TEST(ModelRunner, RejectsBadMicrobatchesWithAStatus) {
   EXPECT_EQ(r->TrainStep(data, {}, 0).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r->TrainStep(data, {0, 4}, 0).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r->TrainStep(data, {-1}, 0).status().code(), StatusCode::kInvalidArgument);
-  data.labels[2] = 10;
-  EXPECT_EQ(r->TrainStep(data, {2}, 0).status().code(), StatusCode::kInvalidArgument);
+  std::vector<int64_t> labels = {0, 1, 10, 3};
+  StatusOr<Dataset> eleven = MakeDataset({1, 28, 28}, std::vector<float>(4 * 784), labels);
+  ASSERT_TRUE(eleven.ok());
+  EXPECT_EQ(r->TrainStep(*eleven, {1}, 0).status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(r->TrainStep(data, {1}, 0).ok());
-  data.images.pop_back();
-  EXPECT_EQ(r->TrainStep(data, {1}, 0).status().code(), StatusCode::kInvalidArgument);
+  Dataset missing = data;
+  missing.features = nullptr;
+  EXPECT_EQ(r->TrainStep(missing, {1}, 0).status().code(), StatusCode::kInvalidArgument);
   Dataset small = SyntheticData(2);
-  small.rows = 14;
-  small.cols = 56;
+  small.sample_shape = {1, 14, 56};
   EXPECT_EQ(r->TrainStep(small, {0}, 0).status().code(), StatusCode::kInvalidArgument);
+  Dataset ints = data;
+  ints.feature_dtype = DataType::kInt64;
+  EXPECT_EQ(r->TrainStep(ints, {0}, 0).status().code(), StatusCode::kInvalidArgument);
+  Dataset targets = data;
+  targets.label_dtype = DataType::kFloat32;
+  EXPECT_EQ(r->TrainStep(targets, {0}, 0).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ModelRunner, TrainsTheSameOn28x28As1x28x28Samples) {
+  auto a = MustCreate("cnn");
+  auto b = MustCreate("cnn");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  auto la = a->TrainStep(SyntheticData(4), {0, 1, 2, 3}, 5);
+  auto lb = b->TrainStep(SyntheticData(4, {28, 28}), {0, 1, 2, 3}, 5);
+  ASSERT_TRUE(la.ok() && lb.ok());
+  EXPECT_EQ(*la, *lb);
 }
 
 }  // namespace

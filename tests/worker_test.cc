@@ -95,7 +95,7 @@ class FakeModel final : public ModelRunner {
         mean[k] += x[k] / indices.size();
       }
       for (int c = 0; c < kClasses; ++c) {
-        const float err = Logit(x, c) - (data.labels[idx] == c ? 1.f : 0.f);
+        const float err = Logit(x, c) - (data.ClassOf(idx) == c ? 1.f : 0.f);
         loss += 0.5 * err * err / indices.size();
         gb[c] += err / indices.size();
         for (int k = 0; k < kFeatures; ++k) gw[c * kFeatures + k] += err * x[k] / indices.size();
@@ -122,8 +122,8 @@ class FakeModel final : public ModelRunner {
       const std::vector<float> x = Features(data, i);
       int best = 0;
       for (int c = 1; c < kClasses; ++c) best = Logit(x, c) > Logit(x, best) ? c : best;
-      stats.correct += best == data.labels[i];
-      stats.loss_sum += std::abs(Logit(x, int(data.labels[i])) - 1);
+      stats.correct += best == data.ClassOf(i);
+      stats.loss_sum += std::abs(Logit(x, int(data.ClassOf(i))) - 1);
       ++stats.count;
     }
     return stats;
@@ -139,7 +139,7 @@ class FakeModel final : public ModelRunner {
   static std::vector<float> Features(const Dataset& d, int64_t i) {
     std::vector<float> x(kFeatures, 0);
     for (int r = 0; r < 28; ++r) {
-      for (int c = 0; c < 28; ++c) x[(r / 7) * 4 + c / 7] += d.images[(i * 28 + r) * 28 + c] / 49.f;
+      for (int c = 0; c < 28; ++c) x[(r / 7) * 4 + c / 7] += static_cast<const float*>(d.features)[(i * 28 + r) * 28 + c] / 49.f;
     }
     return x;
   }

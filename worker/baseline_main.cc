@@ -1,6 +1,6 @@
 // baseline: plain single-process libtorch training, the yardstick for the
 // overhead of virtual workers. Same model (worker/models.h) and data
-// (Fashion-MNIST through ReadIdxDataset) as a job; each step runs
+// (Fashion-MNIST, or --train_data, through data/job_data.h) as a job; each step runs
 // --microbatches microbatches of --batch_per_vw samples, accumulates their
 // gradients (loss / k each, backward each) and then takes one optimizer step.
 // No parameter server, no messages, no copies of gradients. With
@@ -20,7 +20,8 @@
 #include <exception>
 #include <memory>
 
-#include "worker/dataset.h"
+#include "data/dataset.h"
+#include "data/job_data.h"
 #include "worker/model_runner.h"
 #include "worker/models.h"
 
@@ -28,6 +29,10 @@ DEFINE_string(model, "cnn", "mlp | cnn | cnn_bn");
 DEFINE_string(data_dir, "/usr/share/datasets/fashion-mnist",
               "Folder with the Fashion-MNIST IDX files (.gz)");
 DEFINE_int64(train_limit, -1, "Use the first N training samples (<= 0: all)");
+DEFINE_string(train_data, "", "Training features: .npy, .csv or IDX (empty: --data_dir's Fashion-MNIST)");
+DEFINE_string(train_labels, "", "Training labels: .npy or IDX (CSV: the --label_column)");
+DEFINE_string(data_format, "", "idx, npy or csv; empty: from the files' extensions");
+DEFINE_string(label_column, "label", "CSV: the header name of the label column");
 DEFINE_int32(microbatches, 8, "Microbatches per step (k, the job's V)");
 DEFINE_int32(batch_per_vw, 16, "Samples per microbatch");
 DEFINE_int32(steps, 300, "Timed optimizer steps");
@@ -86,9 +91,15 @@ int Run() {
                   "--warmup_steps >= 0";
     return 2;
   }
-  const std::string dir = FLAGS_data_dir + "/";
-  auto train = eps::ReadIdxDataset(dir + "train-images-idx3-ubyte.gz",
-                                   dir + "train-labels-idx1-ubyte.gz", FLAGS_train_limit);
+  eps::JobSpec spec;
+  spec.data_dir = FLAGS_data_dir;
+  spec.train_data = FLAGS_train_data;
+  spec.train_labels = FLAGS_train_labels;
+  spec.data_format = FLAGS_data_format;
+  spec.label_column = FLAGS_label_column;
+  spec.train_limit = FLAGS_train_limit;
+  spec.test_limit = -1;  // no test set
+  auto train = eps::OpenDataset(eps::DataFilesOf(spec).train);
   if (!train.ok()) {
     LOG(ERROR) << train.status().ToString();
     return 2;
@@ -123,8 +134,6 @@ int Run() {
     return 2;
   }
 
-  const torch::Tensor images = eps::ImagesView(*train);
-  const torch::Tensor labels = eps::LabelsView(*train);
   Batches batches(train->size, FLAGS_batch_per_vw);
   const double k = FLAGS_microbatches;
   float step_loss = 0;
@@ -133,8 +142,8 @@ int Run() {
     torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(*device));
     for (int m = 0; m < FLAGS_microbatches; ++m) {
       const torch::Tensor idx = batches.Next();
-      const torch::Tensor x = images.index_select(0, idx).to(*device);
-      const torch::Tensor y = labels.index_select(0, idx).to(*device);
+      const torch::Tensor x = eps::AsImages(eps::FeatureRows(*train, idx)).to(*device);
+      const torch::Tensor y = eps::LabelRows(*train, idx).to(*device);
       torch::Tensor loss = torch::nn::functional::cross_entropy((*model)->forward(x), y) / k;
       loss.backward();
       loss_sum += loss.detach();

@@ -23,7 +23,7 @@ namespace eps {
 namespace {
 
 Status CheckLabel(const Dataset& data, int64_t i) {
-  const int64_t label = data.labels[static_cast<size_t>(i)];
+  const int64_t label = data.ClassOf(i);
   if (label < 0 || label >= kNumClasses) {
     return InvalidArgument("sample " + std::to_string(i) + " has label " + std::to_string(label) +
                            ", outside [0, 10)");
@@ -180,8 +180,8 @@ class TorchModelRunner final : public ModelRunner {
       const torch::Tensor idx =
           torch::from_blob(const_cast<int64_t*>(indices.data()),
                            {static_cast<int64_t>(indices.size())}, torch::kInt64);
-      const torch::Tensor x = ImagesView(data).index_select(0, idx).to(device_);
-      const torch::Tensor y = LabelsView(data).index_select(0, idx).to(device_);
+      const torch::Tensor x = AsImages(FeatureRows(data, idx)).to(device_);
+      const torch::Tensor y = LabelRows(data, idx).to(device_);
       if (on_gpu()) ComputeAfterUploads();
       torch::Tensor loss = torch::nn::functional::cross_entropy(model_->forward(x), y);
       struct Reporting {  // OnGradient reports to `ready` only inside this scope
@@ -252,12 +252,11 @@ class TorchModelRunner final : public ModelRunner {
       torch::NoGradGuard no_grad;
       model_->eval();
       if (on_gpu()) ComputeAfterUploads();
-      const torch::Tensor images = ImagesView(data);
-      const torch::Tensor labels = LabelsView(data);
       for (int64_t first = lo; first < hi; first += batch) {
         const int64_t n = std::min(batch, hi - first);
-        const torch::Tensor logits = model_->forward(images.narrow(0, first, n).to(device_));
-        const torch::Tensor y = labels.narrow(0, first, n).to(device_);
+        const torch::Tensor logits =
+            model_->forward(AsImages(FeatureRange(data, first, n)).to(device_));
+        const torch::Tensor y = LabelRange(data, first, n).to(device_);
         stats.loss_sum +=
             torch::nn::functional::cross_entropy(
                 logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))

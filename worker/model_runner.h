@@ -33,7 +33,7 @@
 
 #include "common/layout.h"
 #include "common/status.h"
-#include "worker/dataset.h"
+#include "data/dataset.h"
 
 namespace eps {
 

@@ -124,28 +124,49 @@ void SetCpuThreads(int threads) {
     set(threads);
 }
 
-Status CheckModelInput(const Dataset& data) {
-  if (data.rows != kImageSide || data.cols != kImageSide) {
-    return InvalidArgument("the models take 28x28 images, the data set holds " +
-                           std::to_string(data.rows) + "x" + std::to_string(data.cols));
+namespace {
+
+torch::ScalarType TorchType(DataType t) {
+  switch (t) {
+    case DataType::kFloat32:
+      return torch::kFloat32;
+    case DataType::kUInt8:
+      return torch::kUInt8;
+    case DataType::kInt64:
+      return torch::kInt64;
   }
-  if (data.size < 0 ||
-      data.images.size() != static_cast<size_t>(data.size) * kImageSide * kImageSide ||
-      data.labels.size() != static_cast<size_t>(data.size)) {
-    return InvalidArgument("inconsistent data set: size " + std::to_string(data.size) + " with " +
-                           std::to_string(data.images.size()) + " pixels and " +
-                           std::to_string(data.labels.size()) + " labels");
-  }
-  return OkStatus();
+  return torch::kFloat32;
 }
 
-torch::Tensor ImagesView(const Dataset& data) {
-  return torch::from_blob(const_cast<float*>(data.images.data()),
-                          {data.size, 1, data.rows, data.cols}, torch::kFloat32);
+// The whole array as a tensor [size, shape...] over the data set's memory (read only).
+torch::Tensor Whole(const Dataset& data, const void* p, DataType t, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> sizes{data.size};
+  sizes.insert(sizes.end(), shape.begin(), shape.end());
+  return torch::from_blob(const_cast<void*>(p), sizes, TorchType(t));
 }
 
-torch::Tensor LabelsView(const Dataset& data) {
-  return torch::from_blob(const_cast<int64_t*>(data.labels.data()), {data.size}, torch::kInt64);
+}  // namespace
+
+torch::Tensor FeatureRows(const Dataset& data, const torch::Tensor& idx) {
+  return Whole(data, data.features, data.feature_dtype, data.sample_shape).index_select(0, idx);
+}
+
+torch::Tensor FeatureRange(const Dataset& data, int64_t first, int64_t n) {
+  return Whole(data, data.features, data.feature_dtype, data.sample_shape)
+      .narrow(0, first, n)
+      .clone();
+}
+
+torch::Tensor LabelRows(const Dataset& data, const torch::Tensor& idx) {
+  return Whole(data, data.labels, data.label_dtype, data.label_shape).index_select(0, idx);
+}
+
+torch::Tensor LabelRange(const Dataset& data, int64_t first, int64_t n) {
+  return Whole(data, data.labels, data.label_dtype, data.label_shape).narrow(0, first, n).clone();
+}
+
+torch::Tensor AsImages(const torch::Tensor& features) {
+  return features.view({features.size(0), 1, kImageSide, kImageSide});
 }
 
 }  // namespace eps

@@ -1,5 +1,5 @@
 // The model zoo: the image classifiers a job can name, and the tensor views of
-// a Dataset they take. One definition shared by the torch adapter
+// a Dataset (data/dataset.h) every model takes. One definition shared by the torch adapter
 // (worker/model_runner.h) and the single-process baseline (worker/baseline_main.cc),
 // so both train exactly the same network.
 //
@@ -14,13 +14,13 @@
 #include <string>
 
 #include "common/status.h"
-#include "worker/dataset.h"
+#include "data/dataset.h"
+#include "data/model_input.h"
 
 namespace eps {
 
-// Every model takes [b, 1, 28, 28] float32 images and has 10 classes.
-constexpr int64_t kImageSide = 28;
-constexpr int64_t kNumClasses = 10;
+// Every model takes [b, 1, 28, 28] float32 images and has 10 classes
+// (kImageSide, kNumClasses and CheckModelInput: data/model_input.h).
 
 // Builds model `name` with freshly initialized parameters, drawn from the
 // default CPU generator in module order (seed it first with torch::manual_seed
@@ -57,13 +57,18 @@ constexpr int64_t kNumClasses = 10;
 // the bits: every worker of a job computes with the same count.
 void SetCpuThreads(int threads);
 
-// OK if `data` holds 28x28 images and its vectors match its size; InvalidArgument otherwise.
-[[nodiscard]] Status CheckModelInput(const Dataset& data);
+// The torch views of a Dataset, in the file's dtypes: features float32, uint8
+// or int64, labels int64 or float32. Rows: the samples `idx` (int64 [b]), as
+// a new tensor [b, sample_shape...] (labels [b, label_shape...]); Range:
+// samples [first, first + n), copied too, so that nothing downstream can write
+// into (or keep alive) the data set's read-only mapping. Indices must be in
+// range (the caller checks). Throw c10::Error like any libtorch call.
+torch::Tensor FeatureRows(const Dataset& data, const torch::Tensor& idx);
+torch::Tensor FeatureRange(const Dataset& data, int64_t first, int64_t n);
+torch::Tensor LabelRows(const Dataset& data, const torch::Tensor& idx);
+torch::Tensor LabelRange(const Dataset& data, int64_t first, int64_t n);
 
-// Views of the data set's images [size, 1, rows, cols] and labels [size]
-// without a copy; valid while `data` lives and is not resized. libtorch must
-// only read through them.
-torch::Tensor ImagesView(const Dataset& data);
-torch::Tensor LabelsView(const Dataset& data);
+// Features of the built-in models' input shape [b, 1, 28, 28] (a view).
+torch::Tensor AsImages(const torch::Tensor& features);
 
 }  // namespace eps

@@ -9,6 +9,9 @@
 #include "common/layout.h"
 #include "common/task_thread.h"
 #include "common/tree.h"
+#include "data/fingerprint.h"
+#include "data/job_data.h"
+#include "data/model_input.h"
 #include "schema/channel.h"
 #include "worker/block_pusher.h"
 #include "worker/coordinator_session.h"
@@ -98,6 +101,7 @@ class WorkerImpl final : public Worker {
   }
 
   bool unreachable() const override { return unreachable_; }
+  bool data_refused() const override { return data_refused_; }
 
  private:
   bool stopping() const { return stop_->load(); }
@@ -187,14 +191,15 @@ class WorkerImpl final : public Worker {
       *jobs_fault = st.code() == StatusCode::kInvalidArgument;
       return st;
     }
-    const std::string dir = spec_.data_dir + "/";
-    EPS_ASSIGN_OR_RETURN(train_,
-                         ReadIdxDataset(dir + "train-images-idx3-ubyte.gz",
-                                        dir + "train-labels-idx1-ubyte.gz", spec_.train_limit));
-    if (spec_.test_limit >= 0) {
-      EPS_ASSIGN_OR_RETURN(test_,
-                           ReadIdxDataset(dir + "t10k-images-idx3-ubyte.gz",
-                                          dir + "t10k-labels-idx1-ubyte.gz", spec_.test_limit));
+    EPS_ASSIGN_OR_RETURN(JobData data, OpenJobData(spec_));
+    train_ = std::move(data.train);
+    test_ = std::move(data.test);
+    data_fingerprint_ = std::move(data.fingerprint);
+    if (IsBuiltinModel(spec_.model)) {
+      if (Status st = CheckModelInput(train_); !st.ok()) {
+        *jobs_fault = true;  // every worker would fail the same
+        return st.WithContext("the training set");
+      }
     }
     if (train_.size < 1) return InvalidArgument("the training set is empty");
     sampler_ = std::make_unique<Sampler>(spec_.seed, train_.size, spec_.virtual_workers,
@@ -286,6 +291,10 @@ class WorkerImpl final : public Worker {
     std::optional<StepPlan> guess;
     while (true) {
       if (stopping()) return Leave();
+      if (Status st = DataUnchanged(); !st.ok()) {
+        (void)session_->Leave("cannot run on this host: " + st.ToString(), /*host_fault=*/true);
+        return st;
+      }
       StepRequest request{session_->id(), done, {}, 0, 0, abandoned, seconds_per_vw_};
       abandoned = false;
       seconds_per_vw_ = 0;
@@ -293,6 +302,7 @@ class WorkerImpl final : public Worker {
         request.tensors = model_->Tensors();
         request.train_samples = train_.size;
         request.test_samples = test_.size;
+        request.data_fingerprint = data_fingerprint_;
       }
       EPS_RETURN_IF_ERROR(session_->Send(std::move(request)));
       std::optional<Status> ran;  // the answer's plan ran ahead of it, with this outcome
@@ -301,6 +311,12 @@ class WorkerImpl final : public Worker {
       if (!reply.ok()) {
         if (stopping()) return Leave();
         const StatusCode code = reply.status().code();
+        if (code == StatusCode::kFailedPrecondition &&
+            reply.status().message().rfind(kDataMismatch, 0) == 0) {
+          LOG(ERROR) << "the coordinator refused this worker: its data files are not the job's ("
+                     << reply.status().message() << ")";
+          data_refused_ = true;
+        }
         if (code != StatusCode::kAborted && code != StatusCode::kNotFound) return reply.status();
         // The coordinator declared this worker dead or forgot it: join again under a new id.
         if (++reregistrations > kMaxReregistrations) {
@@ -364,6 +380,13 @@ class WorkerImpl final : public Worker {
       }
       EPS_RETURN_IF_ERROR(st);
     }
+  }
+
+  // The data files are still the ones opened (a changed file under a mapping
+  // would read garbage or SIGBUS): FailedPrecondition naming the file otherwise.
+  Status DataUnchanged() const {
+    EPS_RETURN_IF_ERROR(train_.CheckUnchanged());
+    return test_.CheckUnchanged();
   }
 
   Status PushInitialValues() {
@@ -524,12 +547,14 @@ class WorkerImpl final : public Worker {
   // For the report: "done", "left", "failed", "unreachable", "refused" (its CURVE key).
   std::string outcome_ = "failed";
   bool unreachable_ = false;  // see Worker::unreachable()
+  bool data_refused_ = false;  // see Worker::data_refused()
   StepTimes times_;
   double seconds_per_vw_ = 0;  // measured in the last train plan, reported with the next request
   bool warmed_up_ = false;     // a train plan ran before (the first one is not timed)
   JobSpec spec_;
   std::unique_ptr<ModelRunner> model_;
   Dataset train_, test_;
+  std::string data_fingerprint_;  // of train_'s and test_'s files (data/fingerprint.h)
   std::unique_ptr<Sampler> sampler_;
   Layout layout_;
   std::unique_ptr<FlatGradientLayout> flat_;

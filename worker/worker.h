@@ -141,6 +141,9 @@ class Worker {
   // register_timeout (it ended, or the address is wrong). eps_worker then
   // exits 3 (docs/operations.md).
   virtual bool unreachable() const = 0;
+  // After Run failed: the coordinator refused this worker's data files (their
+  // fingerprint differs from the job's, data/fingerprint.h). eps_worker then exits 5.
+  virtual bool data_refused() const = 0;
 };
 
 }  // namespace eps

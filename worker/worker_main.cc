@@ -310,6 +310,7 @@ int main(int argc, char** argv) {
                     "(or it was revoked), or this worker and the job disagree on CURVE";
       return 4;  // exit codes: docs/operations.md
     }
+    if ((*worker)->data_refused()) return 5;  // exit codes: docs/operations.md
     return (*worker)->unreachable() ? 3 : 1;
   }
   return 0;

@@ -6,9 +6,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <new>
+#include <vector>
 
-#include "worker/dataset.h"
+#include "data/data_source.h"
+#include "data/dataset.h"
 
 namespace eps {
 namespace {
@@ -129,10 +132,11 @@ StatusOr<Dataset> ReadIdx(const std::string& images_path, const std::string& lab
                            " are more pixels than a worker holds in memory");
   }
 
-  Dataset ds;
-  ds.size = kept;
-  ds.rows = rows;
-  ds.cols = cols;
+  struct Vectors {
+    std::vector<float> images;
+    std::vector<int64_t> labels;
+  };
+  auto v = std::make_shared<Vectors>();
   std::array<float, 256> table;
   for (int p = 0; p < 256; ++p) table[p] = NormalizePixel(static_cast<uint8_t>(p));
 
@@ -144,14 +148,27 @@ StatusOr<Dataset> ReadIdx(const std::string& images_path, const std::string& lab
     const int64_t count = std::min(kBatch, kept - first);
     raw.resize(static_cast<size_t>(count * pixels));
     EPS_RETURN_IF_ERROR(images.Read(raw.data(), raw.size(), "image data"));
-    const size_t at = ds.images.size();
-    ds.images.resize(at + raw.size());
-    std::transform(raw.begin(), raw.end(), ds.images.begin() + static_cast<std::ptrdiff_t>(at),
+    const size_t at = v->images.size();
+    v->images.resize(at + raw.size());
+    std::transform(raw.begin(), raw.end(), v->images.begin() + static_cast<std::ptrdiff_t>(at),
                    [&table](unsigned char p) { return table[p]; });
   }
   raw.resize(static_cast<size_t>(kept));
   EPS_RETURN_IF_ERROR(labels.Read(raw.data(), raw.size(), "label data"));
-  ds.labels.assign(raw.begin(), raw.end());
+  v->labels.assign(raw.begin(), raw.end());
+
+  Dataset ds;
+  ds.size = kept;
+  ds.sample_shape = {1, int64_t{rows}, int64_t{cols}};
+  ds.feature_dtype = DataType::kFloat32;
+  ds.features = v->images.data();
+  ds.label_dtype = DataType::kInt64;
+  ds.labels = v->labels.data();
+  EPS_ASSIGN_OR_RETURN(ds.num_classes, CountClasses(v->labels.data(), kept, labels_path));
+  EPS_ASSIGN_OR_RETURN(FileStamp image_stamp, StampFile(images_path));
+  EPS_ASSIGN_OR_RETURN(FileStamp label_stamp, StampFile(labels_path));
+  ds.source = std::make_shared<StampedSource>(std::vector<FileStamp>{image_stamp, label_stamp},
+                                              std::move(v));
   return ds;
 }
 

@@ -1,0 +1,34 @@
+// The data a job's spec names (JobSpec's train_data ... label_column, data_dir,
+// train_limit, test_limit), opened the same way by every worker and checked by
+// the coordinator. Pure functions over the spec, thread-safe.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "data/dataset.h"
+#include "schema/messages.h"
+
+namespace eps {
+
+// The files of the training set and, when the job evaluates (test_limit >= 0
+// and a test set named, or the default Fashion-MNIST), of the test set. An
+// empty train_data names the Fashion-MNIST IDX files in data_dir.
+struct JobDataFiles {
+  DataFiles train;
+  std::optional<DataFiles> test;
+};
+JobDataFiles DataFilesOf(const JobSpec& spec);
+
+// The job's data, read, with the fingerprint of all its files (train then test).
+struct JobData {
+  Dataset train, test;  // test.size == 0 when the job does not evaluate
+  std::string fingerprint;
+};
+[[nodiscard]] StatusOr<JobData> OpenJobData(const JobSpec& spec);
+
+// The fingerprint OpenJobData gives, from the files alone (no parsing).
+[[nodiscard]] StatusOr<std::string> FingerprintJobData(const JobSpec& spec);
+
+}  // namespace eps

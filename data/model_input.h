@@ -1,0 +1,26 @@
+// What the built-in models (mlp, cnn, cnn_bn: worker/models.h) take, checked
+// without libtorch, so that the coordinator refuses a data set they cannot
+// train on at start and a worker before its first step.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+#include "data/dataset.h"
+
+namespace eps {
+
+// Every built-in model takes [b, 1, 28, 28] float32 images and has 10 classes.
+constexpr int64_t kImageSide = 28;
+constexpr int64_t kNumClasses = 10;
+
+// True for "mlp", "cnn" and "cnn_bn".
+bool IsBuiltinModel(const std::string& model);
+
+// OK if the built-in models can train on `data`: float32 samples of
+// [1, 28, 28], [28, 28] or [784] (a CSV row of pixels), one int64 class per sample, below 10, and a data
+// set whose pointers are set; InvalidArgument saying what differs.
+[[nodiscard]] Status CheckModelInput(const Dataset& data);
+
+}  // namespace eps

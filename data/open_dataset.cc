@@ -1,0 +1,118 @@
+// Picking a format, opening a data set by its files, and a job's data.
+#include "data/fingerprint.h"
+#include "data/job_data.h"
+
+namespace eps {
+namespace {
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The fingerprint lines of a data set's files.
+StatusOr<std::string> FingerprintFiles(const DataFiles& files) {
+  EPS_ASSIGN_OR_RETURN(std::string fp, FingerprintFile(files.role + "_data", files.features));
+  if (!files.labels.empty()) {
+    EPS_ASSIGN_OR_RETURN(std::string labels, FingerprintFile(files.role + "_labels", files.labels));
+    fp += "\n" + labels;
+  }
+  return fp;
+}
+
+}  // namespace
+
+StatusOr<std::string> DataFormatOf(const DataFiles& files) {
+  const std::string& f = files.format;
+  if (f == "idx" || f == "npy" || f == "csv") return f;
+  if (!f.empty()) {
+    return InvalidArgument("--data_format '" + f + "': expected idx, npy or csv (or empty: " +
+                           "from the files' extensions)");
+  }
+  const std::string& p = files.features;
+  if (EndsWith(p, ".npy")) return std::string("npy");
+  if (EndsWith(p, ".csv")) return std::string("csv");
+  if (EndsWith(p, ".gz") || EndsWith(p, "-ubyte") || EndsWith(p, ".idx")) return std::string("idx");
+  return InvalidArgument("--" + files.role + "_data " + p +
+                         ": the extension does not say the format (.npy, .csv, .gz or -ubyte for "
+                         "IDX): set --data_format");
+}
+
+StatusOr<Dataset> OpenDataset(const DataFiles& files) {
+  EPS_ASSIGN_OR_RETURN(std::string format, DataFormatOf(files));
+  if (files.features.empty()) return InvalidArgument("--" + files.role + "_data is empty");
+  StatusOr<Dataset> ds = InvalidArgument("no format");
+  if (format == "csv") {
+    if (!files.labels.empty()) {
+      return InvalidArgument("--" + files.role + "_labels " + files.labels +
+                             ": a CSV data set holds its labels in its --label_column ('" +
+                             files.label_column + "'): leave --" + files.role + "_labels empty");
+    }
+    ds = ReadCsvDataset(files.features, files.label_column, files.limit);
+  } else if (files.labels.empty()) {
+    return InvalidArgument("--" + files.role + "_labels is empty: " + format +
+                           " data needs a labels file");
+  } else if (format == "npy") {
+    ds = ReadNpyDataset(files.features, files.labels, files.limit);
+  } else {
+    ds = ReadIdxDataset(files.features, files.labels, files.limit);
+  }
+  if (!ds.ok()) return ds.status().WithContext(files.role + " data (" + format + ")");
+  EPS_ASSIGN_OR_RETURN(ds->fingerprint, FingerprintFiles(files));
+  return ds;
+}
+
+JobDataFiles DataFilesOf(const JobSpec& spec) {
+  JobDataFiles out;
+  const std::string dir = spec.data_dir + "/";
+  out.train.role = "train";
+  out.train.limit = spec.train_limit;
+  out.train.label_column = spec.label_column;
+  if (spec.train_data.empty()) {
+    out.train.format = "idx";
+    out.train.features = dir + "train-images-idx3-ubyte.gz";
+    out.train.labels = dir + "train-labels-idx1-ubyte.gz";
+  } else {
+    out.train.format = spec.data_format;
+    out.train.features = spec.train_data;
+    out.train.labels = spec.train_labels;
+  }
+  if (spec.test_limit < 0) return out;
+  DataFiles test = out.train;
+  test.role = "test";
+  test.limit = spec.test_limit;
+  if (spec.train_data.empty()) {
+    test.features = dir + "t10k-images-idx3-ubyte.gz";
+    test.labels = dir + "t10k-labels-idx1-ubyte.gz";
+  } else if (!spec.test_data.empty()) {
+    test.features = spec.test_data;
+    test.labels = spec.test_labels;
+  } else {
+    return out;  // no test set named: no evaluation
+  }
+  out.test = test;
+  return out;
+}
+
+StatusOr<JobData> OpenJobData(const JobSpec& spec) {
+  const JobDataFiles files = DataFilesOf(spec);
+  JobData data;
+  EPS_ASSIGN_OR_RETURN(data.train, OpenDataset(files.train));
+  data.fingerprint = data.train.fingerprint;
+  if (files.test) {
+    EPS_ASSIGN_OR_RETURN(data.test, OpenDataset(*files.test));
+    data.fingerprint += "\n" + data.test.fingerprint;
+  }
+  return data;
+}
+
+StatusOr<std::string> FingerprintJobData(const JobSpec& spec) {
+  const JobDataFiles files = DataFilesOf(spec);
+  EPS_ASSIGN_OR_RETURN(std::string fp, FingerprintFiles(files.train));
+  if (files.test) {
+    EPS_ASSIGN_OR_RETURN(std::string test, FingerprintFiles(*files.test));
+    fp += "\n" + test;
+  }
+  return fp;
+}
+
+}  // namespace eps

@@ -1,0 +1,38 @@
+// The data readers (data/dataset.h) on any bytes: the input's first byte picks
+// the reader (even: NPY, the rest of the input as both the features and the
+// labels file; odd: CSV), the rest is the file. Any outcome but a crash, a
+// leak or undefined behaviour is fine; a data set that opens is read whole.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "data/dataset.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  const int fd = memfd_create("data_fuzz", 0);
+  if (fd < 0) return 0;
+  if (size > 1 && write(fd, data + 1, size - 1) != static_cast<ssize_t>(size - 1)) {
+    close(fd);
+    return 0;
+  }
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  eps::StatusOr<eps::Dataset> ds = (data[0] & 1) == 0 ? eps::ReadNpyDataset(path, path, 0)
+                                                      : eps::ReadCsvDataset(path, "label", 0);
+  if (ds.ok()) {
+    // Touch every byte the data set claims, as a worker would.
+    uint64_t sum = 0;
+    const auto* f = static_cast<const uint8_t*>(ds->features);
+    const int64_t fb = ds->size * ds->SampleElems() * static_cast<int64_t>(eps::DataTypeSize(ds->feature_dtype));
+    for (int64_t i = 0; i < fb; ++i) sum += f[i];
+    const auto* l = static_cast<const uint8_t*>(ds->labels);
+    const int64_t lb = ds->size * ds->LabelElems() * static_cast<int64_t>(eps::DataTypeSize(ds->label_dtype));
+    for (int64_t i = 0; i < lb; ++i) sum += l[i];
+    if (sum == 1) (void)ds->CheckUnchanged();
+  }
+  close(fd);
+  return 0;
+}
