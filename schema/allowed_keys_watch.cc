@@ -24,9 +24,15 @@ StatusOr<AllowedKeysWatch> AllowedKeysWatch::Open(Options options, const Clock* 
 StatusOr<std::optional<AllowedKeysWatch>> AllowedKeysWatch::ForServer(
     const CurveOptions& curve, const std::string& allowed_keys, const Clock* clock) {
   if (!curve.enabled() || allowed_keys.empty()) return std::optional<AllowedKeysWatch>();
-  EPS_ASSIGN_OR_RETURN(AllowedKeysWatch watch,
-                       Open({allowed_keys, {curve.keys.public_key}, std::chrono::seconds(1)}, clock));
-  return std::optional<AllowedKeysWatch>(std::move(watch));
+  Options options{allowed_keys, {curve.keys.public_key}, std::chrono::seconds(1)};
+  auto watch = Open(options, clock);
+  if (watch.ok()) return std::optional<AllowedKeysWatch>(std::move(watch).value());
+  // The ZapHandler read them a moment ago: a file being written now (attach.sh adding a key).
+  // Every client key is a miss until they read, and a miss reads them again.
+  LOG(WARNING) << "cannot read the allowed keys yet (reading them again at the first message): "
+               << watch.status().ToString();
+  std::set<std::string> own(options.always_allowed.begin(), options.always_allowed.end());
+  return std::optional<AllowedKeysWatch>(AllowedKeysWatch(std::move(options), clock, std::move(own)));
 }
 
 Status AllowedKeysWatch::Revoked() {
@@ -51,12 +57,19 @@ void AllowedKeysWatch::Reload() {
               << ")";
   }
   keys_ = std::move(keys).value();
+  missed_.clear();
 }
 
 bool AllowedKeysWatch::Admits(const std::string& user_id) {
   if (user_id.empty()) return true;
   if (clock_->Now() - read_at_ >= options_.reload_every) Reload();
   if (keys_.count(user_id) > 0) return true;
+  // A key the ZAP handler admitted but this set lacks was added since the last read, or
+  // revoked: read again now, once per key until the next periodic read.
+  if (missed_.insert(user_id).second) {
+    Reload();
+    if (keys_.count(user_id) > 0) return true;
+  }
   ++refused_;
   return false;
 }

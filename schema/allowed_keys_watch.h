@@ -6,12 +6,13 @@
 // asks it about every message it receives (Channel::Incoming::user_id, the
 // client's public key that the handler gave the connection): a key removed
 // from the allowed keys (a file or a folder of *.pub, schema/curve.h) stops
-// being served within `reload_every` (the set is re-read at most that often,
-// when a message asks), and a key in `always_allowed` (the server's own) is
-// always served. A message without a user id (no CURVE) is always admitted.
-// If the allowed keys cannot be read, the last set read stays (a file being
-// rewritten must not eject every worker); the handshakes fail closed as
-// before. Time comes from the injected clock. Not thread-safe: the event loop
+// being served within `reload_every` (the set is re-read that often, when a
+// message asks), and a key in `always_allowed` (the server's own) is always
+// served. A key not in the set read last (added since, as the handshake saw,
+// or revoked) makes it read the set again at once, once per key and period.
+// A message without a user id (no CURVE) is always admitted. If the allowed
+// keys cannot be read, the last set read stays (a file being rewritten must
+// not eject every worker); the handshakes fail closed as before. Time comes from the injected clock. Not thread-safe: the event loop
 // that receives the messages owns it.
 #pragma once
 
@@ -37,7 +38,9 @@ class AllowedKeysWatch {
 
   // InvalidArgument or NotFound if the allowed keys cannot be read now.
   static StatusOr<AllowedKeysWatch> Open(Options options, const Clock* clock);
-  // A server's: none when `curve` is off, else `allowed_keys` and the server's own key.
+  // A server's: none when `curve` is off, else `allowed_keys` and the server's own key. The
+  // ZapHandler has read them at its start: one unreadable now (a file being written) is read
+  // again at the first message.
   static StatusOr<std::optional<AllowedKeysWatch>> ForServer(const CurveOptions& curve,
                                                              const std::string& allowed_keys,
                                                              const Clock* clock);
@@ -56,7 +59,8 @@ class AllowedKeysWatch {
 
   Options options_;
   const Clock* clock_;
-  std::set<std::string> keys_;  // the allowed set read last, plus always_allowed
+  std::set<std::string> keys_;    // the allowed set read last, plus always_allowed
+  std::set<std::string> missed_;  // keys not in it that made it read again since
   Clock::time_point read_at_;
   uint64_t refused_ = 0;
 };

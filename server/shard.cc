@@ -372,14 +372,17 @@ class ShardImpl final : public Shard {
   }
 
   // A job whose chunks would not fit the socket's frame limit is refused at once, not by
-  // ZeroMQ dropping its workers' connections later.
-  Status CheckFrameLimit(const JobSpec& spec) const {
-    const int64_t needed = LargestLegitFrame(spec.chunk_elems);
+  // ZeroMQ dropping its workers' connections later. Its chunks are known with its tensors.
+  Status CheckFrameLimit(const ShardConfig& config) const {
+    int64_t largest = 0;
+    for (const TensorSpec& t : config.tensors) largest = std::max(largest, t.numel());
+    const int64_t elems = std::min(config.spec.chunk_elems, largest);
+    const int64_t needed = LargestLegitFrame(elems);
     if (options_.max_message_bytes < 0 || needed <= options_.max_message_bytes) return OkStatus();
     return FailedPrecondition(StrFormat(
-        "the job's chunks of %lld elements make frames of up to %lld bytes, more than this "
+        "the job's chunks of up to %lld elements make frames of up to %lld bytes, more than this "
         "shard's --max_message_mb allows (%lld bytes): raise it or lower --chunk_elems",
-        static_cast<long long>(spec.chunk_elems), static_cast<long long>(needed),
+        static_cast<long long>(elems), static_cast<long long>(needed),
         static_cast<long long>(options_.max_message_bytes)));
   }
 
@@ -407,7 +410,7 @@ class ShardImpl final : public Shard {
     }
     Body& body = in.envelope->body;
     if (auto* config = std::get_if<ShardConfig>(&body)) {
-      Status st = CheckFrameLimit(config->spec);
+      Status st = CheckFrameLimit(*config);
       if (st.ok()) st = CheckStoreFor(*config);
       if (st.ok()) {
         st = state_.Configure(*config);

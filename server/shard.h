@@ -63,8 +63,8 @@ struct ShardOptions {
   // message from a key no longer among them is refused (revocation of open connections).
   std::string allowed_keys;
   // Limits of the workers' socket (docs/security.md, "Bounded resources"). The largest frame
-  // it accepts (-1: any): a job whose largest legit frame (LargestLegitFrame of its
-  // chunk_elems, schema/channel.h) is larger is refused when its config comes.
+  // it accepts (-1: any): a job whose largest legit frame (LargestLegitFrame of its largest
+  // chunk, schema/channel.h) is larger is refused when its config with tensors comes.
   int64_t max_message_bytes = 64 << 20;
   int socket_hwm = 1000;                  // messages queued per peer each way (0: unbounded)
   size_t max_waiting_pulls_per_peer = 64;  // pulls parked for a later version, per peer

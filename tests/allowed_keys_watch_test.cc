@@ -66,6 +66,35 @@ TEST(AllowedKeysWatch, RemovedKeyIsRefusedAfterTheReloadInterval) {
   EXPECT_TRUE(watch->Admits(a));
 }
 
+TEST(AllowedKeysWatch, AKeyAddedSinceTheLastReadIsAdmittedAtOnce) {
+  TempDir dir;
+  const std::string a = NewPublicKey(), added = NewPublicKey();
+  std::ofstream(dir.path() + "/a.pub") << a << "\n";
+  FakeClock clock;
+  auto watch = AllowedKeysWatch::Open({dir.path(), {}, milliseconds(1000)}, &clock);
+  ASSERT_TRUE(watch.ok()) << watch.status().ToString();
+  std::ofstream(dir.path() + "/added.pub") << added << "\n";
+  EXPECT_TRUE(watch->Admits(added)) << "the handshake admitted it: the watch must too";
+}
+
+TEST(AllowedKeysWatch, AServerWatchStartsWhileAKeyFileIsHalfWritten) {
+  TempDir dir;
+  const std::string key = NewPublicKey();
+  std::ofstream(dir.path() + "/half.pub") << key.substr(0, 20);
+  auto server = GenerateCurveKeyPair();
+  ASSERT_TRUE(server.ok());
+  CurveOptions curve;
+  curve.keys = *server;
+  FakeClock clock;
+  auto watch = AllowedKeysWatch::ForServer(curve, dir.path(), &clock);
+  ASSERT_TRUE(watch.ok()) << watch.status().ToString();
+  ASSERT_TRUE(watch->has_value());
+  EXPECT_TRUE((*watch)->Admits(server->public_key));
+  std::ofstream(dir.path() + "/half.pub") << key << "\n";
+  EXPECT_TRUE((*watch)->Admits(key));
+  EXPECT_FALSE((*watch)->Admits(NewPublicKey()));
+}
+
 TEST(AllowedKeysWatch, MessagesWithoutAUserIdAreAdmitted) {
   TempDir dir;
   std::ofstream(dir.path() + "/a.pub") << NewPublicKey() << "\n";
