@@ -20,7 +20,7 @@ def run(b):
     print(f"== limits: mlp, 2 workers x 4 VWs, {b.steps} steps, 1 shard, medians of {ROUNDS} interleaved rounds "
           f"(host load {common.load1()}, {os.cpu_count()} cores)")
     print(f"{'config':<24s} | {'samples/s':>10s} | ratio vs unbounded")
-    flags = common.job_flags(b.steps)
+    flags = [f"--steps={b.steps}", "--test_limit=-1"]  # the MLP's step schedule needs no warm-up
     sps = {"unbounded": [], "limits": []}
     secs = {"unbounded": [], "limits": []}
     digests = set()
@@ -32,17 +32,7 @@ def run(b):
             secs[config].append(result["train_seconds"] if result else None)
             if result:
                 digests.add(result["params_sha256"])
-    base = None if None in sps["unbounded"] else analysis.median(sps["unbounded"])
-    for config in ("unbounded", "limits"):
-        ok = None not in sps[config]
-        b.row("limits", config, analysis.median(sps[config]) if ok else None, base,
-              analysis.median(secs[config]) if ok else None, load)
-    p = analysis.paired(sps["unbounded"], sps["limits"])
-    off = [x for x in sps["unbounded"] if x]
-    spread = f"{min(off) / max(off):.2f}-1.00" if off else "-"
-    print(f"   paired (median and range of the per-round ratios): "
-          f"{'-' if p is None else f'{p[0]:.2f} ({p[1]:.2f}-{p[2]:.2f})'}; the unbounded runs' own spread "
-          f"(slowest / fastest): {spread}")
+    b.paired_rows("limits", "unbounded", "limits", sps, secs, load, "the unbounded runs")
     print(f"   digests: {len(digests)} distinct over every run (1: the limits changed no bit)")
     if len(digests) > 1:
         common.warn("limits: the runs ended on different digests")
