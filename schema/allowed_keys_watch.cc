@@ -32,7 +32,8 @@ StatusOr<std::optional<AllowedKeysWatch>> AllowedKeysWatch::ForServer(
   LOG(WARNING) << "cannot read the allowed keys yet (reading them again at the first message): "
                << watch.status().ToString();
   std::set<std::string> own(options.always_allowed.begin(), options.always_allowed.end());
-  return std::optional<AllowedKeysWatch>(AllowedKeysWatch(std::move(options), clock, std::move(own)));
+  return std::optional<AllowedKeysWatch>(
+      AllowedKeysWatch(std::move(options), clock, std::move(own)));
 }
 
 Status AllowedKeysWatch::Revoked() {

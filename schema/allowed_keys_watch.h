@@ -12,8 +12,8 @@
 // or revoked) makes it read the set again at once, once per key and period.
 // A message without a user id (no CURVE) is always admitted. If the allowed
 // keys cannot be read, the last set read stays (a file being rewritten must
-// not eject every worker); the handshakes fail closed as before. Time comes from the injected clock. Not thread-safe: the event loop
-// that receives the messages owns it.
+// not eject every worker); the handshakes fail closed as before. Time comes from the injected
+// clock. Not thread-safe: the event loop that receives the messages owns it.
 #pragma once
 
 #include <chrono>

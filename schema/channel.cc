@@ -139,8 +139,8 @@ StatusOr<std::unique_ptr<Channel>> Channel::Bind(zmq::context_t* context,
       ep = ep.substr(0, ep.size() - 1) + "*";
     s.bind(ep);
     std::string bound = s.get(zmq::sockopt::last_endpoint);
-    auto channel = std::unique_ptr<Channel>(
-        new Channel(std::move(s), zmq::socket_t(), bound, true, options));
+    auto channel =
+        std::unique_ptr<Channel>(new Channel(std::move(s), zmq::socket_t(), bound, true, options));
     EPS_RETURN_IF_ERROR(channel->StartConnectionCount(context));
     return channel;
   } catch (const zmq::error_t& e) {
@@ -192,7 +192,8 @@ Status Channel::SendFrames(const std::string* peer, const Envelope& envelope) {
         return Unavailable("the peer's queue is full (send would block)");
     }
     for (size_t i = 0; i < frames.size(); ++i) {
-      auto flags = (i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none) | wait;
+      auto flags =
+          (i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none) | wait;
       if (!socket_.send(ToMessage(frames[i]), flags)) return Unavailable("send would block");
     }
   } catch (const zmq::error_t& e) {

@@ -117,7 +117,7 @@ class Channel {
   Status SendFrames(const std::string* peer, const Envelope& envelope);
 
   zmq::socket_t socket_;
-  zmq::socket_t monitor_;  // PAIR receiving socket_'s handshake failures (DEALER only)
+  zmq::socket_t monitor_;      // PAIR receiving socket_'s handshake failures (DEALER only)
   zmq::socket_t connections_;  // PAIR receiving socket_'s accepted/closed events (ROUTER)
   Counter* accepted_ = nullptr;
   Counter* closed_ = nullptr;

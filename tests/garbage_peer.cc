@@ -191,8 +191,8 @@ bool Barrage(zmq::context_t* ctx, const std::string& endpoint, const std::string
         return false;
       }
       // An error, or (a replayed push the shard can read) a reply that accepted nothing.
-      const auto* pushed = in->envelope.ok() ? std::get_if<eps::PushReply>(&in->envelope->body)
-                                             : nullptr;
+      const auto* pushed =
+          in->envelope.ok() ? std::get_if<eps::PushReply>(&in->envelope->body) : nullptr;
       if (in->envelope.ok() && (std::get_if<eps::ErrorReply>(&in->envelope->body) != nullptr ||
                                 (pushed != nullptr && pushed->accepted == 0)))
         ++errors;
