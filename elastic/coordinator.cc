@@ -92,8 +92,8 @@ class CoordinatorImpl final : public Coordinator {
   const std::string& endpoint() const override { return channel_->endpoint(); }
 
   Status OpenKeys() {
-    EPS_ASSIGN_OR_RETURN(keys_,
-                         AllowedKeysWatch::ForServer(options_.curve, options_.allowed_keys, &clock_));
+    EPS_ASSIGN_OR_RETURN(
+        keys_, AllowedKeysWatch::ForServer(options_.curve, options_.allowed_keys, &clock_));
     return OkStatus();
   }
 
@@ -545,9 +545,9 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
   co.metrics = options.metrics;
   EPS_ASSIGN_OR_RETURN(auto channel, Channel::Bind(context, bind, co));
   if (store) EPS_RETURN_IF_ERROR(store->Put("endpoint", channel->endpoint()));
-  auto coordinator = std::make_unique<CoordinatorImpl>(options, std::move(channel), context,
-                                                       std::move(store), std::move(events),
-                                                       std::move(csv), resumed);
+  auto coordinator =
+      std::make_unique<CoordinatorImpl>(options, std::move(channel), context, std::move(store),
+                                        std::move(events), std::move(csv), resumed);
   EPS_RETURN_IF_ERROR(coordinator->OpenKeys());
   return std::unique_ptr<Coordinator>(std::move(coordinator));
 }

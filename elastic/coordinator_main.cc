@@ -86,11 +86,13 @@ DEFINE_string(curve_secret_key, "",
 DEFINE_string(curve_server_key, "",
               "The shards' public key file, with --curve_secret_key (empty: the coordinator's own; "
               "the job's servers share one key pair)");
-DEFINE_string(allowed_keys, "",
-              "With --curve_secret_key: the clients' public keys, a file (one Z85 key a line) or a "
-              "folder of *.pub; re-read at every handshake and, for open connections, at most once a "
-              "second: removing a key revokes it");
-DEFINE_int32(socket_hwm, 1000, "Messages queued per peer each way on the coordinator's socket (0: unbounded)");
+DEFINE_string(
+    allowed_keys, "",
+    "With --curve_secret_key: the clients' public keys, a file (one Z85 key a line) or a "
+    "folder of *.pub; re-read at every handshake and, for open connections, at most once a "
+    "second: removing a key revokes it");
+DEFINE_int32(socket_hwm, 1000,
+             "Messages queued per peer each way on the coordinator's socket (0: unbounded)");
 DEFINE_int32(startup_timeout_s, 120, "The shards must register within this time");
 DEFINE_int32(step_timeout_s, 300,
              "While workers are alive, a step or an evaluation must complete within this time");

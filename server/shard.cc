@@ -14,9 +14,9 @@
 #include <thread>
 #include <utility>
 
+#include "common/format.h"
 #include "common/metrics.h"
 #include "common/rejections.h"
-#include "common/format.h"
 #include "schema/allowed_keys_watch.h"
 #include "schema/channel.h"
 #include "server/shard_state.h"
@@ -217,8 +217,8 @@ class ShardImpl final : public Shard {
   Step restored_version() const override { return restored_; }
 
   Status OpenKeys() {
-    EPS_ASSIGN_OR_RETURN(keys_,
-                         AllowedKeysWatch::ForServer(options_.curve, options_.allowed_keys, &clock_));
+    EPS_ASSIGN_OR_RETURN(
+        keys_, AllowedKeysWatch::ForServer(options_.curve, options_.allowed_keys, &clock_));
     return OkStatus();
   }
 
@@ -555,8 +555,8 @@ class ShardImpl final : public Shard {
     const size_t of_peer = static_cast<size_t>(std::count_if(
         waiting_.begin(), waiting_.end(), [&](const WaitingPull& w) { return w.peer == peer; }));
     if (of_peer >= options_.max_waiting_pulls_per_peer)
-      return ResourceExhausted(StrFormat("%zu pulls of this peer already wait at this shard",
-                                         of_peer));
+      return ResourceExhausted(
+          StrFormat("%zu pulls of this peer already wait at this shard", of_peer));
     return OkStatus();
   }
 
