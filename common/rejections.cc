@@ -15,6 +15,10 @@ const char* RejectReasonName(RejectReason reason) {
       return "unserved_kind";
     case RejectReason::kRefused:
       return "refused";
+    case RejectReason::kRevoked:
+      return "revoked";
+    case RejectReason::kOverLimit:
+      return "over_limit";
   }
   return "unknown";
 }

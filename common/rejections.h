@@ -31,8 +31,10 @@ enum class RejectReason : uint8_t {
   kWrongToken = 1,   // the job's token is missing or another
   kUnserved = 2,     // a message kind this process does not serve
   kRefused = 3,      // a request it refuses (a push it cannot accept)
+  kRevoked = 4,      // from a CURVE key no longer allowed (schema/allowed_keys_watch.h)
+  kOverLimit = 5,    // over a per-peer limit (pulls waiting at a shard)
 };
-constexpr int kRejectReasons = 4;
+constexpr int kRejectReasons = 6;
 const char* RejectReasonName(RejectReason reason);
 
 struct RejectionOptions {

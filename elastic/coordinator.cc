@@ -23,6 +23,7 @@
 #include "elastic/job_state.h"
 #include "elastic/metrics_csv.h"
 #include "elastic/model_export.h"
+#include "schema/allowed_keys_watch.h"
 #include "schema/channel.h"
 #include "storage/state_store.h"
 
@@ -91,6 +92,12 @@ class CoordinatorImpl final : public Coordinator {
   }
 
   const std::string& endpoint() const override { return channel_->endpoint(); }
+
+  Status OpenKeys() {
+    EPS_ASSIGN_OR_RETURN(
+        keys_, AllowedKeysWatch::ForServer(options_.curve, options_.allowed_keys, &clock_));
+    return OkStatus();
+  }
 
   Status Run(const volatile bool* stop) override {
     const JobSpec& spec = options_.spec;
@@ -301,7 +308,8 @@ class CoordinatorImpl final : public Coordinator {
   }
 
   void OnMessage(Channel::Incoming& in) {
-    const Status admitted = AdmitIncoming(in, options_.token, &rejections_);
+    const Status admitted =
+        AdmitIncoming(in, options_.token, keys_ ? &*keys_ : nullptr, &rejections_);
     if (!admitted.ok()) return SendError(in.peer, admitted);
     const Body& body = in.envelope->body;
     Dispatched d = DispatchMessage(in.peer, body, &state_, &peers_);
@@ -391,6 +399,7 @@ class CoordinatorImpl final : public Coordinator {
   CoordinatorPeers peers_;
   bool stray_error_logged_ = false;
   Rejections rejections_;  // after clock_, which it reads
+  std::optional<AllowedKeysWatch> keys_;  // with CURVE: revocation of open connections
 };
 
 }  // namespace
@@ -467,11 +476,16 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
                                             options.spec.batch_per_vw));
   Channel::Options co;
   co.curve = options.curve;
+  co.send_hwm = co.receive_hwm = options.socket_hwm;
+  co.max_message_bytes = LargestLegitFrame(/*chunk_elems=*/0, co.limits);  // no chunk comes here
+  co.metrics = options.metrics;
   EPS_ASSIGN_OR_RETURN(auto channel, Channel::Bind(context, bind, co));
   if (store) EPS_RETURN_IF_ERROR(store->Put("endpoint", channel->endpoint()));
-  return std::unique_ptr<Coordinator>(new CoordinatorImpl(
-      options, std::move(channel), context, std::move(store), std::move(events), std::move(csv),
-      resumed));
+  auto coordinator =
+      std::make_unique<CoordinatorImpl>(options, std::move(channel), context, std::move(store),
+                                        std::move(events), std::move(csv), resumed);
+  EPS_RETURN_IF_ERROR(coordinator->OpenKeys());
+  return std::unique_ptr<Coordinator>(std::move(coordinator));
 }
 
 }  // namespace eps

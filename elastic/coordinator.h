@@ -38,6 +38,12 @@ struct CoordinatorOptions {
   // CURVE (docs/security.md): the key pair it serves with and connects to the shards with
   // (server_key: the shards'); off without a key. The context needs a ZapHandler.
   CurveOptions curve;
+  // With curve: the allowed keys (as the ZapHandler's), re-read at most once a second; a
+  // message from a key no longer among them is refused (revocation of open connections).
+  std::string allowed_keys;
+  // Limits of the bound socket (docs/security.md, "Bounded resources"): messages queued per
+  // peer each way (0: unbounded). Its largest frame is an envelope's (DecodeLimits).
+  int socket_hwm = 1000;
   std::string run_dir;     // result.json goes here
   std::string store_path;  // RocksDB store of the job's state (empty: none). A coordinator
                            // restarted on it binds the same endpoint and resumes the job

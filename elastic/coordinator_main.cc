@@ -89,9 +89,13 @@ DEFINE_string(curve_secret_key, "",
 DEFINE_string(curve_server_key, "",
               "The shards' public key file, with --curve_secret_key (empty: the coordinator's own; "
               "the job's servers share one key pair)");
-DEFINE_string(allowed_keys, "",
-              "With --curve_secret_key: the clients' public keys, a file (one Z85 key a line) or a "
-              "folder of *.pub; re-read at every handshake, so removing a key revokes it");
+DEFINE_string(
+    allowed_keys, "",
+    "With --curve_secret_key: the clients' public keys, a file (one Z85 key a line) or a "
+    "folder of *.pub; re-read at every handshake and, for open connections, at most once a "
+    "second: removing a key revokes it");
+DEFINE_int32(socket_hwm, 1000,
+             "Messages queued per peer each way on the coordinator's socket (0: unbounded)");
 DEFINE_int32(startup_timeout_s, 120, "The shards must register within this time");
 DEFINE_int32(step_timeout_s, 300,
              "While workers are alive, a step or an evaluation must complete within this time");
@@ -270,6 +274,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.curve = *curve;
+  o.allowed_keys = FLAGS_allowed_keys;
+  if (FLAGS_socket_hwm < 0) {
+    LOG(ERROR) << "--socket_hwm must be >= 0, not " << FLAGS_socket_hwm;
+    return 2;
+  }
+  o.socket_hwm = FLAGS_socket_hwm;
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
 

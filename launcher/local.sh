@@ -33,6 +33,8 @@
 #               the clients' public keys; removing a .pub there revokes that key. The
 #               secret keys (mode 0600) are the job's secret; `elasticps status --run-dir
 #               DIR` and `attach.sh --secure-dir DIR` use them.
+# --no-limits   the servers' sockets unbounded (--socket_hwm=0, the shards' --max_message_mb=0),
+#               as before the limits (docs/security.md); for benchmarks of their cost.
 # --slowdowns gives worker i the testing aid --slowdown=Fi (a stand-in for slower
 # hardware: timing only, never bits).
 # --devices     worker i computes on Di (cpu or cuda:N; default cpu); one value
@@ -61,6 +63,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
 job="" servers=1 workers=1 run_dir="" slowdowns="" devices="" checkpoint_every=0 supervise=0 resume=0 extra=()
 worker_cpus="" server_cpus="" compute_cpus="" metrics=0 metrics_host="" secure=0
+coordinator_limits=() shard_limits=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --job) job=$2; shift 2 ;;
@@ -77,6 +80,7 @@ while [ $# -gt 0 ]; do
     --metrics) metrics=1; shift ;;
     --metrics-host) metrics=1; metrics_host=$2; shift 2 ;;
     --secure) secure=1; shift ;;
+    --no-limits) coordinator_limits=(--socket_hwm=0); shard_limits=(--socket_hwm=0 --max_message_mb=0); shift ;;
     --resume) resume=1; shift ;;
     --) shift; extra=("$@"); break ;;
     -h|--help) usage ;;
@@ -228,7 +232,7 @@ supervise() {
 
 coordinator=("${server_pin[@]}" "$bin/coordinator" --flagfile="$job" --shards="$servers" --workers="$((workers > 0 ? workers : 1))" --run_dir="$run_dir"
   --addr_file="$run_dir/coordinator.addr" --token_file="$run_dir/token" --store="$run_dir/store/coordinator"
-  "${server_curve[@]}" "${metrics_flags[@]}" "${extra[@]}")
+  "${server_curve[@]}" "${metrics_flags[@]}" "${coordinator_limits[@]}" "${extra[@]}")
 if [ $supervise = 1 ]; then
   supervise coordinator "${coordinator[@]}" &
   pids+=($!)
@@ -258,7 +262,7 @@ echo "coordinator at $addr, run dir $run_dir"
 
 for ((s = 0; s < servers; s++)); do
   shard=("${server_pin[@]}" "$bin/shard" --coordinator="$addr" --shard_id=$s --token_file="$run_dir/token" --addr_file="$run_dir/shard$s.addr"
-    "${server_curve[@]}" "${metrics_flags[@]}")
+    "${server_curve[@]}" "${metrics_flags[@]}" "${shard_limits[@]}")
   if [ "$checkpoint_every" -gt 0 ]; then
     shard+=(--store="$run_dir/store/shard$s" --checkpoint_every="$checkpoint_every")
   fi

@@ -25,8 +25,8 @@ zmq::message_t ToMessage(const Frame& f) {
 
 void ApplyOptions(zmq::socket_t& s, const Channel::Options& o) {
   s.set(zmq::sockopt::linger, o.linger_ms);
-  s.set(zmq::sockopt::sndhwm, 0);
-  s.set(zmq::sockopt::rcvhwm, 0);
+  s.set(zmq::sockopt::sndhwm, o.send_hwm);
+  s.set(zmq::sockopt::rcvhwm, o.receive_hwm);
   s.set(zmq::sockopt::maxmsgsize, o.max_message_bytes);
 }
 
@@ -86,6 +86,45 @@ Channel::Channel(zmq::socket_t socket, zmq::socket_t monitor, std::string endpoi
 
 Channel::~Channel() = default;
 
+int64_t LargestLegitFrame(int64_t chunk_elems, const DecodeLimits& limits) {
+  constexpr int64_t kSlack = 64 << 10;
+  return std::max<int64_t>(static_cast<int64_t>(limits.max_header_bytes), 4 * chunk_elems) + kSlack;
+}
+
+Status Channel::StartConnectionCount(zmq::context_t* context) {
+  if (options_.metrics == nullptr) return OkStatus();
+  const char kHelp[] =
+      "Connections this server accepted and closed (a peer sending a frame over the limit is "
+      "closed).";
+  Labels accepted = options_.labels, closed = options_.labels;
+  accepted["event"] = "accepted";
+  closed["event"] = "closed";
+  accepted_ = &options_.metrics->GetCounter("eps_connections_total", kHelp, accepted);
+  closed_ = &options_.metrics->GetCounter("eps_connections_total", kHelp, closed);
+  const std::string events = "inproc://eps-connections-" + std::to_string(++monitors_started);
+  if (zmq_socket_monitor(socket_.handle(), events.c_str(),
+                         ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0)
+    return Unavailable(std::string("cannot monitor ") + endpoint_ + ": " + zmq_strerror(errno));
+  connections_ = zmq::socket_t(*context, zmq::socket_type::pair);
+  connections_.set(zmq::sockopt::linger, 0);
+  connections_.connect(events);
+  return OkStatus();
+}
+
+void Channel::CountConnections() {
+  if (!connections_) return;
+  for (;;) {
+    zmq::message_t event, address;
+    if (!connections_.recv(event, zmq::recv_flags::dontwait)) return;
+    if (event.more() && !connections_.recv(address, zmq::recv_flags::dontwait)) return;
+    if (event.size() < 2) continue;
+    uint16_t id;
+    std::memcpy(&id, event.data(), sizeof id);
+    if (id == ZMQ_EVENT_ACCEPTED) accepted_->Add();
+    if (id == ZMQ_EVENT_DISCONNECTED) closed_->Add();
+  }
+}
+
 StatusOr<std::unique_ptr<Channel>> Channel::Bind(zmq::context_t* context,
                                                  const std::string& endpoint,
                                                  const Options& options) {
@@ -100,8 +139,10 @@ StatusOr<std::unique_ptr<Channel>> Channel::Bind(zmq::context_t* context,
       ep = ep.substr(0, ep.size() - 1) + "*";
     s.bind(ep);
     std::string bound = s.get(zmq::sockopt::last_endpoint);
-    return std::unique_ptr<Channel>(
-        new Channel(std::move(s), zmq::socket_t(), bound, true, options));
+    auto channel =
+        std::unique_ptr<Channel>(new Channel(std::move(s), zmq::socket_t(), bound, true, options));
+    EPS_RETURN_IF_ERROR(channel->StartConnectionCount(context));
+    return channel;
   } catch (const zmq::error_t& e) {
     return Unavailable("cannot bind " + endpoint + ": " + e.what());
   }
@@ -142,13 +183,17 @@ Status Channel::SendTo(const std::string& peer, const Envelope& envelope) {
 
 Status Channel::SendFrames(const std::string* peer, const Envelope& envelope) {
   EPS_ASSIGN_OR_RETURN(std::vector<Frame> frames, Encode(envelope));
+  // A ROUTER never waits: a peer whose queue is full (send_hwm) fails its first frame at once
+  // (ZMQ_ROUTER_MANDATORY), and the rest of a message whose first frame went always goes.
+  const auto wait = router_ ? zmq::send_flags::dontwait : zmq::send_flags::none;
   try {
     if (peer != nullptr) {
-      if (!socket_.send(zmq::buffer(*peer), zmq::send_flags::sndmore))
-        return Unavailable("send would block");
+      if (!socket_.send(zmq::buffer(*peer), zmq::send_flags::sndmore | wait))
+        return Unavailable("the peer's queue is full (send would block)");
     }
     for (size_t i = 0; i < frames.size(); ++i) {
-      auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+      auto flags =
+          (i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none) | wait;
       if (!socket_.send(ToMessage(frames[i]), flags)) return Unavailable("send would block");
     }
   } catch (const zmq::error_t& e) {
@@ -176,6 +221,7 @@ Status Channel::HandshakeStatus() {
 
 StatusOr<Channel::Incoming> Channel::Receive(std::chrono::milliseconds timeout) {
   try {
+    CountConnections();
     EPS_RETURN_IF_ERROR(AwaitReadable({this}, timeout).status());
     auto parts = std::make_shared<std::vector<zmq::message_t>>();
     do {
@@ -191,6 +237,11 @@ StatusOr<Channel::Incoming> Channel::Receive(std::chrono::milliseconds timeout) 
       if (parts->empty()) return DeadlineExceeded("spurious wake-up");
       in.peer = parts->front().to_string();
       first = 1;
+    }
+    if (parts->size() > first) {
+      // Set by the ZAP handler on every message of a CURVE connection; absent without CURVE.
+      const char* user = zmq_msg_gets((*parts)[first].handle(), "User-Id");
+      if (user != nullptr) in.user_id = user;
     }
     std::vector<Frame> frames;
     frames.reserve(parts->size() - first);

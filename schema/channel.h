@@ -13,6 +13,10 @@
 // its handshakes: when the server refuses its key, or one end speaks CURVE and
 // the other not, Receive and AwaitReadable return PermissionDenied instead of
 // waiting for an answer that never comes.
+// Limits (Options, docs/security.md "Bounded resources"): queues bounded in
+// messages, frames bounded in bytes (ZeroMQ drops the connection of a peer
+// that sends a larger one), and a ROUTER with a registry counts the
+// connections it accepts and closes, so that such a drop is visible.
 // Not thread-safe: one thread owns a channel and its socket.
 #pragma once
 
@@ -22,19 +26,38 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "common/metrics.h"
 #include "common/rejections.h"
 #include "schema/codec.h"
 #include "schema/curve.h"
 
 namespace eps {
 
+class AllowedKeysWatch;
+
 class Channel {
  public:
   struct Options {
     DecodeLimits limits;
-    int linger_ms = 2000;            // how long close() may wait to flush queued messages
-    int64_t max_message_bytes = -1;  // ZeroMQ drops larger incoming messages (-1: no limit)
-    CurveOptions curve;              // off (plain TCP) without a secret key
+    int linger_ms = 2000;  // how long close() may wait to flush queued messages
+    // The queues, in messages (ZMQ_SNDHWM, ZMQ_RCVHWM; 0: unbounded). On a
+    // ROUTER they hold per peer: a peer that floods fills its own queue (then
+    // ZeroMQ stops reading its connection, the others are served as before), and
+    // a reply to a peer whose queue is full fails with Unavailable. A DEALER's
+    // Send blocks while its queue is full: clients keep 0.
+    int send_hwm = 0;
+    int receive_hwm = 0;
+    // ZeroMQ refuses a larger incoming frame (ZMQ_MAXMSGSIZE, checked per frame
+    // before it is read: it closes the peer's connection); -1: no limit. A
+    // message's frames are not bounded together: DecodeLimits::max_frames
+    // bounds their number once the message is whole.
+    int64_t max_message_bytes = -1;
+    CurveOptions curve;  // off (plain TCP) without a secret key
+    // ROUTER: with a registry, the connections accepted and closed are counted
+    // as eps_connections_total{event="accepted"|"closed"} (plus `labels`); a
+    // peer dropped for an oversized frame is a closed one. Must outlive this.
+    Metrics* metrics = nullptr;
+    Labels labels;
   };
 
   // ROUTER bound to `endpoint` ("tcp://127.0.0.1:0" picks a free port).
@@ -65,7 +88,8 @@ class Channel {
   Status SendTo(const std::string& peer, const Envelope& envelope);
 
   struct Incoming {
-    std::string peer;  // routing id (ROUTER only)
+    std::string peer;     // routing id (ROUTER only)
+    std::string user_id;  // with CURVE, the ZAP handler's User-Id: the peer's public key (Z85)
     StatusOr<Envelope> envelope = InvalidArgument("no message");
   };
   // Waits up to `timeout` for one message. DeadlineExceeded when none came;
@@ -84,18 +108,34 @@ class Channel {
   // The socket of the handshake events (DEALER), or null.
   zmq::socket_t* monitor() { return monitor_ ? &monitor_ : nullptr; }
 
+  // ROUTER with a registry: reads the connection events that came (Receive
+  // does too) and counts them. Call it each turn of a loop that polls the
+  // socket itself.
+  void CountConnections();
+
  private:
   Channel(zmq::socket_t socket, zmq::socket_t monitor, std::string endpoint, bool router,
           Options options);
+  Status StartConnectionCount(zmq::context_t* context);
   Status SendFrames(const std::string* peer, const Envelope& envelope);
 
   zmq::socket_t socket_;
-  zmq::socket_t monitor_;  // PAIR receiving socket_'s handshake failures (DEALER only)
-  Status handshake_;       // the first handshake failure
+  zmq::socket_t monitor_;      // PAIR receiving socket_'s handshake failures (DEALER only)
+  zmq::socket_t connections_;  // PAIR receiving socket_'s accepted/closed events (ROUTER)
+  Counter* accepted_ = nullptr;
+  Counter* closed_ = nullptr;
+  Status handshake_;  // the first handshake failure
   const std::string endpoint_;
   const bool router_;
   const Options options_;
 };
+
+// The largest frame a legit peer sends a server of a job whose chunks hold at
+// most `chunk_elems` elements: an envelope (limits.max_header_bytes) or one
+// chunk's bytes (4 bytes an element: fp32, the widest wire dtype), the larger,
+// plus 64 KiB. The limit a server sets (Options::max_message_bytes) must not
+// be below it.
+int64_t LargestLegitFrame(int64_t chunk_elems, const DecodeLimits& limits = DecodeLimits());
 
 // Waits up to `timeout` (0: looks only) until one of `channels` has a message
 // waiting, and returns the lowest such index. DeadlineExceeded when none has;
@@ -110,11 +150,13 @@ StatusOr<Envelope> Call(Channel* channel, const Envelope& request,
                         std::chrono::milliseconds timeout);
 
 // What a server checks of a message its ROUTER received before it serves it:
-// that it decoded and, when the job has a `token`, that it carries it. A
-// rejection is counted in `rejections` and, at its rate, logged ("bad message"
-// + `from`: the error, for an envelope that did not decode). Returns what to
-// answer the peer with (an ErrorReply of it), or OK to serve the message.
-Status AdmitIncoming(const Channel::Incoming& in, const std::string& token,
+// with CURVE (`keys` set), that its client's key is still allowed
+// (schema/allowed_keys_watch.h: revocation of open connections); that it
+// decoded; and, when the job has a `token`, that it carries it. A rejection is
+// counted in `rejections` and, at its rate, logged ("bad message" + `from`:
+// the error, for an envelope that did not decode). Returns what to answer the
+// peer with (an ErrorReply of it), or OK to serve the message.
+Status AdmitIncoming(const Channel::Incoming& in, const std::string& token, AllowedKeysWatch* keys,
                      Rejections* rejections, const char* from = "");
 
 }  // namespace eps

@@ -3,13 +3,19 @@
 // whose --log_dir would clash with glog's) must not pull in.
 #include <glog/logging.h>
 
+#include "schema/allowed_keys_watch.h"
 #include "schema/channel.h"
 
 namespace eps {
 
-Status AdmitIncoming(const Channel::Incoming& in, const std::string& token,
+Status AdmitIncoming(const Channel::Incoming& in, const std::string& token, AllowedKeysWatch* keys,
                      Rejections* rejections, const char* from) {
   // Rejections are counted; their log lines are rate-limited (common/rejections.h).
+  if (keys != nullptr && !keys->Admits(in.user_id)) {
+    if (rejections->Record(in.peer, RejectReason::kRevoked))
+      LOG(WARNING) << "refused a message from a revoked CURVE key " << in.user_id;
+    return AllowedKeysWatch::Revoked();
+  }
   if (!in.envelope.ok()) {
     if (rejections->Record(in.peer, RejectReason::kBadEnvelope))
       LOG(WARNING) << "bad message" << from << ": " << in.envelope.status().ToString();

@@ -14,8 +14,10 @@
 #include <thread>
 #include <utility>
 
+#include "common/format.h"
 #include "common/metrics.h"
 #include "common/rejections.h"
+#include "schema/allowed_keys_watch.h"
 #include "schema/channel.h"
 #include "server/shard_state.h"
 #include "storage/state_store.h"
@@ -214,6 +216,12 @@ class ShardImpl final : public Shard {
   const std::string& endpoint() const override { return workers_->endpoint(); }
   Step restored_version() const override { return restored_; }
 
+  Status OpenKeys() {
+    EPS_ASSIGN_OR_RETURN(
+        keys_, AllowedKeysWatch::ForServer(options_.curve, options_.allowed_keys, &clock_));
+    return OkStatus();
+  }
+
   // Opens the store if there is one yet, and restores its newest checkpoint.
   Status OpenStore() {
     if (options_.store_path.empty()) return OkStatus();
@@ -247,6 +255,7 @@ class ShardImpl final : public Shard {
       if (items[0].revents & ZMQ_POLLIN) OnWorkerMessage();
       if (wake_fd_ >= 0 && (items[2].revents & ZMQ_POLLIN)) OnCheckpointsWritten(/*report=*/true);
       ExpirePulls();
+      workers_->CountConnections();
       if (auto summary = rejections_.TakeSummary()) LOG(WARNING) << *summary;
       if (!done_ && Clock::now() >= next_register_) {
         Status st = Register();
@@ -362,6 +371,21 @@ class ShardImpl final : public Shard {
     done_ = true;
   }
 
+  // A job whose chunks would not fit the socket's frame limit is refused at once, not by
+  // ZeroMQ dropping its workers' connections later. Its chunks are known with its tensors.
+  Status CheckFrameLimit(const ShardConfig& config) const {
+    int64_t largest = 0;
+    for (const TensorSpec& t : config.tensors) largest = std::max(largest, t.numel());
+    const int64_t elems = std::min(config.spec.chunk_elems, largest);
+    const int64_t needed = LargestLegitFrame(elems);
+    if (options_.max_message_bytes < 0 || needed <= options_.max_message_bytes) return OkStatus();
+    return FailedPrecondition(StrFormat(
+        "the job's chunks of up to %lld elements make frames of up to %lld bytes, more than this "
+        "shard's --max_message_mb allows (%lld bytes): raise it or lower --chunk_elems",
+        static_cast<long long>(elems), static_cast<long long>(needed),
+        static_cast<long long>(options_.max_message_bytes)));
+  }
+
   // The store must belong to the coordinator's job; a missing one is created now.
   Status CheckStoreFor(const ShardConfig& config) {
     if (options_.store_path.empty()) return OkStatus();
@@ -386,7 +410,8 @@ class ShardImpl final : public Shard {
     }
     Body& body = in.envelope->body;
     if (auto* config = std::get_if<ShardConfig>(&body)) {
-      Status st = CheckStoreFor(*config);
+      Status st = CheckFrameLimit(*config);
+      if (st.ok()) st = CheckStoreFor(*config);
       if (st.ok()) {
         st = state_.Configure(*config);
         if (!st.ok() && restored_.value() >= 0) {
@@ -449,7 +474,8 @@ class ShardImpl final : public Shard {
     auto received = workers_->TryReceive();
     if (!received.ok()) return;
     Channel::Incoming& in = *received;
-    const Status admitted = AdmitIncoming(in, options_.token, &rejections_, " from a worker");
+    const Status admitted =
+        AdmitIncoming(in, options_.token, keys_ ? &*keys_ : nullptr, &rejections_, " from a worker");
     if (!admitted.ok()) return ReplyError(in.peer, admitted);
     Body& body = in.envelope->body;
     if (auto* push = std::get_if<Push>(&body)) {
@@ -486,6 +512,13 @@ class ShardImpl final : public Shard {
       if (reply.ok()) {
         ReplyToPull(in.peer, *pull, std::move(reply).value());
       } else if (reply.status().code() == StatusCode::kUnavailable) {
+        Status room = RoomToWait(in.peer);
+        if (!room.ok()) {
+          if (rejections_.Record(in.peer, RejectReason::kOverLimit))
+            LOG(WARNING) << "refused a pull: " << room.message();
+          ReplyError(in.peer, room);
+          return;
+        }
         waiting_.push_back({in.peer, std::move(*pull), Clock::now() + options_.pull_wait});
       } else {
         ReplyError(in.peer, reply.status());
@@ -496,6 +529,19 @@ class ShardImpl final : public Shard {
         LOG(WARNING) << "refused a message: " << st.message();
       ReplyError(in.peer, st);
     }
+  }
+
+  // Whether one more pull of `peer` may wait for its version: a peer cannot make the shard
+  // hold pulls without bound (each holds its request until answered or expired).
+  Status RoomToWait(const std::string& peer) const {
+    if (waiting_.size() >= options_.max_waiting_pulls)
+      return ResourceExhausted(StrFormat("%zu pulls already wait at this shard", waiting_.size()));
+    const size_t of_peer = static_cast<size_t>(std::count_if(
+        waiting_.begin(), waiting_.end(), [&](const WaitingPull& w) { return w.peer == peer; }));
+    if (of_peer >= options_.max_waiting_pulls_per_peer)
+      return ResourceExhausted(
+          StrFormat("%zu pulls of this peer already wait at this shard", of_peer));
+    return OkStatus();
   }
 
   // A push read whole (ResolveShmChunks made its shared-memory chunks chunks of it).
@@ -685,6 +731,7 @@ class ShardImpl final : public Shard {
   Clock::time_point step_started_;
   SteadyClock clock_;       // the rejections'
   Rejections rejections_;  // of worker messages; after metrics_ and clock_
+  std::optional<AllowedKeysWatch> keys_;  // with CURVE: revocation of open connections
 };
 
 }  // namespace
@@ -700,10 +747,16 @@ StatusOr<std::unique_ptr<Shard>> Shard::Open(const ShardOptions& options, zmq::c
     return InvalidArgument("register_every must be positive");
   Channel::Options co;
   co.curve = options.curve;
-  EPS_ASSIGN_OR_RETURN(auto workers, Channel::Bind(context, options.bind, co));
+  Channel::Options wo = co;  // the workers' side, bounded
+  wo.send_hwm = wo.receive_hwm = options.socket_hwm;
+  wo.max_message_bytes = options.max_message_bytes;
+  wo.metrics = options.metrics;
+  wo.labels = {{"shard", std::to_string(options.shard.value())}};
+  EPS_ASSIGN_OR_RETURN(auto workers, Channel::Bind(context, options.bind, wo));
   EPS_ASSIGN_OR_RETURN(auto coordinator, Channel::Connect(context, options.coordinator, co));
   auto shard = std::make_unique<ShardImpl>(options, std::move(workers), std::move(coordinator));
   EPS_RETURN_IF_ERROR(shard->OpenStore());
+  EPS_RETURN_IF_ERROR(shard->OpenKeys());
   return std::unique_ptr<Shard>(std::move(shard));
 }
 

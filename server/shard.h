@@ -59,7 +59,17 @@ struct ShardOptions {
   // CURVE (docs/security.md): the shard's key pair serves the workers and connects to the
   // coordinator (server_key); off without a key. The context needs a ZapHandler.
   CurveOptions curve;
-  std::chrono::milliseconds pull_wait{30000};      // how long a pull may wait for its version
+  // With curve: the allowed keys (as the ZapHandler's), re-read at most once a second; a
+  // message from a key no longer among them is refused (revocation of open connections).
+  std::string allowed_keys;
+  // Limits of the workers' socket (docs/security.md, "Bounded resources"). The largest frame
+  // it accepts (-1: any): a job whose largest legit frame (LargestLegitFrame of its largest
+  // chunk, schema/channel.h) is larger is refused when its config with tensors comes.
+  int64_t max_message_bytes = 64 << 20;
+  int socket_hwm = 1000;                       // messages queued per peer each way (0: unbounded)
+  size_t max_waiting_pulls_per_peer = 64;      // pulls parked for a later version, per peer
+  size_t max_waiting_pulls = 4096;             // ... in all
+  std::chrono::milliseconds pull_wait{30000};  // how long a pull may wait for its version
   std::chrono::milliseconds register_every{1000};  // between beacons (RegisterShard again); > 0
   // A testing aid: refuse every push that names shared memory with
   // Unimplemented, as a shard that cannot map the worker's regions would (the

@@ -22,10 +22,17 @@ DEFINE_string(curve_secret_key, "",
 DEFINE_string(curve_server_key, "",
               "The coordinator's public key file, with --curve_secret_key (empty: the shard's own; "
               "the job's servers share one key pair)");
-DEFINE_string(allowed_keys, "",
-              "With --curve_secret_key: the clients' public keys, a file (one Z85 key a line) or a "
-              "folder of *.pub; re-read at every handshake, so removing a key revokes it");
+DEFINE_string(
+    allowed_keys, "",
+    "With --curve_secret_key: the clients' public keys, a file (one Z85 key a line) or a "
+    "folder of *.pub; re-read at every handshake and, for open connections, at most once a "
+    "second: removing a key revokes it");
 DEFINE_int32(pull_wait_ms, 30000, "How long a pull may wait for its version");
+DEFINE_int64(max_message_mb, 64,
+             "The largest frame the workers' socket accepts, in MiB (a peer sending a larger one "
+             "is disconnected); a job whose chunks need more is refused. 0: no limit");
+DEFINE_int32(socket_hwm, 1000,
+             "Messages queued per peer each way on the workers' socket (0: unbounded)");
 DEFINE_bool(refuse_shm_pushes, false,
             "Testing aid: refuse every push that names shared memory, as a shard that cannot map "
             "the worker's "
@@ -79,6 +86,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.curve = *curve;
+  options.allowed_keys = FLAGS_allowed_keys;
+  if (FLAGS_max_message_mb < 0 || FLAGS_socket_hwm < 0) {
+    LOG(ERROR) << "--max_message_mb and --socket_hwm must be >= 0";
+    return 2;
+  }
+  options.max_message_bytes = FLAGS_max_message_mb == 0 ? -1 : FLAGS_max_message_mb << 20;
+  options.socket_hwm = FLAGS_socket_hwm;
   options.pull_wait = std::chrono::milliseconds(FLAGS_pull_wait_ms);
   options.refuse_shm_pushes = FLAGS_refuse_shm_pushes;
   options.store_path = FLAGS_store;

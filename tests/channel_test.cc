@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "common/rejections.h"
 
 namespace eps {
@@ -331,16 +332,106 @@ TEST(Channel, IpcEndpointInTempDirWorks) {
 TEST(AdmitIncoming, RefusesWhatDidNotDecodeOrLacksTheTokenAndCountsIt) {
   FakeClock clock;
   Rejections rejections(RejectionOptions(), &clock);
-  Channel::Incoming bad{"peer", ProtocolError("garbage")};
-  EXPECT_EQ(AdmitIncoming(bad, "tok", &rejections).code(), StatusCode::kProtocolError);
-  Channel::Incoming wrong{"peer", Envelope{"other", Heartbeat{WorkerId(0)}}};
-  EXPECT_EQ(AdmitIncoming(wrong, "tok", &rejections).code(), StatusCode::kUnauthenticated);
-  Channel::Incoming right{"peer", Envelope{"tok", Heartbeat{WorkerId(0)}}};
-  EXPECT_TRUE(AdmitIncoming(right, "tok", &rejections).ok());
-  EXPECT_TRUE(AdmitIncoming(wrong, "", &rejections).ok());  // a job without a token
+  Channel::Incoming bad{"peer", "", ProtocolError("garbage")};
+  EXPECT_EQ(AdmitIncoming(bad, "tok", nullptr, &rejections).code(), StatusCode::kProtocolError);
+  Channel::Incoming wrong{"peer", "", Envelope{"other", Heartbeat{WorkerId(0)}}};
+  EXPECT_EQ(AdmitIncoming(wrong, "tok", nullptr, &rejections).code(), StatusCode::kUnauthenticated);
+  Channel::Incoming right{"peer", "", Envelope{"tok", Heartbeat{WorkerId(0)}}};
+  EXPECT_TRUE(AdmitIncoming(right, "tok", nullptr, &rejections).ok());
+  EXPECT_TRUE(AdmitIncoming(wrong, "", nullptr, &rejections).ok());  // a job without a token
   EXPECT_EQ(rejections.count("peer", RejectReason::kBadEnvelope), 1u);
   EXPECT_EQ(rejections.count("peer", RejectReason::kWrongToken), 1u);
   EXPECT_EQ(rejections.total(), 2u);
+}
+
+// Limits (Options): a frame over max_message_bytes never reaches the server, its
+// sender's connection is closed and counted; the largest legit frame of a job
+// (a push of one whole chunk) passes; a full per-peer queue refuses a reply.
+
+double CounterValue(const Metrics& m, const std::string& series) {
+  const std::string text = m.Render();
+  const size_t at = text.find(series + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 1));
+}
+
+TEST(Channel, FrameOverTheLimitIsDroppedAndItsConnectionCountedClosed) {
+  zmq::context_t ctx;
+  Metrics metrics;
+  Channel::Options o = TestOptions();
+  o.max_message_bytes = 4096;
+  o.metrics = &metrics;
+  o.labels = {{"shard", "0"}};
+  auto bound = Channel::Bind(&ctx, "tcp://127.0.0.1:0", o);
+  ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+  Channel* server = bound->get();
+  const std::string closed = R"(eps_connections_total{event="closed",shard="0"})";
+  const std::string accepted = R"(eps_connections_total{event="accepted",shard="0"})";
+
+  auto big = ConnectOrDie(&ctx, server->endpoint());
+  ASSERT_NE(big, nullptr);
+  big->socket().send(zmq::buffer(std::string(4097, 'x')), zmq::send_flags::none);
+  // The server never sees it; the connection it came on is closed (and counted).
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (CounterValue(metrics, closed) < 1 && std::chrono::steady_clock::now() < deadline) {
+    auto in = server->Receive(milliseconds(20));
+    EXPECT_FALSE(in.ok()) << "an oversized frame was delivered";
+  }
+  EXPECT_GE(CounterValue(metrics, closed), 1);
+  EXPECT_GE(CounterValue(metrics, accepted), 1);
+
+  // A frame at the limit, and a message whose frames add up to more than it, are served.
+  auto fits = ConnectOrDie(&ctx, server->endpoint());
+  ASSERT_NE(fits, nullptr);
+  fits->socket().send(zmq::buffer(std::string(4096, 'y')), zmq::send_flags::sndmore);
+  fits->socket().send(zmq::buffer(std::string(4096, 'z')), zmq::send_flags::none);
+  auto in = server->Receive(kWait);
+  ASSERT_TRUE(in.ok()) << in.status().ToString();
+  EXPECT_FALSE(in->envelope.ok());  // not an envelope, but it arrived
+}
+
+TEST(Channel, LargestLegitPushPassesTheLimitMadeForItsJob) {
+  constexpr int64_t kChunkElems = 1 << 20;
+  zmq::context_t ctx;
+  Channel::Options o = TestOptions();
+  o.max_message_bytes = LargestLegitFrame(kChunkElems);
+  EXPECT_GE(o.max_message_bytes, 4 * kChunkElems);
+  EXPECT_GE(o.max_message_bytes, static_cast<int64_t>(DecodeLimits().max_header_bytes));
+  auto bound = Channel::Bind(&ctx, "tcp://127.0.0.1:0", o);
+  ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+  auto client = ConnectOrDie(&ctx, (*bound)->endpoint());
+  ASSERT_NE(client, nullptr);
+  auto owner = std::make_shared<std::vector<float>>(kChunkElems, 0.5f);
+  Push push{Epoch(1), Step(0), Block{0, 1}, {}};
+  push.chunks.push_back({ChunkId(0), owner->data(), owner->size() * sizeof(float), owner});
+  ASSERT_TRUE(client->Send(Envelope{"t", push}).ok());
+  auto in = (*bound)->Receive(kWait);
+  ASSERT_TRUE(in.ok()) << in.status().ToString();
+  ASSERT_TRUE(in->envelope.ok()) << in->envelope.status().ToString();
+  const auto& got = std::get<Push>(in->envelope->body);
+  ASSERT_EQ(got.chunks.size(), 1u);
+  EXPECT_EQ(got.chunks[0].size, owner->size() * sizeof(float));
+}
+
+TEST(Channel, ReplyToAPeerWhoseQueueIsFullIsUnavailable) {
+  zmq::context_t ctx;
+  Channel::Options o = TestOptions();
+  o.send_hwm = o.receive_hwm = 10;
+  auto bound = Channel::Bind(&ctx, "tcp://127.0.0.1:0", o);
+  ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+  Channel::Options co = TestOptions();
+  co.receive_hwm = 10;  // the peer reads nothing: its queue fills, then the server's
+  auto peer = Channel::Connect(&ctx, (*bound)->endpoint(), co);
+  ASSERT_TRUE(peer.ok());
+  ASSERT_TRUE((*peer)->Send(Envelope{"t", JobInfo{}}).ok());
+  auto in = (*bound)->Receive(kWait);
+  ASSERT_TRUE(in.ok()) << in.status().ToString();
+  const std::string payload(64 << 10, 'p');  // fills the TCP buffers between them quickly
+  Status st;
+  int sent = 0;
+  for (; sent < 100000 && st.ok(); ++sent)
+    st = (*bound)->SendTo(in->peer, Envelope{"t", Shutdown{payload}});
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << "sent " << sent << " without a refusal";
+  EXPECT_GT(sent, 10) << "refused before the queues were full: " << st.ToString();
 }
 
 }  // namespace

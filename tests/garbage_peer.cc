@@ -1,11 +1,24 @@
-// garbage_peer ENDPOINT [TOKEN_FILE] [--barrage=N]: sends malformed, truncated,
+// garbage_peer ENDPOINT [TOKEN_FILE] [--barrage=N] [--connections=K]
+//              [--oversized=M] [--parked_pulls=P]: sends malformed, truncated,
 // mislabelled and unauthorized messages to a live coordinator or shard and
 // checks that each one is answered with an ErrorReply (the process must keep
 // serving). Exits 0 when every probe got its error reply within the deadline.
-// With --barrage=N it sends N bad messages instead (undecodable, with a wrong
-// token, of a kind no coordinator or shard serves, in turn) from one socket as
-// fast as the replies come back, 100 in flight, and checks that every one was
-// answered with an error. A test tool, used by tests/integration/test_bad_input.py.
+// Any of the flags replaces the probes with:
+//   --barrage=N       N bad messages (undecodable, truncated, with a wrong token
+//                     or none, of a kind no server serves, a push for an
+//                     out-of-range chunk or step, a replayed push of step 0) in
+//                     turn, from one socket as fast as the replies come back,
+//                     100 in flight; every one must be answered with an error
+//                     (or, a replay the shard can read, a reply accepting nothing);
+//   --connections=K   K short-lived connections, each one bad message, its
+//                     error reply awaited, then closed;
+//   --oversized=M     M frames of 80 MiB (over every server's frame limit), each
+//                     on a connection of its own, which the server must close
+//                     without a reply (the test reads the closes from metrics);
+//   --parked_pulls=P  P pulls for a version far ahead (they would wait at a
+//                     shard) on one socket: all but the shard's per-peer
+//                     allowance must be refused at once (ResourceExhausted).
+// A test tool, used by tests/integration/test_bad_input.py.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -51,28 +64,124 @@ bool Probe(zmq::context_t* ctx, const std::string& endpoint, const char* what,
 
 std::vector<std::string> Encoded(const Envelope& env);
 
+void SendFrames(zmq::socket_t& s, const std::vector<std::string>& frames) {
+  for (size_t f = 0; f < frames.size(); ++f) {
+    s.send(zmq::buffer(frames[f]),
+           f + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+}
+
+// A push of one 1000-float chunk with the token: step 0 of epoch 1 (during
+// training, a replay of a step long applied), unless changed.
+eps::Push SmallPush() {
+  auto owner = std::make_shared<std::vector<float>>(1000, 1.0f);
+  eps::Push push{eps::Epoch(1), eps::Step(0), eps::Block{0, 1}, {}};
+  push.chunks.push_back({eps::ChunkId(0), owner->data(), owner->size() * sizeof(float), owner});
+  return push;
+}
+
+// Every kind of bad message of the barrage, each answered with an error.
+std::vector<std::vector<std::string>> BadKinds(const std::string& token) {
+  const std::vector<std::string> push = Encoded(Envelope{token, SmallPush()});
+  std::vector<std::string> truncated = push;
+  truncated[0].resize(truncated[0].size() / 2 / 8 * 8);
+  eps::Push far_chunk = SmallPush(), far_step = SmallPush();
+  eps::RegisterWorkerReply unserved;  // a reply no server serves
+  unserved.worker = eps::WorkerId(0);
+  far_chunk.chunks[0].chunk = eps::ChunkId(999999);
+  far_step.step = eps::Step(1 << 30);
+  return {
+      {std::string("\x01\x02 not an envelope")},
+      truncated,
+      Encoded(Envelope{token + "x", eps::Pull{eps::Step(0), {}}}),
+      Encoded(Envelope{"", eps::Pull{eps::Step(0), {}}}),
+      Encoded(Envelope{token, unserved}),
+      Encoded(Envelope{token, far_chunk}),
+      Encoded(Envelope{token, far_step}),
+      push,
+  };
+}
+
+// Waits for one reply on `ch`; true if it is an ErrorReply (with its code in *code).
+bool ErrorReplyCame(eps::Channel* ch, std::chrono::milliseconds wait, eps::StatusCode* code) {
+  auto in = ch->Receive(wait);
+  if (!in.ok() || !in->envelope.ok()) return false;
+  const auto* err = std::get_if<eps::ErrorReply>(&in->envelope->body);
+  if (err == nullptr) return false;
+  if (code != nullptr) *code = err->ToStatus().code();
+  return true;
+}
+
+// K short-lived connections: each sends one bad message, awaits its error, closes.
+bool Connections(zmq::context_t* ctx, const std::string& endpoint, const std::string& token,
+                 long k) {
+  const auto kinds = BadKinds(token);
+  const auto start = std::chrono::steady_clock::now();
+  for (long i = 0; i < k; ++i) {
+    eps::Channel::Options o;
+    o.linger_ms = 0;
+    auto ch = eps::Channel::Connect(ctx, endpoint, o);
+    if (!ch.ok()) return false;
+    SendFrames((*ch)->socket(), kinds[i % kinds.size()]);
+    if (!ErrorReplyCame(ch->get(), std::chrono::milliseconds(10000), nullptr)) {
+      std::printf("FAIL connections: no error reply on connection %ld\n", i);
+      return false;
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("ok   connections: %ld short-lived connections answered in %.1f s\n", k, seconds);
+  return true;
+}
+
+// M oversized frames, each on a connection of its own: none may be answered.
+bool Oversized(zmq::context_t* ctx, const std::string& endpoint, long m) {
+  const std::string frame(80 << 20, 'o');
+  for (long i = 0; i < m; ++i) {
+    eps::Channel::Options o;
+    o.linger_ms = 2000;  // the frame leaves before the socket closes
+    auto ch = eps::Channel::Connect(ctx, endpoint, o);
+    if (!ch.ok()) return false;
+    (*ch)->socket().send(zmq::buffer(frame), zmq::send_flags::none);
+    if (ErrorReplyCame(ch->get(), std::chrono::milliseconds(500), nullptr)) {
+      std::printf("FAIL oversized: an 80 MiB frame was read and answered\n");
+      return false;
+    }
+  }
+  std::printf("ok   oversized: %ld frames of 80 MiB, none answered\n", m);
+  return true;
+}
+
+// P pulls for a version far ahead on one socket: those over the allowance are refused now.
+bool ParkedPulls(zmq::context_t* ctx, const std::string& endpoint, const std::string& token,
+                 long p) {
+  eps::Channel::Options o;
+  o.linger_ms = 0;
+  auto ch = eps::Channel::Connect(ctx, endpoint, o);
+  if (!ch.ok()) return false;
+  for (long i = 0; i < p; ++i)
+    SendFrames((*ch)->socket(), Encoded(Envelope{token, eps::Pull{eps::Step(1 << 30), {}}}));
+  long exhausted = 0;
+  eps::StatusCode code;
+  while (ErrorReplyCame(ch->get(), std::chrono::milliseconds(2000), &code))
+    exhausted += code == eps::StatusCode::kResourceExhausted;
+  std::printf("parked pulls: %ld sent, %ld refused at once\n", p, exhausted);
+  std::printf("{\"parked_pulls\": %ld, \"refused\": %ld}\n", p, exhausted);
+  return true;
+}
+
 // The barrage: `n` bad messages, in batches of 100 whose replies are awaited.
 bool Barrage(zmq::context_t* ctx, const std::string& endpoint, const std::string& token, long n) {
   auto ch = eps::Channel::Connect(ctx, endpoint);
   if (!ch.ok()) return false;
   zmq::socket_t& s = (*ch)->socket();
-  eps::RegisterWorkerReply reply;  // named: GCC 12 warns of a braced temporary (maybe-uninitialized)
-  reply.worker = eps::WorkerId(0);
-  const std::vector<std::vector<std::string>> kinds = {
-      {std::string("\x01\x02 not an envelope")},
-      Encoded(Envelope{token + "x", eps::Pull{eps::Step(0), {}}}),
-      Encoded(Envelope{token, reply}),
-  };
+  const std::vector<std::vector<std::string>> kinds = BadKinds(token);
   const auto start = std::chrono::steady_clock::now();
   long sent = 0, errors = 0;
   while (sent < n) {
     const long batch = std::min(100L, n - sent);
     for (long i = 0; i < batch; ++i, ++sent) {
-      const std::vector<std::string>& frames = kinds[sent % kinds.size()];
-      for (size_t f = 0; f < frames.size(); ++f) {
-        s.send(zmq::buffer(frames[f]),
-               f + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
-      }
+      SendFrames(s, kinds[sent % kinds.size()]);
     }
     for (long i = 0; i < batch; ++i) {
       auto in = (*ch)->Receive(std::chrono::milliseconds(10000));
@@ -81,7 +190,11 @@ bool Barrage(zmq::context_t* ctx, const std::string& endpoint, const std::string
                     in.status().ToString().c_str());
         return false;
       }
-      if (in->envelope.ok() && std::get_if<eps::ErrorReply>(&in->envelope->body) != nullptr)
+      // An error, or (a replayed push the shard can read) a reply that accepted nothing.
+      const auto* pushed =
+          in->envelope.ok() ? std::get_if<eps::PushReply>(&in->envelope->body) : nullptr;
+      if (in->envelope.ok() && (std::get_if<eps::ErrorReply>(&in->envelope->body) != nullptr ||
+                                (pushed != nullptr && pushed->accepted == 0)))
         ++errors;
     }
   }
@@ -107,10 +220,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string endpoint = argv[1];
-  long barrage = 0;
-  if (argc > 2 && std::strncmp(argv[argc - 1], "--barrage=", 10) == 0) {
-    barrage = std::strtol(argv[argc - 1] + 10, nullptr, 10);
-    --argc;
+  long barrage = 0, connections = 0, oversized = 0, parked = 0;
+  for (bool flag = true; flag && argc > 2;) {
+    const char* a = argv[argc - 1];
+    flag = false;
+    for (auto [name, into] : {std::pair<const char*, long*>{"--barrage=", &barrage},
+                              {"--connections=", &connections},
+                              {"--oversized=", &oversized},
+                              {"--parked_pulls=", &parked}}) {
+      if (std::strncmp(a, name, std::strlen(name)) == 0) {
+        *into = std::strtol(a + std::strlen(name), nullptr, 10);
+        --argc;
+        flag = true;
+        break;
+      }
+    }
   }
   std::string token;
   if (argc > 2) {
@@ -122,7 +246,14 @@ int main(int argc, char** argv) {
     token = *t;
   }
   zmq::context_t ctx(1);
-  if (barrage > 0) return Barrage(&ctx, endpoint, token, barrage) ? 0 : 1;
+  if (barrage > 0 || connections > 0 || oversized > 0 || parked > 0) {
+    bool ok = true;
+    if (barrage > 0) ok &= Barrage(&ctx, endpoint, token, barrage);
+    if (connections > 0) ok &= Connections(&ctx, endpoint, token, connections);
+    if (oversized > 0) ok &= Oversized(&ctx, endpoint, oversized);
+    if (parked > 0) ok &= ParkedPulls(&ctx, endpoint, token, parked);
+    return ok ? 0 : 1;
+  }
   std::mt19937_64 rng(42);  // the test's own randomness; nothing here needs portable bits
   auto random_bytes = [&](size_t n) {
     std::string s(n, '\0');
@@ -130,10 +261,7 @@ int main(int argc, char** argv) {
     return s;
   };
 
-  std::vector<float> data(1000, 1.0f);
-  auto owner = std::make_shared<std::vector<float>>(data);
-  eps::Push push{eps::Epoch(1), eps::Step(0), eps::Block{0, 1}, {}};
-  push.chunks.push_back({eps::ChunkId(0), owner->data(), owner->size() * sizeof(float), owner});
+  const eps::Push push = SmallPush();
   const std::vector<std::string> valid_push = Encoded(Envelope{token, push});
 
   bool ok = true;

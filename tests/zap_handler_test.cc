@@ -207,5 +207,21 @@ TEST(CurveKeys, AKeyPairIsWrittenOnceAndReadBack) {
   EXPECT_FALSE(ParseCurveKey("short").ok());
 }
 
+TEST(ZapHandler, EveryMessageOfAClientCarriesItsKeyAsUserId) {
+  TempDir dir;
+  const CurveKeyPair server_keys = NewKeys(), allowed = NewKeys();
+  WriteText(dir.path() + "/allowed", allowed.public_key + "\n");
+  zmq::context_t ctx;
+  Server server = StartServer(&ctx, server_keys, dir.path() + "/allowed");
+  ASSERT_NE(server.channel, nullptr);
+  auto client = Client(&ctx, server.channel->endpoint(), &allowed, server_keys.public_key);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(client->Send(Envelope{"t", JobInfo{}}).ok());
+    auto in = server.channel->Receive(kWait);
+    ASSERT_TRUE(in.ok()) << in.status().ToString();
+    EXPECT_EQ(in->user_id, allowed.public_key);
+  }
+}
+
 }  // namespace
 }  // namespace eps

@@ -12,6 +12,9 @@ namespace eps {
 Channel::Options CoordinatorChannelOptions(const WorkerOptions& options) {
   Channel::Options co;
   co.curve = options.curve;
+  // RegisterWorkerReply carries the job's whole TorchScript model in its envelope: the
+  // coordinator's envelopes may be far larger than a shard's (docs/security.md).
+  co.limits.max_header_bytes = size_t{1} << 30;
   return co;
 }
 

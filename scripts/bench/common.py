@@ -108,6 +108,22 @@ class Bench:
         print(f"{config:<{width}s} | {sps:10.1f} | {r}")
         self.csv(section, config, f"{sps:.1f}", r, seconds=f"{seconds:.3f}", load=load)
 
+    def paired_rows(self, section, base, other, sps, secs, load, base_runs):
+        """The rows of two configs measured in interleaved rounds (sps, secs: config -> [per round, None: failed]),
+        medians, the ratio against `base`; then the per-round ratios' median and range, and the base runs' own
+        spread (`base_runs` names them in the line)."""
+        median = None if None in sps[base] else analysis.median(sps[base])
+        for config in (base, other):
+            ok = None not in sps[config]
+            self.row(section, config, analysis.median(sps[config]) if ok else None, median,
+                     analysis.median(secs[config]) if ok else None, load)
+        p = analysis.paired(sps[base], sps[other])
+        runs = [x for x in sps[base] if x]
+        spread = f"{min(runs) / max(runs):.2f}-1.00" if runs else "-"
+        print(f"   paired (median and range of the per-round ratios): "
+              f"{'-' if p is None else f'{p[0]:.2f} ({p[1]:.2f}-{p[2]:.2f})'}; {base_runs}' own spread "
+              f"(slowest / fastest): {spread}")
+
     def csv_ms(self, section, config, ms, ratio, steps, load):
         """A csv row timed in ms (None ms: failed): seconds = ms / 1000, no samples/s."""
         if ms is None:

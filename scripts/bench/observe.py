@@ -15,7 +15,6 @@ import threading
 import time
 import urllib.request
 
-import analysis
 import common
 
 ROUNDS = 3
@@ -97,17 +96,7 @@ def run(b):
         sizes.update(observer.bytes)
         statuses[0] += observer.status_ok
         statuses[1] += observer.status_failed
-    base = None if None in sps["not observed"] else analysis.median(sps["not observed"])
-    for config in ("not observed", "observed"):
-        ok = None not in sps[config]
-        b.row("observe", config, analysis.median(sps[config]) if ok else None, base,
-              analysis.median(secs[config]) if ok else None, load)
-    p = analysis.paired(sps["not observed"], sps["observed"])
-    off = [x for x in sps["not observed"] if x]
-    spread = f"{min(off) / max(off):.2f}-1.00" if off else "-"
-    print(f"   paired (median and range of the per-round ratios): "
-          f"{'-' if p is None else f'{p[0]:.2f} ({p[1]:.2f}-{p[2]:.2f})'}; the unobserved runs' own spread "
-          f"(slowest / fastest): {spread}")
+    b.paired_rows("observe", "not observed", "observed", sps, secs, load, "the unobserved runs")
     print(f"   {'scrape of /metrics':<24s} | {'scrapes':>7s} | {'p50 ms':>7s} | {'p99 ms':>7s} | {'max ms':>7s} | bytes")
     for role in ("coordinator", "shard", "worker"):
         xs = latency.get(role, [])

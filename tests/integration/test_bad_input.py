@@ -3,11 +3,12 @@ network messages get error replies and change nothing."""
 import json
 import os
 import subprocess
+import threading
 import time
 import unittest
 import urllib.request
 
-from harness import BIN, ENV, MLP, RunDirTest, read_events, read_result, wait_for_step
+from harness import BIN, ENV, MLP, RunDirTest, poll_until, read_events, read_result, read_text, wait_for_step
 
 
 class BadJobSpec(RunDirTest):
@@ -59,15 +60,68 @@ class BadWorkerFlags(unittest.TestCase):
         self.worker_refuses(f"--compute_cpus={max(os.sched_getaffinity(0)) + 1}", "this process may only use CPUs")
 
 
+class FrameLimitTooSmallForTheJob(RunDirTest):
+    def test_shard_refuses_a_job_whose_frames_exceed_its_limit(self):
+        # Every job's largest legit frame is at least an envelope's 8 MiB (+ 64 KiB): 8 MiB is too small.
+        d = self.run_dir("job")
+        token = os.path.join(d, "token")
+        with open(token, "w") as f:
+            f.write("secret-token\n")
+        coord, addr = self.start_coordinator(d, token, "--steps=20", "--startup_timeout_s=120")
+        self.start_shard(d, addr, token, 0, "--max_message_mb=8")
+        shard = self.procs[-1]
+        self.start_worker(d, addr, token, 0)
+        self.assertNotEqual(shard.wait(timeout=120), 0)
+        self.assertIn("--max_message_mb", read_text(f"{d}/shard0.log"))
+
+
+def rss_kib(pid):
+    """VmRSS of a process, in KiB, from /proc/PID/status."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+class RssSampler:
+    """Samples the VmRSS of some processes every 50 ms in a thread until stopped; keeps each one's peak."""
+
+    def __init__(self, pids):
+        self.pids, self.peak, self._stop = pids, {p: rss_kib(p) for p in pids}, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.wait(0.05):
+            for p in self.pids:
+                try:
+                    self.peak[p] = max(self.peak[p], rss_kib(p))
+                except (OSError, AssertionError):
+                    pass  # it ended: the test says so
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(timeout=10)
+        return self.peak
+
+
 def line_count(path):
     with open(path, "rb") as f:
         return f.read().count(b"\n")
 
 
 class GarbageOnTheWire(RunDirTest):
-    STEPS = "--steps=400"
+    STEPS = "--steps=1500"  # ~6 ms a step here; the barrage ends near step 700: training outlasts it
     BARRAGE = 10000  # bad messages to each endpoint; their log lines are rate-limited
     BAD_ENVELOPES = 7  # probes of one garbage_peer run that surely do not decode
+    CONNECTIONS = 200  # short-lived connections of the barrage, to each endpoint
+    OVERSIZED = 2  # 80 MiB frames (over the 64 MiB and ~8 MiB frame limits), each on its own connection
+    # The barrage's messages are small and answered one at a time, its queues are bounded (1000 messages a
+    # peer), its oversized frames are refused before they are read: a server allocates nothing that grows
+    # with it. 64 MiB covers allocator slack, the pipes of the short-lived connections and the training's
+    # own growth meanwhile.
+    RSS_BOUND_KIB = 64 << 10
 
     def garbage(self, endpoint, token, *flags):
         p = subprocess.run([os.path.join(BIN, "garbage_peer"), endpoint, token, *flags], env=ENV,
@@ -80,15 +134,16 @@ class GarbageOnTheWire(RunDirTest):
         self.assertEqual(p.returncode, 0, p.stderr)
         return json.loads(p.stdout)
 
-    def rejected(self, metrics_address):
-        """A shard's eps_rejected_messages_total by reason, from its /metrics."""
+    def rejected(self, metrics_address, family="eps_rejected_messages_total", label="reason"):
+        """A shard's eps_rejected_messages_total by reason (or another counter by another label), from its
+        /metrics."""
         with urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10) as r:
             text = r.read().decode()
         out = {}
         for line in text.splitlines():
-            if line.startswith("eps_rejected_messages_total{"):
+            if line.startswith(family + "{"):
                 labels, value = line.rsplit(" ", 1)
-                reason = labels.split('reason="', 1)[1].split('"', 1)[0]
+                reason = labels.split(f'{label}="', 1)[1].split('"', 1)[0]
                 out[reason] = float(value)
         return out
 
@@ -100,7 +155,11 @@ class GarbageOnTheWire(RunDirTest):
             f.write("secret-token\n")
         coord, addr = self.start_coordinator(d, token, self.STEPS, "--shards=2", "--workers=2",
                                              "--startup_timeout_s=120")
-        shards = [self.start_shard(d, addr, token, s, "--metrics_port=0") for s in range(2)]
+        shards = []
+        for s in range(2):
+            shards.append(self.start_shard(d, addr, token, s, "--metrics_port=0"))
+            if s == 0:
+                shard0_proc = self.procs[-1]
         # Before training: every endpoint answers garbage with errors.
         for endpoint in [addr] + shards:
             self.garbage(endpoint, token)
@@ -117,13 +176,29 @@ class GarbageOnTheWire(RunDirTest):
         counts = self.rejected(shard0)
         self.assertGreaterEqual(counts["bad_envelope"], 2 * self.BAD_ENVELOPES, counts)
         self.assertGreaterEqual(counts["wrong_token"], 2, counts)
+        # A shard holds at most 64 pulls of one peer waiting for a later version; the rest are refused at once.
+        parked = subprocess.run([os.path.join(BIN, "garbage_peer"), shards[0], token, "--parked_pulls=200"], env=ENV,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        self.assertEqual(parked.returncode, 0, parked.stdout)
+        self.assertEqual(json.loads(parked.stdout.splitlines()[-1])["refused"], 200 - 64, parked.stdout)
         # A barrage: every message answered and counted, the log lines bounded by the rate
-        # (common/rejections.h: 5 a second after a burst of 20, plus a summary every 10 s).
+        # (common/rejections.h: 5 a second after a burst of 20, plus a summary every 10 s); a burst of
+        # short-lived connections, each answered; frames over the limit, whose connections are closed
+        # unread. The servers' RSS, sampled meanwhile, stays under baseline + RSS_BOUND_KIB.
         logs = {addr: f"{d}/coordinator.log", shards[0]: f"{d}/shard0.log"}
+        rss = RssSampler([coord.pid, shard0_proc.pid])
+        baseline = dict(rss.peak)
         for endpoint, log in logs.items():
             before, lines_before, start = self.status(d)["rejected_messages"], line_count(log), time.monotonic()
             counts_before = self.rejected(shard0)
-            self.garbage(endpoint, token, f"--barrage={self.BARRAGE}")
+            closed_before = self.rejected(shard0, "eps_connections_total", "event").get("closed", 0)
+            self.garbage(endpoint, token, f"--barrage={self.BARRAGE}", f"--connections={self.CONNECTIONS}",
+                         f"--oversized={self.OVERSIZED}")
+            if endpoint != addr:  # counted as the shard's loop reads its socket's events
+                want = closed_before + self.CONNECTIONS + self.OVERSIZED
+                poll_until(lambda: self.rejected(shard0, "eps_connections_total", "event")["closed"] >= want or None,
+                           30, "the shard did not count the connections it closed")
+            self.status(d)  # the coordinator still answers
             time.sleep(1)  # the last lines written
             seconds = time.monotonic() - start
             lines = line_count(log) - lines_before
@@ -133,6 +208,13 @@ class GarbageOnTheWire(RunDirTest):
             else:
                 after = self.rejected(shard0)
                 self.assertGreaterEqual(sum(after.values()) - sum(counts_before.values()), self.BARRAGE, after)
+        peak = rss.stop()
+        print(f"RSS KiB before the barrage and at its peak: coordinator {baseline[coord.pid]} -> {peak[coord.pid]}, "
+              f"shard 0 {baseline[shard0_proc.pid]} -> {peak[shard0_proc.pid]}; last step before the end "
+              f"{len(read_text(f'{d}/metrics.csv').splitlines()) - 1}")
+        for pid, what in [(coord.pid, "coordinator"), (shard0_proc.pid, "shard 0")]:
+            self.assertLess(peak[pid] - baseline[pid], self.RSS_BOUND_KIB,
+                            f"{what}: RSS {baseline[pid]} KiB before the barrage, {peak[pid]} KiB at its peak")
         self.assertEqual(coord.wait(timeout=300), 0, open(f"{d}/coordinator.log").read()[-3000:])
         result = read_result(d)
         self.assertEqual(result["params_sha256"], ref["params_sha256"])

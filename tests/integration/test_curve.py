@@ -3,7 +3,9 @@ attached with `attach.sh --secure-dir` end on the same parameters as the same
 job in the clear; workers with an unknown key, no key, or a revoked key are
 refused (exit 4, report outcome "refused") and the job is unaffected; and a
 capture of the job's loopback traffic (tshark, as root) holds the token and
-bytes of the final parameters in the clear, and neither with CURVE."""
+bytes of the final parameters in the clear, and neither with CURVE. A worker
+whose key is revoked mid-run (its .pub removed) is refused on its open
+connections (exit 4, outcome "refused") and the job ends on the same digest."""
 import os
 import shutil
 import signal
@@ -12,7 +14,7 @@ import subprocess
 import unittest
 
 from harness import BIN, ENV, LOCAL, MLP, ROOT, RunDirTest, poll_until, read_events, read_report, read_result, \
-    read_text, wait_for_file  # noqa: F401
+    read_text, wait_for_file, wait_for_step  # noqa: F401
 
 ATTACH = os.path.join(ROOT, "launcher", "attach.sh")
 ELASTICPS = os.path.join(BIN, "elasticps")
@@ -133,6 +135,35 @@ class Curve(RunDirTest):
         self.assertGreater(len(wire), os.path.getsize(f"{d}/model.safetensors"), "the capture missed the job's traffic")
         found = [w.hex() for w in windows if w in wire]
         self.assertEqual(found, [], "parameter bytes travel in the clear with CURVE")
+
+
+class Revocation(RunDirTest):
+    STEPS = "--steps=1000"  # about 10 ms a step with two workers: the revocation lands mid-run
+
+    def test_key_revoked_mid_run_drops_its_open_connections_and_the_job_keeps_its_bits(self):
+        _, _, ref = self.run_local("ref", MLP, workers=1, extra=[self.STEPS])
+        d = self.run_dir("job")
+        # Training starts once both workers registered: the victim, with a key of its own, and one attached.
+        launcher = self.start([LOCAL, "--job", MLP, "--servers", "1", "--workers", "0", "--run-dir", d, "--secure",
+                               "--", self.STEPS, "--workers=2"], f"{self.tmp}/job.log")
+        addr = wait_for_file(f"{d}/coordinator.addr", proc=launcher)
+        wait_for_file(f"{d}/shard0.addr", proc=launcher)  # its keys read before any is added
+        subprocess.run([ELASTICPS, "keygen", "--out", f"{d}/keys", "--name", "victim"], env=ENV, check=True,
+                       timeout=30, stdout=subprocess.DEVNULL)
+        shutil.copy(f"{d}/keys/victim.pub", f"{d}/allowed_keys/victim.pub")
+        victim = self.start([os.path.join(BIN, "worker"), f"--coordinator={addr}", f"--token_file={d}/token",
+                             f"--report_file={d}/victim.json", f"--curve_secret_key={d}/keys/victim.key",
+                             f"--curve_server_key={d}/keys/server.pub"], f"{d}/victim.log")
+        self.start([ATTACH, "--coordinator", addr, "--token-file", f"{d}/token", "--report-file",
+                    f"{d}/worker1.json", "--log", f"{d}/worker1.log", "--secure-dir", d], f"{d}/worker1.out")
+        wait_for_step(d, 20, proc=launcher)
+        os.remove(f"{d}/allowed_keys/victim.pub")  # revoked: its connections are open and stay so
+        self.assertEqual(victim.wait(timeout=60), REFUSED, read_text(f"{d}/victim.log")[-3000:])
+        self.assertIsNone(launcher.poll(), "the job ended before the revocation took effect")
+        self.assertEqual(read_report(f"{d}/victim.json")["outcome"], "refused")
+        self.assertIn("revoked", read_text(f"{d}/victim.log"))
+        self.assertEqual(launcher.wait(timeout=300), 0, read_text(f"{d}/logs/coordinator.log")[-3000:])
+        self.assertEqual(read_result(d)["params_sha256"], ref["params_sha256"])
 
 
 if __name__ == "__main__":
