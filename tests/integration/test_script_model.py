@@ -156,7 +156,7 @@ class ScriptModels(RunDirTest):
             self.assertIsNone(result, model)
             failed = read_events(d, "job_failed")
             self.assertEqual(len(failed), 1, f"{model}: {logs(d)}")
-            self.assertEqual(failed[0]["code"], "INVALID_ARGUMENT", failed[0])
+            self.assertEqual(failed[0]["code"], "FAILED_PRECONDITION", failed[0])  # the job cannot run
             self.assertIn(cause, failed[0]["error"], failed[0])
             self.assertEqual(read_events(d, "model_accepted"), [], model)
             # The servers were not the ones that failed: every shard left cleanly.
