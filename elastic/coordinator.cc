@@ -271,9 +271,9 @@ class CoordinatorImpl final : public Coordinator {
     if (!persisted_job_ && !state_.tensors().empty()) {
       std::vector<std::pair<std::string, std::string>> record = {
           {kJobKey, EncodeStoredJob(state_.spec(), state_.tensors())},
-          {"samples", nlohmann::json{{"train", state_.train_samples()},
-                                     {"test", state_.test_samples()}}
-                          .dump()}};
+          {"samples",
+           nlohmann::json{{"train", state_.train_samples()}, {"test", state_.test_samples()}}
+               .dump()}};
       // The TorchScript file, for export_model's scripted export (docs/models.md).
       if (!options_.model_bytes.empty()) record.emplace_back(kModelScriptKey, options_.model_bytes);
       st = store_->PutAll(record);

@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
-#include "common/layout.h"
 #include "common/digest.h"
+#include "common/layout.h"
 #include "elastic/model_export.h"
 #include "elastic/torch_export.h"
 #include "server/shard_state.h"
@@ -164,8 +164,8 @@ Status Export(const std::string& stores, Step wanted) {
   if (!FLAGS_safetensors.empty()) {
     EPS_ASSIGN_OR_RETURN(tensors, ReadSafetensors(FLAGS_safetensors, nullptr));
   } else {
-    EPS_ASSIGN_OR_RETURN(tensors, FromCheckpoints(stores, stored->job.spec, stored->job.tensors,
-                                                  FLAGS_out, wanted));
+    EPS_ASSIGN_OR_RETURN(
+        tensors, FromCheckpoints(stores, stored->job.spec, stored->job.tensors, FLAGS_out, wanted));
   }
   if (!FLAGS_pt_out.empty()) {
     EPS_RETURN_IF_ERROR(WriteStateDictPt(FLAGS_pt_out, tensors));
@@ -181,8 +181,9 @@ Status Export(const std::string& stores, Step wanted) {
   const std::string pinned = stored ? stored->job.spec.model_sha256 : "";
   if (script.empty()) {
     if (!pinned.empty())
-      return NotFound("--script_out: the store holds no copy of the job's TorchScript file; "
-                      "name it with --script_model");
+      return NotFound(
+          "--script_out: the store holds no copy of the job's TorchScript file; "
+          "name it with --script_model");
     std::printf("--script_out skipped: the job's model is a built-in one, not TorchScript\n");
     return OkStatus();
   }

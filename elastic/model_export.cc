@@ -111,9 +111,8 @@ StatusOr<std::vector<ExportedTensor>> ReadSafetensors(
     const auto shape = v.find("shape");
     const auto offsets = v.find("data_offsets");
     if (!v.is_object() || dtype == v.end() || shape == v.end() || offsets == v.end() ||
-        !dtype->is_string() || !shape->is_array() || !offsets->is_array() ||
-        offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
-        !(*offsets)[1].is_number_unsigned()) {
+        !dtype->is_string() || !shape->is_array() || !offsets->is_array() || offsets->size() != 2 ||
+        !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
       return DataLoss(path + ": tensor '" + name + "' lacks dtype, shape or data_offsets");
     }
     ExportedTensor t;

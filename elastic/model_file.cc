@@ -19,7 +19,8 @@ uint64_t Le(const std::string& b, size_t at, int n) {
 }
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 constexpr uint32_t kEndOfCentralDirectory = 0x06054b50;
@@ -29,9 +30,10 @@ constexpr uint32_t kCentralEntry = 0x02014b50;
 
 // The names of a zip's entries, from its central directory (no decompression).
 StatusOr<std::vector<std::string>> ZipEntryNames(const std::string& b, const std::string& what) {
-  const Status not_zip = InvalidArgument(
-      what + " is not a zip archive, so not a TorchScript model (save one with "
-             "torch.jit.script(module).save(path))");
+  const Status not_zip =
+      InvalidArgument(what +
+                      " is not a zip archive, so not a TorchScript model (save one with "
+                      "torch.jit.script(module).save(path))");
   if (b.size() < 22) return not_zip;
   // The end record is the last 22 bytes, unless a comment (< 64 KiB) follows it.
   size_t end = std::string::npos;

@@ -4,7 +4,6 @@
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
-
 #include <stdlib.h>
 
 #include <algorithm>
@@ -13,7 +12,6 @@
 #include <cstring>
 #include <vector>
 #include <zmq.hpp>
-
 
 namespace eps {
 namespace {
@@ -418,8 +416,10 @@ class ScriptModel : public ::testing::Test {
     if (mkdtemp(dir) == nullptr) return;
     dir_ = dir;
     const std::string cmd = std::string(EPS_TORCH_PYTHON) + " " + EPS_SCRIPT_MODELS_PY + " " +
-                            dir_ + " net net_loss five_classes nonscalar_loss bad_shape "
-                            "nondeterministic state_dict > " + dir_ + "/python.log 2>&1";
+                            dir_ +
+                            " net net_loss five_classes nonscalar_loss bad_shape "
+                            "nondeterministic state_dict > " +
+                            dir_ + "/python.log 2>&1";
     made_ = std::system(cmd.c_str()) == 0;
   }
   static void TearDownTestSuite() {

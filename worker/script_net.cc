@@ -79,11 +79,12 @@ StatusOr<std::unique_ptr<Net>> LoadScriptNet(const std::string& bytes) {
     std::istringstream in(bytes);
     module = torch::jit::load(in, torch::kCPU);
   } catch (const c10::Error& e) {
-    return InvalidArgument(std::string("the model file is not a TorchScript module libtorch loads: ") +
-                           e.what_without_backtrace());
+    return InvalidArgument(
+        std::string("the model file is not a TorchScript module libtorch loads: ") +
+        e.what_without_backtrace());
   } catch (const std::exception& e) {
-    return InvalidArgument(std::string("the model file is not a TorchScript module libtorch loads: ") +
-                           e.what());
+    return InvalidArgument(
+        std::string("the model file is not a TorchScript module libtorch loads: ") + e.what());
   }
   if (!module.find_method("forward"))
     return InvalidArgument("the TorchScript module has no forward method");

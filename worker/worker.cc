@@ -181,8 +181,8 @@ class WorkerImpl final : public Worker {
       const std::string got = sha.HexDigest();
       if (got != spec_.model_sha256) {
         return InvalidArgument("the model file the coordinator sent (" +
-                               std::to_string(model_script_.size()) + " bytes) has SHA-256 " +
-                               got + ", the job's model_sha256 is '" + spec_.model_sha256 + "'");
+                               std::to_string(model_script_.size()) + " bytes) has SHA-256 " + got +
+                               ", the job's model_sha256 is '" + spec_.model_sha256 + "'");
       }
     }
     ModelOptions mo;
