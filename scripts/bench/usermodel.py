@@ -50,14 +50,8 @@ def run(b):
         "TorchScript cnn": lambda r: b.job_sps(f"usermodel_script_{r}", 1, common.CNN, *job_flags,
                                                f"--model={model}"),
     }
-    sps = {c: [] for c in runs}
-    secs = {c: [] for c in runs}
     load = common.load1()
-    for r in range(1, ROUNDS + 1):
-        for config, go in runs.items():
-            s, t = go(r)
-            sps[config].append(s)
-            secs[config].append(t)
+    sps, secs = common.interleaved(runs, ROUNDS)
     failed = any(None in v for v in sps.values())
     base = None if None in sps["built-in cnn"] else analysis.median(sps["built-in cnn"])
     for config in runs:
