@@ -23,6 +23,7 @@
 #include "elastic/job_state.h"
 #include "elastic/metrics_csv.h"
 #include "elastic/model_export.h"
+#include "elastic/model_file.h"
 #include "schema/allowed_keys_watch.h"
 #include "schema/channel.h"
 #include "storage/state_store.h"
@@ -177,6 +178,7 @@ class CoordinatorImpl final : public Coordinator {
     s.host_backoff = o.host_backoff;
     s.data_fingerprint = o.data_fingerprint;
     s.host_backoff_max = std::max(s.host_backoff_max, o.host_backoff);
+    s.model_bytes = o.model_bytes;
     return s;
   }
 
@@ -267,10 +269,14 @@ class CoordinatorImpl final : public Coordinator {
     if (!store_) return;
     Status st;
     if (!persisted_job_ && !state_.tensors().empty()) {
-      st = store_->PutAll({{kJobKey, EncodeStoredJob(state_.spec(), state_.tensors())},
-                           {"samples", nlohmann::json{{"train", state_.train_samples()},
-                                                      {"test", state_.test_samples()}}
-                                           .dump()}});
+      std::vector<std::pair<std::string, std::string>> record = {
+          {kJobKey, EncodeStoredJob(state_.spec(), state_.tensors())},
+          {"samples",
+           nlohmann::json{{"train", state_.train_samples()}, {"test", state_.test_samples()}}
+               .dump()}};
+      // The TorchScript file, for export_model's scripted export (docs/models.md).
+      if (!options_.model_bytes.empty()) record.emplace_back(kModelScriptKey, options_.model_bytes);
+      st = store_->PutAll(record);
       persisted_job_ = st.ok();
     }
     if (st.ok() && state_.epoch() != persisted_epoch_) {
@@ -440,9 +446,21 @@ StatusOr<std::string> CheckJobData(const JobSpec& spec) {
   return data.fingerprint;
 }
 
-StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOptions& options,
+StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOptions& given,
                                                          zmq::context_t* context) {
-  EPS_RETURN_IF_ERROR(ValidateJobSpec(options.spec));
+  EPS_RETURN_IF_ERROR(ValidateJobSpec(given.spec));
+  CoordinatorOptions options = given;
+  if (IsModelPath(options.spec.model)) {
+    // Read once: every worker gets these bytes, whatever happens to the file later.
+    EPS_ASSIGN_OR_RETURN(ModelFile file,
+                         ReadModelFile(options.spec.model, options.spec.model_sha256));
+    options.spec.model_sha256 = file.sha256;
+    options.model_bytes = std::move(file.bytes);
+  } else if (!options.spec.model_sha256.empty()) {
+    return InvalidArgument("--model_sha256 pins a TorchScript model file, but --model '" +
+                           options.spec.model +
+                           "' names a built-in model (a file's name contains '/' or ends in .pt)");
+  }
   if (options.spec.steps == 0 && !(options.epochs > 0))
     return InvalidArgument("set --steps or --epochs");
   if (options.workers < 1) return InvalidArgument("--workers must be at least 1");

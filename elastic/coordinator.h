@@ -64,6 +64,10 @@ struct CoordinatorOptions {
   // The job's data files' fingerprint (data/fingerprint.h; CheckJobData):
   // workers whose files differ are refused. Empty: the first worker's.
   std::string data_fingerprint;
+  // The TorchScript file --model names (docs/models.md): Open reads it when
+  // spec.model is a path (IsModelPath, elastic/model_file.h) and fills this and
+  // spec.model_sha256; every registering worker gets these bytes.
+  std::string model_bytes;
   Metrics* metrics = nullptr;       // the coordinator's metrics go here (null: none)
   std::string metrics_address;      // where they are served ("host:port"), for the scrape targets
 };

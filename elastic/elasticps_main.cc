@@ -52,10 +52,15 @@ namespace {
 
 constexpr const char* kKeygenUsage = "elasticps keygen --out DIR [--name NAME]";
 constexpr const char* kExportUsage =
-    "elasticps export --stores RUN_DIR/store --out FILE [--step N]\n"
+    "elasticps export --stores RUN_DIR/store --out FILE [--step N] [--pt-out FILE]\n"
+    "                 [--script-out FILE]\n"
+    "elasticps export --safetensors RUN_DIR/model.safetensors [--stores RUN_DIR/store]\n"
+    "                 --pt-out FILE [--script-out FILE]\n"
     "\n"
     "Writes a job's model from its stores (while it runs, or after it stopped or crashed),\n"
-    "and prints the step and its params_sha256 (result.json's for the final step).";
+    "and prints the step and its params_sha256 (result.json's for the final step).\n"
+    "--pt-out: the state dict torch.load reads; --script-out: a TorchScript job's module with\n"
+    "the trained weights, for torch.jit.load (docs/models.md).";
 
 struct Command {
   const char* name;

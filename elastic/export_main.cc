@@ -1,33 +1,53 @@
 // export_model: writes a job's model from its stores, on demand, while the job
-// runs or after it stopped or crashed, without any of its processes.
+// runs or after it stopped or crashed, without any of its processes; or
+// converts the model.safetensors a finished job wrote.
 //
 //   export_model --stores=RUN_DIR/store --out=model.safetensors [--step=N]
+//                [--pt_out=model.pt] [--script_out=model.script.pt]
+//   export_model --safetensors=RUN_DIR/model.safetensors [--stores=RUN_DIR/store]
+//                --pt_out=model.pt [--script_out=model.script.pt]
 //
 // Reads the job record from the coordinator's store (STORES/coordinator) and
 // checkpoint `step` (default: the newest one every shard holds) from each
 // shard's store (STORES/shard<N>), opened read-only, so running processes are
 // not disturbed. Writes the safetensors file described in elastic/model_export.h
 // and prints the step and the params_sha256, which equals result.json's for
-// the job's final step.
+// the job's final step. --pt_out and --script_out: the exports Python loads
+// (elastic/torch_export.h); the scripted one needs the job's TorchScript file,
+// which the coordinator keeps in its store (or --script_model names it).
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "common/digest.h"
 #include "common/layout.h"
 #include "elastic/model_export.h"
+#include "elastic/torch_export.h"
 #include "server/shard_state.h"
 #include "storage/state_store.h"
 
 DEFINE_string(
     stores, "",
     "The job's store directory: coordinator/ and shard<N>/ in it (local.sh: RUN_DIR/store)");
-DEFINE_string(out, "", "The safetensors file to write");
+DEFINE_string(out, "", "The safetensors file to write (from the stores' checkpoints)");
+DEFINE_string(safetensors, "",
+              "Convert this model.safetensors (a finished job's) instead of reading checkpoints");
+DEFINE_string(pt_out, "", "Also write the state dict torch.load reads (model.pt)");
+DEFINE_string(script_out, "",
+              "Also write the trained TorchScript module torch.jit.load runs (a TorchScript job "
+              "only; ignored, with a note, for a built-in model)");
+DEFINE_string(script_model, "",
+              "The job's TorchScript file for --script_out (default: the copy in the "
+              "coordinator's store)");
 DEFINE_int64(step, -1, "The checkpoint to export (default: the newest one every shard holds)");
 
 namespace eps {
@@ -50,17 +70,37 @@ std::string Join(const std::vector<Step>& steps) {
   return out.empty() ? "none" : out;
 }
 
-Status Export(const std::string& stores, const std::string& out, Step wanted) {
+// The job record and TorchScript file from the coordinator's store.
+struct StoredJob {
+  ShardConfig job;
+  std::string script;  // empty: a built-in model, or a store without it
+};
+
+StatusOr<StoredJob> ReadStoredJob(const std::string& stores) {
   EPS_ASSIGN_OR_RETURN(auto coordinator, OpenReadOnly(stores + "/coordinator", "", "coordinator"));
   auto record = coordinator->Get(kJobKey);
   if (!record.ok()) {
     return record.status().WithContext(
         "the coordinator's store holds no job record yet (the job never started)");
   }
-  EPS_ASSIGN_OR_RETURN(ShardConfig job, DecodeStoredJob(*record));
-  const JobSpec& spec = job.spec;
-  EPS_ASSIGN_OR_RETURN(Layout layout, MakeLayout(job.tensors, spec.num_shards, spec.chunk_elems));
+  StoredJob out;
+  EPS_ASSIGN_OR_RETURN(out.job, DecodeStoredJob(*record));
+  auto script = coordinator->Get(kModelScriptKey);
+  if (script.ok()) {
+    out.script = std::move(script).value();
+  } else if (script.status().code() != StatusCode::kNotFound) {
+    return script.status();
+  }
+  return out;
+}
 
+// The model's tensors at checkpoint `wanted` of the stores (-1: the newest
+// every shard holds); writes `out` (safetensors) when not empty.
+StatusOr<std::vector<ExportedTensor>> FromCheckpoints(const std::string& stores,
+                                                      const JobSpec& spec,
+                                                      const std::vector<TensorSpec>& specs,
+                                                      const std::string& out, Step wanted) {
+  EPS_ASSIGN_OR_RETURN(Layout layout, MakeLayout(specs, spec.num_shards, spec.chunk_elems));
   std::vector<std::unique_ptr<StateStore>> shards;
   std::vector<std::vector<Step>> held;
   for (uint32_t s = 0; s < spec.num_shards; ++s) {
@@ -103,12 +143,59 @@ Status Export(const std::string& stores, const std::string& out, Step wanted) {
     for (ChunkBytes& c : pulled.chunks) chunks[c.chunk.value()] = std::move(c);
   }
   EPS_ASSIGN_OR_RETURN(ModelDigests digests, DigestModel(layout, chunks));
-  EPS_RETURN_IF_ERROR(
-      WriteSafetensors(out, layout, chunks, step, spec.job_id, spec.model, digests));
+  if (!out.empty()) {
+    EPS_RETURN_IF_ERROR(
+        WriteSafetensors(out, layout, chunks, step, spec.job_id, spec.model, digests));
+  }
   std::printf("exported step %lld of job '%s' (%s, %lld parameters) to %s\nparams_sha256 %s\n",
               static_cast<long long>(step.value()), spec.job_id.c_str(), spec.model.c_str(),
-              static_cast<long long>(layout.NumParameters()), out.c_str(),
-              digests.params_sha256.c_str());
+              static_cast<long long>(layout.NumParameters()),
+              out.empty() ? "(no safetensors)" : out.c_str(), digests.params_sha256.c_str());
+  return ModelTensors(layout, chunks);
+}
+
+Status Export(const std::string& stores, Step wanted) {
+  std::optional<StoredJob> stored;
+  if (!stores.empty()) {
+    EPS_ASSIGN_OR_RETURN(StoredJob s, ReadStoredJob(stores));
+    stored = std::move(s);
+  }
+  std::vector<ExportedTensor> tensors;
+  if (!FLAGS_safetensors.empty()) {
+    EPS_ASSIGN_OR_RETURN(tensors, ReadSafetensors(FLAGS_safetensors, nullptr));
+  } else {
+    EPS_ASSIGN_OR_RETURN(
+        tensors, FromCheckpoints(stores, stored->job.spec, stored->job.tensors, FLAGS_out, wanted));
+  }
+  if (!FLAGS_pt_out.empty()) {
+    EPS_RETURN_IF_ERROR(WriteStateDictPt(FLAGS_pt_out, tensors));
+    std::printf("state dict (torch.load) written to %s\n", FLAGS_pt_out.c_str());
+  }
+  if (FLAGS_script_out.empty()) return OkStatus();
+  std::string script = stored ? stored->script : "";
+  if (!FLAGS_script_model.empty()) {
+    std::ifstream in(FLAGS_script_model, std::ios::binary);
+    if (!in) return NotFound("--script_model " + FLAGS_script_model + ": cannot open the file");
+    script.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::string pinned = stored ? stored->job.spec.model_sha256 : "";
+  if (script.empty()) {
+    if (!pinned.empty())
+      return NotFound(
+          "--script_out: the store holds no copy of the job's TorchScript file; "
+          "name it with --script_model");
+    std::printf("--script_out skipped: the job's model is a built-in one, not TorchScript\n");
+    return OkStatus();
+  }
+  Sha256 sha;
+  sha.Update(script.data(), script.size());
+  const std::string got = sha.HexDigest();
+  if (!pinned.empty() && got != pinned) {
+    return InvalidArgument("the TorchScript file has SHA-256 " + got + ", the job trained " +
+                           pinned);
+  }
+  EPS_RETURN_IF_ERROR(WriteScriptedModel(FLAGS_script_out, script, tensors));
+  std::printf("scripted model (torch.jit.load) written to %s\n", FLAGS_script_out.c_str());
   return OkStatus();
 }
 
@@ -116,16 +203,28 @@ Status Export(const std::string& stores, const std::string& out, Step wanted) {
 }  // namespace eps
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("export_model --stores=RUN_DIR/store --out=FILE.safetensors [--step=N]");
+  gflags::SetUsageMessage(
+      "export_model --stores=RUN_DIR/store --out=FILE.safetensors [--step=N] [--pt_out=FILE.pt] "
+      "[--script_out=FILE.pt]\n"
+      "       export_model --safetensors=RUN_DIR/model.safetensors [--stores=RUN_DIR/store] "
+      "--pt_out=FILE.pt [--script_out=FILE.pt]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
-  if (FLAGS_stores.empty() || FLAGS_out.empty()) {
-    std::fprintf(stderr, "export_model: --stores and --out are required\n%s\n",
-                 gflags::ProgramUsage());
+  const bool from_checkpoints = FLAGS_safetensors.empty();
+  const char* wrong = nullptr;
+  if (from_checkpoints && FLAGS_stores.empty()) {
+    wrong = "--stores is required (or convert a file with --safetensors)";
+  } else if (FLAGS_out.empty() && FLAGS_pt_out.empty() && FLAGS_script_out.empty()) {
+    wrong = "name at least one of --out, --pt_out and --script_out";
+  } else if (!from_checkpoints && !FLAGS_out.empty()) {
+    wrong = "--out writes a safetensors file from checkpoints: not with --safetensors";
+  }
+  if (wrong != nullptr) {
+    std::fprintf(stderr, "export_model: %s\n%s\n", wrong, gflags::ProgramUsage());
     return 2;
   }
-  const eps::Status st = eps::Export(FLAGS_stores, FLAGS_out, eps::Step(FLAGS_step));
+  const eps::Status st = eps::Export(FLAGS_stores, eps::Step(FLAGS_step));
   if (!st.ok()) {
     std::fprintf(stderr, "export_model: %s\n", st.ToString().c_str());
     return 1;

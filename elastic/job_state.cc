@@ -524,7 +524,7 @@ void JobState::AnswerRegistrations() {
     WorkerInfo& w = workers_[id];
     if (!w.alive) continue;
     w.last_seen = clock_->Now();  // its heartbeats start now
-    Send(id, RegisterWorkerReply{id, spec_, shard_addresses_});
+    Send(id, RegisterWorkerReply{id, spec_, shard_addresses_, options_.model_bytes});
   }
   unanswered_registrations_.clear();
 }

@@ -76,6 +76,9 @@ struct JobStateOptions {
   std::chrono::milliseconds host_backoff{60000};
   std::chrono::milliseconds host_backoff_max{900000};
   std::chrono::milliseconds host_failure_window{600000};
+  // The TorchScript model file of the job (empty: a built-in model), sent to
+  // every worker in its RegisterWorkerReply; never to the shards.
+  std::string model_bytes;
 };
 
 // The machine a worker runs on, as back-off counts it: the worker's host

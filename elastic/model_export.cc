@@ -1,5 +1,8 @@
 #include "elastic/model_export.h"
 
+#include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "common/digest.h"
@@ -62,6 +65,86 @@ Status WriteSafetensors(const std::string& path, const Layout& layout, const Mod
     out.append(static_cast<const char*>(b->data), b->size);
   }
   return WriteFileAtomically(path, out);
+}
+
+StatusOr<std::vector<ExportedTensor>> ModelTensors(const Layout& layout,
+                                                   const ModelChunks& chunks) {
+  std::vector<ExportedTensor> out;
+  std::vector<int> index(layout.tensors.size(), -1);
+  for (size_t t = 0; t < layout.tensors.size(); ++t) {
+    if (layout.tensors[t].kind == TensorKind::kLoss) continue;
+    index[t] = static_cast<int>(out.size());
+    out.push_back({layout.tensors[t], {}});
+  }
+  for (const Chunk& c : layout.chunks) {  // chunks run through each tensor in order
+    if (index[c.tensor] < 0) continue;
+    EPS_ASSIGN_OR_RETURN(const ChunkBytes* b, Find(layout, chunks, c));
+    out[static_cast<size_t>(index[c.tensor])].bytes.append(static_cast<const char*>(b->data),
+                                                           b->size);
+  }
+  return out;
+}
+
+StatusOr<std::vector<ExportedTensor>> ReadSafetensors(
+    const std::string& path, std::map<std::string, std::string>* metadata) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot open " + path);
+  const std::string blob((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (blob.size() < 8) return DataLoss(path + ": shorter than a safetensors header");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(blob[i]);
+  if (n > blob.size() - 8) return DataLoss(path + ": its header length runs past the file");
+  const nlohmann::json header = nlohmann::json::parse(blob.substr(8, n), nullptr, false);
+  if (!header.is_object()) return DataLoss(path + ": its header is not a JSON object");
+  const std::string data = blob.substr(8 + n);
+  std::vector<std::pair<uint64_t, ExportedTensor>> found;
+  for (const auto& [name, v] : header.items()) {
+    if (name == "__metadata__") {
+      if (metadata != nullptr && v.is_object()) {
+        for (const auto& [k, m] : v.items()) {
+          if (m.is_string()) (*metadata)[k] = m.get<std::string>();
+        }
+      }
+      continue;
+    }
+    const auto dtype = v.find("dtype");
+    const auto shape = v.find("shape");
+    const auto offsets = v.find("data_offsets");
+    if (!v.is_object() || dtype == v.end() || shape == v.end() || offsets == v.end() ||
+        !dtype->is_string() || !shape->is_array() || !offsets->is_array() || offsets->size() != 2 ||
+        !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
+      return DataLoss(path + ": tensor '" + name + "' lacks dtype, shape or data_offsets");
+    }
+    ExportedTensor t;
+    t.spec.name = name;
+    if (*dtype == "F32") {
+      t.spec.dtype = DType::kFloat32;
+    } else if (*dtype == "I64") {
+      t.spec.dtype = DType::kInt64;
+    } else {
+      return DataLoss(path + ": tensor '" + name + "' has dtype " + dtype->dump() +
+                      " (this reader takes F32 and I64)");
+    }
+    for (const auto& d : *shape) {
+      if (!d.is_number_unsigned()) return DataLoss(path + ": tensor '" + name + "': bad shape");
+      t.spec.shape.push_back(d.get<int64_t>());
+    }
+    const uint64_t begin = (*offsets)[0], end = (*offsets)[1];
+    if (begin > end || end > data.size() ||
+        end - begin != uint64_t(t.spec.numel()) * DTypeSize(t.spec.dtype)) {
+      return DataLoss(path + ": tensor '" + name + "': data_offsets do not fit its shape");
+    }
+    // WriteSafetensors writes parameters before buffers; a buffer is int64 or
+    // follows one, which the file does not say: the kind is left to the caller.
+    t.spec.kind = TensorKind::kParameter;
+    t.bytes = data.substr(begin, end - begin);
+    found.emplace_back(begin, std::move(t));
+  }
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<ExportedTensor> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
 }
 
 std::string EncodeStoredJob(const JobSpec& spec, const std::vector<TensorSpec>& tensors) {

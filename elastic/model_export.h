@@ -37,9 +37,28 @@ Status WriteSafetensors(const std::string& path, const Layout& layout, const Mod
                         const Step& step, const std::string& job_id, const std::string& model,
                         const ModelDigests& digests);
 
+// One tensor of an exported model: its spec and its bytes (numel * DTypeSize,
+// little-endian, row-major).
+struct ExportedTensor {
+  TensorSpec spec;
+  std::string bytes;
+};
+
+// The model's parameters then buffers (not the loss), each as one contiguous
+// piece; DataLoss when a chunk is missing or has the wrong size.
+StatusOr<std::vector<ExportedTensor>> ModelTensors(const Layout& layout, const ModelChunks& chunks);
+
+// Reads a safetensors file as WriteSafetensors writes it (F32 and I64 tensors,
+// in file order); `metadata` (if not null) gets its __metadata__. NotFound for
+// a missing file; DataLoss for a malformed one, naming what is wrong.
+StatusOr<std::vector<ExportedTensor>> ReadSafetensors(const std::string& path,
+                                                      std::map<std::string, std::string>* metadata);
+
 // The job as the coordinator stores it under kJobKey: the ShardConfig the shards
 // got (spec and tensors, the loss tensor included), in its wire form.
 inline constexpr const char* kJobKey = "job";
+// The job's TorchScript model file (when it has one), stored with the job record.
+inline constexpr const char* kModelScriptKey = "model_script";
 std::string EncodeStoredJob(const JobSpec& spec, const std::vector<TensorSpec>& tensors);
 StatusOr<ShardConfig> DecodeStoredJob(const std::string& bytes);
 

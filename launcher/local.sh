@@ -52,12 +52,14 @@
 # DIR/logs/worker<i>.json, pid files to DIR/pids/, the coordinator's address to
 # DIR/coordinator.addr, the job's token to DIR/token (mode 0600), the
 # coordinator's events to DIR/events.jsonl (docs/events.md; a resumed or
-# restarted job appends to it) and the result to DIR/result.json. Ctrl-C (or
+# restarted job appends to it) and the result to DIR/result.json, the model to
+# DIR/model.safetensors, DIR/model.pt (torch.load) and, for a TorchScript model,
+# DIR/model.script.pt (torch.jit.load; docs/models.md). Ctrl-C (or
 # SIGTERM) stops every process. Exits 0 only if the job succeeded, 2 if the job is
 # invalid (the coordinator refused its flags, files or model).
 set -euo pipefail
 
-usage() { sed -n '2,55p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,57p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
@@ -298,4 +300,10 @@ if [ $rc -ne 0 ]; then
   exit 1
 fi
 [ -s "$run_dir/result.json" ] || { echo "local.sh: no result.json" >&2; exit 1; }
+# The exports Python loads (docs/models.md), from the model.safetensors the coordinator wrote.
+if [ -x "$bin/export_model" ] && [ -s "$run_dir/model.safetensors" ]; then
+  "$bin/export_model" --safetensors="$run_dir/model.safetensors" --stores="$run_dir/store" \
+    --pt_out="$run_dir/model.pt" --script_out="$run_dir/model.script.pt" > "$run_dir/logs/export.log" 2>&1 ||
+    { echo "local.sh: export_model failed:" >&2; tail -n 5 "$run_dir/logs/export.log" >&2; exit 1; }
+fi
 exit 0

@@ -3,6 +3,7 @@
 // Plain value types, thread-compatible.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -164,6 +165,11 @@ struct RegisterWorker {
   std::string device_kind = "cpu";
   std::string metrics_address{};  // "host:port" of its /metrics (empty: none)
 };
+
+// The largest TorchScript model file a job takes (elastic/model_file.h): its
+// bytes travel inside the RegisterWorkerReply envelope, whose decoder on the
+// worker allows this much more than DecodeLimits' default.
+inline constexpr size_t kMaxModelBytes = size_t{256} << 20;
 
 struct RegisterWorkerReply {
   WorkerId worker;

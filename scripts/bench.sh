@@ -8,7 +8,8 @@
 #
 # Sections, in order, each a program of its own, scripts/bench/NAME.py (its docstring says what it
 # measures; docs/benchmarks.md has the figures): vw elastic transfer wire ps_share ddp scaling hetero durable
-# observe limits network (network: hosts in network namespaces under link rates and latencies; needs root, else skipped).
+# observe limits network (network: hosts in network namespaces under link rates and latencies; needs root, else skipped)
+# usermodel (the cnn as a TorchScript model from Python against the built-in one).
 # They share scripts/bench/common.py (running jobs and programs, table and csv rows); the figures come
 # from scripts/bench/analysis.py, which reads the JSON a run leaves (the coordinator's events.jsonl,
 # the workers' reports, result.json, the bench programs' JSON lines) and draws the plot.
@@ -26,7 +27,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # A new section: scripts/bench/NAME.py (ending with common.main(run)) and NAME here.
-all_sections=(vw elastic transfer wire ps_share ddp scaling hetero durable observe limits network)
+all_sections=(vw elastic transfer wire ps_share ddp scaling hetero durable observe limits network usermodel)
 only="" steps=300 setup=1
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -4,13 +4,14 @@
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 #include <zmq.hpp>
-
 
 namespace eps {
 namespace {
@@ -391,6 +392,188 @@ TEST(ModelRunner, TrainsTheSameOn28x28As1x28x28Samples) {
   auto lb = b->TrainStep(SyntheticData(4, {28, 28}), {0, 1, 2, 3}, 5);
   ASSERT_TRUE(la.ok() && lb.ok());
   EXPECT_EQ(*la, *lb);
+}
+
+// ---- TorchScript models (docs/models.md) -------------------------------------
+// The modules are written in Python (tests/integration/script_models.py) and
+// scripted by Debian's python3-torch once per test run.
+
+std::string ReadAll(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return "";
+  std::string out;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  std::fclose(f);
+  return out;
+}
+
+class ScriptModel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char dir[] = "/tmp/eps-script-XXXXXX";
+    if (mkdtemp(dir) == nullptr) return;
+    dir_ = dir;
+    const std::string cmd = std::string(EPS_TORCH_PYTHON) + " " + EPS_SCRIPT_MODELS_PY + " " +
+                            dir_ +
+                            " net net_loss five_classes nonscalar_loss bad_shape "
+                            "nondeterministic state_dict > " +
+                            dir_ + "/python.log 2>&1";
+    made_ = std::system(cmd.c_str()) == 0;
+  }
+  static void TearDownTestSuite() {
+    if (!dir_.empty()) (void)std::system(("rm -rf " + dir_).c_str());
+  }
+  void SetUp() override {
+    if (!made_) GTEST_SKIP() << "no python3-torch to script the test's modules (" << dir_ << ")";
+  }
+  static std::string Script(const std::string& name) { return ReadAll(dir_ + "/" + name + ".pt"); }
+  static StatusOr<std::unique_ptr<ModelRunner>> Load(const std::string& name) {
+    ModelOptions o;
+    o.model = name + ".pt";
+    o.script = Script(name);
+    o.device = TestDevice();
+    return ModelRunner::Create(o);
+  }
+  static std::unique_ptr<ModelRunner> MustLoad(const std::string& name) {
+    auto r = Load(name);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::move(r).value() : nullptr;
+  }
+  static std::string dir_;
+  static bool made_;
+};
+std::string ScriptModel::dir_;
+bool ScriptModel::made_ = false;
+
+TEST_F(ScriptModel, ListsTheModulesNamedParametersThenBuffersInItsOrder) {
+  auto r = MustLoad("net");
+  ASSERT_NE(r, nullptr);
+  std::vector<std::string> names;
+  for (const TensorSpec& t : r->Tensors()) names.push_back(t.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"conv1.weight", "conv1.bias", "bn1.weight", "bn1.bias",
+                                             "conv2.weight", "conv2.bias", "fc.weight", "fc.bias",
+                                             "bn1.running_mean", "bn1.running_var",
+                                             "bn1.num_batches_tracked"}));
+  EXPECT_EQ(r->NumParameters(), 8u);
+  EXPECT_EQ(r->Tensors().back().dtype, DType::kInt64);
+  EXPECT_EQ(r->Tensors()[0].shape, (std::vector<int64_t>{8, 1, 3, 3}));
+}
+
+TEST_F(ScriptModel, TakesItsWeightsFromTheFileNotFromTheSeed) {
+  ModelOptions a, b;
+  a.script = b.script = Script("net");
+  a.init_seed = 1;
+  b.init_seed = 2;
+  auto ra = ModelRunner::Create(a), rb = ModelRunner::Create(b);
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  EXPECT_EQ(TensorBytes(**ra), TensorBytes(**rb));
+}
+
+// The consistency contract for a user's module: a step is a pure function of
+// (weights, buffers, samples, seed), also after many calls (the JIT must not
+// re-optimize the graph, which could change the bits a late joiner computes).
+TEST_F(ScriptModel, TheThirtiethCallGivesTheFirstCallsBits) {
+  const Dataset data = SyntheticData(16);
+  const std::vector<int64_t> indices = {3, 1, 4, 1, 5, 9, 2, 6};
+  auto r = MustLoad("net");
+  ASSERT_NE(r, nullptr);
+  // Loading the module turned the re-optimization off: on this model the bits
+  // below would hold on the CPU even with it on (it would change them with
+  // fusion on a GPU), so the switch itself is checked too.
+  EXPECT_TRUE(JitGraphOptimizationIsOff());
+  const auto initial = TensorBytes(*r);
+  StatusOr<float> first = r->TrainStep(data, indices, 99);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  const auto grads = GradBytes(*r);
+  const auto buffers = TensorBytes(*r);
+  EXPECT_FALSE(AllZero(grads));
+  EXPECT_NE(buffers, initial) << "BatchNorm statistics did not move";
+  for (int call = 2; call <= 30; ++call) {
+    RestoreTensorBytes(*r, initial);
+    StatusOr<float> again = r->TrainStep(data, indices, 99);
+    ASSERT_TRUE(again.ok());
+    ASSERT_EQ(std::memcmp(&*first, &*again, sizeof(float)), 0) << "call " << call;
+    ASSERT_EQ(GradBytes(*r), grads) << "call " << call;
+    ASSERT_EQ(TensorBytes(*r), buffers) << "call " << call;
+  }
+  // Dropout draws from the step's seed.
+  RestoreTensorBytes(*r, initial);
+  StatusOr<float> other = r->TrainStep(data, indices, 100);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(*other, *first);
+}
+
+TEST_F(ScriptModel, UsesTheModulesOwnLossWhenItHasOne) {
+  const Dataset data = SyntheticData(8);
+  auto plain = MustLoad("net"), smoothed = MustLoad("net_loss");
+  ASSERT_NE(plain, nullptr);
+  ASSERT_NE(smoothed, nullptr);
+  ASSERT_EQ(TensorBytes(*plain), TensorBytes(*smoothed));  // the same weights (seed 0 in Python)
+  StatusOr<float> a = plain->TrainStep(data, {0, 1, 2, 3}, 5);
+  StatusOr<float> b = smoothed->TrainStep(data, {0, 1, 2, 3}, 5);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(*a, *b) << "loss(output, target) with label smoothing was not called";
+}
+
+TEST_F(ScriptModel, DryRunPassesAndLeavesParametersAndBuffersUntouched) {
+  const Dataset data = SyntheticData(8);
+  auto r = MustLoad("net");
+  ASSERT_NE(r, nullptr);
+  const auto before = TensorBytes(*r);
+  StatusOr<std::string> warning = r->DryRun(data);
+  ASSERT_TRUE(warning.ok()) << warning.status().ToString();
+  EXPECT_EQ(*warning, "");
+  EXPECT_EQ(TensorBytes(*r), before);
+  EXPECT_TRUE(AllZero(GradBytes(*r)));
+}
+
+TEST_F(ScriptModel, DryRunNamesWhatDoesNotFit) {
+  const Dataset data = SyntheticData(8);
+  const std::pair<const char*, const char*> cases[] = {
+      {"bad_shape", "forward fails"},
+      {"nonscalar_loss", "not a scalar"},
+      {"five_classes", "labels out of range"},
+  };
+  for (const auto& [name, cause] : cases) {
+    auto r = MustLoad(name);
+    ASSERT_NE(r, nullptr) << name;
+    StatusOr<std::string> got = r->DryRun(data);
+    EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(got.status().message().find(cause), std::string::npos)
+        << name << ": " << got.status().ToString();
+  }
+}
+
+TEST_F(ScriptModel, DryRunWarnsOfANondeterministicModule) {
+  auto r = MustLoad("nondeterministic");
+  ASSERT_NE(r, nullptr);
+  StatusOr<std::string> got = r->DryRun(SyntheticData(8));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->rfind("nondeterministic module", 0), 0u) << *got;
+}
+
+TEST_F(ScriptModel, RefusesBytesThatAreNoTorchScriptModule) {
+  ModelOptions o;
+  o.script = "not a zip at all";
+  EXPECT_EQ(ModelRunner::Create(o).status().code(), StatusCode::kInvalidArgument);
+  o.script = Script("state_dict");  // torch.save of a state dict
+  ASSERT_FALSE(o.script.empty());
+  EXPECT_EQ(ModelRunner::Create(o).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ScriptModel, EvaluatesWithoutChangingTheModel) {
+  const Dataset data = SyntheticData(20);
+  auto r = MustLoad("net");
+  ASSERT_NE(r, nullptr);
+  const auto before = TensorBytes(*r);
+  StatusOr<EvalStats> a = r->Evaluate(data, 0, 20, 7);
+  StatusOr<EvalStats> b = r->Evaluate(data, 0, 20, 20);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString();
+  EXPECT_EQ(a->count, 20);
+  EXPECT_EQ(a->correct, b->correct);
+  EXPECT_EQ(TensorBytes(*r), before);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
-// The torch adapter; the models themselves are defined in worker/models.cc.
+// The torch adapter; the models themselves are behind worker/net.h (the zoo in
+// worker/models.cc, TorchScript modules in worker/script_net.cc).
 #include "worker/model_runner.h"
 
+#include <glog/logging.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #endif
 
 #include "worker/models.h"
+#include "worker/net.h"
 
 namespace eps {
 namespace {
@@ -30,6 +33,20 @@ Status CheckLabel(const Dataset& data, int64_t i) {
   }
   return OkStatus();
 }
+
+std::string ShapeOf(const torch::Tensor& t) {
+  std::string out = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) out += (d ? ", " : "") + std::to_string(t.size(d));
+  return out + "]";
+}
+
+std::string WhatOf(const std::exception& e) {
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
+  return e.what();
+}
+
+// The seed of the dry run's two steps (any fixed value: they are compared with each other).
+constexpr uint64_t kDryRunSeed = 0x5eed;
 
 Status FromTorch(const char* what, const std::exception& e) {
   // Out of memory is this host's limit, not a bug: ResourceExhausted (the
@@ -88,8 +105,8 @@ struct CudaCopies {
 
 class TorchModelRunner final : public ModelRunner {
  public:
-  TorchModelRunner(torch::nn::Sequential model, torch::Device device)
-      : model_(std::move(model)), device_(device) {}
+  TorchModelRunner(std::unique_ptr<Net> net, torch::Device device)
+      : net_(std::move(net)), device_(device) {}
 
   // Call after the model was moved to the device.
   Status Init() {
@@ -98,12 +115,15 @@ class TorchModelRunner final : public ModelRunner {
       copies_.emplace(device_.index());
 #endif
     }
-    for (const auto& p : model_->named_parameters()) {
-      TensorSpec spec{p.key(), TensorKind::kParameter, DType::kFloat32, p.value().sizes().vec()};
-      if (p.value().scalar_type() != torch::kFloat32)
-        return Internal("parameter " + p.key() + " is not float32");
-      EPS_RETURN_IF_ERROR(Add(std::move(spec), p.value()));
-      grads_.push_back(HostZeros(p.value()));
+    for (const auto& [name, value] : net_->NamedParameters()) {
+      if (value.scalar_type() != torch::kFloat32) {
+        return InvalidArgument("parameter " + name + " is " +
+                               std::string(c10::toString(value.scalar_type())) +
+                               ": parameters must be float32");
+      }
+      EPS_RETURN_IF_ERROR(
+          Add({name, TensorKind::kParameter, DType::kFloat32, value.sizes().vec()}, value));
+      grads_.push_back(HostZeros(value));
     }
     num_parameters_ = tensors_.size();
     reported_.assign(num_parameters_, false);
@@ -113,19 +133,20 @@ class TorchModelRunner final : public ModelRunner {
         tensors_[i].register_hook([this, i](const torch::Tensor& g) { OnGradient(i, g); });
       }
     }
-    for (const auto& b : model_->named_buffers()) {
+    for (const auto& [name, value] : net_->NamedBuffers()) {
       DType dtype;
-      if (b.value().scalar_type() == torch::kFloat32) {
+      if (value.scalar_type() == torch::kFloat32) {
         dtype = DType::kFloat32;
-      } else if (b.value().scalar_type() == torch::kInt64) {
+      } else if (value.scalar_type() == torch::kInt64) {
         dtype = DType::kInt64;
       } else {
-        return Internal("buffer " + b.key() + " has an unsupported dtype");
+        return InvalidArgument("buffer " + name + " is " +
+                               std::string(c10::toString(value.scalar_type())) +
+                               ": buffers must be float32 or int64");
       }
-      EPS_RETURN_IF_ERROR(
-          Add({b.key(), TensorKind::kBuffer, dtype, b.value().sizes().vec()}, b.value()));
+      EPS_RETURN_IF_ERROR(Add({name, TensorKind::kBuffer, dtype, value.sizes().vec()}, value));
     }
-    model_->train();
+    net_->Train(true);
     return OkStatus();
   }
 
@@ -175,7 +196,7 @@ class TorchModelRunner final : public ModelRunner {
       EPS_RETURN_IF_ERROR(CheckLabel(data, i));
     }
     try {
-      model_->zero_grad(/*set_to_none=*/true);
+      for (size_t i = 0; i < num_parameters_; ++i) tensors_[i].mutable_grad().reset();
       torch::manual_seed(rng_seed);  // the CPU generator and every CUDA device's
       const torch::Tensor idx =
           torch::from_blob(const_cast<int64_t*>(indices.data()),
@@ -183,7 +204,11 @@ class TorchModelRunner final : public ModelRunner {
       const torch::Tensor x = AsImages(FeatureRows(data, idx)).to(device_);
       const torch::Tensor y = LabelRows(data, idx).to(device_);
       if (on_gpu()) ComputeAfterUploads();
-      torch::Tensor loss = torch::nn::functional::cross_entropy(model_->forward(x), y);
+      torch::Tensor loss = net_->Loss(net_->Forward(x), y);
+      if (loss.dim() != 0) {
+        DiscardGradients();
+        return InvalidArgument("the model's loss is of shape " + ShapeOf(loss) + ", not a scalar");
+      }
       struct Reporting {  // OnGradient reports to `ready` only inside this scope
         TorchModelRunner& runner;
         ~Reporting() { runner.ready_ = nullptr; }
@@ -217,6 +242,56 @@ class TorchModelRunner final : public ModelRunner {
 
   const float* GradData(size_t i) const override { return grads_[i].data_ptr<float>(); }
 
+  StatusOr<std::string> DryRun(const Dataset& data) override {
+    EPS_RETURN_IF_ERROR(CheckModelInput(data));
+    if (data.size < 1) return InvalidArgument("the training set is empty");
+    const int64_t n = std::min<int64_t>(2, data.size);
+    std::vector<torch::Tensor> saved;
+    try {
+      torch::NoGradGuard no_grad;
+      for (const torch::Tensor& t : host_) saved.push_back(t.clone());
+    } catch (const std::exception& e) {
+      return FromTorch("DryRun", e);
+    }
+    // Whatever happens below, parameters and buffers (BatchNorm statistics)
+    // end as they were, and no gradient of the dry run is left.
+    struct Restore {
+      TorchModelRunner& runner;
+      const std::vector<torch::Tensor>& saved;
+      ~Restore() { runner.RestoreValues(saved); }
+    } restore{*this, saved};
+    EPS_RETURN_IF_ERROR(CheckShapes(data, n));
+    std::vector<int64_t> indices(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) indices[static_cast<size_t>(i)] = i;
+    float loss[2];
+    std::vector<torch::Tensor> grads[2];
+    for (int run = 0; run < 2; ++run) {
+      StatusOr<float> l = TrainStep(data, indices, kDryRunSeed, nullptr);
+      if (!l.ok()) return l.status().WithContext("the dry run's training step");
+      loss[run] = *l;
+      try {
+        for (size_t i = 0; i < num_parameters_; ++i) grads[run].push_back(grads_[i].clone());
+      } catch (const std::exception& e) {
+        return FromTorch("DryRun", e);
+      }
+      RestoreValues(saved);
+    }
+    bool same = std::memcmp(&loss[0], &loss[1], sizeof(float)) == 0;
+    std::string differs = same ? "" : "the loss";
+    for (size_t i = 0; same && i < num_parameters_; ++i) {
+      if (!torch::equal(grads[0][i], grads[1][i])) {
+        same = false;
+        differs = "the gradient of " + specs_[i].name;
+      }
+    }
+    if (same) return std::string();
+    return "nondeterministic module: two dry-run steps with the same seed, weights and samples "
+           "gave different bits (" +
+           differs +
+           "): the job's parameters will depend on placement and on joins (docs/models.md, "
+           "\"Determinism\")";
+  }
+
   // On the CPU TrainStep never writes into a gradient tensor (backward makes
   // new ones after zero_grad(set_to_none)), so sharing them is enough.
   StatusOr<Gradients> TakeGradients() override {
@@ -246,16 +321,16 @@ class TorchModelRunner final : public ModelRunner {
     EvalStats stats;
     try {
       struct RestoreTrainMode {
-        torch::nn::Sequential& model;
-        ~RestoreTrainMode() { model->train(); }
-      } restore{model_};
+        Net& net;
+        ~RestoreTrainMode() { net.Train(true); }
+      } restore{*net_};
       torch::NoGradGuard no_grad;
-      model_->eval();
+      net_->Train(false);
       if (on_gpu()) ComputeAfterUploads();
       for (int64_t first = lo; first < hi; first += batch) {
         const int64_t n = std::min(batch, hi - first);
         const torch::Tensor logits =
-            model_->forward(AsImages(FeatureRange(data, first, n)).to(device_));
+            net_->Forward(AsImages(FeatureRange(data, first, n)).to(device_));
         const torch::Tensor y = LabelRange(data, first, n).to(device_);
         stats.loss_sum +=
             torch::nn::functional::cross_entropy(
@@ -273,6 +348,73 @@ class TorchModelRunner final : public ModelRunner {
 
  private:
   bool on_gpu() const { return device_.is_cuda(); }
+
+  // The dry run's checks of one forward pass and loss on the first n samples;
+  // InvalidArgument naming what does not fit.
+  Status CheckShapes(const Dataset& data, int64_t n) {
+    try {
+      torch::NoGradGuard no_grad;
+      if (on_gpu()) ComputeAfterUploads();
+      const torch::Tensor x = AsImages(FeatureRange(data, 0, n)).to(device_);
+      const torch::Tensor y = LabelRange(data, 0, n).to(device_);
+      torch::Tensor out;
+      try {
+        out = net_->Forward(x);
+      } catch (const std::exception& e) {
+        return InvalidArgument("the model's forward fails on a batch of the data, of shape " +
+                               ShapeOf(x) + ": " + WhatOf(e));
+      }
+      if (y.is_floating_point()) {
+        if (out.sizes() != y.sizes()) {
+          return InvalidArgument("the model's output is of shape " + ShapeOf(out) +
+                                 ", its float labels' " + ShapeOf(y) +
+                                 ": a regression's output must have the labels' shape");
+        }
+      } else {
+        if (out.dim() != 2 || out.size(0) != n) {
+          return InvalidArgument("the model's output on a batch of shape " + ShapeOf(x) +
+                                 " is of shape " + ShapeOf(out) +
+                                 ": a classifier's must be [batch, classes]");
+        }
+        // num_classes: 1 + the data's largest label (none is negative).
+        if (data.num_classes > out.size(1)) {
+          return InvalidArgument("labels out of range: the data's labels span [0, " +
+                                 std::to_string(data.num_classes - 1) +
+                                 "], the model's output has " + std::to_string(out.size(1)) +
+                                 " classes (labels must be in [0, classes))");
+        }
+      }
+      torch::Tensor loss;
+      try {
+        loss = net_->Loss(out, y);
+      } catch (const std::exception& e) {
+        return InvalidArgument("the model's loss fails on its output of shape " + ShapeOf(out) +
+                               " and labels of shape " + ShapeOf(y) + ": " + WhatOf(e));
+      }
+      if (loss.dim() != 0) {
+        return InvalidArgument("the model's loss(output, target) is of shape " + ShapeOf(loss) +
+                               ", not a scalar");
+      }
+      return OkStatus();
+    } catch (const std::exception& e) {
+      return FromTorch("DryRun", e);
+    }
+  }
+
+  // Puts back the values of every tensor (as host copies) and drops the gradients.
+  void RestoreValues(const std::vector<torch::Tensor>& saved) {
+    try {
+      torch::NoGradGuard no_grad;
+      if (on_gpu()) DrainCopies();
+      for (size_t i = 0; i < tensors_.size() && i < saved.size(); ++i) {
+        tensors_[i].copy_(saved[i]);
+        if (on_gpu()) host_[i].copy_(saved[i]);
+      }
+    } catch (const std::exception& e) {
+      LOG(ERROR) << "the dry run could not restore the model: " << WhatOf(e);
+    }
+    DiscardGradients();
+  }
 
   // The hook on parameter i (CPU only): `g` is its final gradient. Holds no
   // reference to `g` once it returns, so autograd stores it as .grad without a
@@ -358,7 +500,7 @@ class TorchModelRunner final : public ModelRunner {
   float CopyResultsToHost(const torch::Tensor& loss) { return loss.item<float>(); }
 #endif
 
-  torch::nn::Sequential model_;
+  std::unique_ptr<Net> net_;
   const torch::Device device_;
   std::vector<TensorSpec> specs_;
   std::vector<torch::Tensor> tensors_;  // the model's, on its device, same order as specs_
@@ -410,11 +552,17 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelOptions& o
   try {
     SetCpuThreads(options.threads);
     EPS_RETURN_IF_ERROR(PrepareDevice(device));
-    // Initialized on the CPU from the CPU generator: the same weights on every device.
-    torch::manual_seed(options.init_seed);
-    EPS_ASSIGN_OR_RETURN(torch::nn::Sequential model, MakeModel(options.model));
-    model->to(device);
-    auto runner = std::make_unique<TorchModelRunner>(std::move(model), device);
+    std::unique_ptr<Net> net;
+    if (!options.script.empty()) {
+      EPS_ASSIGN_OR_RETURN(net, LoadScriptNet(options.script));  // its weights are the file's
+    } else {
+      // Initialized on the CPU from the CPU generator: the same weights on every device.
+      torch::manual_seed(options.init_seed);
+      EPS_ASSIGN_OR_RETURN(torch::nn::Sequential model, MakeModel(options.model));
+      net = SequentialNet(std::move(model));
+    }
+    net->To(device);
+    auto runner = std::make_unique<TorchModelRunner>(std::move(net), device);
     EPS_RETURN_IF_ERROR(runner->Init());
     return std::unique_ptr<ModelRunner>(std::move(runner));
   } catch (const std::exception& e) {

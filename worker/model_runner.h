@@ -52,13 +52,26 @@ bool BuildHasCuda();
 // is not there.
 [[nodiscard]] StatusOr<std::string> DeviceKind(const std::string& device);
 
+// True once this process loaded a TorchScript model: the JIT's graph
+// optimization (profiling re-optimization, autodiff subgraphs) and its fusers
+// are off process-wide, so a module computes the same bits on its thousandth
+// call as on its first (a late joiner's first). For tests and reports.
+bool JitGraphOptimizationIsOff();
+
 struct ModelOptions {
   // "mlp" | "cnn" | "cnn_bn" (see MakeModel in worker/models.h); every model
-  // takes [b, 1, 28, 28] images and has 10 classes.
+  // takes [b, 1, 28, 28] images and has 10 classes. Ignored when `script` is set.
   std::string model;
   uint64_t init_seed = 0;      // seeds parameter initialization
   int threads = 1;             // libtorch intra-op threads: part of the job spec, bits depend on it
   std::string device = "cpu";  // "cpu" or "cuda:N" (as DeviceKind takes it)
+  // A TorchScript archive (torch.jit.save's bytes, docs/models.md): the model
+  // is that module, with its own weights (init_seed plays no part). Its
+  // parameters and buffers are its named ones in its order; its loss is its
+  // loss(output, target) method, or else cross-entropy for int64 labels and
+  // MSE for float ones. Loading it turns the JIT's graph optimization and
+  // fusers off for the whole process (a late joiner computes the same bits).
+  std::string script{};
 };
 
 // Results of an evaluation pass over a range of samples.
@@ -76,8 +89,9 @@ struct EvalStats {
 // process-wide.
 class ModelRunner {
  public:
-  // InvalidArgument for an unknown model, threads < 1 or a device DeviceKind
-  // refuses; FailedPrecondition for a GPU that is not there; Internal if
+  // InvalidArgument for an unknown model, a script libtorch cannot load (or
+  // whose parameters are not float32, buffers not float32 / int64), threads <
+  // 1 or a device DeviceKind refuses; FailedPrecondition for a GPU that is not there; Internal if
   // libtorch fails.
   [[nodiscard]] static StatusOr<std::unique_ptr<ModelRunner>> Create(const ModelOptions& options);
   virtual ~ModelRunner() = default;
@@ -118,7 +132,8 @@ class ModelRunner {
 
   // Runs one VW's microbatch in train mode: sets all gradients to none, reseeds
   // the default CPU and CUDA generators with rng_seed (dropout draws from
-  // them), forward, cross-entropy averaged over the microbatch, backward.
+  // them), forward, the model's loss (ModelOptions::script; cross-entropy
+  // averaged over the microbatch for the built-in ones), backward.
   // Returns the loss once gradients and buffers are readable on the host.
   // InvalidArgument for empty or out-of-range indices, images that are not
   // 28x28, labels outside [0, 10), an inconsistent Dataset.
@@ -130,6 +145,19 @@ class ModelRunner {
   [[nodiscard]] virtual StatusOr<float> TrainStep(const Dataset& data,
                                                   const std::vector<int64_t>& indices,
                                                   uint64_t rng_seed, const GradReady& ready) = 0;
+
+  // Checks the model against the data before a job accepts it, on the first
+  // two training samples: the forward pass runs on the data's shape; its output
+  // is [b, C] with C above every label (int64 labels) or has the labels' shape
+  // (float labels); the loss is a scalar; and two training steps with the same
+  // seed give the same loss and gradients bit for bit. InvalidArgument naming
+  // the cause when something does not fit. When the two steps differ, returns
+  // a warning that starts "nondeterministic module" (empty: none). Leaves
+  // parameters and buffers as they were, and no gradient.
+  [[nodiscard]] virtual StatusOr<std::string> DryRun(const Dataset& data) {
+    (void)data;
+    return std::string();
+  }
 
   // Gradient of parameter i (i < NumParameters()) after the last TrainStep:
   // contiguous float32, numel elements; zeros for a parameter that got no

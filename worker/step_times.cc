@@ -54,6 +54,7 @@ std::string ReportJson(const WorkerReport& r) {
       {"pushes", {{"shm", r.counts.shm_pushes}, {"inline", r.counts.inline_pushes}}},
       {"prefetches_pulled_again", r.counts.prefetches_pulled_again},
       {"shm_push_refusals", r.counts.shm_push_refusals},
+      {"warnings", r.warnings},
   };
   return j.dump();
 }

@@ -52,6 +52,7 @@ struct WorkerReport {
   Status error;                      // with "failed"
   StepTimes times;
   TransferCounts counts;
+  std::vector<std::string> warnings{};  // e.g. the dry run's "nondeterministic module"
 };
 
 // One line for the log: milliseconds per train plan, and the counts.

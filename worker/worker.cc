@@ -6,6 +6,7 @@
 #include <new>
 #include <optional>
 
+#include "common/digest.h"
 #include "common/layout.h"
 #include "common/task_thread.h"
 #include "common/tree.h"
@@ -91,7 +92,8 @@ class WorkerImpl final : public Worker {
                           st.ok() || unreachable_ || outcome_ == "refused" ? outcome_ : "failed",
                           st,
                           times_,
-                          TransferCounts{}};
+                          TransferCounts{},
+                          warnings_};
       if (client_ != nullptr) report.counts = client_->counts();
       Status written = WriteReport(options_.report_file, report);
       if (!written.ok()) LOG(WARNING) << written.ToString();
@@ -115,6 +117,7 @@ class WorkerImpl final : public Worker {
       return OkStatus();
     }
     spec_ = registered->spec;
+    model_script_ = std::move(registered->model_bytes);
     metrics_.SetWorker(session_->id());
     Status st = CheckThreads();
     if (!st.ok()) {
@@ -172,8 +175,19 @@ class WorkerImpl final : public Worker {
 
   // The job's model with its initial values (a function of the seed), handed to the client.
   Status NewModel() {
+    if (!spec_.model_sha256.empty() || !model_script_.empty()) {
+      Sha256 sha;
+      sha.Update(model_script_.data(), model_script_.size());
+      const std::string got = sha.HexDigest();
+      if (got != spec_.model_sha256) {
+        return InvalidArgument("the model file the coordinator sent (" +
+                               std::to_string(model_script_.size()) + " bytes) has SHA-256 " + got +
+                               ", the job's model_sha256 is '" + spec_.model_sha256 + "'");
+      }
+    }
     ModelOptions mo;
     mo.model = spec_.model;
+    mo.script = model_script_;
     mo.init_seed = spec_.seed;
     mo.threads = static_cast<int>(spec_.threads);
     mo.device = options_.device;
@@ -202,6 +216,16 @@ class WorkerImpl final : public Worker {
       }
     }
     if (train_.size < 1) return InvalidArgument("the training set is empty");
+    // The model against the data, before the job accepts this worker's model.
+    StatusOr<std::string> warning = model_->DryRun(train_);
+    if (!warning.ok()) {
+      *jobs_fault = warning.status().code() == StatusCode::kInvalidArgument;
+      return warning.status().WithContext("the model's dry run on the training data");
+    }
+    if (!warning->empty()) {
+      LOG(WARNING) << *warning;
+      warnings_.push_back(*warning);
+    }
     sampler_ = std::make_unique<Sampler>(spec_.seed, train_.size, spec_.virtual_workers,
                                          spec_.batch_per_vw);
     std::vector<TensorSpec> tensors = model_->Tensors();
@@ -552,6 +576,8 @@ class WorkerImpl final : public Worker {
   double seconds_per_vw_ = 0;  // measured in the last train plan, reported with the next request
   bool warmed_up_ = false;     // a train plan ran before (the first one is not timed)
   JobSpec spec_;
+  std::string model_script_;           // the job's TorchScript file (empty: a built-in model)
+  std::vector<std::string> warnings_;  // for the report
   std::unique_ptr<ModelRunner> model_;
   Dataset train_, test_;
   std::string data_fingerprint_;  // of train_'s and test_'s files (data/fingerprint.h)

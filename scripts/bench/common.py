@@ -58,6 +58,20 @@ def job_flags(steps):
     return [f"--steps={steps}", "--test_limit=-1"] + ([f"--warmup_steps={steps // 2}"] if steps <= 200 else [])
 
 
+def interleaved(runs, rounds):
+    """Runs every config's go(r) of `runs` ({config: go}) once per round, in the dict's order within a round, for
+    rounds 1..rounds (a shared host drifts within minutes: interleaving spreads the drift over all configs); returns
+    ({config: [samples/s]}, {config: [seconds]}), None where a run failed."""
+    sps = {c: [] for c in runs}
+    secs = {c: [] for c in runs}
+    for r in range(1, rounds + 1):
+        for config, go in runs.items():
+            s, t = go(r)
+            sps[config].append(s)
+            secs[config].append(t)
+    return sps, secs
+
+
 def verdict(name, x, goal, width):
     """A goal's line: "  NAME  1.23x: met" (or "not met", or "not measured" when x is None)."""
     if x is None:

@@ -33,14 +33,8 @@ def run(b):
         "2 workers x 4 VWs pinned": lambda r: b.job_sps(f"vw_2x4_pinned_{r}", 2, common.CNN, *job_flags,
                                                        launch=["--compute-cpus", "0:1"]),
     }
-    sps = {c: [] for c in runs}
-    secs = {c: [] for c in runs}
     load = common.load1()
-    for r in range(1, ROUNDS + 1):
-        for config, go in runs.items():
-            s, t = go(r)
-            sps[config].append(s)
-            secs[config].append(t)
+    sps, secs = common.interleaved(runs, ROUNDS)
     failed = any(None in v for v in sps.values())
     base = None if None in sps["baseline (1 thread)"] else analysis.median(sps["baseline (1 thread)"])
     for config in ("baseline (1 thread)", "baseline (2 threads)", "1 worker x 8 VWs", "1 worker x 8 VWs pinned",

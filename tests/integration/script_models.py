@@ -1,0 +1,133 @@
+#!/usr/bin/python3
+"""TorchScript models for the tests of user models (docs/models.md), written with Debian's python3-torch.
+
+    /usr/bin/python3 script_models.py OUT_DIR [NAME ...]
+
+writes OUT_DIR/NAME.pt for each model named (all of them by default). Also imported by the tests' own Python
+(Net, load_idx) to load an exported model.pt into the original module.
+"""
+import gzip
+import os
+import struct
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    """conv + BatchNorm + dropout: the user's model of the tests."""
+
+    def __init__(self, classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 16, 3, padding=1)
+        self.drop = nn.Dropout(0.25)
+        self.fc = nn.Linear(16 * 7 * 7, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc(self.drop(torch.flatten(x, 1)))
+
+
+class WithLoss(Net):
+    """Net with its own loss: label smoothing, which the default cross-entropy does not have."""
+
+    @torch.jit.export  # torch.jit.script compiles forward and what it calls; other methods need this
+    def loss(self, output, target):
+        return F.cross_entropy(output, target, label_smoothing=0.1)
+
+
+class NonScalarLoss(Net):
+    @torch.jit.export  # torch.jit.script compiles forward and what it calls; other methods need this
+    def loss(self, output, target):
+        return F.cross_entropy(output, target, reduction="none")
+
+
+class BadShape(nn.Module):
+    """Expects 100 features per sample: fails on 28x28 images."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(100, 10)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(x, 1))
+
+
+class Nondeterministic(nn.Module):
+    """Its output depends on how often it ran: a counter that no buffer restore resets."""
+
+    calls: int
+
+    def __init__(self):
+        super().__init__()
+        self.net = Net()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.net(x) * float(self.calls)
+
+
+def shufflenet():
+    """torchvision's ShuffleNetV2 x0.5 for 10 classes, its first convolution taking 1 channel."""
+    import torchvision
+    m = torchvision.models.shufflenet_v2_x0_5(num_classes=10)
+    m.conv1[0] = nn.Conv2d(1, 24, 3, 2, 1, bias=False)
+    return m
+
+
+def make(name):
+    torch.manual_seed(0)
+    if name == "net":
+        return torch.jit.script(Net())
+    if name == "net_loss":
+        return torch.jit.script(WithLoss())
+    if name == "five_classes":
+        return torch.jit.script(Net(classes=5))
+    if name == "nonscalar_loss":
+        return torch.jit.script(NonScalarLoss())
+    if name == "bad_shape":
+        return torch.jit.script(BadShape())
+    if name == "nondeterministic":
+        return torch.jit.script(Nondeterministic())
+    if name == "shufflenet":
+        return torch.jit.script(shufflenet())
+    raise SystemExit(f"unknown model {name}")
+
+
+ALL = ["net", "net_loss", "five_classes", "nonscalar_loss", "bad_shape", "nondeterministic", "shufflenet"]
+
+
+def load_idx(images_path, labels_path, limit):
+    """Fashion-MNIST IDX files as the workers read them: float32 (p/255 - mean)/std, [n, 1, 28, 28]; int64
+    labels."""
+    with gzip.open(images_path) as f:
+        _, n, rows, cols = struct.unpack(">IIII", f.read(16))
+        n = min(n, limit) if limit > 0 else n
+        pixels = torch.frombuffer(bytearray(f.read(n * rows * cols)), dtype=torch.uint8)
+    with gzip.open(labels_path) as f:
+        f.read(8)
+        labels = torch.frombuffer(bytearray(f.read(n)), dtype=torch.uint8).to(torch.int64)
+    x = (pixels.to(torch.float32) / 255.0 - 0.2860) / 0.3530
+    return x.reshape(n, 1, rows, cols), labels
+
+
+if __name__ == "__main__":
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    for name in sys.argv[2:] or ALL:
+        if name == "state_dict":  # torch.save of a state dict: not TorchScript
+            torch.manual_seed(0)
+            torch.save(Net().state_dict(), os.path.join(out, "state_dict.pt"))
+            continue
+        if name == "shufflenet":
+            try:
+                import torchvision  # noqa: F401
+            except ImportError:
+                continue
+        make(name).save(os.path.join(out, name + ".pt"))

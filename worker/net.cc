@@ -1,0 +1,40 @@
+// A built-in model of the zoo as a Net, and the default loss (worker/net.h).
+#include "worker/net.h"
+
+namespace eps {
+namespace {
+
+NamedTensors Collect(const torch::OrderedDict<std::string, torch::Tensor>& dict) {
+  NamedTensors out;
+  for (const auto& item : dict) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+class BuiltinNet final : public Net {
+ public:
+  explicit BuiltinNet(torch::nn::Sequential model) : model_(std::move(model)) {}
+  NamedTensors NamedParameters() override { return Collect(model_->named_parameters()); }
+  NamedTensors NamedBuffers() override { return Collect(model_->named_buffers()); }
+  torch::Tensor Forward(const torch::Tensor& x) override { return model_->forward(x); }
+  torch::Tensor Loss(const torch::Tensor& output, const torch::Tensor& target) override {
+    return DefaultLoss(output, target);
+  }
+  void Train(bool on) override { model_->train(on); }
+  void To(const torch::Device& device) override { model_->to(device); }
+
+ private:
+  torch::nn::Sequential model_;
+};
+
+}  // namespace
+
+torch::Tensor DefaultLoss(const torch::Tensor& output, const torch::Tensor& target) {
+  if (target.is_floating_point()) return torch::nn::functional::mse_loss(output, target);
+  return torch::nn::functional::cross_entropy(output, target);
+}
+
+std::unique_ptr<Net> SequentialNet(torch::nn::Sequential model) {
+  return std::make_unique<BuiltinNet>(std::move(model));
+}
+
+}  // namespace eps

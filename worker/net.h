@@ -1,0 +1,64 @@
+// The network behind a ModelRunner (worker/model_runner.h): a small interface
+// over the two kinds of model a job can name, so the runner's logic (gradient
+// hooks, buffers, GPU mirrors, the dry run) is written once.
+//   SequentialNet  a built-in model of the zoo (worker/models.h).
+//   LoadScriptNet  a TorchScript module a user saved from Python
+//                  (worker/script_net.cc, docs/models.md).
+//
+// Internal to worker/'s libtorch translation units (it includes torch). Not
+// thread-safe; the runner owns its Net.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace eps {
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+class Net {
+ public:
+  virtual ~Net() = default;
+  // The module's own tensors (not copies), in its order: writing into one
+  // changes the model.
+  virtual NamedTensors NamedParameters() = 0;
+  virtual NamedTensors NamedBuffers() = 0;
+  virtual torch::Tensor Forward(const torch::Tensor& x) = 0;
+  // The training loss of `output` against `target`: what the module defines
+  // (a TorchScript module's loss(output, target) method), else DefaultLoss.
+  // May be of any shape: the runner checks that it is a scalar.
+  virtual torch::Tensor Loss(const torch::Tensor& output, const torch::Tensor& target) = 0;
+  virtual void Train(bool on) = 0;
+  virtual void To(const torch::Device& device) = 0;
+};
+
+// Cross-entropy averaged over the batch for int64 targets (classes), mean
+// squared error for floating-point targets.
+torch::Tensor DefaultLoss(const torch::Tensor& output, const torch::Tensor& target);
+
+std::unique_ptr<Net> SequentialNet(torch::nn::Sequential model);
+
+// Loads a TorchScript archive (torch.jit.save's bytes) on the CPU. Before
+// that, turns the JIT's graph optimization and fusers off for the whole
+// process (DisableJitOptimization). InvalidArgument for bytes libtorch cannot
+// load, a module without forward, a loss method that does not take
+// (output, target).
+[[nodiscard]] StatusOr<std::unique_ptr<Net>> LoadScriptNet(const std::string& bytes);
+
+// Turns off, process-wide, what would make a TorchScript module compute
+// differently on a later call than on the first: the profiling executor's
+// re-optimization after a few runs (autodiff subgraphs, fusion) and the
+// TensorExpr / legacy fusers. A late joiner then computes the same bits as a
+// worker that has run the module a thousand times. Idempotent.
+void DisableJitOptimization();
+
+// Whether DisableJitOptimization is in effect (for tests).
+bool JitOptimizationDisabled();
+
+}  // namespace eps

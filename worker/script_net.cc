@@ -1,0 +1,102 @@
+// A TorchScript module as a Net (worker/net.h).
+#include <torch/csrc/jit/passes/graph_fuser.h>
+#include <torch/csrc/jit/passes/tensorexpr_fuser.h>
+#include <torch/csrc/jit/python/update_graph_executor_opt.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/script.h>
+
+#include <sstream>
+
+#include "worker/model_runner.h"
+#include "worker/net.h"
+
+namespace eps {
+namespace {
+
+NamedTensors Collect(const torch::jit::named_parameter_list& list) {
+  NamedTensors out;
+  for (const auto& p : list) out.emplace_back(p.name, p.value);
+  return out;
+}
+
+class ScriptNet final : public Net {
+ public:
+  explicit ScriptNet(torch::jit::Module module) : module_(std::move(module)) {
+    has_loss_ = module_.find_method("loss").has_value();
+  }
+
+  NamedTensors NamedParameters() override { return Collect(module_.named_parameters()); }
+
+  NamedTensors NamedBuffers() override {
+    NamedTensors out;
+    for (const auto& b : module_.named_buffers()) out.emplace_back(b.name, b.value);
+    return out;
+  }
+
+  torch::Tensor Forward(const torch::Tensor& x) override {
+    const torch::jit::IValue out = module_.forward({x});
+    if (!out.isTensor())
+      throw std::runtime_error("forward returned a " + out.tagKind() + ", not a tensor");
+    return out.toTensor();
+  }
+
+  torch::Tensor Loss(const torch::Tensor& output, const torch::Tensor& target) override {
+    if (!has_loss_) return DefaultLoss(output, target);
+    const torch::jit::IValue loss = module_.get_method("loss")({output, target});
+    if (!loss.isTensor())
+      throw std::runtime_error("loss(output, target) returned a " + loss.tagKind() +
+                               ", not a tensor");
+    return loss.toTensor();
+  }
+
+  void Train(bool on) override { module_.train(on); }
+  void To(const torch::Device& device) override { module_.to(device); }
+
+ private:
+  torch::jit::Module module_;
+  bool has_loss_ = false;
+};
+
+}  // namespace
+
+void DisableJitOptimization() {
+  torch::jit::setGraphExecutorOptimize(false);
+  torch::jit::getProfilingMode() = false;
+  torch::jit::setTensorExprFuserEnabled(false);
+  torch::jit::overrideCanFuseOnCPULegacy(false);
+}
+
+bool JitOptimizationDisabled() {
+  return !torch::jit::getGraphExecutorOptimize() && !torch::jit::tensorExprFuserEnabled();
+}
+
+bool JitGraphOptimizationIsOff() { return JitOptimizationDisabled(); }
+
+StatusOr<std::unique_ptr<Net>> LoadScriptNet(const std::string& bytes) {
+  DisableJitOptimization();
+  torch::jit::Module module;
+  try {
+    std::istringstream in(bytes);
+    module = torch::jit::load(in, torch::kCPU);
+  } catch (const c10::Error& e) {
+    return InvalidArgument(
+        std::string("the model file is not a TorchScript module libtorch loads: ") +
+        e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return InvalidArgument(
+        std::string("the model file is not a TorchScript module libtorch loads: ") + e.what());
+  }
+  if (!module.find_method("forward"))
+    return InvalidArgument("the TorchScript module has no forward method");
+  if (auto loss = module.find_method("loss")) {
+    const size_t args = loss->function().getSchema().arguments().size();
+    if (args != 3) {  // self, output, target
+      return InvalidArgument("the TorchScript module's loss method takes " +
+                             std::to_string(args - 1) +
+                             " arguments; it must take (output, target)");
+    }
+  }
+  return std::unique_ptr<Net>(new ScriptNet(std::move(module)));
+}
+
+}  // namespace eps
