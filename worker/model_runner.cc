@@ -25,6 +25,8 @@
 namespace eps {
 namespace {
 
+// Sample i's class against the built-in models' (a module's are checked
+// against its output by the dry run).
 Status CheckLabel(const Dataset& data, int64_t i) {
   const int64_t label = data.ClassOf(i);
   if (label < 0 || label >= kNumClasses) {
@@ -186,14 +188,14 @@ class TorchModelRunner final : public ModelRunner {
 
   StatusOr<float> TrainStep(const Dataset& data, const std::vector<int64_t>& indices,
                             uint64_t rng_seed, const GradReady& ready) override {
-    EPS_RETURN_IF_ERROR(CheckModelInput(data));
+    EPS_RETURN_IF_ERROR(net_->CheckData(data));
     if (indices.empty()) return InvalidArgument("a microbatch needs at least one sample");
     for (int64_t i : indices) {
       if (i < 0 || i >= data.size) {
         return InvalidArgument("sample index " + std::to_string(i) + " outside [0, " +
                                std::to_string(data.size) + ")");
       }
-      EPS_RETURN_IF_ERROR(CheckLabel(data, i));
+      if (net_->builtin()) EPS_RETURN_IF_ERROR(CheckLabel(data, i));
     }
     try {
       for (size_t i = 0; i < num_parameters_; ++i) tensors_[i].mutable_grad().reset();
@@ -201,7 +203,7 @@ class TorchModelRunner final : public ModelRunner {
       const torch::Tensor idx =
           torch::from_blob(const_cast<int64_t*>(indices.data()),
                            {static_cast<int64_t>(indices.size())}, torch::kInt64);
-      const torch::Tensor x = AsImages(FeatureRows(data, idx)).to(device_);
+      const torch::Tensor x = net_->Input(FeatureRows(data, idx)).to(device_);
       const torch::Tensor y = LabelRows(data, idx).to(device_);
       if (on_gpu()) ComputeAfterUploads();
       torch::Tensor loss = net_->Loss(net_->Forward(x), y);
@@ -243,7 +245,7 @@ class TorchModelRunner final : public ModelRunner {
   const float* GradData(size_t i) const override { return grads_[i].data_ptr<float>(); }
 
   StatusOr<std::string> DryRun(const Dataset& data) override {
-    EPS_RETURN_IF_ERROR(CheckModelInput(data));
+    EPS_RETURN_IF_ERROR(net_->CheckData(data));
     if (data.size < 1) return InvalidArgument("the training set is empty");
     const int64_t n = std::min<int64_t>(2, data.size);
     std::vector<torch::Tensor> saved;
@@ -311,13 +313,15 @@ class TorchModelRunner final : public ModelRunner {
 
   StatusOr<EvalStats> Evaluate(const Dataset& data, int64_t lo, int64_t hi,
                                int64_t batch) override {
-    EPS_RETURN_IF_ERROR(CheckModelInput(data));
+    EPS_RETURN_IF_ERROR(net_->CheckData(data));
     if (lo < 0 || lo > hi || hi > data.size || batch <= 0) {
       return InvalidArgument("evaluation range [" + std::to_string(lo) + ", " + std::to_string(hi) +
                              ") in batches of " + std::to_string(batch) +
                              " does not fit a data set of " + std::to_string(data.size));
     }
-    for (int64_t i = lo; i < hi; ++i) EPS_RETURN_IF_ERROR(CheckLabel(data, i));
+    if (net_->builtin()) {
+      for (int64_t i = lo; i < hi; ++i) EPS_RETURN_IF_ERROR(CheckLabel(data, i));
+    }
     EvalStats stats;
     try {
       struct RestoreTrainMode {
@@ -330,13 +334,23 @@ class TorchModelRunner final : public ModelRunner {
       for (int64_t first = lo; first < hi; first += batch) {
         const int64_t n = std::min(batch, hi - first);
         const torch::Tensor logits =
-            net_->Forward(AsImages(FeatureRange(data, first, n)).to(device_));
+            net_->Forward(net_->Input(FeatureRange(data, first, n)).to(device_));
         const torch::Tensor y = LabelRange(data, first, n).to(device_);
-        stats.loss_sum +=
-            torch::nn::functional::cross_entropy(
-                logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                .item<double>();
-        stats.correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+        if (y.is_floating_point()) {
+          // A regression: the squared error per sample (its mean over the label's elements).
+          stats.loss_sum += (torch::nn::functional::mse_loss(
+                                 logits, y,
+                                 torch::nn::functional::MSELossFuncOptions().reduction(torch::kSum)) /
+                             static_cast<double>(std::max<int64_t>(1, y.numel() / n)))
+                                .item<double>();
+        } else {
+          stats.loss_sum += torch::nn::functional::cross_entropy(
+                                logits, y,
+                                torch::nn::functional::CrossEntropyFuncOptions().reduction(
+                                    torch::kSum))
+                                .item<double>();
+          stats.correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+        }
         stats.count += n;
       }
       if (on_gpu()) DrainCopies();
@@ -355,7 +369,7 @@ class TorchModelRunner final : public ModelRunner {
     try {
       torch::NoGradGuard no_grad;
       if (on_gpu()) ComputeAfterUploads();
-      const torch::Tensor x = AsImages(FeatureRange(data, 0, n)).to(device_);
+      const torch::Tensor x = net_->Input(FeatureRange(data, 0, n)).to(device_);
       const torch::Tensor y = LabelRange(data, 0, n).to(device_);
       torch::Tensor out;
       try {

@@ -1,6 +1,9 @@
 // A built-in model of the zoo as a Net, and the default loss (worker/net.h).
 #include "worker/net.h"
 
+#include "data/model_input.h"
+#include "worker/models.h"
+
 namespace eps {
 namespace {
 
@@ -15,6 +18,9 @@ class BuiltinNet final : public Net {
   explicit BuiltinNet(torch::nn::Sequential model) : model_(std::move(model)) {}
   NamedTensors NamedParameters() override { return Collect(model_->named_parameters()); }
   NamedTensors NamedBuffers() override { return Collect(model_->named_buffers()); }
+  Status CheckData(const Dataset& data) const override { return CheckModelInput(data); }
+  bool builtin() const override { return true; }
+  torch::Tensor Input(const torch::Tensor& features) const override { return AsImages(features); }
   torch::Tensor Forward(const torch::Tensor& x) override { return model_->forward(x); }
   torch::Tensor Loss(const torch::Tensor& output, const torch::Tensor& target) override {
     return DefaultLoss(output, target);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "data/dataset.h"
 
 namespace eps {
 
@@ -29,6 +30,16 @@ class Net {
   // changes the model.
   virtual NamedTensors NamedParameters() = 0;
   virtual NamedTensors NamedBuffers() = 0;
+  // What the data set's samples must be for this net: the built-in models'
+  // images (CheckModelInput, data/model_input.h), anything for a module the
+  // dry run has checked against them. InvalidArgument saying what differs.
+  virtual Status CheckData(const Dataset& data) const = 0;
+  // A built-in model of the zoo (10 classes), not a user's module.
+  virtual bool builtin() const = 0;
+  // A batch of samples as forward takes it: the built-in models see images
+  // [b, 1, 28, 28]; a module gets the rows as the file holds them ([b, ...]
+  // of the sample shape, in the file's dtype).
+  virtual torch::Tensor Input(const torch::Tensor& features) const = 0;
   virtual torch::Tensor Forward(const torch::Tensor& x) = 0;
   // The training loss of `output` against `target`: what the module defines
   // (a TorchScript module's loss(output, target) method), else DefaultLoss.

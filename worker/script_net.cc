@@ -33,6 +33,14 @@ class ScriptNet final : public Net {
     return out;
   }
 
+  Status CheckData(const Dataset& data) const override {
+    if (data.size > 0 && (data.features == nullptr || data.labels == nullptr))
+      return InvalidArgument("the data set has no samples in memory");
+    return OkStatus();
+  }
+  bool builtin() const override { return false; }
+  torch::Tensor Input(const torch::Tensor& features) const override { return features; }
+
   torch::Tensor Forward(const torch::Tensor& x) override {
     const torch::jit::IValue out = module_.forward({x});
     if (!out.isTensor())

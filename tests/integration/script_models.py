@@ -73,6 +73,41 @@ class Nondeterministic(nn.Module):
         return self.net(x) * float(self.calls)
 
 
+class Tabular(nn.Module):
+    """6 float features, 3 classes: rows of a table (NPY or CSV), not images."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(6, 16)
+        self.fc2 = nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+class Regressor(nn.Module):
+    """6 float features to 2 float targets: the default loss is then the mean squared error."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class Tokens(nn.Module):
+    """int64 token ids [b, 12] (a vocabulary of 50) to 2 classes: the features reach forward as int64."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 8)
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc(self.emb(x).mean(1))
+
+
 def shufflenet():
     """torchvision's ShuffleNetV2 x0.5 for 10 classes, its first convolution taking 1 channel."""
     import torchvision
@@ -97,10 +132,13 @@ def make(name):
         return torch.jit.script(Nondeterministic())
     if name == "shufflenet":
         return torch.jit.script(shufflenet())
+    if name in ("tabular", "regressor", "tokens"):
+        return torch.jit.script({"tabular": Tabular, "regressor": Regressor, "tokens": Tokens}[name]())
     raise SystemExit(f"unknown model {name}")
 
 
-ALL = ["net", "net_loss", "five_classes", "nonscalar_loss", "bad_shape", "nondeterministic", "shufflenet"]
+ALL = ["net", "net_loss", "five_classes", "nonscalar_loss", "bad_shape", "nondeterministic", "shufflenet", "tabular",
+       "regressor", "tokens"]
 
 
 def load_idx(images_path, labels_path, limit):

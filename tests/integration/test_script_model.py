@@ -63,6 +63,35 @@ class ScriptModels(RunDirTest):
         _, _, smoothed = self.run_model("net-loss", "net_loss", 1)
         self.assertNotEqual(smoothed["params_sha256"], results[1]["params_sha256"])
 
+    def test_h_modules_train_on_data_of_any_shape_and_dtype_with_the_same_bits_on_1_and_2_workers(self):
+        d = self.run_dir("data")
+        # The files, written by Debian's python (numpy); this test may run on another.
+        make = f"""
+import numpy as np
+rng = np.random.default_rng(5)
+n = 256
+x = rng.standard_normal((n, 6)).astype(np.float32)
+np.save("{d}/x.npy", x)
+np.save("{d}/classes.npy", (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0.5).astype(np.int64))  # 0..2
+np.save("{d}/targets.npy", np.stack([x[:, 0] - x[:, 2], 0.5 * x[:, 3]], 1).astype(np.float32))
+np.save("{d}/tokens.npy", rng.integers(0, 50, (n, 12)).astype(np.int64))
+np.save("{d}/parity.npy", rng.integers(0, 2, n).astype(np.int64))
+"""
+        p = subprocess.run([TORCH_PY, "-c", make], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout)
+        cases = {"tabular": ("x", "classes"), "regressor": ("x", "targets"), "tokens": ("tokens", "parity")}
+        for model, (features, labels) in cases.items():
+            with self.subTest(model):
+                data = [f"--train_data={d}/{features}.npy", f"--train_labels={d}/{labels}.npy",
+                        f"--test_data={d}/{features}.npy", f"--test_labels={d}/{labels}.npy", "--train_limit=0",
+                        "--test_limit=0"]
+                results = [self.run_model(f"{model}-w{w}", model, w, extra=data)[2] for w in (1, 2)]
+                self.assertEqual(results[0]["steps"], 24)
+                self.assertEqual(results[0]["params_sha256"], results[1]["params_sha256"])
+                self.assertEqual(results[0]["test_loss"], results[1]["test_loss"])
+                self.assertTrue(results[0]["test_loss"] > 0, results[0])
+
     def test_b_a_join_and_a_sigkill_mid_run_change_no_bit(self):
         extra = ["--steps=300", "--heartbeat_timeout_ms=1500"]
         _, _, reference = self.run_model("reference", "net", 1, extra)
