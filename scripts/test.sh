@@ -17,7 +17,7 @@ if command -v clang++-14 > /dev/null && [ -f "$fuzzer" ]; then
   CC=clang-14 CXX=clang++-14 cmake -S "$root" -B "$root/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DELASTICPS_WITH_TORCH=OFF -DELASTICPS_FUZZ=ON > "$root/build-fuzz.configure.log" 2>&1 ||
     { cat "$root/build-fuzz.configure.log" >&2; exit 1; }
-  cmake --build "$root/build-fuzz" -j "$(nproc)" --target decode_fuzz shard_fuzz job_state_fuzz
+  cmake --build "$root/build-fuzz" -j "$(nproc)" --target fuzzers
   (cd "$root/build-fuzz" && ctest --output-on-failure -L fuzz -j 2)
 else
   echo "== fuzz build skipped: clang-14 or libfuzzer-14-dev is not installed"
