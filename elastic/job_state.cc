@@ -322,6 +322,10 @@ Status JobState::AcceptModel(const StepRequest& r) {
     return OkStatus();
   }
   if (r.train_samples <= 0) return InvalidArgument("the worker loaded no training data");
+  // One evaluation slice per batch (StartEval): a peer's absurd count must not make billions.
+  if (r.test_samples < 0 || r.test_samples / std::max<int64_t>(1, spec_.eval_batch) >= (1 << 20))
+    return InvalidArgument("a test set of " + std::to_string(r.test_samples) +
+                           " samples: over 2^20 evaluation batches of --eval_batch");
   EPS_ASSIGN_OR_RETURN(layout_, MakeLayout(tensors, spec_.num_shards, spec_.chunk_elems));
   train_samples_ = r.train_samples;
   test_samples_ = spec_.test_limit < 0 ? 0 : r.test_samples;

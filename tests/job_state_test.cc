@@ -368,6 +368,24 @@ TEST(JobState, AWorkerWhoseDataFilesDifferIsRefusedAndTheJobGoesOn) {
   EXPECT_TRUE(d.state.fatal().ok());
 }
 
+// Found by job_state_fuzz: a first request claiming 2^40 test samples made the
+// coordinator cut one evaluation slice per batch, for minutes, at the first evaluation.
+TEST(JobState, AnAbsurdTestSetSizeIsRefusedAndTheModelIsNotAccepted) {
+  Driver d;
+  d.RegisterShards();
+  const WorkerId w = d.AddWorker();
+  StepRequest r;
+  r.worker = w;
+  r.done_step = Step(-1);
+  r.tensors = Model();
+  r.train_samples = kSamples;
+  r.test_samples = int64_t{1} << 40;
+  EXPECT_EQ(d.state.OnStepRequest(r).code(), StatusCode::kInvalidArgument);
+  r.test_samples = -1;
+  EXPECT_EQ(d.state.OnStepRequest(r).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Of<JobEvent::ModelAccepted>(d.Events()).empty());
+}
+
 TEST(JobState, WithoutItsOwnFingerprintTheCoordinatorTakesTheFirstWorkers) {
   Driver d;
   d.RegisterShards();
