@@ -18,6 +18,17 @@ constexpr int64_t kNumClasses = 10;
 // True for "mlp", "cnn" and "cnn_bn".
 bool IsBuiltinModel(const std::string& model);
 
+// The sizes of the zoo's sized models, from the job spec's fields of the same
+// names (schema/messages.h); a model reads the ones it has and ignores the rest.
+struct ZooSizes {
+  uint32_t dim = 64;      // model_dim
+  uint32_t layers = 2;    // model_layers
+  uint32_t heads = 4;     // model_heads
+  uint32_t depth = 20;    // model_depth
+  uint32_t seq_len = 128;
+  uint32_t vocab_size = 8000;
+};
+
 // OK if the built-in models can train on `data`: float32 samples of
 // [1, 28, 28], [28, 28] or [784] (a CSV row of pixels), one int64 class per sample, below 10, and a data
 // set whose pointers are set; InvalidArgument saying what differs.

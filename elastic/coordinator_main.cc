@@ -54,6 +54,17 @@ DEFINE_string(test_data, "", "Test features, as --train_data");
 DEFINE_string(test_labels, "", "Test labels, as --train_labels");
 DEFINE_string(data_format, "", "idx, npy or csv; empty: from the files' extensions");
 DEFINE_string(label_column, "label", "CSV: the header name of the label column");
+DEFINE_string(init_sha256, "", "Pins the --init_from file: its SHA-256 (hex); empty: any");
+DEFINE_string(reinit, "", "Regex: tensors of --init_from that start afresh (e.g. a new head)");
+DEFINE_string(freeze, "", "Regex: tensors that are not trained (no gradient, push or step)");
+DEFINE_bool(init_allow_mismatch, false, "Start even when no tensor of --init_from matches");
+DEFINE_string(text_column, "text", "TSV/JSONL text data: the text column's name");
+DEFINE_uint32(seq_len, 128, "Text models: tokens per sample (longer texts are truncated)");
+DEFINE_uint32(vocab_size, 8000, "Text models: vocabulary size, special tokens included");
+DEFINE_uint32(model_dim, 64, "Zoo models: width (text_transformer: embedding size)");
+DEFINE_uint32(model_layers, 2, "Zoo models: encoder layers (text_transformer)");
+DEFINE_uint32(model_heads, 4, "Zoo models: attention heads (text_transformer)");
+DEFINE_uint32(model_depth, 20, "Zoo models: depth (resnet: 6n+2, e.g. 20)");
 // The optimizer.
 DEFINE_string(optimizer, "sgd", "sgd, adam or adamw (sgd covers momentum and Nesterov)");
 DEFINE_double(lr, 0.01, "Learning rate");

@@ -147,8 +147,12 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
         EPS_RETURN_IF_ERROR(r.Text(a, &s));
         m.shard_addresses.push_back(std::move(s));
       }
-      const capnp::Data::Reader model = in.getModelBytes();
-      m.model_bytes.assign(reinterpret_cast<const char*>(model.begin()), model.size());
+      const auto bytes = [](capnp::Data::Reader d) {
+        return std::string(reinterpret_cast<const char*>(d.begin()), d.size());
+      };
+      m.model_bytes = bytes(in.getModelBytes());
+      m.init_bytes = bytes(in.getInitBytes());
+      m.vocab = bytes(in.getVocab());
       *body = std::move(m);
       return OkStatus();
     }
@@ -428,8 +432,12 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    auto a = o.initShardAddresses(m.shard_addresses.size());
                    for (size_t i = 0; i < m.shard_addresses.size(); ++i)
                      a.set(i, m.shard_addresses[i]);
-                   o.setModelBytes(kj::arrayPtr(
-                       reinterpret_cast<const kj::byte*>(m.model_bytes.data()), m.model_bytes.size()));
+                   const auto data = [](const std::string& s) {
+                     return kj::arrayPtr(reinterpret_cast<const kj::byte*>(s.data()), s.size());
+                   };
+                   o.setModelBytes(data(m.model_bytes));
+                   o.setInitBytes(data(m.init_bytes));
+                   o.setVocab(data(m.vocab));
                  },
                  [&](const RegisterShard& m) {
                    auto o = b.initRegisterShard();

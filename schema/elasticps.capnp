@@ -99,6 +99,17 @@ struct JobSpec {
   testLabels @21 :Text;
   dataFormat @22 :Text;    # "idx" | "npy" | "csv"; empty: from the file's extension
   labelColumn @23 :Text;   # CSV: the label column's header name
+  initSha256 @24 :Text;    # SHA-256 of the --init_from model the job starts from; empty: fresh
+  reinit @25 :Text;        # regex: tensors of --init_from that start afresh instead
+  freeze @26 :Text;        # regex: tensors that are not trained (no gradient, no push, no step)
+  initAllowMismatch @27 :Bool = false;  # start even when no tensor of --init_from matches
+  textColumn @28 :Text;    # TSV/JSONL text data: the text column's name
+  seqLen @29 :UInt32;      # text models: tokens per sample (longer texts are truncated)
+  vocabSize @30 :UInt32;   # text models: the vocabulary's size, special tokens included
+  modelDim @31 :UInt32;    # zoo models: width (text_transformer's embedding size)
+  modelLayers @32 :UInt32; # zoo models: encoder layers (text_transformer)
+  modelHeads @33 :UInt32;  # zoo models: attention heads (text_transformer)
+  modelDepth @34 :UInt32;  # zoo models: depth (resnet: 6n+2 layers, e.g. 20)
 }
 
 struct RegisterWorker {
@@ -114,6 +125,8 @@ struct RegisterWorkerReply {
   spec @1 :JobSpec;
   shardAddresses @2 :List(Text);  # index = shard id
   modelBytes @3 :Data;            # the TorchScript model file (spec.modelSha256); empty: built-in
+  initBytes @4 :Data;             # the --init_from model file (spec.initSha256); empty: none
+  vocab @5 :Data;                 # text models: the vocabulary built from the training split
 }
 
 struct RegisterShard {

@@ -114,7 +114,20 @@ enum class SpecFieldRole { kComputation, kJob };
   X(std::string,   test_data,           "",               TestData,          test_data,           kComputation) \
   X(std::string,   test_labels,         "",               TestLabels,        test_labels,         kComputation) \
   X(std::string,   data_format,         "",               DataFormat,        data_format,         kComputation) \
-  X(std::string,   label_column,        "label",          LabelColumn,       label_column,        kComputation)
+  X(std::string,   label_column,        "label",          LabelColumn,       label_column,        kComputation) \
+  /* transfer learning: start from an exported model (docs/models.md) */                                        \
+  X(std::string,   init_sha256,         "",               InitSha256,        init_sha256,         kComputation) \
+  X(std::string,   reinit,              "",               Reinit,            reinit,              kComputation) \
+  X(std::string,   freeze,              "",               Freeze,            freeze,              kComputation) \
+  X(bool,          init_allow_mismatch, false,            InitAllowMismatch, init_allow_mismatch, kComputation) \
+  /* text data and the zoo's sizes */                                                                           \
+  X(std::string,   text_column,         "text",           TextColumn,        text_column,         kComputation) \
+  X(uint32_t,      seq_len,             128,              SeqLen,            seq_len,             kComputation) \
+  X(uint32_t,      vocab_size,          8000,             VocabSize,         vocab_size,          kComputation) \
+  X(uint32_t,      model_dim,           64,               ModelDim,          model_dim,           kComputation) \
+  X(uint32_t,      model_layers,        2,                ModelLayers,       model_layers,        kComputation) \
+  X(uint32_t,      model_heads,         4,                ModelHeads,        model_heads,         kComputation) \
+  X(uint32_t,      model_depth,         20,               ModelDepth,        model_depth,         kComputation)
 // clang-format on
 
 #define EPS_SPEC_MEMBER(type, name, default_value, Capnp, flag, role) type name = default_value;
@@ -176,6 +189,8 @@ struct RegisterWorkerReply {
   JobSpec spec;
   std::vector<std::string> shard_addresses;  // index = shard id
   std::string model_bytes{};  // the TorchScript model file (spec.model_sha256); empty: built-in
+  std::string init_bytes{};   // the --init_from model file (spec.init_sha256); empty: none
+  std::string vocab{};        // text models: the vocabulary built from the training split
 };
 
 struct RegisterShard {

@@ -145,6 +145,8 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           ExpectSameSpec(a.spec, b.spec);
           EXPECT_EQ(a.shard_addresses, b.shard_addresses);
           EXPECT_EQ(a.model_bytes, b.model_bytes);
+          EXPECT_EQ(a.init_bytes, b.init_bytes);
+          EXPECT_EQ(a.vocab, b.vocab);
         } else if constexpr (std::is_same_v<T, RegisterShard>) {
           EXPECT_EQ(a.shard, b.shard);
           EXPECT_EQ(a.address, b.address);
@@ -512,7 +514,10 @@ TEST(JobSpecFields, SameComputationComparesExactlyTheFieldsThatFixWhatAWorkerCom
       "job_id",     "model",           "data_dir",         "virtual_workers", "batch_per_vw",
       "seed",       "threads",         "train_limit",      "test_limit",      "chunk_elems",
       "num_shards", "grad_wire_dtype", "weight_wire_dtype", "model_sha256",    "train_data",
-      "train_labels", "test_data",     "test_labels",      "data_format",     "label_column"};
+      "train_labels", "test_data",     "test_labels",      "data_format",     "label_column",
+      "init_sha256",  "reinit",        "freeze",           "init_allow_mismatch", "text_column",
+      "seq_len",      "vocab_size",    "model_dim",        "model_layers",    "model_heads",
+      "model_depth"};
   EXPECT_TRUE(SameComputation(JobSpec(), JobSpec()));
   for (const auto& [name, spec] : OneFieldChanged()) {
     SCOPED_TRACE(name);

@@ -68,7 +68,8 @@ inline std::vector<Envelope> EveryMessageKind() {
   out.push_back({"tok-rw", RegisterWorker{"host-a.example", 4242, "cuda:NVIDIA H200", "host-a:9100"}});
   out.push_back({"tok-rwr", RegisterWorkerReply{
                                 WorkerId(9), FullSpec(), {"tcp://10.0.0.1:5000", "", "ipc:///x"},
-                                std::string("PK\x03\x04\0model", 10)}});
+                                std::string("PK\x03\x04\0model", 10), std::string("init\0bytes", 10),
+                                "<pad>\n<unk>\nmail\n"}});
   out.push_back({"tok-rs", RegisterShard{ShardId(3), "tcp://10.0.0.2:6000", Step(40), Step(41), "10.0.0.2:9101"}});
   out.push_back({"tok-sc", ShardConfig{FullSpec(), FullTensors()}});
   StepRequest request{WorkerId(5), Step(-1), FullTensors()};

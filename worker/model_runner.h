@@ -34,6 +34,7 @@
 #include "common/layout.h"
 #include "common/status.h"
 #include "data/dataset.h"
+#include "data/model_input.h"
 
 namespace eps {
 
@@ -72,6 +73,7 @@ struct ModelOptions {
   // MSE for float ones. Loading it turns the JIT's graph optimization and
   // fusers off for the whole process (a late joiner computes the same bits).
   std::string script{};
+  ZooSizes sizes{};  // the sized models' sizes (data/model_input.h); ignored with `script`
 };
 
 // Results of an evaluation pass over a range of samples.

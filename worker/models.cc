@@ -11,7 +11,8 @@
 
 namespace eps {
 
-StatusOr<torch::nn::Sequential> MakeModel(const std::string& name) {
+StatusOr<torch::nn::Sequential> MakeModel(const std::string& name, const ZooSizes& sizes) {
+  (void)sizes;  // none of today's models is sized
   namespace nn = torch::nn;
   try {
     if (name == "mlp") {

@@ -30,7 +30,8 @@ namespace eps {
 //           Linear(1568, 256) ReLU Dropout(0.25), Linear(256, 10); ~0.42 M parameters.
 //   cnn_bn  cnn with BatchNorm2d after each convolution and no dropout.
 // InvalidArgument for an unknown name; Internal if libtorch fails.
-[[nodiscard]] StatusOr<torch::nn::Sequential> MakeModel(const std::string& name);
+[[nodiscard]] StatusOr<torch::nn::Sequential> MakeModel(const std::string& name,
+                                                        const ZooSizes& sizes = {});
 
 // The device a --device flag names: "cpu", or "cuda:N" ("cuda" is "cuda:0")
 // in a build against a CUDA libtorch (EPS_WITH_CUDA). InvalidArgument for

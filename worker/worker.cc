@@ -187,6 +187,8 @@ class WorkerImpl final : public Worker {
     }
     ModelOptions mo;
     mo.model = spec_.model;
+    mo.sizes = ZooSizes{spec_.model_dim, spec_.model_layers, spec_.model_heads,
+                        spec_.model_depth, spec_.seq_len,     spec_.vocab_size};
     mo.script = model_script_;
     mo.init_seed = spec_.seed;
     mo.threads = static_cast<int>(spec_.threads);
