@@ -9,7 +9,6 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "common/files.h"
 #include "common/format.h"
 #include "elastic/cli.h"
 #include "schema/channel.h"
@@ -211,28 +210,23 @@ int RunStatusCommand(const StatusCommandOptions& o) {
     std::fprintf(stderr, "elasticps status: --run-dir or --coordinator is required\n%s\n", kStatusUsage);
     return 2;
   }
-  auto token = ReadTokenFile(token_file);
-  if (!token.ok()) {
-    std::fprintf(stderr, "elasticps status: %s\n", token.status().ToString().c_str());
-    return 2;
-  }
   if (!secret_key.empty() && server_key.empty()) {
     std::fprintf(stderr, "elasticps status: --curve-secret-key needs --curve-server-key\n");
     return 2;
   }
-  auto curve = LoadCurveOptions(secret_key, server_key);
-  if (!curve.ok()) {
-    std::fprintf(stderr, "elasticps status: %s\n", curve.status().ToString().c_str());
+  auto credentials = LoadJobCredentials(token_file, secret_key, server_key);
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "elasticps status: %s\n", credentials.status().ToString().c_str());
     return 2;
   }
   Channel::Options options;
-  options.curve = *curve;
+  options.curve = credentials->curve;
   auto channel = Channel::Connect(ctx, endpoint, options);
   if (!channel.ok()) {
     std::fprintf(stderr, "elasticps status: %s\n", channel.status().ToString().c_str());
     return 2;
   }
-  auto reply = Call(channel->get(), Envelope{*token, JobStatusRequest{o.events}},
+  auto reply = Call(channel->get(), Envelope{credentials->token, JobStatusRequest{o.events}},
                     std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000)));
   if (!reply.ok()) {
     std::string why = reply.status().ToString();

@@ -273,18 +273,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  auto token = eps::ReadTokenFile(FLAGS_token_file);
-  if (!token.ok()) {
-    LOG(ERROR) << token.status().ToString();
+  auto credentials =
+      eps::LoadJobCredentials(FLAGS_token_file, FLAGS_curve_secret_key, FLAGS_curve_server_key);
+  if (!credentials.ok()) {
+    LOG(ERROR) << credentials.status().ToString();
     return 2;
   }
-  o.token = *token;
-  auto curve = eps::LoadCurveOptions(FLAGS_curve_secret_key, FLAGS_curve_server_key);
-  if (!curve.ok()) {
-    LOG(ERROR) << curve.status().ToString();
-    return 2;
-  }
-  o.curve = *curve;
+  o.token = credentials->token;
+  o.curve = credentials->curve;
   o.allowed_keys = FLAGS_allowed_keys;
   if (FLAGS_socket_hwm < 0) {
     LOG(ERROR) << "--socket_hwm must be >= 0, not " << FLAGS_socket_hwm;

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/files.h"
+
 namespace eps {
 namespace {
 
@@ -155,6 +157,15 @@ StatusOr<CurveOptions> LoadCurveOptions(const std::string& secret_key_file,
     EPS_ASSIGN_OR_RETURN(o.server_key, ReadCurvePublicKey(server_key_file));
   }
   return o;
+}
+
+StatusOr<JobCredentials> LoadJobCredentials(const std::string& token_file,
+                                            const std::string& secret_key_file,
+                                            const std::string& server_key_file) {
+  JobCredentials c;
+  EPS_ASSIGN_OR_RETURN(c.token, ReadTokenFile(token_file));
+  EPS_ASSIGN_OR_RETURN(c.curve, LoadCurveOptions(secret_key_file, server_key_file));
+  return c;
 }
 
 }  // namespace eps

@@ -60,4 +60,16 @@ StatusOr<std::vector<std::string>> ReadAllowedKeys(const std::string& path);
 StatusOr<CurveOptions> LoadCurveOptions(const std::string& secret_key_file,
                                         const std::string& server_key_file);
 
+// What a job's process proves itself with: the job's token (ReadTokenFile,
+// common/files.h: empty file name, no token) and its CURVE settings
+// (LoadCurveOptions), from the paths of its --token_file, --curve_secret_key
+// and --curve_server_key flags. The first error names the file.
+struct JobCredentials {
+  std::string token;
+  CurveOptions curve;
+};
+StatusOr<JobCredentials> LoadJobCredentials(const std::string& token_file,
+                                            const std::string& secret_key_file,
+                                            const std::string& server_key_file);
+
 }  // namespace eps

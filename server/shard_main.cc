@@ -74,18 +74,14 @@ int main(int argc, char** argv) {
   options.shard = eps::ShardId(FLAGS_shard_id);
   options.coordinator = FLAGS_coordinator;
   options.bind = FLAGS_bind;
-  auto token = eps::ReadTokenFile(FLAGS_token_file);
-  if (!token.ok()) {
-    LOG(ERROR) << token.status().ToString();
+  auto credentials =
+      eps::LoadJobCredentials(FLAGS_token_file, FLAGS_curve_secret_key, FLAGS_curve_server_key);
+  if (!credentials.ok()) {
+    LOG(ERROR) << credentials.status().ToString();
     return 2;
   }
-  options.token = *token;
-  auto curve = eps::LoadCurveOptions(FLAGS_curve_secret_key, FLAGS_curve_server_key);
-  if (!curve.ok()) {
-    LOG(ERROR) << curve.status().ToString();
-    return 2;
-  }
-  options.curve = *curve;
+  options.token = credentials->token;
+  options.curve = credentials->curve;
   options.allowed_keys = FLAGS_allowed_keys;
   if (FLAGS_max_message_mb < 0 || FLAGS_socket_hwm < 0) {
     LOG(ERROR) << "--max_message_mb and --socket_hwm must be >= 0";

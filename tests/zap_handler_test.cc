@@ -207,6 +207,26 @@ TEST(CurveKeys, AKeyPairIsWrittenOnceAndReadBack) {
   EXPECT_FALSE(ParseCurveKey("short").ok());
 }
 
+TEST(CurveKeys, JobCredentialsAreTheTokenAndTheKeysOfTheFlagsFiles) {
+  TempDir dir;
+  const CurveKeyPair keys = NewKeys();
+  ASSERT_TRUE(WriteCurveKeyPair(dir.path(), "job", keys).ok());
+  WriteText(dir.path() + "/token", "s3cret\n");
+  auto plain = LoadJobCredentials(dir.path() + "/token", "", "");
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->token, "s3cret");
+  EXPECT_FALSE(plain->curve.enabled());
+  auto secure = LoadJobCredentials("", dir.path() + "/job.key", "");
+  ASSERT_TRUE(secure.ok()) << secure.status().ToString();
+  EXPECT_EQ(secure->token, "");
+  EXPECT_EQ(secure->curve.keys.public_key, keys.public_key);
+  EXPECT_EQ(secure->curve.server_key, keys.public_key);  // the servers' own pair
+  const Status missing = LoadJobCredentials(dir.path() + "/none", "", "").status();
+  EXPECT_FALSE(missing.ok());
+  EXPECT_NE(missing.message().find(dir.path() + "/none"), std::string::npos);
+  EXPECT_FALSE(LoadJobCredentials(dir.path() + "/token", dir.path() + "/token", "").ok());
+}
+
 TEST(ZapHandler, EveryMessageOfAClientCarriesItsKeyAsUserId) {
   TempDir dir;
   const CurveKeyPair server_keys = NewKeys(), allowed = NewKeys();

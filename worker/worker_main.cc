@@ -255,23 +255,19 @@ int main(int argc, char** argv) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   options.host = std::string(host) + ":" + std::to_string(getpid());
-  auto token = eps::ReadTokenFile(FLAGS_token_file);
-  if (!token.ok()) {
-    LOG(ERROR) << token.status().ToString();
+  auto credentials =
+      eps::LoadJobCredentials(FLAGS_token_file, FLAGS_curve_secret_key, FLAGS_curve_server_key);
+  if (!credentials.ok()) {
+    LOG(ERROR) << credentials.status().ToString();
     return 2;
   }
-  options.token = *token;
-  auto curve = eps::LoadCurveOptions(FLAGS_curve_secret_key, FLAGS_curve_server_key);
-  if (!curve.ok()) {
-    LOG(ERROR) << curve.status().ToString();
-    return 2;
-  }
-  if (curve->enabled() && FLAGS_curve_server_key.empty() && FLAGS_scheduler.empty()) {
+  options.token = credentials->token;
+  options.curve = credentials->curve;
+  if (options.curve.enabled() && FLAGS_curve_server_key.empty() && FLAGS_scheduler.empty()) {
     LOG(ERROR) << "--curve_secret_key needs --curve_server_key (the job's servers' public key)";
     return 2;
   }
-  if (FLAGS_curve_server_key.empty()) curve->server_key.clear();  // not this worker's own
-  options.curve = *curve;
+  if (FLAGS_curve_server_key.empty()) options.curve.server_key.clear();  // not this worker's own
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   zmq::context_t context(1);
