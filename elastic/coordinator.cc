@@ -176,6 +176,8 @@ class CoordinatorImpl final : public Coordinator {
     s.probe_idle_after = o.probe_idle_after;
     s.host_failures_before_backoff = o.host_failures_before_backoff;
     s.host_backoff = o.host_backoff;
+    s.max_workers_per_machine = o.max_workers_per_machine;
+    s.max_workers = o.max_workers;
     s.data_fingerprint = o.data_fingerprint;
     s.host_backoff_max = std::max(s.host_backoff_max, o.host_backoff);
     s.model_bytes = o.model_bytes;

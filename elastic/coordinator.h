@@ -61,6 +61,9 @@ struct CoordinatorOptions {
   // (0: never), for host_backoff at first, doubling, at most 15 min.
   uint32_t host_failures_before_backoff = 2;
   std::chrono::milliseconds host_backoff{60000};
+  // Live workers the job takes from one machine, and in all (JobStateOptions; 0: no cap).
+  uint32_t max_workers_per_machine = 64;
+  uint32_t max_workers = 1024;
   // The job's data files' fingerprint (data/fingerprint.h; CheckJobData):
   // workers whose files differ are refused. Empty: the first worker's.
   std::string data_fingerprint;

@@ -128,6 +128,10 @@ DEFINE_uint32(host_failures_before_backoff, 2,
 DEFINE_int32(host_backoff_s, 60,
              "The first back-off of a bad host, in seconds; it doubles on each further failure, "
              "up to 15 minutes");
+DEFINE_uint32(max_workers_per_host, 64,
+              "Registrations beyond this many live workers on one machine are refused "
+              "(docs/security.md, \"Bounded resources\"); 0: no cap");
+DEFINE_uint32(max_workers, 1024, "Registrations beyond this many live workers are refused; 0: no cap");
 DEFINE_int32(heartbeat_timeout_ms, 3000,
              "A worker whose heartbeats stop for this long is declared dead");
 
@@ -255,6 +259,8 @@ int main(int argc, char** argv) {
   }
   o.host_failures_before_backoff = FLAGS_host_failures_before_backoff;
   o.host_backoff = std::chrono::seconds(FLAGS_host_backoff_s);
+  o.max_workers_per_machine = FLAGS_max_workers_per_host;
+  o.max_workers = FLAGS_max_workers;
   auto spec = JobSpecFromFlags();
   if (!spec.ok()) {
     LOG(ERROR) << "invalid job: " << spec.status().message();

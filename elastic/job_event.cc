@@ -124,6 +124,7 @@ std::string EventJson(const JobEvent& event, double wall_seconds) {
                    using Cause = E::WorkerRefused::Cause;
                    j["cause"] = e.cause == Cause::kDeviceKind      ? "device_kind"
                                 : e.cause == Cause::kDataFingerprint ? "data_fingerprint"
+                                : e.cause == Cause::kTooManyWorkers  ? "too_many_workers"
                                                                      : "host_backed_off";
                  },
                  [&](const E::WorkerReady& e) { j["worker"] = e.worker.value(); },

@@ -55,6 +55,7 @@ struct JobEvent {
       kDeviceKind,     // its device kind is not the job's
       kHostBackedOff,  // its machine is backed off (HostBackedOff)
       kDataFingerprint,  // its data files differ from the job's (first step request)
+      kTooManyWorkers,   // its machine, or the job, has the most live workers allowed
     };
     WorkerId worker;
     std::string host;

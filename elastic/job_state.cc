@@ -29,67 +29,6 @@ JobState::JobState(JobSpec spec, JobStateOptions options, const Clock* clock)
 
 // ---- events -----------------------------------------------------------------
 
-std::string MachineOf(const std::string& host, uint32_t pid) {
-  const std::string suffix = ":" + std::to_string(pid);
-  if (host.size() > suffix.size() &&
-      host.compare(host.size() - suffix.size(), suffix.size(), suffix) == 0) {
-    return host.substr(0, host.size() - suffix.size());
-  }
-  return host;
-}
-
-Status CheckDeviceKind(const std::string& job_kind, const std::string& worker_kind,
-                       bool allow_mixed) {
-  if (job_kind.empty() || worker_kind == job_kind || allow_mixed) return OkStatus();
-  return FailedPrecondition(
-      "this worker computes on '" + worker_kind + "', the job's workers on '" + job_kind +
-      "': the bits would then depend on placement; the job accepts that only when its "
-      "coordinator runs with --allow_mixed_devices");
-}
-
-WorkerId JobState::OnWorkerRegistered(const std::string& host, uint32_t pid,
-                                      const std::string& device_kind) {
-  // A worker whose registration went unanswered sends it again (the
-  // coordinator may have restarted in between): the same process keeps its id
-  // until it reported its model.
-  for (auto& [known, w] : workers_) {
-    if (!w.alive || w.ready || w.host != host || w.pid != pid) continue;
-    w.last_seen = clock_->Now();
-    if (std::find(unanswered_registrations_.begin(), unanswered_registrations_.end(), known) ==
-        unanswered_registrations_.end()) {
-      unanswered_registrations_.push_back(known);
-    }
-    Emit(JobEvent::WorkerReregistered{known, host}, CurrentStep());
-    Advance();
-    return known;
-  }
-  const WorkerId id(next_worker_++);
-  const std::string machine = MachineOf(host, pid);
-  using Cause = JobEvent::WorkerRefused::Cause;
-  Cause cause = Cause::kHostBackedOff;
-  Status st = CheckHost(machine);
-  if (st.ok()) {
-    cause = Cause::kDeviceKind;
-    st = CheckDeviceKind(device_kind_, device_kind, spec_.allow_mixed_devices);
-  }
-  if (!st.ok()) {
-    Emit(JobEvent::WorkerRefused{id, host, device_kind, st.message(), cause}, CurrentStep());
-    Send(id, ErrorReply{st.code(), st.message()});
-    return id;
-  }
-  if (device_kind_.empty()) device_kind_ = device_kind;
-  WorkerInfo& w = workers_[id];
-  w.host = host;
-  w.machine = machine;
-  w.pid = pid;
-  w.device_kind = device_kind;
-  w.last_seen = clock_->Now();
-  Emit(JobEvent::WorkerJoined{id, host, pid, device_kind}, CurrentStep());
-  unanswered_registrations_.push_back(id);
-  Advance();
-  return id;
-}
-
 Status JobState::OnStepRequest(const StepRequest& r) {
   auto it = workers_.find(r.worker);
   if (it == workers_.end() || !it->second.alive) {
@@ -131,28 +70,6 @@ Status JobState::OnStepRequest(const StepRequest& r) {
   w.pending = true;
   w.done_step = std::max(w.done_step, r.done_step);
   Progress();
-  Advance();
-  return OkStatus();
-}
-
-Status JobState::OnHeartbeat(WorkerId worker) {
-  auto it = workers_.find(worker);
-  if (it == workers_.end() || !it->second.alive) {
-    return Aborted("worker " + std::to_string(worker.value()) + " is not a member: register again");
-  }
-  it->second.last_seen = clock_->Now();
-  return OkStatus();
-}
-
-Status JobState::OnLeave(WorkerId worker, const std::string& reason, bool host_fault) {
-  auto it = workers_.find(worker);
-  if (it == workers_.end() || !it->second.alive)
-    return OkStatus();  // already gone: the ack is the same
-  std::vector<WorkerRange> moved = DeclareDead(worker);
-  it->second.left = true;
-  Emit(JobEvent::WorkerLeft{worker, reason, std::move(moved), host_fault}, CurrentStep());
-  if (host_fault) CountHostFault(it->second.machine, reason);
-  Send(worker, StepPlan{PlanKind::kStop, step_, epoch_, 0, 0, 0, 0});
   Advance();
   return OkStatus();
 }
@@ -200,57 +117,7 @@ Status JobState::OnEvalResult(const EvalResult& r) {
 
 void JobState::OnJobError(const std::string& message) { Fail(FailedPrecondition(message)); }
 
-void JobState::OnWorkerError(WorkerId worker, const Status& error) {
-  auto it = workers_.find(worker);
-  if (it == workers_.end() || !it->second.alive) return;
-  // The worker set itself up before it reported its model, so an accepted
-  // model is another worker's (or the store's): this job can run.
-  if (tensors_.empty()) return Fail(FailedPrecondition(error.message()));
-  (void)OnLeave(worker, error.message(), /*host_fault=*/true);
-}
-
-// ---- bad hosts --------------------------------------------------------------
-
-void JobState::CountHostFault(const std::string& machine, const std::string& reason) {
-  const auto now = clock_->Now();
-  HostRecord& h = hosts_[machine];
-  const auto since = std::max(h.last_failure, h.backed_off_until);
-  if (h.failures > 0 && now - since > options_.host_failure_window) h.failures = 0;
-  ++h.failures;
-  h.last_failure = now;
-  h.last_reason = reason;
-  const uint32_t threshold = options_.host_failures_before_backoff;
-  if (threshold == 0 || h.failures < threshold) return;
-  // Doubling from the first back-off on, capped (and the shift kept small).
-  std::chrono::milliseconds backoff = options_.host_backoff;
-  for (uint32_t i = threshold; i < h.failures && backoff < options_.host_backoff_max; ++i)
-    backoff *= 2;
-  backoff = std::min(backoff, options_.host_backoff_max);
-  h.backed_off_until = now + backoff;
-  Emit(JobEvent::HostBackedOff{machine, h.failures, std::chrono::duration<double>(backoff).count(),
-                               reason},
-       CurrentStep());
-}
-
-Status JobState::CheckHost(const std::string& machine) const {
-  auto it = hosts_.find(machine);
-  if (it == hosts_.end()) return OkStatus();
-  const HostRecord& h = it->second;
-  const auto now = clock_->Now();
-  if (now >= h.backed_off_until) return OkStatus();
-  const auto wait = std::chrono::ceil<std::chrono::seconds>(h.backed_off_until - now);
-  return FailedPrecondition(
-      "host '" + machine + "' is backed off: " + std::to_string(h.failures) +
-      " workers in a row could not set themselves up there (last: " + h.last_reason +
-      "); it may register again in " + std::to_string(wait.count()) + " s");
-}
-
-void JobState::HostSucceeded(WorkerId w) {
-  auto it = workers_.find(w);
-  if (it == workers_.end()) return;
-  auto h = hosts_.find(it->second.machine);
-  if (h != hosts_.end()) h->second.failures = 0;
-}
+// ---- the clock and the outbox -----------------------------------------------
 
 void JobState::Tick() {
   const auto now = clock_->Now();
@@ -310,7 +177,7 @@ std::optional<Step> JobState::CurrentStep() const {
   return step_;
 }
 
-// ---- membership -------------------------------------------------------------
+// ---- the model, the data and the assignment ---------------------------------
 
 Status JobState::AcceptModel(const StepRequest& r) {
   if (r.tensors.empty())
@@ -358,40 +225,6 @@ Status JobState::AcceptData(const StepRequest& r) {
   return st;
 }
 
-std::vector<WorkerRange> JobState::DeclareDead(WorkerId id) {
-  WorkerInfo& w = workers_[id];
-  w.alive = false;
-  w.pending = false;
-  speeds_.Forget(id);
-  std::vector<WorkerRange> moved;
-  for (Work& item : work_) {
-    if (item.holder == id || item.reserved == id) {
-      if (item.holder == id) moved.push_back({id, item.lo, item.hi});
-      item.holder.reset();
-      item.reserved.reset();
-    }
-  }
-  for (EvalSlice& s : eval_slices_) {
-    if (s.holder == id && !s.done) s.holder.reset();
-  }
-  if (w.init_holder && phase_ == Phase::kInitializing)
-    phase_ = Phase::kStarting;  // someone else initializes
-  return moved;
-}
-
-bool JobState::HasLiveReadyWorker() const {
-  for (const auto& [id, w] : workers_) {
-    if (w.alive && w.ready) return true;
-  }
-  return false;
-}
-
-size_t JobState::live_workers() const {
-  size_t n = 0;
-  for (const auto& [id, w] : workers_) n += w.alive ? 1 : 0;
-  return n;
-}
-
 bool JobState::AllShardsRegistered() const {
   return std::all_of(shard_registered_.begin(), shard_registered_.end(), [](bool b) { return b; });
 }
@@ -408,14 +241,6 @@ bool JobState::MembershipChanged() const {
     if (!assignment_.count(id)) return true;
   }
   return ready != assignment_.size();
-}
-
-std::vector<WorkerId> JobState::ReadyWorkers() const {
-  std::vector<WorkerId> live;
-  for (const auto& [id, w] : workers_) {
-    if (w.alive && w.ready) live.push_back(id);
-  }
-  return live;
 }
 
 bool JobState::Assign(const VwPlan* given) {
@@ -520,17 +345,6 @@ JobInfoReply JobState::Info() const {
     r.workers.push_back({w.host, w.device_kind, speeds_.Estimate(id).value_or(0.0)});
   }
   return r;
-}
-
-void JobState::AnswerRegistrations() {
-  if (!AllShardsRegistered()) return;
-  for (WorkerId id : unanswered_registrations_) {
-    WorkerInfo& w = workers_[id];
-    if (!w.alive) continue;
-    w.last_seen = clock_->Now();  // its heartbeats start now
-    Send(id, RegisterWorkerReply{id, spec_, shard_addresses_, options_.model_bytes});
-  }
-  unanswered_registrations_.clear();
 }
 
 void JobState::Advance() {
@@ -756,7 +570,7 @@ JobSummary JobState::Summary() const {
   s.evaluated = evaluated_;
   s.test_accuracy = test_accuracy_;
   s.test_loss = test_loss_;
-  s.workers_seen = workers_.size();
+  s.workers_seen = workers_joined_;
   const Clock::time_point end = train_ended_ == Clock::time_point{} ? clock_->Now() : train_ended_;
   s.train_time = end - train_started_;
   if (warmed_up_ != Clock::time_point{} && steps_done_ > JobSummary::kWarmupSteps) {

@@ -79,6 +79,14 @@ struct JobStateOptions {
   // The TorchScript model file of the job (empty: a built-in model), sent to
   // every worker in its RegisterWorkerReply; never to the shards.
   std::string model_bytes;
+  // What one peer holding the token can make the coordinator keep
+  // (docs/security.md, "Bounded resources"): registrations beyond these many
+  // live workers on one machine (MachineOf), or in all, are refused (cause
+  // too_many_workers). A worker that died before it reported its model is
+  // forgotten at the next registration, so registrations that never train
+  // leave nothing behind. 0: no cap.
+  uint32_t max_workers_per_machine = 64;
+  uint32_t max_workers = 1024;
 };
 
 // The machine a worker runs on, as back-off counts it: the worker's host
@@ -273,6 +281,10 @@ class JobState {
   void CountHostFault(const std::string& machine, const std::string& reason);
   // FailedPrecondition for a registration while `machine` is backed off.
   Status CheckHost(const std::string& machine) const;
+  // ResourceExhausted when `machine`, or the job, has the most live workers
+  // the options allow.
+  Status CheckWorkerCount(const std::string& machine) const;
+  void ForgetNeverReadyDead();
   // A worker of `w`'s machine computed and confirmed a step: the count starts over.
   void HostSucceeded(WorkerId w);
   Status AcceptModel(const StepRequest& request);
@@ -328,6 +340,7 @@ class JobState {
   std::map<std::string, HostRecord> hosts_;  // by machine, those with a host fault
   std::string device_kind_;                  // the first accepted worker's; empty before it
   uint32_t next_worker_ = 0;
+  size_t workers_joined_ = 0;  // workers that became members (workers_ forgets some dead ones)
   std::vector<TensorSpec> tensors_;
   Layout layout_;
   int64_t train_samples_ = 0, test_samples_ = 0;

@@ -1232,6 +1232,54 @@ TEST(JobStateBadHost, TwoHostFaultsBackTheHostOffAndOnlyItsThirdRegistrationIsRe
   EXPECT_EQ(d.state.live_workers(), 2u);
 }
 
+TEST(JobStateLimits, RegistrationsBeyondTheLiveWorkersAMachineOrTheJobMayHaveAreRefused) {
+  JobStateOptions o = Options();
+  o.max_workers_per_machine = 3;
+  o.max_workers = 5;
+  Driver d(Spec(), o);
+  d.RegisterShards();
+  std::vector<WorkerId> a;
+  for (int i = 0; i < 3; ++i) a.push_back(FromMachine(d, "a"));
+  for (WorkerId w : a) EXPECT_EQ(d.Replies(w).size(), 1u);
+  const WorkerId fourth = FromMachine(d, "a");
+  const std::vector<ErrorReply> errors = d.Errors(fourth);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].code, StatusCode::kResourceExhausted);
+  EXPECT_NE(errors[0].message.find("--max_workers_per_host"), std::string::npos) << errors[0].message;
+  auto refused = Of<JobEvent::WorkerRefused>(d.Events());
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].second.cause, JobEvent::WorkerRefused::Cause::kTooManyWorkers);
+
+  EXPECT_EQ(d.Replies(FromMachine(d, "b")).size(), 1u);
+  EXPECT_EQ(d.Replies(FromMachine(d, "b")).size(), 1u);
+  const WorkerId sixth = FromMachine(d, "c");
+  ASSERT_EQ(d.Errors(sixth).size(), 1u) << "five live workers in all";
+  EXPECT_EQ(d.state.live_workers(), 5u);
+
+  // One of machine a's workers goes before it reported a model: a has room again.
+  ASSERT_TRUE(d.state.OnLeave(a[0], "stopped", /*host_fault=*/false).ok());
+  const WorkerId again = FromMachine(d, "a");
+  EXPECT_EQ(d.Replies(again).size(), 1u);
+  EXPECT_TRUE(d.Errors(again).empty());
+  EXPECT_TRUE(d.state.fatal().ok());
+}
+
+TEST(JobStateLimits, WorkersThatLeaveBeforeReportingAModelLeaveNothingBehind) {
+  Driver d(Spec(), Options());
+  const std::vector<WorkerId> ws = d.Start(1);
+  d.OnePlan(ws[0], PlanKind::kTrain);
+  for (int i = 0; i < 5000; ++i) {
+    const WorkerId w = FromMachine(d, "churn");
+    ASSERT_EQ(d.Replies(w).size(), 1u);
+    ASSERT_TRUE(d.state.OnLeave(w, "stopped", /*host_fault=*/false).ok());
+  }
+  FromMachine(d, "churn");  // forgets the last of them
+  EXPECT_LE(d.state.StatusReport().workers.size(), 3u)
+      << "the trainer, the newest registration and at most the one that just left";
+  EXPECT_EQ(d.state.Summary().workers_seen, 5002u);
+  EXPECT_TRUE(d.state.fatal().ok());
+}
+
 TEST(JobStateBadHost, AfterTheBackOffTheHostIsAcceptedAndEachFurtherFailureDoublesItUpToTheCap) {
   Driver d(Spec(), BackoffOptions());
   d.RegisterShards();
