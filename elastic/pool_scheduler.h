@@ -86,6 +86,8 @@ class PoolScheduler {
   bool AllJobsOver() const;
   // The pool worker behind an id of the decisions ("hostname:pid").
   std::string HostOf(WorkerId id) const;
+  // Pool workers heard from within the worker timeout (as of the last round).
+  size_t members() const { return members_.size(); }
   // e.g. "job-a: node1:17 node2:40 | job-b: node3:9 | idle: -".
   std::string AllocationString() const;
 

@@ -16,13 +16,16 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "common/clock.h"
 #include "common/files.h"
 #include "common/jsonl.h"
+#include "common/rejections.h"
 #include "elastic/pool_scheduler.h"
+#include "schema/allowed_keys_watch.h"
 #include "schema/channel.h"
 #include "schema/curve.h"
 #include "schema/zap_handler.h"
@@ -65,13 +68,16 @@ using std::chrono::milliseconds;
 class SchedulerProcess {
  public:
   SchedulerProcess(PoolScheduler scheduler, std::unique_ptr<Channel> pool, zmq::context_t* context,
-                   std::string token, std::unique_ptr<JsonLinesFile> events, CurveKeyPair keys)
+                   std::string token, std::unique_ptr<JsonLinesFile> events, CurveKeyPair keys,
+                   std::optional<AllowedKeysWatch> allowed, const Clock* clock)
       : scheduler_(std::move(scheduler)),
         pool_(std::move(pool)),
         context_(context),
         token_(std::move(token)),
         events_(std::move(events)),
-        keys_(std::move(keys)) {}
+        keys_(std::move(keys)),
+        allowed_(std::move(allowed)),
+        rejections_(RejectionOptions(), clock) {}
 
   Status Run() {
     auto next_round = std::chrono::steady_clock::now();
@@ -96,6 +102,7 @@ class SchedulerProcess {
         return in.status();
       }
       OnPoolMessage(*in);
+      if (auto summary = rejections_.TakeSummary()) LOG(WARNING) << *summary;
     }
     return OkStatus();
   }
@@ -106,24 +113,24 @@ class SchedulerProcess {
     if (!st.ok()) LOG(WARNING) << "reply lost: " << st.ToString();
   }
 
+  // Checked as the job's servers check theirs (AdmitIncoming: a revoked key,
+  // an undecodable envelope, a wrong token), counted, and logged at a bounded rate.
   void OnPoolMessage(Channel::Incoming& in) {
-    if (!in.envelope.ok()) {
-      LOG(WARNING) << "bad message from the pool: " << in.envelope.status().ToString();
-      Reply(in.peer, ErrorReply{in.envelope.status().code(), in.envelope.status().message()});
-      return;
-    }
-    if (!token_.empty() && in.envelope->token != token_) {
-      LOG(WARNING) << "refused a message with a wrong pool token";
-      Reply(in.peer, ErrorReply{StatusCode::kUnauthenticated, "wrong pool token"});
+    const Status admitted = AdmitIncoming(in, token_, allowed_ ? &*allowed_ : nullptr,
+                                          &rejections_, " from the pool");
+    if (!admitted.ok()) {
+      Reply(in.peer, ErrorReply{admitted.code(), admitted.message()});
       return;
     }
     if (auto* r = std::get_if<PoolRequest>(&in.envelope->body)) {
       Reply(in.peer, scheduler_.OnRequest(*r));
-    } else {
-      Reply(in.peer,
-            ErrorReply{StatusCode::kInvalidArgument,
-                       std::string("the scheduler does not serve ") + BodyName(in.envelope->body)});
+      return;
     }
+    const std::string kind = BodyName(in.envelope->body);
+    if (rejections_.Record(in.peer, RejectReason::kUnserved))
+      LOG(WARNING) << "refused a " << kind << " from the pool: not served here";
+    Reply(in.peer,
+          ErrorReply{StatusCode::kInvalidArgument, "the scheduler does not serve " + kind});
   }
 
   // Asks every coordinator, decides, logs.
@@ -159,21 +166,20 @@ class SchedulerProcess {
       LOG(ERROR) << "round failed: " << decisions.status().ToString();
       return OkStatus();
     }
+    if (scheduler_.members() != last_members_) {
+      last_members_ = scheduler_.members();
+      AppendEvent({{"event", "pool"}, {"members", last_members_}});
+    }
     for (const SchedulerDecision& d : *decisions) {
       std::printf("decision: %s from %s to %s: %s\n", scheduler_.HostOf(d.worker).c_str(),
                   d.from_job.empty() ? "idle" : d.from_job.c_str(),
                   d.to_job.empty() ? "idle" : d.to_job.c_str(), d.reason.c_str());
-      if (events_ == nullptr) continue;
-      const double t =
-          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-              .count();
-      const nlohmann::json line = {
-          {"event", "decision"},        {"t", t},
-          {"worker", d.worker.value()}, {"host", scheduler_.HostOf(d.worker)},
-          {"from", d.from_job},         {"to", d.to_job},
-          {"reason", d.reason}};
-      const Status st = events_->Append(line.dump());
-      if (!st.ok()) LOG(ERROR) << st.ToString();  // once; scheduling goes on
+      AppendEvent({{"event", "decision"},
+                   {"worker", d.worker.value()},
+                   {"host", scheduler_.HostOf(d.worker)},
+                   {"from", d.from_job},
+                   {"to", d.to_job},
+                   {"reason", d.reason}});
     }
     const std::string allocation = scheduler_.AllocationString();
     if (allocation != last_allocation_) std::printf("allocation: %s\n", allocation.c_str());
@@ -182,14 +188,26 @@ class SchedulerProcess {
     return OkStatus();
   }
 
+  // One line of --events_file, stamped "t" (seconds since the epoch).
+  void AppendEvent(nlohmann::json line) {
+    if (events_ == nullptr) return;
+    line["t"] =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const Status st = events_->Append(line.dump());
+    if (!st.ok()) LOG(ERROR) << st.ToString();  // once; scheduling goes on
+  }
+
   PoolScheduler scheduler_;
   std::unique_ptr<Channel> pool_;
   zmq::context_t* const context_;
   const std::string token_;
   const std::unique_ptr<JsonLinesFile> events_;  // or null
   const CurveKeyPair keys_;                      // CURVE off: empty
+  std::optional<AllowedKeysWatch> allowed_;      // with CURVE: revocation of open connections
+  Rejections rejections_;
   std::map<std::string, std::unique_ptr<Channel>> coordinators_;
   std::string last_allocation_;
+  size_t last_members_ = 0;
 };
 
 }  // namespace
@@ -266,8 +284,14 @@ int main(int argc, char** argv) {
   }
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
+  auto allowed = eps::AllowedKeysWatch::ForServer(*curve, FLAGS_allowed_keys, &clock);
+  if (!allowed.ok()) {
+    LOG(ERROR) << allowed.status().ToString();
+    return 2;
+  }
   eps::SchedulerProcess process(std::move(scheduler).value(), std::move(pool).value(), &context,
-                                *token, std::move(events), curve->keys);
+                                *token, std::move(events), curve->keys, std::move(allowed).value(),
+                                &clock);
   eps::Status st = process.Run();
   if (!st.ok()) {
     LOG(ERROR) << "scheduler failed: " << st.ToString();

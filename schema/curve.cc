@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -75,6 +76,11 @@ Status WriteCurveKeyPair(const std::string& dir, const std::string& name,
                          const CurveKeyPair& keys) {
   if (name.empty() || name.find('/') != std::string::npos || name[0] == '.')
     return InvalidArgument("a key name is a plain file name, got '" + name + "'");
+  std::error_code error;
+  if (std::filesystem::create_directories(dir, error)) {
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all, error);
+  }
+  if (error) return Unavailable("cannot create the folder " + dir + ": " + error.message());
   const std::string base = dir + "/" + name;
   struct stat st;
   if (::stat((base + ".pub").c_str(), &st) == 0)

@@ -39,8 +39,8 @@ StatusOr<CurveKeyPair> GenerateCurveKeyPair();
 // `text` (surrounding white space trimmed) if it is a Z85 key; InvalidArgument if not.
 StatusOr<std::string> ParseCurveKey(const std::string& text);
 
-// Writes DIR/NAME.key (0600) and DIR/NAME.pub. AlreadyExists if either is there:
-// a key pair is never overwritten.
+// Writes DIR/NAME.key (0600) and DIR/NAME.pub, creating DIR (0700) when it is
+// missing. AlreadyExists if either is there: a key pair is never overwritten.
 Status WriteCurveKeyPair(const std::string& dir, const std::string& name, const CurveKeyPair& keys);
 
 // The key pair of the secret key in `path` (the public key is derived from it).

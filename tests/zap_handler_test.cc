@@ -205,6 +205,9 @@ TEST(CurveKeys, AKeyPairIsWrittenOnceAndReadBack) {
   EXPECT_EQ(read->secret_key, keys.secret_key);
   EXPECT_EQ(*ReadCurvePublicKey(dir.path() + "/w.pub"), keys.public_key);
   EXPECT_FALSE(ParseCurveKey("short").ok());
+  ASSERT_TRUE(WriteCurveKeyPair(dir.path() + "/new/keys", "w", keys).ok()) << "creates the folder";
+  ASSERT_EQ(stat((dir.path() + "/new/keys").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
 }
 
 TEST(CurveKeys, JobCredentialsAreTheTokenAndTheKeysOfTheFlagsFiles) {

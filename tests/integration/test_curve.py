@@ -5,7 +5,8 @@ refused (exit 4, report outcome "refused") and the job is unaffected; and a
 capture of the job's loopback traffic (tshark, as root) holds the token and
 bytes of the final parameters in the clear, and neither with CURVE. A worker
 whose key is revoked mid-run (its .pub removed) is refused on its open
-connections (exit 4, outcome "refused") and the job ends on the same digest."""
+connections (exit 4, outcome "refused") and the job ends on the same digest; so is
+an idle pool worker at the pool scheduler, which serves the others on."""
 import os
 import shutil
 import signal
@@ -14,7 +15,7 @@ import subprocess
 import unittest
 
 from harness import BIN, ENV, LOCAL, MLP, ROOT, RunDirTest, poll_until, read_events, read_report, read_result, \
-    read_text, wait_for_file, wait_for_step  # noqa: F401
+    read_text, wait_for_event, wait_for_file, wait_for_step  # noqa: F401
 
 ATTACH = os.path.join(ROOT, "launcher", "attach.sh")
 ELASTICPS = os.path.join(BIN, "elasticps")
@@ -164,6 +165,36 @@ class Revocation(RunDirTest):
         self.assertIn("revoked", read_text(f"{d}/victim.log"))
         self.assertEqual(launcher.wait(timeout=300), 0, read_text(f"{d}/logs/coordinator.log")[-3000:])
         self.assertEqual(read_result(d)["params_sha256"], ref["params_sha256"])
+
+
+class PoolRevocation(RunDirTest):
+    def test_a_revoked_idle_pool_worker_is_refused_at_its_next_poll_and_the_scheduler_serves_on(self):
+        d = self.run_dir("pool")
+        for name in ("scheduler", "pool0", "pool1"):
+            subprocess.run([ELASTICPS, "keygen", "--out", f"{d}/keys", "--name", name], env=ENV, check=True,
+                           timeout=30, stdout=subprocess.DEVNULL)
+        os.makedirs(f"{d}/allowed")
+        for name in ("pool0", "pool1"):
+            shutil.copy(f"{d}/keys/{name}.pub", f"{d}/allowed/{name}.pub")
+        with open(f"{d}/jobs", "w") as f:
+            f.write("ghost tcp://127.0.0.1:1 -\n")  # never answers: the pool stays idle
+        sched = self.start([os.path.join(BIN, "pool_scheduler"), f"--jobs={d}/jobs", f"--events_file={d}/events.jsonl",
+                            f"--addr_file={d}/scheduler.addr", "--round_ms=200", "--info_timeout_ms=50",
+                            "--worker_timeout_ms=3000", f"--curve_secret_key={d}/keys/scheduler.key",
+                            f"--allowed_keys={d}/allowed"], f"{d}/scheduler.log")
+        addr = wait_for_file(f"{d}/scheduler.addr", proc=sched)
+        pool = {name: self.start([os.path.join(BIN, "worker"), f"--scheduler={addr}", "--pool_poll_ms=100",
+                                  f"--curve_secret_key={d}/keys/{name}.key",
+                                  f"--pool_curve_server_key={d}/keys/scheduler.pub"], f"{d}/{name}.log")
+                for name in ("pool0", "pool1")}
+        wait_for_event(d, "pool", lambda e: e["members"] == 2, timeout=30, proc=sched)  # both connected and polling
+        os.remove(f"{d}/allowed/pool0.pub")
+        self.assertEqual(pool["pool0"].wait(timeout=30), REFUSED, read_text(f"{d}/pool0.log")[-3000:])
+        wait_for_event(d, "pool", lambda e: e["members"] == 1, timeout=30, proc=sched)  # pool0's polls stopped counting
+        self.assertIsNone(pool["pool1"].poll(), read_text(f"{d}/pool1.log")[-3000:])
+        self.assertIsNone(sched.poll(), read_text(f"{d}/scheduler.log")[-3000:])
+        pool["pool1"].send_signal(signal.SIGTERM)
+        self.assertEqual(pool["pool1"].wait(timeout=30), 0, read_text(f"{d}/pool1.log")[-3000:])
 
 
 if __name__ == "__main__":
