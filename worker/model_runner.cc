@@ -360,6 +360,60 @@ class TorchModelRunner final : public ModelRunner {
     return stats;
   }
 
+  StatusOr<Outputs> Predict(const Dataset& data, int64_t lo, int64_t hi,
+                            int64_t batch) override {
+    EPS_RETURN_IF_ERROR(net_->CheckData(data));
+    if (lo < 0 || lo > hi || hi > data.size || batch <= 0) {
+      return InvalidArgument("prediction range [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                             ") in batches of " + std::to_string(batch) +
+                             " does not fit a data set of " + std::to_string(data.size));
+    }
+    Outputs out;
+    try {
+      struct RestoreTrainMode {
+        Net& net;
+        ~RestoreTrainMode() { net.Train(true); }
+      } restore{*net_};
+      torch::NoGradGuard no_grad;
+      net_->Train(false);
+      if (on_gpu()) ComputeAfterUploads();
+      for (int64_t first = lo; first < hi; first += batch) {
+        const int64_t n = std::min(batch, hi - first);
+        const torch::Tensor x = net_->Input(FeatureRange(data, first, n)).to(device_);
+        torch::Tensor y;
+        try {
+          y = net_->Forward(x);
+        } catch (const std::exception& e) {
+          return InvalidArgument("the model's forward fails on a batch of the data, of shape " +
+                                 ShapeOf(x) + ": " + WhatOf(e));
+        }
+        if (y.dim() < 1 || y.size(0) != n || y.scalar_type() != torch::kFloat32) {
+          return InvalidArgument("the model's output on a batch of shape " + ShapeOf(x) +
+                                 " is " + ShapeOf(y) + " of " +
+                                 std::string(c10::toString(y.scalar_type())) +
+                                 ": expected float32 with one row per sample");
+        }
+        if (out.shape.empty()) {
+          out.shape.assign(y.sizes().begin(), y.sizes().end());
+          out.shape[0] = 0;
+        } else if (!std::equal(out.shape.begin() + 1, out.shape.end(), y.sizes().begin() + 1,
+                               y.sizes().end())) {
+          return InvalidArgument("the model's output changes shape between batches: " +
+                                 ShapeOf(y));
+        }
+        out.shape[0] += n;
+        const torch::Tensor host = y.to(torch::kCPU).contiguous();
+        out.values.insert(out.values.end(), host.data_ptr<float>(),
+                          host.data_ptr<float>() + host.numel());
+      }
+      if (on_gpu()) DrainCopies();
+    } catch (const std::exception& e) {
+      return FromTorch("Predict", e);
+    }
+    if (out.shape.empty()) out.shape = {0};
+    return out;
+  }
+
  private:
   bool on_gpu() const { return device_.is_cuda(); }
 
