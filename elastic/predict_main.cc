@@ -267,7 +267,16 @@ int Run(const std::string& command) {
     if (!runner.ok()) {
       st = runner.status();
     } else {
-      st = command == "evaluate" ? Evaluate(**runner, *data) : Predict(**runner, *data);
+      // The checks a job makes at its start: the forward runs on the data's
+      // shape, the output fits the labels, the loss is a scalar.
+      auto checked = (*runner)->DryRun(*data);
+      if (!checked.ok()) {
+        st = DataError(checked.status());
+      } else {
+        if (!checked->empty()) std::fprintf(stderr, "elasticps %s: %s\n", command.c_str(),
+                                            checked->c_str());
+        st = command == "evaluate" ? Evaluate(**runner, *data) : Predict(**runner, *data);
+      }
     }
   }
   if (st.ok()) return 0;
