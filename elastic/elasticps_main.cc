@@ -2,6 +2,8 @@
 //
 //   elasticps train    [--job FILE] [--run-dir DIR] [--servers S] [--workers W] [--FLAG=VALUE ...]
 //   elasticps export   --stores DIR/store --out FILE [--step N]
+//   elasticps evaluate --model FILE --data F [--labels F] [--json] ...
+//   elasticps predict  --model FILE --data F [--labels F] --out predictions.csv ...
 //   elasticps status   (--run-dir DIR | --coordinator ADDR --token-file FILE) [--json] [--events N]
 //   elasticps keygen   --out DIR [--name NAME]
 //   elasticps COMMAND --help
@@ -9,7 +11,8 @@
 // Flags may be spelled with dashes or underscores. `train` runs
 // launcher/local.sh (found beside this binary's build folder, or under
 // $EPS_ROOT) and `export` runs export_model (beside this binary), each in
-// place of this process, so signals and the exit code are theirs; `status`
+// place of this process, so signals and the exit code are theirs (as do
+// `evaluate` and `predict`, which run eps_predict); `status`
 // and `keygen` run here (elastic/cli.h).
 //
 // `status` exit codes: 0 answered, 1 no answer or refused, 2 bad flags. With
@@ -70,13 +73,15 @@ struct Command {
 constexpr Command kCommands[] = {
     {"train", "run a job on this host (launcher/local.sh)", kTrainUsage},
     {"export", "write a job's model from its stores", kExportUsage},
+    {"evaluate", "accuracy and loss of an exported model on a data set", kEvaluateUsage},
+    {"predict", "an exported model's predictions on a data set, as CSV", kPredictUsage},
     {"status", "a running job's step, workers, shards and events", kStatusUsage},
     {"keygen", "write a CURVE key pair (docs/security.md)", kKeygenUsage},
 };
 
 void PrintCommands(FILE* to) {
   std::fprintf(to, "usage: elasticps COMMAND [options]   (elasticps COMMAND --help)\n\n");
-  for (const Command& c : kCommands) std::fprintf(to, "  %-8s %s\n", c.name, c.summary);
+  for (const Command& c : kCommands) std::fprintf(to, "  %-9s %s\n", c.name, c.summary);
 }
 
 const Command* FindCommand(const std::string& name) {
@@ -231,6 +236,11 @@ int main(int argc, char** argv) {
     std::vector<std::string> flags;
     for (const std::string& a : args) flags.push_back(eps::FlagWithUnderscores(a));
     return eps::Exec((eps::BinaryDir() / "export_model").string(), flags);
+  }
+  if (command == "evaluate" || command == "predict") {
+    std::vector<std::string> flags = {command};
+    for (const std::string& a : args) flags.push_back(eps::FlagWithUnderscores(a));
+    return eps::Exec((eps::BinaryDir() / "eps_predict").string(), flags);
   }
   if (!eps::ParseFlags(argv[0], command, *c, args)) return 2;
   if (command == "keygen") return eps::RunKeygen();

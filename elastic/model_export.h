@@ -50,7 +50,12 @@ StatusOr<std::vector<ExportedTensor>> ModelTensors(const Layout& layout, const M
 
 // Reads a safetensors file as WriteSafetensors writes it (F32 and I64 tensors,
 // in file order); `metadata` (if not null) gets its __metadata__. NotFound for
-// a missing file; DataLoss for a malformed one, naming what is wrong.
+// a missing file; DataLoss, naming the file and what is wrong, for a malformed
+// one: a header length past the file or over 100 MB, a header that is not a
+// JSON object, a __metadata__ that is not an object of strings, a tensor
+// without dtype / shape / data_offsets, another dtype, a shape whose size
+// overflows or exceeds the file, data_offsets out of the file or not of the
+// shape's size. Never reads out of the file's bytes.
 StatusOr<std::vector<ExportedTensor>> ReadSafetensors(const std::string& path,
                                                       std::map<std::string, std::string>* metadata);
 

@@ -9,7 +9,8 @@
 # Sections, in order, each a program of its own, scripts/bench/NAME.py (its docstring says what it
 # measures; docs/benchmarks.md has the figures): vw elastic transfer wire ps_share ddp scaling hetero durable
 # observe limits network (network: hosts in network namespaces under link rates and latencies; needs root, else skipped)
-# usermodel (the cnn as a TorchScript model from Python against the built-in one).
+# usermodel (the cnn as a TorchScript model from Python against the built-in one and against plain PyTorch;
+# a worker's peak RSS with a TorchScript model as V grows).
 # They share scripts/bench/common.py (running jobs and programs, table and csv rows); the figures come
 # from scripts/bench/analysis.py, which reads the JSON a run leaves (the coordinator's events.jsonl,
 # the workers' reports, result.json, the bench programs' JSON lines) and draws the plot.

@@ -8,7 +8,8 @@ prints one JSON object on one line:
     {"program": "ddp", "ranks": R, "mode": M, "steps": N, "samples_per_s": X, "seconds": S, "final_loss": L}
 
   /usr/bin/python3 scripts/ddp_baseline.py [--ranks 2] [--steps 300] [--vws 8] [--batch_per_vw 16]
-      [--mode accumulate|batch] [--threads 1] [--data_dir DIR] [--timeout_s 900]
+      [--mode accumulate|batch] [--plain] [--threads 1] [--data_dir DIR] [--timeout_s 900]
+  --plain (with --ranks 1): plain PyTorch in one process, no process group and no DDP wrapper.
 
 Debian's torchrun is broken on Python 3.11, so the ranks are started here by hand:
 one process per rank with MASTER_ADDR=127.0.0.1, MASTER_PORT (a free port),
@@ -63,10 +64,14 @@ def parse_args(argv=None):
     p.add_argument("--min_lr", type=float, default=0.00005)
     p.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--timeout_s", type=int, default=900, help="the whole run, ranks included")
+    p.add_argument("--plain", action="store_true",
+                   help="plain PyTorch: one process, no process group and no DDP wrapper (--ranks 1)")
     p.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)  # set for the rank processes
     a = p.parse_args(argv)
     if a.ranks < 1 or a.steps < 1 or a.vws < 1 or a.batch_per_vw < 1 or a.threads < 1:
         p.error("counts must be positive")
+    if a.plain and a.ranks != 1:
+        p.error("--plain trains in one process: --ranks 1")
     if a.vws % a.ranks:
         p.error("--vws must be a multiple of --ranks")
     if a.warmup_steps < 0:
@@ -122,7 +127,8 @@ def run_rank(a):
     torch.set_num_threads(a.threads)
     torch.set_num_interop_threads(1)
     rank = int(os.environ["RANK"])
-    dist.init_process_group("gloo", rank=rank, world_size=a.ranks)
+    if not a.plain:
+        dist.init_process_group("gloo", rank=rank, world_size=a.ranks)
 
     images = read_idx(os.path.join(a.data_dir, "train-images-idx3-ubyte.gz"), 0x803, 3)
     labels = read_idx(os.path.join(a.data_dir, "train-labels-idx1-ubyte.gz"), 0x801, 1)
@@ -130,7 +136,7 @@ def run_rank(a):
     y_all = torch.from_numpy(labels.astype(np.int64))
 
     torch.manual_seed(a.seed)
-    model = DDP(make_model(nn))  # broadcasts rank 0's parameters
+    model = make_model(nn) if a.plain else DDP(make_model(nn))  # DDP broadcasts rank 0's parameters
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
 
     def lr_factor(step):  # the coordinator's cosine schedule with linear warm-up
@@ -149,7 +155,8 @@ def run_rank(a):
     loss_sum = 0.0
     for t in range(a.steps):
         if t == warmup:
-            dist.barrier()
+            if not a.plain:
+                dist.barrier()
             t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss_sum = 0.0
@@ -162,20 +169,22 @@ def run_rank(a):
             for j, v in enumerate(mine):
                 idx = torch.from_numpy(stream.take((t * V + v) * b, (t * V + v + 1) * b))
                 sync = j == per_rank - 1
-                with (contextlib.nullcontext() if sync else model.no_sync()):
+                with (contextlib.nullcontext() if sync or a.plain else model.no_sync()):
                     loss = F.cross_entropy(model(x_all.index_select(0, idx)), y_all.index_select(0, idx))
                     (loss / per_rank).backward()
                 loss_sum += loss.item() / per_rank
         opt.step()
         sched.step()
-    dist.barrier()
+    if not a.plain:
+        dist.barrier()
     seconds = time.perf_counter() - t0
     if rank == 0:
         timed = a.steps - warmup
-        print(json.dumps({"program": "ddp", "ranks": a.ranks, "mode": a.mode, "steps": a.steps,
+        print(json.dumps({"program": "ddp", "ranks": a.ranks, "mode": a.mode, "plain": a.plain, "steps": a.steps,
                           "samples_per_s": round(timed * V * b / seconds, 1), "seconds": round(seconds, 3),
                           "final_loss": round(loss_sum, 4)}), flush=True)
-    dist.destroy_process_group()
+    if not a.plain:
+        dist.destroy_process_group()
 
 
 def free_port():

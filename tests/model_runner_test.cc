@@ -357,6 +357,32 @@ TEST(ModelRunner, EvaluatesARangeWithoutChangingTheModel) {
   EXPECT_EQ(r->Evaluate(data, 0, 4, 0).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(ModelRunner, PredictsTheOutputsWhoseArgMaxTheEvaluationCounts) {
+  const Dataset data = SyntheticData(23);
+  auto r = MustCreate("cnn_bn");
+  ASSERT_NE(r, nullptr);
+  const auto before = TensorBytes(*r);
+  StatusOr<ModelRunner::Outputs> out = r->Predict(data, 3, 23, 8);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out->shape, (std::vector<int64_t>{20, 10}));
+  ASSERT_EQ(out->values.size(), 200u);
+  int64_t correct = 0;
+  for (int64_t i = 0; i < 20; ++i) {
+    const float* row = out->values.data() + i * 10;
+    correct += std::max_element(row, row + 10) - row == data.ClassOf(3 + i) ? 1 : 0;
+  }
+  StatusOr<EvalStats> s = r->Evaluate(data, 3, 23, 8);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(correct, s->correct);
+  EXPECT_EQ(TensorBytes(*r), before);
+  // Batches do not change a sample's output here: one batch of 20 gives the same argmax.
+  StatusOr<ModelRunner::Outputs> whole = r->Predict(data, 3, 23, 20);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->shape, out->shape);
+  EXPECT_EQ(r->Predict(data, 0, 24, 8).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r->Predict(data, 0, 4, 0).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(ModelRunner, RejectsBadMicrobatchesWithAStatus) {
   Dataset data = SyntheticData(4);
   auto r = MustCreate("mlp");

@@ -313,16 +313,86 @@ class TorchModelRunner final : public ModelRunner {
 
   StatusOr<EvalStats> Evaluate(const Dataset& data, int64_t lo, int64_t hi,
                                int64_t batch) override {
+    EvalStats stats;
+    EPS_RETURN_IF_ERROR(ForwardEval(
+        data, lo, hi, batch, "Evaluate", [&](int64_t first, int64_t n, const torch::Tensor& x) {
+          const torch::Tensor logits = net_->Forward(x);
+          const torch::Tensor y = LabelRange(data, first, n).to(device_);
+          if (y.is_floating_point()) {
+            // A regression: the squared error per sample (its mean over the label's elements).
+            stats.loss_sum +=
+                (torch::nn::functional::mse_loss(
+                     logits, y, torch::nn::functional::MSELossFuncOptions().reduction(torch::kSum)) /
+                 static_cast<double>(std::max<int64_t>(1, y.numel() / n)))
+                    .item<double>();
+          } else {
+            stats.loss_sum += torch::nn::functional::cross_entropy(
+                                  logits, y,
+                                  torch::nn::functional::CrossEntropyFuncOptions().reduction(
+                                      torch::kSum))
+                                  .item<double>();
+            stats.correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+          }
+          stats.count += n;
+          return OkStatus();
+        }));
+    return stats;
+  }
+
+  StatusOr<Outputs> Predict(const Dataset& data, int64_t lo, int64_t hi,
+                            int64_t batch) override {
+    Outputs out;
+    EPS_RETURN_IF_ERROR(ForwardEval(
+        data, lo, hi, batch, "Predict", [&](int64_t, int64_t n, const torch::Tensor& x) {
+          torch::Tensor y;
+          try {
+            y = net_->Forward(x);
+          } catch (const std::exception& e) {
+            return InvalidArgument("the model's forward fails on a batch of the data, of shape " +
+                                   ShapeOf(x) + ": " + WhatOf(e));
+          }
+          if (y.dim() < 1 || y.size(0) != n || y.scalar_type() != torch::kFloat32) {
+            return InvalidArgument("the model's output on a batch of shape " + ShapeOf(x) + " is " +
+                                   ShapeOf(y) + " of " + std::string(c10::toString(y.scalar_type())) +
+                                   ": expected float32 with one row per sample");
+          }
+          if (out.shape.empty()) {
+            out.shape.assign(y.sizes().begin(), y.sizes().end());
+            out.shape[0] = 0;
+          } else if (!std::equal(out.shape.begin() + 1, out.shape.end(), y.sizes().begin() + 1,
+                                 y.sizes().end())) {
+            return InvalidArgument("the model's output changes shape between batches: " +
+                                   ShapeOf(y));
+          }
+          out.shape[0] += n;
+          const torch::Tensor host = y.to(torch::kCPU).contiguous();
+          out.values.insert(out.values.end(), host.data_ptr<float>(),
+                            host.data_ptr<float>() + host.numel());
+          return OkStatus();
+        }));
+    if (out.shape.empty()) out.shape = {0};
+    return out;
+  }
+
+ private:
+  bool on_gpu() const { return device_.is_cuda(); }
+
+  // Evaluate's and Predict's pass: checks the data and the range [lo, hi),
+  // then, in eval mode without gradients (train mode restored after), calls
+  // each(first, n, x) with the model's input for samples [first, first + n),
+  // `batch` at a time, until one returns an error. c10::Error -> Status.
+  template <typename Each>
+  Status ForwardEval(const Dataset& data, int64_t lo, int64_t hi, int64_t batch,
+                     const char* what, Each&& each) {
     EPS_RETURN_IF_ERROR(net_->CheckData(data));
     if (lo < 0 || lo > hi || hi > data.size || batch <= 0) {
-      return InvalidArgument("evaluation range [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                             ") in batches of " + std::to_string(batch) +
+      return InvalidArgument(std::string(what) + " range [" + std::to_string(lo) + ", " +
+                             std::to_string(hi) + ") in batches of " + std::to_string(batch) +
                              " does not fit a data set of " + std::to_string(data.size));
     }
     if (net_->builtin()) {
       for (int64_t i = lo; i < hi; ++i) EPS_RETURN_IF_ERROR(CheckLabel(data, i));
     }
-    EvalStats stats;
     try {
       struct RestoreTrainMode {
         Net& net;
@@ -333,35 +403,14 @@ class TorchModelRunner final : public ModelRunner {
       if (on_gpu()) ComputeAfterUploads();
       for (int64_t first = lo; first < hi; first += batch) {
         const int64_t n = std::min(batch, hi - first);
-        const torch::Tensor logits =
-            net_->Forward(net_->Input(FeatureRange(data, first, n)).to(device_));
-        const torch::Tensor y = LabelRange(data, first, n).to(device_);
-        if (y.is_floating_point()) {
-          // A regression: the squared error per sample (its mean over the label's elements).
-          stats.loss_sum += (torch::nn::functional::mse_loss(
-                                 logits, y,
-                                 torch::nn::functional::MSELossFuncOptions().reduction(torch::kSum)) /
-                             static_cast<double>(std::max<int64_t>(1, y.numel() / n)))
-                                .item<double>();
-        } else {
-          stats.loss_sum += torch::nn::functional::cross_entropy(
-                                logits, y,
-                                torch::nn::functional::CrossEntropyFuncOptions().reduction(
-                                    torch::kSum))
-                                .item<double>();
-          stats.correct += logits.argmax(1).eq(y).sum().item<int64_t>();
-        }
-        stats.count += n;
+        EPS_RETURN_IF_ERROR(each(first, n, net_->Input(FeatureRange(data, first, n)).to(device_)));
       }
       if (on_gpu()) DrainCopies();
     } catch (const std::exception& e) {
-      return FromTorch("Evaluate", e);
+      return FromTorch(what, e);
     }
-    return stats;
+    return OkStatus();
   }
-
- private:
-  bool on_gpu() const { return device_.is_cuda(); }
 
   // The dry run's checks of one forward pass and loss on the first n samples;
   // InvalidArgument naming what does not fit.

@@ -183,6 +183,23 @@ class ModelRunner {
   // InvalidArgument unless 0 <= lo <= hi <= data.size and batch > 0.
   [[nodiscard]] virtual StatusOr<EvalStats> Evaluate(const Dataset& data, int64_t lo, int64_t hi,
                                                      int64_t batch) = 0;
+
+  // The model's outputs on samples [lo, hi) (forward only: eval mode, no
+  // gradients, `batch` at a time, as Evaluate computes them), float32
+  // row-major: `shape` is [hi - lo, ...] (a classifier's [n, classes]).
+  // Restores train mode after; changes no parameter or buffer. The labels
+  // play no part beyond Evaluate's checks of the data (CheckData).
+  // InvalidArgument as Evaluate, and for a forward that fails on the data or
+  // an output that is not float32 with one row per sample.
+  struct Outputs {
+    std::vector<int64_t> shape;
+    std::vector<float> values;
+  };
+  [[nodiscard]] virtual StatusOr<Outputs> Predict(const Dataset& data, int64_t lo, int64_t hi,
+                                                  int64_t batch) {
+    (void)data, (void)lo, (void)hi, (void)batch;
+    return Unimplemented("this model runner does not predict");
+  }
 };
 
 }  // namespace eps

@@ -1,0 +1,306 @@
+// eps_predict: evaluates an exported model on a data set, or writes its
+// predictions; `elasticps evaluate` and `elasticps predict` run it (the one
+// libtorch-linked piece they need: the dispatcher stays torch-free).
+//
+//   eps_predict evaluate --model FILE --data F [--labels F] [--arch NAME] [--json] ...
+//   eps_predict predict  --model FILE --data F [--labels F] --out predictions.csv ...
+//
+// FILE is a model.script.pt (a TorchScript module with its weights), or the
+// model.safetensors / model.pt (state dict) of a built-in model, whose name
+// --arch gives or, for safetensors, the file's __metadata__ "model". The model
+// runs in a ModelRunner (worker/model_runner.h) on the CPU with --threads
+// intra-op threads, in eval mode: the forward and the evaluation a job's
+// workers compute, so `evaluate` gives the job's test accuracy. The data go
+// through OpenModelData (elastic/model_data.h). Exit codes: 0 done, 1 an
+// internal error, 2 bad input (flags, files, a model that does not fit).
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/script.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/files.h"
+#include "data/model_input.h"
+#include "elastic/model_data.h"
+#include "elastic/model_export.h"
+#include "worker/model_runner.h"
+
+DEFINE_string(model, "", "The exported model: model.script.pt, model.safetensors or model.pt");
+DEFINE_string(arch, "",
+              "The built-in model (mlp, cnn, cnn_bn, ...) a model.pt / model.safetensors holds "
+              "(default for safetensors: its metadata's)");
+DEFINE_string(data, "", "The data set's features file (CSV: the whole table)");
+DEFINE_string(labels, "", "The labels file (IDX, NPY; optional for predict on NPY)");
+DEFINE_string(data_format, "", "idx, npy or csv (default: from --data's extension)");
+DEFINE_string(label_column, "label", "CSV: the column holding the labels");
+DEFINE_int64(limit, 0, "Use the first N samples only (0: all)");
+DEFINE_int64(batch, 1000, "Samples per forward pass (a job's --eval_batch)");
+DEFINE_int32(threads, 1, "libtorch intra-op threads (a job's --threads: bits depend on it)");
+DEFINE_bool(json, false, "evaluate: print one JSON object");
+DEFINE_string(out, "", "predict: the CSV file to write");
+DEFINE_bool(raw, false, "predict: write the model's outputs, not classes and probabilities");
+
+namespace eps {
+namespace {
+
+constexpr const char* kUsage =
+    "eps_predict evaluate|predict --model FILE --data F [--labels F] [--arch NAME] "
+    "[--data_format idx|npy|csv] [--label_column C] [--limit N] [--batch N] [--threads N] "
+    "[--json] [--out predictions.csv] [--raw]";
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string WhatOf(const std::exception& e) {
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
+  return e.what();
+}
+
+StatusOr<std::string> ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("--model " + path + ": cannot open the file");
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A state dict as torch.save / WriteStateDictPt write it: name -> tensor.
+StatusOr<std::vector<ExportedTensor>> ReadStateDict(const std::string& path,
+                                                    const std::string& bytes) {
+  std::vector<ExportedTensor> out;
+  try {
+    const torch::IValue v = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+    if (!v.isGenericDict()) return InvalidArgument("--model " + path + ": not a state dict");
+    for (const auto& item : v.toGenericDict()) {
+      if (!item.key().isString() || !item.value().isTensor())
+        return InvalidArgument("--model " + path + ": not a dict of name -> tensor");
+      const torch::Tensor t = item.value().toTensor().contiguous();
+      ExportedTensor e;
+      e.spec.name = item.key().toStringRef();
+      if (t.scalar_type() == torch::kFloat32) {
+        e.spec.dtype = DType::kFloat32;
+      } else if (t.scalar_type() == torch::kInt64) {
+        e.spec.dtype = DType::kInt64;
+      } else {
+        return InvalidArgument("--model " + path + ": tensor '" + e.spec.name +
+                               "' is neither float32 nor int64");
+      }
+      e.spec.shape.assign(t.sizes().begin(), t.sizes().end());
+      e.bytes.assign(static_cast<const char*>(t.data_ptr()), t.nbytes());
+      out.push_back(std::move(e));
+    }
+  } catch (const std::exception& e) {
+    return InvalidArgument("--model " + path + ": neither a TorchScript module nor a state dict (" +
+                           WhatOf(e) + ")");
+  }
+  return out;
+}
+
+// Writes the exported tensors into the runner's model, matched by name.
+Status LoadWeights(const std::string& path, const std::vector<ExportedTensor>& tensors,
+                   ModelRunner& runner) {
+  std::map<std::string, const ExportedTensor*> by_name;
+  for (const ExportedTensor& t : tensors) by_name[t.spec.name] = &t;
+  const std::vector<TensorSpec>& own = runner.Tensors();
+  if (own.size() != tensors.size()) {
+    return InvalidArgument("--model " + path + " holds " + std::to_string(tensors.size()) +
+                           " tensors, --arch " + FLAGS_arch + "'s model " +
+                           std::to_string(own.size()));
+  }
+  for (size_t i = 0; i < own.size(); ++i) {
+    auto it = by_name.find(own[i].name);
+    if (it == by_name.end())
+      return InvalidArgument("--model " + path + " has no tensor '" + own[i].name + "'");
+    const ExportedTensor& t = *it->second;
+    if (t.spec.shape != own[i].shape || t.spec.dtype != own[i].dtype) {
+      return InvalidArgument("--model " + path + ": tensor '" + own[i].name +
+                             "' differs in shape or dtype from the model's");
+    }
+    EPS_RETURN_IF_ERROR(runner.Write(i, 0, t.bytes.data(), t.bytes.size()));
+  }
+  return OkStatus();
+}
+
+StatusOr<std::unique_ptr<ModelRunner>> OpenModel(const std::string& path) {
+  ModelOptions o;
+  o.threads = FLAGS_threads;
+  std::vector<ExportedTensor> tensors;
+  if (EndsWith(path, ".safetensors")) {
+    std::map<std::string, std::string> meta;
+    auto read = ReadSafetensors(path, &meta);
+    if (!read.ok()) return InvalidArgument("--model: " + read.status().message());
+    tensors = std::move(read).value();
+    o.model = FLAGS_arch.empty() ? meta["model"] : FLAGS_arch;
+    if (!IsBuiltinModel(o.model)) {
+      return InvalidArgument(
+          "--model " + path + ": its model '" + o.model +
+          "' is no built-in one (a TorchScript job's: evaluate its model.script.pt), or name "
+          "the built-in model with --arch");
+    }
+  } else {
+    EPS_ASSIGN_OR_RETURN(std::string bytes, ReadAll(path));
+    if (FLAGS_arch.empty()) {
+      o.script = std::move(bytes);
+    } else {
+      o.model = FLAGS_arch;
+      EPS_ASSIGN_OR_RETURN(tensors, ReadStateDict(path, bytes));
+    }
+  }
+  auto runner = ModelRunner::Create(o);
+  if (!runner.ok()) {
+    std::string hint;
+    if (!o.script.empty() && ReadStateDict(path, o.script).ok())
+      hint = " (it is a state dict: name its built-in model with --arch)";
+    const std::string flag = o.script.empty() ? "--arch " + o.model : "--model " + path;
+    return Status(runner.status().code(), flag + ": " + runner.status().message() + hint);
+  }
+  if (o.script.empty()) EPS_RETURN_IF_ERROR(LoadWeights(path, tensors, **runner));
+  return runner;
+}
+
+// InvalidArgument, naming --data, when the model refuses the data (shapes,
+// labels out of its classes).
+Status DataError(const Status& st) {
+  if (st.code() != StatusCode::kInvalidArgument) return st;
+  return InvalidArgument("--data " + FLAGS_data + " does not fit --model " + FLAGS_model + ": " +
+                         st.message());
+}
+
+Status Evaluate(ModelRunner& runner, const Dataset& data) {
+  auto stats = runner.Evaluate(data, 0, data.size, FLAGS_batch);
+  if (!stats.ok()) return DataError(stats.status());
+  const bool classes = data.label_dtype == DataType::kInt64;
+  const double n = static_cast<double>(std::max<int64_t>(1, stats->count));
+  const double accuracy = static_cast<double>(stats->correct) / n, loss = stats->loss_sum / n;
+  if (FLAGS_json) {
+    char acc[32] = "null";
+    if (classes) std::snprintf(acc, sizeof acc, "%.17g", accuracy);
+    std::printf("{\"count\": %lld, \"correct\": %lld, \"accuracy\": %s, \"loss\": %.17g, "
+                "\"loss_kind\": \"%s\"}\n",
+                static_cast<long long>(stats->count), static_cast<long long>(stats->correct), acc,
+                loss, classes ? "cross_entropy" : "mse");
+  } else {
+    std::printf("samples %lld\n", static_cast<long long>(stats->count));
+    if (classes) std::printf("accuracy %.6f (%lld correct)\n", accuracy,
+                             static_cast<long long>(stats->correct));
+    std::printf("loss %.6f (%s)\n", loss, classes ? "cross-entropy" : "mean squared error");
+  }
+  return OkStatus();
+}
+
+Status Predict(ModelRunner& runner, const Dataset& data) {
+  auto outputs = runner.Predict(data, 0, data.size, FLAGS_batch);
+  if (!outputs.ok()) return DataError(outputs.status());
+  const int64_t n = outputs->shape[0];
+  const int64_t width = n == 0 ? 0 : static_cast<int64_t>(outputs->values.size()) / n;
+  const bool classes = !FLAGS_raw && data.label_dtype == DataType::kInt64 &&
+                       outputs->shape.size() == 2;
+  std::string csv = "index";
+  if (classes) {
+    csv += ",class";
+    for (int64_t c = 0; c < width; ++c) csv += ",p" + std::to_string(c);
+  } else {
+    for (int64_t c = 0; c < width; ++c) csv += ",y" + std::to_string(c);
+  }
+  csv += "\n";
+  torch::Tensor values = torch::from_blob(outputs->values.data(), {n, width}, torch::kFloat32);
+  if (classes) values = torch::softmax(values, 1).contiguous();
+  const float* v = values.data_ptr<float>();
+  char cell[32];
+  for (int64_t i = 0; i < n; ++i) {
+    csv += std::to_string(i);
+    if (classes) {
+      const float* row = v + i * width;
+      // The class is the output's arg-max, as the evaluation counts it.
+      const float* raw = outputs->values.data() + i * width;
+      int64_t best = 0;
+      for (int64_t c = 1; c < width; ++c) best = raw[c] > raw[best] ? c : best;
+      csv += "," + std::to_string(best);
+      for (int64_t c = 0; c < width; ++c) {
+        std::snprintf(cell, sizeof cell, ",%.9g", row[c]);
+        csv += cell;
+      }
+    } else {
+      for (int64_t c = 0; c < width; ++c) {
+        std::snprintf(cell, sizeof cell, ",%.9g", v[i * width + c]);
+        csv += cell;
+      }
+    }
+    csv += "\n";
+  }
+  EPS_RETURN_IF_ERROR(WriteFileAtomically(FLAGS_out, csv));
+  std::printf("%lld predictions written to %s\n", static_cast<long long>(n), FLAGS_out.c_str());
+  return OkStatus();
+}
+
+int Run(const std::string& command) {
+  const char* wrong = nullptr;
+  if (FLAGS_model.empty()) wrong = "--model is required: the exported model file";
+  else if (FLAGS_batch < 1) wrong = "--batch must be at least 1";
+  else if (FLAGS_threads < 1) wrong = "--threads must be at least 1";
+  else if (FLAGS_limit < 0) wrong = "--limit must not be negative";
+  else if (command == "predict" && FLAGS_out.empty()) wrong = "--out is required: the CSV to write";
+  if (wrong != nullptr) {
+    std::fprintf(stderr, "elasticps %s: %s\nusage: %s\n", command.c_str(), wrong, kUsage);
+    return 2;
+  }
+  ModelDataOptions d;
+  d.data = FLAGS_data;
+  d.labels = FLAGS_labels;
+  d.format = FLAGS_data_format;
+  d.label_column = FLAGS_label_column;
+  d.limit = FLAGS_limit;
+  d.labels_optional = command == "predict";
+  Status st = OkStatus();
+  auto data = OpenModelData(d);
+  if (!data.ok()) {
+    st = data.status();
+  } else {
+    auto runner = OpenModel(FLAGS_model);
+    if (!runner.ok()) {
+      st = runner.status();
+    } else {
+      // The checks a job makes at its start: the forward runs on the data's
+      // shape, the output fits the labels, the loss is a scalar.
+      auto checked = (*runner)->DryRun(*data);
+      if (!checked.ok()) {
+        st = DataError(checked.status());
+      } else {
+        if (!checked->empty()) std::fprintf(stderr, "elasticps %s: %s\n", command.c_str(),
+                                            checked->c_str());
+        st = command == "evaluate" ? Evaluate(**runner, *data) : Predict(**runner, *data);
+      }
+    }
+  }
+  if (st.ok()) return 0;
+  std::fprintf(stderr, "elasticps %s: %s\n", command.c_str(), st.ToString().c_str());
+  const StatusCode c = st.code();
+  return c == StatusCode::kInvalidArgument || c == StatusCode::kNotFound ||
+                 c == StatusCode::kDataLoss
+             ? 2
+             : 1;
+}
+
+}  // namespace
+}  // namespace eps
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(eps::kUsage);
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  const std::string command = argc == 2 ? argv[1] : "";
+  if (command != "evaluate" && command != "predict") {
+    std::fprintf(stderr, "eps_predict: name one command, evaluate or predict\nusage: %s\n",
+                 eps::kUsage);
+    return 2;
+  }
+  return eps::Run(command);
+}
