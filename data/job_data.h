@@ -3,6 +3,7 @@
 // the coordinator. Pure functions over the spec, thread-safe.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -26,7 +27,13 @@ struct JobData {
   Dataset train, test;  // test.size == 0 when the job does not evaluate
   std::string fingerprint;
 };
-[[nodiscard]] StatusOr<JobData> OpenJobData(const JobSpec& spec);
+// Text data (TSV, JSONL) is tokenized with `vocab` (data/text.h), which it needs.
+[[nodiscard]] StatusOr<JobData> OpenJobData(const JobSpec& spec,
+                                            std::shared_ptr<const Vocabulary> vocab = nullptr);
+
+// Text data: the vocabulary of the job's training text (the coordinator's,
+// data/text.h), serialized; InvalidArgument for data that is not text.
+[[nodiscard]] StatusOr<std::string> BuildJobVocabulary(const JobSpec& spec);
 
 // The fingerprint OpenJobData gives, from the files alone (no parsing).
 [[nodiscard]] StatusOr<std::string> FingerprintJobData(const JobSpec& spec);
