@@ -9,6 +9,7 @@
 
 #include "common/status.h"
 #include "data/dataset.h"
+#include "data/model_input.h"
 #include "schema/messages.h"
 
 namespace eps {
@@ -21,6 +22,10 @@ struct JobDataFiles {
   std::optional<DataFiles> test;
 };
 JobDataFiles DataFilesOf(const JobSpec& spec);
+
+// The sized models' sizes from the spec's fields (num_classes: the default;
+// a text model's is its vocabulary's label count).
+ZooSizes ZooSizesOf(const JobSpec& spec);
 
 // The job's data, read, with the fingerprint of all its files (train then test).
 struct JobData {

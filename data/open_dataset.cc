@@ -140,6 +140,17 @@ StatusOr<std::string> FingerprintJobData(const JobSpec& spec) {
   return fp;
 }
 
+ZooSizes ZooSizesOf(const JobSpec& spec) {
+  ZooSizes z;
+  z.dim = spec.model_dim;
+  z.layers = spec.model_layers;
+  z.heads = spec.model_heads;
+  z.depth = spec.model_depth;
+  z.seq_len = spec.seq_len;
+  z.vocab_size = spec.vocab_size;
+  return z;
+}
+
 StatusOr<std::string> BuildJobVocabulary(const JobSpec& spec) {
   const JobDataFiles files = DataFilesOf(spec);
   EPS_ASSIGN_OR_RETURN(std::string format, DataFormatOf(files.train));

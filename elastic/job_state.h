@@ -79,6 +79,8 @@ struct JobStateOptions {
   // The TorchScript model file of the job (empty: a built-in model), sent to
   // every worker in its RegisterWorkerReply; never to the shards.
   std::string model_bytes;
+  // Text data: the serialized vocabulary (data/text.h), sent to every worker too.
+  std::string vocab;
 };
 
 // The machine a worker runs on, as back-off counts it: the worker's host
