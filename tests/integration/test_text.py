@@ -3,14 +3,9 @@ scripts/setup.sh writes) trains to the same bits over two placements and across 
 coordinator's vocabulary (run_dir/vocab.json) is the same in every run; bad text data fails the job at start."""
 import json
 import os
-import signal
-import subprocess
 import unittest
 
-from harness import ENV, LOCAL, ROOT, RunDirTest, logs, read_result, wait_for_event, wait_for_file, \
-    wait_for_step, worker_ids_of_pid
-
-ATTACH = os.path.join(ROOT, "launcher", "attach.sh")
+from harness import LOCAL, ROOT, RunDirTest, logs
 SPAM = "/usr/share/datasets/spam-assassin"
 JOB_FILE = os.path.join(ROOT, "examples", "spam_transformer.flags")
 # A few hundred mails, short sequences, small dims: seconds per run.
@@ -51,23 +46,7 @@ class TextTransformer(RunDirTest):
         d = self.run_dir("job")
         cmd = [LOCAL, "--job", JOB_FILE, "--servers", "1", "--workers", "2", "--run-dir", d, "--", *JOB,
                "--steps=60"]
-        log = open(os.path.join(self.tmp, "local.out"), "w")
-        job = subprocess.Popen(cmd, env=ENV, stdout=log, stderr=subprocess.STDOUT)
-        self.procs.append(job)
-        addr = wait_for_file(os.path.join(d, "coordinator.addr"), proc=job)
-        wait_for_step(d, 1, proc=job)
-        attached = subprocess.Popen([ATTACH, "--coordinator", addr, "--token-file", os.path.join(d, "token"),
-                                     "--log", os.path.join(d, "logs", "attached.log")], env=ENV)
-        self.procs.append(attached)
-        wait_for_event(d, "step_completed", lambda e: len(e.get("ranges", [])) == 3, timeout=120, proc=job)
-        with open(os.path.join(d, "pids", "worker1.pid")) as f:
-            pid = int(f.read())
-        ids = worker_ids_of_pid(d, pid)
-        os.kill(pid, signal.SIGKILL)
-        wait_for_event(d, "worker_dead", lambda e: e["worker"] in ids, timeout=60, proc=job)
-        self.assertEqual(job.wait(timeout=300), 0, logs(d))
-        log.close()
-        result = read_result(d)
+        result = self.run_with_join_and_sigkill(d, cmd, timeout=300)
         self.assertGreaterEqual(result["workers_seen"], 3)
         self.assertEqual(result["params_sha256"], reference["params_sha256"], logs(d))
         self.assertEqual(read_vocab(d), read_vocab(os.path.join(self.tmp, "ref")))
