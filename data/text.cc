@@ -83,6 +83,15 @@ bool IsInteger(const std::string& s) {
 
 }  // namespace
 
+bool IsValidUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t at = i;
+    if (NextCodePoint(s, &i) == kReplacement && !(i - at == 3 && s.substr(at, 3) == "\xEF\xBF\xBD"))
+      return false;
+  }
+  return true;
+}
+
 std::vector<std::string> TokenizeText(std::string_view text, size_t max_words, bool* more) {
   std::vector<std::string> words;
   std::string word;
@@ -171,7 +180,7 @@ std::string Vocabulary::Serialize() const {
                         {"seq_len", seq_len_},
                         {"words", words_},
                         {"labels", labels_}}
-      .dump();
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // all UTF-8 already
 }
 
 StatusOr<Vocabulary> Vocabulary::Parse(std::string_view bytes) {
@@ -204,9 +213,10 @@ StatusOr<Vocabulary> Vocabulary::Parse(std::string_view bytes) {
       out.push_back(item.get<std::string>());
     }
   }
-  if (v.words_.size() <= kNumSpecials || v.words_[0] != "<pad>" || v.words_[1] != "<unk>" ||
+  // Texts without a word make a vocabulary of the specials alone: every word is <unk>.
+  if (v.words_.size() < kNumSpecials || v.words_[0] != "<pad>" || v.words_[1] != "<unk>" ||
       v.words_[2] != "<cls>") {
-    return InvalidArgument("vocabulary: 'words' must start with <pad>, <unk>, <cls> and hold a word");
+    return InvalidArgument("vocabulary: 'words' must start with <pad>, <unk>, <cls>");
   }
   if (v.labels_.empty()) return InvalidArgument("vocabulary: no labels");
   v.Index();

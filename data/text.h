@@ -38,6 +38,10 @@ constexpr size_t kMaxWordBytes = 32;  // a longer word is cut (at a code point) 
 std::vector<std::string> TokenizeText(std::string_view text, size_t max_words = 0,
                                       bool* more = nullptr);
 
+// True when `s` is well-formed UTF-8 (no overlong form, surrogate or code
+// point past U+10FFFF).
+bool IsValidUtf8(std::string_view s);
+
 // A table of texts and their labels (as strings: an integer label is its
 // decimal digits), with each row's line number in its file.
 struct TextTable {

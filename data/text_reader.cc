@@ -11,19 +11,6 @@ namespace {
 
 constexpr int64_t kMaxTextBytes = int64_t{4} << 30;  // read into memory, as the CSV reader does
 
-bool ValidUtf8(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    const auto b = static_cast<uint8_t>(s[i]);
-    const int len = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3
-                                 : (b & 0xF8) == 0xF0 ? 4 : 0;
-    if (len == 0 || i + len > s.size()) return false;
-    for (int k = 1; k < len; ++k)
-      if ((static_cast<uint8_t>(s[i + k]) & 0xC0) != 0x80) return false;
-    i += len;
-  }
-  return true;
-}
-
 std::string Unescape(const std::string& cell) {
   std::string out;
   out.reserve(cell.size());
@@ -78,7 +65,7 @@ Status ForEachLine(const std::string& path, Row row) {
 
 Status CheckLabel(const std::string& path, int64_t line, const std::string& label) {
   if (label.empty()) return InvalidArgument(path + ":" + std::to_string(line) + ": empty label");
-  if (!ValidUtf8(label))
+  if (!IsValidUtf8(label))
     return InvalidArgument(path + ":" + std::to_string(line) + ": the label is not UTF-8");
   return OkStatus();
 }

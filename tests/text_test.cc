@@ -95,9 +95,15 @@ TEST(Vocabulary, RoundTripsThroughItsSerializedFormAndRefusesBrokenOnes) {
   EXPECT_EQ(back->Serialize(), v->Serialize());
   for (const char* bad : {"", "{", "[]", R"({"tokenizer":"eps-words","version":2})",
                           R"({"tokenizer":"eps-words","version":1,"seq_len":8,"words":["<pad>"],"labels":["a"]})",
+                          R"({"tokenizer":"eps-words","version":1,"seq_len":8,"words":["<pad>","<unk>","<cls>"],"labels":[]})",
                           R"({"tokenizer":"eps-words","version":1,"seq_len":8,"words":["<pad>","<unk>","<cls>","a","a"],"labels":["a"]})"}) {
     EXPECT_EQ(Vocabulary::Parse(bad).status().code(), StatusCode::kInvalidArgument) << bad;
   }
+  // Texts without a single word (found by data_fuzz): the specials alone, and that parses back too.
+  auto empty = Vocabulary::Build(Table({"", "..."}, {"x", "y"}), 100, 8);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->words().size(), 3u);
+  EXPECT_TRUE(Vocabulary::Parse(empty->Serialize()).ok());
   EXPECT_FALSE(Vocabulary::Build(Table({"a"}, {"x"}), 3, 8).ok());
   EXPECT_FALSE(Vocabulary::Build(Table({}, {}), 100, 8).ok());
 }
@@ -133,6 +139,7 @@ TEST(TextReader, RefusesMalformedFilesNamingTheLine) {
   ExpectError("tsv", "body\tlabel\nabc\tspam\n", "text_column");
   ExpectError("tsv", "text\tlabel\nabc\t\n", "empty label");
   ExpectError("tsv", "text\tlabel\n", "no rows");
+  ExpectError("tsv", "text\tlabel\nabc\tsp\xc0\x83am\n", "not UTF-8");  // overlong (found by data_fuzz)
   ExpectError("tsv", "", "empty file");
   ExpectError("jsonl", "{\"text\":\"a\",\"label\":\"x\"}\n{\"text\":\"a\",\n", "t.jsonl:2");
   ExpectError("jsonl", "{\"text\":\"a\xff\",\"label\":\"x\"}\n", "t.jsonl:1");
