@@ -18,6 +18,8 @@
 
 namespace eps {
 
+class Vocabulary;  // data/text.h
+
 // Element types of features and labels.
 enum class DataType { kFloat32, kUInt8, kInt64 };
 size_t DataTypeSize(DataType dtype);
@@ -43,6 +45,7 @@ struct Dataset {
   std::vector<int64_t> label_shape;   // one sample's label: {} for a class
   const void* labels = nullptr;      // size * LabelElems() elements
   int64_t num_classes = 0;           // kInt64 labels: 1 + the largest (none is negative)
+  int64_t truncated = 0;             // text data (data/text.h): samples cut to seq_len
   // What identifies the files (data/fingerprint.h's encoding); "" for data
   // made in memory.
   std::string fingerprint;
@@ -120,14 +123,18 @@ struct DataFiles {
   std::string role;      // "train" or "test": names the files in messages and fingerprints
   std::string features;  // the features file (CSV: the whole table)
   std::string labels;    // the labels file (empty for CSV)
-  // "idx", "npy", "csv", or "" for the features file's extension: .npy, .csv,
-  // .gz or a name ending in "-ubyte" (IDX).
+  // "idx", "npy", "csv", "tsv", "jsonl", or "" for the features file's
+  // extension: .npy, .csv, .tsv, .jsonl, .gz or a name ending in "-ubyte" (IDX).
   std::string format;
-  std::string label_column = "label";  // CSV only
+  std::string label_column = "label";  // CSV, TSV, JSONL
+  std::string text_column = "text";    // TSV, JSONL
+  // TSV, JSONL: the vocabulary that tokenizes the text (data/text.h); a text
+  // data set cannot be opened without one.
+  std::shared_ptr<const Vocabulary> vocab;
   int64_t limit = 0;                   // keep the first `limit` samples if > 0
 };
 
-// The format `files` are read as ("idx", "npy" or "csv"); InvalidArgument for
+// The format `files` are read as ("idx", "npy", "csv", "tsv" or "jsonl"); InvalidArgument for
 // an unknown --data_format or an extension that does not say.
 [[nodiscard]] StatusOr<std::string> DataFormatOf(const DataFiles& files);
 

@@ -3,11 +3,13 @@
 // the coordinator. Pure functions over the spec, thread-safe.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "common/status.h"
 #include "data/dataset.h"
+#include "data/model_input.h"
 #include "schema/messages.h"
 
 namespace eps {
@@ -21,12 +23,22 @@ struct JobDataFiles {
 };
 JobDataFiles DataFilesOf(const JobSpec& spec);
 
+// The sized models' sizes from the spec's fields (num_classes: the default;
+// a text model's is its vocabulary's label count).
+ZooSizes ZooSizesOf(const JobSpec& spec);
+
 // The job's data, read, with the fingerprint of all its files (train then test).
 struct JobData {
   Dataset train, test;  // test.size == 0 when the job does not evaluate
   std::string fingerprint;
 };
-[[nodiscard]] StatusOr<JobData> OpenJobData(const JobSpec& spec);
+// Text data (TSV, JSONL) is tokenized with `vocab` (data/text.h), which it needs.
+[[nodiscard]] StatusOr<JobData> OpenJobData(const JobSpec& spec,
+                                            std::shared_ptr<const Vocabulary> vocab = nullptr);
+
+// Text data: the vocabulary of the job's training text (the coordinator's,
+// data/text.h), serialized; InvalidArgument for data that is not text.
+[[nodiscard]] StatusOr<std::string> BuildJobVocabulary(const JobSpec& spec);
 
 // The fingerprint OpenJobData gives, from the files alone (no parsing).
 [[nodiscard]] StatusOr<std::string> FingerprintJobData(const JobSpec& spec);

@@ -3,7 +3,41 @@
 namespace eps {
 
 bool IsBuiltinModel(const std::string& model) {
-  return model == "mlp" || model == "cnn" || model == "cnn_bn";
+  return model == "mlp" || model == "cnn" || model == "cnn_bn" || IsTextModel(model);
+}
+
+bool IsTextModel(const std::string& model) { return model == "text_transformer"; }
+
+Status CheckTextModelInput(const Dataset& data, const ZooSizes& sizes) {
+  if (data.feature_dtype != DataType::kInt64 || data.sample_shape.size() != 1 ||
+      data.sample_shape[0] != static_cast<int64_t>(sizes.seq_len)) {
+    return InvalidArgument("the text models take int64 token ids of [seq_len=" +
+                           std::to_string(sizes.seq_len) +
+                           "] (--data_format=tsv or jsonl), the data set's samples are " +
+                           std::string(DataTypeName(data.feature_dtype)) + " of rank " +
+                           std::to_string(data.sample_shape.size()));
+  }
+  if (data.label_dtype != DataType::kInt64 || !data.label_shape.empty())
+    return InvalidArgument("the text models take one integer class per sample");
+  if (data.num_classes > static_cast<int64_t>(sizes.num_classes)) {
+    return InvalidArgument("the text model has " + std::to_string(sizes.num_classes) +
+                           " classes, the data set has " + std::to_string(data.num_classes));
+  }
+  if (data.size < 0 || (data.size > 0 && (data.features == nullptr || data.labels == nullptr)))
+    return InvalidArgument("inconsistent data set");
+  const auto* ids = static_cast<const int64_t*>(data.features);
+  for (int64_t i = 0; i < data.size * data.SampleElems(); ++i) {
+    if (ids[i] < 0 || ids[i] >= static_cast<int64_t>(sizes.vocab_size)) {
+      return InvalidArgument("token id " + std::to_string(ids[i]) + " of sample " +
+                             std::to_string(i / data.SampleElems()) + " is outside [0, " +
+                             "--vocab_size=" + std::to_string(sizes.vocab_size) + ")");
+    }
+  }
+  return OkStatus();
+}
+
+Status CheckModelInputFor(const std::string& model, const ZooSizes& sizes, const Dataset& data) {
+  return IsTextModel(model) ? CheckTextModelInput(data, sizes) : CheckModelInput(data);
 }
 
 Status CheckModelInput(const Dataset& data) {

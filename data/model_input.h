@@ -15,8 +15,10 @@ namespace eps {
 constexpr int64_t kImageSide = 28;
 constexpr int64_t kNumClasses = 10;
 
-// True for "mlp", "cnn" and "cnn_bn".
+// True for "mlp", "cnn", "cnn_bn" and "text_transformer".
 bool IsBuiltinModel(const std::string& model);
+// True for the built-in models that take token ids ("text_transformer").
+bool IsTextModel(const std::string& model);
 
 // The sizes of the zoo's sized models, from the job spec's fields of the same
 // names (schema/messages.h); a model reads the ones it has and ignores the rest.
@@ -27,11 +29,20 @@ struct ZooSizes {
   uint32_t depth = 20;    // model_depth
   uint32_t seq_len = 128;
   uint32_t vocab_size = 8000;
+  uint32_t num_classes = 10;  // text models: the vocabulary's label count (data/text.h)
 };
 
 // OK if the built-in models can train on `data`: float32 samples of
 // [1, 28, 28], [28, 28] or [784] (a CSV row of pixels), one int64 class per sample, below 10, and a data
 // set whose pointers are set; InvalidArgument saying what differs.
 [[nodiscard]] Status CheckModelInput(const Dataset& data);
+
+// OK if the text models can train on `data`: int64 token ids of [seq_len]
+// below vocab_size, one int64 class per sample below num_classes.
+[[nodiscard]] Status CheckTextModelInput(const Dataset& data, const ZooSizes& sizes);
+
+// CheckTextModelInput for a text model, CheckModelInput for the others.
+[[nodiscard]] Status CheckModelInputFor(const std::string& model, const ZooSizes& sizes,
+                                        const Dataset& data);
 
 }  // namespace eps

@@ -1,6 +1,7 @@
 // Picking a format, opening a data set by its files, and a job's data.
 #include "data/fingerprint.h"
 #include "data/job_data.h"
+#include "data/text.h"
 
 namespace eps {
 namespace {
@@ -23,17 +24,19 @@ StatusOr<std::string> FingerprintFiles(const DataFiles& files) {
 
 StatusOr<std::string> DataFormatOf(const DataFiles& files) {
   const std::string& f = files.format;
-  if (f == "idx" || f == "npy" || f == "csv") return f;
+  if (f == "idx" || f == "npy" || f == "csv" || IsTextFormat(f)) return f;
   if (!f.empty()) {
-    return InvalidArgument("--data_format '" + f + "': expected idx, npy or csv (or empty: " +
+    return InvalidArgument("--data_format '" + f + "': expected idx, npy, csv, tsv or jsonl (or empty: " +
                            "from the files' extensions)");
   }
   const std::string& p = files.features;
   if (EndsWith(p, ".npy")) return std::string("npy");
   if (EndsWith(p, ".csv")) return std::string("csv");
+  if (EndsWith(p, ".tsv")) return std::string("tsv");
+  if (EndsWith(p, ".jsonl")) return std::string("jsonl");
   if (EndsWith(p, ".gz") || EndsWith(p, "-ubyte") || EndsWith(p, ".idx")) return std::string("idx");
   return InvalidArgument("--" + files.role + "_data " + p +
-                         ": the extension does not say the format (.npy, .csv, .gz or -ubyte for "
+                         ": the extension does not say the format (.npy, .csv, .tsv, .jsonl, .gz or -ubyte for "
                          "IDX): set --data_format");
 }
 
@@ -41,7 +44,26 @@ StatusOr<Dataset> OpenDataset(const DataFiles& files) {
   EPS_ASSIGN_OR_RETURN(std::string format, DataFormatOf(files));
   if (files.features.empty()) return InvalidArgument("--" + files.role + "_data is empty");
   StatusOr<Dataset> ds = InvalidArgument("no format");
-  if (format == "csv") {
+  if (IsTextFormat(format)) {
+    if (!files.labels.empty()) {
+      return InvalidArgument("--" + files.role + "_labels " + files.labels + ": a " + format +
+                             " data set holds its labels in its --label_column ('" +
+                             files.label_column + "'): leave --" + files.role + "_labels empty");
+    }
+    if (files.vocab == nullptr) {
+      return FailedPrecondition(files.role + " data (" + format +
+                                "): no vocabulary to tokenize it with (the coordinator builds it "
+                                "from --train_data at start)");
+    }
+    StatusOr<TextDataset> text = OpenTextDataset(files.features, format, files.text_column,
+                                                 files.label_column, *files.vocab, files.limit);
+    if (text.ok()) {
+      text->data.truncated = text->truncated;
+      ds = std::move(text->data);
+    } else {
+      ds = text.status();
+    }
+  } else if (format == "csv") {
     if (!files.labels.empty()) {
       return InvalidArgument("--" + files.role + "_labels " + files.labels +
                              ": a CSV data set holds its labels in its --label_column ('" +
@@ -67,6 +89,7 @@ JobDataFiles DataFilesOf(const JobSpec& spec) {
   out.train.role = "train";
   out.train.limit = spec.train_limit;
   out.train.label_column = spec.label_column;
+  out.train.text_column = spec.text_column;
   if (spec.train_data.empty()) {
     out.train.format = "idx";
     out.train.features = dir + "train-images-idx3-ubyte.gz";
@@ -93,8 +116,10 @@ JobDataFiles DataFilesOf(const JobSpec& spec) {
   return out;
 }
 
-StatusOr<JobData> OpenJobData(const JobSpec& spec) {
-  const JobDataFiles files = DataFilesOf(spec);
+StatusOr<JobData> OpenJobData(const JobSpec& spec, std::shared_ptr<const Vocabulary> vocab) {
+  JobDataFiles files = DataFilesOf(spec);
+  files.train.vocab = vocab;
+  if (files.test) files.test->vocab = std::move(vocab);
   JobData data;
   EPS_ASSIGN_OR_RETURN(data.train, OpenDataset(files.train));
   data.fingerprint = data.train.fingerprint;
@@ -113,6 +138,28 @@ StatusOr<std::string> FingerprintJobData(const JobSpec& spec) {
     fp += "\n" + test;
   }
   return fp;
+}
+
+ZooSizes ZooSizesOf(const JobSpec& spec) {
+  ZooSizes z;
+  z.dim = spec.model_dim;
+  z.layers = spec.model_layers;
+  z.heads = spec.model_heads;
+  z.depth = spec.model_depth;
+  z.seq_len = spec.seq_len;
+  z.vocab_size = spec.vocab_size;
+  return z;
+}
+
+StatusOr<std::string> BuildJobVocabulary(const JobSpec& spec) {
+  const JobDataFiles files = DataFilesOf(spec);
+  EPS_ASSIGN_OR_RETURN(std::string format, DataFormatOf(files.train));
+  if (!IsTextFormat(format)) return InvalidArgument("--train_data is not text (tsv, jsonl)");
+  StatusOr<TextTable> table = ReadTextTable(files.train.features, format, files.train.text_column,
+                                            files.train.label_column, files.train.limit);
+  if (!table.ok()) return table.status().WithContext("train data (" + format + ")");
+  EPS_ASSIGN_OR_RETURN(Vocabulary vocab, Vocabulary::Build(*table, spec.vocab_size, spec.seq_len));
+  return vocab.Serialize();
 }
 
 }  // namespace eps

@@ -17,6 +17,7 @@
 #include "common/wire.h"
 #include "data/job_data.h"
 #include "data/model_input.h"
+#include "data/text.h"
 #include "elastic/coordinator_dispatch.h"
 #include "elastic/job_event.h"
 #include "elastic/job_metrics.h"
@@ -181,6 +182,7 @@ class CoordinatorImpl final : public Coordinator {
     s.data_fingerprint = o.data_fingerprint;
     s.host_backoff_max = std::max(s.host_backoff_max, o.host_backoff);
     s.model_bytes = o.model_bytes;
+    s.vocab = o.vocab;
     return s;
   }
 
@@ -278,6 +280,7 @@ class CoordinatorImpl final : public Coordinator {
                .dump()}};
       // The TorchScript file, for export_model's scripted export (docs/models.md).
       if (!options_.model_bytes.empty()) record.emplace_back(kModelScriptKey, options_.model_bytes);
+      if (!options_.vocab.empty()) record.emplace_back(kVocabKey, options_.vocab);
       st = store_->PutAll(record);
       persisted_job_ = st.ok();
     }
@@ -436,14 +439,33 @@ Status ValidateJobSpec(const JobSpec& spec) {
   return OkStatus();
 }
 
-StatusOr<std::string> CheckJobData(const JobSpec& spec) {
+StatusOr<std::string> CheckJobData(const JobSpec& spec, std::string* vocab) {
   // Fashion-MNIST is the project's own: fingerprinted, not read.
   if (spec.train_data.empty()) return FingerprintJobData(spec);
-  EPS_ASSIGN_OR_RETURN(JobData data, OpenJobData(spec));
+  ZooSizes sizes = ZooSizesOf(spec);
+  std::shared_ptr<const Vocabulary> words;
+  EPS_ASSIGN_OR_RETURN(std::string format, DataFormatOf(DataFilesOf(spec).train));
+  if (IsTextFormat(format)) {
+    EPS_ASSIGN_OR_RETURN(std::string bytes, BuildJobVocabulary(spec));
+    EPS_ASSIGN_OR_RETURN(Vocabulary parsed, Vocabulary::Parse(bytes));
+    sizes.num_classes = static_cast<uint32_t>(parsed.labels().size());
+    words = std::make_shared<const Vocabulary>(std::move(parsed));
+    if (vocab != nullptr) *vocab = std::move(bytes);
+  }
+  EPS_ASSIGN_OR_RETURN(JobData data, OpenJobData(spec, words));
+  if (words != nullptr) {
+    LOG(INFO) << "text data: a vocabulary of " << words->words().size() << " words and "
+              << words->labels().size() << " labels; " << data.train.truncated << " of "
+              << data.train.size << " training and " << data.test.truncated << " of "
+              << data.test.size << " test samples truncated to --seq_len=" << spec.seq_len;
+  }
   if (IsBuiltinModel(spec.model)) {
-    EPS_RETURN_IF_ERROR(CheckModelInput(data.train).WithContext("--train_data " + spec.train_data));
-    if (data.test.size > 0)
-      EPS_RETURN_IF_ERROR(CheckModelInput(data.test).WithContext("--test_data " + spec.test_data));
+    EPS_RETURN_IF_ERROR(CheckModelInputFor(spec.model, sizes, data.train)
+                            .WithContext("--train_data " + spec.train_data));
+    if (data.test.size > 0) {
+      EPS_RETURN_IF_ERROR(CheckModelInputFor(spec.model, sizes, data.test)
+                              .WithContext("--test_data " + spec.test_data));
+    }
   }
   return data.fingerprint;
 }
@@ -483,6 +505,13 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
     auto job = store->Get(kJobKey);
     if (job.ok()) {
       EPS_ASSIGN_OR_RETURN(resumed, ReadResumed(*store, *job, options.spec));
+      // The vocabulary the workers already tokenized with, whatever this start built.
+      auto vocab = store->Get(kVocabKey);
+      if (vocab.ok()) {
+        options.vocab = *vocab;
+      } else if (vocab.status().code() != StatusCode::kNotFound) {
+        return vocab.status();
+      }
       auto endpoint = store->Get("endpoint");
       if (endpoint.ok()) bind = *endpoint;  // peers reconnect to the address they know
     } else if (job.status().code() != StatusCode::kNotFound) {
@@ -490,6 +519,9 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
     }
   }
   EPS_ASSIGN_OR_RETURN(auto events, JsonLinesFile::Open(options.run_dir + "/events.jsonl"));
+  // Next to the exported model: predict and evaluate tokenize as the workers did.
+  if (!options.vocab.empty())
+    EPS_RETURN_IF_ERROR(WriteFileAtomically(options.run_dir + "/vocab.json", options.vocab));
   EPS_ASSIGN_OR_RETURN(auto csv,
                        MetricsCsv::Open(options.run_dir + "/metrics.csv",
                                         uint64_t{options.spec.virtual_workers} *

@@ -71,6 +71,10 @@ struct CoordinatorOptions {
   // spec.model is a path (IsModelPath, elastic/model_file.h) and fills this and
   // spec.model_sha256; every registering worker gets these bytes.
   std::string model_bytes;
+  // Text data (data/text.h): the serialized vocabulary of the training text
+  // (CheckJobData builds it; a restarted coordinator takes its store's), sent
+  // to every worker, kept in the store and written to run_dir/vocab.json.
+  std::string vocab;
   Metrics* metrics = nullptr;       // the coordinator's metrics go here (null: none)
   std::string metrics_address;      // where they are served ("host:port"), for the scrape targets
 };
@@ -82,7 +86,12 @@ Status ValidateJobSpec(const JobSpec& spec);
 // their fingerprint: InvalidArgument/DataLoss for a malformed data set (or one
 // a built-in model cannot train on), NotFound when this host cannot read them
 // (then the first worker's fingerprint stands for the job's).
-StatusOr<std::string> CheckJobData(const JobSpec& spec);
+// Text data: builds the vocabulary of the training text into *vocab first
+// (data/job_data.h BuildJobVocabulary) and reads the data with it.
+StatusOr<std::string> CheckJobData(const JobSpec& spec, std::string* vocab = nullptr);
+
+// The store key of the vocabulary (CoordinatorOptions::vocab).
+inline constexpr const char* kVocabKey = "vocab";
 
 class Coordinator {
  public:

@@ -52,8 +52,8 @@ DEFINE_string(train_data, "", "Training features: .npy, .csv or IDX (empty: --da
 DEFINE_string(train_labels, "", "Training labels: .npy or IDX (CSV: the --label_column)");
 DEFINE_string(test_data, "", "Test features, as --train_data");
 DEFINE_string(test_labels, "", "Test labels, as --train_labels");
-DEFINE_string(data_format, "", "idx, npy or csv; empty: from the files' extensions");
-DEFINE_string(label_column, "label", "CSV: the header name of the label column");
+DEFINE_string(data_format, "", "idx, npy, csv, tsv or jsonl; empty: from the files' extensions");
+DEFINE_string(label_column, "label", "CSV, TSV, JSONL: the label column's name");
 DEFINE_string(init_sha256, "", "Pins the --init_from file: its SHA-256 (hex); empty: any");
 DEFINE_string(reinit, "", "Regex: tensors of --init_from that start afresh (e.g. a new head)");
 DEFINE_string(freeze, "", "Regex: tensors that are not trained (no gradient, push or step)");
@@ -268,7 +268,7 @@ int main(int argc, char** argv) {
   }
   o.spec = *spec;
   if (eps::Status st = eps::ValidateJobSpec(o.spec); st.ok()) {  // else Open says why
-    auto fingerprint = eps::CheckJobData(o.spec);
+    auto fingerprint = eps::CheckJobData(o.spec, &o.vocab);
     if (fingerprint.ok()) {
       o.data_fingerprint = *fingerprint;
     } else if (fingerprint.status().code() == eps::StatusCode::kNotFound) {

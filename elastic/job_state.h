@@ -79,6 +79,8 @@ struct JobStateOptions {
   // The TorchScript model file of the job (empty: a built-in model), sent to
   // every worker in its RegisterWorkerReply; never to the shards.
   std::string model_bytes;
+  // Text data: the serialized vocabulary (data/text.h), sent to every worker too.
+  std::string vocab;
   // What one peer holding the token can make the coordinator keep
   // (docs/security.md, "Bounded resources"): registrations beyond these many
   // live workers on one machine (MachineOf), or in all, are refused (cause

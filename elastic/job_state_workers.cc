@@ -232,7 +232,9 @@ void JobState::AnswerRegistrations() {
     WorkerInfo& w = workers_[id];
     if (!w.alive) continue;
     w.last_seen = clock_->Now();  // its heartbeats start now
-    Send(id, RegisterWorkerReply{id, spec_, shard_addresses_, options_.model_bytes});
+    RegisterWorkerReply reply{id, spec_, shard_addresses_, options_.model_bytes};
+    reply.vocab = options_.vocab;
+    Send(id, std::move(reply));
   }
   unanswered_registrations_.clear();
 }

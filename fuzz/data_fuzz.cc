@@ -1,6 +1,7 @@
 // The data readers (data/dataset.h) on any bytes: the input's first byte picks
 // the reader (even: NPY, the rest of the input as both the features and the
-// labels file; odd: CSV), the rest is the file. Any outcome but a crash, a
+// labels file; odd: CSV, or TSV / JSONL text when its bits 1-2 are 01 / 10,
+// tokenized with a vocabulary built from it), the rest is the file. Any outcome but a crash, a
 // leak or undefined behaviour is fine; a data set that opens is read whole.
 #include <sys/mman.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "data/dataset.h"
+#include "data/text.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
@@ -20,6 +22,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  const int text = (data[0] & 1) == 1 ? (data[0] >> 1) & 3 : 0;
+  if (text == 1 || text == 2) {
+    const std::string format = text == 1 ? "tsv" : "jsonl";
+    eps::StatusOr<eps::TextTable> table = eps::ReadTextTable(path, format, "text", "label", 0);
+    if (table.ok()) {
+      eps::StatusOr<eps::Vocabulary> vocab = eps::Vocabulary::Build(*table, 64, 16);
+      if (vocab.ok()) {
+        auto back = eps::Vocabulary::Parse(vocab->Serialize());
+        if (!back.ok()) __builtin_trap();  // what Serialize writes must parse
+        (void)eps::OpenTextDataset(path, format, "text", "label", *back);
+      }
+    }
+    close(fd);
+    return 0;
+  }
   eps::StatusOr<eps::Dataset> ds = (data[0] & 1) == 0 ? eps::ReadNpyDataset(path, path, 0)
                                                       : eps::ReadCsvDataset(path, "label", 0);
   if (ds.ok()) {

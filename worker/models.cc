@@ -1,4 +1,5 @@
 #include "worker/models.h"
+#include "worker/text_models.h"
 
 #include <dlfcn.h>
 
@@ -12,9 +13,9 @@
 namespace eps {
 
 StatusOr<torch::nn::Sequential> MakeModel(const std::string& name, const ZooSizes& sizes) {
-  (void)sizes;  // none of today's models is sized
   namespace nn = torch::nn;
   try {
+    if (IsTextModel(name)) return MakeTextModel(name, sizes);
     if (name == "mlp") {
       return nn::Sequential({{"flatten", nn::Flatten()},
                              {"fc1", nn::Linear(kImageSide * kImageSide, 128)},
@@ -58,7 +59,7 @@ StatusOr<torch::nn::Sequential> MakeModel(const std::string& name, const ZooSize
   } catch (const std::exception& e) {
     return Internal("MakeModel(" + name + "): " + e.what());
   }
-  return InvalidArgument("unknown model '" + name + "' (expected mlp, cnn or cnn_bn)");
+  return InvalidArgument("unknown model '" + name + "' (expected mlp, cnn, cnn_bn or text_transformer)");
 }
 
 StatusOr<torch::Device> ParseDevice(const std::string& name) {

@@ -15,12 +15,17 @@ NamedTensors Collect(const torch::OrderedDict<std::string, torch::Tensor>& dict)
 
 class BuiltinNet final : public Net {
  public:
-  explicit BuiltinNet(torch::nn::Sequential model) : model_(std::move(model)) {}
+  BuiltinNet(torch::nn::Sequential model, std::string name, const ZooSizes& sizes)
+      : model_(std::move(model)), name_(std::move(name)), sizes_(sizes) {}
   NamedTensors NamedParameters() override { return Collect(model_->named_parameters()); }
   NamedTensors NamedBuffers() override { return Collect(model_->named_buffers()); }
-  Status CheckData(const Dataset& data) const override { return CheckModelInput(data); }
+  Status CheckData(const Dataset& data) const override {
+    return CheckModelInputFor(name_, sizes_, data);
+  }
   bool builtin() const override { return true; }
-  torch::Tensor Input(const torch::Tensor& features) const override { return AsImages(features); }
+  torch::Tensor Input(const torch::Tensor& features) const override {
+    return IsTextModel(name_) ? features : AsImages(features);  // token ids as they are
+  }
   torch::Tensor Forward(const torch::Tensor& x) override { return model_->forward(x); }
   torch::Tensor Loss(const torch::Tensor& output, const torch::Tensor& target) override {
     return DefaultLoss(output, target);
@@ -30,6 +35,8 @@ class BuiltinNet final : public Net {
 
  private:
   torch::nn::Sequential model_;
+  const std::string name_;
+  const ZooSizes sizes_;
 };
 
 }  // namespace
@@ -39,8 +46,9 @@ torch::Tensor DefaultLoss(const torch::Tensor& output, const torch::Tensor& targ
   return torch::nn::functional::cross_entropy(output, target);
 }
 
-std::unique_ptr<Net> SequentialNet(torch::nn::Sequential model) {
-  return std::make_unique<BuiltinNet>(std::move(model));
+std::unique_ptr<Net> SequentialNet(torch::nn::Sequential model, const std::string& name,
+                                   const ZooSizes& sizes) {
+  return std::make_unique<BuiltinNet>(std::move(model), name, sizes);
 }
 
 }  // namespace eps

@@ -18,6 +18,7 @@
 
 #include "common/status.h"
 #include "data/dataset.h"
+#include "data/model_input.h"
 
 namespace eps {
 
@@ -53,7 +54,9 @@ class Net {
 // squared error for floating-point targets.
 torch::Tensor DefaultLoss(const torch::Tensor& output, const torch::Tensor& target);
 
-std::unique_ptr<Net> SequentialNet(torch::nn::Sequential model);
+// `name` and `sizes` (MakeModel's) say what input it takes (CheckModelInputFor).
+std::unique_ptr<Net> SequentialNet(torch::nn::Sequential model, const std::string& name = "mlp",
+                                   const ZooSizes& sizes = {});
 
 // Loads a TorchScript archive (torch.jit.save's bytes) on the CPU. Before
 // that, turns the JIT's graph optimization and fusers off for the whole

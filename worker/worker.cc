@@ -13,6 +13,7 @@
 #include "data/fingerprint.h"
 #include "data/job_data.h"
 #include "data/model_input.h"
+#include "data/text.h"
 #include "schema/channel.h"
 #include "worker/block_pusher.h"
 #include "worker/coordinator_session.h"
@@ -118,6 +119,7 @@ class WorkerImpl final : public Worker {
     }
     spec_ = registered->spec;
     model_script_ = std::move(registered->model_bytes);
+    vocab_bytes_ = std::move(registered->vocab);
     metrics_.SetWorker(session_->id());
     Status st = CheckThreads();
     if (!st.ok()) {
@@ -187,8 +189,7 @@ class WorkerImpl final : public Worker {
     }
     ModelOptions mo;
     mo.model = spec_.model;
-    mo.sizes = ZooSizes{spec_.model_dim, spec_.model_layers, spec_.model_heads,
-                        spec_.model_depth, spec_.seq_len,     spec_.vocab_size};
+    mo.sizes = sizes_;
     mo.script = model_script_;
     mo.init_seed = spec_.seed;
     mo.threads = static_cast<int>(spec_.threads);
@@ -201,18 +202,28 @@ class WorkerImpl final : public Worker {
 
   // `*jobs_fault` (on an error): the job is at fault, not this host.
   Status Setup(const std::vector<std::string>& shard_addresses, bool* jobs_fault) {
+    sizes_ = ZooSizesOf(spec_);
+    if (!vocab_bytes_.empty()) {  // text data: tokenized with the coordinator's vocabulary
+      StatusOr<Vocabulary> vocab = Vocabulary::Parse(vocab_bytes_);
+      if (!vocab.ok()) {
+        *jobs_fault = true;
+        return vocab.status().WithContext("the coordinator's vocabulary");
+      }
+      sizes_.num_classes = static_cast<uint32_t>(vocab->labels().size());
+      vocab_ = std::make_shared<const Vocabulary>(std::move(vocab).value());
+    }
     if (Status st = NewModel(); !st.ok()) {
       // An unknown model is the job's; a device that is missing (FailedPrecondition,
       // Internal) or memory the model does not fit in (ResourceExhausted) is this host's.
       *jobs_fault = st.code() == StatusCode::kInvalidArgument;
       return st;
     }
-    EPS_ASSIGN_OR_RETURN(JobData data, OpenJobData(spec_));
+    EPS_ASSIGN_OR_RETURN(JobData data, OpenJobData(spec_, vocab_));
     train_ = std::move(data.train);
     test_ = std::move(data.test);
     data_fingerprint_ = std::move(data.fingerprint);
     if (IsBuiltinModel(spec_.model)) {
-      if (Status st = CheckModelInput(train_); !st.ok()) {
+      if (Status st = CheckModelInputFor(spec_.model, sizes_, train_); !st.ok()) {
         *jobs_fault = true;  // every worker would fail the same
         return st.WithContext("the training set");
       }
@@ -579,6 +590,9 @@ class WorkerImpl final : public Worker {
   bool warmed_up_ = false;     // a train plan ran before (the first one is not timed)
   JobSpec spec_;
   std::string model_script_;           // the job's TorchScript file (empty: a built-in model)
+  std::string vocab_bytes_;            // text data: the coordinator's vocabulary (data/text.h)
+  std::shared_ptr<const Vocabulary> vocab_;  // vocab_bytes_ parsed (null: not text)
+  ZooSizes sizes_;                     // the sized models' sizes (ZooSizesOf + num_classes)
   std::vector<std::string> warnings_;  // for the report
   std::unique_ptr<ModelRunner> model_;
   Dataset train_, test_;

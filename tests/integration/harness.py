@@ -83,6 +83,29 @@ class RunDirTest(unittest.TestCase):
             self.assertIsNotNone(result, f"{name}: no result.json")
         return p.returncode, p.stdout, result
 
+    def run_with_join_and_sigkill(self, d, cmd, timeout=600):
+        """Runs the job `cmd` (launcher/local.sh with two workers and the run dir d) with a third worker attached
+        after step 1 and local.sh's worker1 SIGKILLed once a step ran on three; waits for its end (exit 0) and the
+        dead worker's event; returns result.json's dict."""
+        log = open(os.path.join(self.tmp, "local.out"), "w")
+        job = subprocess.Popen(cmd, env=ENV, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.procs.append(job)
+        addr = wait_for_file(os.path.join(d, "coordinator.addr"), proc=job)
+        wait_for_step(d, 1, proc=job)
+        attached = subprocess.Popen([os.path.join(ROOT, "launcher", "attach.sh"), "--coordinator", addr,
+                                     "--token-file", os.path.join(d, "token"),
+                                     "--log", os.path.join(d, "logs", "attached.log")], env=ENV)
+        self.procs.append(attached)
+        wait_for_event(d, "step_completed", lambda e: len(e.get("ranges", [])) == 3, timeout=120, proc=job)
+        with open(os.path.join(d, "pids", "worker1.pid")) as f:
+            pid = int(f.read())
+        ids = worker_ids_of_pid(d, pid)
+        os.kill(pid, signal.SIGKILL)
+        wait_for_event(d, "worker_dead", lambda e: e["worker"] in ids, timeout=60, proc=job)
+        self.assertEqual(job.wait(timeout=timeout), 0, logs(d))
+        return read_result(d)
+
     def start(self, args, log_path):
         """Starts one process in the background, logging to log_path; stopped at tearDown."""
         log = open(log_path, "w")

@@ -1,0 +1,72 @@
+"""The text app (docs/text.md): text_transformer on a few hundred real SpamAssassin mails (JSONL, the fixed split
+scripts/setup.sh writes) trains to the same bits over two placements and across a join and a SIGKILL; the
+coordinator's vocabulary (run_dir/vocab.json) is the same in every run; bad text data fails the job at start."""
+import json
+import os
+import unittest
+
+from harness import LOCAL, ROOT, RunDirTest, logs
+SPAM = "/usr/share/datasets/spam-assassin"
+JOB_FILE = os.path.join(ROOT, "examples", "spam_transformer.flags")
+# A few hundred mails, short sequences, small dims: seconds per run.
+JOB = ["--train_limit=400", "--test_limit=200", "--seq_len=48", "--vocab_size=1000", "--model_dim=16",
+       "--model_heads=2", "--model_layers=2", "--virtual_workers=8", "--batch_per_vw=8", "--steps=30",
+       "--eval_batch=100"]
+
+
+def read_vocab(d):
+    with open(os.path.join(d, "vocab.json")) as f:
+        return json.load(f)
+
+
+@unittest.skipUnless(os.path.exists(f"{SPAM}/test.jsonl"), "no SpamAssassin corpus (scripts/setup.sh)")
+class TextTransformer(RunDirTest):
+    def run_text(self, name, workers, extra=(), **kw):
+        return self.run_local(name, JOB_FILE, servers=1, workers=workers, extra=[*JOB, *extra], **kw)
+
+    def test_a_two_placements_train_the_same_bits_with_the_same_vocabulary(self):
+        _, _, one = self.run_text("w1", 1)
+        _, _, two = self.run_text("w2", 2)
+        self.assertEqual(one["steps"], 30)
+        self.assertEqual(one["model"], "text_transformer")
+        self.assertEqual(two["params_sha256"], one["params_sha256"])
+        self.assertEqual(two["test_accuracy"], one["test_accuracy"])
+        v1, v2 = read_vocab(os.path.join(self.tmp, "w1")), read_vocab(os.path.join(self.tmp, "w2"))
+        self.assertEqual(v1, v2)
+        self.assertEqual(v1["labels"], ["ham", "spam"])
+        self.assertEqual(v1["seq_len"], 48)
+        self.assertEqual(len(v1["words"]), 1000)
+        self.assertEqual(v1["words"][:3], ["<pad>", "<unk>", "<cls>"])
+        # Another seed: other bits (the digest says something).
+        _, _, other = self.run_text("seed", 2, extra=["--seed=8"])
+        self.assertNotEqual(other["params_sha256"], one["params_sha256"])
+
+    def test_b_a_join_and_a_sigkill_keep_the_bits(self):
+        _, _, reference = self.run_text("ref", 2, extra=["--steps=60"])
+        d = self.run_dir("job")
+        cmd = [LOCAL, "--job", JOB_FILE, "--servers", "1", "--workers", "2", "--run-dir", d, "--", *JOB,
+               "--steps=60"]
+        result = self.run_with_join_and_sigkill(d, cmd, timeout=300)
+        self.assertGreaterEqual(result["workers_seen"], 3)
+        self.assertEqual(result["params_sha256"], reference["params_sha256"], logs(d))
+        self.assertEqual(read_vocab(d), read_vocab(os.path.join(self.tmp, "ref")))
+
+    def test_c_a_test_label_outside_the_training_set_fails_at_start(self):
+        d = self.run_dir("data")
+        with open(f"{SPAM}/test.jsonl") as f:
+            rows = [f.readline() for _ in range(3)]
+        with open(f"{d}/test.jsonl", "w") as f:
+            f.writelines(rows)
+            f.write(json.dumps({"text": "hello", "label": "phishing"}) + "\n")
+        with open(f"{d}/broken.jsonl", "w") as f:
+            f.writelines(rows)
+            f.write('{"text": "cut\n')
+        for name, flags in (("label", [f"--test_data={d}/test.jsonl"]),
+                            ("broken", [f"--train_data={d}/broken.jsonl"])):
+            code, out, result = self.run_text(name, 1, extra=flags, expect_ok=False, timeout=120)
+            self.assertNotEqual(code, 0, name)
+            self.assertIsNone(result, name)
+
+
+if __name__ == "__main__":
+    unittest.main()

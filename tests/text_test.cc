@@ -1,0 +1,215 @@
+// The tokenizer, the vocabulary and the TSV/JSONL readers (data/text.h), on hostile text.
+#include "data/text.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "data/job_data.h"
+#include "data/model_input.h"
+#include "tests/data_files.h"
+
+namespace eps {
+namespace {
+
+using namespace testing_data;
+using Words = std::vector<std::string>;
+
+TEST(Tokenizer, LowercasesAsciiAndSplitsAtPunctuation) {
+  EXPECT_EQ(TokenizeText("Hello, WORLD! x2 foo_bar"), (Words{"hello", "world", "x2", "foo", "bar"}));
+  EXPECT_EQ(TokenizeText(""), Words{});
+  EXPECT_EQ(TokenizeText(" \t\n.,;"), Words{});
+}
+
+TEST(Tokenizer, KeepsNonAsciiCodePointsInWords) {
+  EXPECT_EQ(TokenizeText("Größe café"), (Words{"gr\xc3\xb6\xc3\x9f" "e", "caf\xc3\xa9"}));
+}
+
+TEST(Tokenizer, InvalidUtf8AndNulSeparateWordsWithoutChangingThem) {
+  const std::string clean = "buy cheap pills now";
+  EXPECT_EQ(TokenizeText(std::string("buy\xff" "cheap\0pills\xc3 now", 22)), TokenizeText(clean));
+  // Overlong, surrogate and truncated sequences: separators too.
+  EXPECT_EQ(TokenizeText("a\xc0\xafz\xed\xa0\x80y\xe2\x82"), (Words{"a", "z", "y"}));
+}
+
+TEST(Tokenizer, CutsLongWordsAndStopsAtMaxWords) {
+  const std::string longword(100, 'a');
+  const Words w = TokenizeText(longword + " b");
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0], std::string(kMaxWordBytes, 'a'));
+  bool more = false;
+  EXPECT_EQ(TokenizeText("a b c", 2, &more), (Words{"a", "b"}));
+  EXPECT_TRUE(more);
+  EXPECT_EQ(TokenizeText("a b", 2, &more), (Words{"a", "b"}));
+  EXPECT_FALSE(more);
+}
+
+TEST(Tokenizer, NeverCrashesOnRandomBytes) {
+  std::mt19937 rng(7);
+  for (int i = 0; i < 200; ++i) {
+    std::string s(rng() % 300, '\0');
+    for (char& c : s) c = static_cast<char>(rng());
+    for (const std::string& w : TokenizeText(s)) {
+      EXPECT_FALSE(w.empty());
+      EXPECT_LE(w.size(), kMaxWordBytes);
+    }
+  }
+}
+
+TextTable Table(Words texts, Words labels) {
+  TextTable t;
+  t.texts = std::move(texts);
+  t.labels = std::move(labels);
+  for (size_t i = 0; i < t.texts.size(); ++i) t.lines.push_back(static_cast<int64_t>(i) + 2);
+  return t;
+}
+
+TEST(Vocabulary, TakesTheMostFrequentWordsWithTiesInByteOrder) {
+  auto v = Vocabulary::Build(Table({"b a c", "c b", "c d"}, {"spam", "ham", "spam"}), 6, 4);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->words(), (Words{"<pad>", "<unk>", "<cls>", "c", "b", "a"}));
+  EXPECT_EQ(v->labels(), (Words{"ham", "spam"}));
+  int64_t ids[4];
+  EXPECT_FALSE(v->Encode("C zz", ids));
+  EXPECT_EQ(std::vector<int64_t>(ids, ids + 4), (std::vector<int64_t>{kClsId, 3, kUnkId, kPadId}));
+  EXPECT_TRUE(v->Encode("a b c d", ids));  // <cls> + 3 words of 4
+  EXPECT_EQ(std::vector<int64_t>(ids, ids + 4), (std::vector<int64_t>{kClsId, 5, 4, 3}));
+  EXPECT_FALSE(v->Encode("", ids));  // empty text: <cls> and padding
+  EXPECT_EQ(std::vector<int64_t>(ids, ids + 4), (std::vector<int64_t>{kClsId, 0, 0, 0}));
+}
+
+TEST(Vocabulary, SortsIntegerLabelsNumerically) {
+  auto v = Vocabulary::Build(Table({"a", "b", "c"}, {"10", "2", "-1"}), 8, 4);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->labels(), (Words{"-1", "2", "10"}));
+}
+
+TEST(Vocabulary, RoundTripsThroughItsSerializedFormAndRefusesBrokenOnes) {
+  auto v = Vocabulary::Build(Table({"x y \xc3\xa9t\xc3\xa9", "y"}, {"a", "b"}), 100, 8);
+  ASSERT_TRUE(v.ok());
+  auto back = Vocabulary::Parse(v->Serialize());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->words(), v->words());
+  EXPECT_EQ(back->labels(), v->labels());
+  EXPECT_EQ(back->seq_len(), 8u);
+  EXPECT_EQ(back->Serialize(), v->Serialize());
+  for (const char* bad : {"", "{", "[]", R"({"tokenizer":"eps-words","version":2})",
+                          R"({"tokenizer":"eps-words","version":1,"seq_len":8,"words":["<pad>"],"labels":["a"]})",
+                          R"({"tokenizer":"eps-words","version":1,"seq_len":8,"words":["<pad>","<unk>","<cls>"],"labels":[]})",
+                          R"({"tokenizer":"eps-words","version":1,"seq_len":8,"words":["<pad>","<unk>","<cls>","a","a"],"labels":["a"]})"}) {
+    EXPECT_EQ(Vocabulary::Parse(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  // Texts without a single word (found by data_fuzz): the specials alone, and that parses back too.
+  auto empty = Vocabulary::Build(Table({"", "..."}, {"x", "y"}), 100, 8);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->words().size(), 3u);
+  EXPECT_TRUE(Vocabulary::Parse(empty->Serialize()).ok());
+  EXPECT_FALSE(Vocabulary::Build(Table({"a"}, {"x"}), 3, 8).ok());
+  EXPECT_FALSE(Vocabulary::Build(Table({}, {}), 100, 8).ok());
+}
+
+TEST(TextReader, ReadsTsvWithEscapesAndJsonlWithIntegerLabels) {
+  TempDir dir;
+  const std::string tsv = dir.File("t.tsv");
+  WriteBytes(tsv, "id\ttext\tlabel\r\n1\tline\\none\\ttab\tspam\n\n2\t\tham\n");
+  auto t = ReadTextTable(tsv, "tsv", "text", "label", 0);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->texts, (Words{"line\none\ttab", ""}));
+  EXPECT_EQ(t->labels, (Words{"spam", "ham"}));
+  EXPECT_EQ(t->lines, (std::vector<int64_t>{2, 4}));
+  const std::string jl = dir.File("t.jsonl");
+  WriteBytes(jl, "{\"body\":\"hi\",\"y\":3,\"extra\":[1]}\n{\"body\":\"a\\u0000b\",\"y\":\"3\"}\n");
+  t = ReadTextTable(jl, "jsonl", "body", "y", 1);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->labels, (Words{"3"}));
+}
+
+void ExpectError(const std::string& format, const std::string& bytes, const std::string& says) {
+  TempDir dir;
+  const std::string p = dir.File("t." + format);
+  WriteBytes(p, bytes);
+  auto t = ReadTextTable(p, format, "text", "label", 0);
+  ASSERT_FALSE(t.ok()) << bytes;
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find(says), std::string::npos) << t.status().message();
+}
+
+TEST(TextReader, RefusesMalformedFilesNamingTheLine) {
+  ExpectError("tsv", "text\tlabel\nabc\tspam\nragged\n", "t.tsv:3");
+  ExpectError("tsv", "body\tlabel\nabc\tspam\n", "text_column");
+  ExpectError("tsv", "text\tlabel\nabc\t\n", "empty label");
+  ExpectError("tsv", "text\tlabel\n", "no rows");
+  ExpectError("tsv", "text\tlabel\nabc\tsp\xc0\x83am\n", "not UTF-8");  // overlong (found by data_fuzz)
+  ExpectError("tsv", "", "empty file");
+  ExpectError("jsonl", "{\"text\":\"a\",\"label\":\"x\"}\n{\"text\":\"a\",\n", "t.jsonl:2");
+  ExpectError("jsonl", "{\"text\":\"a\xff\",\"label\":\"x\"}\n", "t.jsonl:1");
+  ExpectError("jsonl", "{\"text\":1,\"label\":\"x\"}\n", "text_column");
+  ExpectError("jsonl", "{\"text\":\"a\",\"label\":1.5}\n", "label_column");
+  ExpectError("jsonl", "[1]\n", "not a JSON object");
+}
+
+TEST(TextDataset, TokenizesWithTheVocabularyCountsTruncationAndRefusesUnknownLabels) {
+  TempDir dir;
+  const std::string train = dir.File("train.tsv");
+  const std::string big(1 << 20, 'w');  // a 1 MB mail: one word, cut
+  std::string mails = "text\tlabel\nwin money now\tspam\nhello bob\tham\n";
+  std::string huge;
+  for (int i = 0; i < (1 << 18); ++i) huge += "ab ";  // 768 KiB of words
+  mails += huge + "\tspam\n" + big + "\tham\n" + std::string("nul\\n\0x\xfe", 9) + "\tham\n";
+  WriteBytes(train, mails);
+  auto table = ReadTextTable(train, "tsv", "text", "label", 0);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  auto vocab = Vocabulary::Build(*table, 50, 6);
+  ASSERT_TRUE(vocab.ok());
+  auto ds = OpenTextDataset(train, "tsv", "text", "label", *vocab);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->data.size, 5);
+  EXPECT_EQ(ds->data.sample_shape, (std::vector<int64_t>{6}));
+  EXPECT_EQ(ds->data.feature_dtype, DataType::kInt64);
+  EXPECT_EQ(ds->data.num_classes, 2);
+  EXPECT_EQ(ds->truncated, 1);  // the 768 KiB one
+  EXPECT_EQ(ds->data.ClassOf(0), 1);  // ham < spam
+  const auto* ids = static_cast<const int64_t*>(ds->data.features);
+  EXPECT_EQ(ids[3 * 6 + 0], kClsId);
+  EXPECT_EQ(ids[3 * 6 + 2], kPadId);
+  ZooSizes sizes;
+  sizes.seq_len = 6;
+  sizes.vocab_size = 50;
+  sizes.num_classes = 2;
+  EXPECT_TRUE(CheckModelInputFor("text_transformer", sizes, ds->data).ok());
+  EXPECT_FALSE(CheckModelInputFor("mlp", sizes, ds->data).ok());
+  sizes.seq_len = 7;
+  EXPECT_FALSE(CheckModelInputFor("text_transformer", sizes, ds->data).ok());
+
+  const std::string test = dir.File("test.tsv");
+  WriteBytes(test, "text\tlabel\nok\tham\nnew\tphish\n");
+  auto bad = OpenTextDataset(test, "tsv", "text", "label", *vocab);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("test.tsv:3"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("phish"), std::string::npos);
+}
+
+TEST(TextDataset, AJobOpensItsTextWithTheBuiltVocabularyAndNeedsOne) {
+  TempDir dir;
+  const std::string train = dir.File("train.jsonl");
+  WriteBytes(train, "{\"text\":\"a b\",\"label\":\"x\"}\n{\"text\":\"b c\",\"label\":\"y\"}\n");
+  JobSpec spec;
+  spec.model = "text_transformer";
+  spec.train_data = train;
+  spec.test_limit = -1;
+  spec.seq_len = 4;
+  spec.vocab_size = 10;
+  EXPECT_EQ(OpenJobData(spec).status().code(), StatusCode::kFailedPrecondition);
+  auto bytes = BuildJobVocabulary(spec);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  auto vocab = Vocabulary::Parse(*bytes);
+  ASSERT_TRUE(vocab.ok());
+  EXPECT_EQ(vocab->words()[3], "b");
+  auto data = OpenJobData(spec, std::make_shared<Vocabulary>(*vocab));
+  ASSERT_TRUE(data.ok()) << data.status().ToString();
+  EXPECT_EQ(data->train.size, 2);
+  EXPECT_NE(data->fingerprint.find("train_data"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace eps

@@ -1,0 +1,64 @@
+#include "worker/text_models.h"
+
+#include "data/text.h"
+
+namespace eps {
+namespace {
+
+namespace nn = torch::nn;
+
+class TextTransformerImpl : public nn::Module {
+ public:
+  explicit TextTransformerImpl(const ZooSizes& s) {
+    const int64_t dim = s.dim;
+    tok_ = register_module("tok", nn::Embedding(s.vocab_size, dim));
+    pos_ = register_module("pos", nn::Embedding(s.seq_len, dim));
+    layers_ = register_module("layers", nn::ModuleList());
+    for (uint32_t i = 0; i < s.layers; ++i) {
+      layers_->push_back(nn::TransformerEncoderLayer(
+          nn::TransformerEncoderLayerOptions(dim, s.heads).dim_feedforward(4 * dim).dropout(0.1)));
+    }
+    head_ = register_module("head", nn::Linear(dim, s.num_classes));
+  }
+
+  torch::Tensor forward(torch::Tensor ids) {
+    const torch::Tensor pad = ids.eq(kPadId);  // [b, s]: true where padding
+    const torch::Tensor positions = torch::arange(ids.size(1), ids.options());
+    torch::Tensor x = tok_(ids) + pos_(positions).unsqueeze(0);  // [b, s, d]
+    x = x.transpose(0, 1);                                      // the layers take [s, b, d]
+    for (const auto& layer : *layers_) {
+      x = layer->as<nn::TransformerEncoderLayer>()->forward(x, /*src_mask=*/{}, pad);
+    }
+    x = x.transpose(0, 1);
+    const torch::Tensor keep = pad.logical_not().unsqueeze(-1).to(x.scalar_type());
+    // <cls> is never padding, so every sample keeps at least one position.
+    const torch::Tensor pooled = (x * keep).sum(1) / keep.sum(1);
+    return head_(pooled);
+  }
+
+ private:
+  nn::Embedding tok_{nullptr}, pos_{nullptr};
+  nn::ModuleList layers_{nullptr};
+  nn::Linear head_{nullptr};
+};
+TORCH_MODULE(TextTransformer);
+
+}  // namespace
+
+StatusOr<torch::nn::Sequential> MakeTextModel(const std::string& name, const ZooSizes& sizes) {
+  if (name != "text_transformer") return InvalidArgument("unknown text model '" + name + "'");
+  if (sizes.dim == 0 || sizes.heads == 0 || sizes.dim % sizes.heads != 0) {
+    return InvalidArgument("--model_dim " + std::to_string(sizes.dim) +
+                           " must be a positive multiple of --model_heads " +
+                           std::to_string(sizes.heads));
+  }
+  if (sizes.layers == 0) return InvalidArgument("--model_layers must be at least 1");
+  if (sizes.vocab_size <= kNumSpecials || sizes.seq_len < 2 || sizes.num_classes < 1) {
+    return InvalidArgument("text_transformer: --vocab_size " + std::to_string(sizes.vocab_size) +
+                           ", --seq_len " + std::to_string(sizes.seq_len) + " and " +
+                           std::to_string(sizes.num_classes) + " classes: too small");
+  }
+  return nn::Sequential({{"text", TextTransformer(sizes)}});
+}
+
+}  // namespace eps
