@@ -426,6 +426,14 @@ Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.steps < 0) return InvalidArgument("--steps must not be negative");
   if (spec.model.empty()) return InvalidArgument("--model is required");
   if (spec.eval_batch < 1) return InvalidArgument("--eval_batch must be at least 1");
+  // Reserved in the spec for transfer learning (issue 18), which is not built
+  // yet: refused, so that no job runs as if its tensors were frozen.
+  if (!spec.init_sha256.empty() || !spec.reinit.empty() || !spec.freeze.empty() ||
+      spec.init_allow_mismatch) {
+    return Unimplemented(
+        "--init_sha256, --reinit, --freeze and --init_allow_mismatch: transfer learning is not in "
+        "this version yet");
+  }
   for (const char* f : kDataFiles) {
     if (!spec.train_data.empty()) break;  // the user's files: CheckJobData
     if (spec.test_limit < 0 && std::string(f).rfind("t10k", 0) == 0) continue;
