@@ -139,7 +139,7 @@ TEST(TextReader, RefusesMalformedFilesNamingTheLine) {
   ExpectError("tsv", "body\tlabel\nabc\tspam\n", "text_column");
   ExpectError("tsv", "text\tlabel\nabc\t\n", "empty label");
   ExpectError("tsv", "text\tlabel\n", "no rows");
-  ExpectError("tsv", "text\tlabel\nabc\tsp\xc0\x83am\n", "not UTF-8");  // overlong (found by data_fuzz)
+  ExpectError("tsv", "text\tlabel\nabc\tsp\xc0\x83" "am\n", "not UTF-8");  // overlong (found by data_fuzz)
   ExpectError("tsv", "", "empty file");
   ExpectError("jsonl", "{\"text\":\"a\",\"label\":\"x\"}\n{\"text\":\"a\",\n", "t.jsonl:2");
   ExpectError("jsonl", "{\"text\":\"a\xff\",\"label\":\"x\"}\n", "t.jsonl:1");
