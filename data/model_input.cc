@@ -3,7 +3,16 @@
 namespace eps {
 
 bool IsBuiltinModel(const std::string& model) {
-  return model == "mlp" || model == "cnn" || model == "cnn_bn" || IsTextModel(model);
+  return model == "mlp" || model == "cnn" || model == "cnn_bn" || model == "resnet" ||
+         IsTextModel(model);
+}
+
+Status CheckZooSizes(const std::string& model, const ZooSizes& sizes) {
+  if (model == "resnet" && (sizes.depth < 8 || sizes.depth > 1202 || (sizes.depth - 2) % 6 != 0)) {
+    return InvalidArgument("--model_depth=" + std::to_string(sizes.depth) +
+                           ": a resnet has 6n+2 layers (8, 14, 20, 32, 44, 56, ..., 1202)");
+  }
+  return OkStatus();
 }
 
 bool IsTextModel(const std::string& model) { return model == "text_transformer"; }

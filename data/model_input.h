@@ -15,7 +15,7 @@ namespace eps {
 constexpr int64_t kImageSide = 28;
 constexpr int64_t kNumClasses = 10;
 
-// True for "mlp", "cnn", "cnn_bn" and "text_transformer".
+// True for "mlp", "cnn", "cnn_bn", "resnet" and "text_transformer".
 bool IsBuiltinModel(const std::string& model);
 // True for the built-in models that take token ids ("text_transformer").
 bool IsTextModel(const std::string& model);
@@ -31,6 +31,10 @@ struct ZooSizes {
   uint32_t vocab_size = 8000;
   uint32_t num_classes = 10;  // text models: the vocabulary's label count (data/text.h)
 };
+
+// OK if the sized model `model` can have `sizes` (resnet: depth 6n+2, n >= 1);
+// InvalidArgument naming the flag otherwise. The coordinator checks it at start.
+[[nodiscard]] Status CheckZooSizes(const std::string& model, const ZooSizes& sizes);
 
 // OK if the built-in models can train on `data`: float32 samples of
 // [1, 28, 28], [28, 28] or [784] (a CSV row of pixels), one int64 class per sample, below 10, and a data

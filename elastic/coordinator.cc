@@ -426,6 +426,7 @@ Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.steps < 0) return InvalidArgument("--steps must not be negative");
   if (spec.model.empty()) return InvalidArgument("--model is required");
   if (spec.eval_batch < 1) return InvalidArgument("--eval_batch must be at least 1");
+  EPS_RETURN_IF_ERROR(CheckZooSizes(spec.model, ZooSizesOf(spec)));
   // Reserved in the spec for transfer learning (issue 18), which is not built
   // yet: refused, so that no job runs as if its tensors were frozen.
   if (!spec.init_sha256.empty() || !spec.reinit.empty() || !spec.freeze.empty() ||

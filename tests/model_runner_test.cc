@@ -127,8 +127,35 @@ TEST(ModelRunner, ListsParametersThenBuffersOfTheCnn) {
   EXPECT_TRUE(MakeLayout(t, 2, 4096).ok());
 }
 
+TEST(ModelRunner, TheResnetIsTheCifarResnetOfItsDepth) {
+  ModelOptions o{"resnet", 1, 1, TestDevice()};
+  auto r20 = ModelRunner::Create(o);
+  ASSERT_TRUE(r20.ok()) << r20.status().ToString();
+  int64_t params = 0;
+  for (size_t i = 0; i < (*r20)->NumParameters(); ++i) params += (*r20)->Tensors()[i].numel();
+  // conv1 144 + bn1 32; stage1 3 x 4672; stage2 14528 (with its 1x1 shortcut) + 2 x 18560;
+  // stage3 57728 + 2 x 73984; fc 650.
+  EXPECT_EQ(params, 272186);
+  const std::vector<TensorSpec>& t = (*r20)->Tensors();
+  EXPECT_EQ(t.front().name, "conv1.weight");
+  EXPECT_EQ(t[(*r20)->NumParameters() - 1].name, "fc.bias");
+  bool shortcut = false;
+  for (const TensorSpec& s : t) shortcut |= s.name == "stage2.0.shortcut.0.weight";
+  EXPECT_TRUE(shortcut);
+  EXPECT_FALSE((*r20)->Tensors().empty());
+
+  o.sizes.depth = 8;
+  auto r8 = ModelRunner::Create(o);
+  ASSERT_TRUE(r8.ok()) << r8.status().ToString();
+  EXPECT_LT((*r8)->NumParameters(), (*r20)->NumParameters());
+  o.sizes.depth = 21;
+  const Status bad = ModelRunner::Create(o).status();
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("--model_depth=21"), std::string::npos) << bad.message();
+}
+
 TEST(ModelRunner, InitializesIdenticallyFromTheSameSeed) {
-  for (const char* model : {"mlp", "cnn", "cnn_bn"}) {
+  for (const char* model : {"mlp", "cnn", "cnn_bn", "resnet"}) {
     auto a = MustCreate(model, 5), b = MustCreate(model, 5), c = MustCreate(model, 6);
     ASSERT_TRUE(a && b && c);
     EXPECT_EQ(TensorBytes(*a), TensorBytes(*b)) << model;

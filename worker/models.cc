@@ -1,10 +1,12 @@
 #include "worker/models.h"
-#include "worker/text_models.h"
 
 #include <dlfcn.h>
 
 #include <exception>
 #include <mutex>
+
+#include "worker/resnet.h"
+#include "worker/text_models.h"
 
 #ifdef EPS_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -16,6 +18,7 @@ StatusOr<torch::nn::Sequential> MakeModel(const std::string& name, const ZooSize
   namespace nn = torch::nn;
   try {
     if (IsTextModel(name)) return MakeTextModel(name, sizes);
+    if (name == "resnet") return MakeResnet(sizes);
     if (name == "mlp") {
       return nn::Sequential({{"flatten", nn::Flatten()},
                              {"fc1", nn::Linear(kImageSide * kImageSide, 128)},
@@ -59,7 +62,7 @@ StatusOr<torch::nn::Sequential> MakeModel(const std::string& name, const ZooSize
   } catch (const std::exception& e) {
     return Internal("MakeModel(" + name + "): " + e.what());
   }
-  return InvalidArgument("unknown model '" + name + "' (expected mlp, cnn, cnn_bn or text_transformer)");
+  return InvalidArgument("unknown model '" + name + "' (expected mlp, cnn, cnn_bn, resnet or text_transformer)");
 }
 
 StatusOr<torch::Device> ParseDevice(const std::string& name) {

@@ -29,6 +29,9 @@ namespace eps {
 //   cnn     Conv(1->16, 5x5) ReLU MaxPool2, Conv(16->32, 5x5) ReLU MaxPool2,
 //           Linear(1568, 256) ReLU Dropout(0.25), Linear(256, 10); ~0.42 M parameters.
 //   cnn_bn  cnn with BatchNorm2d after each convolution and no dropout.
+//   resnet  the CIFAR-style ResNet of --model_depth layers (worker/resnet.h);
+//           0.27 M parameters at depth 20.
+//   text_transformer  a Transformer encoder over token ids (worker/text_models.h).
 // InvalidArgument for an unknown name; Internal if libtorch fails.
 [[nodiscard]] StatusOr<torch::nn::Sequential> MakeModel(const std::string& name,
                                                         const ZooSizes& sizes = {});
