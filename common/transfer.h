@@ -8,6 +8,7 @@
 #include <memory>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/layout.h"
@@ -52,5 +53,37 @@ std::vector<InitDecision> MatchInit(const std::vector<TensorSpec>& model,
 
 // How many decisions load.
 size_t LoadedCount(const std::vector<InitDecision>& decisions);
+
+// What starting from an --init_from file did to a model, by tensor name: for
+// the worker's report (docs/events.md) and its log.
+struct InitReport {
+  std::vector<std::string> loaded;  // the file's values
+  std::vector<std::string> reinit;  // would load, but --reinit starts them afresh
+  std::vector<std::pair<std::string, std::string>> skipped;  // (name, "missing" | "shape" | "dtype")
+  std::vector<std::string> unused;  // the file's tensors no model tensor took
+};
+
+// The report of `decisions` (MatchInit's over `model` and `file`).
+InitReport ReportInit(const std::vector<InitDecision>& decisions,
+                      const std::vector<TensorSpec>& model, const std::vector<TensorSpec>& file);
+
+// OK when `decisions` load at least one tensor, or `allow_mismatch`; else
+// InvalidArgument naming the file (`what`) and a few tensors of each side:
+// an --init_from of another architecture.
+Status CheckInitMatches(const std::vector<InitDecision>& decisions,
+                        const std::vector<TensorSpec>& model, const std::vector<TensorSpec>& file,
+                        bool allow_mismatch, const std::string& what);
+
+// By tensor of `tensors`: 1 for a parameter `freeze` selects (--freeze: never
+// given a gradient, pushed, reduced or stepped), 0 for the rest. Buffers and
+// the loss are never frozen.
+std::vector<char> FrozenTensors(const std::vector<TensorSpec>& tensors,
+                                const TensorSelection& freeze);
+
+// The job's --freeze against its model's tensors: InvalidArgument when the
+// pattern is not a regex, or when it selects no parameter (almost always a
+// typo), naming a few of the parameters it could have meant. OK for an empty
+// pattern.
+Status CheckFreeze(const std::string& freeze, const std::vector<TensorSpec>& tensors);
 
 }  // namespace eps

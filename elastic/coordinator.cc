@@ -14,6 +14,7 @@
 #include "common/jsonl.h"
 #include "common/layout.h"
 #include "common/rejections.h"
+#include "common/transfer.h"
 #include "common/wire.h"
 #include "data/job_data.h"
 #include "data/model_input.h"
@@ -183,6 +184,7 @@ class CoordinatorImpl final : public Coordinator {
     s.host_backoff_max = std::max(s.host_backoff_max, o.host_backoff);
     s.model_bytes = o.model_bytes;
     s.vocab = o.vocab;
+    s.init_bytes = o.init_bytes;
     return s;
   }
 
@@ -382,6 +384,17 @@ class CoordinatorImpl final : public Coordinator {
                                   spec.batch_per_vw / summary.steady_time.count();
     }
     j["workers_seen"] = summary.workers_seen;
+    // What the shards took in pushes (their last step reports), and what --freeze kept out.
+    uint64_t push_bytes = 0;
+    for (const ShardStatus& s : state_.StatusReport().shards) push_bytes += s.bytes_in;
+    j["push_bytes"] = push_bytes;
+    auto freeze = TensorSelection::Compile(spec.freeze, "--freeze");  // valid: Open checked it
+    const std::vector<char> frozen =
+        FrozenTensors(layout.tensors, freeze.ok() ? *freeze : TensorSelection());
+    int64_t frozen_elements = 0;
+    for (size_t t = 0; t < layout.tensors.size(); ++t)
+      frozen_elements += frozen[t] ? layout.tensors[t].numel() : 0;
+    j["frozen_parameters"] = frozen_elements;
     EPS_RETURN_IF_ERROR(WriteSafetensors(options_.run_dir + "/model.safetensors", layout, chunks,
                                          Step(summary.steps), spec.job_id, spec.model, *digests));
     EPS_RETURN_IF_ERROR(WriteFileAtomically(options_.run_dir + "/result.json", j.dump(2) + "\n"));
@@ -427,14 +440,8 @@ Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.model.empty()) return InvalidArgument("--model is required");
   if (spec.eval_batch < 1) return InvalidArgument("--eval_batch must be at least 1");
   EPS_RETURN_IF_ERROR(CheckZooSizes(spec.model, ZooSizesOf(spec)));
-  // Reserved in the spec for transfer learning (issue 18), which is not built
-  // yet: refused, so that no job runs as if its tensors were frozen.
-  if (!spec.init_sha256.empty() || !spec.reinit.empty() || !spec.freeze.empty() ||
-      spec.init_allow_mismatch) {
-    return Unimplemented(
-        "--init_sha256, --reinit, --freeze and --init_allow_mismatch: transfer learning is not in "
-        "this version yet");
-  }
+  EPS_RETURN_IF_ERROR(TensorSelection::Compile(spec.reinit, "--reinit").status());
+  EPS_RETURN_IF_ERROR(TensorSelection::Compile(spec.freeze, "--freeze").status());
   for (const char* f : kDataFiles) {
     if (!spec.train_data.empty()) break;  // the user's files: CheckJobData
     if (spec.test_limit < 0 && std::string(f).rfind("t10k", 0) == 0) continue;
@@ -493,6 +500,17 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
     return InvalidArgument("--model_sha256 pins a TorchScript model file, but --model '" +
                            options.spec.model +
                            "' names a built-in model (a file's name contains '/' or ends in .pt)");
+  }
+  if (!options.init_from.empty()) {
+    EPS_ASSIGN_OR_RETURN(ModelFile file,
+                         ReadInitFile(options.init_from, options.spec.init_sha256));
+    options.spec.init_sha256 = file.sha256;
+    options.init_bytes = std::move(file.bytes);
+  } else if (!options.spec.init_sha256.empty() || !options.spec.reinit.empty() ||
+             options.spec.init_allow_mismatch) {
+    return InvalidArgument(
+        "--init_sha256, --reinit and --init_allow_mismatch apply to the model --init_from names, "
+        "and there is no --init_from");
   }
   if (options.spec.steps == 0 && !(options.epochs > 0))
     return InvalidArgument("set --steps or --epochs");

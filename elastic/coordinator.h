@@ -75,6 +75,11 @@ struct CoordinatorOptions {
   // (CheckJobData builds it; a restarted coordinator takes its store's), sent
   // to every worker, kept in the store and written to run_dir/vocab.json.
   std::string vocab;
+  // Transfer learning (docs/models.md): the exported model the job starts
+  // from. Open reads `init_from` (ReadInitFile, elastic/model_file.h), pins it
+  // in spec.init_sha256 and hands its bytes to every registering worker.
+  std::string init_from;
+  std::string init_bytes;
   Metrics* metrics = nullptr;       // the coordinator's metrics go here (null: none)
   std::string metrics_address;      // where they are served ("host:port"), for the scrape targets
 };

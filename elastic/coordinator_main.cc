@@ -54,6 +54,9 @@ DEFINE_string(test_data, "", "Test features, as --train_data");
 DEFINE_string(test_labels, "", "Test labels, as --train_labels");
 DEFINE_string(data_format, "", "idx, npy, csv, tsv or jsonl; empty: from the files' extensions");
 DEFINE_string(label_column, "label", "CSV, TSV, JSONL: the label column's name");
+DEFINE_string(init_from, "",
+              "Transfer learning: start from this exported model (model.safetensors, model.pt or "
+              "model.script.pt): every tensor whose name, shape and dtype match is loaded");
 DEFINE_string(init_sha256, "", "Pins the --init_from file: its SHA-256 (hex); empty: any");
 DEFINE_string(reinit, "", "Regex: tensors of --init_from that start afresh (e.g. a new head)");
 DEFINE_string(freeze, "", "Regex: tensors that are not trained (no gradient, push or step)");
@@ -267,6 +270,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.spec = *spec;
+  o.init_from = FLAGS_init_from;
   if (eps::Status st = eps::ValidateJobSpec(o.spec); st.ok()) {  // else Open says why
     auto fingerprint = eps::CheckJobData(o.spec, &o.vocab);
     if (fingerprint.ok()) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "common/transfer.h"
 #include "data/fingerprint.h"
 
 namespace eps {
@@ -189,6 +190,11 @@ Status JobState::AcceptModel(const StepRequest& r) {
     return OkStatus();
   }
   if (r.train_samples <= 0) return InvalidArgument("the worker loaded no training data");
+  // Every worker has this model: a --freeze that selects none of it fails the job.
+  if (Status st = CheckFreeze(spec_.freeze, tensors); !st.ok()) {
+    Fail(st);
+    return st;
+  }
   // One evaluation slice per batch (StartEval): a peer's absurd count must not make billions.
   if (r.test_samples < 0 || r.test_samples / std::max<int64_t>(1, spec_.eval_batch) >= (1 << 20))
     return InvalidArgument("a test set of " + std::to_string(r.test_samples) +

@@ -81,6 +81,8 @@ struct JobStateOptions {
   std::string model_bytes;
   // Text data: the serialized vocabulary (data/text.h), sent to every worker too.
   std::string vocab;
+  // The --init_from file (spec.init_sha256; docs/models.md), sent to every worker too.
+  std::string init_bytes;
   // What one peer holding the token can make the coordinator keep
   // (docs/security.md, "Bounded resources"): registrations beyond these many
   // live workers on one machine (MachineOf), or in all, are refused (cause

@@ -234,6 +234,7 @@ void JobState::AnswerRegistrations() {
     w.last_seen = clock_->Now();  // its heartbeats start now
     RegisterWorkerReply reply{id, spec_, shard_addresses_, options_.model_bytes};
     reply.vocab = options_.vocab;
+    reply.init_bytes = options_.init_bytes;
     Send(id, std::move(reply));
   }
   unanswered_registrations_.clear();

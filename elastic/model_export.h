@@ -17,6 +17,7 @@
 
 #include "common/layout.h"
 #include "common/status.h"
+#include "common/tensor_file.h"  // ExportedTensor, ParseSafetensors
 #include "schema/messages.h"
 
 namespace eps {
@@ -37,25 +38,12 @@ Status WriteSafetensors(const std::string& path, const Layout& layout, const Mod
                         const Step& step, const std::string& job_id, const std::string& model,
                         const ModelDigests& digests);
 
-// One tensor of an exported model: its spec and its bytes (numel * DTypeSize,
-// little-endian, row-major).
-struct ExportedTensor {
-  TensorSpec spec;
-  std::string bytes;
-};
-
 // The model's parameters then buffers (not the loss), each as one contiguous
 // piece; DataLoss when a chunk is missing or has the wrong size.
 StatusOr<std::vector<ExportedTensor>> ModelTensors(const Layout& layout, const ModelChunks& chunks);
 
-// Reads a safetensors file as WriteSafetensors writes it (F32 and I64 tensors,
-// in file order); `metadata` (if not null) gets its __metadata__. NotFound for
-// a missing file; DataLoss, naming the file and what is wrong, for a malformed
-// one: a header length past the file or over 100 MB, a header that is not a
-// JSON object, a __metadata__ that is not an object of strings, a tensor
-// without dtype / shape / data_offsets, another dtype, a shape whose size
-// overflows or exceeds the file, data_offsets out of the file or not of the
-// shape's size. Never reads out of the file's bytes.
+// Reads a safetensors file as WriteSafetensors writes it: ParseSafetensors
+// (common/tensor_file.h) of its bytes. NotFound for a missing file.
 StatusOr<std::vector<ExportedTensor>> ReadSafetensors(const std::string& path,
                                                       std::map<std::string, std::string>* metadata);
 

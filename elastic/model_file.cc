@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <fstream>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "common/digest.h"
+#include "common/tensor_file.h"
 
 namespace eps {
 namespace {
@@ -72,14 +74,9 @@ StatusOr<std::vector<std::string>> ZipEntryNames(const std::string& b, const std
   return names;
 }
 
-}  // namespace
-
-bool IsModelPath(const std::string& model) {
-  return model.find('/') != std::string::npos || EndsWith(model, ".pt");
-}
-
-Status CheckTorchScriptArchive(const std::string& bytes, const std::string& what) {
-  EPS_ASSIGN_OR_RETURN(std::vector<std::string> names, ZipEntryNames(bytes, what));
+// Whether a torch zip's entries hold "<dir>/data.pkl", and "<dir>/code/..."
+// or "<dir>/constants.pkl" (a TorchScript module's).
+std::pair<bool, bool> TorchArchiveParts(const std::vector<std::string>& names) {
   bool data = false, code = false;
   for (const std::string& n : names) {
     const size_t slash = n.find('/');
@@ -88,6 +85,18 @@ Status CheckTorchScriptArchive(const std::string& bytes, const std::string& what
     if (rest == "data.pkl") data = true;
     if (rest.rfind("code/", 0) == 0 || rest == "constants.pkl") code = true;
   }
+  return {data, code};
+}
+
+}  // namespace
+
+bool IsModelPath(const std::string& model) {
+  return model.find('/') != std::string::npos || EndsWith(model, ".pt");
+}
+
+Status CheckTorchScriptArchive(const std::string& bytes, const std::string& what) {
+  EPS_ASSIGN_OR_RETURN(std::vector<std::string> names, ZipEntryNames(bytes, what));
+  const auto [data, code] = TorchArchiveParts(names);
   if (data && code) return OkStatus();
   if (data) {
     return InvalidArgument(what +
@@ -98,8 +107,13 @@ Status CheckTorchScriptArchive(const std::string& bytes, const std::string& what
   return InvalidArgument(what + " is a zip archive without data.pkl, not a TorchScript model");
 }
 
-StatusOr<ModelFile> ReadModelFile(const std::string& path, const std::string& expected_sha256) {
-  const std::string what = "--model " + path;
+namespace {
+
+// Reads `path` (at most kMaxModelBytes), hashes it and checks it against
+// `expected_sha256` (hex, either case; empty: any). `what` names the file,
+// `pin` the flag that pins it.
+StatusOr<ModelFile> ReadPinnedFile(const std::string& path, const std::string& what,
+                                   const std::string& expected_sha256, const std::string& pin) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return NotFound(what + ": cannot open the file");
   const std::streamoff size = in.tellg();
@@ -112,17 +126,49 @@ StatusOr<ModelFile> ReadModelFile(const std::string& path, const std::string& ex
   file.bytes.resize(static_cast<size_t>(size));
   in.seekg(0);
   if (!in.read(file.bytes.data(), size)) return InvalidArgument(what + ": cannot read the file");
-  EPS_RETURN_IF_ERROR(CheckTorchScriptArchive(file.bytes, what));
   Sha256 sha;
   sha.Update(file.bytes.data(), file.bytes.size());
   file.sha256 = sha.HexDigest();
   std::string expected = expected_sha256;
   std::transform(expected.begin(), expected.end(), expected.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (!expected.empty() && expected != file.sha256) {
-    return InvalidArgument(what + " has SHA-256 " + file.sha256 + ", but --model_sha256 pins " +
-                           expected);
+  if (!expected.empty() && expected != file.sha256)
+    return InvalidArgument(what + " has SHA-256 " + file.sha256 + ", but " + pin + " pins " + expected);
+  return file;
+}
+
+}  // namespace
+
+StatusOr<ModelFile> ReadModelFile(const std::string& path, const std::string& expected_sha256) {
+  const std::string what = "--model " + path;
+  EPS_ASSIGN_OR_RETURN(ModelFile file, ReadPinnedFile(path, what, expected_sha256, "--model_sha256"));
+  EPS_RETURN_IF_ERROR(CheckTorchScriptArchive(file.bytes, what));
+  return file;
+}
+
+StatusOr<InitFileKind> CheckInitFile(const std::string& bytes, const std::string& what) {
+  if (LooksLikeSafetensors(bytes)) {
+    auto parsed = ParseSafetensors(bytes, what, nullptr);
+    if (!parsed.ok()) return InvalidArgument(parsed.status().message());
+    if (parsed->empty()) return InvalidArgument(what + " holds no tensor");
+    return InitFileKind::kSafetensors;
   }
+  auto names = ZipEntryNames(bytes, what);
+  if (!names.ok()) {
+    return InvalidArgument(what +
+                           " is neither a safetensors file nor a zip archive (torch.save, "
+                           "torch.jit.save): an exported model.safetensors, model.pt or "
+                           "model.script.pt");
+  }
+  const auto [data, code] = TorchArchiveParts(*names);
+  if (!data) return InvalidArgument(what + " is a zip archive without data.pkl: no torch file");
+  return code ? InitFileKind::kTorchScript : InitFileKind::kStateDict;
+}
+
+StatusOr<ModelFile> ReadInitFile(const std::string& path, const std::string& expected_sha256) {
+  const std::string what = "--init_from " + path;
+  EPS_ASSIGN_OR_RETURN(ModelFile file, ReadPinnedFile(path, what, expected_sha256, "--init_sha256"));
+  EPS_RETURN_IF_ERROR(CheckInitFile(file.bytes, what).status());
   return file;
 }
 

@@ -42,4 +42,21 @@ struct ModelFile {
 [[nodiscard]] StatusOr<ModelFile> ReadModelFile(const std::string& path,
                                                 const std::string& expected_sha256);
 
+// What an --init_from file is (docs/models.md, "Transfer learning").
+enum class InitFileKind {
+  kSafetensors,  // model.safetensors: parsed here, torch-free
+  kStateDict,    // model.pt: a torch.save zip of a dict name -> tensor, parsed by the workers
+  kTorchScript,  // model.script.pt: its named parameters and buffers, loaded by the workers
+};
+
+// The kind of `bytes`; InvalidArgument naming `what` for anything else, and for
+// a malformed or empty safetensors file.
+[[nodiscard]] StatusOr<InitFileKind> CheckInitFile(const std::string& bytes,
+                                                   const std::string& what);
+
+// Reads an --init_from file as ReadModelFile reads a model (the same size
+// bound, --init_sha256 pinning it) and checks it with CheckInitFile.
+[[nodiscard]] StatusOr<ModelFile> ReadInitFile(const std::string& path,
+                                               const std::string& expected_sha256);
+
 }  // namespace eps

@@ -15,7 +15,6 @@
 // internal error, 2 bad input (flags, files, a model that does not fit).
 #include <gflags/gflags.h>
 #include <glog/logging.h>
-#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/script.h>
 
 #include <cmath>
@@ -31,6 +30,7 @@
 #include "data/model_input.h"
 #include "elastic/model_data.h"
 #include "elastic/model_export.h"
+#include "worker/init_file.h"
 #include "worker/model_runner.h"
 
 DEFINE_string(model, "", "The exported model: model.script.pt, model.safetensors or model.pt");
@@ -60,11 +60,6 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::string WhatOf(const std::exception& e) {
-  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
-  return e.what();
-}
-
 StatusOr<std::string> ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("--model " + path + ": cannot open the file");
@@ -74,33 +69,7 @@ StatusOr<std::string> ReadAll(const std::string& path) {
 // A state dict as torch.save / WriteStateDictPt write it: name -> tensor.
 StatusOr<std::vector<ExportedTensor>> ReadStateDict(const std::string& path,
                                                     const std::string& bytes) {
-  std::vector<ExportedTensor> out;
-  try {
-    const torch::IValue v = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
-    if (!v.isGenericDict()) return InvalidArgument("--model " + path + ": not a state dict");
-    for (const auto& item : v.toGenericDict()) {
-      if (!item.key().isString() || !item.value().isTensor())
-        return InvalidArgument("--model " + path + ": not a dict of name -> tensor");
-      const torch::Tensor t = item.value().toTensor().contiguous();
-      ExportedTensor e;
-      e.spec.name = item.key().toStringRef();
-      if (t.scalar_type() == torch::kFloat32) {
-        e.spec.dtype = DType::kFloat32;
-      } else if (t.scalar_type() == torch::kInt64) {
-        e.spec.dtype = DType::kInt64;
-      } else {
-        return InvalidArgument("--model " + path + ": tensor '" + e.spec.name +
-                               "' is neither float32 nor int64");
-      }
-      e.spec.shape.assign(t.sizes().begin(), t.sizes().end());
-      e.bytes.assign(static_cast<const char*>(t.data_ptr()), t.nbytes());
-      out.push_back(std::move(e));
-    }
-  } catch (const std::exception& e) {
-    return InvalidArgument("--model " + path + ": neither a TorchScript module nor a state dict (" +
-                           WhatOf(e) + ")");
-  }
-  return out;
+  return ParseStateDict(bytes, "--model " + path);
 }
 
 // Writes the exported tensors into the runner's model, matched by name.

@@ -6,6 +6,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "common/transfer.h"
 #include "schema/codec.h"
 
 namespace eps {
@@ -106,9 +107,14 @@ Status ShardState::Configure(const ShardConfig& config) {
     if (layout_->tensors == layout.tensors) return OkStatus();
     return FailedPrecondition("shard already holds a different model layout");
   }
+  EPS_ASSIGN_OR_RETURN(TensorSelection freeze,
+                       TensorSelection::Compile(config.spec.freeze, "--freeze"));
+  const std::vector<char> frozen_tensors = FrozenTensors(layout.tensors, freeze);
   spec_ = config.spec;
   optimizer_ = opts;
   layout_ = std::move(layout);
+  frozen_.assign(layout_->chunks.size(), 0);
+  for (const Chunk& c : layout_->chunks) frozen_[c.id.value()] = frozen_tensors[c.tensor];
   mine_ = layout_->ChunksOf(shard_);
   slots_.clear();
   slots_.resize(layout_->chunks.size());
@@ -151,7 +157,10 @@ void ShardState::ResetBarrier() {
     s.next.reset();
     s.next_wire.reset();
     s.reducer.reset();
-    if (KindOf(id) != TensorKind::kBuffer) {
+    if (Frozen(id)) {  // final at once: the next version's value is this one's
+      s.next = s.current;
+      s.next_wire = s.current_wire;
+    } else if (KindOf(id) != TensorKind::kBuffer) {
       s.reducer = std::make_unique<TreeReducer>(
           Block{0, TreeWidth(v)}, v, layout_->chunks[id.value()].numel, spec_->grad_wire_dtype);
     }
@@ -179,6 +188,11 @@ Status ShardState::ValidatePush(const Push& push) const {
     }
     if (push.step.value() >= 0 && KindOf(c.chunk) == TensorKind::kBuffer && push.block.lo != 0) {
       return InvalidArgument("buffers come only with the block holding VW 0");
+    }
+    if (push.step.value() >= 0 && Frozen(c.chunk)) {
+      return InvalidArgument("chunk " + std::to_string(c.chunk.value()) + " of tensor '" +
+                             layout_->tensors[layout_->chunks[c.chunk.value()].tensor].name +
+                             "' is frozen (--freeze): it takes no gradient");
     }
   }
   if (push.step.value() >= 0 && !IsTreeNode(push.block, spec_->virtual_workers)) {
@@ -261,6 +275,7 @@ StatusOr<ShardState::PushOutcome> ShardState::HandleInit(const Push& push) {
       Publish(id, std::move(slots_[id.value()].current));  // no previous yet
   }
   version_ = Step(0);
+  ResetBarrier();  // the frozen chunks' next values are their initial ones
   out.completed = StepDone{shard_, Step(-1), false, 0.0f, Step(-1), ""};
   return out;
 }
@@ -435,8 +450,8 @@ StatusOr<std::unique_ptr<ShardState>> ShardState::Load(Checkpoint&& checkpoint) 
     ++used;
     return it->second;
   };
-  // The optimizer runs on every parameter chunk at every step: its state exists exactly after step
-  // 0.
+  // The optimizer runs on every parameter chunk not frozen at every step: its state exists
+  // exactly after step 0.
   const bool initialized = checkpoint.step.value() > 0;
   const int slots = NumOptimizerSlots(next->optimizer_);
   for (ChunkId id : next->mine_) {
@@ -447,7 +462,7 @@ StatusOr<std::unique_ptr<ShardState>> ShardState::Load(Checkpoint&& checkpoint) 
     next->Publish(id, CopyBytes(value->bytes.data(), value->bytes.size()));
     // Released at once: the next copy can land on these pages, already faulted in.
     std::string().swap(value->bytes);
-    if (kind != TensorKind::kParameter) continue;
+    if (kind != TensorKind::kParameter || next->Frozen(id)) continue;
     s.optimizer.initialized = initialized;
     if (!initialized) continue;
     const size_t n = static_cast<size_t>(next->layout_->chunks[id.value()].numel);
@@ -464,6 +479,7 @@ StatusOr<std::unique_ptr<ShardState>> ShardState::Load(Checkpoint&& checkpoint) 
                     " blobs this shard's layout has no place for");
   }
   next->version_ = checkpoint.step;
+  next->ResetBarrier();  // the frozen chunks' next values are the restored ones
   return next;
 }
 
@@ -472,6 +488,7 @@ void ShardState::TakeFrom(ShardState&& other) {
   layout_ = std::move(other.layout_);
   optimizer_ = other.optimizer_;
   mine_ = std::move(other.mine_);
+  frozen_ = std::move(other.frozen_);
   slots_ = std::move(other.slots_);
   version_ = other.version_;
 }

@@ -5,7 +5,9 @@
 //
 // Step t on this shard completes when, for every parameter and loss chunk it
 // owns, the pushed blocks cover all V leaves of the canonical tree, and every
-// buffer chunk came with the block holding VW 0. Each parameter chunk is stepped
+// buffer chunk came with the block holding VW 0. The chunks of parameters the
+// job's --freeze selects take no push: they are never reduced nor stepped, and
+// every version holds their initial values. Each parameter chunk is stepped
 // (the optimizer applied to sum/V) as soon as its own blocks are complete, while
 // the others may still be on their way, and can be pulled at once as a chunk of
 // version t+1 (its bits can only be these); once the step completes the shard
@@ -165,12 +167,14 @@ class ShardState {
   TensorKind KindOf(ChunkId id) const {
     return layout_->tensors[layout_->chunks[id.value()].tensor].kind;
   }
+  bool Frozen(ChunkId id) const { return frozen_[id.value()] != 0; }
 
   const ShardId shard_;
   std::optional<JobSpec> spec_;
   std::optional<Layout> layout_;
   OptimizerOptions optimizer_;
   std::vector<ChunkId> mine_;
+  std::vector<char> frozen_;      // by chunk: of a parameter --freeze selects (common/transfer.h)
   std::vector<ChunkSlot> slots_;  // by chunk id; only ours are filled
   Step version_{-1};
   uint64_t duplicates_ = 0;

@@ -75,5 +75,57 @@ TEST(MatchInit, AnotherArchitectureLoadsNothing) {
   EXPECT_EQ(LoadedCount(d), 0u);
 }
 
+TEST(InitReport, NamesWhatLoadedWhatStartedAfreshWhatWasSkippedAndWhyAndWhatWentUnused) {
+  const std::vector<TensorSpec> model = {T("conv.weight", {4}), T("fc.weight", {2}),
+                                         T("fc.bias", {3}), T("extra", {1})};
+  const std::vector<TensorSpec> file = {T("conv.weight", {4}), T("fc.weight", {2}),
+                                        T("fc.bias", {2}), T("old_head", {9})};
+  auto reinit = TensorSelection::Compile("^fc\\.weight$", "--reinit");
+  ASSERT_TRUE(reinit.ok());
+  const InitReport r = ReportInit(MatchInit(model, file, *reinit), model, file);
+  EXPECT_EQ(r.loaded, std::vector<std::string>{"conv.weight"});
+  EXPECT_EQ(r.reinit, std::vector<std::string>{"fc.weight"});
+  const std::vector<std::pair<std::string, std::string>> skipped = {{"fc.bias", "shape"},
+                                                                    {"extra", "missing"}};
+  EXPECT_EQ(r.skipped, skipped);
+  // fc.bias is of another shape: not taken, so unused as old_head is.
+  EXPECT_EQ(r.unused, (std::vector<std::string>{"fc.bias", "old_head"}));
+}
+
+TEST(CheckInitMatches, NothingLoadedIsAnErrorNamingTheFileUnlessAllowed) {
+  const std::vector<TensorSpec> model = {T("a", {1})}, file = {T("x", {1})};
+  const auto d = MatchInit(model, file, TensorSelection());
+  const Status st = CheckInitMatches(d, model, file, /*allow_mismatch=*/false, "--init_from m.pt");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("--init_from m.pt"), std::string::npos);
+  EXPECT_TRUE(CheckInitMatches(d, model, file, /*allow_mismatch=*/true, "f").ok());
+  EXPECT_TRUE(CheckInitMatches(MatchInit(model, model, TensorSelection()), model, model, false, "f")
+                  .ok());
+}
+
+TEST(FrozenTensors, OnlyParametersTheSelectionNames) {
+  std::vector<TensorSpec> tensors = {T("conv.weight", {4}), T("fc.weight", {2}),
+                                     T("conv.running_mean", {4}), LossTensor()};
+  tensors[2].kind = TensorKind::kBuffer;
+  auto freeze = TensorSelection::Compile("^conv|loss", "--freeze");
+  ASSERT_TRUE(freeze.ok());
+  EXPECT_EQ(FrozenTensors(tensors, *freeze), (std::vector<char>{1, 0, 0, 0}));
+  EXPECT_EQ(FrozenTensors(tensors, TensorSelection()), (std::vector<char>{0, 0, 0, 0}));
+}
+
+TEST(CheckFreeze, APatternSelectingNoParameterIsAnErrorNamingTheFlagAndTheParameters) {
+  std::vector<TensorSpec> tensors = {T("conv.weight", {4}), T("fc.weight", {2}),
+                                     T("bn.running_mean", {4})};
+  tensors[2].kind = TensorKind::kBuffer;
+  EXPECT_TRUE(CheckFreeze("", tensors).ok());
+  EXPECT_TRUE(CheckFreeze("^conv", tensors).ok());
+  const Status typo = CheckFreeze("^cnov", tensors);
+  EXPECT_EQ(typo.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(typo.message().find("--freeze"), std::string::npos);
+  EXPECT_NE(typo.message().find("conv.weight"), std::string::npos);
+  EXPECT_EQ(CheckFreeze("running", tensors).code(), StatusCode::kInvalidArgument);  // a buffer
+  EXPECT_EQ(CheckFreeze("(", tensors).code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace eps

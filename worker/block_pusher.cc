@@ -13,10 +13,12 @@ size_t EncodedAt(size_t flat_size) {
 
 }  // namespace
 
-FlatGradientLayout::FlatGradientLayout(const Layout& layout) : offset(layout.tensors.size(), 0) {
+FlatGradientLayout::FlatGradientLayout(const Layout& layout, std::vector<char> frozen_tensors)
+    : offset(layout.tensors.size(), 0), frozen(std::move(frozen_tensors)) {
+  frozen.resize(layout.tensors.size(), 0);
   for (size_t i = 0; i < layout.tensors.size(); ++i) {
     const TensorSpec& t = layout.tensors[i];
-    if (t.kind == TensorKind::kParameter || t.kind == TensorKind::kLoss) {
+    if ((t.kind == TensorKind::kParameter && !frozen[i]) || t.kind == TensorKind::kLoss) {
       offset[i] = size;
       size += static_cast<size_t>(t.numel());
     }
@@ -38,6 +40,7 @@ BlockPusher::BlockPusher(const Job& job, Epoch epoch, Step step, const Block& bl
       shm_to_(job.client->ShmPushTargets()),
       ready_(job.layout->tensors.size(), 0),
       sent_(job.layout->chunks.size(), 0) {
+  for (const Chunk& c : job_.layout->chunks) sent_[c.id.value()] = job_.flat->frozen[c.tensor];
   const size_t n = job_.flat->size;
   const bool compressed = job_.grad_wire != WireDType::kFP32;
   if (std::find(shm_to_.begin(), shm_to_.end(), 1) != shm_to_.end()) {
@@ -63,7 +66,7 @@ Status BlockPusher::AddVW(uint32_t v, const ModelRunner::Gradients& grads, float
   std::vector<float> flat(job_.flat->size);
   for (size_t i = 0; i < layout.tensors.size(); ++i) {
     const TensorSpec& t = layout.tensors[i];
-    if (t.kind == TensorKind::kParameter) {
+    if (t.kind == TensorKind::kParameter && !job_.flat->frozen[i]) {
       std::memcpy(flat.data() + job_.flat->offset[i], grads.data[i], t.numel() * sizeof(float));
     } else if (t.kind == TensorKind::kLoss) {
       flat[job_.flat->offset[i]] = loss;
@@ -79,6 +82,7 @@ Status BlockPusher::StartLastVW(uint32_t last) {
 }
 
 Status BlockPusher::TensorReady(size_t i, const float* grad) {
+  if (job_.flat->frozen[i]) return OkStatus();  // never reported by the runner; kept out
   const size_t at = job_.flat->offset[i];
   const int64_t n = job_.layout->tensors[i].numel();
   finisher_->Add(at, n, grad, sum_.get() + at);

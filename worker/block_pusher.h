@@ -19,10 +19,13 @@
 namespace eps {
 
 // Where each tensor's gradient sits in a VW's flat gradient vector: the
-// parameters in layout order, then the loss (one element). Buffers have none.
+// parameters in layout order, then the loss (one element). Buffers and frozen
+// parameters (--freeze: `frozen` by tensor, common/transfer.h FrozenTensors)
+// have none: they are never reduced nor pushed.
 struct FlatGradientLayout {
-  explicit FlatGradientLayout(const Layout& layout);
+  FlatGradientLayout(const Layout& layout, std::vector<char> frozen);
   std::vector<size_t> offset;  // by tensor
+  std::vector<char> frozen;    // by tensor
   size_t size = 0;             // elements in all
 };
 

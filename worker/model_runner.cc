@@ -19,6 +19,7 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include "worker/init_file.h"
 #include "worker/models.h"
 #include "worker/net.h"
 
@@ -111,7 +112,7 @@ class TorchModelRunner final : public ModelRunner {
       : net_(std::move(net)), device_(device) {}
 
   // Call after the model was moved to the device.
-  Status Init() {
+  Status Init(const TensorSelection& freeze) {
     if (device_.is_cuda()) {
 #ifdef EPS_WITH_CUDA
       copies_.emplace(device_.index());
@@ -126,12 +127,17 @@ class TorchModelRunner final : public ModelRunner {
       EPS_RETURN_IF_ERROR(
           Add({name, TensorKind::kParameter, DType::kFloat32, value.sizes().vec()}, value));
       grads_.push_back(HostZeros(value));
+      // Frozen (--freeze): autograd computes no gradient for it, nor for
+      // whatever only it depends on; its GradData stays zeros.
+      frozen_.push_back(freeze.Matches(name));
+      if (frozen_.back()) value.requires_grad_(false);
     }
     num_parameters_ = tensors_.size();
     reported_.assign(num_parameters_, false);
     if (!on_gpu()) {
       // Each parameter's gradient, as soon as backward has it (before it is stored as .grad).
       for (size_t i = 0; i < num_parameters_; ++i) {
+        if (frozen_[i]) continue;
         tensors_[i].register_hook([this, i](const torch::Tensor& g) { OnGradient(i, g); });
       }
     }
@@ -153,6 +159,24 @@ class TorchModelRunner final : public ModelRunner {
   }
 
   const std::vector<TensorSpec>& Tensors() const override { return specs_; }
+
+  // The matching tensors of options.init_file over the initial values.
+  Status LoadInit(const ModelOptions& options) {
+    EPS_ASSIGN_OR_RETURN(std::vector<ExportedTensor> file,
+                         ParseInitFile(options.init_file, "--init_from"));
+    std::vector<TensorSpec> specs;
+    for (const ExportedTensor& t : file) specs.push_back(t.spec);
+    const std::vector<InitDecision> decisions = MatchInit(specs_, specs, options.reinit);
+    EPS_RETURN_IF_ERROR(CheckInitMatches(decisions, specs_, specs, options.init_allow_mismatch,
+                                         "--init_from"));
+    for (const InitDecision& d : decisions) {
+      if (d.action != InitDecision::Action::kLoad) continue;
+      const std::string& bytes = file[d.file_index].bytes;
+      EPS_RETURN_IF_ERROR(Write(d.model_index, 0, bytes.data(), bytes.size()));
+    }
+    init_report_ = ReportInit(decisions, specs_, specs);
+    return OkStatus();
+  }
 
   const void* Data(size_t i) const override { return host_[i].data_ptr(); }
 
@@ -223,6 +247,7 @@ class TorchModelRunner final : public ModelRunner {
         value = CopyResultsToHost(loss);
       } else {
         for (size_t i = 0; i < num_parameters_; ++i) {
+          if (frozen_[i]) continue;  // zeros from the start
           if (reported_[i] && grads_[i].defined())
             continue;  // the hook's contiguous copy of a strided gradient
           const torch::Tensor& g = tensors_[i].grad();
@@ -230,9 +255,9 @@ class TorchModelRunner final : public ModelRunner {
         }
         value = loss.item<float>();
       }
-      // Parameters backward gave no gradient to (and every one on a GPU).
+      // Parameters backward gave no gradient to (and every one on a GPU), but the frozen.
       for (size_t i = 0; i < num_parameters_; ++i) {
-        if (ready_ != nullptr && !reported_[i]) (*ready_)(i);
+        if (ready_ != nullptr && !reported_[i] && !frozen_[i]) (*ready_)(i);
       }
       return value;
     } catch (const std::exception& e) {
@@ -572,6 +597,7 @@ class TorchModelRunner final : public ModelRunner {
   std::vector<torch::Tensor>
       grads_;  // one per parameter, contiguous, on the host (pinned on a GPU)
   size_t num_parameters_ = 0;
+  std::vector<char> frozen_;  // by parameter: ModelOptions::freeze selects it
   const GradReady* ready_ = nullptr;  // set during TrainStep's backward
   std::vector<bool> reported_;        // by parameter: given to ready_ in this TrainStep
 #ifdef EPS_WITH_CUDA
@@ -626,7 +652,8 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelOptions& o
     }
     net->To(device);
     auto runner = std::make_unique<TorchModelRunner>(std::move(net), device);
-    EPS_RETURN_IF_ERROR(runner->Init());
+    EPS_RETURN_IF_ERROR(runner->Init(options.freeze));
+    if (!options.init_file.empty()) EPS_RETURN_IF_ERROR(runner->LoadInit(options));
     return std::unique_ptr<ModelRunner>(std::move(runner));
   } catch (const std::exception& e) {
     return FromTorch("ModelRunner::Create", e);

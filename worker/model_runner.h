@@ -33,6 +33,7 @@
 
 #include "common/layout.h"
 #include "common/status.h"
+#include "common/transfer.h"
 #include "data/dataset.h"
 #include "data/model_input.h"
 
@@ -74,6 +75,17 @@ struct ModelOptions {
   // fusers off for the whole process (a late joiner computes the same bits).
   std::string script{};
   ZooSizes sizes{};  // the sized models' sizes (data/model_input.h); ignored with `script`
+  // Parameters (by name) that are not trained (--freeze, common/transfer.h):
+  // no gradient is computed for them (requires_grad off), GradData gives
+  // zeros and TrainStep's GradReady is never called for them.
+  TensorSelection freeze{};
+  // Transfer learning (docs/models.md): an exported model (worker/init_file.h)
+  // whose tensors of the same name, shape and dtype replace the initial values
+  // (MatchInit, common/transfer.h), but those `reinit` selects. Create fails
+  // with InvalidArgument when none matches, unless `init_allow_mismatch`.
+  std::string init_file{};
+  TensorSelection reinit{};
+  bool init_allow_mismatch = false;
 };
 
 // Results of an evaluation pass over a range of samples.
@@ -200,6 +212,12 @@ class ModelRunner {
     (void)data, (void)lo, (void)hi, (void)batch;
     return Unimplemented("this model runner does not predict");
   }
+
+  // What ModelOptions::init_file did (empty without one).
+  const InitReport& init_report() const { return init_report_; }
+
+ protected:
+  InitReport init_report_;
 };
 
 }  // namespace eps

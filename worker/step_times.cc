@@ -56,6 +56,14 @@ std::string ReportJson(const WorkerReport& r) {
       {"shm_push_refusals", r.counts.shm_push_refusals},
       {"warnings", r.warnings},
   };
+  if (!(r.init.loaded.empty() && r.init.reinit.empty() && r.init.skipped.empty())) {
+    nlohmann::json skipped = nlohmann::json::array();
+    for (const auto& [name, why] : r.init.skipped) skipped.push_back({{"name", name}, {"why", why}});
+    j["init"] = {{"loaded", r.init.loaded},
+                 {"reinit", r.init.reinit},
+                 {"skipped", skipped},
+                 {"unused", r.init.unused}};
+  }
   return j.dump();
 }
 

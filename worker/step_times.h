@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/transfer.h"
 #include "schema/messages.h"
 
 namespace eps {
@@ -53,6 +54,7 @@ struct WorkerReport {
   StepTimes times;
   TransferCounts counts;
   std::vector<std::string> warnings{};  // e.g. the dry run's "nondeterministic module"
+  InitReport init{};                    // what the model took from --init_from
 };
 
 // One line for the log: milliseconds per train plan, and the counts.

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <new>
 #include <optional>
+#include <tuple>
 
 #include "common/digest.h"
 #include "common/layout.h"
 #include "common/task_thread.h"
+#include "common/transfer.h"
 #include "common/tree.h"
 #include "data/fingerprint.h"
 #include "data/job_data.h"
@@ -94,7 +96,8 @@ class WorkerImpl final : public Worker {
                           st,
                           times_,
                           TransferCounts{},
-                          warnings_};
+                          warnings_,
+                          init_report_};
       if (client_ != nullptr) report.counts = client_->counts();
       Status written = WriteReport(options_.report_file, report);
       if (!written.ok()) LOG(WARNING) << written.ToString();
@@ -119,6 +122,7 @@ class WorkerImpl final : public Worker {
     }
     spec_ = registered->spec;
     model_script_ = std::move(registered->model_bytes);
+    init_file_ = std::move(registered->init_bytes);
     vocab_bytes_ = std::move(registered->vocab);
     metrics_.SetWorker(session_->id());
     Status st = CheckThreads();
@@ -176,26 +180,43 @@ class WorkerImpl final : public Worker {
   }
 
   // The job's model with its initial values (a function of the seed), handed to the client.
+  // OK when `bytes` are the file `sha256` pins (both empty: none).
+  static Status CheckPinned(const std::string& bytes, const std::string& sha256,
+                            const std::string& what, const std::string& pin) {
+    if (sha256.empty() && bytes.empty()) return OkStatus();
+    Sha256 sha;
+    sha.Update(bytes.data(), bytes.size());
+    const std::string got = sha.HexDigest();
+    if (got == sha256) return OkStatus();
+    return InvalidArgument("the " + what + " the coordinator sent (" +
+                           std::to_string(bytes.size()) + " bytes) has SHA-256 " + got +
+                           ", the job's " + pin + " is '" + sha256 + "'");
+  }
+
   Status NewModel() {
-    if (!spec_.model_sha256.empty() || !model_script_.empty()) {
-      Sha256 sha;
-      sha.Update(model_script_.data(), model_script_.size());
-      const std::string got = sha.HexDigest();
-      if (got != spec_.model_sha256) {
-        return InvalidArgument("the model file the coordinator sent (" +
-                               std::to_string(model_script_.size()) + " bytes) has SHA-256 " + got +
-                               ", the job's model_sha256 is '" + spec_.model_sha256 + "'");
-      }
-    }
+    EPS_RETURN_IF_ERROR(CheckPinned(model_script_, spec_.model_sha256, "model file", "model_sha256"));
+    EPS_RETURN_IF_ERROR(CheckPinned(init_file_, spec_.init_sha256, "--init_from file", "init_sha256"));
     ModelOptions mo;
     mo.model = spec_.model;
     mo.sizes = sizes_;
     mo.script = model_script_;
+    mo.freeze = freeze_;
+    mo.init_file = init_file_;
+    mo.reinit = reinit_;
+    mo.init_allow_mismatch = spec_.init_allow_mismatch;
     mo.init_seed = spec_.seed;
     mo.threads = static_cast<int>(spec_.threads);
     mo.device = options_.device;
     EPS_ASSIGN_OR_RETURN(model_, options_.model_factory(mo));
     if (model_ == nullptr) return Internal("the model factory returned no model");
+    const InitReport& init = model_->init_report();
+    if (!init_file_.empty()) {
+      LOG(INFO) << "--init_from: " << init.loaded.size() << " tensors loaded, " << init.reinit.size()
+                << " started afresh (--reinit), " << init.skipped.size() << " kept their fresh values"
+                << " (not in the file, or another shape or dtype), " << init.unused.size()
+                << " of the file's unused";
+    }
+    init_report_ = init;
     if (client_ != nullptr) client_->SetModel(model_.get());
     return OkStatus();
   }
@@ -203,6 +224,15 @@ class WorkerImpl final : public Worker {
   // `*jobs_fault` (on an error): the job is at fault, not this host.
   Status Setup(const std::vector<std::string>& shard_addresses, bool* jobs_fault) {
     sizes_ = ZooSizesOf(spec_);
+    for (auto [selection, pattern, flag] :
+         {std::tuple{&freeze_, &spec_.freeze, "--freeze"}, {&reinit_, &spec_.reinit, "--reinit"}}) {
+      StatusOr<TensorSelection> compiled = TensorSelection::Compile(*pattern, flag);
+      if (!compiled.ok()) {
+        *jobs_fault = true;
+        return compiled.status();
+      }
+      *selection = std::move(compiled).value();
+    }
     if (!vocab_bytes_.empty()) {  // text data: tokenized with the coordinator's vocabulary
       StatusOr<Vocabulary> vocab = Vocabulary::Parse(vocab_bytes_);
       if (!vocab.ok()) {
@@ -252,7 +282,7 @@ class WorkerImpl final : public Worker {
     if (shard_addresses.size() != layout_.num_shards) {
       return ProtocolError("shard address list does not match the job");
     }
-    flat_ = std::make_unique<FlatGradientLayout>(layout_);
+    flat_ = std::make_unique<FlatGradientLayout>(layout_, FrozenTensors(layout_.tensors, freeze_));
     ParameterClientOptions po;
     po.token = options_.token;
     po.rpc_timeout = options_.rpc_timeout;
@@ -591,6 +621,9 @@ class WorkerImpl final : public Worker {
   JobSpec spec_;
   std::string model_script_;           // the job's TorchScript file (empty: a built-in model)
   std::string vocab_bytes_;            // text data: the coordinator's vocabulary (data/text.h)
+  std::string init_file_;              // the --init_from file (empty: none; docs/models.md)
+  TensorSelection freeze_, reinit_;    // the spec's --freeze and --reinit
+  InitReport init_report_;             // what the model took from init_file_
   std::shared_ptr<const Vocabulary> vocab_;  // vocab_bytes_ parsed (null: not text)
   ZooSizes sizes_;                     // the sized models' sizes (ZooSizesOf + num_classes)
   std::vector<std::string> warnings_;  // for the report

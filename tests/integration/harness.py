@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -218,6 +219,17 @@ def read_result(d):
         return None
     with open(path) as f:
         return json.load(f)
+
+
+def read_safetensors(path):
+    """A model.safetensors as (metadata dict, {name: (shape, bytes)}), tensors in file order."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header, data = json.loads(blob[8:8 + n]), blob[8 + n:]
+    meta = header.pop("__metadata__", {})
+    tensors = sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0])
+    return meta, {k: (v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in tensors}
 
 
 def logs(run_dir, tail=15):

@@ -42,9 +42,6 @@ class BadJobSpec(RunDirTest):
         self.fails_before_training("wire", ["--wire_dtype=int8"], "unknown wire dtype 'int8'")
         self.fails_before_training("grad-wire", ["--grad_wire_dtype=fp8"], "--grad_wire_dtype")
 
-    def test_transfer_flags_are_refused_until_built(self):
-        self.fails_before_training("freeze", ["--freeze=^conv"], "--freeze")
-
 
 class BadWorkerFlags(unittest.TestCase):
     def worker_refuses(self, flag, needle):

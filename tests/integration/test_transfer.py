@@ -1,0 +1,97 @@
+"""Transfer learning (docs/models.md, "Transfer learning"): a job starts from another job's exported model with
+--init_from, --reinit starts the head afresh and --freeze keeps the convolutions at their loaded bits while
+nothing is pushed for them; the bits stay independent of the placement; bad transfer flags and files fail
+clearly, before training or as a failed job."""
+import os
+import unittest
+
+from harness import ROOT, RunDirTest, logs, read_events, read_report, read_safetensors
+
+CNN = os.path.join(ROOT, "examples", "fashion_mnist_cnn.flags")
+SMALL = ["--train_limit=512", "--test_limit=128", "--batch_per_vw=4", "--warmup_steps=2", "--eval_every=0"]
+STEPS = 8
+
+
+class Transfer(RunDirTest):
+    def source(self):
+        """The model every fine-tuning job starts from: the CNN after a few steps (run once per test)."""
+        _, _, r = self.run_local("source", CNN, workers=1, extra=[*SMALL, "--steps=6"])
+        return os.path.join(self.run_dir("source"), "model.safetensors"), r
+
+    def finetune(self, name, init, workers=1, extra=()):
+        return self.run_local(name, CNN, workers=workers,
+                              extra=[*SMALL, f"--steps={STEPS}", f"--init_from={init}", "--reinit=^fc2\\.",
+                                     "--seed=5", *extra])
+
+    def test_a_frozen_tensors_keep_the_loaded_bits_and_push_nothing(self):
+        init, _ = self.source()
+        _, loaded = read_safetensors(init)
+        _, _, frozen = self.finetune("frozen", init, extra=["--freeze=^conv"])
+        _, _, whole = self.finetune("whole", init)
+        _, got = read_safetensors(os.path.join(self.run_dir("frozen"), "model.safetensors"))
+        _, trained = read_safetensors(os.path.join(self.run_dir("whole"), "model.safetensors"))
+        for name in ("conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias"):
+            self.assertEqual(got[name], loaded[name], f"{name} changed though frozen")
+            self.assertNotEqual(trained[name], loaded[name], f"{name} did not train without --freeze")
+        for name in ("fc1.weight", "fc2.weight"):
+            self.assertNotEqual(got[name], loaded[name], f"{name} did not train")
+        # What the report says the model took: all but the head, which started afresh.
+        report = read_report(os.path.join(self.run_dir("frozen"), "logs", "worker0.json"))
+        self.assertEqual(report["init"]["loaded"],
+                         ["conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "fc1.weight", "fc1.bias"])
+        self.assertEqual(report["init"]["reinit"], ["fc2.weight", "fc2.bias"])
+        self.assertEqual(report["init"]["skipped"], [])
+        # Nothing was pushed for the frozen tensors: one worker pushes each chunk once a step, in fp32.
+        conv = sum(len(got[n][1]) for n in ("conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias"))
+        self.assertEqual(frozen["frozen_parameters"] * 4, conv)
+        self.assertEqual(whole["frozen_parameters"], 0)
+        self.assertEqual(whole["push_bytes"] - frozen["push_bytes"], STEPS * conv)
+
+    def test_b_the_bits_do_not_depend_on_the_placement(self):
+        init, _ = self.source()
+        _, _, one = self.finetune("one", init, workers=1, extra=["--freeze=^conv"])
+        _, _, two = self.finetune("two", init, workers=2, extra=["--freeze=^conv"])
+        self.assertEqual(two["params_sha256"], one["params_sha256"], logs(self.run_dir("two")))
+        # And a model.pt works as a model.safetensors does.
+        pt = os.path.join(self.run_dir("source"), "model.pt")
+        _, _, from_pt = self.finetune("pt", pt, workers=1, extra=["--freeze=^conv"])
+        self.assertEqual(from_pt["params_sha256"], one["params_sha256"])
+
+    def test_c_bad_transfer_input_fails_clearly(self):
+        init, _ = self.source()
+        garbage = os.path.join(self.tmp, "garbage.pt")
+        with open(garbage, "wb") as f:
+            f.write(b"not a model at all")
+        for name, extra, needle in [
+                ("regex", ["--freeze=conv("], "--freeze"),
+                ("noinit", ["--reinit=^fc2"], "--init_from"),
+                ("missing", [f"--init_from={self.tmp}/nowhere.safetensors"], "nowhere.safetensors"),
+                ("garbage", [f"--init_from={garbage}"], "garbage.pt"),
+                ("pin", [f"--init_from={init}", "--init_sha256=" + "0" * 64], "--init_sha256")]:
+            with self.subTest(name):
+                code, out, _ = self.run_local(name, CNN, workers=1, extra=[*SMALL, "--steps=3", *extra],
+                                              expect_ok=False)
+                self.assertEqual(code, 2, out)
+                self.assertIn(needle, out)
+                self.assertEqual(read_events(self.run_dir(name), "assignment"), [], "training started")
+        # Known only once the model is: the job fails, naming the flag.
+        for name, extra, needle in [
+                ("typo", ["--freeze=^cnov"], "--freeze"),
+                ("arch", [f"--init_from={init}", "--model=resnet", "--model_depth=8"], "--init_from")]:
+            with self.subTest(name):
+                code, out, result = self.run_local(name, CNN, workers=1, extra=[*SMALL, "--steps=3", *extra],
+                                                   expect_ok=False)
+                self.assertNotEqual(code, 0, out)
+                self.assertIsNone(result)
+                failed = read_events(self.run_dir(name), "job_failed")
+                self.assertEqual(len(failed), 1, logs(self.run_dir(name)))
+                self.assertIn(needle, failed[0]["error"])
+        # Unless asked to proceed: the ResNet starts from its own initial values.
+        _, _, r = self.run_local("allowed", CNN, workers=1,
+                                 extra=[*SMALL, "--steps=3", f"--init_from={init}", "--model=resnet",
+                                        "--model_depth=8", "--init_allow_mismatch"])
+        self.assertEqual(r["model"], "resnet")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
