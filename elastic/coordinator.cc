@@ -384,10 +384,15 @@ class CoordinatorImpl final : public Coordinator {
                                   spec.batch_per_vw / summary.steady_time.count();
     }
     j["workers_seen"] = summary.workers_seen;
-    // What the shards took in pushes (their last step reports), and what --freeze kept out.
-    uint64_t push_bytes = 0;
-    for (const ShardStatus& s : state_.StatusReport().shards) push_bytes += s.bytes_in;
+    // What the shards took in pushes and sent in pulls (their last step reports), and the
+    // parameters --freeze kept out of both.
+    uint64_t push_bytes = 0, pull_bytes = 0;
+    for (const ShardStatus& s : state_.StatusReport().shards) {
+      push_bytes += s.bytes_in;
+      pull_bytes += s.bytes_out;
+    }
     j["push_bytes"] = push_bytes;
+    j["pull_bytes"] = pull_bytes;
     auto freeze = TensorSelection::Compile(spec.freeze, "--freeze");  // valid: Open checked it
     const std::vector<char> frozen =
         FrozenTensors(layout.tensors, freeze.ok() ? *freeze : TensorSelection());

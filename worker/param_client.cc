@@ -22,15 +22,19 @@ size_t PulledBytesIn(const Layout& layout, WireDType weight_wire, const Chunk& c
 // order (the layout's, reversed), cut into groups of at least
 // kEagerPushBytes as the last VW's pushes are, so that a group is stepped,
 // and answered, about when one of those pushes arrives; then the buffer
-// chunks, final only with VW 0's last push, in a group of their own.
+// chunks, final only with VW 0's last push, in a group of their own. The
+// chunks of frozen tensors (by tensor, `frozen`) are never pulled: the model
+// holds their values from its creation, as every shard does.
 std::vector<std::vector<std::vector<ChunkId>>> PullGroupsOf(const Layout& layout,
-                                                            WireDType weight_wire) {
+                                                            WireDType weight_wire,
+                                                            const std::vector<char>& frozen) {
   std::vector<std::vector<std::vector<ChunkId>>> out(layout.num_shards);
   for (size_t s = 0; s < out.size(); ++s) {
     std::vector<ChunkId> group, buffers;
     size_t bytes = 0;
     for (auto c = layout.chunks.rbegin(); c != layout.chunks.rend(); ++c) {
       if (c->shard.value() != s || KindIn(layout, *c) == TensorKind::kLoss) continue;
+      if (c->tensor < frozen.size() && frozen[c->tensor]) continue;
       if (KindIn(layout, *c) == TensorKind::kBuffer) {
         buffers.push_back(c->id);
         continue;
@@ -59,7 +63,7 @@ ParameterClient::ParameterClient(ParameterClientOptions options, zmq::context_t*
       stop_(stop),
       layout_(layout),
       pull_regions_(PullRegionsOf(*layout, options_.weight_wire)),
-      pull_groups_(PullGroupsOf(*layout, options_.weight_wire)) {
+      pull_groups_(PullGroupsOf(*layout, options_.weight_wire, options_.frozen)) {
   for (size_t s = 0; s < shard_addresses.size(); ++s) links_.emplace_back(s, shard_addresses[s]);
 }
 

@@ -37,13 +37,17 @@ struct ParameterClientOptions {
   WireDType weight_wire = WireDType::kFP32;      // parameters are pulled in this dtype
   size_t push_region_bytes = 0;  // a block partial's region (BlockPusher::RegionBytes)
   CurveOptions curve;            // the links' CURVE settings (WorkerOptions::curve)
+  // By tensor: frozen (--freeze, common/transfer.h FrozenTensors). Never
+  // pulled: the model holds the values every shard holds from its creation
+  // (the seed's, or --init_from's), and no step changes them.
+  std::vector<char> frozen{};
 };
 
 // Pulls and pushes for one worker, over a link per shard.
 //
 // Pulls: a pull of version t is one Pull message per pull group and shard
 // (parameter chunks in backward order, in groups of about kEagerPushBytes,
-// then the buffers), each naming the link's shared-memory region when there
+// then the buffers; no frozen chunk), each naming the link's shared-memory region when there
 // is one: a shard on this host writes the reply there, one elsewhere answers
 // inline. Prefetch() sends them before they are due (before a step's last
 // VW); PullInto() takes the replies into the model, checking that every chunk

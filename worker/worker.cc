@@ -282,7 +282,8 @@ class WorkerImpl final : public Worker {
     if (shard_addresses.size() != layout_.num_shards) {
       return ProtocolError("shard address list does not match the job");
     }
-    flat_ = std::make_unique<FlatGradientLayout>(layout_, FrozenTensors(layout_.tensors, freeze_));
+    std::vector<char> frozen = FrozenTensors(layout_.tensors, freeze_);
+    flat_ = std::make_unique<FlatGradientLayout>(layout_, frozen);
     ParameterClientOptions po;
     po.token = options_.token;
     po.rpc_timeout = options_.rpc_timeout;
@@ -290,6 +291,7 @@ class WorkerImpl final : public Worker {
     po.shm = options_.shm;
     po.weight_wire = spec_.weight_wire_dtype;
     po.push_region_bytes = BlockPusher::RegionBytes(flat_->size, spec_.grad_wire_dtype);
+    po.frozen = std::move(frozen);
     client_ = std::make_unique<ParameterClient>(po, context_, stop_, &layout_, shard_addresses);
     client_->SetModel(model_.get());
     EPS_RETURN_IF_ERROR(client_->Reconnect());

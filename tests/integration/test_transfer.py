@@ -46,6 +46,10 @@ class Transfer(RunDirTest):
         self.assertEqual(frozen["frozen_parameters"] * 4, conv)
         self.assertEqual(whole["frozen_parameters"], 0)
         self.assertEqual(whole["push_bytes"] - frozen["push_bytes"], STEPS * conv)
+        # Nor pulled: every pull (one a step, and the evaluation's) leaves them out.
+        fewer = whole["pull_bytes"] - frozen["pull_bytes"]
+        self.assertGreaterEqual(fewer, STEPS * conv)
+        self.assertEqual(fewer % conv, 0)
 
     def test_b_the_bits_do_not_depend_on_the_placement(self):
         init, _ = self.source()
