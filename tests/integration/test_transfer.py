@@ -2,10 +2,12 @@
 --init_from, --reinit starts the head afresh and --freeze keeps the convolutions at their loaded bits while
 nothing is pushed for them; the bits stay independent of the placement; bad transfer flags and files fail
 clearly, before training or as a failed job."""
+import json
 import os
+import subprocess
 import unittest
 
-from harness import ROOT, RunDirTest, logs, read_events, read_report, read_safetensors
+from harness import ENV, ROOT, RunDirTest, logs, read_events, read_report, read_safetensors
 
 CNN = os.path.join(ROOT, "examples", "fashion_mnist_cnn.flags")
 SMALL = ["--train_limit=512", "--test_limit=128", "--batch_per_vw=4", "--warmup_steps=2", "--eval_every=0"]
@@ -95,6 +97,20 @@ class Transfer(RunDirTest):
                                  extra=[*SMALL, "--steps=3", f"--init_from={init}", "--model=resnet",
                                         "--model_depth=8", "--init_allow_mismatch"])
         self.assertEqual(r["model"], "resnet")
+
+
+    def test_d_the_fine_tuning_example_runs(self):
+        out = self.run_dir("example")
+        p = subprocess.run([os.path.join(ROOT, "examples", "finetune", "run.sh"), "--out", out, "--workers", "1",
+                            "--b-train", "64", "--a-steps", "21", "--steps", "11"],
+                           env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stdout)
+        line = json.loads(p.stdout.strip().splitlines()[-1])
+        self.assertEqual(line["program"], "finetune")
+        self.assertEqual(line["steps"], 11)
+        self.assertEqual(line["frozen_parameters"], 416 + 12832)  # conv1 and conv2
+        for key in ("task_a", "scratch", "finetuned"):
+            self.assertTrue(0 <= line[key] <= 1, line)
 
 
 if __name__ == "__main__":
