@@ -1,10 +1,52 @@
 #include "data/model_input.h"
 
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <utility>
+#include <vector>
+
 namespace eps {
 
 bool IsBuiltinModel(const std::string& model) {
   return model == "mlp" || model == "cnn" || model == "cnn_bn" || model == "resnet" ||
          IsTextModel(model);
+}
+
+namespace {
+
+// The ZooSizes members by flag name, but num_classes (not a flag).
+std::vector<std::pair<const char*, uint32_t ZooSizes::*>> SizeFields() {
+  return {{"model_dim", &ZooSizes::dim},     {"model_layers", &ZooSizes::layers},
+          {"model_heads", &ZooSizes::heads}, {"model_depth", &ZooSizes::depth},
+          {"seq_len", &ZooSizes::seq_len},   {"vocab_size", &ZooSizes::vocab_size}};
+}
+
+}  // namespace
+
+std::map<std::string, std::string> ZooSizesMetadata(const ZooSizes& sizes) {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, field] : SizeFields()) out[name] = std::to_string(sizes.*field);
+  return out;
+}
+
+StatusOr<ZooSizes> ZooSizesFromMetadata(const std::map<std::string, std::string>& metadata) {
+  ZooSizes sizes;
+  for (const auto& [name, field] : SizeFields()) {
+    auto it = metadata.find(name);
+    if (it == metadata.end()) continue;
+    const std::string& v = it->second;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+    if (v.empty() || v[0] == '-' || *end != '\0' || errno != 0 || n == 0 || n > UINT32_MAX) {
+      return InvalidArgument(std::string("the metadata's ") + name + " '" + v +
+                             "' is not a positive 32-bit number");
+    }
+    sizes.*field = static_cast<uint32_t>(n);
+  }
+  return sizes;
 }
 
 Status CheckZooSizes(const std::string& model, const ZooSizes& sizes) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "common/status.h"
@@ -31,6 +32,15 @@ struct ZooSizes {
   uint32_t vocab_size = 8000;
   uint32_t num_classes = 10;  // text models: the vocabulary's label count (data/text.h)
 };
+
+// The sizes (but num_classes) as an export's metadata holds them, by flag
+// name (model_dim, model_layers, model_heads, model_depth, seq_len,
+// vocab_size), decimal; and back from such metadata: an absent key keeps the
+// default, one that is not a positive 32-bit number is InvalidArgument naming
+// it. So eps_predict rebuilds a sized zoo model from its model.safetensors.
+std::map<std::string, std::string> ZooSizesMetadata(const ZooSizes& sizes);
+[[nodiscard]] StatusOr<ZooSizes> ZooSizesFromMetadata(
+    const std::map<std::string, std::string>& metadata);
 
 // OK if the sized model `model` can have `sizes` (resnet: depth 6n+2, n >= 1);
 // InvalidArgument naming the flag otherwise. The coordinator checks it at start.

@@ -62,6 +62,8 @@ struct TextTable {
 //                    text that is not a string, a label that is neither a
 //                    string nor an integer, a label that is not UTF-8 or is
 //                    empty, no rows; each naming the file and line.
+// An empty `label_column` reads the texts only (every label ""): what a
+// prediction needs.
 [[nodiscard]] StatusOr<TextTable> ReadTextTable(const std::string& path, const std::string& format,
                                                 const std::string& text_column,
                                                 const std::string& label_column, int64_t limit);
@@ -107,6 +109,7 @@ class Vocabulary {
 // (num_classes = the vocabulary's label count), tokenized with `vocab`;
 // `truncated` counts the samples cut to seq_len. Errors: ReadTextTable's, and
 // InvalidArgument naming file and line for a label not in the vocabulary's set.
+// An empty `label_column`: no labels are read, every sample is of class 0.
 struct TextDataset {
   Dataset data;
   int64_t truncated = 0;

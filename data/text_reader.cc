@@ -91,7 +91,7 @@ StatusOr<TextTable> ReadTextTable(const std::string& path, const std::string& fo
           if (header[i] == text_column) text_at = static_cast<int64_t>(i);
           if (header[i] == label_column) label_at = static_cast<int64_t>(i);
         }
-        if (text_at < 0 || label_at < 0) {
+        if (text_at < 0 || (label_at < 0 && !label_column.empty())) {
           return InvalidArgument(where + ": the header has no column '" +
                                  (text_at < 0 ? text_column : label_column) + "' (--" +
                                  (text_at < 0 ? "text_column" : "label_column") + ")");
@@ -103,8 +103,11 @@ StatusOr<TextTable> ReadTextTable(const std::string& path, const std::string& fo
                                " tab-separated cells, the header has " +
                                std::to_string(header.size()));
       }
-      std::string label = Unescape(cells[label_at]);
-      EPS_RETURN_IF_ERROR(CheckLabel(path, n, label));
+      std::string label;
+      if (label_at >= 0) {
+        label = Unescape(cells[label_at]);
+        EPS_RETURN_IF_ERROR(CheckLabel(path, n, label));
+      }
       t.texts.push_back(Unescape(cells[text_at]));
       t.labels.push_back(std::move(label));
       t.lines.push_back(n);
@@ -123,7 +126,9 @@ StatusOr<TextTable> ReadTextTable(const std::string& path, const std::string& fo
       }
       auto label = j.find(label_column);
       std::string l;
-      if (label != j.end() && label->is_string()) {
+      if (label_column.empty()) {
+        // No labels: the texts only.
+      } else if (label != j.end() && label->is_string()) {
         l = label->get<std::string>();
       } else if (label != j.end() && label->is_number_integer()) {
         l = label->dump();
@@ -131,7 +136,7 @@ StatusOr<TextTable> ReadTextTable(const std::string& path, const std::string& fo
         return InvalidArgument(where + ": the member '" + label_column +
                                "' (--label_column) must be a string or an integer");
       }
-      EPS_RETURN_IF_ERROR(CheckLabel(path, n, l));
+      if (!label_column.empty()) EPS_RETURN_IF_ERROR(CheckLabel(path, n, l));
       t.texts.push_back(text->get<std::string>());
       t.labels.push_back(std::move(l));
       t.lines.push_back(n);
@@ -161,7 +166,7 @@ StatusOr<TextDataset> OpenTextDataset(const std::string& path, const std::string
   v->classes.resize(static_cast<size_t>(n));
   TextDataset out;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t c = vocab.ClassOf(table.labels[i]);
+    const int64_t c = label_column.empty() ? 0 : vocab.ClassOf(table.labels[i]);
     if (c < 0) {
       std::string set;
       for (const std::string& l : vocab.labels()) set += (set.empty() ? "" : ", ") + l;

@@ -45,27 +45,31 @@ int RunStatusCommand(const StatusCommandOptions& options);
 // ---- evaluate, predict (eps_predict, elastic/predict_main.cc) ------------------
 
 inline constexpr const char* kEvaluateUsage =
-    "elasticps evaluate --model FILE --data F [--labels F] [--arch NAME] [--data-format idx|npy|csv]\n"
-    "                   [--label-column C] [--limit N] [--batch N] [--threads N] [--json]\n"
+    "elasticps evaluate --model FILE --data F [--labels F] [--arch NAME] [--data-format FORMAT]\n"
+    "                   [--label-column C] [--text-column C] [--vocab vocab.json] [--limit N]\n"
+    "                   [--batch N] [--threads N] [--json]\n"
     "\n"
     "Accuracy and mean loss of an exported model on a data set (cross-entropy for classes,\n"
     "mean squared error for float targets), computed as a job's workers evaluate.\n"
     "  --model FILE   model.script.pt (TorchScript), or model.safetensors / model.pt of a\n"
     "                 built-in model (--arch NAME; safetensors name theirs in their metadata)\n"
-    "  --data, --labels, --data-format, --label-column  the data set (docs/data.md)\n"
+    "  --data, --labels, --data-format, --label-column  the data set (docs/data.md):\n"
+    "                 idx, npy, csv, or text (tsv, jsonl; --text-column, docs/text.md)\n"
+    "  --vocab FILE   text: the job's run_dir/vocab.json (tokenizes as the job did)\n"
     "  --batch N      samples per forward pass (the job's --eval_batch; default 1000)\n"
     "  --threads N    libtorch threads (the job's --threads; default 1)\n"
     "Exit code: 0 done, 1 internal error, 2 bad input (the message names the flag).";
 
 inline constexpr const char* kPredictUsage =
     "elasticps predict --model FILE --data F [--labels F] --out predictions.csv [--arch NAME]\n"
-    "                  [--data-format idx|npy|csv] [--label-column C] [--limit N] [--batch N]\n"
-    "                  [--threads N] [--raw]\n"
+    "                  [--data-format FORMAT] [--label-column C] [--text-column C]\n"
+    "                  [--vocab vocab.json] [--limit N] [--batch N] [--threads N] [--raw]\n"
     "\n"
     "Writes one CSV row per sample, after a header: index, class (the output's arg-max), and\n"
     "p0..pC-1, the softmax of the output; for a float-target model (float --labels, an output\n"
-    "that is not [n, classes], or --raw) index and the outputs y0... Labels are optional for\n"
-    "NPY data. Flags and exit codes as `elasticps evaluate`.";
+    "that is not [n, classes], or --raw) index and the outputs y0... With --vocab, the class's\n"
+    "label follows the class (`spam`). Labels are optional for NPY data and never read from\n"
+    "text (raw mails predict). Flags and exit codes as `elasticps evaluate`.";
 
 // ---- train -------------------------------------------------------------------
 

@@ -401,7 +401,8 @@ class CoordinatorImpl final : public Coordinator {
       frozen_elements += frozen[t] ? layout.tensors[t].numel() : 0;
     j["frozen_parameters"] = frozen_elements;
     EPS_RETURN_IF_ERROR(WriteSafetensors(options_.run_dir + "/model.safetensors", layout, chunks,
-                                         Step(summary.steps), spec.job_id, spec.model, *digests));
+                                         Step(summary.steps), spec.job_id, spec.model, *digests,
+                                         ExportMetadata(spec)));
     EPS_RETURN_IF_ERROR(WriteFileAtomically(options_.run_dir + "/result.json", j.dump(2) + "\n"));
     if (store_) EPS_RETURN_IF_ERROR(store_->Put("done", j.dump()));
     state_.ReportProgress();  // the last progress line, before the result's

@@ -145,7 +145,8 @@ StatusOr<std::vector<ExportedTensor>> FromCheckpoints(const std::string& stores,
   EPS_ASSIGN_OR_RETURN(ModelDigests digests, DigestModel(layout, chunks));
   if (!out.empty()) {
     EPS_RETURN_IF_ERROR(
-        WriteSafetensors(out, layout, chunks, step, spec.job_id, spec.model, digests));
+        WriteSafetensors(out, layout, chunks, step, spec.job_id, spec.model, digests,
+                         ExportMetadata(spec)));
   }
   std::printf("exported step %lld of job '%s' (%s, %lld parameters) to %s\nparams_sha256 %s\n",
               static_cast<long long>(step.value()), spec.job_id.c_str(), spec.model.c_str(),

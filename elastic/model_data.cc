@@ -37,8 +37,23 @@ StatusOr<Dataset> OpenModelData(const ModelDataOptions& options) {
   auto format = DataFormatOf(files);
   if (!format.ok()) {
     return InvalidArgument("--data " + options.data + " / --data_format '" + options.format +
-                           "': expected idx, npy or csv, or an extension that says it (.npy, "
-                           ".csv, .gz, -ubyte)");
+                           "': expected idx, npy, csv, tsv or jsonl, or an extension that says it "
+                           "(.npy, .csv, .tsv, .jsonl, .gz, -ubyte)");
+  }
+  if (IsTextFormat(*format)) {
+    if (options.vocab == nullptr) {
+      return InvalidArgument("--vocab is required for text data (--data " + options.data +
+                             "): the job's run_dir/vocab.json, which tokenizes as the job did");
+    }
+    if (!options.labels.empty()) {
+      return InvalidArgument("--labels " + options.labels + ": text data holds its labels in its " +
+                             "--label_column ('" + options.label_column + "'): leave --labels out");
+    }
+    auto text = OpenTextDataset(options.data, *format, options.text_column,
+                                options.labels_optional ? "" : options.label_column, *options.vocab,
+                                options.limit);
+    if (!text.ok()) return Status(text.status().code(), "--data: " + text.status().message());
+    return std::move(text->data);
   }
   // Without labels, an NPY features file is read as its own (float32, uint8
   // or int64) targets too, which the mapping makes cheap; they are replaced

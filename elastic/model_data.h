@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "common/status.h"
 #include "data/dataset.h"
+#include "data/text.h"
 
 namespace eps {
 
@@ -23,11 +25,17 @@ struct ModelDataOptions {
   // gets class 0 for every sample (labels play no part in a prediction);
   // IDX and CSV data sets carry theirs (a CSV's --label_column).
   bool labels_optional = false;
+  // Text data (TSV, JSONL; data/text.h): tokenized with the job's vocabulary
+  // (its run dir's vocab.json, --vocab), the texts in --text_column. predict
+  // reads no labels from it (every sample of class 0); evaluate needs them,
+  // in --label_column, from the vocabulary's label set.
+  std::shared_ptr<const Vocabulary> vocab;
+  std::string text_column = "text";
 };
 
-// Opens the data set through OpenDataset (role "test"). InvalidArgument or
-// NotFound naming the flag (--data, --labels, --data_format, --label_column)
-// and what was wrong.
+// Opens the data set through OpenDataset (role "test"), or OpenTextDataset for
+// text. InvalidArgument or NotFound naming the flag (--data, --labels,
+// --data_format, --label_column, --text_column, --vocab) and what was wrong.
 [[nodiscard]] StatusOr<Dataset> OpenModelData(const ModelDataOptions& options);
 
 }  // namespace eps

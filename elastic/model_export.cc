@@ -7,6 +7,8 @@
 
 #include "common/digest.h"
 #include "common/files.h"
+#include "data/job_data.h"
+#include "data/model_input.h"
 #include "schema/codec.h"
 
 namespace eps {
@@ -38,12 +40,14 @@ StatusOr<ModelDigests> DigestModel(const Layout& layout, const ModelChunks& chun
 
 Status WriteSafetensors(const std::string& path, const Layout& layout, const ModelChunks& chunks,
                         const Step& step, const std::string& job_id, const std::string& model,
-                        const ModelDigests& digests) {
+                        const ModelDigests& digests,
+                        const std::map<std::string, std::string>& extra) {
   nlohmann::json header;
-  header["__metadata__"] = {{"job_id", job_id},
-                            {"model", model},
-                            {"steps", std::to_string(step.value())},
-                            {"params_sha256", digests.params_sha256}};
+  header["__metadata__"] = extra;
+  header["__metadata__"].update({{"job_id", job_id},
+                                 {"model", model},
+                                 {"steps", std::to_string(step.value())},
+                                 {"params_sha256", digests.params_sha256}});
   uint64_t offset = 0;
   for (const TensorSpec& t : layout.tensors) {
     if (t.kind == TensorKind::kLoss) continue;
@@ -65,6 +69,10 @@ Status WriteSafetensors(const std::string& path, const Layout& layout, const Mod
     out.append(static_cast<const char*>(b->data), b->size);
   }
   return WriteFileAtomically(path, out);
+}
+
+std::map<std::string, std::string> ExportMetadata(const JobSpec& spec) {
+  return ZooSizesMetadata(ZooSizesOf(spec));
 }
 
 StatusOr<std::vector<ExportedTensor>> ModelTensors(const Layout& layout,

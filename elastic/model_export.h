@@ -33,10 +33,17 @@ struct ModelDigests {
 // DataLoss when a chunk is missing or has the wrong size.
 StatusOr<ModelDigests> DigestModel(const Layout& layout, const ModelChunks& chunks);
 
-// Writes `path` atomically. `metadata` goes into the header's __metadata__.
+// Writes `path` atomically. The header's __metadata__ holds job_id, model,
+// steps, params_sha256 and `extra` (ExportMetadata: the zoo sizes).
 Status WriteSafetensors(const std::string& path, const Layout& layout, const ModelChunks& chunks,
                         const Step& step, const std::string& job_id, const std::string& model,
-                        const ModelDigests& digests);
+                        const ModelDigests& digests,
+                        const std::map<std::string, std::string>& extra = {});
+
+// The metadata a job's export carries beyond WriteSafetensors' own: the zoo
+// sizes of its spec (data/model_input.h ZooSizesMetadata), which eps_predict
+// rebuilds a sized built-in model from.
+std::map<std::string, std::string> ExportMetadata(const JobSpec& spec);
 
 // The model's parameters then buffers (not the loss), each as one contiguous
 // piece; DataLoss when a chunk is missing or has the wrong size.

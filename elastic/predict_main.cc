@@ -39,8 +39,12 @@ DEFINE_string(arch, "",
               "(default for safetensors: its metadata's)");
 DEFINE_string(data, "", "The data set's features file (CSV: the whole table)");
 DEFINE_string(labels, "", "The labels file (IDX, NPY; optional for predict on NPY)");
-DEFINE_string(data_format, "", "idx, npy or csv (default: from --data's extension)");
-DEFINE_string(label_column, "label", "CSV: the column holding the labels");
+DEFINE_string(data_format, "", "idx, npy, csv, tsv or jsonl (default: from --data's extension)");
+DEFINE_string(label_column, "label", "CSV, TSV, JSONL: the column holding the labels");
+DEFINE_string(text_column, "text", "TSV, JSONL: the column holding the texts");
+DEFINE_string(vocab, "",
+              "Text data: the job's vocabulary (its run dir's vocab.json), which tokenizes as the "
+              "job did and names the classes");
 DEFINE_int64(limit, 0, "Use the first N samples only (0: all)");
 DEFINE_int64(batch, 1000, "Samples per forward pass (a job's --eval_batch)");
 DEFINE_int32(threads, 1, "libtorch intra-op threads (a job's --threads: bits depend on it)");
@@ -53,16 +57,17 @@ namespace {
 
 constexpr const char* kUsage =
     "eps_predict evaluate|predict --model FILE --data F [--labels F] [--arch NAME] "
-    "[--data_format idx|npy|csv] [--label_column C] [--limit N] [--batch N] [--threads N] "
+    "[--data_format idx|npy|csv|tsv|jsonl] [--label_column C] [--text_column C] [--vocab "
+    "vocab.json] [--limit N] [--batch N] [--threads N] "
     "[--json] [--out predictions.csv] [--raw]";
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-StatusOr<std::string> ReadAll(const std::string& path) {
+StatusOr<std::string> ReadAll(const std::string& path, const std::string& flag = "--model") {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("--model " + path + ": cannot open the file");
+  if (!in) return NotFound(flag + " " + path + ": cannot open the file");
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
@@ -70,6 +75,14 @@ StatusOr<std::string> ReadAll(const std::string& path) {
 StatusOr<std::vector<ExportedTensor>> ReadStateDict(const std::string& path,
                                                     const std::string& bytes) {
   return ParseStateDict(bytes, "--model " + path);
+}
+
+// A CSV cell holding `s` (quoted when it holds a comma, a quote or a line break).
+std::string CsvCell(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
 }
 
 // Writes the exported tensors into the runner's model, matched by name.
@@ -97,15 +110,30 @@ Status LoadWeights(const std::string& path, const std::vector<ExportedTensor>& t
   return OkStatus();
 }
 
-StatusOr<std::unique_ptr<ModelRunner>> OpenModel(const std::string& path) {
+// A sized zoo model's sizes: its export's metadata's, the classes and the
+// sample length of the job's vocabulary (text).
+StatusOr<ZooSizes> SizesOf(const std::map<std::string, std::string>& meta, const Vocabulary* vocab,
+                           const std::string& path) {
+  auto sizes = ZooSizesFromMetadata(meta);
+  if (!sizes.ok()) return InvalidArgument("--model " + path + ": " + sizes.status().message());
+  if (vocab != nullptr) {
+    sizes->num_classes = static_cast<uint32_t>(vocab->labels().size());
+    sizes->seq_len = vocab->seq_len();
+  }
+  return sizes;
+}
+
+StatusOr<std::unique_ptr<ModelRunner>> OpenModel(const std::string& path, const Vocabulary* vocab) {
   ModelOptions o;
   o.threads = FLAGS_threads;
   std::vector<ExportedTensor> tensors;
+  EPS_ASSIGN_OR_RETURN(o.sizes, SizesOf({}, vocab, path));
   if (EndsWith(path, ".safetensors")) {
     std::map<std::string, std::string> meta;
     auto read = ReadSafetensors(path, &meta);
     if (!read.ok()) return InvalidArgument("--model: " + read.status().message());
     tensors = std::move(read).value();
+    EPS_ASSIGN_OR_RETURN(o.sizes, SizesOf(meta, vocab, path));
     o.model = FLAGS_arch.empty() ? meta["model"] : FLAGS_arch;
     if (!IsBuiltinModel(o.model)) {
       return InvalidArgument(
@@ -164,7 +192,7 @@ Status Evaluate(ModelRunner& runner, const Dataset& data) {
   return OkStatus();
 }
 
-Status Predict(ModelRunner& runner, const Dataset& data) {
+Status Predict(ModelRunner& runner, const Dataset& data, const Vocabulary* vocab) {
   auto outputs = runner.Predict(data, 0, data.size, FLAGS_batch);
   if (!outputs.ok()) return DataError(outputs.status());
   const int64_t n = outputs->shape[0];
@@ -172,8 +200,9 @@ Status Predict(ModelRunner& runner, const Dataset& data) {
   const bool classes = !FLAGS_raw && data.label_dtype == DataType::kInt64 &&
                        outputs->shape.size() == 2;
   std::string csv = "index";
+  const bool named = classes && vocab != nullptr && vocab->labels().size() == size_t(width);
   if (classes) {
-    csv += ",class";
+    csv += named ? ",class,label" : ",class";
     for (int64_t c = 0; c < width; ++c) csv += ",p" + std::to_string(c);
   } else {
     for (int64_t c = 0; c < width; ++c) csv += ",y" + std::to_string(c);
@@ -192,6 +221,7 @@ Status Predict(ModelRunner& runner, const Dataset& data) {
       int64_t best = 0;
       for (int64_t c = 1; c < width; ++c) best = raw[c] > raw[best] ? c : best;
       csv += "," + std::to_string(best);
+      if (named) csv += "," + CsvCell(vocab->labels()[best]);
       for (int64_t c = 0; c < width; ++c) {
         std::snprintf(cell, sizeof cell, ",%.9g", row[c]);
         csv += cell;
@@ -227,12 +257,23 @@ int Run(const std::string& command) {
   d.label_column = FLAGS_label_column;
   d.limit = FLAGS_limit;
   d.labels_optional = command == "predict";
+  d.text_column = FLAGS_text_column;
   Status st = OkStatus();
+  if (!FLAGS_vocab.empty()) {
+    auto bytes = ReadAll(FLAGS_vocab, "--vocab");
+    auto vocab = bytes.ok() ? Vocabulary::Parse(*bytes) : StatusOr<Vocabulary>(bytes.status());
+    if (!vocab.ok()) {
+      std::fprintf(stderr, "elasticps %s: --vocab %s: %s\n", command.c_str(), FLAGS_vocab.c_str(),
+                   vocab.status().message().c_str());
+      return 2;
+    }
+    d.vocab = std::make_shared<const Vocabulary>(std::move(vocab).value());
+  }
   auto data = OpenModelData(d);
   if (!data.ok()) {
     st = data.status();
   } else {
-    auto runner = OpenModel(FLAGS_model);
+    auto runner = OpenModel(FLAGS_model, d.vocab.get());
     if (!runner.ok()) {
       st = runner.status();
     } else {
@@ -244,7 +285,8 @@ int Run(const std::string& command) {
       } else {
         if (!checked->empty()) std::fprintf(stderr, "elasticps %s: %s\n", command.c_str(),
                                             checked->c_str());
-        st = command == "evaluate" ? Evaluate(**runner, *data) : Predict(**runner, *data);
+        st = command == "evaluate" ? Evaluate(**runner, *data)
+                                   : Predict(**runner, *data, d.vocab.get());
       }
     }
   }

@@ -41,5 +41,25 @@ TEST(ModelInput, MakeDatasetRefusesNegativeLabelsAndSizesThatDisagree) {
   EXPECT_EQ(d->num_classes, 5);
 }
 
+TEST(ZooSizes, RoundTripThroughAnExportsMetadataAndRefuseBadNumbers) {
+  ZooSizes sizes;
+  sizes.dim = 16;
+  sizes.depth = 8;
+  sizes.seq_len = 48;
+  auto back = ZooSizesFromMetadata(ZooSizesMetadata(sizes));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->dim, 16u);
+  EXPECT_EQ(back->depth, 8u);
+  EXPECT_EQ(back->seq_len, 48u);
+  EXPECT_EQ(back->heads, ZooSizes().heads);
+  auto defaults = ZooSizesFromMetadata({{"model", "cnn"}});  // an older export: the defaults
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->depth, ZooSizes().depth);
+  for (const char* bad : {"", "-3", "0", "12x", "99999999999"}) {
+    auto refused = ZooSizesFromMetadata({{"model_depth", bad}});
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace eps

@@ -125,6 +125,22 @@ TEST(TextReader, ReadsTsvWithEscapesAndJsonlWithIntegerLabels) {
   EXPECT_EQ(t->labels, (Words{"3"}));
 }
 
+TEST(TextReader, WithoutALabelColumnReadsTheTextsOnly) {
+  TempDir dir;
+  const std::string tsv = dir.File("t.tsv");
+  WriteBytes(tsv, "text\nfirst mail\nsecond\n");  // no label column at all
+  auto t = ReadTextTable(tsv, "tsv", "text", "", 0);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->texts, (Words{"first mail", "second"}));
+  EXPECT_EQ(t->labels, (Words{"", ""}));
+  EXPECT_FALSE(ReadTextTable(tsv, "tsv", "text", "label", 0).ok());  // asked for, it must be there
+  const std::string jl = dir.File("t.jsonl");
+  WriteBytes(jl, "{\"text\":\"hi\"}\n{\"text\":\"there\",\"label\":[]}\n");
+  t = ReadTextTable(jl, "jsonl", "text", "", 0);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->texts, (Words{"hi", "there"}));
+}
+
 void ExpectError(const std::string& format, const std::string& bytes, const std::string& says) {
   TempDir dir;
   const std::string p = dir.File("t." + format);

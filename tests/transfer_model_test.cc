@@ -197,7 +197,7 @@ TEST(InitFrom, AnotherArchitectureIsRefusedUnlessAllowed) {
 }
 
 TEST(InitFrom, BytesOfNoModelFileAreRefusedClearly) {
-  for (const std::string bad : {std::string("not a model"), std::string("PK\x03\x04garbage", 11),
+  for (const std::string& bad : {std::string("not a model"), std::string("PK\x03\x04garbage", 11),
                                 std::string("\x05\0\0\0\0\0\0\0{\"a\":", 14)}) {
     ModelOptions o = Options("mlp", 1);
     o.init_file = bad;

@@ -1,11 +1,13 @@
 """The text app (docs/text.md): text_transformer on a few hundred real SpamAssassin mails (JSONL, the fixed split
 scripts/setup.sh writes) trains to the same bits over two placements and across a join and a SIGKILL; the
 coordinator's vocabulary (run_dir/vocab.json) is the same in every run; bad text data fails the job at start."""
+import csv
 import json
 import os
+import subprocess
 import unittest
 
-from harness import LOCAL, ROOT, RunDirTest, logs
+from harness import BIN, ENV, LOCAL, ROOT, RunDirTest, logs
 SPAM = "/usr/share/datasets/spam-assassin"
 JOB_FILE = os.path.join(ROOT, "examples", "spam_transformer.flags")
 # A few hundred mails, short sequences, small dims: seconds per run.
@@ -66,6 +68,44 @@ class TextTransformer(RunDirTest):
             code, out, result = self.run_text(name, 1, extra=flags, expect_ok=False, timeout=120)
             self.assertNotEqual(code, 0, name)
             self.assertIsNone(result, name)
+
+
+    def test_d_predict_on_raw_mails_gives_the_jobs_classes(self):
+        _, _, r = self.run_text("job", 1)
+        d = self.run_dir("job")
+        with open(f"{SPAM}/test.jsonl") as f:
+            rows = [json.loads(f.readline()) for _ in range(200)]
+        raw = os.path.join(self.tmp, "raw.jsonl")
+        with open(raw, "w") as f:  # mails only: no label
+            for row in rows:
+                f.write(json.dumps({"text": row["text"]}) + "\n")
+        eps = [os.path.join(BIN, "elasticps")]
+        model = ["--model", os.path.join(d, "model.safetensors"), "--vocab", os.path.join(d, "vocab.json"),
+                 "--batch", "100"]
+        out = os.path.join(self.tmp, "p.csv")
+        p = subprocess.run([*eps, "predict", *model, "--data", raw, "--out", out], env=ENV, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout)
+        with open(out) as f:
+            predicted = list(csv.DictReader(f))
+        self.assertEqual(len(predicted), 200)
+        self.assertEqual(set(predicted[0]), {"index", "class", "label", "p0", "p1"})
+        labels = read_vocab(d)["labels"]
+        for row in predicted:
+            self.assertEqual(row["label"], labels[int(row["class"])])
+            self.assertAlmostEqual(float(row["p0"]) + float(row["p1"]), 1.0, places=5)
+        correct = sum(row["label"] == mail["label"] for row, mail in zip(predicted, rows))
+        self.assertEqual(correct / 200, r["test_accuracy"])
+        # evaluate on the labelled mails: the job's figure exactly.
+        p = subprocess.run([*eps, "evaluate", *model, "--data", f"{SPAM}/test.jsonl", "--limit", "200", "--json"],
+                           env=ENV, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout)
+        self.assertEqual(json.loads(p.stdout.strip().splitlines()[-1])["accuracy"], r["test_accuracy"])
+        # Text without --vocab cannot be tokenized as the job did: refused, naming the flag.
+        p = subprocess.run([*eps, "predict", "--model", model[1], "--data", raw, "--out", out], env=ENV, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+        self.assertEqual(p.returncode, 2, p.stdout)
+        self.assertIn("--vocab", p.stdout)
 
 
 if __name__ == "__main__":
