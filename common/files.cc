@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 
 namespace eps {
 
@@ -27,6 +28,14 @@ StatusOr<std::string> ReadTokenFile(const std::string& path) {
   while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
   if (token.empty()) return InvalidArgument("the token file " + path + " is empty");
   return token;
+}
+
+StatusOr<std::string> ReadFileToString(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot open " + path);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return Internal("cannot read " + path);
+  return bytes;
 }
 
 }  // namespace eps

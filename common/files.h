@@ -11,6 +11,9 @@ namespace eps {
 // Writes `text` to `path` through a temporary file and rename().
 Status WriteFileAtomically(const std::string& path, const std::string& text);
 
+// The whole of `path`: NotFound when it cannot be opened, Internal when a read fails.
+StatusOr<std::string> ReadFileToString(const std::string& path);
+
 // Reads a job token: the first line of the file, which must not be empty.
 // An empty path means "no token" and gives "".
 StatusOr<std::string> ReadTokenFile(const std::string& path);

@@ -37,8 +37,11 @@ struct JobData {
                                             std::shared_ptr<const Vocabulary> vocab = nullptr);
 
 // Text data: the vocabulary of the job's training text (the coordinator's,
-// data/text.h), serialized; InvalidArgument for data that is not text.
-[[nodiscard]] StatusOr<std::string> BuildJobVocabulary(const JobSpec& spec);
+// data/text.h), serialized; InvalidArgument for data that is not text. With
+// `words_from` (a serialized vocabulary: --vocab_from), its words and the
+// training text's labels (Vocabulary::Build).
+[[nodiscard]] StatusOr<std::string> BuildJobVocabulary(const JobSpec& spec,
+                                                       const std::string& words_from = "");
 
 // The fingerprint OpenJobData gives, from the files alone (no parsing).
 [[nodiscard]] StatusOr<std::string> FingerprintJobData(const JobSpec& spec);

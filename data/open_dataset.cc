@@ -3,6 +3,8 @@
 #include "data/job_data.h"
 #include "data/text.h"
 
+#include <optional>
+
 namespace eps {
 namespace {
 
@@ -151,14 +153,21 @@ ZooSizes ZooSizesOf(const JobSpec& spec) {
   return z;
 }
 
-StatusOr<std::string> BuildJobVocabulary(const JobSpec& spec) {
+StatusOr<std::string> BuildJobVocabulary(const JobSpec& spec, const std::string& words_from) {
   const JobDataFiles files = DataFilesOf(spec);
   EPS_ASSIGN_OR_RETURN(std::string format, DataFormatOf(files.train));
   if (!IsTextFormat(format)) return InvalidArgument("--train_data is not text (tsv, jsonl)");
   StatusOr<TextTable> table = ReadTextTable(files.train.features, format, files.train.text_column,
                                             files.train.label_column, files.train.limit);
   if (!table.ok()) return table.status().WithContext("train data (" + format + ")");
-  EPS_ASSIGN_OR_RETURN(Vocabulary vocab, Vocabulary::Build(*table, spec.vocab_size, spec.seq_len));
+  std::optional<Vocabulary> words;
+  if (!words_from.empty()) {
+    StatusOr<Vocabulary> parsed = Vocabulary::Parse(words_from);
+    if (!parsed.ok()) return parsed.status().WithContext("--vocab_from");
+    words = std::move(parsed).value();
+  }
+  EPS_ASSIGN_OR_RETURN(Vocabulary vocab, Vocabulary::Build(*table, spec.vocab_size, spec.seq_len,
+                                                           words ? &*words : nullptr));
   return vocab.Serialize();
 }
 

@@ -133,13 +133,29 @@ std::vector<std::string> TokenizeText(std::string_view text, size_t max_words, b
 bool IsTextFormat(const std::string& format) { return format == "tsv" || format == "jsonl"; }
 
 StatusOr<Vocabulary> Vocabulary::Build(const TextTable& train, uint32_t vocab_size,
-                                       uint32_t seq_len) {
+                                       uint32_t seq_len, const Vocabulary* words) {
   if (vocab_size <= kNumSpecials) {
     return InvalidArgument("--vocab_size " + std::to_string(vocab_size) + ": must exceed the " +
                            std::to_string(kNumSpecials) + " special tokens");
   }
   if (seq_len < 2) return InvalidArgument("--seq_len must be at least 2 (<cls> and one word)");
   if (train.texts.empty()) return InvalidArgument("the training text has no rows");
+  Vocabulary v;
+  v.seq_len_ = seq_len;
+  if (words != nullptr) {
+    if (words->words_.size() > vocab_size) {
+      return InvalidArgument("--vocab_from holds " + std::to_string(words->words_.size()) +
+                             " words, more than --vocab_size=" + std::to_string(vocab_size) +
+                             " (the pretrained model's --vocab_size, so its embeddings load)");
+    }
+    if (words->seq_len_ != seq_len) {
+      return InvalidArgument("--vocab_from is of seq_len " + std::to_string(words->seq_len_) +
+                             ", the job's --seq_len is " + std::to_string(seq_len));
+    }
+    v.words_ = words->words_;
+    v.SetLabels(train);
+    return v;
+  }
   std::unordered_map<std::string, int64_t> counts;
   for (const std::string& text : train.texts) {
     for (std::string& w : TokenizeText(text)) ++counts[std::move(w)];
@@ -151,19 +167,21 @@ StatusOr<Vocabulary> Vocabulary::Build(const TextTable& train, uint32_t vocab_si
   };
   std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(keep),
                     ranked.end(), order);
-  Vocabulary v;
-  v.seq_len_ = seq_len;
   v.words_ = {"<pad>", "<unk>", "<cls>"};
   for (size_t i = 0; i < keep; ++i) v.words_.push_back(std::move(ranked[i].first));
+  v.SetLabels(train);
+  return v;
+}
+
+void Vocabulary::SetLabels(const TextTable& train) {
   std::set<std::string> distinct(train.labels.begin(), train.labels.end());
-  v.labels_.assign(distinct.begin(), distinct.end());
-  if (std::all_of(v.labels_.begin(), v.labels_.end(), IsInteger)) {
-    std::sort(v.labels_.begin(), v.labels_.end(), [](const std::string& a, const std::string& b) {
+  labels_.assign(distinct.begin(), distinct.end());
+  if (std::all_of(labels_.begin(), labels_.end(), IsInteger)) {
+    std::sort(labels_.begin(), labels_.end(), [](const std::string& a, const std::string& b) {
       return std::stoll(a) < std::stoll(b);
     });
   }
-  v.Index();
-  return v;
+  Index();
 }
 
 void Vocabulary::Index() {

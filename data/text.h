@@ -77,8 +77,14 @@ class Vocabulary {
   // have fewer; the labels are the sorted distinct labels of `train`
   // (numerically when every one is an integer, else by bytes).
   // InvalidArgument: vocab_size <= kNumSpecials, seq_len < 2, no rows.
+  // With `words` (--vocab_from: a pretrained model's vocabulary), its words
+  // and ids instead of the most frequent ones, so that a model fine-tuned
+  // from that one sees every word under the id it learned it by; the labels
+  // are still `train`'s. InvalidArgument when `words` holds more than
+  // vocab_size words or another seq_len.
   [[nodiscard]] static StatusOr<Vocabulary> Build(const TextTable& train, uint32_t vocab_size,
-                                                  uint32_t seq_len);
+                                                  uint32_t seq_len,
+                                                  const Vocabulary* words = nullptr);
   // The form Serialize writes; InvalidArgument naming what is wrong (not
   // JSON, another tokenizer version, missing or duplicate words or labels).
   [[nodiscard]] static StatusOr<Vocabulary> Parse(std::string_view json);
@@ -97,6 +103,7 @@ class Vocabulary {
 
  private:
   Vocabulary() = default;
+  void SetLabels(const TextTable& train);  // train's sorted distinct labels, then Index()
   void Index();
   std::vector<std::string> words_;
   std::vector<std::string> labels_;

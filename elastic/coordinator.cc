@@ -461,14 +461,15 @@ Status ValidateJobSpec(const JobSpec& spec) {
   return OkStatus();
 }
 
-StatusOr<std::string> CheckJobData(const JobSpec& spec, std::string* vocab) {
+StatusOr<std::string> CheckJobData(const JobSpec& spec, std::string* vocab,
+                                   const std::string& words_from) {
   // Fashion-MNIST is the project's own: fingerprinted, not read.
   if (spec.train_data.empty()) return FingerprintJobData(spec);
   ZooSizes sizes = ZooSizesOf(spec);
   std::shared_ptr<const Vocabulary> words;
   EPS_ASSIGN_OR_RETURN(std::string format, DataFormatOf(DataFilesOf(spec).train));
   if (IsTextFormat(format)) {
-    EPS_ASSIGN_OR_RETURN(std::string bytes, BuildJobVocabulary(spec));
+    EPS_ASSIGN_OR_RETURN(std::string bytes, BuildJobVocabulary(spec, words_from));
     EPS_ASSIGN_OR_RETURN(Vocabulary parsed, Vocabulary::Parse(bytes));
     sizes.num_classes = static_cast<uint32_t>(parsed.labels().size());
     words = std::make_shared<const Vocabulary>(std::move(parsed));

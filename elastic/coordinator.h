@@ -93,7 +93,9 @@ Status ValidateJobSpec(const JobSpec& spec);
 // (then the first worker's fingerprint stands for the job's).
 // Text data: builds the vocabulary of the training text into *vocab first
 // (data/job_data.h BuildJobVocabulary) and reads the data with it.
-StatusOr<std::string> CheckJobData(const JobSpec& spec, std::string* vocab = nullptr);
+// `words_from`: BuildJobVocabulary's (--vocab_from's bytes).
+StatusOr<std::string> CheckJobData(const JobSpec& spec, std::string* vocab = nullptr,
+                                   const std::string& words_from = "");
 
 // The store key of the vocabulary (CoordinatorOptions::vocab).
 inline constexpr const char* kVocabKey = "vocab";

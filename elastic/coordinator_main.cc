@@ -62,6 +62,9 @@ DEFINE_string(reinit, "", "Regex: tensors of --init_from that start afresh (e.g.
 DEFINE_string(freeze, "", "Regex: tensors that are not trained (no gradient, push or step)");
 DEFINE_bool(init_allow_mismatch, false, "Start even when no tensor of --init_from matches");
 DEFINE_string(text_column, "text", "TSV/JSONL text data: the text column's name");
+DEFINE_string(vocab_from, "",
+              "Text data: take the words of this vocabulary (a pretrained job's vocab.json) instead "
+              "of building them from the training split, for --init_from of that job's model");
 DEFINE_uint32(seq_len, 128, "Text models: tokens per sample (longer texts are truncated)");
 DEFINE_uint32(vocab_size, 8000, "Text models: vocabulary size, special tokens included");
 DEFINE_uint32(model_dim, 64, "Zoo models: width (text_transformer: embedding size)");
@@ -271,8 +274,18 @@ int main(int argc, char** argv) {
   }
   o.spec = *spec;
   o.init_from = FLAGS_init_from;
+  std::string words_from;
+  if (!FLAGS_vocab_from.empty()) {
+    auto bytes = eps::ReadFileToString(FLAGS_vocab_from);
+    if (!bytes.ok()) {
+      LOG(ERROR) << "invalid job: --vocab_from " << FLAGS_vocab_from << ": "
+                 << bytes.status().message();
+      return 2;
+    }
+    words_from = std::move(bytes).value();
+  }
   if (eps::Status st = eps::ValidateJobSpec(o.spec); st.ok()) {  // else Open says why
-    auto fingerprint = eps::CheckJobData(o.spec, &o.vocab);
+    auto fingerprint = eps::CheckJobData(o.spec, &o.vocab, words_from);
     if (fingerprint.ok()) {
       o.data_fingerprint = *fingerprint;
     } else if (fingerprint.status().code() == eps::StatusCode::kNotFound) {
@@ -280,6 +293,10 @@ int main(int argc, char** argv) {
                    << "): the first worker's fingerprint stands for the job's";
     } else {
       LOG(ERROR) << "invalid job: " << fingerprint.status().ToString();
+      return 2;
+    }
+    if (!words_from.empty() && o.vocab.empty()) {
+      LOG(ERROR) << "invalid job: --vocab_from applies to text data (--data_format tsv, jsonl)";
       return 2;
     }
   }

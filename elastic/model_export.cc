@@ -95,9 +95,7 @@ StatusOr<std::vector<ExportedTensor>> ModelTensors(const Layout& layout,
 
 StatusOr<std::vector<ExportedTensor>> ReadSafetensors(
     const std::string& path, std::map<std::string, std::string>* metadata) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot open " + path);
-  const std::string blob((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EPS_ASSIGN_OR_RETURN(const std::string blob, ReadFileToString(path));
   return ParseSafetensors(blob, path, metadata);
 }
 

@@ -66,9 +66,9 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 }
 
 StatusOr<std::string> ReadAll(const std::string& path, const std::string& flag = "--model") {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(flag + " " + path + ": cannot open the file");
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  auto bytes = ReadFileToString(path);
+  if (!bytes.ok()) return Status(bytes.status().code(), flag + " " + bytes.status().message());
+  return bytes;
 }
 
 // A state dict as torch.save / WriteStateDictPt write it: name -> tensor.

@@ -79,6 +79,24 @@ TEST(Vocabulary, TakesTheMostFrequentWordsWithTiesInByteOrder) {
   EXPECT_EQ(std::vector<int64_t>(ids, ids + 4), (std::vector<int64_t>{kClsId, 0, 0, 0}));
 }
 
+TEST(Vocabulary, FromAPretrainedOneKeepsItsWordsAndIdsAndTakesTheNewLabels) {
+  auto pretrained = Vocabulary::Build(Table({"b a c", "c b"}, {"2002", "2003"}), 6, 4);
+  ASSERT_TRUE(pretrained.ok());
+  // Another training text with other frequencies and labels: the words stay the pretrained ones.
+  const TextTable spam = Table({"d d d a", "zz"}, {"spam", "ham"});
+  auto v = Vocabulary::Build(spam, 6, 4, &*pretrained);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->words(), pretrained->words());
+  EXPECT_EQ(v->labels(), (Words{"ham", "spam"}));
+  EXPECT_EQ(v->IdOf("a"), pretrained->IdOf("a"));
+  EXPECT_EQ(v->IdOf("d"), kUnkId);
+  // Its own build would have ranked d first.
+  EXPECT_EQ(Vocabulary::Build(spam, 6, 4)->IdOf("d"), 3);
+  // A pretrained vocabulary larger than --vocab_size, or of another seq_len, would not fit the model.
+  EXPECT_EQ(Vocabulary::Build(spam, 5, 4, &*pretrained).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Vocabulary::Build(spam, 6, 8, &*pretrained).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(Vocabulary, SortsIntegerLabelsNumerically) {
   auto v = Vocabulary::Build(Table({"a", "b", "c"}, {"10", "2", "-1"}), 8, 4);
   ASSERT_TRUE(v.ok());

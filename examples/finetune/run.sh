@@ -1,59 +1,77 @@
 #!/bin/bash
-# The fine-tuning example (docs/models.md, "Transfer learning"):
-#   1. task A: the CNN trained on Fashion-MNIST classes 0-4 (pretrain.flags);
-#   2. task B, classes 5-9 from 1,000 labelled images, the same budget twice (finetune.flags):
-#      from scratch, and from task A's model with the convolutions frozen and a new head;
-#   3. prints both task-B test accuracies (and one JSON line).
-# usage: examples/finetune/run.sh [--out DIR] [--workers W] [--b-train N] [--steps N] [--a-steps N]
-#   --steps: task B's budget (finetune.flags: 60); --a-steps: task A's (one epoch: 234)
+# The fine-tuning examples (docs/models.md, "Transfer learning"):
+#   --app image (default): task A, the CNN trained on Fashion-MNIST classes 0-4 (pretrain.flags);
+#     task B, classes 5-9 from 1,000 labelled images (finetune.flags), the same budget twice: from
+#     scratch, and from task A's model with the convolutions frozen and a new head.
+#   --app text: task A, text_transformer learns which SpamAssassin release a mail is from
+#     (text_pretrain.flags); task B, spam or ham from 200 labelled mails (text_finetune.flags): from
+#     scratch, and from task A's vocabulary and model with a new head.
+# Prints task A's and both task-B test accuracies (and one JSON line).
+# usage: examples/finetune/run.sh [--app image|text] [--out DIR] [--workers W] [--b-train N]
+#                                 [--steps N] [--a-steps N]
+#   --b-train: task B's training samples; --steps, --a-steps: task B's and task A's steps
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-out=$root/runs/finetune workers=2 b_train=1000 steps="" a_steps=""
+app=image out="" workers=2 b_train="" steps="" a_steps=""
 while [ $# -gt 0 ]; do
   case $1 in
+    --app) app=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
     --b-train) b_train=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --a-steps) a_steps=$2; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
+case $app in
+  image) b_train=${b_train:-1000} pretrain=pretrain.flags finetune=finetune.flags
+         what_a="classes 0-4, every training image" what_b="classes 5-9, $b_train training images"
+         transfer=(--freeze='^conv' --reinit='^fc2\.') how="convolutions frozen, a new head" ;;
+  text)  b_train=${b_train:-200} pretrain=text_pretrain.flags finetune=text_finetune.flags
+         what_a="the release of every training mail" what_b="spam or ham from $b_train labelled mails"
+         transfer=(--reinit='^text\.head\.') how="its words, embeddings and encoder, a new head" ;;
+  *) echo "run.sh: --app is image or text, not '$app'" >&2; exit 2 ;;
+esac
+out=${out:-$root/runs/finetune_$app}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 eps=$root/build/bin/elasticps
 data=$out/data
-/usr/bin/python3 "$here/make_subsets.py" --out "$data" --b-train "$b_train"
 task() {  # task NAME(a|b) RUN_DIR JOB_FILE [job flags]
   local name=$1 dir=$2 job=$3; shift 3
+  local files=(--train_data="$data/${name}_train.jsonl" --test_data="$data/${name}_test.jsonl")
+  [ "$app" = image ] && files=(--train_data="$data/${name}_train_x.npy" --train_labels="$data/${name}_train_y.npy"
+                               --test_data="$data/${name}_test_x.npy" --test_labels="$data/${name}_test_y.npy")
   rm -rf "$dir"
-  "$eps" train --job "$job" --run-dir "$dir" --workers "$workers" \
-    --train_data="$data/${name}_train_x.npy" --train_labels="$data/${name}_train_y.npy" \
-    --test_data="$data/${name}_test_x.npy" --test_labels="$data/${name}_test_y.npy" "$@" > "$dir.log" 2>&1 ||
+  "$eps" train --job "$here/$job" --run-dir "$dir" --workers "$workers" "${files[@]}" "$@" > "$dir.log" 2>&1 ||
     { tail -20 "$dir.log" >&2; echo "run.sh: $dir failed (log: $dir.log)" >&2; exit 1; }
 }
+if [ "$app" = image ]; then
+  /usr/bin/python3 "$here/make_subsets.py" --out "$data" --b-train "$b_train"
+else
+  /usr/bin/python3 "$here/make_text_tasks.py" --out "$data" --b-train "$b_train"
+  transfer+=(--vocab_from="$out/a/vocab.json")
+fi
 budget=() a_budget=()
 [ -n "$steps" ] && budget=(--steps="$steps")
 [ -n "$a_steps" ] && a_budget=(--steps="$a_steps")
-echo "== task A: classes 0-4, every training image"
-task a "$out/a" "$here/pretrain.flags" "${a_budget[@]}"
-echo "== task B: classes 5-9, $b_train training images; from scratch"
-task b "$out/b_scratch" "$here/finetune.flags" "${budget[@]}"
-echo "== task B: from task A's model, convolutions frozen, a new head"
-task b "$out/b_finetuned" "$here/finetune.flags" "${budget[@]}" \
-  --init_from="$out/a/model.safetensors" --freeze='^conv' --reinit='^fc2\.'
-/usr/bin/python3 - "$out" <<'PY'
+echo "== task A: $what_a"
+task a "$out/a" "$pretrain" "${a_budget[@]}"
+echo "== task B: $what_b; from scratch"
+task b "$out/b_scratch" "$finetune" "${budget[@]}"
+echo "== task B: from task A's model: $how"
+task b "$out/b_finetuned" "$finetune" "${budget[@]}" --init_from="$out/a/model.safetensors" "${transfer[@]}"
+/usr/bin/python3 - "$out" "$app" <<'PY'
 import json, os, sys
-out = sys.argv[1]
+out, app = sys.argv[1], sys.argv[2]
 r = {k: json.load(open(os.path.join(out, k, "result.json"))) for k in ("a", "b_scratch", "b_finetuned")}
 print(f"{'run':<36s} | {'steps':>5s} | test accuracy")
-print(f"{'task A (classes 0-4)':<36s} | {r['a']['steps']:>5d} | {r['a']['test_accuracy']:.4f}")
-print(f"{'task B from scratch':<36s} | {r['b_scratch']['steps']:>5d} | {r['b_scratch']['test_accuracy']:.4f}")
-print(f"{'task B fine-tuned (conv frozen)':<36s} | {r['b_finetuned']['steps']:>5d} | "
-      f"{r['b_finetuned']['test_accuracy']:.4f}")
-print(json.dumps({"program": "finetune", "task_a": r["a"]["test_accuracy"],
+for key, what in (("a", "task A"), ("b_scratch", "task B from scratch"), ("b_finetuned", "task B fine-tuned")):
+    print(f"{what:<36s} | {r[key]['steps']:>5d} | {r[key]['test_accuracy']:.4f}")
+print(json.dumps({"program": "finetune", "app": app, "task_a": r["a"]["test_accuracy"],
                   "scratch": r["b_scratch"]["test_accuracy"], "finetuned": r["b_finetuned"]["test_accuracy"],
                   "steps": r["b_finetuned"]["steps"], "frozen_parameters": r["b_finetuned"]["frozen_parameters"]}))
 PY

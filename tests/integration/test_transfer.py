@@ -112,6 +112,25 @@ class Transfer(RunDirTest):
         for key in ("task_a", "scratch", "finetuned"):
             self.assertTrue(0 <= line[key] <= 1, line)
 
+    @unittest.skipUnless(os.path.exists("/usr/share/datasets/spam-assassin/train.jsonl"), "no SpamAssassin corpus")
+    def test_e_the_text_fine_tuning_example_runs_on_the_pretrained_vocabulary(self):
+        out = self.run_dir("text")
+        p = subprocess.run([os.path.join(ROOT, "examples", "finetune", "run.sh"), "--app", "text", "--out", out,
+                            "--workers", "1", "--b-train", "64", "--a-steps", "3", "--steps", "3"],
+                           env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stdout)
+        line = json.loads(p.stdout.strip().splitlines()[-1])
+        self.assertEqual((line["app"], line["steps"]), ("text", 3))
+        vocab = {k: json.load(open(os.path.join(out, k, "vocab.json"))) for k in ("a", "b_scratch", "b_finetuned")}
+        self.assertEqual(vocab["a"]["labels"], ["2002", "2003"])
+        # The fine-tuned job tokenizes with task A's words (the ids its embeddings learned), the labels its own.
+        self.assertEqual(vocab["b_finetuned"]["words"], vocab["a"]["words"])
+        self.assertEqual(vocab["b_finetuned"]["labels"], ["ham", "spam"])
+        self.assertNotEqual(vocab["b_scratch"]["words"], vocab["a"]["words"])
+        report = read_report(os.path.join(out, "b_finetuned", "logs", "worker0.json"))
+        self.assertIn("text.tok.weight", report["init"]["loaded"])
+        self.assertEqual(report["init"]["reinit"], ["text.head.weight", "text.head.bias"])
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
