@@ -4,10 +4,12 @@ coordinator's vocabulary (run_dir/vocab.json) is the same in every run; bad text
 import csv
 import json
 import os
+import signal
 import subprocess
 import unittest
 
-from harness import BIN, ENV, LOCAL, ROOT, RunDirTest, logs
+from harness import (BIN, ENV, LOCAL, ROOT, RunDirTest, logs, read_events, read_result, wait_for_file,
+                     wait_for_step)
 SPAM = "/usr/share/datasets/spam-assassin"
 JOB_FILE = os.path.join(ROOT, "examples", "spam_transformer.flags")
 # A few hundred mails, short sequences, small dims: seconds per run.
@@ -106,6 +108,26 @@ class TextTransformer(RunDirTest):
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
         self.assertEqual(p.returncode, 2, p.stdout)
         self.assertIn("--vocab", p.stdout)
+
+
+    def test_e_a_restarted_coordinator_tokenizes_with_the_stored_vocabulary(self):
+        _, _, reference = self.run_text("ref", 2, extra=["--steps=60"])
+        d = self.run_dir("job")
+        job = subprocess.Popen([LOCAL, "--job", JOB_FILE, "--servers", "1", "--workers", "2", "--run-dir", d,
+                                "--checkpoint-every", "10", "--supervise", "--", *JOB, "--steps=60"],
+                               env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        self.procs.append(job)
+        wait_for_file(os.path.join(d, "coordinator.addr"), proc=job)
+        wait_for_step(d, 20, proc=job)
+        with open(os.path.join(d, "vocab.json")) as f:
+            before = f.read()
+        with open(os.path.join(d, "pids", "coordinator.pid")) as f:
+            os.kill(int(f.read()), signal.SIGKILL)
+        self.assertEqual(job.wait(timeout=300), 0, logs(d))
+        self.assertEqual(len(read_events(d, "coordinator_resumed")), 1)
+        with open(os.path.join(d, "vocab.json")) as f:
+            self.assertEqual(f.read(), before)
+        self.assertEqual(read_result(d)["params_sha256"], reference["params_sha256"], logs(d))
 
 
 if __name__ == "__main__":
