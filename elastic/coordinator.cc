@@ -400,6 +400,9 @@ class CoordinatorImpl final : public Coordinator {
     for (size_t t = 0; t < layout.tensors.size(); ++t)
       frozen_elements += frozen[t] ? layout.tensors[t].numel() : 0;
     j["frozen_parameters"] = frozen_elements;
+    if (!options_.vocab.empty()) {
+      j["truncated"] = {{"train", options_.truncated_train}, {"test", options_.truncated_test}};
+    }
     EPS_RETURN_IF_ERROR(WriteSafetensors(options_.run_dir + "/model.safetensors", layout, chunks,
                                          Step(summary.steps), spec.job_id, spec.model, *digests,
                                          ExportMetadata(spec)));
@@ -461,10 +464,13 @@ Status ValidateJobSpec(const JobSpec& spec) {
   return OkStatus();
 }
 
-StatusOr<std::string> CheckJobData(const JobSpec& spec, std::string* vocab,
-                                   const std::string& words_from) {
+StatusOr<CheckedJobData> CheckJobData(const JobSpec& spec, const std::string& words_from) {
+  CheckedJobData out;
   // Fashion-MNIST is the project's own: fingerprinted, not read.
-  if (spec.train_data.empty()) return FingerprintJobData(spec);
+  if (spec.train_data.empty()) {
+    EPS_ASSIGN_OR_RETURN(out.fingerprint, FingerprintJobData(spec));
+    return out;
+  }
   ZooSizes sizes = ZooSizesOf(spec);
   std::shared_ptr<const Vocabulary> words;
   EPS_ASSIGN_OR_RETURN(std::string format, DataFormatOf(DataFilesOf(spec).train));
@@ -473,7 +479,7 @@ StatusOr<std::string> CheckJobData(const JobSpec& spec, std::string* vocab,
     EPS_ASSIGN_OR_RETURN(Vocabulary parsed, Vocabulary::Parse(bytes));
     sizes.num_classes = static_cast<uint32_t>(parsed.labels().size());
     words = std::make_shared<const Vocabulary>(std::move(parsed));
-    if (vocab != nullptr) *vocab = std::move(bytes);
+    out.vocab = std::move(bytes);
   }
   EPS_ASSIGN_OR_RETURN(JobData data, OpenJobData(spec, words));
   if (words != nullptr) {
@@ -481,6 +487,8 @@ StatusOr<std::string> CheckJobData(const JobSpec& spec, std::string* vocab,
               << words->labels().size() << " labels; " << data.train.truncated << " of "
               << data.train.size << " training and " << data.test.truncated << " of "
               << data.test.size << " test samples truncated to --seq_len=" << spec.seq_len;
+    out.truncated_train = data.train.truncated;
+    out.truncated_test = data.test.truncated;
   }
   if (IsBuiltinModel(spec.model)) {
     EPS_RETURN_IF_ERROR(CheckModelInputFor(spec.model, sizes, data.train)
@@ -490,7 +498,8 @@ StatusOr<std::string> CheckJobData(const JobSpec& spec, std::string* vocab,
                               .WithContext("--test_data " + spec.test_data));
     }
   }
-  return data.fingerprint;
+  out.fingerprint = data.fingerprint;
+  return out;
 }
 
 StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOptions& given,

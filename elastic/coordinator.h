@@ -75,6 +75,8 @@ struct CoordinatorOptions {
   // (CheckJobData builds it; a restarted coordinator takes its store's), sent
   // to every worker, kept in the store and written to run_dir/vocab.json.
   std::string vocab;
+  // Text data: the samples of each split cut to --seq_len (CheckJobData), for result.json.
+  int64_t truncated_train = 0, truncated_test = 0;
   // Transfer learning (docs/models.md): the exported model the job starts
   // from. Open reads `init_from` (ReadInitFile, elastic/model_file.h), pins it
   // in spec.init_sha256 and hands its bytes to every registering worker.
@@ -87,15 +89,22 @@ struct CoordinatorOptions {
 // Checks what can be checked before any process starts: sizes, counts, the data files.
 Status ValidateJobSpec(const JobSpec& spec);
 
+// What CheckJobData found.
+struct CheckedJobData {
+  std::string fingerprint;  // of every data file (data/fingerprint.h)
+  // Text data: the serialized vocabulary, and the samples cut to --seq_len.
+  std::string vocab;
+  int64_t truncated_train = 0, truncated_test = 0;
+};
+
 // Reads the job's data files as a worker would (data/job_data.h) and gives
 // their fingerprint: InvalidArgument/DataLoss for a malformed data set (or one
 // a built-in model cannot train on), NotFound when this host cannot read them
 // (then the first worker's fingerprint stands for the job's).
-// Text data: builds the vocabulary of the training text into *vocab first
-// (data/job_data.h BuildJobVocabulary) and reads the data with it.
-// `words_from`: BuildJobVocabulary's (--vocab_from's bytes).
-StatusOr<std::string> CheckJobData(const JobSpec& spec, std::string* vocab = nullptr,
-                                   const std::string& words_from = "");
+// Text data: builds the vocabulary of the training text first (data/job_data.h
+// BuildJobVocabulary; `words_from`: --vocab_from's bytes) and reads the data
+// with it.
+StatusOr<CheckedJobData> CheckJobData(const JobSpec& spec, const std::string& words_from = "");
 
 // The store key of the vocabulary (CoordinatorOptions::vocab).
 inline constexpr const char* kVocabKey = "vocab";

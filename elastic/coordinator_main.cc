@@ -285,9 +285,12 @@ int main(int argc, char** argv) {
     words_from = std::move(bytes).value();
   }
   if (eps::Status st = eps::ValidateJobSpec(o.spec); st.ok()) {  // else Open says why
-    auto fingerprint = eps::CheckJobData(o.spec, &o.vocab, words_from);
+    auto fingerprint = eps::CheckJobData(o.spec, words_from);
     if (fingerprint.ok()) {
-      o.data_fingerprint = *fingerprint;
+      o.data_fingerprint = fingerprint->fingerprint;
+      o.vocab = fingerprint->vocab;
+      o.truncated_train = fingerprint->truncated_train;
+      o.truncated_test = fingerprint->truncated_test;
     } else if (fingerprint.status().code() == eps::StatusCode::kNotFound) {
       LOG(WARNING) << "cannot read the data files here (" << fingerprint.status().message()
                    << "): the first worker's fingerprint stands for the job's";

@@ -4,6 +4,7 @@ coordinator's vocabulary (run_dir/vocab.json) is the same in every run; bad text
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import unittest
@@ -41,6 +42,16 @@ class TextTransformer(RunDirTest):
         self.assertEqual(v1["seq_len"], 48)
         self.assertEqual(len(v1["words"]), 1000)
         self.assertEqual(v1["words"][:3], ["<pad>", "<unk>", "<cls>"])
+        # The mails longer than 47 words (<cls> + 47 = --seq_len) are counted as truncated: the tokenizer's word
+        # rule (docs/text.md) written again here.
+        word = re.compile("[0-9A-Za-z\u0080-\ufffc\ufffe-\U0010ffff]+")
+        expected = {}
+        for split, limit in (("train", 400), ("test", 200)):
+            with open(f"{SPAM}/{split}.jsonl") as f:
+                mails = [json.loads(f.readline())["text"] for _ in range(limit)]
+            expected[split] = sum(len(word.findall(m)) > 47 for m in mails)
+        self.assertEqual(one["truncated"], expected)
+        self.assertGreater(expected["train"], 0)
         # Another seed: other bits (the digest says something).
         _, _, other = self.run_text("seed", 2, extra=["--seed=8"])
         self.assertNotEqual(other["params_sha256"], one["params_sha256"])
