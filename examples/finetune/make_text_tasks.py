@@ -1,14 +1,15 @@
 #!/usr/bin/python3
-"""SpamAssassin split into two tasks for the text fine-tuning example (examples/finetune/run.sh --app text).
+"""SpamAssassin as two corpora for the text fine-tuning example (examples/finetune/run.sh --app text).
 
-From the fixed split scripts/setup.sh writes (/usr/share/datasets/spam-assassin/{train,test}.jsonl), into OUT:
-  a_train.jsonl, a_test.jsonl   task A, the pretraining task: which of the corpus's two releases a mail comes
-                                from (label "2002": the groups easy-ham-1, hard-ham-1, spam-1; "2003": easy-ham-2,
-                                spam-2), on every training mail, and every test mail
-  b_train.jsonl                 task B: spam or ham, from only the first --b-train training mails (the file is
-                                sorted by a hash: spam and ham mixed)
-  b_test.jsonl                  task B's test set: every test mail, spam or ham
-Each line: {"text": mail, "label": ...}.
+The corpus came out in two releases, half a year apart, of other mailboxes: 2002 (the groups easy-ham-1,
+hard-ham-1, spam-1) and 2003 (easy-ham-2, spam-2). From the fixed split scripts/setup.sh writes
+(/usr/share/datasets/spam-assassin/{train,test}.jsonl), into OUT:
+  a_train.jsonl, a_test.jsonl   task A, the pretraining corpus: spam or ham in the 2002 release, every one of its
+                                training and test mails
+  b_train.jsonl                 task B: spam or ham in the 2003 release, from only its first --b-train training
+                                mails (the file is sorted by a hash: spam and ham mixed)
+  b_test.jsonl                  task B's test set: every 2003 test mail
+Each line: {"text": mail, "label": "spam" | "ham"}.
 """
 import argparse
 import json
@@ -24,11 +25,12 @@ def release(mail):
     return "2002" if mail["id"].split("/")[0].endswith("-1") else "2003"
 
 
-def write(path, mails, label):
+def write(path, mails):
     with open(path, "w", encoding="utf-8") as f:
         for m in mails:
-            f.write(json.dumps({"text": m["text"], "label": label(m)}, ensure_ascii=False) + "\n")
-    print(f"{os.path.basename(path)}: {len(mails)} mails")
+            f.write(json.dumps({"text": m["text"], "label": m["label"]}, ensure_ascii=False) + "\n")
+    spam = sum(m["label"] == "spam" for m in mails)
+    print(f"{os.path.basename(path)}: {len(mails)} mails, {spam} spam")
 
 
 def main():
@@ -39,10 +41,11 @@ def main():
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     train, test = rows(os.path.join(a.corpus, "train.jsonl")), rows(os.path.join(a.corpus, "test.jsonl"))
-    write(os.path.join(a.out, "a_train.jsonl"), train, release)
-    write(os.path.join(a.out, "a_test.jsonl"), test, release)
-    write(os.path.join(a.out, "b_train.jsonl"), train[:a.b_train], lambda m: m["label"])
-    write(os.path.join(a.out, "b_test.jsonl"), test, lambda m: m["label"])
+    of = lambda mails, r: [m for m in mails if release(m) == r]  # noqa: E731
+    write(os.path.join(a.out, "a_train.jsonl"), of(train, "2002"))
+    write(os.path.join(a.out, "a_test.jsonl"), of(test, "2002"))
+    write(os.path.join(a.out, "b_train.jsonl"), of(train, "2003")[:a.b_train])
+    write(os.path.join(a.out, "b_test.jsonl"), of(test, "2003"))
 
 
 if __name__ == "__main__":

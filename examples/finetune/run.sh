@@ -3,9 +3,9 @@
 #   --app image (default): task A, the CNN trained on Fashion-MNIST classes 0-4 (pretrain.flags);
 #     task B, classes 5-9 from 1,000 labelled images (finetune.flags), the same budget twice: from
 #     scratch, and from task A's model with the convolutions frozen and a new head.
-#   --app text: task A, text_transformer learns which SpamAssassin release a mail is from
-#     (text_pretrain.flags); task B, spam or ham from 200 labelled mails (text_finetune.flags): from
-#     scratch, and from task A's vocabulary and model with a new head.
+#   --app text: task A, text_transformer learns spam on SpamAssassin's 2002 release
+#     (text_pretrain.flags); task B, spam in its 2003 release from 200 labelled mails
+#     (text_finetune.flags): from scratch, and from task A's vocabulary and model.
 # Prints task A's and both task-B test accuracies (and one JSON line).
 # usage: examples/finetune/run.sh [--app image|text] [--out DIR] [--workers W] [--b-train N]
 #                                 [--steps N] [--a-steps N]
@@ -31,8 +31,8 @@ case $app in
          what_a="classes 0-4, every training image" what_b="classes 5-9, $b_train training images"
          transfer=(--freeze='^conv' --reinit='^fc2\.') how="convolutions frozen, a new head" ;;
   text)  b_train=${b_train:-200} pretrain=text_pretrain.flags finetune=text_finetune.flags
-         what_a="the release of every training mail" what_b="spam or ham from $b_train labelled mails"
-         transfer=(--reinit='^text\.head\.') how="its words, embeddings and encoder, a new head" ;;
+         what_a="spam in the 2002 release" what_b="spam in the 2003 release from $b_train labelled mails"
+         transfer=() how="its words and every tensor" ;;
   *) echo "run.sh: --app is image or text, not '$app'" >&2; exit 2 ;;
 esac
 out=${out:-$root/runs/finetune_$app}
