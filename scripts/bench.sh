@@ -11,7 +11,8 @@
 # observe limits network (network: hosts in network namespaces under link rates and latencies; needs root, else skipped)
 # usermodel (the cnn as a TorchScript model from Python against the built-in one and against plain PyTorch;
 # a worker's peak RSS with a TorchScript model as V grows) freeze (--freeze: bytes per step and step time with the
-# convolutions frozen against the whole network trained).
+# convolutions frozen against the whole network trained) zoo (each zoo model, cnn, resnet-8 and text_transformer,
+# in a 2-worker job against the same network under PyTorch DDP).
 # They share scripts/bench/common.py (running jobs and programs, table and csv rows); the figures come
 # from scripts/bench/analysis.py, which reads the JSON a run leaves (the coordinator's events.jsonl,
 # the workers' reports, result.json, the bench programs' JSON lines) and draws the plot.
@@ -26,10 +27,10 @@
 # only when a run fails, or when the runs of hetero or durable end on different digests.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # A new section: scripts/bench/NAME.py (ending with common.main(run)) and NAME here.
-all_sections=(vw elastic transfer wire ps_share ddp scaling hetero durable observe limits network usermodel freeze)
+all_sections=(vw elastic transfer wire ps_share ddp scaling hetero durable observe limits network usermodel freeze zoo)
 only="" steps=300 setup=1
 while [ $# -gt 0 ]; do
   case "$1" in

@@ -1,15 +1,27 @@
 #!/usr/bin/python3
-"""PyTorch DDP baseline for scripts/bench.sh's ddp section.
+"""PyTorch DDP baseline for scripts/bench.sh's ddp and zoo sections.
 
-Trains the `cnn` of worker/models.cc on Fashion-MNIST with DistributedDataParallel
-(gloo, CPU) the way an ElasticPS job of V virtual workers x b samples does, and
+Trains a network of the built-in zoo (default the `cnn` of worker/models.cc on Fashion-MNIST) with
+DistributedDataParallel (gloo, CPU) the way an ElasticPS job of V virtual workers x b samples does, and
 prints one JSON object on one line:
 
-    {"program": "ddp", "ranks": R, "mode": M, "steps": N, "samples_per_s": X, "seconds": S, "final_loss": L}
+    {"program": "ddp", "ranks": R, "mode": M, "steps": N, "samples_per_s": X, "seconds": S, "final_loss": L,
+     "model": NAME, "parameters": P}
 
   /usr/bin/python3 scripts/ddp_baseline.py [--ranks 2] [--steps 300] [--vws 8] [--batch_per_vw 16]
       [--mode accumulate|batch] [--plain] [--threads 1] [--data_dir DIR] [--timeout_s 900]
+      [--model cnn|resnet|text_transformer] [--model_depth 20] [--check_tensors FILE.safetensors]
+      [--optimizer adamw|adam|sgd] [--momentum M] [--nesterov] [--lr_schedule cosine|constant]
+      [--text_data FILE.jsonl] [--text_vocab vocab.json] [--seq_len 128] [--vocab_size 8000]
+      [--model_dim 64] [--model_layers 2] [--model_heads 4]
   --plain (with --ranks 1): plain PyTorch in one process, no process group and no DDP wrapper.
+  --model: the network of scripts/zoo_nets.py (the C++ one's tensor names and shapes); resnet and cnn on
+      Fashion-MNIST, text_transformer on --text_data (JSONL, members "text" and "label") tokenized as data/text.h
+      does with a job's --text_vocab (run_dir/vocab.json), or, without one, random ids in [3, vocab_size) of the
+      same [b, seq_len] shape and random labels (a throughput run: no padding).
+  --check_tensors: before training, compare the network's parameters and buffers (names and shapes) with a
+      job's model.safetensors; a difference ends the run with exit code 2.
+  The defaults are the cnn job's (examples/fashion_mnist_cnn.flags): AdamW, cosine.
 
 Debian's torchrun is broken on Python 3.11, so the ranks are started here by hand:
 one process per rank with MASTER_ADDR=127.0.0.1, MASTER_PORT (a free port),
@@ -31,6 +43,7 @@ What matches the ElasticPS job (examples/fashion_mnist_cnn.flags):
   - AdamW (lr 0.002, weight decay 1e-4) with the job's cosine schedule (warm-up
     100 steps, or steps/2 when steps <= 200 as bench.sh shortens it; min lr 5e-5);
   - pixels normalised as worker/dataset.h does ((p/255 - 0.2860) / 0.3530).
+The other models take their job's optimizer by flags (scripts/bench/zoo.py passes the example's).
 What does not: dropout draws from torch's global generator, not a per-VW seed.
 Timing: from a barrier after the first 5 steps (warm-up) to a barrier after the
 last step, as the coordinator's steady_samples_per_s leaves out its first 5 steps.
@@ -63,6 +76,20 @@ def parse_args(argv=None):
     p.add_argument("--warmup_steps", type=int, default=-1, help="-1: 100, or steps/2 when steps <= 200")
     p.add_argument("--min_lr", type=float, default=0.00005)
     p.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--model", choices=("cnn", "resnet", "text_transformer"), default="cnn")
+    p.add_argument("--model_depth", type=int, default=20, help="resnet: 6n+2")
+    p.add_argument("--check_tensors", default="", help="a job's model.safetensors to compare the network with")
+    p.add_argument("--optimizer", choices=("adamw", "adam", "sgd"), default="adamw")
+    p.add_argument("--momentum", type=float, default=0.0, help="sgd")
+    p.add_argument("--nesterov", action="store_true", help="sgd")
+    p.add_argument("--lr_schedule", choices=("cosine", "constant"), default="cosine")
+    p.add_argument("--text_data", default="/usr/share/datasets/spam-assassin/train.jsonl")
+    p.add_argument("--text_vocab", default="", help="a job's vocab.json; none: random ids")
+    p.add_argument("--seq_len", type=int, default=128)
+    p.add_argument("--vocab_size", type=int, default=8000)
+    p.add_argument("--model_dim", type=int, default=64)
+    p.add_argument("--model_layers", type=int, default=2)
+    p.add_argument("--model_heads", type=int, default=4)
     p.add_argument("--timeout_s", type=int, default=900, help="the whole run, ranks included")
     p.add_argument("--plain", action="store_true",
                    help="plain PyTorch: one process, no process group and no DDP wrapper (--ranks 1)")
@@ -74,6 +101,15 @@ def parse_args(argv=None):
         p.error("--plain trains in one process: --ranks 1")
     if a.vws % a.ranks:
         p.error("--vws must be a multiple of --ranks")
+    if a.text_vocab and a.model != "text_transformer":
+        p.error("--text_vocab is for --model text_transformer")
+    if a.model == "resnet" and (a.model_depth < 8 or (a.model_depth - 2) % 6):
+        p.error(f"--model_depth {a.model_depth}: resnet needs 6n+2 with n >= 1 (8, 14, 20, ...)")
+    if a.model == "text_transformer" and (a.model_dim < 1 or a.model_heads < 1 or a.model_dim % a.model_heads
+                                          or a.model_layers < 1 or a.seq_len < 2 or a.vocab_size <= 3):
+        p.error(f"text_transformer: --model_dim {a.model_dim} must be a positive multiple of --model_heads "
+                f"{a.model_heads}, --model_layers {a.model_layers} >= 1, --seq_len {a.seq_len} >= 2, "
+                f"--vocab_size {a.vocab_size} > 3")
     if a.warmup_steps < 0:
         a.warmup_steps = a.steps // 2 if a.steps <= 200 else 100
     return a
@@ -89,11 +125,45 @@ def read_idx(path, magic, dims):
     return np.frombuffer(raw, dtype=np.uint8, offset=4 * (1 + dims)).reshape(shape)
 
 
-def make_model(nn):
-    return nn.Sequential(
-        nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 7 * 7, 256), nn.ReLU(), nn.Dropout(0.25), nn.Linear(256, 10))
+def fashion_mnist(torch, a):
+    """The training images, normalised as worker/dataset.h does, [n, 1, 28, 28], and their labels."""
+    images = read_idx(os.path.join(a.data_dir, "train-images-idx3-ubyte.gz"), 0x803, 3)
+    labels = read_idx(os.path.join(a.data_dir, "train-labels-idx1-ubyte.gz"), 0x801, 1)
+    x_all = ((torch.from_numpy(images.astype(np.float32)) / 255.0 - 0.2860) / 0.3530).unsqueeze(1).contiguous()
+    return x_all, torch.from_numpy(labels.astype(np.int64))
+
+
+def text_samples(torch, a):
+    """--text_data as int64 token ids [n, seq_len] and classes, and the class count: tokenized with --text_vocab,
+    or random ids and labels of the same shape without one."""
+    import zoo_nets
+
+    with open(a.text_data) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    if not a.text_vocab:
+        g = np.random.default_rng(a.seed)
+        ids = g.integers(zoo_nets.CLS_ID + 1, a.vocab_size, size=(len(rows), a.seq_len), dtype=np.int64)
+        ids[:, 0] = zoo_nets.CLS_ID
+        return torch.from_numpy(ids), torch.from_numpy(g.integers(0, 2, size=len(rows), dtype=np.int64)), 2
+    word_ids, labels, seq_len = zoo_nets.read_vocab(a.text_vocab)
+    if seq_len != a.seq_len:
+        raise ValueError(f"{a.text_vocab}: seq_len {seq_len}, --seq_len {a.seq_len}")
+    classes = {label: i for i, label in enumerate(labels)}
+    ids = [zoo_nets.encode(r["text"], word_ids, seq_len) for r in rows]
+    y = [classes[str(r["label"])] for r in rows]
+    return torch.tensor(ids, dtype=torch.int64), torch.tensor(y, dtype=torch.int64), len(labels)
+
+
+def check_tensors(model, path):
+    """Exits 2 when the network's tensor table differs from the safetensors file's."""
+    import zoo_nets
+
+    diff = zoo_nets.table_differences(zoo_nets.tensor_table(model), zoo_nets.safetensors_table(path))
+    if diff:
+        more = f"\n  ... {len(diff) - 20} more" if len(diff) > 20 else ""
+        print(f"ddp_baseline.py: --model's tensors differ from {path}:\n  " + "\n  ".join(diff[:20]) + more,
+              file=sys.stderr)
+        sys.exit(2)
 
 
 class Stream:
@@ -121,7 +191,6 @@ def run_rank(a):
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
-    from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.set_num_threads(a.threads)
@@ -130,16 +199,31 @@ def run_rank(a):
     if not a.plain:
         dist.init_process_group("gloo", rank=rank, world_size=a.ranks)
 
-    images = read_idx(os.path.join(a.data_dir, "train-images-idx3-ubyte.gz"), 0x803, 3)
-    labels = read_idx(os.path.join(a.data_dir, "train-labels-idx1-ubyte.gz"), 0x801, 1)
-    x_all = ((torch.from_numpy(images.astype(np.float32)) / 255.0 - 0.2860) / 0.3530).unsqueeze(1).contiguous()
-    y_all = torch.from_numpy(labels.astype(np.int64))
+    import zoo_nets
+
+    if a.model == "text_transformer":
+        x_all, y_all, classes = text_samples(torch, a)
+    else:
+        (x_all, y_all), classes = fashion_mnist(torch, a), 10
 
     torch.manual_seed(a.seed)
-    model = make_model(nn) if a.plain else DDP(make_model(nn))  # DDP broadcasts rank 0's parameters
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
+    net = zoo_nets.make(a.model, depth=a.model_depth, vocab_size=a.vocab_size, seq_len=a.seq_len, dim=a.model_dim,
+                        layers=a.model_layers, heads=a.model_heads, classes=classes)
+    if a.check_tensors and rank == 0:
+        check_tensors(net, a.check_tensors)
+    parameters = sum(p.numel() for p in net.parameters())
+    model = net if a.plain else DDP(net)  # DDP broadcasts rank 0's parameters (and its buffers before a step)
+    if a.optimizer == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
+    elif a.optimizer == "adam":  # the job's weight decay is an L2 penalty for adam and sgd
+        opt = torch.optim.Adam(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum, nesterov=a.nesterov,
+                              weight_decay=a.weight_decay)
 
     def lr_factor(step):  # the coordinator's cosine schedule with linear warm-up
+        if a.lr_schedule == "constant":
+            return 1.0
         if step < a.warmup_steps:
             return (step + 1) / a.warmup_steps
         t = (step - a.warmup_steps) / max(1, a.steps - a.warmup_steps)
@@ -182,7 +266,8 @@ def run_rank(a):
         timed = a.steps - warmup
         print(json.dumps({"program": "ddp", "ranks": a.ranks, "mode": a.mode, "plain": a.plain, "steps": a.steps,
                           "samples_per_s": round(timed * V * b / seconds, 1), "seconds": round(seconds, 3),
-                          "final_loss": round(loss_sum, 4)}), flush=True)
+                          "final_loss": round(loss_sum, 4), "model": a.model, "parameters": parameters}),
+              flush=True)
     if not a.plain:
         dist.destroy_process_group()
 
