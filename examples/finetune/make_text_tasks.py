@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """SpamAssassin as two corpora for the text fine-tuning example (examples/finetune/run.sh --app text).
 
-The corpus came out in two releases, half a year apart, of other mailboxes: 2002 (the groups easy-ham-1,
+The corpus came out in two releases, months apart (2002-10 and 2003-02), of other mailboxes: 2002 (the groups easy-ham-1,
 hard-ham-1, spam-1) and 2003 (easy-ham-2, spam-2). From the fixed split scripts/setup.sh writes
 (/usr/share/datasets/spam-assassin/{train,test}.jsonl), into OUT:
   a_train.jsonl, a_test.jsonl   task A, the pretraining corpus: spam or ham in the 2002 release, every one of its

@@ -8,12 +8,13 @@
 #     (text_finetune.flags): from scratch, and from task A's vocabulary and model.
 # Prints task A's and both task-B test accuracies (and one JSON line).
 # usage: examples/finetune/run.sh [--app image|text] [--out DIR] [--workers W] [--b-train N]
-#                                 [--steps N] [--a-steps N]
-#   --b-train: task B's training samples; --steps, --a-steps: task B's and task A's steps
+#                                 [--steps N] [--a-steps N] [--reuse-a]
+#   --b-train: task B's training samples; --steps, --a-steps: task B's and task A's steps;
+#   --reuse-a: keep the task A run already in --out (try other task-B budgets)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-app=image out="" workers=2 b_train="" steps="" a_steps=""
+app=image out="" workers=2 b_train="" steps="" a_steps="" reuse_a=0
 while [ $# -gt 0 ]; do
   case $1 in
     --app) app=$2; shift 2 ;;
@@ -22,7 +23,8 @@ while [ $# -gt 0 ]; do
     --b-train) b_train=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --a-steps) a_steps=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    --reuse-a) reuse_a=1; shift ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -59,7 +61,11 @@ budget=() a_budget=()
 [ -n "$steps" ] && budget=(--steps="$steps")
 [ -n "$a_steps" ] && a_budget=(--steps="$a_steps")
 echo "== task A: $what_a"
-task a "$out/a" "$pretrain" "${a_budget[@]}"
+if [ "$reuse_a" = 1 ] && [ -f "$out/a/result.json" ]; then
+  echo "   (reused: $out/a)"
+else
+  task a "$out/a" "$pretrain" "${a_budget[@]}"
+fi
 echo "== task B: $what_b; from scratch"
 task b "$out/b_scratch" "$finetune" "${budget[@]}"
 echo "== task B: from task A's model: $how"
