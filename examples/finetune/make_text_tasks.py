@@ -37,7 +37,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus", default="/usr/share/datasets/spam-assassin")
     p.add_argument("--out", required=True)
-    p.add_argument("--b-train", type=int, default=200, help="task B's labelled training mails (default 200)")
+    p.add_argument("--b-train", type=int, default=50, help="task B's labelled training mails (default 50)")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     train, test = rows(os.path.join(a.corpus, "train.jsonl")), rows(os.path.join(a.corpus, "test.jsonl"))

@@ -4,7 +4,7 @@
 #     task B, classes 5-9 from 1,000 labelled images (finetune.flags), the same budget twice: from
 #     scratch, and from task A's model with the convolutions frozen and a new head.
 #   --app text: task A, text_transformer learns spam on SpamAssassin's 2002 release
-#     (text_pretrain.flags); task B, spam in its 2003 release from 200 labelled mails
+#     (text_pretrain.flags); task B, spam in its 2003 release from 50 labelled mails
 #     (text_finetune.flags): from scratch, and from task A's vocabulary and model.
 # Prints task A's and both task-B test accuracies (and one JSON line).
 # usage: examples/finetune/run.sh [--app image|text] [--out DIR] [--workers W] [--b-train N]
@@ -32,7 +32,7 @@ case $app in
   image) b_train=${b_train:-1000} pretrain=pretrain.flags finetune=finetune.flags
          what_a="classes 0-4, every training image" what_b="classes 5-9, $b_train training images"
          transfer=(--freeze='^conv' --reinit='^fc2\.') how="convolutions frozen, a new head" ;;
-  text)  b_train=${b_train:-200} pretrain=text_pretrain.flags finetune=text_finetune.flags
+  text)  b_train=${b_train:-50} pretrain=text_pretrain.flags finetune=text_finetune.flags
          what_a="spam in the 2002 release" what_b="spam in the 2003 release from $b_train labelled mails"
          transfer=() how="its words and every tensor" ;;
   *) echo "run.sh: --app is image or text, not '$app'" >&2; exit 2 ;;
