@@ -179,7 +179,6 @@ class WorkerImpl final : public Worker {
     return OkStatus();
   }
 
-  // The job's model with its initial values (a function of the seed), handed to the client.
   // OK when `bytes` are the file `sha256` pins (both empty: none).
   static Status CheckPinned(const std::string& bytes, const std::string& sha256,
                             const std::string& what, const std::string& pin) {
@@ -193,6 +192,8 @@ class WorkerImpl final : public Worker {
                            ", the job's " + pin + " is '" + sha256 + "'");
   }
 
+  // The job's model with its initial values (a function of the seed and the
+  // --init_from file), handed to the client.
   Status NewModel() {
     EPS_RETURN_IF_ERROR(CheckPinned(model_script_, spec_.model_sha256, "model file", "model_sha256"));
     EPS_RETURN_IF_ERROR(CheckPinned(init_file_, spec_.init_sha256, "--init_from file", "init_sha256"));
