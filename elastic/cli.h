@@ -6,6 +6,7 @@
 //   elasticps evaluate accuracy and loss of an exported model on a data set (eps_predict)
 //   elasticps predict  an exported model's predictions as CSV (eps_predict)
 //   elasticps status   a running job's step, workers, shards and events
+//   elasticps hold     hold a running job at its next step boundary; `release` goes on
 //   elasticps keygen   a CURVE key pair
 //
 // What is here is the part worth testing without a process: the status
@@ -14,6 +15,8 @@
 // the environment.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +29,15 @@ namespace eps {
 inline constexpr const char* kStatusUsage =
     "elasticps status (--run-dir DIR | --coordinator ADDR --token-file FILE) [--json] "
     "[--events N] [--timeout-s S] [--curve-secret-key FILE --curve-server-key FILE]";
+inline constexpr const char* kHoldUsage =
+    "elasticps hold [--from-step N] (--run-dir DIR | --coordinator ADDR --token-file FILE)\n"
+    "               [--json] [--timeout-s S] [--curve-secret-key FILE --curve-server-key FILE]\n"
+    "elasticps release (the same, less --from-step)\n"
+    "\n"
+    "hold: no step starts once the step in flight has ended (--from-step N: once N steps are\n"
+    "done); every worker and all state stay, and the hold outlives a coordinator restart.\n"
+    "release: the job goes on, on the same bits as if it had never been held.\n"
+    "Prints the job's status after the change (docs/operations.md, \"Holding a job\").";
 
 struct StatusCommandOptions {
   std::string run_dir;      // a job's run folder: its coordinator.addr, token (and keys/)
@@ -35,6 +47,11 @@ struct StatusCommandOptions {
   uint32_t events = 10;     // how many of the newest events to show
   double timeout_s = 5;     // how long to wait for the answer
   std::string curve_secret_key, curve_server_key;  // a CURVE job (docs/security.md)
+  // hold / release (JobControl) instead of a plain status request: true holds
+  // (no step >= from_step starts; 0: from the next step boundary), false
+  // releases; the reply is the status after the change.
+  std::optional<bool> hold;
+  int64_t from_step = 0;
 };
 
 // Prints the job's status on stdout. Returns the process's exit code: 0

@@ -66,6 +66,7 @@ Json ToJson(const JobStatusReply& s) {
             {"model", s.model},
             {"phase", s.phase},
             {"paused", s.paused},
+            {"hold_from", s.hold_from},
             {"step", s.step},
             {"steps", s.steps},
             {"epoch", s.epoch},
@@ -114,8 +115,12 @@ Json ToJson(const JobStatusReply& s) {
 
 void PrintTables(const JobStatusReply& s) {
   std::string head = "job " + s.job_id + " (" + s.model + ")  " + s.phase +
-                     (s.paused ? " (paused)" : "") + "  step " + std::to_string(s.step) + "/" +
-                     std::to_string(s.steps) + "  epoch " + StrFormat("%.2f", s.epoch);
+                     (s.paused ? " (paused)" : "") +
+                     (s.hold_from >= 0 && s.phase != "held"
+                          ? " (hold from step " + std::to_string(s.hold_from) + ")"
+                          : "") +
+                     "  step " + std::to_string(s.step) + "/" + std::to_string(s.steps) +
+                     "  epoch " + StrFormat("%.2f", s.epoch);
   if (s.has_loss) head += "  loss " + StrFormat("%.4f", s.loss);
   head += "  lr " + StrFormat("%.4g", s.lr) + "  samples/s " + StrFormat("%.0f", s.samples_per_s) +
           "  ETA " + Duration(s.eta_s) + "  elapsed " + Duration(s.elapsed_s);
@@ -187,6 +192,8 @@ StatusOr<std::string> ReadFirstLine(const std::string& path) {
 }  // namespace
 
 int RunStatusCommand(const StatusCommandOptions& o) {
+  std::string name = "elasticps status";
+  if (o.hold) name = *o.hold ? "elasticps hold" : "elasticps release";
   zmq::context_t context(1);
   zmq::context_t* ctx = &context;
   std::string endpoint = o.coordinator, token_file = o.token_file;
@@ -199,7 +206,7 @@ int RunStatusCommand(const StatusCommandOptions& o) {
   if (!o.run_dir.empty()) {
     auto addr = ReadFirstLine(o.run_dir + "/coordinator.addr");
     if (!addr.ok()) {
-      std::fprintf(stderr, "elasticps status: %s: is a job running in %s?\n",
+      std::fprintf(stderr, "%s: %s: is a job running in %s?\n", name.c_str(),
                    addr.status().message().c_str(), o.run_dir.c_str());
       return 1;
     }
@@ -207,26 +214,29 @@ int RunStatusCommand(const StatusCommandOptions& o) {
     if (token_file.empty()) token_file = o.run_dir + "/token";
   }
   if (endpoint.empty()) {
-    std::fprintf(stderr, "elasticps status: --run-dir or --coordinator is required\n%s\n", kStatusUsage);
+    std::fprintf(stderr, "%s: --run-dir or --coordinator is required\n%s\n", name.c_str(),
+                 o.hold ? kHoldUsage : kStatusUsage);
     return 2;
   }
   if (!secret_key.empty() && server_key.empty()) {
-    std::fprintf(stderr, "elasticps status: --curve-secret-key needs --curve-server-key\n");
+    std::fprintf(stderr, "%s: --curve-secret-key needs --curve-server-key\n", name.c_str());
     return 2;
   }
   auto credentials = LoadJobCredentials(token_file, secret_key, server_key);
   if (!credentials.ok()) {
-    std::fprintf(stderr, "elasticps status: %s\n", credentials.status().ToString().c_str());
+    std::fprintf(stderr, "%s: %s\n", name.c_str(), credentials.status().ToString().c_str());
     return 2;
   }
   Channel::Options options;
   options.curve = credentials->curve;
   auto channel = Channel::Connect(ctx, endpoint, options);
   if (!channel.ok()) {
-    std::fprintf(stderr, "elasticps status: %s\n", channel.status().ToString().c_str());
+    std::fprintf(stderr, "%s: %s\n", name.c_str(), channel.status().ToString().c_str());
     return 2;
   }
-  auto reply = Call(channel->get(), Envelope{credentials->token, JobStatusRequest{o.events}},
+  Body request = JobStatusRequest{o.events};
+  if (o.hold) request = JobControl{*o.hold, o.from_step};
+  auto reply = Call(channel->get(), Envelope{credentials->token, std::move(request)},
                     std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000)));
   if (!reply.ok()) {
     std::string why = reply.status().ToString();
@@ -236,12 +246,16 @@ int RunStatusCommand(const StatusCommandOptions& o) {
       if (!o.run_dir.empty() && ReadFirstLine(o.run_dir + "/result.json").ok())
         why += " (" + o.run_dir + "/result.json is there: the job has finished)";
     }
-    std::fprintf(stderr, "elasticps status: %s\n", why.c_str());
+    std::fprintf(stderr, "%s: %s\n", name.c_str(), why.c_str());
+    return 1;
+  }
+  if (auto* error = std::get_if<ErrorReply>(&reply->body)) {
+    std::fprintf(stderr, "%s: refused: %s\n", name.c_str(), error->ToStatus().ToString().c_str());
     return 1;
   }
   auto* status = std::get_if<JobStatusReply>(&reply->body);
   if (status == nullptr) {
-    std::fprintf(stderr, "elasticps status: %s answered with a %s message\n", endpoint.c_str(),
+    std::fprintf(stderr, "%s: %s answered with a %s message\n", name.c_str(), endpoint.c_str(),
                  BodyName(reply->body));
     return 1;
   }

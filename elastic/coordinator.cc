@@ -58,6 +58,8 @@ StatusOr<JobState::Resumed> ReadResumed(const StateStore& store, const std::stri
     r.test_samples = j.at("test").get<int64_t>();
     auto next_worker = store.Get("next_worker");
     if (next_worker.ok()) r.next_worker = static_cast<uint32_t>(std::stoul(*next_worker));
+    auto hold_from = store.Get("hold_from");
+    if (hold_from.ok() && std::stoll(*hold_from) >= 0) r.hold_from = Step(std::stoll(*hold_from));
     auto assignment = store.Get("assignment");
     if (assignment.ok()) {
       auto a = nlohmann::json::parse(*assignment);
@@ -91,6 +93,7 @@ class CoordinatorImpl final : public Coordinator {
       persisted_job_ = true;
       persisted_epoch_ = resumed->epoch;
       persisted_next_worker_ = resumed->next_worker;
+      persisted_hold_ = resumed->hold_from;
     }
   }
 
@@ -297,6 +300,12 @@ class CoordinatorImpl final : public Coordinator {
       st = store_->Put("next_worker", std::to_string(state_.next_worker()));
       if (st.ok()) persisted_next_worker_ = state_.next_worker();
     }
+    // A hold outlives a restart of the coordinator.
+    if (st.ok() && state_.hold_from() != persisted_hold_) {
+      const std::optional<Step> hold = state_.hold_from();
+      st = store_->Put("hold_from", std::to_string(hold ? hold->value() : -1));
+      if (st.ok()) persisted_hold_ = hold;
+    }
     if (!st.ok()) state_.OnJobError("the coordinator's store: " + st.ToString());
   }
 
@@ -326,7 +335,10 @@ class CoordinatorImpl final : public Coordinator {
     if (!admitted.ok()) return SendError(in.peer, admitted);
     const Body& body = in.envelope->body;
     Dispatched d = DispatchMessage(in.peer, body, &state_, &peers_);
-    if (d.status_report) Send(in.peer, StatusReport(std::get<JobStatusRequest>(body).recent_events));
+    if (d.status_report) {
+      const auto* request = std::get_if<JobStatusRequest>(&body);
+      Send(in.peer, StatusReport(request != nullptr ? request->recent_events : 0));
+    }
     if (d.reply) Send(in.peer, std::move(*d.reply));
     if (!d.dropped.ok()) LOG(WARNING) << "dropped an evaluation result: " << d.dropped.ToString();
     // A confused or hostile peer with the token: logged once and ignored.
@@ -429,6 +441,7 @@ class CoordinatorImpl final : public Coordinator {
   bool persisted_job_ = false;
   Epoch persisted_epoch_{0};
   uint32_t persisted_next_worker_ = 0;
+  std::optional<Step> persisted_hold_;
   CoordinatorPeers peers_;
   bool stray_error_logged_ = false;
   Rejections rejections_;  // after clock_, which it reads

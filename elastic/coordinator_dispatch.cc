@@ -21,6 +21,9 @@ Dispatched DispatchMessage(const std::string& peer, const Body& body, JobState* 
     peers->worker_metrics[id] = m->metrics_address;
   } else if (std::get_if<JobStatusRequest>(&body)) {
     d.status_report = true;
+  } else if (auto* m = std::get_if<JobControl>(&body)) {
+    st = m->hold ? state->Hold(Step(m->from_step)) : state->Release();
+    d.status_report = st.ok();  // the status after the change
   } else if (std::get_if<JobInfo>(&body)) {
     d.reply = state->Info();  // for the inter-job scheduler
   } else if (auto* m = std::get_if<StepRequest>(&body)) {

@@ -42,7 +42,7 @@ struct CoordinatorPeers {
 struct Dispatched {
   Status error;                // not ok: answer the peer with this as an ErrorReply
   std::optional<Body> reply;   // answer the peer with this
-  bool status_report = false;  // a JobStatusRequest: answer with the job's status
+  bool status_report = false;  // a JobStatusRequest or JobControl: answer with the job's status
   bool unserved = false;       // a kind the coordinator does not serve (`error` says which)
   bool stray_error = false;    // an ErrorReply from a peer that is no shard or worker of the job
   Status dropped;              // an evaluation result refused: never answered, only logged

@@ -5,6 +5,8 @@
 //   elasticps evaluate --model FILE --data F [--labels F] [--json] ...
 //   elasticps predict  --model FILE --data F [--labels F] --out predictions.csv ...
 //   elasticps status   (--run-dir DIR | --coordinator ADDR --token-file FILE) [--json] [--events N]
+//   elasticps hold     [--from-step N] (--run-dir DIR | --coordinator ADDR --token-file FILE)
+//   elasticps release  (the same)
 //   elasticps keygen   --out DIR [--name NAME]
 //   elasticps COMMAND --help
 //
@@ -15,9 +17,9 @@
 // `evaluate` and `predict`, which run eps_predict); `status`
 // and `keygen` run here (elastic/cli.h).
 //
-// `status` exit codes: 0 answered, 1 no answer or refused, 2 bad flags. With
-// --run-dir of a job started with `local.sh --secure`, status uses the run
-// dir's keys (keys/status.key, keys/server.pub).
+// `status`, `hold` and `release` exit codes: 0 answered, 1 no answer or
+// refused, 2 bad flags. With --run-dir of a job started with `local.sh
+// --secure`, they use the run dir's keys (keys/status.key, keys/server.pub).
 //
 // `keygen` writes a CURVE key pair (docs/security.md): DIR/NAME.key, the
 // secret key (mode 0600), and DIR/NAME.pub, the public key, one Z85 line each;
@@ -47,6 +49,7 @@ DEFINE_uint32(events, 10, "status: how many of the newest events to show");
 DEFINE_double(timeout_s, 5, "status: how long to wait for the coordinator's answer");
 DEFINE_string(curve_secret_key, "", "status: this client's CURVE secret key file (a CURVE job)");
 DEFINE_string(curve_server_key, "", "status: the job's servers' CURVE public key file");
+DEFINE_int64(from_step, 0, "hold: no step >= this starts (0: from the next step boundary)");
 DEFINE_string(out, "", "keygen: the folder to write the key pair to");
 DEFINE_string(name, "key", "keygen: the key pair's name (NAME.key, NAME.pub)");
 
@@ -76,6 +79,8 @@ constexpr Command kCommands[] = {
     {"evaluate", "accuracy and loss of an exported model on a data set", kEvaluateUsage},
     {"predict", "an exported model's predictions on a data set, as CSV", kPredictUsage},
     {"status", "a running job's step, workers, shards and events", kStatusUsage},
+    {"hold", "hold a running job at its next step boundary", kHoldUsage},
+    {"release", "let a held job go on", kHoldUsage},
     {"keygen", "write a CURVE key pair (docs/security.md)", kKeygenUsage},
 };
 
@@ -253,5 +258,7 @@ int main(int argc, char** argv) {
   o.timeout_s = FLAGS_timeout_s;
   o.curve_secret_key = FLAGS_curve_secret_key;
   o.curve_server_key = FLAGS_curve_server_key;
+  if (command == "hold" || command == "release") o.hold = command == "hold";
+  o.from_step = FLAGS_from_step;
   return eps::RunStatusCommand(o);
 }

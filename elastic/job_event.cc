@@ -195,7 +195,9 @@ std::string EventJson(const JobEvent& event, double wall_seconds) {
                    j["ranges"] = Ranges(e.ranges);
                  },
                  [&](const E::Paused& e) {
-                   j["cause"] = e.cause == E::Paused::Cause::kNoWorker ? "no_worker" : "capacity";
+                   j["cause"] = e.cause == E::Paused::Cause::kNoWorker   ? "no_worker"
+                                : e.cause == E::Paused::Cause::kCapacity ? "capacity"
+                                                                         : "hold";
                    j["detail"] = e.detail;
                  },
                  [&](const E::Resumed&) {},
@@ -342,7 +344,7 @@ EventLine EventText(const JobEvent& event) {
             return {Sink::kStdout, StrFormat("paused at step %lld: ", step) + e.detail};
           },
           [&](const E::Resumed&) -> EventLine {
-            return {Sink::kStdout, StrFormat("resumed at step %lld: a worker attached", step)};
+            return {Sink::kStdout, StrFormat("resumed at step %lld", step)};
           },
           [&](const E::Evaluated& e) -> EventLine {
             return {Sink::kStdout, StrFormat("eval  step %lld: test accuracy %.4f, test loss %.4f",

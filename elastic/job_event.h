@@ -129,11 +129,11 @@ struct JobEvent {
     std::vector<WorkerRange> ranges;  // its ranges by the worker that computed them (confirmed)
   };
   struct Paused {           // training waits at step `step`
-    enum class Cause { kNoWorker, kCapacity };
+    enum class Cause { kNoWorker, kCapacity, kHold };
     Cause cause = Cause::kNoWorker;
     std::string detail;  // for people: what the job waits for
   };
-  struct Resumed {};  // a worker attached after a kNoWorker pause
+  struct Resumed {};  // a worker attached after a kNoWorker pause, or a kHold was released
   struct Evaluated {  // the test set at version `step` (steps done)
     double accuracy = 0;
     double loss = 0;  // mean per sample

@@ -33,6 +33,8 @@ JobMetrics::JobMetrics(Metrics* m)
                        "Seconds to the end of training at the current rate (-1: unknown).")),
       workers_(m->GetGauge("eps_workers", "Live workers holding VWs.")),
       paused_(m->GetGauge("eps_paused", "1 while training waits for workers.")),
+      held_(m->GetGauge("eps_held",
+                        "1 while an operator's hold keeps the job waiting (elasticps hold).")),
       test_accuracy_(
           m->GetGauge("eps_test_accuracy", "Test accuracy of the newest evaluation (0: none).")),
       assignment_epoch_(
@@ -57,6 +59,7 @@ void JobMetrics::Publish(const JobStatusReply& s) {
   samples_per_s_.Set(s.samples_per_s);
   eta_.Set(s.eta_s);
   paused_.Set(s.paused ? 1 : 0);
+  held_.Set(s.phase == "held" ? 1 : 0);
   if (s.evaluated) test_accuracy_.Set(s.test_accuracy);
   assignment_epoch_.Set(double(s.assignment_epoch.value()));
   std::vector<Labels> live;

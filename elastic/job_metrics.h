@@ -26,7 +26,7 @@ class JobMetrics {
 
  private:
   Metrics* const metrics_;
-  Gauge &step_, &steps_, &epoch_, &loss_, &lr_, &samples_per_s_, &eta_, &workers_, &paused_,
+  Gauge &step_, &steps_, &epoch_, &loss_, &lr_, &samples_per_s_, &eta_, &workers_, &paused_, &held_,
       &test_accuracy_, &assignment_epoch_;
   Counter& rollbacks_;
   Histogram& step_seconds_;

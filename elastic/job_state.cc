@@ -329,6 +329,32 @@ void JobState::Plan(WorkerId id, const StepPlan& plan) {
   Send(id, plan);
 }
 
+Status JobState::Hold(Step from) {
+  if (phase_ >= Phase::kFinalizing) return FailedPrecondition("the job is over");
+  if (from.value() < 0) return InvalidArgument("a hold's step must be >= 0");
+  if (spec_.steps > 0 && from.value() >= spec_.steps) {
+    return InvalidArgument("the job has " + std::to_string(spec_.steps) + " steps: no step " +
+                           std::to_string(from.value()) + " to hold at");
+  }
+  hold_from_ = from;
+  MaybeGoOn();
+  return OkStatus();
+}
+
+Status JobState::Release() {
+  if (phase_ >= Phase::kFinalizing) return FailedPrecondition("the job is over");
+  hold_from_.reset();
+  MaybeGoOn();
+  return OkStatus();
+}
+
+void JobState::MaybeGoOn() {
+  if (phase_ != Phase::kHeld || HeldAt(step_)) return;
+  Emit(JobEvent::Resumed{}, step_);
+  if (resumed_step_held_) return ResumeStep();
+  StartStep(step_);
+}
+
 void JobState::Fail(Status status) {
   if (!fatal_.ok() || phase_ == Phase::kDone) return;
   Emit(JobEvent::JobFailed{status.code(), status.message()}, CurrentStep());
@@ -386,6 +412,8 @@ void JobState::Advance() {
         DispatchTrain();
       }
       break;
+    case Phase::kHeld:  // MaybeGoOn goes on
+      break;
     case Phase::kEvaluating:
       DispatchEval();
       if (std::all_of(eval_slices_.begin(), eval_slices_.end(),
@@ -422,10 +450,16 @@ void JobState::Advance() {
 }
 
 void JobState::StartStep(Step t) {
-  phase_ = Phase::kTraining;
+  resumed_step_held_ = false;
   step_ = t;
   work_.clear();
   step_ranges_.clear();
+  if (HeldAt(t)) {
+    phase_ = Phase::kHeld;
+    Emit(JobEvent::Paused{JobEvent::Paused::Cause::kHold, kHoldDetail}, t);
+    return;
+  }
+  phase_ = Phase::kTraining;
   if (MembershipChanged() || lacks_capacity_) {
     if (!Assign()) return;  // paused until workers can hold every VW
   } else {

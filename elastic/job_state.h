@@ -134,6 +134,7 @@ class JobState {
     kStarting,
     kInitializing,
     kTraining,
+    kHeld,  // an operator's hold: waits at step step() (Hold)
     kEvaluating,
     kRollingBack,
     kResuming,
@@ -150,6 +151,7 @@ class JobState {
     Epoch epoch{0};
     std::vector<std::pair<uint32_t, uint32_t>> ranges;  // the last assignment's VW ranges
     uint32_t next_worker = 0;                           // the first worker id not handed out
+    std::optional<Step> hold_from;                      // an operator's hold (Hold)
   };
   // Before any event: the job resumes where the shards are once they all
   // registered again. The step in flight is recomputed in the ranges of the last
@@ -190,6 +192,19 @@ class JobState {
   // have): the job fails. Once one was, the job is evidently possible: the
   // worker leaves with a host fault instead. An unknown or dead worker: ignored.
   void OnWorkerError(WorkerId worker, const Status& error);
+  // An operator's hold (JobControl: `elasticps hold`, `elasticps release`):
+  // no step >= `from` starts (0: from the next step boundary). The step in
+  // flight, or an evaluation, ends first; the job then waits at the boundary
+  // (phase kHeld, a `paused` event with cause hold), every worker and all state
+  // kept. Workers still join, leave and die, and the next assignment counts
+  // them. Release() goes on from there, on the same bits as a job never held,
+  // as does a hold moved past the step the job waits at. Repeats change
+  // nothing. FailedPrecondition once the job is over; InvalidArgument for a
+  // step the job never starts (`from` >= its steps) or below 0.
+  Status Hold(Step from);
+  Status Release();
+  // The step the hold begins at; nullopt: no hold.
+  std::optional<Step> hold_from() const { return hold_from_; }
   // Heartbeat deadlines and watchdogs; call often.
   void Tick();
   // The shell wrote result.json, whose parameters hash to `params_sha256` (or failed to).
@@ -358,6 +373,16 @@ class JobState {
   Step step_{0};
   std::vector<Work> work_;
   bool paused_ = false;
+  std::optional<Step> hold_from_;  // Hold: no step >= it starts
+  // Whether an operator's hold keeps step `t` from starting.
+  bool HeldAt(Step t) const { return hold_from_ && t >= *hold_from_; }
+  // Leaves kHeld once the hold no longer applies to its step.
+  void MaybeGoOn();
+  // A restarted coordinator held at the step in flight (FinishResume): the
+  // release recomputes it in the last assignment's ranges (ResumeStep).
+  bool resumed_step_held_ = false;
+  void ResumeStep();
+  static constexpr const char* kHoldDetail = "held by an operator; `elasticps release` goes on";
   int64_t steps_done_ = 0;
   std::map<int64_t, float> losses_;
   Step eval_version_{0};

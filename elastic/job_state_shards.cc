@@ -81,6 +81,7 @@ void JobState::Resume(const Resumed& r) {
   next_worker_ =
       r.next_worker;  // ids are never reused: a new worker must not inherit an old one's beats
   resume_ranges_ = r.ranges;
+  hold_from_ = r.hold_from;  // the step in flight is recomputed; a step the hold covers waits
   phase_ = Phase::kResuming;
   Emit(JobEvent::CoordinatorResuming{spec_.job_id, spec_.steps, epoch_}, std::nullopt);
 }
@@ -111,9 +112,20 @@ void JobState::FinishResume() {
     if (test_samples_ > 0) return StartEval(t);
     return Finalize();
   }
+  step_ = t;
+  if (HeldAt(t)) {  // the step in flight waits for the release, in the same ranges
+    phase_ = Phase::kHeld;
+    resumed_step_held_ = true;
+    Emit(JobEvent::Paused{JobEvent::Paused::Cause::kHold, kHoldDetail}, t);
+    return;
+  }
+  ResumeStep();
+}
+
+void JobState::ResumeStep() {
   // The step in flight is recomputed in the last assignment's ranges, by whoever asks.
   phase_ = Phase::kTraining;
-  step_ = t;
+  resumed_step_held_ = false;
   work_.clear();
   for (const auto& [lo, hi] : resume_ranges_) work_.push_back({lo, hi, std::nullopt, std::nullopt});
   resume_ranges_.clear();

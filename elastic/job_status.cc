@@ -14,6 +14,8 @@ const char* PhaseName(JobState::Phase phase) {
       return "initializing";
     case JobState::Phase::kTraining:
       return "training";
+    case JobState::Phase::kHeld:
+      return "held";
     case JobState::Phase::kEvaluating:
       return "evaluating";
     case JobState::Phase::kRollingBack:
@@ -41,6 +43,7 @@ JobStatusReply JobState::StatusReport() const {
   r.model = spec_.model;
   r.phase = PhaseName(phase_);
   r.paused = paused_;
+  r.hold_from = hold_from_ ? hold_from_->value() : -1;
   r.step = steps_done_;
   r.steps = spec_.steps;
   r.virtual_workers = spec_.virtual_workers;

@@ -385,6 +385,9 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       *body = std::move(m);
       return OkStatus();
     }
+    case W::JOB_CONTROL:
+      *body = JobControl{b.getJobControl().getHold(), b.getJobControl().getFromStep()};
+      return OkStatus();
   }
   return ProtocolError("unknown message kind " + std::to_string(static_cast<int>(b.which())));
 }
@@ -392,15 +395,15 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
 }  // namespace
 
 const char* BodyName(const Body& body) {
-  static const char* const kNames[] = {"error",         "registerWorker", "registerWorkerReply",
-                                       "registerShard", "shardConfig",    "stepRequest",
-                                       "stepPlan",      "stepDone",       "push",
-                                       "pushReply",     "pull",           "pullReply",
-                                       "evalResult",    "shutdown",       "heartbeat",
-                                       "leave",         "rollback",       "rollbackDone",
-                                       "retain",        "poolRequest",    "poolAssign",
-                                       "jobInfo",       "jobInfoReply",   "jobStatusRequest",
-                                       "jobStatusReply"};
+  static const char* const kNames[] = {"error",          "registerWorker", "registerWorkerReply",
+                                       "registerShard",  "shardConfig",    "stepRequest",
+                                       "stepPlan",       "stepDone",       "push",
+                                       "pushReply",      "pull",           "pullReply",
+                                       "evalResult",     "shutdown",       "heartbeat",
+                                       "leave",          "rollback",       "rollbackDone",
+                                       "retain",         "poolRequest",    "poolAssign",
+                                       "jobInfo",        "jobInfoReply",   "jobStatusRequest",
+                                       "jobStatusReply", "jobControl"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }
@@ -583,6 +586,11 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    b.initJobStatusRequest().setRecentEvents(m.recent_events);
                  },
                  [&](const JobStatusReply& m) { SetJobStatus(b.initJobStatusReply(), m); },
+                 [&](const JobControl& m) {
+                   auto o = b.initJobControl();
+                   o.setHold(m.hold);
+                   o.setFromStep(m.from_step);
+                 },
              },
              envelope.body);
   auto flat = std::make_shared<kj::Array<capnp::word>>(capnp::messageToFlatArray(*message));

@@ -25,6 +25,7 @@ Status DecodeJobStatus(wire::JobStatusReply::Reader in, Reader& r, JobStatusRepl
   m->evaluated = in.getEvaluated();
   m->test_accuracy = in.getTestAccuracy();
   m->rejected_messages = in.getRejectedMessages();
+  m->hold_from = in.getHoldFrom();
   EPS_RETURN_IF_ERROR(r.ListSize(in.getWorkers(), "workers"));
   for (auto w : in.getWorkers()) {
     WorkerStatus o;
@@ -85,6 +86,7 @@ void SetJobStatus(wire::JobStatusReply::Builder o, const JobStatusReply& m) {
   o.setEvaluated(m.evaluated);
   o.setTestAccuracy(m.test_accuracy);
   o.setRejectedMessages(m.rejected_messages);
+  o.setHoldFrom(m.hold_from);
   auto ws = o.initWorkers(static_cast<unsigned>(m.workers.size()));
   for (size_t i = 0; i < m.workers.size(); ++i) {
     const WorkerStatus& w = m.workers[i];

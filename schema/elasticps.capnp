@@ -39,6 +39,7 @@ struct Envelope {
     jobInfoReply @24 :JobInfoReply;
     jobStatusRequest @25 :JobStatusRequest;
     jobStatusReply @26 :JobStatusReply;
+    jobControl @27 :JobControl;
   }
 }
 
@@ -387,4 +388,14 @@ struct JobStatusReply {
   shards @19 :List(ShardStatus);
   events @20 :List(Text);         # the newest events, oldest first, each a line of events.jsonl
   rejectedMessages @21 :UInt64;   # messages the coordinator rejected (bad, wrong token, unserved)
+  holdFrom @22 :Int64 = -1;       # an operator's hold (JobControl): no step >= this starts
+                                  # (-1: none); phase is "held" while it keeps the job waiting
+}
+
+struct JobControl {
+  # anyone with the job's token -> coordinator: hold the job (no step >= fromStep
+  # starts; every process and all state stay; 0: from the next step boundary),
+  # or release it (hold false). Answered with the JobStatusReply after the change.
+  hold @0 :Bool;
+  fromStep @1 :Int64;
 }

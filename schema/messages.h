@@ -396,8 +396,8 @@ struct ShardStatus {
 struct JobStatusReply {
   std::string job_id;
   std::string model;
-  std::string phase;  // "starting", "initializing", "training", "evaluating", "rolling back",
-                      // "resuming", "finalizing", "stopping", "done"
+  std::string phase;  // "starting", "initializing", "training", "held", "evaluating",
+                      // "rolling back", "resuming", "finalizing", "stopping", "done"
   bool paused = false;
   int64_t step = 0;   // steps done
   int64_t steps = 0;  // the job's length (0: not known before the first worker's model)
@@ -419,13 +419,25 @@ struct JobStatusReply {
   // Messages the coordinator rejected since it started: undecodable, with a
   // wrong token, or of a kind it does not serve (common/rejections.h).
   uint64_t rejected_messages = 0;
+  // An operator's hold (JobControl): no step >= hold_from starts (-1: no
+  // hold). `phase` is "held" while it keeps the job waiting.
+  int64_t hold_from = -1;
 };
 
-using Body = std::variant<ErrorReply, RegisterWorker, RegisterWorkerReply, RegisterShard,
-                          ShardConfig, StepRequest, StepPlan, StepDone, Push, PushReply, Pull,
-                          PullReply, EvalResult, Shutdown, Heartbeat, Leave, Rollback, RollbackDone,
-                          Retain, PoolRequest, PoolAssign, JobInfo, JobInfoReply,
-                          JobStatusRequest, JobStatusReply>;
+// Anyone with the job's token -> coordinator: hold the job, so that no step
+// >= from_step starts (0: from the next step boundary), or release it (hold
+// false): `elasticps hold [--from-step N]`, `elasticps release`. Answered with
+// the JobStatusReply after the change.
+struct JobControl {
+  bool hold = false;
+  int64_t from_step = 0;
+};
+
+using Body =
+    std::variant<ErrorReply, RegisterWorker, RegisterWorkerReply, RegisterShard, ShardConfig,
+                 StepRequest, StepPlan, StepDone, Push, PushReply, Pull, PullReply, EvalResult,
+                 Shutdown, Heartbeat, Leave, Rollback, RollbackDone, Retain, PoolRequest,
+                 PoolAssign, JobInfo, JobInfoReply, JobStatusRequest, JobStatusReply, JobControl>;
 
 struct Envelope {
   std::string token;

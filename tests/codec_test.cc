@@ -78,11 +78,11 @@ void ExpectSameStatus(const JobStatusReply& a, const JobStatusReply& b) {
   EXPECT_EQ(std::tie(a.job_id, a.model, a.phase, a.paused, a.step, a.steps, a.epoch, a.has_loss,
                      a.loss, a.lr, a.samples_per_s, a.eta_s, a.elapsed_s, a.virtual_workers,
                      a.batch_per_vw, a.assignment_epoch, a.evaluated, a.test_accuracy, a.events,
-                     a.rejected_messages),
+                     a.rejected_messages, a.hold_from),
             std::tie(b.job_id, b.model, b.phase, b.paused, b.step, b.steps, b.epoch, b.has_loss,
                      b.loss, b.lr, b.samples_per_s, b.eta_s, b.elapsed_s, b.virtual_workers,
                      b.batch_per_vw, b.assignment_epoch, b.evaluated, b.test_accuracy, b.events,
-                     b.rejected_messages));
+                     b.rejected_messages, b.hold_from));
   ASSERT_EQ(a.workers.size(), b.workers.size());
   for (size_t i = 0; i < a.workers.size(); ++i) {
     const WorkerStatus& p = a.workers[i];
@@ -259,6 +259,9 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.recent_events, b.recent_events);
         } else if constexpr (std::is_same_v<T, JobStatusReply>) {
           ExpectSameStatus(a, b);
+        } else if constexpr (std::is_same_v<T, JobControl>) {
+          EXPECT_EQ(a.hold, b.hold);
+          EXPECT_EQ(a.from_step, b.from_step);
         } else {
           static_assert(!sizeof(T), "a Body alternative has no comparison");
         }

@@ -86,6 +86,25 @@ TEST(CoordinatorDispatch, QueriesAskForTheirAnswers) {
   EXPECT_NE(std::get_if<JobInfoReply>(&*d.reply), nullptr);
 }
 
+TEST(CoordinatorDispatch, AJobControlHoldsOrReleasesTheJobAndAsksForTheStatus) {
+  Job job;
+  Dispatched d = job.From("cli", JobControl{true, 2});
+  EXPECT_TRUE(d.error.ok()) << d.error.ToString();
+  EXPECT_TRUE(d.status_report);
+  EXPECT_EQ(job.state.hold_from(), Step(2));
+  d = job.From("cli", JobControl{false, 0});
+  EXPECT_TRUE(d.status_report);
+  EXPECT_FALSE(job.state.hold_from().has_value());
+  d = job.From("cli", JobControl{true, -5});
+  EXPECT_EQ(d.error.code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(d.status_report);
+  job.state.OnJobError("stopped");  // over: a hold is refused, and no status goes with the error
+  d = job.From("cli", JobControl{true, 0});
+  EXPECT_EQ(d.error.code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(d.status_report);
+  EXPECT_FALSE(job.state.hold_from().has_value());
+}
+
 TEST(CoordinatorDispatch, KindsTheCoordinatorDoesNotServeAreRejections) {
   Job job;
   Dispatched d = job.From("peer", Pull{});

@@ -58,8 +58,7 @@ TEST(JobEvent, TheLinesLocalShShowsKeepTheirWording) {
                                                    "no worker left; waiting for one to attach"}))
                 .text,
             "paused at step 7: no worker left; waiting for one to attach");
-  EXPECT_EQ(EventText(At(Step(7), JobEvent::Resumed{})).text,
-            "resumed at step 7: a worker attached");
+  EXPECT_EQ(EventText(At(Step(7), JobEvent::Resumed{})).text, "resumed at step 7");
   EXPECT_EQ(EventText(At(Step(50), JobEvent::RollingBack{ShardId(1), Step(60)})).text,
             "rolling back to step 50: shard 1 restarted from its checkpoint of step 60");
   EXPECT_EQ(EventText(At(Step(-1), JobEvent::StartingOver{ShardId(1), false})).text,

@@ -1066,6 +1066,168 @@ TEST(JobState, WithEveryWorkerDeadTheJobPausesAndAFreshWorkerFinishesIt) {
   EXPECT_TRUE(d.state.fatal().ok());
 }
 
+// ---- an operator's hold ---------------------------------------------------------
+
+TEST(JobStateHold, TheStepInFlightEndsThenNoStepStartsUntilTheReleaseWhichCountsWhoJoinedOrDied) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(3);
+  for (WorkerId w : ws) d.OnePlan(w, PlanKind::kTrain);
+  d.Events();
+  ASSERT_TRUE(d.state.Hold(Step(0)).ok());
+  EXPECT_EQ(d.state.hold_from(), Step(0));
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kTraining) << "step 0 is in flight";
+  EXPECT_EQ(d.state.StatusReport().hold_from, 0);
+  d.RunStep(0, ws);
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kHeld);
+  EXPECT_EQ(d.state.step(), Step(1));
+  EXPECT_EQ(d.state.StatusReport().phase, "held");
+  const auto paused = Of<JobEvent::Paused>(d.Events());
+  ASSERT_EQ(paused.size(), 1u);
+  EXPECT_EQ(paused[0].first, Step(1));
+  EXPECT_EQ(paused[0].second.cause, JobEvent::Paused::Cause::kHold);
+
+  // Held far past the step timeout: no plan and no failure. A worker joins, one dies.
+  const WorkerId joined = d.AddWorker();
+  ASSERT_TRUE(d.Report(joined).ok());
+  d.Pass(seconds(30), {ws[0], ws[1], joined});
+  EXPECT_TRUE(d.state.fatal().ok()) << d.state.fatal().ToString();
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kHeld);
+  for (WorkerId w : {ws[0], ws[1], ws[2], joined}) EXPECT_TRUE(d.Plans(w).empty()) << w;
+  EXPECT_EQ(Kinds(d.Events()),
+            (std::vector<std::string>{"worker_joined", "worker_ready", "worker_dead"}));
+  const Epoch before = d.state.epoch();
+
+  ASSERT_TRUE(d.state.Release().ok());
+  EXPECT_EQ(d.state.StatusReport().hold_from, -1);
+  const std::vector<JobEvent> released = d.Events();
+  ASSERT_FALSE(released.empty());
+  EXPECT_EQ(EventKind(released[0]), std::string("resumed"));
+  EXPECT_EQ(released[0].step, Step(1));
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kTraining);
+  std::vector<Range> ranges;
+  for (WorkerId w : {ws[0], ws[1], joined}) {
+    const StepPlan p = d.OnePlan(w, PlanKind::kTrain);
+    EXPECT_EQ(p.step, Step(1));
+    ranges.push_back(RangeOf(p));
+  }
+  EXPECT_TRUE(d.Plans(ws[2]).empty()) << "it died while held";
+  EXPECT_TRUE(CoverAllVws(ranges));
+  EXPECT_GT(d.state.epoch(), before) << "the membership changed while held";
+  for (int64_t t = 1; t < kSteps; ++t) {
+    if (t > 1)
+      for (WorkerId w : {ws[0], ws[1], joined}) d.OnePlan(w, PlanKind::kTrain);
+    d.RunStep(t, {ws[0], ws[1], joined});
+  }
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kFinalizing);
+  EXPECT_EQ(d.state.Hold(Step(0)).code(), StatusCode::kFailedPrecondition) << "the job is over";
+}
+
+TEST(JobStateHold, AHoldBeforeTrainingKeepsStepZeroAndRepeatsChangeNothing) {
+  Driver d;
+  ASSERT_TRUE(d.state.Release().ok()) << "releasing a job not held changes nothing";
+  EXPECT_EQ(d.state.Hold(Step(-1)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.state.Hold(Step(kSteps)).code(), StatusCode::kInvalidArgument) << "no such step";
+  EXPECT_FALSE(d.state.hold_from().has_value());
+  ASSERT_TRUE(d.state.Hold(Step(0)).ok());
+  ASSERT_TRUE(d.state.Hold(Step(0)).ok());
+  d.RegisterShards();
+  const WorkerId w = d.AddWorker();
+  ASSERT_TRUE(d.Report(w).ok());
+  d.OnePlan(w, PlanKind::kInit);  // the initial values are pushed while held
+  d.FinishStep(-1);
+  ASSERT_TRUE(d.Confirm(w, -1).ok());
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kHeld);
+  EXPECT_EQ(d.state.step(), Step(0));
+  EXPECT_TRUE(d.Plans(w).empty());
+  EXPECT_EQ(Of<JobEvent::Paused>(d.Events()).size(), 1u) << "one pause for two holds";
+  ASSERT_TRUE(d.state.Release().ok());
+  ASSERT_TRUE(d.state.Release().ok());
+  EXPECT_EQ(d.OnePlan(w, PlanKind::kTrain).step, Step(0));
+  EXPECT_EQ(Of<JobEvent::Resumed>(d.Events()).size(), 1u);
+}
+
+TEST(JobStateHold, AHoldFromALaterStepLetsTheJobRunToItAndMovingItOnGoesOn) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(2);
+  ASSERT_TRUE(d.state.Hold(Step(2)).ok());
+  for (int64_t t = 0; t < 2; ++t) {
+    for (WorkerId w : ws) EXPECT_EQ(d.OnePlan(w, PlanKind::kTrain).step, Step(t));
+    d.RunStep(t, ws);
+  }
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kHeld);
+  EXPECT_EQ(d.state.step(), Step(2));
+  EXPECT_EQ(d.state.StatusReport().hold_from, 2);
+  for (WorkerId w : ws) EXPECT_TRUE(d.Plans(w).empty());
+  ASSERT_TRUE(d.state.Hold(Step(1)).ok());  // an earlier step: still held here
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kHeld);
+  d.Events();
+  ASSERT_TRUE(d.state.Hold(Step(3)).ok());  // one more step, then held again
+  for (WorkerId w : ws) EXPECT_EQ(d.OnePlan(w, PlanKind::kTrain).step, Step(2));
+  d.RunStep(2, ws);
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kHeld);
+  EXPECT_EQ(d.state.step(), Step(3));
+  EXPECT_EQ(Kinds(d.Events()), (std::vector<std::string>{"resumed", "paused"}));
+}
+
+TEST(JobStateHold,
+     ARestartedCoordinatorStaysHeldAndTheReleaseRecomputesTheStepInFlightInItsRanges) {
+  Driver d;
+  JobState::Resumed r;
+  r.tensors = Model();
+  r.tensors.push_back(LossTensor());
+  r.steps = kSteps;
+  r.train_samples = kSamples;
+  r.test_samples = kSamples;
+  r.epoch = Epoch(3);
+  r.ranges = {{0, 5}, {5, 8}};
+  r.next_worker = 2;
+  r.hold_from = Step(0);
+  d.state.Resume(r);
+  for (uint32_t s = 0; s < kShards; ++s) {
+    ASSERT_TRUE(
+        d.state.OnShardRegistered(ShardId(s), "ipc:///s" + std::to_string(s), Step(-1), Step(3))
+            .ok());
+  }
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kHeld);
+  EXPECT_EQ(d.state.step(), Step(3));
+  const WorkerId w = d.AddWorker();
+  ASSERT_TRUE(d.Report(w).ok());
+  EXPECT_TRUE(d.Plans(w).empty());
+  ASSERT_TRUE(d.state.Release().ok());
+  std::vector<Range> ranges;
+  for (int i = 0; i < 2; ++i) {
+    const StepPlan p = d.OnePlan(w, PlanKind::kTrain);
+    EXPECT_EQ(p.step, Step(3));
+    ranges.push_back(RangeOf(p));
+    ASSERT_TRUE(d.Confirm(w, 3).ok());
+  }
+  EXPECT_EQ(ranges, (std::vector<Range>{{0, 5}, {5, 8}})) << "the old assignment's ranges";
+  d.FinishStep(3);
+  EXPECT_EQ(RangeOf(d.OnePlan(w, PlanKind::kTrain)), Range(0, kV)) << "step 4: a new assignment";
+}
+
+TEST(JobStateHold, AHoldAskedDuringAnEvaluationWaitsAfterIt) {
+  JobSpec spec = Spec(/*test_limit=*/0);
+  spec.eval_batch = kSamples;  // one slice
+  JobStateOptions o = Options();
+  o.eval_every = 2;
+  Driver d(spec, o);
+  const std::vector<WorkerId> ws = d.Start(1);
+  for (int64_t t = 0; t < 2; ++t) {
+    d.OnePlan(ws[0], PlanKind::kTrain);
+    d.RunStep(t, ws);
+  }
+  const StepPlan e = d.OnePlan(ws[0], PlanKind::kEval);
+  ASSERT_TRUE(d.state.Hold(Step(0)).ok());
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kEvaluating);
+  ASSERT_TRUE(d.state.OnEvalResult({ws[0], e.step, e.eval_lo, e.eval_hi, 90, 5.0}).ok());
+  ASSERT_TRUE(d.Confirm(ws[0], 1).ok());
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kHeld);
+  EXPECT_EQ(d.state.step(), Step(2));
+  EXPECT_TRUE(d.Plans(ws[0]).empty());
+  EXPECT_DOUBLE_EQ(d.state.StatusReport().test_accuracy, 0.9);
+}
+
 TEST(JobState, TheShardsShutDownOnlyOnceNoWorkerIsAlive) {
   Driver d;
   const std::vector<WorkerId> ws = d.Start(2);

@@ -136,7 +136,9 @@ inline std::vector<Envelope> EveryMessageKind() {
                    {ShardId(1), "", false, Step(-1), Step(-1), -1, 0, 0, ""}};
   status.events = {R"({"kind":"worker_joined"})", ""};
   status.rejected_messages = uint64_t{1} << 33;
+  status.hold_from = 44;
   out.push_back({"tok-jst", status});
+  out.push_back({"tok-jc", JobControl{true, 45}});
   return out;
 }
 

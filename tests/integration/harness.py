@@ -84,25 +84,43 @@ class RunDirTest(unittest.TestCase):
             self.assertIsNotNone(result, f"{name}: no result.json")
         return p.returncode, p.stdout, result
 
+    def control(self, d, command, *flags):
+        """Runs `elasticps hold|release|status --run-dir d --json` (with `flags`); returns the job's status it
+        printed."""
+        p = subprocess.run([os.path.join(BIN, "elasticps"), command, "--run-dir", d, "--json", *flags], env=ENV,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, f"elasticps {command}: {p.stderr}")
+        return json.loads(p.stdout)
+
     def run_with_join_and_sigkill(self, d, cmd, timeout=600):
-        """Runs the job `cmd` (launcher/local.sh with two workers and the run dir d) with a third worker attached
-        after step 1 and local.sh's worker1 SIGKILLed once a step ran on three; waits for its end (exit 0) and the
-        dead worker's event; returns result.json's dict."""
+        """Runs the job `cmd` (launcher/local.sh with two workers and the run dir d) through a join and a SIGKILL
+        placed by holds (`elasticps hold`), so that no timing decides where they land: held after its first step,
+        a third worker attached; on its readiness the hold moves one step on, so that exactly one step runs on
+        three workers; local.sh's worker1 is SIGKILLed while held and the job released at once. Waits for its end
+        (exit 0) and the dead worker's event; returns result.json's dict."""
         log = open(os.path.join(self.tmp, "local.out"), "w")
         job = subprocess.Popen(cmd, env=ENV, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self.procs.append(job)
         addr = wait_for_file(os.path.join(d, "coordinator.addr"), proc=job)
-        wait_for_step(d, 1, proc=job)
+        wait_for_event(d, "step_completed", timeout=180, proc=job)
+        self.control(d, "hold")
+        held = wait_for_event(d, "paused", lambda e: e["cause"] == "hold", proc=job)
         attached = subprocess.Popen([os.path.join(ROOT, "launcher", "attach.sh"), "--coordinator", addr,
                                      "--token-file", os.path.join(d, "token"),
                                      "--log", os.path.join(d, "logs", "attached.log")], env=ENV)
         self.procs.append(attached)
-        wait_for_event(d, "step_completed", lambda e: len(e.get("ranges", [])) == 3, timeout=120, proc=job)
+        poll_until(lambda: True if len(read_events(d, "worker_ready")) >= 3 else None, 120,
+                   "the attached worker is not ready")
+        self.control(d, "hold", f"--from-step={held['step'] + 1}")
+        wait_for_event(d, "paused", lambda e: e["cause"] == "hold" and e["step"] == held["step"] + 1, proc=job)
+        on_three = [e for e in read_events(d, "step_completed") if e["step"] == held["step"]]
+        self.assertEqual([len(e["ranges"]) for e in on_three], [3], "the step between the holds")
         with open(os.path.join(d, "pids", "worker1.pid")) as f:
             pid = int(f.read())
         ids = worker_ids_of_pid(d, pid)
         os.kill(pid, signal.SIGKILL)
+        self.control(d, "release")
         wait_for_event(d, "worker_dead", lambda e: e["worker"] in ids, timeout=60, proc=job)
         self.assertEqual(job.wait(timeout=timeout), 0, logs(d))
         return read_result(d)

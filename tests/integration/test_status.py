@@ -15,7 +15,7 @@ from harness import BIN, ENV, LOCAL, MLP, RunDirTest, logs, poll_until, read_res
 ELASTICPS = os.path.join(BIN, "elasticps")
 JOB_KEYS = {"job_id", "model", "phase", "paused", "step", "steps", "epoch", "loss", "lr", "samples_per_s", "eta_s",
             "elapsed_s", "virtual_workers", "batch_per_vw", "assignment_epoch", "test_accuracy", "workers", "shards",
-            "events", "rejected_messages"}
+            "events", "rejected_messages", "hold_from"}
 WORKER_KEYS = {"worker", "host", "pid", "device", "state", "vw_lo", "vw_hi", "seconds_per_vw", "since_heartbeat_s",
                "steps_contributed", "metrics_address"}
 SHARD_KEYS = {"shard", "address", "registered", "version", "durable_step", "since_checkpoint_s", "bytes_in",
