@@ -84,11 +84,11 @@ class RunDirTest(unittest.TestCase):
             self.assertIsNotNone(result, f"{name}: no result.json")
         return p.returncode, p.stdout, result
 
-    def control(self, d, command, *flags):
-        """Runs `elasticps hold|release|status --run-dir d --json` (with `flags`); returns the job's status it
-        printed."""
-        p = subprocess.run([os.path.join(BIN, "elasticps"), command, "--run-dir", d, "--json", *flags], env=ENV,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    def control(self, d, command, *flags, prefix=()):
+        """Runs `elasticps hold|release|status --run-dir d --json` (with `flags`, after the command line `prefix`,
+        e.g. a network namespace's `ip netns exec NS`); returns the job's status it printed."""
+        p = subprocess.run([*prefix, os.path.join(BIN, "elasticps"), command, "--run-dir", d, "--json", *flags],
+                           env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
         self.assertEqual(p.returncode, 0, f"elasticps {command}: {p.stderr}")
         return json.loads(p.stdout)
 
@@ -255,7 +255,10 @@ def logs(run_dir, tail=15):
     d = os.path.join(run_dir, "logs")
     if os.path.isdir(d):
         for name in sorted(os.listdir(d)):
-            with open(os.path.join(d, name), errors="replace") as f:
-                lines = f.readlines()[-tail:]
+            try:
+                with open(os.path.join(d, name), errors="replace") as f:
+                    lines = f.readlines()[-tail:]
+            except FileNotFoundError:  # a report's temporary file, renamed meanwhile
+                continue
             out.append(f"--- {name}\n" + "".join(lines))
     return "\n".join(out)

@@ -16,7 +16,8 @@ import subprocess
 import time
 import unittest
 
-from harness import ENV, LOCAL, MLP, ROOT, RunDirTest, logs, poll_until, read_events, read_result, wait_for_file
+from harness import (ENV, LOCAL, MLP, ROOT, RunDirTest, logs, poll_until, read_events, read_result, wait_for_event,
+                     wait_for_file, worker_ids_of_pid)
 import prometheus
 from prometheus import Prometheus, write_targets
 
@@ -182,16 +183,26 @@ class LiveJob(RunDirTest):
         self.wait_for(f"eps_workers{{{job}}}", lambda v: v == 1, 30, "eps_workers at 1")
         self.mark("eps_step and the shard push bytes going up")
 
-        # A worker attaches with metrics on: eps_workers goes to 2 and its target is up.
+        # From here the job's course is placed by holds (elasticps hold), not by how fast the host runs it.
+        self.control(self.dir, "hold")
+        held = wait_for_event(self.dir, "paused", lambda e: e["cause"] == "hold", proc=self.job)
+        self.wait_for(f"eps_held{{{job}}}", lambda v: v == 1, 30, "eps_held at 1")
+        self.mark(f"held at step {held['step']}")
+
+        # A worker attaches with metrics on: its target is up; a step later eps_workers is 2.
         attached = subprocess.Popen([ATTACH, "--metrics", "--coordinator", addr, "--token-file",
                                      os.path.join(self.dir, "token"), "--slowdown", SLOWDOWN,
                                      "--log", os.path.join(self.dir, "logs", "attached.log")], env=ENV)
         self.procs.append(attached)
-        self.wait_for(f"eps_workers{{{job}}}", lambda v: v == 2, 60, "eps_workers at 2 after the attach")
-        ids = {f"w{e['worker']}" for e in read_events(self.dir, "worker_joined") if e["pid"] == attached.pid}
-        self.assertEqual(len(ids), 1, read_events(self.dir, "worker_joined"))
+        ready = wait_for_event(self.dir, "worker_ready",
+                               lambda e: e["worker"] in worker_ids_of_pid(self.dir, attached.pid), timeout=60,
+                               proc=self.job)
+        ids = {f"w{ready['worker']}"}
+        self.assertEqual(worker_ids_of_pid(self.dir, attached.pid), {ready["worker"]})
         self.wait_for_targets("worker", lambda ts: any(t["labels"]["eps_worker"] in ids and t["health"] == "up"
                                                        for t in ts), 30, "the attached worker's target up")
+        self.control(self.dir, "hold", f"--from-step={held['step'] + 1}")  # one step on two workers
+        self.wait_for(f"eps_workers{{{job}}}", lambda v: v == 2, 60, "eps_workers at 2 after the attach")
         self.mark("the attached worker counted and a target")
 
         # The first worker is SIGKILLed: eps_workers back to 1, its target gone from the targets file.
@@ -204,6 +215,8 @@ class LiveJob(RunDirTest):
                               first["labels"]["eps_worker"] not in ids, 30, "only the attached worker a target")
         self.mark("the killed worker uncounted and no target")
 
+        # On to the job's last step, held there until the dashboard was read.
+        self.control(self.dir, "hold", f"--from-step={STEPS - 1}")
         # The dashboard's panels answer with live data (a second checkpoint makes the checkpoint quantiles').
         self.wait_for(f"max(eps_shard_durable_step{{{job}}})", lambda v: v >= 100, 60, "a checkpoint at step 100")
         queries = dashboard_queries(JOB)
@@ -217,8 +230,9 @@ class LiveJob(RunDirTest):
             poll_until(all_answer, 30, "every dashboard panel with data")
         except AssertionError as e:
             raise AssertionError(f"{e}; without: {missing}") from None
-        self.assertIsNone(self.job.poll(), "the job ended before the dashboard was read: make it longer")
+        self.assertIsNone(self.job.poll(), "the job ended before the dashboard was read")
         self.mark("every dashboard panel with data")
+        self.control(self.dir, "release")
         rc = self.job.wait(timeout=300)
         self.assertEqual(rc, 0, logs(self.dir))
         result = read_result(self.dir)

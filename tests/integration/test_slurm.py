@@ -30,7 +30,7 @@ SERVERS = os.path.join(ROOT, "launcher", "slurm", "servers.sbatch")
 WORKER = os.path.join(ROOT, "launcher", "slurm", "worker.sbatch")
 STEPS = 500
 EXTRA = [f"--steps={STEPS}", "--test_limit=500"]
-SLOWDOWN = "15"       # the Slurm run's workers (timing only): the job outlasts the preemption and the requeue
+SLOWDOWN = "15"       # the Slurm run's workers (timing only): the job outlasts the preemption (a hold the requeue)
 GRACE_S = 20          # the train partition's GraceTime: the worker must be gone well before it
 CRED_EXPIRE_S = 5     # a requeued job may start again cred_expire + 1 s after its requeue (default 120)
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scancel", "scontrol")
@@ -315,12 +315,17 @@ class SlurmPreemption(RunDirTest):
         report = read_report(f"{d}/logs/slurm-worker-{task}.0.json")
         self.assertEqual((report["outcome"], report["worker_ids"]), ("left", [left["worker"]]), report)
         next_step = wait_for_event(d, "step_completed", lambda e: e["t"] > left["t"], timeout=30)
+        # Held from here (elasticps hold, from the servers' node) until the requeued worker is back: however fast
+        # the host runs the job's steps, it does not end before the requeue.
+        on_servers_node = self.net.command(HOSTS.index(SERVERS_NODE), [], pid_namespace=False)
+        self.control(d, "hold", prefix=on_servers_node)
 
         # Requeued (Slurm's restart count), it starts again and attaches under a new id.
         rejoined = wait_for_event(d, "worker_joined", lambda e: e["t"] > left["t"], timeout=90)
         self.assertNotIn(rejoined["worker"], joined)
         wait_for_event(d, "worker_ready", lambda e: e["worker"] == rejoined["worker"], timeout=60)
         self.assertGreaterEqual(int(cluster.job_field(task, "Restarts") or 0), 1)
+        self.control(d, "release", prefix=on_servers_node)
 
         def finished():
             result = read_result(d)
