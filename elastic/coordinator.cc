@@ -59,7 +59,10 @@ StatusOr<JobState::Resumed> ReadResumed(const StateStore& store, const std::stri
     auto next_worker = store.Get("next_worker");
     if (next_worker.ok()) r.next_worker = static_cast<uint32_t>(std::stoul(*next_worker));
     auto hold_from = store.Get("hold_from");
-    if (hold_from.ok() && std::stoll(*hold_from) >= 0) r.hold_from = Step(std::stoll(*hold_from));
+    if (hold_from.ok()) {
+      const int64_t from = std::stoll(*hold_from);
+      if (from >= 0) r.hold_from = Step(from);
+    }
     auto assignment = store.Get("assignment");
     if (assignment.ok()) {
       auto a = nlohmann::json::parse(*assignment);

@@ -348,6 +348,13 @@ Status JobState::Release() {
   return OkStatus();
 }
 
+void JobState::EnterHold() {
+  phase_ = Phase::kHeld;
+  Emit(JobEvent::Paused{JobEvent::Paused::Cause::kHold,
+                        "held by an operator; `elasticps release` goes on"},
+       step_);
+}
+
 void JobState::MaybeGoOn() {
   if (phase_ != Phase::kHeld || HeldAt(step_)) return;
   Emit(JobEvent::Resumed{}, step_);
@@ -454,11 +461,7 @@ void JobState::StartStep(Step t) {
   step_ = t;
   work_.clear();
   step_ranges_.clear();
-  if (HeldAt(t)) {
-    phase_ = Phase::kHeld;
-    Emit(JobEvent::Paused{JobEvent::Paused::Cause::kHold, kHoldDetail}, t);
-    return;
-  }
+  if (HeldAt(t)) return EnterHold();
   phase_ = Phase::kTraining;
   if (MembershipChanged() || lacks_capacity_) {
     if (!Assign()) return;  // paused until workers can hold every VW

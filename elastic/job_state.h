@@ -382,7 +382,8 @@ class JobState {
   // release recomputes it in the last assignment's ranges (ResumeStep).
   bool resumed_step_held_ = false;
   void ResumeStep();
-  static constexpr const char* kHoldDetail = "held by an operator; `elasticps release` goes on";
+  // Enters kHeld at step_ (StartStep, FinishResume).
+  void EnterHold();
   int64_t steps_done_ = 0;
   std::map<int64_t, float> losses_;
   Step eval_version_{0};

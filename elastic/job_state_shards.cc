@@ -114,10 +114,8 @@ void JobState::FinishResume() {
   }
   step_ = t;
   if (HeldAt(t)) {  // the step in flight waits for the release, in the same ranges
-    phase_ = Phase::kHeld;
     resumed_step_held_ = true;
-    Emit(JobEvent::Paused{JobEvent::Paused::Cause::kHold, kHoldDetail}, t);
-    return;
+    return EnterHold();
   }
   ResumeStep();
 }
