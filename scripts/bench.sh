@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Benchmarks ElasticPS on this host and prints one table per section.
 #
-#   scripts/bench.sh [--only NAME] [--steps N] [--no-setup]
-#     --only NAME  run one section (default: all of them, in order)
+#   scripts/bench.sh [--only NAME] [--steps N] [--minutes M] [--no-setup]
+#     --only NAME  run one section (default: all of them, in order, but soak)
 #     --steps N    optimizer steps per measured run (default 300, at least 10)
+#     --minutes M  soak: how long it trains (default 60)
 #     --no-setup   use the binaries already in build/bin instead of calling scripts/setup.sh
 #
 # Sections, in order, each a program of its own, scripts/bench/NAME.py (its docstring says what it
@@ -12,7 +13,8 @@
 # usermodel (the cnn as a TorchScript model from Python against the built-in one and against plain PyTorch;
 # a worker's peak RSS with a TorchScript model as V grows) freeze (--freeze: bytes per step and step time with the
 # convolutions frozen against the whole network trained) zoo (each zoo model, cnn, resnet-8 and text_transformer,
-# in a 2-worker job against the same network under PyTorch DDP).
+# in a 2-worker job against the same network under PyTorch DDP). Run only when named: soak (an hour of training
+# under periodic joins, leaves, kills and barrages: the long-lived processes' RSS and descriptors, the digest).
 # They share scripts/bench/common.py (running jobs and programs, table and csv rows); the figures come
 # from scripts/bench/analysis.py, which reads the JSON a run leaves (the coordinator's events.jsonl,
 # the workers' reports, result.json, the bench programs' JSON lines) and draws the plot.
@@ -27,15 +29,17 @@
 # only when a run fails, or when the runs of hetero or durable end on different digests.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # A new section: scripts/bench/NAME.py (ending with common.main(run)) and NAME here.
 all_sections=(vw elastic transfer wire ps_share ddp scaling hetero durable observe limits network usermodel freeze zoo)
-only="" steps=300 setup=1
+named_only=(soak)
+only="" steps=300 minutes=60 setup=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --only) only=${2:-}; shift 2 ;;
     --steps) steps=${2:-}; shift 2 ;;
+    --minutes) minutes=${2:-}; shift 2 ;;
     --no-setup) setup=0; shift ;;
     -h|--help) usage ;;
     *) echo "bench.sh: unknown argument '$1'" >&2; usage ;;
@@ -45,8 +49,12 @@ if ! [[ "$steps" =~ ^[0-9]+$ ]] || [ "$steps" -lt 10 ]; then
   echo "bench.sh: --steps must be an integer >= 10" >&2
   exit 2
 fi
-if [ -n "$only" ] && [[ " ${all_sections[*]} " != *" $only "* ]]; then
-  echo "bench.sh: unknown section '$only' (have: ${all_sections[*]})" >&2
+if ! [[ "$minutes" =~ ^[0-9]+$ ]] || [ "$minutes" -lt 1 ]; then
+  echo "bench.sh: --minutes must be an integer >= 1" >&2
+  exit 2
+fi
+if [ -n "$only" ] && [[ " ${all_sections[*]} ${named_only[*]} " != *" $only "* ]]; then
+  echo "bench.sh: unknown section '$only' (have: ${all_sections[*]} ${named_only[*]})" >&2
   exit 2
 fi
 
@@ -70,9 +78,9 @@ run_id=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 git_rev=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 [ -z "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ] || git_rev+="-dirty"
 failed=0
-for s in "${all_sections[@]}"; do
-  [ -z "$only" ] || [ "$only" = "$s" ] || continue
-  "$py" "$root/scripts/bench/$s.py" --steps "$steps" --run-id "$run_id" --git "$git_rev" || failed=1
+for s in "${all_sections[@]}" "${named_only[@]}"; do
+  if [ -z "$only" ]; then [[ " ${named_only[*]} " != *" $s "* ]] || continue; else [ "$only" = "$s" ] || continue; fi
+  "$py" "$root/scripts/bench/$s.py" --steps "$steps" --minutes "$minutes" --run-id "$run_id" --git "$git_rev" || failed=1
 done
 echo "results appended to $out/results.csv"
 "$py" "$root/scripts/bench/analysis.py" plot --csv "$out/results.csv" --out "$out/bench.png" ||

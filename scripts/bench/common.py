@@ -94,8 +94,8 @@ def tail(path, n=5):
 class Bench:
     """One section's run: its csv rows, the programs it runs, and whether one failed."""
 
-    def __init__(self, steps, run_id, git):
-        self.steps, self.run_id, self.git = steps, run_id, git
+    def __init__(self, steps, run_id, git, minutes=60):
+        self.steps, self.run_id, self.git, self.minutes = steps, run_id, git, minutes
         self.failed = False
         os.makedirs(RUNS, exist_ok=True)
         if not os.path.exists(CSV) or os.path.getsize(CSV) == 0:
@@ -226,8 +226,9 @@ def main(run):
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--run-id", default=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     p.add_argument("--git", default="unknown")
+    p.add_argument("--minutes", type=int, default=60, help="the soak's length")
     a = p.parse_args()
-    bench = Bench(a.steps, a.run_id, a.git)
+    bench = Bench(a.steps, a.run_id, a.git, a.minutes)
     run(bench)
     sys.stdout.flush()
     sys.exit(1 if bench.failed else 0)
