@@ -76,6 +76,14 @@ struct BenchCurve {
 };
 StatusOr<BenchCurve> MakeBenchCurve();
 
+// The cipher alone, on one core: libsodium's crypto_box_afternm (XSalsa20-
+// Poly1305, what ZeroMQ's CURVE runs on every frame it sends and receives)
+// sealing and opening `bytes` in frames of `frame_bytes`, warm buffers, the
+// best of 3 of each; prints both rates and the cipher's CPU time for one
+// push + pull of `bytes` (each way sealed once and opened once), the floor of
+// CURVE's cost over the plain path.
+void ReportCipherCost(size_t bytes, size_t frame_bytes);
+
 // The tables (and their JSON lines, for scripts/bench.sh) of --mode=transfer
 // (`curve`: the PS path ran over CURVE) and of --mode=share.
 void PrintTransfer(const Setup& setup, const StepTimes& ps, const StepTimes& raw, bool curve);

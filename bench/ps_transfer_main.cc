@@ -96,6 +96,7 @@ using ps_transfer::MsSince;
 using ps_transfer::PrintShare;
 using ps_transfer::PrintTransfer;
 using ps_transfer::ReportMemoryCost;
+using ps_transfer::ReportCipherCost;
 using ps_transfer::Setup;
 using ps_transfer::StepTimes;
 using std::chrono::milliseconds;
@@ -658,6 +659,10 @@ int RunTransfer() {
   }
   PrintTransfer(setup, ps, raw, FLAGS_curve);
   ReportMemoryCost(static_cast<size_t>(FLAGS_elems) * sizeof(float));
+  if (FLAGS_curve) {
+    ReportCipherCost(static_cast<size_t>(FLAGS_elems) * sizeof(float),
+                     static_cast<size_t>(setup.chunk_elems) * sizeof(float));
+  }
   return 0;
 }
 

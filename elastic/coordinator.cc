@@ -333,8 +333,7 @@ class CoordinatorImpl final : public Coordinator {
   }
 
   void OnMessage(Channel::Incoming& in) {
-    const Status admitted =
-        AdmitIncoming(in, options_.token, keys_ ? &*keys_ : nullptr, &rejections_);
+    const Status admitted = AdmitIncoming(in, keys_ ? &*keys_ : nullptr, &rejections_);
     if (!admitted.ok()) return SendError(in.peer, admitted);
     const Body& body = in.envelope->body;
     Dispatched d = DispatchMessage(in.peer, body, &state_, &peers_);
@@ -590,6 +589,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
   co.send_hwm = co.receive_hwm = options.socket_hwm;
   co.max_message_bytes = LargestLegitFrame(/*chunk_elems=*/0, co.limits);  // no chunk comes here
   co.metrics = options.metrics;
+  co.token = options.token;
   EPS_ASSIGN_OR_RETURN(auto channel, Channel::Bind(context, bind, co));
   if (store) EPS_RETURN_IF_ERROR(store->Put("endpoint", channel->endpoint()));
   auto coordinator =

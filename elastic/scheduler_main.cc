@@ -114,10 +114,10 @@ class SchedulerProcess {
   }
 
   // Checked as the job's servers check theirs (AdmitIncoming: a revoked key,
-  // an undecodable envelope, a wrong token), counted, and logged at a bounded rate.
+  // an undecodable envelope, a wrong token: the pool channel's Options::token), counted, and logged at a bounded rate.
   void OnPoolMessage(Channel::Incoming& in) {
-    const Status admitted = AdmitIncoming(in, token_, allowed_ ? &*allowed_ : nullptr,
-                                          &rejections_, " from the pool");
+    const Status admitted =
+        AdmitIncoming(in, allowed_ ? &*allowed_ : nullptr, &rejections_, " from the pool");
     if (!admitted.ok()) {
       Reply(in.peer, ErrorReply{admitted.code(), admitted.message()});
       return;
@@ -259,6 +259,7 @@ int main(int argc, char** argv) {
   }
   eps::Channel::Options pool_options;
   pool_options.curve = *curve;
+  pool_options.token = *token;
   auto pool = eps::Channel::Bind(&context, FLAGS_bind, pool_options);
   if (!pool.ok()) {
     LOG(ERROR) << pool.status().ToString();

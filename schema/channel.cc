@@ -249,7 +249,7 @@ StatusOr<Channel::Incoming> Channel::Receive(std::chrono::milliseconds timeout) 
       zmq::message_t& m = (*parts)[i];
       frames.push_back({m.data(), m.size(), std::shared_ptr<const void>(parts, &m)});
     }
-    in.envelope = Decode(frames, options_.limits);
+    in.envelope = Decode(frames, options_.limits, options_.token);
     return in;
   } catch (const zmq::error_t& e) {
     if (e.num() == EINTR) return Aborted("interrupted by a signal");

@@ -53,6 +53,10 @@ class Channel {
     // bounds their number once the message is whole.
     int64_t max_message_bytes = -1;
     CurveOptions curve;  // off (plain TCP) without a secret key
+    // The token every incoming message must carry (a server's job token;
+    // empty: none checked). Receive returns a message with another one as
+    // Unauthenticated, its body never decoded (Decode's expected_token).
+    std::string token;
     // ROUTER: with a registry, the connections accepted and closed are counted
     // as eps_connections_total{event="accepted"|"closed"} (plus `labels`); a
     // peer dropped for an oversized frame is a closed one. Must outlive this.
@@ -151,12 +155,13 @@ StatusOr<Envelope> Call(Channel* channel, const Envelope& request,
 
 // What a server checks of a message its ROUTER received before it serves it:
 // with CURVE (`keys` set), that its client's key is still allowed
-// (schema/allowed_keys_watch.h: revocation of open connections); that it
-// decoded; and, when the job has a `token`, that it carries it. A rejection is
-// counted in `rejections` and, at its rate, logged ("bad message" + `from`:
-// the error, for an envelope that did not decode). Returns what to answer the
-// peer with (an ErrorReply of it), or OK to serve the message.
-Status AdmitIncoming(const Channel::Incoming& in, const std::string& token, AllowedKeysWatch* keys,
-                     Rejections* rejections, const char* from = "");
+// (schema/allowed_keys_watch.h: revocation of open connections); and that it
+// decoded, which on a channel with Options::token includes carrying the
+// job's token (Unauthenticated: a wrong token). A rejection is counted in
+// `rejections` and, at its rate, logged ("bad message" + `from`: the error,
+// for an envelope that did not decode). Returns what to answer the peer with
+// (an ErrorReply of it), or OK to serve the message.
+Status AdmitIncoming(const Channel::Incoming& in, AllowedKeysWatch* keys, Rejections* rejections,
+                     const char* from = "");
 
 }  // namespace eps

@@ -8,25 +8,23 @@
 
 namespace eps {
 
-Status AdmitIncoming(const Channel::Incoming& in, const std::string& token, AllowedKeysWatch* keys,
-                     Rejections* rejections, const char* from) {
+Status AdmitIncoming(const Channel::Incoming& in, AllowedKeysWatch* keys, Rejections* rejections,
+                     const char* from) {
   // Rejections are counted; their log lines are rate-limited (common/rejections.h).
   if (keys != nullptr && !keys->Admits(in.user_id)) {
     if (rejections->Record(in.peer, RejectReason::kRevoked))
       LOG(WARNING) << "refused a message from a revoked CURVE key " << in.user_id;
     return AllowedKeysWatch::Revoked();
   }
-  if (!in.envelope.ok()) {
-    if (rejections->Record(in.peer, RejectReason::kBadEnvelope))
-      LOG(WARNING) << "bad message" << from << ": " << in.envelope.status().ToString();
-    return in.envelope.status();
-  }
-  if (!token.empty() && in.envelope->token != token) {
+  if (in.envelope.ok()) return OkStatus();
+  const Status& st = in.envelope.status();
+  if (st.code() == StatusCode::kUnauthenticated) {  // the channel's token check (Decode)
     if (rejections->Record(in.peer, RejectReason::kWrongToken))
-      LOG(WARNING) << "refused a message with a wrong job token";
-    return Unauthenticated("wrong job token");
+      LOG(WARNING) << "refused a message with a wrong job token" << from;
+  } else if (rejections->Record(in.peer, RejectReason::kBadEnvelope)) {
+    LOG(WARNING) << "bad message" << from << ": " << st.ToString();
   }
-  return OkStatus();
+  return st;
 }
 
 }  // namespace eps

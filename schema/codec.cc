@@ -598,7 +598,17 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
   return frames;
 }
 
-StatusOr<Envelope> Decode(const std::vector<Frame>& frames, const DecodeLimits& limits) {
+bool TokenEquals(std::string_view got, std::string_view want) {
+  unsigned char diff = got.size() != want.size() ? 1 : 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff |= static_cast<unsigned char>(want[i]) ^
+            static_cast<unsigned char>(i < got.size() ? got[i] : '\0');
+  }
+  return diff == 0;
+}
+
+StatusOr<Envelope> Decode(const std::vector<Frame>& frames, const DecodeLimits& limits,
+                          const std::string& expected_token) {
   if (frames.empty()) return ProtocolError("empty message");
   if (frames.size() > limits.max_frames) return ProtocolError("too many frames");
   const Frame& head = frames[0];
@@ -631,8 +641,14 @@ StatusOr<Envelope> Decode(const std::vector<Frame>& frames, const DecodeLimits& 
                              ", this build speaks " + std::to_string(wire::PROTOCOL_VERSION));
       return;
     }
+    const capnp::Text::Reader token = env.getToken();
+    if (!expected_token.empty() &&
+        !TokenEquals(std::string_view(token.begin(), token.size()), expected_token)) {
+      status = Unauthenticated("wrong job token");
+      return;
+    }
     Reader r(frames, limits);
-    status = r.Text(env.getToken(), &out.token);
+    status = r.Text(token, &out.token);
     if (status.ok()) status = DecodeBody(env, r, &out.body);
     if (status.ok()) status = r.AllFramesUsed();
   });

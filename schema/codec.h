@@ -11,6 +11,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "schema/messages.h"
@@ -32,7 +34,17 @@ struct DecodeLimits {
 };
 
 StatusOr<std::vector<Frame>> Encode(const Envelope& envelope);
+// With an `expected_token` (a server's job token; empty: none checked), a
+// message that carries another one is refused with Unauthenticated once its
+// version and token are read: an unauthenticated peer never has its body
+// decoded. The comparison takes the same time wherever the tokens differ.
 StatusOr<Envelope> Decode(const std::vector<Frame>& frames,
-                          const DecodeLimits& limits = DecodeLimits());
+                          const DecodeLimits& limits = DecodeLimits(),
+                          const std::string& expected_token = "");
+
+// Whether `got` equals `want`, in a time that depends on their lengths only
+// (not on where they differ): a peer timing the answers learns nothing of a
+// token byte by byte.
+bool TokenEquals(std::string_view got, std::string_view want);
 
 }  // namespace eps

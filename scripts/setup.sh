@@ -17,7 +17,7 @@ done
 
 packages=(
   build-essential cmake ccache pkg-config python3
-  libzmq3-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev
+  libzmq3-dev libsodium-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev
   libgflags-dev libgoogle-glog-dev libgtest-dev libssl-dev nlohmann-json3-dev zlib1g-dev
   libcpp-httplib-dev prometheus tshark iproute2 openssh-client openssh-server slurm-wlm munge
   libtorch-dev libopenblas0-pthread dataset-fashion-mnist python3-torch python3-numpy python3-matplotlib

@@ -475,7 +475,7 @@ class ShardImpl final : public Shard {
     if (!received.ok()) return;
     Channel::Incoming& in = *received;
     const Status admitted =
-        AdmitIncoming(in, options_.token, keys_ ? &*keys_ : nullptr, &rejections_, " from a worker");
+        AdmitIncoming(in, keys_ ? &*keys_ : nullptr, &rejections_, " from a worker");
     if (!admitted.ok()) return ReplyError(in.peer, admitted);
     Body& body = in.envelope->body;
     if (auto* push = std::get_if<Push>(&body)) {
@@ -750,6 +750,7 @@ StatusOr<std::unique_ptr<Shard>> Shard::Open(const ShardOptions& options, zmq::c
   Channel::Options wo = co;  // the workers' side, bounded
   wo.send_hwm = wo.receive_hwm = options.socket_hwm;
   wo.max_message_bytes = options.max_message_bytes;
+  wo.token = options.token;
   wo.metrics = options.metrics;
   wo.labels = {{"shard", std::to_string(options.shard.value())}};
   EPS_ASSIGN_OR_RETURN(auto workers, Channel::Bind(context, options.bind, wo));

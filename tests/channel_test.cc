@@ -333,15 +333,45 @@ TEST(AdmitIncoming, RefusesWhatDidNotDecodeOrLacksTheTokenAndCountsIt) {
   FakeClock clock;
   Rejections rejections(RejectionOptions(), &clock);
   Channel::Incoming bad{"peer", "", ProtocolError("garbage")};
-  EXPECT_EQ(AdmitIncoming(bad, "tok", nullptr, &rejections).code(), StatusCode::kProtocolError);
-  Channel::Incoming wrong{"peer", "", Envelope{"other", Heartbeat{WorkerId(0)}}};
-  EXPECT_EQ(AdmitIncoming(wrong, "tok", nullptr, &rejections).code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(AdmitIncoming(bad, nullptr, &rejections).code(), StatusCode::kProtocolError);
+  Channel::Incoming wrong{"peer", "", Unauthenticated("wrong job token")};  // Decode's token check
+  EXPECT_EQ(AdmitIncoming(wrong, nullptr, &rejections).code(), StatusCode::kUnauthenticated);
   Channel::Incoming right{"peer", "", Envelope{"tok", Heartbeat{WorkerId(0)}}};
-  EXPECT_TRUE(AdmitIncoming(right, "tok", nullptr, &rejections).ok());
-  EXPECT_TRUE(AdmitIncoming(wrong, "", nullptr, &rejections).ok());  // a job without a token
+  EXPECT_TRUE(AdmitIncoming(right, nullptr, &rejections).ok());
   EXPECT_EQ(rejections.count("peer", RejectReason::kBadEnvelope), 1u);
   EXPECT_EQ(rejections.count("peer", RejectReason::kWrongToken), 1u);
   EXPECT_EQ(rejections.total(), 2u);
+}
+
+// A ROUTER with Options::token hands a message with another token (or none) to
+// its server as Unauthenticated; one with the token decodes. Without the option
+// every token passes.
+TEST(ChannelToken, AServersTokenIsCheckedAsMessagesAreReceived) {
+  zmq::context_t ctx;
+  Channel::Options o = TestOptions();
+  o.token = "tok";
+  auto bound = Channel::Bind(&ctx, "tcp://127.0.0.1:0", o);
+  ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+  auto server = std::move(bound).value();
+  auto open = BindOrDie(&ctx, "tcp://127.0.0.1:0");
+  auto client = ConnectOrDie(&ctx, server->endpoint());
+  auto open_client = ConnectOrDie(&ctx, open->endpoint());
+  for (const char* token : {"other", "", "tok"}) {
+    ASSERT_TRUE(client->Send(Envelope{token, Heartbeat{WorkerId(3)}}).ok());
+    auto in = server->Receive(kWait);
+    ASSERT_TRUE(in.ok()) << in.status().ToString();
+    if (std::string(token) == "tok") {
+      ASSERT_TRUE(in->envelope.ok()) << in->envelope.status().ToString();
+      EXPECT_EQ(std::get<Heartbeat>(in->envelope->body).worker, WorkerId(3));
+    } else {
+      EXPECT_EQ(in->envelope.status().code(), StatusCode::kUnauthenticated) << token;
+    }
+    ASSERT_TRUE(open_client->Send(Envelope{token, Heartbeat{WorkerId(4)}}).ok());
+    auto any = open->Receive(kWait);
+    ASSERT_TRUE(any.ok()) << any.status().ToString();
+    ASSERT_TRUE(any->envelope.ok()) << any->envelope.status().ToString();
+    EXPECT_EQ(any->envelope->token, token);
+  }
 }
 
 // Limits (Options): a frame over max_message_bytes never reaches the server, its

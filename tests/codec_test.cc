@@ -718,6 +718,38 @@ TEST(Codec, ChunkNamingAMissingFrameIsInvalid) {
   ExpectInvalid(frames, "missing frame");
 }
 
+// A server's job token is checked before the body: a message with another
+// token is Unauthenticated even where its body could never decode (here a
+// chunk names a frame that is missing), and only the right one reaches the body.
+TEST(Codec, AnExpectedTokenIsCheckedBeforeTheBodyIsDecoded) {
+  Push push;
+  push.chunks = {MakeChunk(1, 1000, 1)};
+  std::vector<Frame> frames = EncodeOrDie({"secret", push});
+  frames.resize(1);
+  EXPECT_EQ(Decode(frames, DecodeLimits(), "other").status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(Decode(frames, DecodeLimits(), "secre").status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(Decode(frames, DecodeLimits(), "secret").status().code(), StatusCode::kProtocolError);
+  EXPECT_EQ(Decode(frames).status().code(), StatusCode::kProtocolError);  // no token expected
+  const std::vector<Frame> whole = EncodeOrDie({"secret", push});
+  auto ok = Decode(whole, DecodeLimits(), "secret");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->token, "secret");
+  EXPECT_EQ(Decode(EncodeOrDie({"", push}), DecodeLimits(), "secret").status().code(),
+            StatusCode::kUnauthenticated);
+}
+
+TEST(Codec, TokenEqualsComparesWholeTokens) {
+  EXPECT_TRUE(TokenEquals("", ""));
+  EXPECT_TRUE(TokenEquals("tok", "tok"));
+  EXPECT_FALSE(TokenEquals("Tok", "tok"));
+  EXPECT_FALSE(TokenEquals("toK", "tok"));
+  EXPECT_FALSE(TokenEquals("to", "tok"));
+  EXPECT_FALSE(TokenEquals(std::string_view("to\0", 3), "tok"));
+  EXPECT_FALSE(TokenEquals(std::string_view("tok\0", 4), "tok"));
+  EXPECT_FALSE(TokenEquals("", "tok"));
+  EXPECT_FALSE(TokenEquals("tok", ""));
+}
+
 TEST(Codec, FrameReferencedTwiceIsInvalid) {
   Push push;
   push.chunks = {MakeChunk(0xA1B2, 64, 1), MakeChunk(0xA1B3, 64, 2)};

@@ -1,5 +1,5 @@
 // garbage_peer ENDPOINT [TOKEN_FILE] [--barrage=N] [--connections=K]
-//              [--oversized=M] [--parked_pulls=P]: sends malformed, truncated,
+//              [--oversized=M] [--parked_pulls=P] [--multipart_mib=N]: sends malformed, truncated,
 // mislabelled and unauthorized messages to a live coordinator or shard and
 // checks that each one is answered with an ErrorReply (the process must keep
 // serving). Exits 0 when every probe got its error reply within the deadline.
@@ -17,7 +17,12 @@
 //                     without a reply (the test reads the closes from metrics);
 //   --parked_pulls=P  P pulls for a version far ahead (they would wait at a
 //                     shard) on one socket: all but the shard's per-peer
-//                     allowance must be refused at once (ResourceExhausted).
+//                     allowance must be refused at once (ResourceExhausted);
+//   --multipart_mib=N one message of N frames of 1 MiB after a small envelope
+//                     with no token (each frame under every frame limit): it
+//                     must be answered with an error. ZeroMQ hands a message
+//                     over only when it is whole, so the server holds all N MiB
+//                     first (docs/security.md measures it).
 // A test tool, used by tests/integration/test_bad_input.py.
 #include <algorithm>
 #include <chrono>
@@ -152,6 +157,27 @@ bool Oversized(zmq::context_t* ctx, const std::string& endpoint, long m) {
   return true;
 }
 
+// One message of N 1 MiB frames behind an envelope without a token: answered with an error.
+bool Multipart(zmq::context_t* ctx, const std::string& endpoint, long n) {
+  eps::Channel::Options o;
+  o.linger_ms = 0;
+  auto ch = eps::Channel::Connect(ctx, endpoint, o);
+  if (!ch.ok()) return false;
+  const std::string mib(1 << 20, 'm');
+  std::vector<std::string> frames = Encoded(Envelope{"", eps::Heartbeat{eps::WorkerId(0)}});
+  const auto start = std::chrono::steady_clock::now();
+  zmq::socket_t& s = (*ch)->socket();
+  s.send(zmq::buffer(frames[0]), zmq::send_flags::sndmore);
+  for (long i = 0; i < n; ++i)
+    s.send(zmq::buffer(mib), i + 1 < n ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  const bool answered = ErrorReplyCame(ch->get(), std::chrono::milliseconds(120000), nullptr);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("{\"multipart_mib\": %ld, \"answered\": %s, \"seconds\": %.2f}\n", n,
+              answered ? "true" : "false", seconds);
+  return answered;
+}
+
 // P pulls for a version far ahead on one socket: those over the allowance are refused now.
 bool ParkedPulls(zmq::context_t* ctx, const std::string& endpoint, const std::string& token,
                  long p) {
@@ -220,14 +246,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string endpoint = argv[1];
-  long barrage = 0, connections = 0, oversized = 0, parked = 0;
+  long barrage = 0, connections = 0, oversized = 0, parked = 0, multipart = 0;
   for (bool flag = true; flag && argc > 2;) {
     const char* a = argv[argc - 1];
     flag = false;
     for (auto [name, into] : {std::pair<const char*, long*>{"--barrage=", &barrage},
                               {"--connections=", &connections},
                               {"--oversized=", &oversized},
-                              {"--parked_pulls=", &parked}}) {
+                              {"--parked_pulls=", &parked},
+                              {"--multipart_mib=", &multipart}}) {
       if (std::strncmp(a, name, std::strlen(name)) == 0) {
         *into = std::strtol(a + std::strlen(name), nullptr, 10);
         --argc;
@@ -246,12 +273,13 @@ int main(int argc, char** argv) {
     token = *t;
   }
   zmq::context_t ctx(1);
-  if (barrage > 0 || connections > 0 || oversized > 0 || parked > 0) {
+  if (barrage > 0 || connections > 0 || oversized > 0 || parked > 0 || multipart > 0) {
     bool ok = true;
     if (barrage > 0) ok &= Barrage(&ctx, endpoint, token, barrage);
     if (connections > 0) ok &= Connections(&ctx, endpoint, token, connections);
     if (oversized > 0) ok &= Oversized(&ctx, endpoint, oversized);
     if (parked > 0) ok &= ParkedPulls(&ctx, endpoint, token, parked);
+    if (multipart > 0) ok &= Multipart(&ctx, endpoint, multipart);
     return ok ? 0 : 1;
   }
   std::mt19937_64 rng(42);  // the test's own randomness; nothing here needs portable bits
