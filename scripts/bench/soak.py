@@ -244,6 +244,8 @@ def run(b):
           + ", ".join(f"{k} {n}" for k, n in chaos.counts.items())
           + f"; workers seen {result['workers_seen'] if result else '-'}")
     warm_end = seconds / 6
+    with open(os.path.join(d, "samples.json"), "w") as f:  # [t, RSS KiB, fds] per process, to plot a growth
+        json.dump(sampler.samples, f)
     print(f"{'process':<12s} | {'RSS MiB warm':>12s} | {'peak after':>10s} | {'growth':>7s} | fds warm | fds after")
     for name, row in growth_rows(sampler.samples, warm_end).items():
         if row is None:
