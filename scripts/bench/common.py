@@ -219,6 +219,19 @@ def wait_until(check, timeout, proc=None, every=0.05):
         time.sleep(every)
 
 
+def stop(procs):
+    """SIGTERM to every process still running (local.sh stops its job within 5 s), SIGKILL after 10 s."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def main(run):
     """A section's entry point: parses the command line scripts/bench.sh passes, runs run(bench), exits 1 when a
     run failed."""

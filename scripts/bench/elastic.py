@@ -46,7 +46,7 @@ def run(b):
             common.warn(f"the elastic job did not finish within 300 s (log: {d}.log)")
             ok = False
     finally:
-        stop([job, *attached])
+        common.stop([job, *attached])
     b.failed = b.failed or not ok
 
     metrics, details = analysis.elastic_report(d, TIMEOUT_MS)
@@ -118,19 +118,6 @@ def measure(b, d, job, attached):
             return False
         steps_past(analysis.last_step(reader.poll()) + 30, 30)
     return True
-
-
-def stop(procs):
-    """SIGTERM to every process still running (local.sh stops its job within 5 s), SIGKILL after 10 s."""
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 if __name__ == "__main__":

@@ -93,25 +93,13 @@ def finish(d, p, timeout):
         code = p.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         common.warn(f"job {d} did not finish within {timeout:.0f} s")
-        stop([p])
+        common.stop([p])
         return None
     result = analysis.read_result(d)
     if code != 0 or result is None:
         common.warn(f"job {d} failed (log: {d}.log):\n{common.tail(d + '.log')}")
         return None
     return result
-
-
-def stop(procs):
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def calibrate():
@@ -238,7 +226,7 @@ def run(b):
     finally:
         if sampler is not None and sampler.is_alive():
             sampler.stop()
-        stop([job, ref, *(chaos.attached if chaos else [])])
+        common.stop([job, ref, *(chaos.attached if chaos else [])])
 
     print(f"   {seconds / 60:.1f} min, {steps} steps ({1000 * seconds / steps:.2f} ms a step); events: "
           + ", ".join(f"{k} {n}" for k, n in chaos.counts.items())
