@@ -4,6 +4,7 @@
 // fields against DecodeLimits and the frames, and the job status conversions.
 #pragma once
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,11 @@ class Reader {
   Status Text(capnp::Text::Reader t, std::string* out) {
     if (t.size() > limits_.max_text)
       return ProtocolError("text field longer than " + std::to_string(limits_.max_text));
-    *out = t.cStr();
+    // A NUL inside a text would make it read differently as bytes (the token
+    // check) and as a C string: one of them would be a different value.
+    if (std::memchr(t.begin(), '\0', t.size()) != nullptr)
+      return ProtocolError("text field with a NUL byte");
+    out->assign(t.begin(), t.size());
     return OkStatus();
   }
 
