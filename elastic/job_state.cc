@@ -526,6 +526,9 @@ void JobState::OnStepFinished() {
   completed.ranges = std::move(step_ranges_);
   step_ranges_.clear();
   Emit(std::move(completed), step_);
+  // Only the newest completed step's loss is read again (NewestLoss): one a
+  // step kept for good would grow the coordinator by 64 bytes a step.
+  losses_.erase(losses_.begin(), losses_.lower_bound(step_.value()));
   completions_.push_back(clock_->Now());
   if (completions_.size() > kRateWindow) completions_.pop_front();
   steps_done_ = next.value();

@@ -233,6 +233,9 @@ class JobState {
   int64_t test_samples() const { return test_samples_; }
   const std::vector<TensorSpec>& tensors() const { return tensors_; }
   Step step() const { return step_; }
+  // Steps whose loss the state holds: the step in flight and the newest completed one, whatever
+  // the job's length (what the state keeps must not grow with the steps).
+  size_t losses_kept() const { return losses_.size(); }
   size_t live_workers() const;
   // What the inter-job scheduler asks for: the job's needs and its live
   // workers' measured seconds per VW (0 while not measured).
@@ -385,7 +388,7 @@ class JobState {
   // Enters kHeld at step_ (StartStep, FinishResume).
   void EnterHold();
   int64_t steps_done_ = 0;
-  std::map<int64_t, float> losses_;
+  std::map<int64_t, float> losses_;  // by step: the step in flight's and the newest completed one's
   Step eval_version_{0};
   std::vector<EvalSlice> eval_slices_;
   bool evaluated_ = false;

@@ -1442,6 +1442,25 @@ TEST(JobStateLimits, WorkersThatLeaveBeforeReportingAModelLeaveNothingBehind) {
   EXPECT_TRUE(d.state.fatal().ok());
 }
 
+// The soak's coordinator grew 41 MiB in 660 k steps: it kept every step's loss.
+TEST(JobStateLimits, WhatTheStateKeepsDoesNotGrowWithTheSteps) {
+  JobSpec spec = Spec();
+  spec.steps = 2000;
+  Driver d(spec, Options());
+  const std::vector<WorkerId> ws = d.Start(2);
+  for (int64_t t = 0; t < 1500; ++t) {
+    d.RunStep(t, ws);
+    for (WorkerId w : ws) d.Plans(w);
+    d.Events();
+  }
+  EXPECT_LE(d.state.losses_kept(), 2u);
+  d.state.ReportProgress();
+  const auto progress = Of<JobEvent::Progress>(d.Events());
+  ASSERT_EQ(progress.size(), 1u);
+  EXPECT_FLOAT_EQ(progress[0].second.loss, 1.0f / (1499 + 3)) << "the newest step's loss";
+  EXPECT_EQ(d.state.step(), Step(1500));
+}
+
 TEST(JobStateBadHost, AfterTheBackOffTheHostIsAcceptedAndEachFurtherFailureDoublesItUpToTheCap) {
   Driver d(Spec(), BackoffOptions());
   d.RegisterShards();
