@@ -6,8 +6,8 @@
 #   scripts/fetch_gpu_debs.sh [--out DIR]     (default DIR: .gpu-debs, which git ignores)
 #
 # DIR/debs/   the Debian packages ElasticPS builds against (ZeroMQ, cppzmq, Cap'n
-#             Proto, RocksDB, gflags, glog, GoogleTest, OpenSSL, nlohmann-json,
-#             zlib) and, found with apt-cache depends recursively, the libraries
+#             Proto, RocksDB, gflags, glog, GoogleTest, OpenSSL, nlohmann-json, cpp-httplib,
+#             libsodium (bench/'s CURVE cipher timing), zlib) and, found with apt-cache depends recursively, the libraries
 #             they load, fetched with apt-get download. Left out: libtorch,
 #             python and CUDA (the GPU machine's own), the C library and
 #             compiler runtime every build machine has, and the development
@@ -30,12 +30,12 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-roots=(libzmq3-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev libgflags-dev libgoogle-glog-dev
-       libunwind-dev libgtest-dev libssl-dev nlohmann-json3-dev zlib1g-dev)
+roots=(libzmq3-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev libgflags-dev libgoogle-glog-dev libcpp-httplib-dev
+       libsodium-dev libunwind-dev libgtest-dev libssl-dev nlohmann-json3-dev zlib1g-dev)
 exclude='^(libc6|libc6-dev|libc-dev-bin|libcrypt1|libcrypt-dev|libgcc-s1|libstdc\+\+6|gcc-[0-9]+-base|linux-libc-dev'
 exclude+='|rpcsvc-proto|libnsl2|libnsl-dev|libtirpc[0-9]*|libtirpc-.*|debconf|dpkg|perl-base|tar'
 exclude+='|libtorch.*|python.*|cuda.*|nvidia.*'
-exclude+='|libpgm-dev|libsodium-dev|libnorm-dev|libbsd-dev|libmd-dev|libkrb5-dev|krb5-multidev|comerr-dev'
+exclude+='|libpgm-dev|libnorm-dev|libbsd-dev|libmd-dev|libkrb5-dev|krb5-multidev|comerr-dev'
 exclude+='|libgssrpc4|libkadm5.*|libkdb5.*|libxml2|libxml2-dev|libicu.*|icu-devtools)$'
 
 # The direct dependencies of one package: Depends and Pre-Depends, the first

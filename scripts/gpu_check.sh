@@ -6,6 +6,7 @@
 # dpkg -x into a prefix, never into /.
 #
 #   scripts/gpu_check.sh [--cpu-dry-run] [--skip-build] [--debs DIR] [--device cuda:N]
+#                        [--no-checks] [--bench]
 #
 # Steps: unpack the packages into a prefix and point their CMake and pkg-config
 # files at it; configure and build into build-gpu/ against the machine's CUDA
@@ -27,19 +28,32 @@
 #                build-gpu-dry/; then the same checks on the CPU (shorter).
 # --skip-build   reuse the prefix and build dir of an earlier run (a rerun on a
 #                machine still warm).
+# --no-checks    build (or reuse) only, then --bench.
+# --bench        after the checks, measure what a 2-core host cannot (rows marked
+#                info; docs/benchmarks.md has the figures):
+#                  ps share on the GPU: a 37 M-parameter TorchScript MLP (AdamW,
+#                    V = 8 x 16, 1 worker, 1 and 2 shards): ms per plan of compute,
+#                    pull, copies, plan wait and push wait from the worker's report;
+#                  CPU scaling: the cnn job (V = 8 x 16) on 1, 2, 4 and 8 CPU workers,
+#                    one core each: samples/s and the parameter server's share;
+#                  hetero: the mlp job (V = 8 x 512) on 3 CPU workers slowed 1x, 2x,
+#                    4x, a core each, --planner=speed and =equal against the ideal
+#                    (the sum of the lone speeds); both must end on one digest.
 # Exits 0 when every check passed.
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 debs=$root/.gpu-debs
-dry=0 skip_build=0 device=cuda:0
+dry=0 skip_build=0 device=cuda:0 checks=1 bench=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpu-dry-run) dry=1; shift ;;
     --skip-build) skip_build=1; shift ;;
+    --no-checks) checks=0; shift ;;
+    --bench) bench=1; shift ;;
     --debs) debs=$2; shift 2 ;;
     --device) device=$2; shift 2 ;;
-    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -99,8 +113,8 @@ EOF
 )
   export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}  # Hopper; spares torch's CMake a detection run
 fi
-generator=()
-command -v ninja > /dev/null && generator=(-G Ninja)
+generator=() keep_going=(-- -k)
+command -v ninja > /dev/null && generator=(-G Ninja) keep_going=(-- -k 0)
 
 # ---- the packages, in a prefix ---------------------------------------------------
 if [ $skip_build = 0 ]; then
@@ -184,6 +198,12 @@ if [ $skip_build = 0 ]; then
                  -DELASTICPS_CUDA=OFF)  # (what Debian's libtorch finds in /usr for itself, named)
   else
     cmake_args+=(-DCMAKE_PREFIX_PATH="$torch_cmake;$prefix/usr" -DCUDAToolkit_ROOT=/usr/local/cuda -DELASTICPS_CUDA=ON)
+    # PyTorch 2.14's headers refuse C++17 (#error ... C++20 or later): build as C++20 where they ask.
+    if grep -qs "__cplusplus < 202002L" "$torch_cmake/../../include/ATen/ATen.h" \
+         "$torch_cmake/../../include/torch/csrc/api/include/torch/all.h"; then
+      cmake_args+=(-DCMAKE_CXX_STANDARD=20)
+      say "this libtorch needs C++20"
+    fi
   fi
   rm -rf "$build"
   say "configuring $build"
@@ -196,8 +216,10 @@ if [ $skip_build = 0 ]; then
   done
   say "building ${targets[*]}"
   t0=$SECONDS
-  cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > "$work/build.log" 2>&1 ||
-    { grep -E "error|Error" "$work/build.log" | head -n 30; die "build"; }
+  # keep going: every error of a first build against another libtorch in one run, not only the first.
+  cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" "${keep_going[@]}" > "$work/build.log" 2>&1 ||
+    { grep -E "error|Error" "$work/build.log" | head -n 60; cp "$work/build.log" "${out:-$work}/build.log" 2> /dev/null
+      die "build"; }
   row "build (${targets[*]})" ok "$((SECONDS - t0)) s on $(nproc) cores"
 else
   [ -x "$build/bin/worker" ] || die "--skip-build, but $build holds no build"
@@ -242,10 +264,11 @@ peak_memory() {
   done
   echo "$peak"
 }
-budget=480  # seconds for the checks
+budget=300  # seconds for the checks (a device command runs at most 600 s, the build included)
 over_budget() { [ $((SECONDS - checks_started)) -gt $budget ]; }
 checks_started=$SECONDS
 
+if [ $checks = 1 ]; then
 if EPS_TEST_DEVICE=$device timeout 120 "$bin/model_runner_test" > "$runs/model_runner_test.out" 2>&1; then
   row "model_runner_test on $device" PASS "$(grep -E '^\[  PASSED' "$runs/model_runner_test.out")"
 else
@@ -347,5 +370,96 @@ if ! over_budget; then
     row "GPU memory in use, worker with 1 VW / 8 VWs" info "$mem1 / $mem8 MiB (whole GPU, peak)"
   fi
 fi
-say "checks took $((SECONDS - checks_started)) s"
+  say "checks took $((SECONDS - checks_started)) s"
+fi
+
+# ---- measurements (--bench) ---------------------------------------------------
+# ms per train plan from a worker's report (logs/worker<i>.json): "compute pull copies plan_wait push_wait".
+plan_ms() {
+  "$py" -c 'import json, sys; t = json.load(open(sys.argv[1]))["ms_per_train_plan"]
+print(" ".join("%.1f" % t[k] for k in ("compute", "pull", "copies", "plan_wait", "push_wait")))' "$1" 2> /dev/null
+}
+# The parameter server's share of a plan: 1 - compute / (all the plan's parts), from plan_ms's five figures.
+ps_share() { awk '{ t = $1 + $2 + $3 + $4 + $5; if (t > 0) printf "%.0f%%", 100 * (1 - $1 / t); else print "-" }' <<< "$1"; }
+if [ $bench = 1 ] && [ $dry = 0 ]; then
+  bench_started=$SECONDS
+  # 1. The parameter server's share of a GPU step at 37 M parameters (the scale issue's MLP).
+  scale=$work/scale
+  mkdir -p "$scale"
+  if "$py" - "$scale" <<'EOF' > "$runs/scale_make.out" 2>&1
+import sys, numpy as np, torch, torch.nn as nn
+d = sys.argv[1]
+torch.manual_seed(0)
+net = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
+                    nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10))
+print(sum(p.numel() for p in net.parameters()), "parameters")
+torch.jit.script(net).save(f"{d}/mlp37m.pt")
+rng = np.random.default_rng(0)
+np.save(f"{d}/x.npy", rng.standard_normal((4096, 1024), dtype=np.float32))
+np.save(f"{d}/y.npy", rng.integers(0, 10, 4096).astype(np.int64))
+EOF
+  then
+    for shards in 1 2; do
+      name=scale37m-s$shards
+      rm -rf "${runs:?}/$name"
+      if timeout 180 "$root/launcher/local.sh" --job "$mlp" --servers $shards --workers 1 --devices "$device" \
+           --run-dir "$runs/$name" -- --model="$scale/mlp37m.pt" --train_data="$scale/x.npy" \
+           --train_labels="$scale/y.npy" --test_limit=-1 --optimizer=adamw --lr=0.0001 --virtual_workers=8 \
+           --batch_per_vw=16 --steps=40 --warmup_steps=0 --lr_schedule=constant > "$runs/$name.out" 2>&1; then
+        m=$(plan_ms "$runs/$name/logs/worker0.json")
+        row "37M MLP on $device, $shards shard(s), ms/plan" info \
+          "compute/pull/copies/plan wait/push wait = ${m// //}; PS share $(ps_share "$m"); $(samples_per_s "$runs/$name") samples/s"
+      else
+        row "37M MLP on $device, $shards shard(s)" FAIL "$(tail -n 2 "$runs/$name.out" | tr '\n' ' ')"
+      fi
+    done
+  else
+    row "37M MLP (making it)" FAIL "$(tail -n 2 "$runs/scale_make.out" | tr '\n' ' ')"
+  fi
+  # 2. CPU workers, a core each: the cnn job on 1, 2, 4, 8 workers; shards and coordinator on the cores above.
+  cores=$(nproc)
+  if [ "$cores" -ge 12 ]; then
+    for w in 1 2 4 8; do
+      name=cpu-scaling-w$w
+      cpus=$(seq -s: 0 $((w - 1)))
+      rm -rf "${runs:?}/$name"
+      if timeout 240 "$root/launcher/local.sh" --job "$cnn" --servers 2 --workers $w --devices cpu \
+           --worker-cpus "$cpus" --server-cpus "8-$((cores - 1))" --run-dir "$runs/$name" -- --data_dir="$data" \
+           --steps=60 --warmup_steps=10 --train_limit=8192 --test_limit=-1 > "$runs/$name.out" 2>&1; then
+        m=$(plan_ms "$runs/$name/logs/worker0.json")
+        row "cnn on $w CPU worker(s), a core each" info \
+          "$(samples_per_s "$runs/$name") samples/s; worker0 ms/plan ${m// //}, PS share $(ps_share "$m"); $(json "$runs/$name/result.json" params_sha256 | cut -c1-12)"
+      else
+        row "cnn on $w CPU worker(s)" FAIL "$(tail -n 2 "$runs/$name.out" | tr '\n' ' ')"
+      fi
+    done
+    # 3. Heterogeneous workers, a core each: the speed-aware planner against equal ranges and the ideal.
+    hflags=(--steps=150 --batch_per_vw=512 --train_limit=8192 --test_limit=-1)
+    declare -A rate hsha
+    for cfg in "alone 1 1 0" "equal 3 1,2,4 0:1:2" "speed 3 1,2,4 0:1:2"; do
+      read -r kind w slow cpus <<< "$cfg"
+      name=hetero-$kind
+      rm -rf "${runs:?}/$name"
+      planner=(); [ "$kind" != alone ] && planner=(--planner="$kind")
+      if timeout 240 "$root/launcher/local.sh" --job "$mlp" --servers 1 --workers "$w" --devices cpu \
+           --slowdowns "$slow" --worker-cpus "$cpus" --server-cpus 3-5 --run-dir "$runs/$name" -- \
+           --data_dir="$data" "${hflags[@]}" "${planner[@]}" > "$runs/$name.out" 2>&1; then
+        rate[$kind]=$("$py" -c 'import json, sys; r = json.load(open(sys.argv[1])); print(r["steps"] / r["train_seconds"])' \
+          "$runs/$name/result.json")
+        hsha[$kind]=$(json "$runs/$name/result.json" params_sha256)
+      else
+        row "hetero $kind" FAIL "$(tail -n 2 "$runs/$name.out" | tr '\n' ' ')"
+      fi
+    done
+    if [ -n "${rate[alone]:-}" ] && [ -n "${rate[speed]:-}" ] && [ -n "${rate[equal]:-}" ]; then
+      same=$([ "${hsha[speed]}" = "${hsha[equal]}" ] && echo yes || echo NO)
+      row "hetero 1x/2x/4x, steps/s vs ideal" "$([ $same = yes ] && echo info || echo FAIL)" \
+        "$(awk -v a="${rate[alone]}" -v s="${rate[speed]}" -v e="${rate[equal]}" 'BEGIN { i = a * 1.75
+          printf "alone %.2f, ideal %.2f, speed %.2f (%.2fx ideal), equal %.2f (%.2fx ideal)", a, i, s, s / i, e, e / i }'); same digest: $same"
+    fi
+  else
+    row "CPU scaling and hetero" skipped "$cores cores: needs 12 or more"
+  fi
+  say "measurements took $((SECONDS - bench_started)) s"
+fi
 finish $failed
