@@ -67,6 +67,7 @@ Json ToJson(const JobStatusReply& s) {
             {"phase", s.phase},
             {"paused", s.paused},
             {"hold_from", s.hold_from},
+            {"cpu_kernels", s.cpu_kernels},
             {"step", s.step},
             {"steps", s.steps},
             {"epoch", s.epoch},
@@ -86,6 +87,7 @@ Json ToJson(const JobStatusReply& s) {
                             {"host", w.host},
                             {"pid", w.pid},
                             {"device", w.device_kind},
+                            {"cpu_kernels", w.cpu_kernels},
                             {"state", w.state},
                             {"vw_lo", w.vw_lo},
                             {"vw_hi", w.vw_hi},
@@ -125,15 +127,18 @@ void PrintTables(const JobStatusReply& s) {
   head += "  lr " + StrFormat("%.4g", s.lr) + "  samples/s " + StrFormat("%.0f", s.samples_per_s) +
           "  ETA " + Duration(s.eta_s) + "  elapsed " + Duration(s.elapsed_s);
   if (s.evaluated) head += "  test accuracy " + StrFormat("%.4f", s.test_accuracy);
-  std::printf("%s\n%u VWs x %u samples, assignment epoch %llu\n\n", head.c_str(),
+  std::printf("%s\n%u VWs x %u samples, assignment epoch %llu, CPU kernels %s\n\n", head.c_str(),
               s.virtual_workers, s.batch_per_vw,
-              static_cast<unsigned long long>(s.assignment_epoch.value()));
+              static_cast<unsigned long long>(s.assignment_epoch.value()),
+              s.cpu_kernels.empty() ? "-" : s.cpu_kernels.c_str());
   std::vector<std::vector<std::string>> rows = {
       {"WORKER", "STATE", "HOST", "PID", "DEVICE", "VWS", "S/VW", "HEARD", "STEPS", "METRICS"}};
   for (const WorkerStatus& w : s.workers) {
     const bool live = w.state == "ready" || w.state == "registered";
     rows.push_back({"w" + std::to_string(w.worker.value()), w.state, w.host,
-                    std::to_string(w.pid), w.device_kind,
+                    std::to_string(w.pid),
+                    w.device_kind == "cpu" && !w.cpu_kernels.empty() ? "cpu " + w.cpu_kernels
+                                                                     : w.device_kind,
                     w.vw_hi > w.vw_lo ? "[" + std::to_string(w.vw_lo) + "," +
                                             std::to_string(w.vw_hi) + ")"
                                       : "-",

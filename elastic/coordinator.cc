@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "common/cpu_kernels.h"
 #include "common/files.h"
 #include "common/jsonl.h"
 #include "common/layout.h"
@@ -385,6 +386,7 @@ class CoordinatorImpl final : public Coordinator {
     j["parameters"] = layout.NumParameters();
     j["grad_wire_dtype"] = WireDTypeName(spec.grad_wire_dtype);
     j["weight_wire_dtype"] = WireDTypeName(spec.weight_wire_dtype);
+    j["cpu_kernels"] = state_.StatusReport().cpu_kernels;  // the set, or native's first worker's
     j["final_loss"] = summary.final_loss;
     if (summary.evaluated) {
       j["test_accuracy"] = summary.test_accuracy;
@@ -463,6 +465,8 @@ Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.steps < 0) return InvalidArgument("--steps must not be negative");
   if (spec.model.empty()) return InvalidArgument("--model is required");
   if (spec.eval_batch < 1) return InvalidArgument("--eval_batch must be at least 1");
+  if (Status st = FindCpuKernelSet(spec.cpu_kernels).status(); !st.ok())
+    return InvalidArgument("--cpu_kernels: " + st.message());
   EPS_RETURN_IF_ERROR(CheckZooSizes(spec.model, ZooSizesOf(spec)));
   EPS_RETURN_IF_ERROR(TensorSelection::Compile(spec.reinit, "--reinit").status());
   EPS_RETURN_IF_ERROR(TensorSelection::Compile(spec.freeze, "--freeze").status());

@@ -16,7 +16,7 @@ Dispatched DispatchMessage(const std::string& peer, const Body& body, JobState* 
       peers->shard_metrics[m->shard.value()] = m->metrics_address;
     }
   } else if (auto* m = std::get_if<RegisterWorker>(&body)) {
-    const WorkerId id = state->OnWorkerRegistered(m->host, m->pid, m->device_kind);
+    const WorkerId id = state->OnWorkerRegistered(m->host, m->pid, m->device_kind, m->cpu_kernels);
     peers->workers[id] = peer;
     peers->worker_metrics[id] = m->metrics_address;
   } else if (std::get_if<JobStatusRequest>(&body)) {

@@ -71,6 +71,11 @@ DEFINE_uint32(model_dim, 64, "Zoo models: width (text_transformer: embedding siz
 DEFINE_uint32(model_layers, 2, "Zoo models: encoder layers (text_transformer)");
 DEFINE_uint32(model_heads, 4, "Zoo models: attention heads (text_transformer)");
 DEFINE_uint32(model_depth, 20, "Zoo models: depth (resnet: 6n+2, e.g. 20)");
+DEFINE_string(cpu_kernels, eps::kDefaultCpuKernels,
+              "The CPU math kernels (OpenBLAS, ATen, oneDNN) every CPU worker runs, part of the "
+              "bits: x86-64-v3 (AVX2: any x86-64 host since Haswell), x86-64-v4 (AVX-512), "
+              "x86-64-v2 (SSE4.2), or native (each host its own; a worker whose kernels differ "
+              "from the first CPU worker's is refused)");
 // The optimizer.
 DEFINE_string(optimizer, "sgd", "sgd, adam or adamw (sgd covers momentum and Nesterov)");
 DEFINE_double(lr, 0.01, "Learning rate");

@@ -125,6 +125,7 @@ std::string EventJson(const JobEvent& event, double wall_seconds) {
                    j["cause"] = e.cause == Cause::kDeviceKind      ? "device_kind"
                                 : e.cause == Cause::kDataFingerprint ? "data_fingerprint"
                                 : e.cause == Cause::kTooManyWorkers  ? "too_many_workers"
+                                : e.cause == Cause::kCpuKernels      ? "cpu_kernels"
                                                                      : "host_backed_off";
                  },
                  [&](const E::WorkerReady& e) { j["worker"] = e.worker.value(); },

@@ -56,6 +56,7 @@ struct JobEvent {
       kHostBackedOff,  // its machine is backed off (HostBackedOff)
       kDataFingerprint,  // its data files differ from the job's (first step request)
       kTooManyWorkers,   // its machine, or the job, has the most live workers allowed
+      kCpuKernels,       // its CPU kernels are not the job's (first step request)
     };
     WorkerId worker;
     std::string host;

@@ -39,6 +39,7 @@ Status JobState::OnStepRequest(const StepRequest& r) {
   WorkerInfo& w = it->second;
   w.last_seen = clock_->Now();
   if (!w.ready) {
+    EPS_RETURN_IF_ERROR(AcceptCpuKernels(r.worker));
     EPS_RETURN_IF_ERROR(AcceptData(r));
     Status st = AcceptModel(r);
     if (!st.ok()) return st;
@@ -229,6 +230,26 @@ Status JobState::AcceptData(const StepRequest& r) {
        CurrentStep());
   (void)DeclareDead(r.worker);
   return st;
+}
+
+std::string JobState::JobCpuKernels() const {
+  return spec_.cpu_kernels == kNativeCpuKernels ? native_kernels_ : spec_.cpu_kernels;
+}
+
+Status JobState::AcceptCpuKernels(WorkerId id) {
+  const WorkerInfo& w = workers_[id];
+  if (w.device_kind != "cpu") return OkStatus();  // a GPU's kernels are its device kind's
+  Status st = CheckCpuKernels(JobCpuKernels(), w.cpu_kernels, spec_.allow_mixed_devices);
+  if (!st.ok()) {
+    Emit(JobEvent::WorkerRefused{id, w.host, w.device_kind, st.message(),
+                                 JobEvent::WorkerRefused::Cause::kCpuKernels},
+         CurrentStep());
+    (void)DeclareDead(id);
+    return st;
+  }
+  if (spec_.cpu_kernels == kNativeCpuKernels && native_kernels_.empty())
+    native_kernels_ = w.cpu_kernels;
+  return OkStatus();
 }
 
 bool JobState::AllShardsRegistered() const {

@@ -106,6 +106,13 @@ std::string MachineOf(const std::string& host, uint32_t pid);
 Status CheckDeviceKind(const std::string& job_kind, const std::string& worker_kind,
                        bool allow_mixed);
 
+// Whether a CPU worker that reported `worker_kernels` (CpuKernelsReport) may
+// join a job whose CPU workers run `job_kernels` (the spec's set, or with
+// `native` the first CPU worker's report; empty: none yet): FailedPrecondition
+// starting with kCpuKernelsMismatch otherwise, unless `allow_mixed`. Pure.
+Status CheckCpuKernels(const std::string& job_kernels, const std::string& worker_kernels,
+                       bool allow_mixed);
+
 // One message to send.
 struct Outgoing {
   enum class To { kWorker, kShard } to;
@@ -174,8 +181,12 @@ class JobState {
   // at once and never becomes a member; the id is spent. The same process
   // (host, pid) registering again before it reported its model keeps its id and
   // is answered again: a worker repeats an unanswered registration.
+  // `cpu_kernels`: what it reported (RegisterWorker); checked against the
+  // job's at its first step request (CheckCpuKernels), when a worker that ran
+  // other kernels has re-executed itself with the job's.
   WorkerId OnWorkerRegistered(const std::string& host, uint32_t pid,
-                              const std::string& device_kind = "cpu");
+                              const std::string& device_kind = "cpu",
+                              const std::string& cpu_kernels = kDefaultCpuKernels);
   // Aborted: the worker is unknown or was declared dead; it must register again.
   Status OnStepRequest(const StepRequest& request);
   Status OnHeartbeat(WorkerId worker);
@@ -263,6 +274,7 @@ class JobState {
     std::string machine;  // MachineOf(host, pid)
     uint32_t pid = 0;
     std::string device_kind;
+    std::string cpu_kernels;  // as it reported them
     bool alive = true;
     bool ready = false;    // reported its model
     bool pending = false;  // waits for a plan
@@ -312,6 +324,9 @@ class JobState {
   Status AcceptModel(const StepRequest& request);
   // A worker's first request: its data files are the job's, or it is refused (and dead).
   Status AcceptData(const StepRequest& request);
+  Status AcceptCpuKernels(WorkerId worker);
+  // The CPU kernels of the job's CPU workers (empty: native, before the first).
+  std::string JobCpuKernels() const;
   void AnswerRegistrations();
   // Marks `w` dead and frees what it held; returns the unconfirmed ranges it
   // held (the caller's event names them).
@@ -361,6 +376,7 @@ class JobState {
   std::vector<WorkerId> unanswered_registrations_;
   std::map<std::string, HostRecord> hosts_;  // by machine, those with a host fault
   std::string device_kind_;                  // the first accepted worker's; empty before it
+  std::string native_kernels_;  // with --cpu_kernels=native: the first ready CPU worker's
   uint32_t next_worker_ = 0;
   size_t workers_joined_ = 0;  // workers that became members (workers_ forgets some dead ones)
   std::vector<TensorSpec> tensors_;

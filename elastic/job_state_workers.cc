@@ -27,8 +27,20 @@ Status CheckDeviceKind(const std::string& job_kind, const std::string& worker_ki
       "coordinator runs with --allow_mixed_devices");
 }
 
+Status CheckCpuKernels(const std::string& job_kernels, const std::string& worker_kernels,
+                       bool allow_mixed) {
+  if (job_kernels.empty() || worker_kernels == job_kernels || allow_mixed) return OkStatus();
+  return FailedPrecondition(
+      std::string(kCpuKernelsMismatch) + "this worker runs the CPU kernels '" +
+      (worker_kernels.empty() ? "(none reported)" : worker_kernels) + "', the job's are '" +
+      job_kernels +
+      "': the bits would then depend on placement; the job accepts that only when its "
+      "coordinator runs with --allow_mixed_devices");
+}
+
 WorkerId JobState::OnWorkerRegistered(const std::string& host, uint32_t pid,
-                                      const std::string& device_kind) {
+                                      const std::string& device_kind,
+                                      const std::string& cpu_kernels) {
   // A worker whose registration went unanswered sends it again (the
   // coordinator may have restarted in between): the same process keeps its id
   // until it reported its model.
@@ -68,6 +80,7 @@ WorkerId JobState::OnWorkerRegistered(const std::string& host, uint32_t pid,
   w.machine = machine;
   w.pid = pid;
   w.device_kind = device_kind;
+  w.cpu_kernels = cpu_kernels;
   w.last_seen = clock_->Now();
   ++workers_joined_;
   Emit(JobEvent::WorkerJoined{id, host, pid, device_kind}, CurrentStep());

@@ -44,6 +44,7 @@ JobStatusReply JobState::StatusReport() const {
   r.phase = PhaseName(phase_);
   r.paused = paused_;
   r.hold_from = hold_from_ ? hold_from_->value() : -1;
+  r.cpu_kernels = JobCpuKernels();
   r.step = steps_done_;
   r.steps = spec_.steps;
   r.virtual_workers = spec_.virtual_workers;
@@ -78,6 +79,7 @@ JobStatusReply JobState::StatusReport() const {
     o.host = w.host;
     o.pid = w.pid;
     o.device_kind = w.device_kind;
+    o.cpu_kernels = w.cpu_kernels;
     o.state = w.alive ? (w.ready ? "ready" : "registered") : (w.left ? "left" : "dead");
     if (auto a = assignment_.find(id); w.alive && a != assignment_.end()) {
       o.vw_lo = a->second.first;

@@ -1,6 +1,7 @@
 #include "elastic/model_export.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -72,7 +73,29 @@ Status WriteSafetensors(const std::string& path, const Layout& layout, const Mod
 }
 
 std::map<std::string, std::string> ExportMetadata(const JobSpec& spec) {
-  return ZooSizesMetadata(ZooSizesOf(spec));
+  std::map<std::string, std::string> m = ZooSizesMetadata(ZooSizesOf(spec));
+  m["cpu_kernels"] = spec.cpu_kernels;
+  return m;
+}
+
+std::string ExportCpuKernels(const std::string& model) {
+  const std::filesystem::path p(model);
+  const std::filesystem::path file =
+      p.extension() == ".safetensors" ? p : p.parent_path() / "model.safetensors";
+  std::ifstream in(file, std::ios::binary);
+  unsigned char size[8];
+  if (!in.read(reinterpret_cast<char*>(size), sizeof(size))) return kDefaultCpuKernels;
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | size[i];  // little-endian
+  if (n > (uint64_t{1} << 20)) return kDefaultCpuKernels;  // not a header this writes
+  std::string header(n, '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(n))) return kDefaultCpuKernels;
+  const nlohmann::json j = nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("__metadata__") || !j["__metadata__"].is_object())
+    return kDefaultCpuKernels;
+  const nlohmann::json& m = j["__metadata__"];
+  if (!m.contains("cpu_kernels") || !m["cpu_kernels"].is_string()) return kDefaultCpuKernels;
+  return m["cpu_kernels"].get<std::string>();
 }
 
 StatusOr<std::vector<ExportedTensor>> ModelTensors(const Layout& layout,

@@ -45,6 +45,11 @@ Status WriteSafetensors(const std::string& path, const Layout& layout, const Mod
 // rebuilds a sized built-in model from.
 std::map<std::string, std::string> ExportMetadata(const JobSpec& spec);
 
+// The CPU kernel set of the job that exported `model` (a model.safetensors, or
+// a file beside one: its metadata's "cpu_kernels"), read from the header
+// alone; kDefaultCpuKernels when there is none to read.
+std::string ExportCpuKernels(const std::string& model);
+
 // The model's parameters then buffers (not the loss), each as one contiguous
 // piece; DataLoss when a chunk is missing or has the wrong size.
 StatusOr<std::vector<ExportedTensor>> ModelTensors(const Layout& layout, const ModelChunks& chunks);

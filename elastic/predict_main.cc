@@ -51,6 +51,10 @@ DEFINE_int32(threads, 1, "libtorch intra-op threads (a job's --threads: bits dep
 DEFINE_bool(json, false, "evaluate: print one JSON object");
 DEFINE_string(out, "", "predict: the CSV file to write");
 DEFINE_bool(raw, false, "predict: write the model's outputs, not classes and probabilities");
+DEFINE_string(cpu_kernels, "",
+              "The CPU kernel set to run (common/cpu_kernels.h), as the job that trained the model "
+              "did. Empty: its export's (the metadata of --model's, or beside it, "
+              "model.safetensors), else x86-64-v3");
 
 namespace eps {
 namespace {
@@ -303,10 +307,18 @@ int Run(const std::string& command) {
 }  // namespace eps
 
 int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv, argv + argc);
   gflags::SetUsageMessage(eps::kUsage);
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
+  // The job's CPU kernels, so that `evaluate` gives the job's own accuracy on any host.
+  const std::string kernels =
+      FLAGS_cpu_kernels.empty() ? eps::ExportCpuKernels(FLAGS_model) : FLAGS_cpu_kernels;
+  if (auto used = eps::UseCpuKernels(kernels, args); !used.ok()) {
+    std::fprintf(stderr, "eps_predict: --cpu_kernels: %s\n", used.status().ToString().c_str());
+    return 2;
+  }
   const std::string command = argc == 2 ? argv[1] : "";
   if (command != "evaluate" && command != "predict") {
     std::fprintf(stderr, "eps_predict: name one command, evaluate or predict\nusage: %s\n",

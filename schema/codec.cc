@@ -133,6 +133,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       m.pid = in.getPid();
       EPS_RETURN_IF_ERROR(r.Text(in.getDeviceKind(), &m.device_kind));
       EPS_RETURN_IF_ERROR(r.Text(in.getMetricsAddress(), &m.metrics_address));
+      EPS_RETURN_IF_ERROR(r.Text(in.getCpuKernels(), &m.cpu_kernels));
       *body = std::move(m);
       return OkStatus();
     }
@@ -427,6 +428,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    o.setPid(m.pid);
                    o.setDeviceKind(m.device_kind);
                    o.setMetricsAddress(m.metrics_address);
+                   o.setCpuKernels(m.cpu_kernels);
                  },
                  [&](const RegisterWorkerReply& m) {
                    auto o = b.initRegisterWorkerReply();

@@ -26,6 +26,7 @@ Status DecodeJobStatus(wire::JobStatusReply::Reader in, Reader& r, JobStatusRepl
   m->test_accuracy = in.getTestAccuracy();
   m->rejected_messages = in.getRejectedMessages();
   m->hold_from = in.getHoldFrom();
+  EPS_RETURN_IF_ERROR(r.Text(in.getCpuKernels(), &m->cpu_kernels));
   EPS_RETURN_IF_ERROR(r.ListSize(in.getWorkers(), "workers"));
   for (auto w : in.getWorkers()) {
     WorkerStatus o;
@@ -41,6 +42,7 @@ Status DecodeJobStatus(wire::JobStatusReply::Reader in, Reader& r, JobStatusRepl
     o.since_heartbeat_s = w.getSinceHeartbeatS();
     o.steps_contributed = w.getStepsContributed();
     EPS_RETURN_IF_ERROR(r.Text(w.getMetricsAddress(), &o.metrics_address));
+    EPS_RETURN_IF_ERROR(r.Text(w.getCpuKernels(), &o.cpu_kernels));
     m->workers.push_back(std::move(o));
   }
   EPS_RETURN_IF_ERROR(r.ListSize(in.getShards(), "shards"));
@@ -87,6 +89,7 @@ void SetJobStatus(wire::JobStatusReply::Builder o, const JobStatusReply& m) {
   o.setTestAccuracy(m.test_accuracy);
   o.setRejectedMessages(m.rejected_messages);
   o.setHoldFrom(m.hold_from);
+  o.setCpuKernels(m.cpu_kernels);
   auto ws = o.initWorkers(static_cast<unsigned>(m.workers.size()));
   for (size_t i = 0; i < m.workers.size(); ++i) {
     const WorkerStatus& w = m.workers[i];
@@ -101,6 +104,7 @@ void SetJobStatus(wire::JobStatusReply::Builder o, const JobStatusReply& m) {
     ws[i].setSinceHeartbeatS(w.since_heartbeat_s);
     ws[i].setStepsContributed(w.steps_contributed);
     ws[i].setMetricsAddress(w.metrics_address);
+    ws[i].setCpuKernels(w.cpu_kernels);
   }
   auto ss = o.initShards(static_cast<unsigned>(m.shards.size()));
   for (size_t i = 0; i < m.shards.size(); ++i) {

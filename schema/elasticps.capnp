@@ -111,6 +111,7 @@ struct JobSpec {
   modelLayers @32 :UInt32; # zoo models: encoder layers (text_transformer)
   modelHeads @33 :UInt32;  # zoo models: attention heads (text_transformer)
   modelDepth @34 :UInt32;  # zoo models: depth (resnet: 6n+2 layers, e.g. 20)
+  cpuKernels @35 :Text = "x86-64-v3";  # the CPU kernel set of every CPU worker (common/cpu_kernels.h)
 }
 
 struct RegisterWorker {
@@ -119,6 +120,7 @@ struct RegisterWorker {
   deviceKind @2 :Text = "cpu";  # what the worker computes on: "cpu" or "cuda:<GPU name>". Workers
                                 # from before this field ran on CPU only.
   metricsAddress @3 :Text;        # "host:port" of its Prometheus /metrics; empty: none
+  cpuKernels @4 :Text;            # the CPU kernels it runs: the job's set's name, or what runs instead
 }
 
 struct RegisterWorkerReply {
@@ -351,6 +353,7 @@ struct WorkerStatus {
   sinceHeartbeatS @8 :Float64;
   stepsContributed @9 :Int64;     # steps in which its ranges were confirmed
   metricsAddress @10 :Text;
+  cpuKernels @11 :Text;           # as it reported them when it registered
 }
 
 struct ShardStatus {
@@ -390,6 +393,7 @@ struct JobStatusReply {
   rejectedMessages @21 :UInt64;   # messages the coordinator rejected (bad, wrong token, unserved)
   holdFrom @22 :Int64 = -1;       # an operator's hold (JobControl): no step >= this starts
                                   # (-1: none); phase is "held" while it keeps the job waiting
+  cpuKernels @23 :Text;           # the CPU kernels of its CPU workers (the set, or native's first)
 }
 
 struct JobControl {

@@ -11,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/cpu_kernels.h"
 #include "common/ids.h"
 #include "common/layout.h"
 #include "common/shm.h"
@@ -127,7 +128,9 @@ enum class SpecFieldRole { kComputation, kJob };
   X(uint32_t,      model_dim,           64,               ModelDim,          model_dim,           kComputation) \
   X(uint32_t,      model_layers,        2,                ModelLayers,       model_layers,        kComputation) \
   X(uint32_t,      model_heads,         4,                ModelHeads,        model_heads,         kComputation) \
-  X(uint32_t,      model_depth,         20,               ModelDepth,        model_depth,         kComputation)
+  X(uint32_t,      model_depth,         20,               ModelDepth,        model_depth,         kComputation) \
+  /* the CPU math kernels every CPU worker runs (common/cpu_kernels.h): x86-64-v3 or another set, or native */ \
+  X(std::string,   cpu_kernels,         kDefaultCpuKernels, CpuKernels,      cpu_kernels,         kComputation)
 // clang-format on
 
 #define EPS_SPEC_MEMBER(type, name, default_value, Capnp, flag, role) type name = default_value;
@@ -177,6 +180,9 @@ struct RegisterWorker {
   // worker/model_runner.h). Bits are reproducible only across one kind.
   std::string device_kind = "cpu";
   std::string metrics_address{};  // "host:port" of its /metrics (empty: none)
+  // The CPU kernels it runs (CpuKernelsReport in common/cpu_kernels.h): the
+  // job's set's name when they are that set's, else what runs instead.
+  std::string cpu_kernels{};
 };
 
 // The largest TorchScript model file a job takes (elastic/model_file.h): its
@@ -380,6 +386,7 @@ struct WorkerStatus {
   double since_heartbeat_s = 0;   // since the coordinator last heard from it
   int64_t steps_contributed = 0;  // steps in which its ranges were confirmed
   std::string metrics_address;
+  std::string cpu_kernels{};  // as it reported them (RegisterWorker)
 };
 
 struct ShardStatus {
@@ -422,6 +429,9 @@ struct JobStatusReply {
   // An operator's hold (JobControl): no step >= hold_from starts (-1: no
   // hold). `phase` is "held" while it keeps the job waiting.
   int64_t hold_from = -1;
+  // The CPU kernels of the job's CPU workers: its set's name, or with `native`
+  // the first CPU worker's (empty: none registered yet).
+  std::string cpu_kernels{};
 };
 
 // Anyone with the job's token -> coordinator: hold the job, so that no step

@@ -400,7 +400,7 @@ TEST(Codec, RegisterWorkerFromASenderWithoutDeviceKindMeansCpu) {
   const std::vector<Frame> frames = EncodeOrDie({"t", RegisterWorker{"h", 7, "cuda:NVIDIA H200"}});
   RawEnvelope raw(frames[0]);
   auto pointers = raw.body().getPointerSection();
-  ASSERT_EQ(pointers.size(), 3u) << "RegisterWorker holds host, deviceKind and metricsAddress";
+  ASSERT_EQ(pointers.size(), 4u) << "RegisterWorker holds host, deviceKind, metricsAddress, cpuKernels";
   ASSERT_STREQ(pointers[1].getAs<capnp::Text>().cStr(), "cuda:NVIDIA H200") << "deviceKind moved";
   pointers[1].clear();
   auto got = Decode({raw.Flat()});
@@ -520,7 +520,7 @@ TEST(JobSpecFields, SameComputationComparesExactlyTheFieldsThatFixWhatAWorkerCom
       "train_labels", "test_data",     "test_labels",      "data_format",     "label_column",
       "init_sha256",  "reinit",        "freeze",           "init_allow_mismatch", "text_column",
       "seq_len",      "vocab_size",    "model_dim",        "model_layers",    "model_heads",
-      "model_depth"};
+      "model_depth",  "cpu_kernels"};
   EXPECT_TRUE(SameComputation(JobSpec(), JobSpec()));
   for (const auto& [name, spec] : OneFieldChanged()) {
     SCOPED_TRACE(name);

@@ -368,6 +368,65 @@ TEST(JobState, AWorkerWhoseDataFilesDifferIsRefusedAndTheJobGoesOn) {
   EXPECT_TRUE(d.state.fatal().ok());
 }
 
+TEST(JobState, ACpuWorkerRunningOtherKernelsIsRefusedAtItsFirstRequestAndTheJobGoesOn) {
+  Driver d;  // the spec's default set, x86-64-v3
+  d.RegisterShards();
+  const WorkerId other = d.state.OnWorkerRegistered(
+      "old-host", 1, "cpu", "openblas Nehalem, aten default, onednn sse41 (x86-64-v3 not applied)");
+  const WorkerId good = d.state.OnWorkerRegistered("new-host", 2, "cpu", "x86-64-v3");
+  d.Events();
+  Status st = d.Report(other);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(st.message().rfind(kCpuKernelsMismatch, 0), 0u) << st.ToString();
+  EXPECT_NE(st.message().find("x86-64-v3"), std::string::npos) << st.ToString();
+  const auto refused = Of<JobEvent::WorkerRefused>(d.Events());
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].second.worker, other);
+  EXPECT_EQ(refused[0].second.cause, JobEvent::WorkerRefused::Cause::kCpuKernels);
+  EXPECT_TRUE(d.Report(good).ok());
+  EXPECT_EQ(d.state.live_workers(), 1u);
+  EXPECT_EQ(d.state.StatusReport().cpu_kernels, "x86-64-v3");
+  EXPECT_TRUE(d.state.fatal().ok());
+}
+
+TEST(JobState, AGpuWorkerOrAJobThatAllowsMixedDevicesTakesOtherCpuKernels) {
+  Driver d;  // a GPU's kernels are its device kind's: its CPU report is not checked
+  d.RegisterShards();
+  const WorkerId gpu = d.state.OnWorkerRegistered("gpu-host", 1, "cuda:NVIDIA H200", "native: x");
+  EXPECT_TRUE(d.Report(gpu).ok());
+  JobSpec spec = Spec();
+  spec.allow_mixed_devices = true;
+  Driver mixed(spec);
+  mixed.RegisterShards();
+  const WorkerId other = mixed.state.OnWorkerRegistered("old-host", 1, "cpu", "openblas Nehalem");
+  EXPECT_TRUE(mixed.Report(other).ok());
+}
+
+TEST(JobState, ANativeJobTakesTheFirstCpuWorkersKernelsAndRefusesOthers) {
+  JobSpec spec = Spec();
+  spec.cpu_kernels = kNativeCpuKernels;
+  Driver d(spec);
+  d.RegisterShards();
+  EXPECT_EQ(d.state.StatusReport().cpu_kernels, "");
+  const std::string host_a = "native: openblas Cooperlake, aten avx2, onednn avx512_core_bf16";
+  const WorkerId a = d.state.OnWorkerRegistered("a", 1, "cpu", host_a);
+  const WorkerId b = d.state.OnWorkerRegistered("b", 2, "cpu", "native: openblas Haswell, aten avx2");
+  const WorkerId c = d.state.OnWorkerRegistered("c", 3, "cpu", host_a);
+  EXPECT_TRUE(d.Report(a).ok());
+  EXPECT_EQ(d.state.StatusReport().cpu_kernels, host_a);
+  EXPECT_EQ(d.Report(b).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(d.Report(c).ok());
+}
+
+TEST(JobState, CheckCpuKernelsAcceptsTheJobsOnlyUnlessMixedIsAllowed) {
+  EXPECT_TRUE(CheckCpuKernels("x86-64-v3", "x86-64-v3", false).ok());
+  EXPECT_TRUE(CheckCpuKernels("", "anything", false).ok());  // native, before the first worker
+  EXPECT_EQ(CheckCpuKernels("x86-64-v3", "x86-64-v4", false).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(CheckCpuKernels("x86-64-v3", "", false).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(CheckCpuKernels("x86-64-v3", "x86-64-v4", true).ok());
+}
+
 // Found by job_state_fuzz: a first request claiming 2^40 test samples made the
 // coordinator cut one evaluation slice per batch, for minutes, at the first evaluation.
 TEST(JobState, AnAbsurdTestSetSizeIsRefusedAndTheModelIsNotAccepted) {

@@ -19,6 +19,8 @@
 #include <cstdlib>
 #include <exception>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "data/dataset.h"
 #include "data/job_data.h"
@@ -44,6 +46,8 @@ DEFINE_double(lr, 0.002, "Learning rate (constant)");
 DEFINE_double(weight_decay, 0.0001, "Weight decay");
 DEFINE_double(momentum, 0.9, "SGD momentum");
 DEFINE_uint64(seed, 1, "Seeds initialization, sampling and dropout");
+DEFINE_string(cpu_kernels, eps::kDefaultCpuKernels,
+              "The CPU kernel set to run (a job's --cpu_kernels; common/cpu_kernels.h)");
 
 namespace {
 
@@ -169,6 +173,7 @@ int Run() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv, argv + argc);
   setenv("CUBLAS_WORKSPACE_CONFIG", eps::kCublasWorkspaceConfig,
          /*overwrite=*/1);  // as the worker does
   gflags::SetUsageMessage(
@@ -177,6 +182,10 @@ int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
+  if (auto kernels = eps::UseCpuKernels(FLAGS_cpu_kernels, args); !kernels.ok()) {
+    LOG(ERROR) << "--cpu_kernels: " << kernels.status().ToString();
+    return 2;
+  }
   try {
     return Run();
   } catch (const c10::Error& e) {

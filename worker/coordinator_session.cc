@@ -121,7 +121,7 @@ StatusOr<RegisterWorkerReply> CoordinatorSession::Register() {
       next_report += kRegisterReport;
     }
     reply = Call(RegisterWorker{options_.host, uint32_t(getpid()), options_.device_kind,
-                                options_.metrics_address},
+                                options_.metrics_address, options_.cpu_kernels},
                  std::min(left, kRegisterRepeat));
     if (reply.status().code() != StatusCode::kDeadlineExceeded) break;
     // A late answer to this request must not be taken for the next call's,

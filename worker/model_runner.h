@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cpu_kernels.h"
 #include "common/layout.h"
 #include "common/status.h"
 #include "common/transfer.h"
@@ -53,6 +54,22 @@ bool BuildHasCuda();
 // for any cuda device in a build without CUDA; FailedPrecondition when the GPU
 // is not there.
 [[nodiscard]] StatusOr<std::string> DeviceKind(const std::string& device);
+
+// The CPU kernels in effect in this process (common/cpu_kernels.h): OpenBLAS's
+// and oneDNN's as ReadBlasAndDnnKernels finds them, and ATen's CPU capability
+// as libtorch's build summary states it ("?" when it does not).
+CpuKernelsInEffect ReadCpuKernels();
+
+// For main() of a program that computes on the CPU, before it computes: makes
+// the process run the kernel set `name` (ApplyCpuKernels, which executes the
+// program again with `argv` when the environment does not select the set yet)
+// and returns what it then reports (CpuKernelsReport): the set's name, or what
+// runs instead because this CPU cannot run the set. `apply` false (a testing
+// aid) applies nothing, as on a CPU that cannot run the set. InvalidArgument
+// for an unknown name, Internal when the program could not execute again.
+[[nodiscard]] StatusOr<std::string> UseCpuKernels(const std::string& name,
+                                                  const std::vector<std::string>& argv,
+                                                  bool apply = true);
 
 // True once this process loaded a TorchScript model: the JIT's graph
 // optimization (profiling re-optimization, autodiff subgraphs) and its fusers

@@ -36,6 +36,7 @@ std::string ReportJson(const WorkerReport& r) {
       {"host", r.host},
       {"device", r.device},
       {"device_kind", r.device_kind},
+      {"cpu_kernels", r.cpu_kernels},
       {"worker_ids", ids},
       {"outcome", r.outcome},
       {"error", r.error.ok() ? "" : r.error.ToString()},

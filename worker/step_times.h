@@ -55,6 +55,7 @@ struct WorkerReport {
   TransferCounts counts;
   std::vector<std::string> warnings{};  // e.g. the dry run's "nondeterministic module"
   InitReport init{};                    // what the model took from --init_from
+  std::string cpu_kernels{};            // as reported to the coordinator (CpuKernelsReport)
 };
 
 // One line for the log: milliseconds per train plan, and the counts.

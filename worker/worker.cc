@@ -98,6 +98,7 @@ class WorkerImpl final : public Worker {
                           TransferCounts{},
                           warnings_,
                           init_report_};
+      report.cpu_kernels = options_.cpu_kernels;
       if (client_ != nullptr) report.counts = client_->counts();
       Status written = WriteReport(options_.report_file, report);
       if (!written.ok()) LOG(WARNING) << written.ToString();
@@ -107,7 +108,8 @@ class WorkerImpl final : public Worker {
   }
 
   bool unreachable() const override { return unreachable_; }
-  bool data_refused() const override { return data_refused_; }
+  bool host_refused() const override { return host_refused_; }
+  std::string wants_cpu_kernels() const override { return wants_cpu_kernels_; }
 
  private:
   bool stopping() const { return stop_->load(); }
@@ -125,6 +127,15 @@ class WorkerImpl final : public Worker {
     init_file_ = std::move(registered->init_bytes);
     vocab_bytes_ = std::move(registered->vocab);
     metrics_.SetWorker(session_->id());
+    if (spec_.cpu_kernels != options_.cpu_kernels_set) {
+      // Only a program that has not loaded its libraries yet can choose their kernels: main()
+      // executes this worker again with the job's set, and it registers anew.
+      LOG(INFO) << "job '" << spec_.job_id << "' runs the CPU kernels " << spec_.cpu_kernels
+                << ", this worker " << options_.cpu_kernels_set << ": leaving to apply them";
+      wants_cpu_kernels_ = spec_.cpu_kernels;
+      outcome_ = "left";
+      return session_->Leave("to run again with the job's CPU kernels " + spec_.cpu_kernels);
+    }
     Status st = CheckThreads();
     if (!st.ok()) {
       // This worker's configuration, not the job, is at fault: leave, do not fail the job.
@@ -382,10 +393,11 @@ class WorkerImpl final : public Worker {
         if (stopping()) return Leave();
         const StatusCode code = reply.status().code();
         if (code == StatusCode::kFailedPrecondition &&
-            reply.status().message().rfind(kDataMismatch, 0) == 0) {
-          LOG(ERROR) << "the coordinator refused this worker: its data files are not the job's ("
-                     << reply.status().message() << ")";
-          data_refused_ = true;
+            (reply.status().message().rfind(kDataMismatch, 0) == 0 ||
+             reply.status().message().rfind(kCpuKernelsMismatch, 0) == 0)) {
+          LOG(ERROR) << "the coordinator refused this worker for its host: "
+                     << reply.status().message();
+          host_refused_ = true;
         }
         if (code != StatusCode::kAborted && code != StatusCode::kNotFound) return reply.status();
         // The coordinator declared this worker dead or forgot it: join again under a new id.
@@ -617,7 +629,8 @@ class WorkerImpl final : public Worker {
   // For the report: "done", "left", "failed", "unreachable", "refused" (its CURVE key).
   std::string outcome_ = "failed";
   bool unreachable_ = false;  // see Worker::unreachable()
-  bool data_refused_ = false;  // see Worker::data_refused()
+  bool host_refused_ = false;      // see Worker::host_refused()
+  std::string wants_cpu_kernels_;  // see Worker::wants_cpu_kernels()
   StepTimes times_;
   double seconds_per_vw_ = 0;  // measured in the last train plan, reported with the next request
   bool warmed_up_ = false;     // a train plan ran before (the first one is not timed)

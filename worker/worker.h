@@ -60,6 +60,7 @@
 #include <string>
 #include <zmq.hpp>
 
+#include "common/cpu_kernels.h"
 #include "common/status.h"
 #include "schema/channel.h"
 #include "worker/model_runner.h"
@@ -96,6 +97,14 @@ struct WorkerOptions {
   // refuses a kind other than the first worker's unless the job allows mixed
   // devices. Required.
   std::string device_kind;
+  // The CPU kernel set this process runs (common/cpu_kernels.h: what main()
+  // applied before anything computed), and the report of what is in effect
+  // (CpuKernelsReport), which the worker gives when it registers. A job of
+  // another set makes Run leave at once and return OK with
+  // wants_cpu_kernels() set: main() then executes the worker again with that
+  // set's environment.
+  std::string cpu_kernels_set = kDefaultCpuKernels;
+  std::string cpu_kernels = kDefaultCpuKernels;
   // Cores this worker may use (0: the job's intra-op thread count). Fewer than
   // the job's count is refused once the spec is known, since the bits depend on
   // that count; more is accepted, and the extra cores stay unused.
@@ -141,9 +150,14 @@ class Worker {
   // register_timeout (it ended, or the address is wrong). eps_worker then
   // exits 3 (docs/operations.md).
   virtual bool unreachable() const = 0;
-  // After Run failed: the coordinator refused this worker's data files (their
-  // fingerprint differs from the job's, data/fingerprint.h). eps_worker then exits 5.
-  virtual bool data_refused() const = 0;
+  // After Run failed: the coordinator refused this worker for its host: its
+  // data files (their fingerprint differs from the job's, data/fingerprint.h)
+  // or its CPU kernels (not the job's). eps_worker then exits 5.
+  virtual bool host_refused() const = 0;
+  // After Run returned OK: the job runs this CPU kernel set, not
+  // options.cpu_kernels_set; the worker left before it did any work (empty:
+  // it did not).
+  virtual std::string wants_cpu_kernels() const = 0;
 };
 
 }  // namespace eps

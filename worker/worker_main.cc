@@ -13,6 +13,7 @@
 #include <iterator>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/cpus.h"
 #include "common/files.h"
@@ -91,6 +92,9 @@ DEFINE_string(
     reported_device_kind, "",
     "Testing aid: report this device kind to the coordinator instead of the device's own (the "
     "computation is unchanged)");
+DEFINE_bool(testing_skip_cpu_kernels, false,
+            "Testing aid: apply no CPU kernel set, as on a host whose CPU cannot run the job's; "
+            "the worker reports the kernels its environment gives, and the coordinator refuses it");
 
 namespace {
 // Written by the signal handler (and g_leave by the pool client's thread): lock-free atomics.
@@ -132,6 +136,25 @@ eps::Status PinCompute(const std::string& list, zmq::context_t& context) {
 }
 
 // Pool mode: train the jobs the scheduler names, one after another, until a signal.
+// The arguments this program was started with, for executing it again with a job's CPU kernels.
+std::vector<std::string> g_argv;
+
+// After a worker left a job that runs other CPU kernels than this process
+// (Worker::wants_cpu_kernels): execute the worker again with them (this does
+// not return then); on a CPU that cannot run them, go on with what
+// UseCpuKernels reports instead, which the coordinator refuses. Exit code on
+// failure, else -1.
+int SwitchCpuKernels(const std::string& name, eps::WorkerOptions* options) {
+  auto report = eps::UseCpuKernels(name, g_argv, !FLAGS_testing_skip_cpu_kernels);
+  if (!report.ok()) {
+    LOG(ERROR) << report.status().ToString();
+    return 1;
+  }
+  options->cpu_kernels_set = name;
+  options->cpu_kernels = *report;
+  return -1;
+}
+
 int RunPool(eps::WorkerOptions options, zmq::context_t* context) {
   auto pool_token = eps::ReadTokenFile(FLAGS_pool_token_file);
   if (!pool_token.ok()) {
@@ -179,6 +202,12 @@ int RunPool(eps::WorkerOptions options, zmq::context_t* context) {
     eps::Status st = pool.Watch(job->job, &g_leave);
     if (st.ok()) st = (*worker)->Run(&g_leave);
     pool.StopWatching();
+    if (st.ok() && !(*worker)->wants_cpu_kernels().empty() && !g_stop) {
+      const std::string wanted = (*worker)->wants_cpu_kernels();
+      worker->reset();  // its threads and sockets end before this program executes again
+      if (int rc = SwitchCpuKernels(wanted, &options); rc >= 0) return rc;
+      continue;  // the same job again, with its kernels
+    }
     ended = st.ok() && !g_leave
                 ? job->job
                 : "";  // not left: the job stopped (it ended); said at the next poll
@@ -197,6 +226,7 @@ int RunPool(eps::WorkerOptions options, zmq::context_t* context) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  g_argv.assign(argv, argv + argc);
   // Deterministic cuBLAS needs a fixed workspace, set before the first cuBLAS
   // call; whatever was set before would change the bits between workers.
   const char* inherited = std::getenv("CUBLAS_WORKSPACE_CONFIG");
@@ -219,6 +249,16 @@ int main(int argc, char** argv) {
     }
     std::printf("%s\n", kind->c_str());
     return 0;
+  }
+  // The CPU kernels, before anything computes: those an earlier run of this program chose (a
+  // job's), else the default set, which most jobs run. A job of another set makes the worker
+  // leave it and run again with that set (SwitchCpuKernels).
+  std::string kernels_set = eps::CpuKernelsFromEnvironment();
+  if (!eps::FindCpuKernelSet(kernels_set).ok()) kernels_set = eps::kDefaultCpuKernels;
+  auto kernels = eps::UseCpuKernels(kernels_set, g_argv, !FLAGS_testing_skip_cpu_kernels);
+  if (!kernels.ok()) {
+    LOG(ERROR) << kernels.status().ToString();
+    return 1;
   }
   if (!overridden.empty()) {
     LOG(WARNING) << "CUBLAS_WORKSPACE_CONFIG=" << overridden << " replaced by "
@@ -284,6 +324,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.device_kind = FLAGS_reported_device_kind.empty() ? *kind : FLAGS_reported_device_kind;
+  options.cpu_kernels_set = kernels_set;
+  options.cpu_kernels = *kernels;
   // Started after the pinning: its threads run on the helper CPUs. It outlives every worker.
   eps::Metrics metrics;
   auto metrics_server = eps::ServeMetricsIfAsked(FLAGS_metrics_port, FLAGS_metrics_host, &metrics,
@@ -293,21 +335,27 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!FLAGS_scheduler.empty()) return RunPool(options, &context);
-  auto worker = eps::Worker::Open(options, &context);
-  if (!worker.ok()) {
-    LOG(ERROR) << worker.status().ToString();
-    return 2;
-  }
-  eps::Status st = (*worker)->Run(&g_stop);
-  if (!st.ok()) {
+  while (true) {
+    auto worker = eps::Worker::Open(options, &context);
+    if (!worker.ok()) {
+      LOG(ERROR) << worker.status().ToString();
+      return 2;
+    }
+    eps::Status st = (*worker)->Run(&g_stop);
+    if (st.ok() && !(*worker)->wants_cpu_kernels().empty() && !g_stop) {
+      const std::string wanted = (*worker)->wants_cpu_kernels();
+      worker->reset();  // its threads and sockets end before this program executes again
+      if (int rc = SwitchCpuKernels(wanted, &options); rc >= 0) return rc;
+      continue;
+    }
+    if (st.ok()) return 0;
     LOG(ERROR) << "worker failed: " << st.ToString();
     if (st.code() == eps::StatusCode::kPermissionDenied) {
       LOG(ERROR) << "this worker's CURVE key was refused: it is not among the job's allowed keys "
                     "(or it was revoked), or this worker and the job disagree on CURVE";
       return 4;  // exit codes: docs/operations.md
     }
-    if ((*worker)->data_refused()) return 5;  // exit codes: docs/operations.md
+    if ((*worker)->host_refused()) return 5;  // exit codes: docs/operations.md
     return (*worker)->unreachable() ? 3 : 1;
   }
-  return 0;
 }
