@@ -28,7 +28,7 @@
 #                build-gpu-dry/; then the same checks on the CPU (shorter).
 # --skip-build   reuse the prefix and build dir of an earlier run (a rerun on a
 #                machine still warm).
-# --no-checks    build (or reuse) only, then --bench.
+# --no-checks    build (or reuse) and run model_runner_test only, then --bench.
 # --bench        after the checks, measure what a 2-core host cannot (rows marked
 #                info; docs/benchmarks.md has the figures):
 #                  ps share on the GPU: a 37 M-parameter TorchScript MLP (AdamW,
@@ -268,108 +268,109 @@ budget=300  # seconds for the checks (a device command runs at most 600 s, the b
 over_budget() { [ $((SECONDS - checks_started)) -gt $budget ]; }
 checks_started=$SECONDS
 
-if [ $checks = 1 ]; then
 if EPS_TEST_DEVICE=$device timeout 120 "$bin/model_runner_test" > "$runs/model_runner_test.out" 2>&1; then
   row "model_runner_test on $device" PASS "$(grep -E '^\[  PASSED' "$runs/model_runner_test.out")"
 else
   row "model_runner_test on $device" FAIL "$(grep -E '^\[  FAILED' "$runs/model_runner_test.out" | head -n 3 | tr '\n' ' ')"
 fi
 
-steps_mlp=200 steps_bn=30
-[ $dry = 1 ] && steps_mlp=60
-declare -A digest
-for model in mlp cnn_bn; do
-  for w in 1 2 4; do
-    name=$model-${w}x$((8 / w))
-    if over_budget; then row "$name digest" skipped "out of time"; continue; fi
-    if [ $model = mlp ]; then
-      job "$name" "$w" "$device" 150 "$mlp" --steps=$steps_mlp
-    else
-      job "$name" "$w" "$device" 150 "$mlp" --model=cnn_bn --virtual_workers=8 --batch_per_vw=16 --steps=$steps_bn \
-        --train_limit=2048 --test_limit=500
-    fi || { row "$name" FAIL "job failed: $(tail -n 2 "$runs/$name.out" | tr '\n' ' ')"; continue; }
-    digest[$name]="$(json "$runs/$name/result.json" params_sha256) $(json "$runs/$name/result.json" buffers_sha256)"
+# The placements' digests, the refused CPU worker, throughput, VW overhead and memory.
+if [ $checks = 1 ]; then
+  steps_mlp=200 steps_bn=30
+  [ $dry = 1 ] && steps_mlp=60
+  declare -A digest
+  for model in mlp cnn_bn; do
+    for w in 1 2 4; do
+      name=$model-${w}x$((8 / w))
+      if over_budget; then row "$name digest" skipped "out of time"; continue; fi
+      if [ $model = mlp ]; then
+        job "$name" "$w" "$device" 150 "$mlp" --steps=$steps_mlp
+      else
+        job "$name" "$w" "$device" 150 "$mlp" --model=cnn_bn --virtual_workers=8 --batch_per_vw=16 --steps=$steps_bn \
+          --train_limit=2048 --test_limit=500
+      fi || { row "$name" FAIL "job failed: $(tail -n 2 "$runs/$name.out" | tr '\n' ' ')"; continue; }
+      digest[$name]="$(json "$runs/$name/result.json" params_sha256) $(json "$runs/$name/result.json" buffers_sha256)"
+    done
+    ref=${digest[$model-1x8]:-}
+    same=1 detail=""
+    for w in 1 2 4; do
+      d=${digest[$model-${w}x$((8 / w))]:-missing}
+      detail+="${w}x$((8 / w)):${d:0:12} "
+      [ "$d" = "$ref" ] && [ -n "$ref" ] || same=0
+    done
+    row "$model digest, 1x8 = 2x4 = 4x2 on $device" "$([ $same = 1 ] && echo PASS || echo FAIL)" "$detail"
   done
-  ref=${digest[$model-1x8]:-}
-  same=1 detail=""
-  for w in 1 2 4; do
-    d=${digest[$model-${w}x$((8 / w))]:-missing}
-    detail+="${w}x$((8 / w)):${d:0:12} "
-    [ "$d" = "$ref" ] && [ -n "$ref" ] || same=0
-  done
-  row "$model digest, 1x8 = 2x4 = 4x2 on $device" "$([ $same = 1 ] && echo PASS || echo FAIL)" "$detail"
-done
 
-if [ $dry = 0 ] && ! over_budget; then
-  # The same mlp job on the CPU: another kind of device, so other bits (docs/design.md).
-  if job mlp-cpu-1x8 1 cpu 120 "$mlp" --steps=$steps_mlp; then
-    d=$(json "$runs/mlp-cpu-1x8/result.json" params_sha256)
-    row "mlp digest on cpu (for reference)" info "${d:0:12} ($([ "$d" = "${digest[mlp-1x8]%% *}" ] && echo "same as" || echo "differs from") $device)"
-  fi
-  # A CPU worker attached to a GPU job is refused; the job goes on to the same digest.
-  name=mixed
-  rm -rf "${runs:?}/$name"
-  # (--slowdowns: the GPU worker idles 4x its compute, so the job still runs when the CPU worker comes)
-  timeout 150 "$root/launcher/local.sh" --job "$mlp" --servers 2 --workers 1 --devices "$device" --slowdowns 5 \
-    --run-dir "$runs/$name" -- --data_dir="$data" --steps=$steps_mlp > "$runs/$name.out" 2>&1 &
-  lp=$!
-  for _ in $(seq 600); do grep -qE '^step [1-9]' "$runs/$name/logs/coordinator.log" 2> /dev/null && break; sleep 0.1; done
-  attach_rc=0
-  timeout 60 "$root/launcher/attach.sh" --coordinator "$(cat "$runs/$name/coordinator.addr" 2> /dev/null)" \
-    --token-file "$runs/$name/token" --device cpu > "$runs/$name.attach.out" 2>&1 || attach_rc=$?
-  wait "$lp"; job_rc=$?
-  d=$(json "$runs/$name/result.json" params_sha256)
-  if [ $attach_rc -ne 0 ] && grep -q "allow_mixed_devices" "$runs/$name.attach.out" && [ $job_rc = 0 ] &&
-     [ "$d" = "${digest[mlp-1x8]%% *}" ]; then
-    row "cpu worker joining a $device job" PASS "refused (exit $attach_rc), job digest unchanged"
-  else
-    row "cpu worker joining a $device job" FAIL "attach exit $attach_rc, job exit $job_rc, digest ${d:0:12}: $(grep -oE '(FAILED_PRECONDITION|INVALID_ARGUMENT).*' "$runs/$name.attach.out" | head -n 1)"
-  fi
-fi
-
-# Throughput of the cnn job (V = 8 VWs of 16 samples, one worker) and the plain loop.
-steps_gpu=300 steps_cpu=40
-[ $dry = 1 ] && steps_gpu=40
-# (a short warmup: the cosine schedule needs more steps than warmup steps)
-cnn_flags=(--steps="$steps_gpu" --warmup_steps=10 --train_limit=8192 --test_limit=-1)
-if ! over_budget; then
-  job cnn-gpu-v8 1 "$device" 240 "$cnn" "${cnn_flags[@]}" &
-  jp=$!
-  mem8=$( [ $dry = 0 ] && peak_memory $jp || echo n/a )
-  wait $jp && gpu_sps=$(samples_per_s "$runs/cnn-gpu-v8") || gpu_sps=""
-  cpu_sps=""
-  if [ $dry = 0 ] && job cnn-cpu-v8 1 cpu 120 "$cnn" --steps=$steps_cpu --warmup_steps=10 --train_limit=8192 \
-    --test_limit=-1; then
-    cpu_sps=$(samples_per_s "$runs/cnn-cpu-v8")
-  fi
-  if [ -n "$gpu_sps" ]; then
-    if [ $dry = 0 ] && [ -n "$cpu_sps" ]; then
-      row "cnn job samples/s, $device vs cpu (1 thread)" info \
-        "$gpu_sps vs $cpu_sps ($(awk -v g="$gpu_sps" -v c="$cpu_sps" 'BEGIN { printf "%.1fx", g / c }'))"
-    else
-      row "cnn job samples/s on $device" info "$gpu_sps"
-    fi
-  else
-    row "cnn job on $device" FAIL "$(tail -n 2 "$runs/cnn-gpu-v8.out" | tr '\n' ' ')"
-  fi
-  base_sps=$(timeout 120 "$bin/baseline" --model=cnn --data_dir="$data" --train_limit=8192 --microbatches=8 \
-    --batch_per_vw=16 --steps=$steps_gpu --device="$device" 2> "$runs/baseline.err" |
-    python3 -c 'import json, sys; print(json.loads(sys.stdin.read())["samples_per_s"])' 2> /dev/null || true)
-  if [ -z "$base_sps" ]; then
-    row "baseline on $device" FAIL "$(tail -n 2 "$runs/baseline.err" | tr '\n' ' ')"
-  elif [ -n "$gpu_sps" ]; then
-    row "VW overhead on $device (8 VWs vs 8 microbatches)" info \
-      "job $gpu_sps vs baseline $base_sps samples/s: $(awk -v j="$gpu_sps" -v b="$base_sps" 'BEGIN { printf "%.0f%%", 100 * (1 - j / b) }') slower"
-  fi
   if [ $dry = 0 ] && ! over_budget; then
-    job cnn-gpu-v1 1 "$device" 120 "$cnn" --virtual_workers=1 --steps=100 --warmup_steps=10 --train_limit=8192 \
-      --test_limit=-1 &
-    jp=$!
-    mem1=$(peak_memory $jp)
-    wait $jp || mem1="$mem1 (job failed)"
-    row "GPU memory in use, worker with 1 VW / 8 VWs" info "$mem1 / $mem8 MiB (whole GPU, peak)"
+    # The same mlp job on the CPU: another kind of device, so other bits (docs/design.md).
+    if job mlp-cpu-1x8 1 cpu 120 "$mlp" --steps=$steps_mlp; then
+      d=$(json "$runs/mlp-cpu-1x8/result.json" params_sha256)
+      row "mlp digest on cpu (for reference)" info "${d:0:12} ($([ "$d" = "${digest[mlp-1x8]%% *}" ] && echo "same as" || echo "differs from") $device)"
+    fi
+    # A CPU worker attached to a GPU job is refused; the job goes on to the same digest.
+    name=mixed
+    rm -rf "${runs:?}/$name"
+    # (--slowdowns: the GPU worker idles 4x its compute, so the job still runs when the CPU worker comes)
+    timeout 150 "$root/launcher/local.sh" --job "$mlp" --servers 2 --workers 1 --devices "$device" --slowdowns 5 \
+      --run-dir "$runs/$name" -- --data_dir="$data" --steps=$steps_mlp > "$runs/$name.out" 2>&1 &
+    lp=$!
+    for _ in $(seq 600); do grep -qE '^step [1-9]' "$runs/$name/logs/coordinator.log" 2> /dev/null && break; sleep 0.1; done
+    attach_rc=0
+    timeout 60 "$root/launcher/attach.sh" --coordinator "$(cat "$runs/$name/coordinator.addr" 2> /dev/null)" \
+      --token-file "$runs/$name/token" --device cpu > "$runs/$name.attach.out" 2>&1 || attach_rc=$?
+    wait "$lp"; job_rc=$?
+    d=$(json "$runs/$name/result.json" params_sha256)
+    if [ $attach_rc -ne 0 ] && grep -q "allow_mixed_devices" "$runs/$name.attach.out" && [ $job_rc = 0 ] &&
+       [ "$d" = "${digest[mlp-1x8]%% *}" ]; then
+      row "cpu worker joining a $device job" PASS "refused (exit $attach_rc), job digest unchanged"
+    else
+      row "cpu worker joining a $device job" FAIL "attach exit $attach_rc, job exit $job_rc, digest ${d:0:12}: $(grep -oE '(FAILED_PRECONDITION|INVALID_ARGUMENT).*' "$runs/$name.attach.out" | head -n 1)"
+    fi
   fi
-fi
+
+  # Throughput of the cnn job (V = 8 VWs of 16 samples, one worker) and the plain loop.
+  steps_gpu=300 steps_cpu=40
+  [ $dry = 1 ] && steps_gpu=40
+  # (a short warmup: the cosine schedule needs more steps than warmup steps)
+  cnn_flags=(--steps="$steps_gpu" --warmup_steps=10 --train_limit=8192 --test_limit=-1)
+  if ! over_budget; then
+    job cnn-gpu-v8 1 "$device" 240 "$cnn" "${cnn_flags[@]}" &
+    jp=$!
+    mem8=$( [ $dry = 0 ] && peak_memory $jp || echo n/a )
+    wait $jp && gpu_sps=$(samples_per_s "$runs/cnn-gpu-v8") || gpu_sps=""
+    cpu_sps=""
+    if [ $dry = 0 ] && job cnn-cpu-v8 1 cpu 120 "$cnn" --steps=$steps_cpu --warmup_steps=10 --train_limit=8192 \
+      --test_limit=-1; then
+      cpu_sps=$(samples_per_s "$runs/cnn-cpu-v8")
+    fi
+    if [ -n "$gpu_sps" ]; then
+      if [ $dry = 0 ] && [ -n "$cpu_sps" ]; then
+        row "cnn job samples/s, $device vs cpu (1 thread)" info \
+          "$gpu_sps vs $cpu_sps ($(awk -v g="$gpu_sps" -v c="$cpu_sps" 'BEGIN { printf "%.1fx", g / c }'))"
+      else
+        row "cnn job samples/s on $device" info "$gpu_sps"
+      fi
+    else
+      row "cnn job on $device" FAIL "$(tail -n 2 "$runs/cnn-gpu-v8.out" | tr '\n' ' ')"
+    fi
+    base_sps=$(timeout 120 "$bin/baseline" --model=cnn --data_dir="$data" --train_limit=8192 --microbatches=8 \
+      --batch_per_vw=16 --steps=$steps_gpu --device="$device" 2> "$runs/baseline.err" |
+      python3 -c 'import json, sys; print(json.loads(sys.stdin.read())["samples_per_s"])' 2> /dev/null || true)
+    if [ -z "$base_sps" ]; then
+      row "baseline on $device" FAIL "$(tail -n 2 "$runs/baseline.err" | tr '\n' ' ')"
+    elif [ -n "$gpu_sps" ]; then
+      row "VW overhead on $device (8 VWs vs 8 microbatches)" info \
+        "job $gpu_sps vs baseline $base_sps samples/s: $(awk -v j="$gpu_sps" -v b="$base_sps" 'BEGIN { printf "%.0f%%", 100 * (1 - j / b) }') slower"
+    fi
+    if [ $dry = 0 ] && ! over_budget; then
+      job cnn-gpu-v1 1 "$device" 120 "$cnn" --virtual_workers=1 --steps=100 --warmup_steps=10 --train_limit=8192 \
+        --test_limit=-1 &
+      jp=$!
+      mem1=$(peak_memory $jp)
+      wait $jp || mem1="$mem1 (job failed)"
+      row "GPU memory in use, worker with 1 VW / 8 VWs" info "$mem1 / $mem8 MiB (whole GPU, peak)"
+    fi
+  fi
   say "checks took $((SECONDS - checks_started)) s"
 fi
 

@@ -256,8 +256,9 @@ class TorchModelRunner final : public ModelRunner {
         }
         value = loss.item<float>();
       }
-      // Parameters backward gave no gradient to (and every one on a GPU), but the frozen.
-      for (size_t i = 0; i < num_parameters_; ++i) {
+      // Parameters backward gave no gradient to (and every one on a GPU), but the frozen; last
+      // layers first, as backward finishes them (their pushes, and the shards' steps, go first).
+      for (size_t i = num_parameters_; i-- > 0;) {
         if (ready_ != nullptr && !reported_[i] && !frozen_[i]) (*ready_)(i);
       }
       return value;
