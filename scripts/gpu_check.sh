@@ -6,7 +6,7 @@
 # dpkg -x into a prefix, never into /.
 #
 #   scripts/gpu_check.sh [--cpu-dry-run] [--skip-build] [--debs DIR] [--device cuda:N]
-#                        [--no-checks] [--bench]
+#                        [--no-checks] [--bench[=scale,cpu,hetero]]
 #
 # Steps: unpack the packages into a prefix and point their CMake and pkg-config
 # files at it; configure and build into build-gpu/ against the machine's CUDA
@@ -30,11 +30,11 @@
 #                machine still warm).
 # --no-checks    build (or reuse) and run model_runner_test only, then --bench.
 # --bench        after the checks, measure what a 2-core host cannot (rows marked
-#                info; docs/benchmarks.md has the figures):
-#                  ps share on the GPU: a 37 M-parameter TorchScript MLP (AdamW,
+#                info; docs/benchmarks.md has the figures; --bench=LIST: those named):
+#                  scale: the ps share on the GPU: a 37 M-parameter TorchScript MLP (AdamW,
 #                    V = 8 x 16, 1 worker, 1 and 2 shards): ms per plan of compute,
 #                    pull, copies, plan wait and push wait from the worker's report;
-#                  CPU scaling: the cnn job (V = 8 x 16) on 1, 2, 4 and 8 CPU workers,
+#                  cpu: the cnn job (V = 8 x 16) on 1, 2, 4 and 8 CPU workers,
 #                    one core each: samples/s and the parameter server's share;
 #                  hetero: the mlp job (V = 8 x 512) on 3 CPU workers slowed 1x, 2x,
 #                    4x, a core each, --planner=speed and =equal against the ideal
@@ -44,13 +44,14 @@ set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 debs=$root/.gpu-debs
-dry=0 skip_build=0 device=cuda:0 checks=1 bench=0
+dry=0 skip_build=0 device=cuda:0 checks=1 bench=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --cpu-dry-run) dry=1; shift ;;
     --skip-build) skip_build=1; shift ;;
     --no-checks) checks=0; shift ;;
-    --bench) bench=1; shift ;;
+    --bench) bench=scale,cpu,hetero; shift ;;
+    --bench=*) bench=${1#--bench=}; shift ;;
     --debs) debs=$2; shift 2 ;;
     --device) device=$2; shift 2 ;;
     -h|--help) sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -382,12 +383,15 @@ print(" ".join("%.1f" % t[k] for k in ("compute", "pull", "copies", "plan_wait",
 }
 # The parameter server's share of a plan: 1 - compute / (all the plan's parts), from plan_ms's five figures.
 ps_share() { awk '{ t = $1 + $2 + $3 + $4 + $5; if (t > 0) printf "%.0f%%", 100 * (1 - $1 / t); else print "-" }' <<< "$1"; }
-if [ $bench = 1 ] && [ $dry = 0 ]; then
+benched() { [[ ",$bench," == *",$1,"* ]]; }
+if [ -n "$bench" ] && [ $dry = 0 ]; then
   bench_started=$SECONDS
   # 1. The parameter server's share of a GPU step at 37 M parameters (the scale issue's MLP).
   scale=$work/scale
   mkdir -p "$scale"
-  if "$py" - "$scale" <<'EOF' > "$runs/scale_make.out" 2>&1
+  if ! benched scale; then
+    :
+  elif "$py" - "$scale" <<'EOF' > "$runs/scale_make.out" 2>&1
 import sys, numpy as np, torch, torch.nn as nn
 d = sys.argv[1]
 torch.manual_seed(0)
@@ -405,8 +409,8 @@ EOF
       rm -rf "${runs:?}/$name"
       if timeout 180 "$root/launcher/local.sh" --job "$mlp" --servers $shards --workers 1 --devices "$device" \
            --run-dir "$runs/$name" -- --model="$scale/mlp37m.pt" --train_data="$scale/x.npy" \
-           --train_labels="$scale/y.npy" --test_limit=-1 --optimizer=adamw --lr=0.0001 --virtual_workers=8 \
-           --batch_per_vw=16 --steps=40 --warmup_steps=0 --lr_schedule=constant > "$runs/$name.out" 2>&1; then
+           --train_labels="$scale/y.npy" --test_limit=-1 --optimizer=adamw --momentum=0 --lr=0.0001 --virtual_workers=8 \
+           --batch_per_vw=16 --steps=40 --warmup_steps=0 --lr_schedule=constant --lr_step_size=0 > "$runs/$name.out" 2>&1; then
         m=$(plan_ms "$runs/$name/logs/worker0.json")
         row "37M MLP on $device, $shards shard(s), ms/plan" info \
           "compute/pull/copies/plan wait/push wait = ${m// //}; PS share $(ps_share "$m"); $(samples_per_s "$runs/$name") samples/s"
@@ -421,6 +425,7 @@ EOF
   cores=$(nproc)
   if [ "$cores" -ge 12 ]; then
     for w in 1 2 4 8; do
+      benched cpu || break
       name=cpu-scaling-w$w
       cpus=$(seq -s: 0 $((w - 1)))
       rm -rf "${runs:?}/$name"
@@ -438,6 +443,7 @@ EOF
     hflags=(--steps=150 --batch_per_vw=512 --train_limit=8192 --test_limit=-1)
     declare -A rate hsha
     for cfg in "alone 1 1 0" "equal 3 1,2,4 0:1:2" "speed 3 1,2,4 0:1:2"; do
+      benched hetero || break
       read -r kind w slow cpus <<< "$cfg"
       name=hetero-$kind
       rm -rf "${runs:?}/$name"
