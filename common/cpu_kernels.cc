@@ -15,21 +15,22 @@ namespace {
 
 // The variables a set gives a value, in the order Describe lists the libraries.
 constexpr const char* kVariables[] = {"OPENBLAS_CORETYPE", "ATEN_CPU_CAPABILITY",
-                                      "ONEDNN_MAX_CPU_ISA"};
+                                      "ONEDNN_MAX_CPU_ISA", "MKL_CBWR"};
 // Where ApplyCpuKernels keeps a variable's value from before it first set one
 // (absent: it was unset), so that `native` can give it back.
 std::string SavedName(const char* variable) { return std::string("EPS_NATIVE_") + variable; }
 
 const std::vector<CpuKernelSet>& Sets() {
   static const std::vector<CpuKernelSet> sets = {
-      {"x86-64-v2", "Nehalem", "default", "SSE41", {"sse4.2", "popcnt"}},
-      {"x86-64-v3", "Haswell", "avx2", "AVX2", {"avx2", "fma", "bmi2"}},
+      {"x86-64-v2", "Nehalem", "default", "SSE41", "SSE4_2", {"sse4.2", "popcnt"}},
+      {"x86-64-v3", "Haswell", "avx2", "AVX2", "AVX2", {"avx2", "fma", "bmi2"}},
       {"x86-64-v4",
        "SkylakeX",
        "avx512",
        "AVX512_CORE",
+       "AVX512",
        {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}},
-      {kNativeCpuKernels, "", "", "", {}},
+      {kNativeCpuKernels, "", "", "", "", {}},
   };
   return sets;
 }
@@ -159,7 +160,7 @@ Status ApplyCpuKernels(const CpuKernelSet& set, const std::vector<std::string>& 
                                 missing);
     }
     const char* values[] = {set.openblas_core.c_str(), set.aten_capability.c_str(),
-                            set.onednn_isa.c_str()};
+                            set.onednn_isa.c_str(), set.mkl_cbwr.c_str()};
     bool selected = CpuKernelsFromEnvironment() == set.name;
     for (size_t i = 0; i < std::size(kVariables); ++i) {
       const char* v = Get(kVariables[i]);
@@ -185,6 +186,7 @@ Status ApplyCpuKernels(const CpuKernelSet& set, const std::vector<std::string>& 
     setenv("OPENBLAS_CORETYPE", set.openblas_core.c_str(), 1);
     setenv("ATEN_CPU_CAPABILITY", set.aten_capability.c_str(), 1);
     setenv("ONEDNN_MAX_CPU_ISA", set.onednn_isa.c_str(), 1);
+    setenv("MKL_CBWR", set.mkl_cbwr.c_str(), 1);
   }
   setenv(kCpuKernelsEnv, set.name.c_str(), 1);
   std::vector<char*> args;

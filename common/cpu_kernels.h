@@ -2,13 +2,13 @@
 // job so that its bits do not depend on the host's CPU generation or on its
 // environment.
 //
-// OpenBLAS (matrix products), ATen (libtorch's vectorized operators) and
-// oneDNN (convolutions) each pick their kernels by the CPU they find, and the
-// kernels of two CPU generations sum in different orders: the same job gave
-// four digests on one AVX-512 host, one per OpenBLAS core. Each library lets
-// an environment variable choose instead (OPENBLAS_CORETYPE, read when the
-// library loads; ATEN_CPU_CAPABILITY and ONEDNN_MAX_CPU_ISA, read at first
-// use). A kernel set names one value of each, and a program that computes sets
+// OpenBLAS (matrix products), ATen (libtorch's vectorized operators), oneDNN
+// (convolutions) and, in a libtorch built with it, MKL each pick their kernels
+// by the CPU they find, and the kernels of two CPU generations sum in
+// different orders: the same job gave four digests on one AVX-512 host, one
+// per OpenBLAS core. Each library lets an environment variable choose instead
+// (OPENBLAS_CORETYPE, read when the library loads; ATEN_CPU_CAPABILITY,
+// ONEDNN_MAX_CPU_ISA and MKL_CBWR, read at first use). A kernel set names one value of each, and a program that computes sets
 // them and executes itself again before anything loaded (ApplyCpuKernels).
 //
 // The sets are named after the x86-64 micro-architecture levels: x86-64-v3
@@ -44,6 +44,7 @@ struct CpuKernelSet {
   std::string openblas_core;    // OPENBLAS_CORETYPE, e.g. "Haswell" (empty: native)
   std::string aten_capability;  // ATEN_CPU_CAPABILITY, e.g. "avx2"
   std::string onednn_isa;       // ONEDNN_MAX_CPU_ISA, e.g. "AVX2"
+  std::string mkl_cbwr;         // MKL_CBWR (MKL's reproducible code path), e.g. "AVX2"
   // The CPU features the kernels need (__builtin_cpu_supports names).
   std::vector<std::string> cpu_features;
 
@@ -84,7 +85,7 @@ std::string MissingCpuFeature(const CpuKernelSet& set);
 
 // For main(), before anything computes. Makes this process run `set`: when the
 // environment does not select it yet, sets OPENBLAS_CORETYPE, ATEN_CPU_CAPABILITY,
-// ONEDNN_MAX_CPU_ISA and EPS_CPU_KERNELS and executes /proc/self/exe again
+// ONEDNN_MAX_CPU_ISA, MKL_CBWR and EPS_CPU_KERNELS and executes /proc/self/exe again
 // with `argv` (it does not return then). Returns OK when the environment
 // already selects it; `native` changes nothing. FailedPrecondition, with
 // nothing changed, when this CPU cannot run the set (the process then runs

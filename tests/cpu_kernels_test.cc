@@ -13,6 +13,7 @@ TEST(CpuKernels, NamedSetsAreFoundAndOthersRefusedWithTheNames) {
   EXPECT_EQ(v3->openblas_core, "Haswell");
   EXPECT_EQ(v3->aten_capability, "avx2");
   EXPECT_EQ(v3->onednn_isa, "AVX2");
+  EXPECT_EQ(v3->mkl_cbwr, "AVX2");
   EXPECT_FALSE(v3->native());
   EXPECT_TRUE(FindCpuKernelSet(kDefaultCpuKernels).ok());
   auto native = FindCpuKernelSet("native");
@@ -55,6 +56,7 @@ TEST(CpuKernels, AnEnvironmentThatSelectsTheSetNeedsNoNewExecution) {
   setenv("OPENBLAS_CORETYPE", "Haswell", 1);
   setenv("ATEN_CPU_CAPABILITY", "avx2", 1);
   setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
+  setenv("MKL_CBWR", "AVX2", 1);
   setenv(kCpuKernelsEnv, "x86-64-v3", 1);
   // An argv that could not execute: reaching exec would fail the call.
   EXPECT_TRUE(ApplyCpuKernels(v3, {"/nonexistent"}).ok());
