@@ -145,6 +145,16 @@ std::string MissingCpuFeature(const CpuKernelSet& set) {
   return "";
 }
 
+std::vector<std::pair<std::string, std::string>> CpuKernelEnvironment(const CpuKernelSet& set) {
+  if (set.native()) return {};
+  const std::string values[] = {set.openblas_core, set.aten_capability, set.onednn_isa,
+                                set.mkl_cbwr};
+  static_assert(std::size(values) == std::size(kVariables));
+  std::vector<std::pair<std::string, std::string>> env;
+  for (size_t i = 0; i < std::size(kVariables); ++i) env.emplace_back(kVariables[i], values[i]);
+  return env;
+}
+
 std::string CpuKernelsFromEnvironment() {
   const char* v = std::getenv(kCpuKernelsEnv);
   return v == nullptr ? "" : v;
@@ -159,12 +169,10 @@ Status ApplyCpuKernels(const CpuKernelSet& set, const std::vector<std::string>& 
       return FailedPrecondition("this CPU cannot run the kernel set " + set.name + ": it lacks " +
                                 missing);
     }
-    const char* values[] = {set.openblas_core.c_str(), set.aten_capability.c_str(),
-                            set.onednn_isa.c_str(), set.mkl_cbwr.c_str()};
     bool selected = CpuKernelsFromEnvironment() == set.name;
-    for (size_t i = 0; i < std::size(kVariables); ++i) {
-      const char* v = Get(kVariables[i]);
-      selected = selected && v != nullptr && std::strcmp(v, values[i]) == 0;
+    for (const auto& [variable, value] : CpuKernelEnvironment(set)) {
+      const char* v = Get(variable);
+      selected = selected && v != nullptr && value == v;
     }
     if (selected) return OkStatus();
   }
@@ -182,12 +190,8 @@ Status ApplyCpuKernels(const CpuKernelSet& set, const std::vector<std::string>& 
       }
     }
   }
-  if (!set.native()) {
-    setenv("OPENBLAS_CORETYPE", set.openblas_core.c_str(), 1);
-    setenv("ATEN_CPU_CAPABILITY", set.aten_capability.c_str(), 1);
-    setenv("ONEDNN_MAX_CPU_ISA", set.onednn_isa.c_str(), 1);
-    setenv("MKL_CBWR", set.mkl_cbwr.c_str(), 1);
-  }
+  for (const auto& [variable, value] : CpuKernelEnvironment(set))
+    setenv(variable.c_str(), value.c_str(), 1);
   setenv(kCpuKernelsEnv, set.name.c_str(), 1);
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));

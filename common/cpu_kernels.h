@@ -93,6 +93,11 @@ std::string MissingCpuFeature(const CpuKernelSet& set);
 [[nodiscard]] Status ApplyCpuKernels(const CpuKernelSet& set,
                                      const std::vector<std::string>& argv);
 
+// The variables that select `set` and their values, in a fixed order (none
+// for `native`): what ApplyCpuKernels sets, and what another program (a
+// Python process reproducing a job's numbers) needs.
+std::vector<std::pair<std::string, std::string>> CpuKernelEnvironment(const CpuKernelSet& set);
+
 // The set the environment says an earlier ApplyCpuKernels selected (empty:
 // none).
 std::string CpuKernelsFromEnvironment();

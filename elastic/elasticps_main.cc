@@ -8,6 +8,7 @@
 //   elasticps hold     [--from-step N] (--run-dir DIR | --coordinator ADDR --token-file FILE)
 //   elasticps release  (the same)
 //   elasticps keygen   --out DIR [--name NAME]
+//   elasticps kernels  [--set NAME]
 //   elasticps COMMAND --help
 //
 // Flags may be spelled with dashes or underscores. `train` runs
@@ -24,6 +25,10 @@
 // `keygen` writes a CURVE key pair (docs/security.md): DIR/NAME.key, the
 // secret key (mode 0600), and DIR/NAME.pub, the public key, one Z85 line each;
 // it never overwrites a key (exit 1). NAME defaults to "key".
+//
+// `kernels` prints the environment that selects a CPU kernel set
+// (common/cpu_kernels.h), one VAR=value a line, for a program of one's own to
+// compute with a job's kernels: env $(elasticps kernels) python3 mine.py.
 #include <gflags/gflags.h>
 #include <unistd.h>
 
@@ -37,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cpu_kernels.h"
 #include "common/files.h"
 #include "elastic/cli.h"
 #include "schema/curve.h"
@@ -52,11 +58,18 @@ DEFINE_string(curve_server_key, "", "status: the job's servers' CURVE public key
 DEFINE_int64(from_step, 0, "hold: no step >= this starts (0: from the next step boundary)");
 DEFINE_string(out, "", "keygen: the folder to write the key pair to");
 DEFINE_string(name, "key", "keygen: the key pair's name (NAME.key, NAME.pub)");
+DEFINE_string(set, eps::kDefaultCpuKernels, "kernels: the CPU kernel set");
 
 namespace eps {
 namespace {
 
 constexpr const char* kKeygenUsage = "elasticps keygen --out DIR [--name NAME]";
+constexpr const char* kKernelsUsage =
+    "elasticps kernels [--set NAME]\n"
+    "\n"
+    "Prints the environment (VAR=value, one a line) that makes OpenBLAS, ATen, oneDNN and MKL run\n"
+    "a CPU kernel set (a job's --cpu_kernels; default x86-64-v3), for a program of your own that\n"
+    "must compute what the job's workers do: env $(elasticps kernels) python3 mine.py";
 constexpr const char* kExportUsage =
     "elasticps export --stores RUN_DIR/store --out FILE [--step N] [--pt-out FILE]\n"
     "                 [--script-out FILE]\n"
@@ -82,6 +95,7 @@ constexpr Command kCommands[] = {
     {"hold", "hold a running job at its next step boundary", kHoldUsage},
     {"release", "let a held job go on", kHoldUsage},
     {"keygen", "write a CURVE key pair (docs/security.md)", kKeygenUsage},
+    {"kernels", "the environment that selects a CPU kernel set", kKernelsUsage},
 };
 
 void PrintCommands(FILE* to) {
@@ -249,6 +263,16 @@ int main(int argc, char** argv) {
   }
   if (!eps::ParseFlags(argv[0], command, *c, args)) return 2;
   if (command == "keygen") return eps::RunKeygen();
+  if (command == "kernels") {
+    auto set = eps::FindCpuKernelSet(FLAGS_set);
+    if (!set.ok()) {
+      std::fprintf(stderr, "elasticps kernels: --set: %s\n", set.status().message().c_str());
+      return 2;
+    }
+    for (const auto& [variable, value] : eps::CpuKernelEnvironment(*set))
+      std::printf("%s=%s\n", variable.c_str(), value.c_str());
+    return 0;
+  }
   eps::StatusCommandOptions o;
   o.run_dir = FLAGS_run_dir;
   o.coordinator = FLAGS_coordinator;

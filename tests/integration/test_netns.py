@@ -15,7 +15,7 @@ import time
 import unittest
 
 from harness import BIN, ENV, LOCAL, MLP, ROOT, RunDirTest, logs, poll_until, read_events, read_report, read_result, \
-    read_text, wait_for_event, wait_for_file
+    read_text, requires, wait_for_event, wait_for_file
 import netns
 
 STEPS = 300
@@ -52,7 +52,7 @@ class ReferenceTest(RunDirTest):
         return _reference["digest"], _reference["report"]
 
 
-@unittest.skipIf(WHY_NOT, f"hosts in network namespaces: {WHY_NOT}")
+@requires(not WHY_NOT, f"hosts in network namespaces: {WHY_NOT}")
 class MultiHost(ReferenceTest):
     def test_a_job_on_five_hosts_lives_through_a_cut_a_delay_and_a_partition(self):
         ref = self.start_reference()  # meanwhile: the workers here mostly idle (--slowdown)
@@ -160,7 +160,7 @@ class MultiHost(ReferenceTest):
 
 
 
-@unittest.skipIf(WHY_NOT_SSH, f"ssh launcher over hosts in network namespaces: {WHY_NOT_SSH}")
+@requires(not WHY_NOT_SSH, f"ssh launcher over hosts in network namespaces: {WHY_NOT_SSH}")
 class SshLauncher(ReferenceTest):
     """launcher/ssh.sh from a login host to three hosts, each running an sshd of the test's own (a generated host
     key and authorized key) in its network, pid and mount namespace; each host's remote run dir is a tmpfs of its
@@ -220,6 +220,9 @@ class SshLauncher(ReferenceTest):
             addresses = [net.address(i) for i in range(4)]
         digest, _ = self.reference(ref)
         result = read_result(d)
+        # sshd gives its processes an environment of its own (no OPENBLAS_CORETYPE of this one): the workers apply
+        # the job's CPU kernels all the same.
+        self.assertEqual(result["cpu_kernels"], "x86-64-v3")
         self.assertEqual((result["steps"], result["params_sha256"]), (STEPS, digest), logs(d))
         # Everything came back over ssh (this machine's view of the remote run dir stayed empty).
         self.assertEqual(os.listdir(remote), [])

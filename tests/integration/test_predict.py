@@ -6,7 +6,7 @@ import os
 import subprocess
 import unittest
 
-from harness import BIN, ENV, MLP, RunDirTest
+from harness import BIN, ENV, MLP, RunDirTest, skip_or_fail
 from test_script_model import DATA, TORCH_PY, models_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,22 +34,27 @@ class Predict(RunDirTest):
         out = os.path.join(self.tmp, kind + ".csv")
         p = self.elasticps("predict", "--model", model, *DATA_FLAGS, "--out", out, *extra)
         self.assertEqual(p.returncode, 0, p.stderr)
+        # Python computes with the job's CPU kernels, as eps_predict does (elasticps kernels: their environment).
+        kernels = self.elasticps("kernels")
+        self.assertEqual(kernels.returncode, 0, kernels.stderr)
+        env = dict(ENV, OPENBLAS_NUM_THREADS="1", **dict(line.split("=", 1) for line in kernels.stdout.split()))
+        self.assertEqual(env.get("OPENBLAS_CORETYPE"), "Haswell", kernels.stdout)
         c = subprocess.run([TORCH_PY, CHECK, kind, model, IMAGES, LABELS,
                             str(TEST_LIMIT), str(EVAL_BATCH), out], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, timeout=300, env=dict(ENV, OPENBLAS_NUM_THREADS="1"))
+                           text=True, timeout=300, env=env)
         self.assertEqual(c.returncode, 0, c.stderr)
         got = json.loads(c.stdout)
         self.assertEqual(got["header"], ["index", "class"] + [f"p{i}" for i in range(10)])
         self.assertEqual(got["rows"], TEST_LIMIT)
         self.assertEqual(got["wrong_class"], [])
-        # The same library (Debian's libtorch) at the same thread counts computes the same floats: the probabilities
-        # are equal exactly. OPENBLAS_NUM_THREADS=1 matters: Debian's pthread OpenBLAS otherwise splits a matrix
+        # The same library (Debian's libtorch) with the same kernels at the same thread counts computes the same
+        # floats: the probabilities are equal exactly. OPENBLAS_NUM_THREADS=1 matters: Debian's pthread OpenBLAS otherwise splits a matrix
         # product over every core, with other sums (up to 1e-6 apart), where the worker's SetCpuThreads keeps it to 1.
         self.assertEqual(got["inexact"], 0, got)
 
     def test_a_script_model_evaluates_to_the_jobs_accuracy_and_predicts_what_python_computes(self):
         if models_dir() is None:
-            self.skipTest(f"{TORCH_PY} cannot script the test's modules")
+            skip_or_fail(self, f"{TORCH_PY} cannot script the test's modules")
         _, _, r = self.run_local("script", MLP, workers=2,
                                  extra=[f"--model={os.path.join(models_dir(), 'net.pt')}", *JOB])
         model = os.path.join(self.tmp, "script", "model.script.pt")
