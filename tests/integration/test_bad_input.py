@@ -8,7 +8,8 @@ import time
 import unittest
 import urllib.request
 
-from harness import BIN, ENV, MLP, RunDirTest, poll_until, read_events, read_result, read_text, wait_for_step
+from harness import (BIN, ENV, MLP, RunDirTest, poll_until, read_events, read_result, read_text, wait_for_event,
+                     wait_for_step)
 
 
 class BadJobSpec(RunDirTest):
@@ -112,7 +113,10 @@ def line_count(path):
 
 
 class GarbageOnTheWire(RunDirTest):
-    STEPS = "--steps=1500"  # ~6 ms a step here; the barrage ends near step 700: training outlasts it
+    STEPS = "--steps=1500"
+    # The job is held (elasticps hold) from this step until the barrage is over, so that however fast the host runs
+    # the steps, every server still answers when the test reads its counters; released, it trains on to STEPS.
+    HOLD_AT = 300
     BARRAGE = 10000  # bad messages to each endpoint; their log lines are rate-limited
     BAD_ENVELOPES = 7  # probes of one garbage_peer run that surely do not decode
     CONNECTIONS = 200  # short-lived connections of the barrage, to each endpoint
@@ -163,12 +167,15 @@ class GarbageOnTheWire(RunDirTest):
         # Before training: every endpoint answers garbage with errors.
         for endpoint in [addr] + shards:
             self.garbage(endpoint, token)
+        self.assertEqual(self.control(d, "hold", f"--from-step={self.HOLD_AT}")["hold_from"], self.HOLD_AT)
         for w in range(2):
             self.start_worker(d, addr, token, w)
-        # During training: again.
+        # During training (or, on a fast host, already held): again.
         wait_for_step(d, 1, proc=coord)
         for endpoint in [addr] + shards:
             self.garbage(endpoint, token)
+        held = wait_for_event(d, "paused", lambda e: e["cause"] == "hold", timeout=180, proc=coord)
+        self.assertEqual(held["step"], self.HOLD_AT)
         # Every rejection is counted: in the coordinator's status, and in each shard's metrics.
         status = self.status(d)
         self.assertGreaterEqual(status["rejected_messages"], 2 * (self.BAD_ENVELOPES + 1), status)
@@ -210,11 +217,14 @@ class GarbageOnTheWire(RunDirTest):
                 self.assertGreaterEqual(sum(after.values()) - sum(counts_before.values()), self.BARRAGE, after)
         peak = rss.stop()
         print(f"RSS KiB before the barrage and at its peak: coordinator {baseline[coord.pid]} -> {peak[coord.pid]}, "
-              f"shard 0 {baseline[shard0_proc.pid]} -> {peak[shard0_proc.pid]}; last step before the end "
-              f"{len(read_text(f'{d}/metrics.csv').splitlines()) - 1}")
+              f"shard 0 {baseline[shard0_proc.pid]} -> {peak[shard0_proc.pid]}")
+        # Still held where it was: no bad message moved the job.
+        status = self.status(d)
+        self.assertEqual((status["phase"], status["step"], status["hold_from"]), ("held", self.HOLD_AT, self.HOLD_AT))
         for pid, what in [(coord.pid, "coordinator"), (shard0_proc.pid, "shard 0")]:
             self.assertLess(peak[pid] - baseline[pid], self.RSS_BOUND_KIB,
                             f"{what}: RSS {baseline[pid]} KiB before the barrage, {peak[pid]} KiB at its peak")
+        self.control(d, "release")
         self.assertEqual(coord.wait(timeout=300), 0, open(f"{d}/coordinator.log").read()[-3000:])
         result = read_result(d)
         self.assertEqual(result["params_sha256"], ref["params_sha256"])

@@ -15,7 +15,7 @@ import subprocess
 import unittest
 
 from harness import BIN, ENV, LOCAL, MLP, ROOT, RunDirTest, poll_until, read_events, read_report, read_result, \
-    read_text, wait_for_event, wait_for_file, wait_for_step  # noqa: F401
+    read_text, requires, wait_for_event, wait_for_file  # noqa: F401
 
 ATTACH = os.path.join(ROOT, "launcher", "attach.sh")
 ELASTICPS = os.path.join(BIN, "elasticps")
@@ -37,7 +37,7 @@ def parameter_windows(path, n=8, size=32):
     return [data[i * step:i * step + size] for i in range(n) if len(data[i * step:i * step + size]) == size]
 
 
-@unittest.skipUnless(shutil.which("tshark") and os.geteuid() == 0, "needs tshark (scripts/setup.sh) and root")
+@requires(shutil.which("tshark") and os.geteuid() == 0, "needs tshark (scripts/setup.sh) and root")
 class Curve(RunDirTest):
     def capture(self, d, ports):
         """Starts tshark on lo for the job's ports; returns it once it captures."""
@@ -139,7 +139,7 @@ class Curve(RunDirTest):
 
 
 class Revocation(RunDirTest):
-    STEPS = "--steps=1000"  # about 10 ms a step with two workers: the revocation lands mid-run
+    STEPS = "--steps=1000"
 
     def test_key_revoked_mid_run_drops_its_open_connections_and_the_job_keeps_its_bits(self):
         _, _, ref = self.run_local("ref", MLP, workers=1, extra=[self.STEPS])
@@ -157,10 +157,21 @@ class Revocation(RunDirTest):
                              f"--curve_server_key={d}/keys/server.pub"], f"{d}/victim.log")
         self.start([ATTACH, "--coordinator", addr, "--token-file", f"{d}/token", "--report-file",
                     f"{d}/worker1.json", "--log", f"{d}/worker1.log", "--secure-dir", d], f"{d}/worker1.out")
-        wait_for_step(d, 20, proc=launcher)
+        wait_for_event(d, "step_completed", lambda e: e["step"] >= 20, timeout=180, proc=launcher)
+        # Held (elasticps hold) at a step boundary until the coordinator has read the revocation (it re-reads the
+        # allowed keys every second), then moved one step on: that step runs with the victim on its open
+        # connections, mid-run however fast the host runs the steps.
+        self.control(d, "hold")
+        held = wait_for_event(d, "paused", lambda e: e["cause"] == "hold", proc=launcher)
         os.remove(f"{d}/allowed_keys/victim.pub")  # revoked: its connections are open and stay so
+        as_victim = [ELASTICPS, "status", "--run-dir", d, "--curve-secret-key", f"{d}/keys/victim.key",
+                     "--curve-server-key", f"{d}/keys/server.pub", "--json"]
+        poll_until(lambda: True if subprocess.run(as_victim, env=ENV, capture_output=True, timeout=30).returncode == 1
+                   else None, 30, "the coordinator did not refuse the revoked key")
+        self.control(d, "hold", f"--from-step={held['step'] + 1}")
         self.assertEqual(victim.wait(timeout=60), REFUSED, read_text(f"{d}/victim.log")[-3000:])
         self.assertIsNone(launcher.poll(), "the job ended before the revocation took effect")
+        self.control(d, "release")
         self.assertEqual(read_report(f"{d}/victim.json")["outcome"], "refused")
         self.assertIn("revoked", read_text(f"{d}/victim.log"))
         self.assertEqual(launcher.wait(timeout=300), 0, read_text(f"{d}/logs/coordinator.log")[-3000:])

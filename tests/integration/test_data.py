@@ -5,7 +5,7 @@ import os
 import subprocess
 import unittest
 
-from harness import BIN, ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_result, read_text, \
+from harness import BIN, ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_result, read_text, requires, \
     wait_for_event, wait_for_file, wait_for_step
 
 ATTACH = os.path.join(ROOT, "launcher", "attach.sh")
@@ -48,7 +48,7 @@ def npy_flags(d, prefix=""):
             f"--test_data={prefix}test_x.npy", f"--test_labels={prefix}test_y.npy"]
 
 
-@unittest.skipUnless(os.path.exists(f"{FASHION}/train-images-idx3-ubyte.gz"), "no Fashion-MNIST")
+@requires(os.path.exists(f"{FASHION}/train-images-idx3-ubyte.gz"), "no Fashion-MNIST (dataset-fashion-mnist)")
 class DataFormats(RunDirTest):
     def convert(self, n, m):
         d = self.run_dir("data")

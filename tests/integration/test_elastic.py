@@ -1,8 +1,9 @@
 """Elastic membership: workers join, leave and crash mid-training without changing a bit.
 
-Each scenario runs the mlp job long enough for the events to land mid-run and
-compares its params_sha256, and its training curve in metrics.csv, with the
-undisturbed 1x8 run of the same job.
+Each scenario places its events mid-run (a join, a refused worker, a host's
+failures: with the job held at a step boundary by `elasticps hold`, so that a
+fast host does not end the job first) and compares its params_sha256, and its
+training curve in metrics.csv, with the undisturbed 1x8 run of the same job.
 """
 import os
 import shutil
@@ -12,7 +13,7 @@ import time
 import unittest
 
 from harness import (BIN, ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_metrics, read_report, read_result,
-                     read_text,
+                     read_text, skip_or_fail,
                      wait_for_event, wait_for_file, wait_for_step, worker_ids_of_pid)
 
 ATTACH = os.path.join(ROOT, "launcher", "attach.sh")
@@ -71,6 +72,10 @@ class ElasticRun(RunDirTest):
         rc = self.job.wait(timeout=600)
         self.log.close()
         self.assertEqual(rc, 0, logs(self.dir))
+        return self.check_end(min_workers_seen)
+
+    def check_end(self, min_workers_seen=None):
+        """The ended job's result.json and metrics.csv against the reference's; returns result.json's dict."""
         result = read_result(self.dir)
         self.assertEqual(result["steps"], STEPS)
         self.assertEqual(result["params_sha256"], self.reference(), logs(self.dir))
@@ -89,15 +94,33 @@ class ElasticRun(RunDirTest):
     def wait_for_step(self, step):
         return wait_for_step(self.dir, step, proc=self.job)
 
+    def hold_after_first_step(self):
+        """Holds the job (elasticps hold) at the step boundary after its first step, however fast the host runs its
+        steps; returns the step it waits at. `elasticps release` (self.release()) lets it go on."""
+        self.wait_for_event("step_completed", timeout=180)  # per step (progress events: once a second)
+        self.control(self.dir, "hold")
+        return self.wait_for_event("paused", lambda e: e["cause"] == "hold")["step"]
+
+    def release(self):
+        self.control(self.dir, "release")
+
+    def wait_until_ready(self, p):
+        """Waits (bounded) until the worker process p (attach.sh execs the worker) is ready for VWs."""
+        return self.wait_for_event("worker_ready", lambda e: e["worker"] in worker_ids_of_pid(self.dir, p.pid),
+                                   timeout=120)
+
 
 class Elasticity(ElasticRun):
     def test_a_workers_attach_during_the_run(self):
         self.start_job(workers=1)
-        self.wait_for_step(1)
-        # Each attached worker is in the next assignment epoch (every ready worker is, with or without VWs).
-        self.attach("attached1")
+        held = self.hold_after_first_step()
+        # Each attached worker is in the next assignment epoch (every ready worker is, with or without VWs): the
+        # first one in that of the one step the hold is moved on by, the second in the one after the release.
+        self.wait_until_ready(self.attach("attached1")[0])
+        self.control(self.dir, "hold", f"--from-step={held + 1}")
         self.wait_for_event("assignment", lambda e: len(e["ranges"]) == 2, timeout=120)
-        self.attach("attached2")
+        self.wait_until_ready(self.attach("attached2")[0])
+        self.release()
         self.wait_for_event("assignment", lambda e: len(e["ranges"]) == 3, timeout=120)
         self.finish(min_workers_seen=3)
 
@@ -124,16 +147,17 @@ class Elasticity(ElasticRun):
         self.assertEqual([e for e in read_events(self.dir, "worker_dead") if e["worker"] in ids], [])
 
     def test_c_a_worker_attaches_then_one_is_sigkilled_mid_step_and_recomputed(self):
-        self.start_job(workers=2)
-        self.wait_for_step(1)
-        self.attach("attached")
-        # A step completed with the three (in metrics.csv: a row with workers = 3) before the kill.
-        self.wait_for_event("step_completed", lambda e: len(e.get("ranges", [])) == 3, timeout=120)
+        # Placed by holds (harness): one step on the three (in metrics.csv: a row with workers = 3), then worker1
+        # SIGKILLed at a step boundary and the job released at once: the next step is planned with it, and what it
+        # would have computed is recomputed once it is declared dead.
+        self.dir = self.run_dir("job")
+        self.run_with_join_and_sigkill(self.dir, [LOCAL, "--job", MLP, "--servers", "2", "--workers", "2",
+                                                  "--run-dir", self.dir, "--"] + EXTRA)
         ids = worker_ids_of_pid(self.dir, self.worker_pid(1))
-        os.kill(self.worker_pid(1), signal.SIGKILL)
-        self.wait_for_event("worker_dead", lambda e: e["worker"] in ids and e["cause"] == "missed_heartbeats")
-        self.finish(min_workers_seen=3)
-        # The training columns matched the reference's (finish); the placement columns tell what happened.
+        self.assertEqual([e["cause"] for e in read_events(self.dir, "worker_dead") if e["worker"] in ids],
+                         ["missed_heartbeats"])
+        self.check_end(min_workers_seen=3)
+        # The training columns matched the reference's (check_end); the placement columns tell what happened.
         rows = read_metrics(self.dir)
         self.assertEqual((rows[0]["workers"], rows[-1]["workers"]), (2, 2))
         self.assertIn(3, {r["workers"] for r in rows})
@@ -164,7 +188,7 @@ class Elasticity(ElasticRun):
 
     def test_e_wrong_token_is_refused_and_the_job_is_unaffected(self):
         self.start_job(workers=1)
-        self.wait_for_step(1)
+        self.hold_after_first_step()
         bad = os.path.join(self.tmp, "bad-token")
         with open(bad, "w") as f:
             f.write("not-the-token\n")
@@ -174,15 +198,16 @@ class Elasticity(ElasticRun):
         self.assertEqual(report["outcome"], "failed", report)
         self.assertIn("wrong job token", report["error"])
         self.assertEqual(report["worker_ids"], [])
+        self.release()
         result = self.finish()
         self.assertEqual(result["workers_seen"], 1)
 
 
     def test_f_a_host_that_cannot_read_the_data_is_backed_off_and_the_job_goes_on(self):
         if os.geteuid() != 0 or shutil.which("unshare") is None:
-            self.skipTest("needs root and unshare(1) for a mount and a UTS namespace")
+            skip_or_fail(self, "needs root and unshare(1) for a mount and a UTS namespace")
         self.start_job(workers=1)
-        self.wait_for_step(1)
+        self.hold_after_first_step()
         # A host whose data folder is empty: a mount namespace with a tmpfs over it, and a UTS
         # namespace with a host name of its own (the coordinator backs hosts off by name).
         data = "/usr/share/datasets/fashion-mnist"
@@ -215,6 +240,7 @@ class Elasticity(ElasticRun):
         refused = self.wait_for_event("worker_refused", lambda e: e["cause"] == "host_backed_off", timeout=30)
         self.assertTrue(refused["host"].startswith(host + ":"), refused)
         self.assertEqual(read_events(self.dir, "job_failed"), [])
+        self.release()
         self.finish(min_workers_seen=3)
 
 class NoCoordinator(RunDirTest):

@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import BIN, ROOT, RunDirTest
+from harness import BIN, ROOT, RunDirTest, skip_or_fail
 
 K8S = os.path.join(ROOT, "launcher", "k8s")
 VALIDATE = os.path.join(K8S, "validate")
@@ -149,7 +149,7 @@ class K8sManifests(RunDirTest):
     def test_the_kustomization_renders_and_validates(self):
         kubectl = shutil.which("kubectl")
         if kubectl is None:
-            self.skipTest("no kubectl: the kustomization is only checked for its resources")
+            skip_or_fail(self, "no kubectl (kubernetes-client): the kustomization is only checked for its resources")
         d = os.path.join(self.tmp, "k8s")
         shutil.copytree(K8S, d, ignore=shutil.ignore_patterns("validate", "token"))
         with open(os.path.join(d, "token"), "w") as f:

@@ -3,7 +3,8 @@ busy. Idle: the agent attaches a worker (worker_ready); busy: the worker leaves 
 within about one VW's compute plus the probe period of the flip; idle again: a new worker
 attaches; Ctrl-C stops the agent and makes its worker leave; a new agent lends a worker again,
 which stays until the job is over, and that agent then exits 0 by itself. The job ends on the
-undisturbed run's digest."""
+undisturbed run's digest. Holds (`elasticps hold`) keep the job from ending before the test is done
+with it, however fast the host runs its steps."""
 import os
 import signal
 import subprocess
@@ -15,7 +16,8 @@ from harness import LOCAL, MLP, ROOT, RunDirTest, logs, poll_until, read_events,
 
 LEND = os.path.join(ROOT, "launcher", "lend.sh")
 EVERY = 0.2  # the probe period, seconds
-SLOWDOWN = "15"  # every worker idles 14 x each VW's compute: the job lasts while the test flips the probe
+SLOWDOWN = "15"  # every worker idles 14 x each VW's compute: a lent worker told to leave is mid-VW
+LENT_STEPS = 20  # steps the job runs with the first lent worker (then held again): it leaves during them
 
 
 class Lend(RunDirTest):
@@ -54,6 +56,9 @@ class Lend(RunDirTest):
         self.addr = wait_for_file(f"{d}/coordinator.addr", proc=job)
         own = int(wait_for_file(f"{d}/pids/worker0.pid", proc=job))
         seen = {own}
+        wait_for_event(d, "step_completed", timeout=120, proc=job)
+        self.control(d, "hold")
+        held = wait_for_event(d, "paused", lambda e: e["cause"] == "hold", proc=job)["step"]
         agent = self.start_agent(d, "agent1")
         time.sleep(5 * EVERY)  # busy probes: nothing attaches
         self.assertIsNone(self.lent_joined(d, seen), read_text(f"{d}/agent1.log"))
@@ -64,6 +69,7 @@ class Lend(RunDirTest):
         w = joined["worker"]
         seen.add(joined["pid"])
         ready = wait_for_event(d, "worker_ready", lambda e: e["worker"] == w, timeout=30, proc=job)
+        self.control(d, "hold", f"--from-step={held + LENT_STEPS}")  # the first step's assignment counts it
         wait_for_event(d, "assignment", lambda e: any(r["worker"] == w for r in e["ranges"]), timeout=30, proc=job)
         print(f"attached {ready['t'] - t_idle:.2f} s after the flip to idle (2 idle probes of {EVERY} s)")
 
@@ -96,6 +102,8 @@ class Lend(RunDirTest):
         # A new agent lends a worker that stays to the end; the agent then exits 0 by itself.
         agent = self.start_agent(d, "agent2")
         joined = poll_until(lambda: self.lent_joined(d, seen), 30, "no third lent worker joined")
+        wait_for_event(d, "worker_ready", lambda e: e["worker"] == joined["worker"], timeout=30, proc=job)
+        self.control(d, "release")
         self.assertEqual(job.wait(timeout=120), 0, logs(d))
         self.assertEqual(agent.wait(timeout=30), 0, read_text(f"{d}/agent2.log"))
         self.agent_says(f"{d}/agent2.log", f"worker {joined['pid']} exited 0: the job is over", timeout=0.1)

@@ -7,7 +7,7 @@ import os
 import shutil
 import unittest
 
-from harness import MLP, RunDirTest, logs, read_report, read_result, read_text
+from harness import MLP, RunDirTest, logs, read_report, read_result, read_text, requires
 
 
 class PrefetchExpiry(RunDirTest):
@@ -86,7 +86,7 @@ class SharedMemory(RunDirTest):
         self.assertGreater(inline_replies, 40)
         self.assertGreater(inline_pushes, 40)
 
-    @unittest.skipUnless(shutil.which("unshare") and os.geteuid() == 0, "needs unshare and root")
+    @requires(shutil.which("unshare") and os.geteuid() == 0, "needs unshare and root")
     def test_a_shard_that_cannot_see_the_worker_answers_and_is_pushed_to_inline(self):
         # The shard in its own pid namespace (with its own /proc) cannot open the worker's regions: it answers
         # every pull inline, and the worker, never shown that the shard can read its memory, pushes inline.

@@ -16,8 +16,8 @@ import subprocess
 import time
 import unittest
 
-from harness import (ENV, LOCAL, MLP, ROOT, RunDirTest, logs, poll_until, read_events, read_result, wait_for_event,
-                     wait_for_file, worker_ids_of_pid)
+from harness import (ENV, LOCAL, MLP, ROOT, RunDirTest, logs, poll_until, read_events, read_result, requires,
+                     wait_for_event, wait_for_file, worker_ids_of_pid)
 import prometheus
 from prometheus import Prometheus, write_targets
 
@@ -35,8 +35,8 @@ RATE_INTERVAL = "2s"
 
 
 def needs_prometheus(test):
-    return unittest.skipUnless(prometheus.available(), f"needs {prometheus.PROMETHEUS} and promtool "
-                               "(Debian package prometheus)")(test)
+    return requires(prometheus.available(), f"needs {prometheus.PROMETHEUS} and promtool "
+                    "(Debian package prometheus)")(test)
 
 
 def dashboard_queries(job, rate_interval=RATE_INTERVAL):

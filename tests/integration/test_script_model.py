@@ -11,7 +11,7 @@ import tempfile
 import unittest
 
 from harness import (BIN, ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_report, read_result,
-                     wait_for_event, wait_for_file, wait_for_step, worker_ids_of_pid)
+                     skip_or_fail, wait_for_event, wait_for_file, wait_for_step, worker_ids_of_pid)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TORCH_PY = os.environ.get("EPS_TORCH_PYTHON", "/usr/bin/python3")  # Debian's python3-torch
@@ -40,7 +40,7 @@ class ScriptModels(RunDirTest):
     def setUp(self):
         super().setUp()
         if models_dir() is None:
-            self.skipTest(f"{TORCH_PY} cannot script the test's modules: {_models['log'][-500:]}")
+            skip_or_fail(self, f"{TORCH_PY} cannot script the test's modules: {_models['log'][-500:]}")
         self.models = models_dir()
 
     def model(self, name):
@@ -105,7 +105,7 @@ np.save("{d}/parity.npy", rng.integers(0, 2, n).astype(np.int64))
 
     def test_c_a_torchvision_model_gives_the_same_digest_on_two_placements(self):
         if not os.path.exists(self.model("shufflenet")):
-            self.skipTest("no python3-torchvision")
+            skip_or_fail(self, "no python3-torchvision")
         extra = ["--virtual_workers=4", "--batch_per_vw=4", "--steps=4", "--test_limit=100"]
         _, _, a = self.run_model("tv-w1", "shufflenet", 1, extra)
         _, _, b = self.run_model("tv-w2", "shufflenet", 2, extra)

@@ -24,13 +24,13 @@ import unittest
 
 import netns
 from harness import (ENV, MLP, ROOT, RunDirTest, logs, poll_until, read_events, read_metrics, read_report,
-                     read_result, wait_for_event)
+                     read_result, skip_or_fail, wait_for_event)
 
 SERVERS = os.path.join(ROOT, "launcher", "slurm", "servers.sbatch")
 WORKER = os.path.join(ROOT, "launcher", "slurm", "worker.sbatch")
 STEPS = 500
 EXTRA = [f"--steps={STEPS}", "--test_limit=500"]
-SLOWDOWN = "15"       # the Slurm run's workers (timing only): the job outlasts the preemption (a hold the requeue)
+SLOWDOWN = "15"       # the Slurm run's workers (timing only): the preemption lands mid-run (holds make sure of it)
 GRACE_S = 20          # the train partition's GraceTime: the worker must be gone well before it
 CRED_EXPIRE_S = 5     # a requeued job may start again cred_expire + 1 s after its requeue (default 120)
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scancel", "scontrol")
@@ -257,14 +257,14 @@ class SlurmPreemption(RunDirTest):
     def setUp(self):
         super().setUp()
         if os.geteuid() != 0:
-            self.skipTest("slurmctld and slurmd run here as root: run the test as root")
+            skip_or_fail(self, "slurmctld and slurmd run here as root: run the test as root")
         missing = [d for d in DAEMONS if shutil.which(d) is None]
         if missing:
-            self.skipTest(f"Slurm is not installed ({', '.join(missing)} missing): scripts/setup.sh installs "
-                          "slurm-wlm and munge")
+            skip_or_fail(self, f"Slurm is not installed ({', '.join(missing)} missing): scripts/setup.sh installs "
+                         "slurm-wlm and munge")
         why = netns.unavailable()
         if why:
-            self.skipTest(f"the cluster's hosts are network namespaces: {why}")
+            skip_or_fail(self, f"the cluster's hosts are network namespaces: {why}")
         self.net = self.cluster = None
 
     def tearDown(self):
@@ -304,9 +304,15 @@ class SlurmPreemption(RunDirTest):
             self.assertTrue(f.read().startswith(f"tcp://{self.net.address(HOSTS.index(SERVERS_NODE))}:"))
         self.assertEqual(sorted(e["host"].split(":")[0] for e in joined.values()), WORKER_NODES.split(","))
 
+        # Slurm preempts a job this young only at its backfill pass, some 20 s after the serving job's submission
+        # (docs/cluster.md): held before its last two steps (elasticps hold, from the servers' node), the job does
+        # not end first however fast the host runs its steps, and still has a step to run after the leave.
+        on_servers_node = self.net.command(HOSTS.index(SERVERS_NODE), [], pid_namespace=False)
+        self.control(d, "hold", f"--from-step={STEPS - 2}", prefix=on_servers_node)
         t_submit = time.time()
         cluster.sbatch("-p", "serve", "-n", "1", "-o", f"{d}/slurm-serve.out", "--wrap", "sleep 3")
         left = wait_for_event(d, "worker_left", timeout=60)
+        self.control(d, "hold", f"--from-step={STEPS - 1}", prefix=on_servers_node)  # one step more if held there
         # A graceful leave on Slurm's SIGTERM, not a crash.
         self.assertIn(left["worker"], joined)
         self.assertEqual((left["reason"], left["host_fault"]), ("SIGTERM", False), left)
@@ -315,9 +321,8 @@ class SlurmPreemption(RunDirTest):
         report = read_report(f"{d}/logs/slurm-worker-{task}.0.json")
         self.assertEqual((report["outcome"], report["worker_ids"]), ("left", [left["worker"]]), report)
         next_step = wait_for_event(d, "step_completed", lambda e: e["t"] > left["t"], timeout=30)
-        # Held from here (elasticps hold, from the servers' node) until the requeued worker is back: however fast
-        # the host runs the job's steps, it does not end before the requeue.
-        on_servers_node = self.net.command(HOSTS.index(SERVERS_NODE), [], pid_namespace=False)
+        # Held from here until the requeued worker is back: however fast the host runs the job's steps, it does not
+        # end before the requeue.
         self.control(d, "hold", prefix=on_servers_node)
 
         # Requeued (Slurm's restart count), it starts again and attaches under a new id.

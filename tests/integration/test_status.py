@@ -10,14 +10,14 @@ import subprocess
 import time
 import unittest
 
-from harness import BIN, ENV, LOCAL, MLP, RunDirTest, logs, poll_until, read_result, wait_for_file
+from harness import BIN, ENV, LOCAL, MLP, RunDirTest, logs, poll_until, read_result, wait_for_event, wait_for_file
 
 ELASTICPS = os.path.join(BIN, "elasticps")
 JOB_KEYS = {"job_id", "model", "phase", "paused", "step", "steps", "epoch", "loss", "lr", "samples_per_s", "eta_s",
             "elapsed_s", "virtual_workers", "batch_per_vw", "assignment_epoch", "test_accuracy", "workers", "shards",
-            "events", "rejected_messages", "hold_from"}
+            "events", "rejected_messages", "hold_from", "cpu_kernels"}
 WORKER_KEYS = {"worker", "host", "pid", "device", "state", "vw_lo", "vw_hi", "seconds_per_vw", "since_heartbeat_s",
-               "steps_contributed", "metrics_address"}
+               "steps_contributed", "metrics_address", "cpu_kernels"}
 SHARD_KEYS = {"shard", "address", "registered", "version", "durable_step", "since_checkpoint_s", "bytes_in",
               "bytes_out", "metrics_address"}
 
@@ -60,7 +60,11 @@ class StatusTest(RunDirTest):
             self.assertEqual((w["state"], w["device"]), ("ready", "cpu"))
             self.assertLessEqual(w["steps_contributed"], first["step"] + 1, "the steps done and the one in flight")
             self.assertGreater(w["steps_contributed"], 0)
-        self.assertEqual(sorted((w["vw_lo"], w["vw_hi"]) for w in first["workers"]), [(0, 4), (4, 8)])
+        # Two contiguous ranges over the 8 VWs ([0, 4) and [4, 8), or what the speed planner made of the two
+        # workers' measured speeds on a loaded host).
+        ranges = sorted((w["vw_lo"], w["vw_hi"]) for w in first["workers"])
+        self.assertEqual((ranges[0][0], ranges[0][1], ranges[1][1]), (0, ranges[1][0], 8), ranges)
+        self.assertTrue(all(lo < hi for lo, hi in ranges), ranges)
         for s in first["shards"]:
             self.assertEqual(set(s), SHARD_KEYS)
             self.assertTrue(s["registered"])
@@ -69,6 +73,9 @@ class StatusTest(RunDirTest):
             self.assertGreater(s["bytes_out"], 0)
         self.assertEqual(sum(e.get("event") == "worker_joined" for e in first["events"]), 2)
         self.assertFalse(any(e.get("event") == "range_confirmed" for e in first["events"]), "no per-step events")
+        # Held (elasticps hold) until a worker is killed: mid-run however fast the host runs the steps.
+        self.control(d, "hold")
+        wait_for_event(d, "paused", lambda e: e["cause"] == "hold", proc=job)
 
         # The tables, for people: the same coordinator answers.
         p = status("--run-dir", d)
@@ -88,6 +95,7 @@ class StatusTest(RunDirTest):
         # A killed worker: dead, its VWs on the other one.
         victim = first["workers"][1]
         os.kill(victim["pid"], signal.SIGKILL)
+        self.control(d, "release")
 
         def moved():
             s = status_json(d)

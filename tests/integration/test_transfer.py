@@ -7,7 +7,7 @@ import os
 import subprocess
 import unittest
 
-from harness import ENV, ROOT, RunDirTest, logs, read_events, read_report, read_safetensors
+from harness import ENV, ROOT, RunDirTest, logs, read_events, read_report, read_safetensors, requires
 
 CNN = os.path.join(ROOT, "examples", "fashion_mnist_cnn.flags")
 SMALL = ["--train_limit=512", "--test_limit=128", "--batch_per_vw=4", "--warmup_steps=2", "--eval_every=0"]
@@ -116,7 +116,8 @@ class Transfer(RunDirTest):
         for key in ("task_a", "scratch", "finetuned"):
             self.assertTrue(0 <= line[key] <= 1, line)
 
-    @unittest.skipUnless(os.path.exists("/usr/share/datasets/spam-assassin/train.jsonl"), "no SpamAssassin corpus")
+    @requires(os.path.exists("/usr/share/datasets/spam-assassin/train.jsonl"),
+              "no SpamAssassin corpus (scripts/setup.sh)")
     def test_e_the_text_fine_tuning_example_runs_on_the_pretrained_vocabulary(self):
         out = self.run_dir("text")
         p = subprocess.run([os.path.join(ROOT, "examples", "finetune", "run.sh"), "--app", "text", "--out", out,
