@@ -5,7 +5,7 @@
 // every virtual worker it hosts reads microbatches from it by sample index
 // (worker/sampler.h). Copies share the storage (`source`), which is never
 // written after the open; concurrent readers of a Dataset are safe. No
-// libtorch here: the torch views are worker/models.h's FeatureRows/LabelRows.
+// libtorch here: the torch views are models/models.h's FeatureRows/LabelRows.
 // docs/data.md describes the formats, the errors and the fingerprint.
 #pragma once
 

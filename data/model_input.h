@@ -1,4 +1,4 @@
-// What the built-in models (mlp, cnn, cnn_bn: worker/models.h) take, checked
+// What the built-in models (mlp, cnn, cnn_bn: models/models.h) take, checked
 // without libtorch, so that the coordinator refuses a data set they cannot
 // train on at start and a worker before its first step.
 #pragma once

@@ -68,7 +68,7 @@ struct CoordinatorOptions {
   // workers whose files differ are refused. Empty: the first worker's.
   std::string data_fingerprint;
   // The TorchScript file --model names (docs/models.md): Open reads it when
-  // spec.model is a path (IsModelPath, elastic/model_file.h) and fills this and
+  // spec.model is a path (IsModelPath, models/model_file.h) and fills this and
   // spec.model_sha256; every registering worker gets these bytes.
   std::string model_bytes;
   // Text data (data/text.h): the serialized vocabulary of the training text
@@ -78,7 +78,7 @@ struct CoordinatorOptions {
   // Text data: the samples of each split cut to --seq_len (CheckJobData), for result.json.
   int64_t truncated_train = 0, truncated_test = 0;
   // Transfer learning (docs/models.md): the exported model the job starts
-  // from. Open reads `init_from` (ReadInitFile, elastic/model_file.h), pins it
+  // from. Open reads `init_from` (ReadInitFile, models/model_file.h), pins it
   // in spec.init_sha256 and hands its bytes to every registering worker.
   std::string init_from;
   std::string init_bytes;

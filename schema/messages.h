@@ -177,7 +177,7 @@ struct RegisterWorker {
   std::string host;
   uint32_t pid = 0;
   // What the worker computes on: "cpu", or "cuda:<GPU name>" (DeviceKind in
-  // worker/model_runner.h). Bits are reproducible only across one kind.
+  // models/model_runner.h). Bits are reproducible only across one kind.
   std::string device_kind = "cpu";
   std::string metrics_address{};  // "host:port" of its /metrics (empty: none)
   // The CPU kernels it runs (CpuKernelsReport in common/cpu_kernels.h): the
@@ -185,7 +185,7 @@ struct RegisterWorker {
   std::string cpu_kernels{};
 };
 
-// The largest TorchScript model file a job takes (elastic/model_file.h): its
+// The largest TorchScript model file a job takes (models/model_file.h): its
 // bytes travel inside the RegisterWorkerReply envelope, whose decoder on the
 // worker allows this much more than DecodeLimits' default.
 inline constexpr size_t kMaxModelBytes = size_t{256} << 20;

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch DDP baseline for scripts/bench.sh's ddp and zoo sections.
 
-Trains a network of the built-in zoo (default the `cnn` of worker/models.cc on Fashion-MNIST) with
+Trains a network of the built-in zoo (default the `cnn` of models/models.cc on Fashion-MNIST) with
 DistributedDataParallel (gloo, CPU) the way an ElasticPS job of V virtual workers x b samples does, and
 prints one JSON object on one line:
 
@@ -42,7 +42,7 @@ What matches the ElasticPS job (examples/fashion_mnist_cnn.flags):
     different computation: one forward over the bigger batch);
   - AdamW (lr 0.002, weight decay 1e-4) with the job's cosine schedule (warm-up
     100 steps, or steps/2 when steps <= 200 as bench.sh shortens it; min lr 5e-5);
-  - pixels normalised as worker/dataset.h does ((p/255 - 0.2860) / 0.3530).
+  - pixels normalised as data/dataset.h does ((p/255 - 0.2860) / 0.3530).
 The other models take their job's optimizer by flags (scripts/bench/zoo.py passes the example's).
 What does not: dropout draws from torch's global generator, not a per-VW seed.
 Timing: from a barrier after the first 5 steps (warm-up) to a barrier after the
@@ -126,7 +126,7 @@ def read_idx(path, magic, dims):
 
 
 def fashion_mnist(torch, a):
-    """The training images, normalised as worker/dataset.h does, [n, 1, 28, 28], and their labels."""
+    """The training images, normalised as data/dataset.h does, [n, 1, 28, 28], and their labels."""
     images = read_idx(os.path.join(a.data_dir, "train-images-idx3-ubyte.gz"), 0x803, 3)
     labels = read_idx(os.path.join(a.data_dir, "train-labels-idx1-ubyte.gz"), 0x801, 1)
     x_all = ((torch.from_numpy(images.astype(np.float32)) / 255.0 - 0.2860) / 0.3530).unsqueeze(1).contiguous()

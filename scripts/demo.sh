@@ -9,6 +9,11 @@
 # training curves over the undisturbed run's into DIR/demo/curves.png.
 #
 #   scripts/demo.sh [--run-dir DIR] [--fresh-reference]     (default DIR: runs/)
+#
+# It builds only the binaries it runs (scripts/test.sh builds the tests): the
+# coordinator, shard and worker local.sh and attach.sh start, export_model
+# (local.sh writes model.pt with it), and elasticps and eps_predict, the
+# command line the README goes on with (status, evaluate, predict).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 runs=$root/runs fresh=0
@@ -19,7 +24,7 @@ while [ $# -gt 0 ]; do
     *) echo "demo.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
-"$root/scripts/setup.sh"
+"$root/scripts/setup.sh" --targets "coordinator shard worker export_model elasticps eps_predict"
 job=$root/examples/fashion_mnist_cnn.flags
 mkdir -p "$runs"
 field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }

@@ -2,16 +2,21 @@
 # Installs what ElasticPS needs (Debian 12, as root; idempotent) and builds it
 # into build/ (Release, ccache when present).
 #
-#   scripts/setup.sh [--no-build] [--sanitize]
+#   scripts/setup.sh [--no-build] [--sanitize] [--targets "T1 T2 ..."]
 #     --sanitize  also build the libtorch-free components with ASan + UBSan into build-asan/
+#     --targets   build only these CMake targets (and what they need) into build/, e.g. the
+#                 demo's binaries (scripts/demo.sh); default: every target, the tests included
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=1 sanitize=0
-for a in "$@"; do
-  case "$a" in
-    --no-build) build=0 ;;
-    --sanitize) sanitize=1 ;;
-    *) echo "setup.sh: unknown argument '$a'" >&2; exit 2 ;;
+build=1 sanitize=0 targets=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-build) build=0; shift ;;
+    --sanitize) sanitize=1; shift ;;
+    --targets)
+      [ $# -ge 2 ] && [ -n "$2" ] || { echo "setup.sh: --targets needs a list of targets" >&2; exit 2; }
+      read -r -a targets <<< "$2"; shift 2 ;;
+    *) echo "setup.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
 
@@ -62,7 +67,11 @@ jobs=$(nproc)
 export CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=true
 cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release > "$root/build.configure.log" 2>&1 ||
   { cat "$root/build.configure.log" >&2; exit 1; }
-cmake --build "$root/build" -j "$jobs"
+if [ ${#targets[@]} -gt 0 ]; then
+  cmake --build "$root/build" -j "$jobs" --target "${targets[@]}"
+else
+  cmake --build "$root/build" -j "$jobs"
+fi
 if [ $sanitize = 1 ]; then
   cmake -S "$root" -B "$root/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DELASTICPS_WITH_TORCH=OFF \
     -DELASTICPS_SANITIZE=ON > "$root/build-asan.configure.log" 2>&1 ||

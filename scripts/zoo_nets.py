@@ -1,12 +1,12 @@
 """The built-in zoo's networks written in PyTorch (Python), for scripts/ddp_baseline.py's --model.
 
 Each is the C++ network layer for layer, with the same tensor names and shapes (so the same parameter count):
-  cnn               worker/models.cc: Conv2d(1,16,5,p2) ReLU MaxPool2 Conv2d(16,32,5,p2) ReLU MaxPool2
+  cnn               models/models.cc: Conv2d(1,16,5,p2) ReLU MaxPool2 Conv2d(16,32,5,p2) ReLU MaxPool2
                     Linear(1568,256) ReLU Dropout(0.25) Linear(256,10);
-  resnet            worker/resnet.cc: the CIFAR ResNet of depth 6n+2 for 1x28x28 inputs (conv1 bn1 relu, 3 stages
+  resnet            models/resnet.cc: the CIFAR ResNet of depth 6n+2 for 1x28x28 inputs (conv1 bn1 relu, 3 stages
                     of n BasicBlocks at 16/32/64 channels, 1x1 conv + BN shortcuts where the shape changes, average
                     pool, fc), Kaiming-normal (fan_out, ReLU) convolutions;
-  text_transformer  worker/text_models.cc: token + position embeddings, N TransformerEncoderLayers (post-norm, ReLU,
+  text_transformer  models/text_models.cc: token + position embeddings, N TransformerEncoderLayers (post-norm, ReLU,
                     feed-forward 4*dim, dropout 0.1) that mask <pad> (id 0), the mean over non-padding positions,
                     Linear(dim, classes); one module "text" (tensors "text.tok.weight", ...).
 Also: the tokenizer of data/text.h (docs/text.md, version 1) over a run dir's vocab.json, and the tensor table of a

@@ -1,4 +1,4 @@
-#include "elastic/cli.h"
+#include "tools/cli.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-// OpenModelData (elastic/model_data.h): the data set of `elasticps evaluate`
+// OpenModelData (tools/model_data.h): the data set of `elasticps evaluate`
 // and `predict`, through data/'s OpenDataset, with errors that name the flag.
-#include "elastic/model_data.h"
+#include "tools/model_data.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,7 +1,7 @@
-// The safetensors reader (elastic/model_export.h) against files WriteSafetensors
+// The safetensors reader (models/model_export.h) against files WriteSafetensors
 // writes and against hostile headers: every malformed one is a DataLoss naming
 // the file, never a read outside its bytes.
-#include "elastic/model_export.h"
+#include "models/model_export.h"
 
 #include <gtest/gtest.h>
 

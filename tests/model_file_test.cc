@@ -1,5 +1,5 @@
 // Tests for the coordinator's check of a TorchScript model file (torch-free).
-#include "elastic/model_file.h"
+#include "models/model_file.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 // Tests for the torch adapter. They run on the CPU, or on the device named by
 // EPS_TEST_DEVICE (e.g. cuda:0: scripts/gpu_check.sh runs them so on a GPU).
-#include "worker/model_runner.h"
+#include "models/model_runner.h"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>

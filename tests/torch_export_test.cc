@@ -1,6 +1,6 @@
-// Tests for the exports Python loads (elastic/torch_export.h). That Python's
+// Tests for the exports Python loads (models/torch_export.h). That Python's
 // torch.load and torch.jit.load read them is tests/integration/test_script_model.py's.
-#include "elastic/torch_export.h"
+#include "models/torch_export.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
-// Tests for transfer learning in the torch adapter (worker/model_runner.h,
-// worker/init_file.h; docs/models.md "Transfer learning"): --freeze turns the
+// Tests for transfer learning in the torch adapter (models/model_runner.h,
+// models/init_file.h; docs/models.md "Transfer learning"): --freeze turns the
 // gradients of the parameters it selects off, --init_from loads the matching
 // tensors of an exported model (safetensors, a state dict, a TorchScript
 // module), --reinit keeps the fresh ones.
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "worker/init_file.h"
-#include "worker/model_runner.h"
+#include "models/init_file.h"
+#include "models/model_runner.h"
 
 namespace eps {
 namespace {

@@ -13,7 +13,7 @@
 #include "common/status.h"
 #include "common/tree.h"
 #include "common/wire.h"
-#include "worker/model_runner.h"
+#include "models/model_runner.h"
 #include "worker/param_client.h"
 
 namespace eps {

@@ -14,9 +14,9 @@
 #include "common/shm.h"
 #include "common/status.h"
 #include "common/wire.h"
+#include "models/model_runner.h"
 #include "schema/messages.h"
 #include "worker/coordinator_session.h"
-#include "worker/model_runner.h"
 #include "worker/shard_link.h"
 #include "worker/step_times.h"
 

@@ -62,8 +62,8 @@
 
 #include "common/cpu_kernels.h"
 #include "common/status.h"
+#include "models/model_runner.h"
 #include "schema/channel.h"
-#include "worker/model_runner.h"
 
 namespace eps {
 
@@ -71,7 +71,7 @@ class Metrics;
 
 // Makes the job's model: the worker calls it once the job spec is known, and
 // again when the job starts over from its initial values. Production workers
-// use ModelRunner::Create (libtorch, worker/model_runner.cc); a test may hand
+// use ModelRunner::Create (libtorch, models/model_runner.cc); a test may hand
 // in a model of its own.
 using ModelFactory = std::function<StatusOr<std::unique_ptr<ModelRunner>>(const ModelOptions&)>;
 
@@ -93,7 +93,7 @@ struct WorkerOptions {
   // "cpu", or "cuda:N" in a build against a CUDA libtorch: handed to the model factory.
   std::string device = "cpu";
   // The kind of `device` this worker reports when it registers (DeviceKind in
-  // worker/model_runner.h: "cpu" or "cuda:<GPU name>"); the coordinator
+  // models/model_runner.h: "cpu" or "cuda:<GPU name>"); the coordinator
   // refuses a kind other than the first worker's unless the job allows mixed
   // devices. Required.
   std::string device_kind;

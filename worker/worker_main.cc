@@ -20,8 +20,8 @@
 #include "common/memory.h"
 #include "common/metrics.h"
 #include "common/metrics_server.h"
+#include "models/model_runner.h"
 #include "schema/curve.h"
-#include "worker/model_runner.h"
 #include "worker/pool_client.h"
 #include "worker/worker.h"
 

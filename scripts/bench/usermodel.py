@@ -28,7 +28,7 @@ ROUNDS = 3
 
 
 class Cnn(nn.Module):
-    """worker/models.cc's cnn, layer for layer."""
+    """models/models.cc's cnn, layer for layer."""
 
     def __init__(self):
         super().__init__()

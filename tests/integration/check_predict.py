@@ -5,7 +5,7 @@
     /usr/bin/python3 check_predict.py mlp MODEL.pt IMAGES.gz LABELS.gz LIMIT BATCH PREDICTIONS.csv
 
 `script`: torch.jit.load of the scripted export; `mlp`: torch.load of the state dict into the built-in mlp written
-here in Python (worker/models.cc's layers and names). Run it with OPENBLAS_NUM_THREADS=1 (as the workers fix
+here in Python (models/models.cc's layers and names). Run it with OPENBLAS_NUM_THREADS=1 (as the workers fix
 OpenBLAS's pool) for the same floats. Prints one JSON object: rows, the rows whose class differs,
 the rows whose probabilities are not the same floats, and the largest difference of a probability.
 """

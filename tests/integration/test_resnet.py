@@ -1,4 +1,4 @@
-"""The zoo's ResNet (worker/resnet.h): a ResNet-8 with BatchNorm on a slice of Fashion-MNIST trains to the same
+"""The zoo's ResNet (models/resnet.h): a ResNet-8 with BatchNorm on a slice of Fashion-MNIST trains to the same
 bits on one worker of 8 VWs and on an uneven placement over three, and across a worker joining and one SIGKILLed;
 a depth that is not 6n+2 is refused at the coordinator's start."""
 import os

@@ -1,4 +1,4 @@
-#include "elastic/model_file.h"
+#include "models/model_file.h"
 
 #include <algorithm>
 #include <cctype>

@@ -8,10 +8,10 @@
 // FILE is a model.script.pt (a TorchScript module with its weights), or the
 // model.safetensors / model.pt (state dict) of a built-in model, whose name
 // --arch gives or, for safetensors, the file's __metadata__ "model". The model
-// runs in a ModelRunner (worker/model_runner.h) on the CPU with --threads
+// runs in a ModelRunner (models/model_runner.h) on the CPU with --threads
 // intra-op threads, in eval mode: the forward and the evaluation a job's
 // workers compute, so `evaluate` gives the job's test accuracy. The data go
-// through OpenModelData (elastic/model_data.h). Exit codes: 0 done, 1 an
+// through OpenModelData (tools/model_data.h). Exit codes: 0 done, 1 an
 // internal error, 2 bad input (flags, files, a model that does not fit).
 #include <gflags/gflags.h>
 #include <glog/logging.h>
@@ -28,10 +28,10 @@
 
 #include "common/files.h"
 #include "data/model_input.h"
-#include "elastic/model_data.h"
-#include "elastic/model_export.h"
-#include "worker/init_file.h"
-#include "worker/model_runner.h"
+#include "models/init_file.h"
+#include "models/model_export.h"
+#include "models/model_runner.h"
+#include "tools/model_data.h"
 
 DEFINE_string(model, "", "The exported model: model.script.pt, model.safetensors or model.pt");
 DEFINE_string(arch, "",

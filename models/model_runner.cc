@@ -1,6 +1,6 @@
-// The torch adapter; the models themselves are behind worker/net.h (the zoo in
-// worker/models.cc, TorchScript modules in worker/script_net.cc).
-#include "worker/model_runner.h"
+// The torch adapter; the models themselves are behind models/net.h (the zoo in
+// models/models.cc, TorchScript modules in models/script_net.cc).
+#include "models/model_runner.h"
 
 #include <glog/logging.h>
 #include <torch/torch.h>
@@ -20,9 +20,9 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
-#include "worker/init_file.h"
-#include "worker/models.h"
-#include "worker/net.h"
+#include "models/init_file.h"
+#include "models/models.h"
+#include "models/net.h"
 
 namespace eps {
 namespace {

@@ -1,9 +1,9 @@
-#include "worker/init_file.h"
+#include "models/init_file.h"
 
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
 
-#include "worker/net.h"
+#include "models/net.h"
 
 namespace eps {
 namespace {

@@ -16,7 +16,7 @@
 // $EPS_ROOT) and `export` runs export_model (beside this binary), each in
 // place of this process, so signals and the exit code are theirs (as do
 // `evaluate` and `predict`, which run eps_predict); `status`
-// and `keygen` run here (elastic/cli.h).
+// and `keygen` run here (tools/cli.h).
 //
 // `status`, `hold` and `release` exit codes: 0 answered, 1 no answer or
 // refused, 2 bad flags. With --run-dir of a job started with `local.sh
@@ -44,8 +44,8 @@
 
 #include "common/cpu_kernels.h"
 #include "common/files.h"
-#include "elastic/cli.h"
 #include "schema/curve.h"
+#include "tools/cli.h"
 
 DEFINE_string(run_dir, "", "status: a job's run folder (its coordinator.addr and token)");
 DEFINE_string(coordinator, "", "status: the coordinator's endpoint, instead of --run_dir");

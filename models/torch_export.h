@@ -4,15 +4,16 @@
 //                    which load_state_dict takes into the user's module;
 //   model.script.pt  for a TorchScript job, the user's scripted module with
 //                    the trained weights: torch.jit.load runs it as it is.
-// The only libtorch-linked part of elastic/ (library eps_torch_export, used by
-// export_model): the coordinator itself stays torch-free. Thread-compatible.
+// Library eps_torch_export, used by export_model (tools/export_main.cc): the
+// coordinator writes only model.safetensors (models/model_export.h) and stays
+// torch-free. Thread-compatible.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "common/status.h"
-#include "elastic/model_export.h"
+#include "models/model_export.h"
 
 namespace eps {
 

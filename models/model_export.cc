@@ -1,4 +1,4 @@
-#include "elastic/model_export.h"
+#include "models/model_export.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -1,5 +1,5 @@
 // baseline: plain single-process libtorch training, the yardstick for the
-// overhead of virtual workers. Same model (worker/models.h) and data
+// overhead of virtual workers. Same model (models/models.h) and data
 // (Fashion-MNIST, or --train_data, through data/job_data.h) as a job; each step runs
 // --microbatches microbatches of --batch_per_vw samples, accumulates their
 // gradients (loss / k each, backward each) and then takes one optimizer step.
@@ -24,8 +24,8 @@
 
 #include "data/dataset.h"
 #include "data/job_data.h"
-#include "worker/model_runner.h"
-#include "worker/models.h"
+#include "models/model_runner.h"
+#include "models/models.h"
 
 DEFINE_string(model, "cnn", "mlp | cnn | cnn_bn");
 DEFINE_string(data_dir, "/usr/share/datasets/fashion-mnist",

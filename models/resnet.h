@@ -1,4 +1,4 @@
-// The zoo's ResNet (libtorch): built by MakeModel (worker/models.h) for
+// The zoo's ResNet (libtorch): built by MakeModel (models/models.h) for
 // "resnet". Include only from files that already need torch.
 #pragma once
 

@@ -4,8 +4,9 @@
 // This header is libtorch-free on purpose (libtorch dominates compile time):
 // tensors are exposed as contiguous host memory described by TensorSpec, so the
 // runtime copies chunks of parameters, buffers and gradients in and out without
-// seeing a torch type. Only worker/ includes torch headers (model_runner.cc,
-// the model zoo worker/models.h, and the baseline binary); every c10::Error
+// seeing a torch type. Only models/'s libtorch library (eps_torch_model:
+// model_runner.cc, the model zoo models/models.h) and the binaries that link it
+// (worker, eps_predict, baseline) include torch headers; every c10::Error
 // thrown by libtorch is caught there and returned as a Status.
 //
 // Determinism: Create seeds the default CPU generator with init_seed before it
@@ -14,7 +15,7 @@
 // the forward pass, so parameters and gradients are a pure function of
 // (options, weights, buffers, samples, key) at a fixed intra-op thread count on
 // the CPU, or on one GPU model with deterministic kernels (PrepareDevice in
-// worker/models.h).
+// models/models.h).
 //
 // On a CUDA device the model lives on the GPU and the host side holds pinned
 // mirrors: Write copies each chunk into the mirror and starts its upload at
@@ -78,7 +79,7 @@ CpuKernelsInEffect ReadCpuKernels();
 bool JitGraphOptimizationIsOff();
 
 struct ModelOptions {
-  // "mlp" | "cnn" | "cnn_bn" (see MakeModel in worker/models.h); every model
+  // "mlp" | "cnn" | "cnn_bn" (see MakeModel in models/models.h); every model
   // takes [b, 1, 28, 28] images and has 10 classes. Ignored when `script` is set.
   std::string model;
   uint64_t init_seed = 0;      // seeds parameter initialization
@@ -96,7 +97,7 @@ struct ModelOptions {
   // no gradient is computed for them (requires_grad off), GradData gives
   // zeros and TrainStep's GradReady is never called for them.
   TensorSelection freeze{};
-  // Transfer learning (docs/models.md): an exported model (worker/init_file.h)
+  // Transfer learning (docs/models.md): an exported model (models/init_file.h)
   // whose tensors of the same name, shape and dtype replace the initial values
   // (MatchInit, common/transfer.h), but those `reinit` selects. Create fails
   // with InvalidArgument when none matches, unless `init_allow_mismatch`.

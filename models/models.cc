@@ -1,12 +1,12 @@
-#include "worker/models.h"
+#include "models/models.h"
 
 #include <dlfcn.h>
 
 #include <exception>
 #include <mutex>
 
-#include "worker/resnet.h"
-#include "worker/text_models.h"
+#include "models/resnet.h"
+#include "models/text_models.h"
 
 #ifdef EPS_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>

@@ -1,4 +1,4 @@
-#include "worker/resnet.h"
+#include "models/resnet.h"
 
 #include <string>
 #include <vector>

@@ -1,8 +1,8 @@
-// A built-in model of the zoo as a Net, and the default loss (worker/net.h).
-#include "worker/net.h"
+// A built-in model of the zoo as a Net, and the default loss (models/net.h).
+#include "models/net.h"
 
 #include "data/model_input.h"
-#include "worker/models.h"
+#include "models/models.h"
 
 namespace eps {
 namespace {

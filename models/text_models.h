@@ -1,4 +1,4 @@
-// The zoo's text models (libtorch): built by MakeModel (worker/models.h) for
+// The zoo's text models (libtorch): built by MakeModel (models/models.h) for
 // the names IsTextModel (data/model_input.h) knows. Include only from files
 // that already need torch.
 #pragma once

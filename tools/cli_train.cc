@@ -1,7 +1,7 @@
 #include <set>
 #include <sstream>
 
-#include "elastic/cli.h"
+#include "tools/cli.h"
 
 namespace eps {
 namespace {

@@ -1,4 +1,4 @@
-// A TorchScript module as a Net (worker/net.h).
+// A TorchScript module as a Net (models/net.h).
 #include <torch/csrc/jit/passes/graph_fuser.h>
 #include <torch/csrc/jit/passes/tensorexpr_fuser.h>
 #include <torch/csrc/jit/python/update_graph_executor_opt.h>
@@ -7,8 +7,8 @@
 
 #include <sstream>
 
-#include "worker/model_runner.h"
-#include "worker/net.h"
+#include "models/model_runner.h"
+#include "models/net.h"
 
 namespace eps {
 namespace {

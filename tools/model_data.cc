@@ -1,4 +1,4 @@
-#include "elastic/model_data.h"
+#include "tools/model_data.h"
 
 #include <memory>
 #include <utility>

@@ -10,9 +10,9 @@
 #include <zmq.hpp>
 
 #include "common/format.h"
-#include "elastic/cli.h"
 #include "schema/channel.h"
 #include "schema/curve.h"
+#include "tools/cli.h"
 
 namespace eps {
 namespace {

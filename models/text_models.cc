@@ -1,4 +1,4 @@
-#include "worker/text_models.h"
+#include "models/text_models.h"
 
 #include "data/text.h"
 

@@ -1,6 +1,6 @@
 // The model zoo: the image classifiers a job can name, and the tensor views of
 // a Dataset (data/dataset.h) every model takes. One definition shared by the torch adapter
-// (worker/model_runner.h) and the single-process baseline (worker/baseline_main.cc),
+// (models/model_runner.h) and the single-process baseline (bench/baseline_main.cc),
 // so both train exactly the same network.
 //
 // Unlike model_runner.h this header includes libtorch: include it only from
@@ -29,9 +29,9 @@ namespace eps {
 //   cnn     Conv(1->16, 5x5) ReLU MaxPool2, Conv(16->32, 5x5) ReLU MaxPool2,
 //           Linear(1568, 256) ReLU Dropout(0.25), Linear(256, 10); ~0.42 M parameters.
 //   cnn_bn  cnn with BatchNorm2d after each convolution and no dropout.
-//   resnet  the CIFAR-style ResNet of --model_depth layers (worker/resnet.h);
+//   resnet  the CIFAR-style ResNet of --model_depth layers (models/resnet.h);
 //           0.27 M parameters at depth 20.
-//   text_transformer  a Transformer encoder over token ids (worker/text_models.h).
+//   text_transformer  a Transformer encoder over token ids (models/text_models.h).
 // InvalidArgument for an unknown name; Internal if libtorch fails.
 [[nodiscard]] StatusOr<torch::nn::Sequential> MakeModel(const std::string& name,
                                                         const ZooSizes& sizes = {});
@@ -48,7 +48,7 @@ namespace eps {
 // current, and turns on deterministic algorithms and deterministic cuDNN with
 // benchmark mode off. Process-wide; nothing happens for the CPU. The process
 // must have set CUBLAS_WORKSPACE_CONFIG=:4096:8 (kCublasWorkspaceConfig in
-// worker/model_runner.h) before its first cuBLAS call: deterministic mode makes
+// models/model_runner.h) before its first cuBLAS call: deterministic mode makes
 // libtorch refuse a cuBLAS operation otherwise.
 [[nodiscard]] Status PrepareDevice(const torch::Device& device);
 

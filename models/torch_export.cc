@@ -1,4 +1,4 @@
-#include "elastic/torch_export.h"
+#include "models/torch_export.h"
 
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/script.h>

@@ -1,5 +1,5 @@
 // The subcommands of `elasticps`, the command line for people training and
-// operating jobs (elastic/elasticps_main.cc dispatches to them):
+// operating jobs (tools/elasticps_main.cc dispatches to them):
 //
 //   elasticps train    a job on this host (launcher/local.sh runs it)
 //   elasticps export   a job's model from its stores (export_model)
@@ -59,7 +59,7 @@ struct StatusCommandOptions {
 // has finished), 2 bad options.
 int RunStatusCommand(const StatusCommandOptions& options);
 
-// ---- evaluate, predict (eps_predict, elastic/predict_main.cc) ------------------
+// ---- evaluate, predict (eps_predict, tools/predict_main.cc) ------------------
 
 inline constexpr const char* kEvaluateUsage =
     "elasticps evaluate --model FILE --data F [--labels F] [--arch NAME] [--data-format FORMAT]\n"

@@ -1,11 +1,11 @@
-// The network behind a ModelRunner (worker/model_runner.h): a small interface
+// The network behind a ModelRunner (models/model_runner.h): a small interface
 // over the two kinds of model a job can name, so the runner's logic (gradient
 // hooks, buffers, GPU mirrors, the dry run) is written once.
-//   SequentialNet  a built-in model of the zoo (worker/models.h).
+//   SequentialNet  a built-in model of the zoo (models/models.h).
 //   LoadScriptNet  a TorchScript module a user saved from Python
-//                  (worker/script_net.cc, docs/models.md).
+//                  (models/script_net.cc, docs/models.md).
 //
-// Internal to worker/'s libtorch translation units (it includes torch). Not
+// Internal to models/'s libtorch translation units (it includes torch). Not
 // thread-safe; the runner owns its Net.
 #pragma once
 

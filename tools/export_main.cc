@@ -10,10 +10,10 @@
 // Reads the job record from the coordinator's store (STORES/coordinator) and
 // checkpoint `step` (default: the newest one every shard holds) from each
 // shard's store (STORES/shard<N>), opened read-only, so running processes are
-// not disturbed. Writes the safetensors file described in elastic/model_export.h
+// not disturbed. Writes the safetensors file described in models/model_export.h
 // and prints the step and the params_sha256, which equals result.json's for
 // the job's final step. --pt_out and --script_out: the exports Python loads
-// (elastic/torch_export.h); the scripted one needs the job's TorchScript file,
+// (models/torch_export.h); the scripted one needs the job's TorchScript file,
 // which the coordinator keeps in its store (or --script_model names it).
 #include <gflags/gflags.h>
 #include <glog/logging.h>
@@ -30,8 +30,8 @@
 
 #include "common/digest.h"
 #include "common/layout.h"
-#include "elastic/model_export.h"
-#include "elastic/torch_export.h"
+#include "models/model_export.h"
+#include "models/torch_export.h"
 #include "server/shard_state.h"
 #include "storage/state_store.h"
 
