@@ -18,7 +18,8 @@ WorkerReport SomeReport() {
   r.device_kind = "cpu";
   r.worker_ids = {WorkerId(1), WorkerId(4)};
   r.outcome = "done";
-  r.times.steps = 4;
+  r.times.steps = 5;  // the first not timed
+  r.times.timed = 4;
   r.times.compute = std::chrono::milliseconds(40);
   r.times.plan = std::chrono::milliseconds(2);
   r.times.ahead = 3;
@@ -36,7 +37,8 @@ TEST(WorkerReport, HoldsEveryFieldInMillisecondsPerTrainPlan) {
   EXPECT_EQ(j["worker_ids"], nlohmann::json::array({1, 4}));
   EXPECT_EQ(j["outcome"], "done");
   EXPECT_EQ(j["error"], "");
-  EXPECT_EQ(j["train_plans"], 4);
+  EXPECT_EQ(j["train_plans"], 5);
+  EXPECT_EQ(j["timed_plans"], 4);
   EXPECT_EQ(j["ran_ahead"], 3);
   EXPECT_EQ(j["ahead_dropped"], 1);
   EXPECT_EQ(j["reregistrations"], 1);
@@ -62,7 +64,7 @@ TEST(WorkerReport, IsWrittenWholeOrNotAtAll) {
   const std::string path = dir + "/worker0.json";
   ASSERT_TRUE(WriteReport(path, SomeReport()).ok());
   std::ifstream in(path);
-  EXPECT_EQ(nlohmann::json::parse(in)["train_plans"], 4);
+  EXPECT_EQ(nlohmann::json::parse(in)["train_plans"], 5);
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
   EXPECT_EQ(WriteReport(dir + "/missing/worker0.json", SomeReport()).code(), StatusCode::kInternal);
   std::filesystem::remove_all(dir);

@@ -12,14 +12,15 @@ namespace {
 
 double MsPerStep(const StepTimes& t, StepTimes::Duration d) {
   return std::chrono::duration<double, std::milli>(d).count() /
-         double(std::max<int64_t>(t.steps, 1));
+         double(std::max<int64_t>(t.timed, 1));
 }
 
 }  // namespace
 
 std::string Summary(const StepTimes& t, const TransferCounts& c) {
   auto ms = [&t](StepTimes::Duration d) { return std::to_string(MsPerStep(t, d)); };
-  return "ms per train plan over " + std::to_string(t.steps) + ": plan wait " + ms(t.plan) +
+  return "ms per train plan over " + std::to_string(t.timed) + " (of " + std::to_string(t.steps) +
+         ", the first not timed): plan wait " + ms(t.plan) +
          ", pull " + ms(t.pull) + ", compute " + ms(t.compute) + ", copies " + ms(t.copies) +
          ", push wait " + ms(t.push_wait) + "; " + std::to_string(t.ahead) +
          " run ahead of their plan, " + std::to_string(t.dropped) + " runs ahead dropped; " +
@@ -41,6 +42,7 @@ std::string ReportJson(const WorkerReport& r) {
       {"outcome", r.outcome},
       {"error", r.error.ok() ? "" : r.error.ToString()},
       {"train_plans", t.steps},
+      {"timed_plans", t.timed},
       {"ran_ahead", t.ahead},
       {"ahead_dropped", t.dropped},
       {"abandoned_plans", t.abandoned},

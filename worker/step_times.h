@@ -14,7 +14,9 @@
 
 namespace eps {
 
-// Summed over a worker's train plans. Written by the main thread only.
+// Summed over a worker's train plans but its first (libtorch's one-time
+// initialization, the first pull of the whole model): the means are a steady
+// step's. Written by the main thread only.
 struct StepTimes {
   using Duration = std::chrono::steady_clock::duration;
   Duration plan{0};     // waiting for the coordinator's next plan (the others, the shards' barrier)
@@ -23,6 +25,7 @@ struct StepTimes {
   Duration copies{0};   // sampling, taking gradients, waiting for the reducing thread to push
   Duration push_wait{0};        // waiting for the shards to acknowledge the pushes
   int64_t steps = 0;            // train plans run to the end
+  int64_t timed = 0;            // of those, the ones whose times the durations sum (all but the first)
   int64_t ahead = 0;            // train plans run ahead of the coordinator's answer (among `steps`)
   int64_t dropped = 0;          // runs ahead the answer overruled
   int64_t abandoned = 0;        // plans given up (a shard refused or was down); redone by someone

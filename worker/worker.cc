@@ -600,10 +600,13 @@ class WorkerImpl final : public Worker {
     ++times_.steps;
     // Reported with the next step request: the coordinator sizes VW ranges by
     // speed. The first plan runs libtorch's one-time initialization and would
-    // make this worker look slow.
+    // make this worker look slow; nor is it a step the report's means describe.
     if (warmed_up_) {
       const double compute = std::chrono::duration<double>(times_.compute - compute_before).count();
       seconds_per_vw_ = compute / (plan.vw_hi - plan.vw_lo);
+      ++times_.timed;
+    } else {
+      times_.plan = times_.pull = times_.compute = times_.copies = times_.push_wait = {};
     }
     warmed_up_ = true;
     return OkStatus();
