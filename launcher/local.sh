@@ -3,13 +3,15 @@
 # workers, on free loopback ports.
 #
 #   launcher/local.sh --job FILE --servers S --workers W --run-dir DIR [--slowdowns F0,F1,...]
-#                     [--devices D | D0,D1,...] [--checkpoint-every K] [--supervise]
+#                     [--devices D | D0,D1,...] [--checkpoint-every K] [--shard-threads N] [--supervise]
 #                     [--worker-cpus C0:C1:...] [--server-cpus CPUS] [--compute-cpus C0:C1:...]
 #                     [--metrics] [--metrics-host HOST] [--secure] [-- extra coordinator flags]
 #   launcher/local.sh --resume --run-dir DIR
 #
 # --checkpoint-every K  each shard keeps its state in RocksDB under DIR/store/shard<N>
 #                       and writes a checkpoint every K steps.
+# --shard-threads N     each shard cuts its optimizer over N threads (shard --threads; default 1):
+#                       the cores a shard may use. Timing only, never bits.
 # --supervise           restart a shard that dies abnormally, with backoff (0.2 s doubling
 #                       to 5 s), on the same endpoint, as a process manager would; with
 #                       --checkpoint-every it restores its newest checkpoint and the job
@@ -63,7 +65,7 @@ usage() { sed -n '2,57p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
-job="" servers=1 workers=1 run_dir="" slowdowns="" devices="" checkpoint_every=0 supervise=0 resume=0 extra=()
+job="" servers=1 workers=1 run_dir="" slowdowns="" devices="" checkpoint_every=0 shard_threads=1 supervise=0 resume=0 extra=()
 worker_cpus="" server_cpus="" compute_cpus="" metrics=0 metrics_host="" secure=0
 coordinator_limits=() shard_limits=()
 while [ $# -gt 0 ]; do
@@ -78,6 +80,7 @@ while [ $# -gt 0 ]; do
     --server-cpus) server_cpus=$2; shift 2 ;;
     --compute-cpus) compute_cpus=$2; shift 2 ;;
     --checkpoint-every) checkpoint_every=$2; shift 2 ;;
+    --shard-threads) shard_threads=$2; shift 2 ;;
     --supervise) supervise=1; shift ;;
     --metrics) metrics=1; shift ;;
     --metrics-host) metrics=1; metrics_host=$2; shift 2 ;;
@@ -106,6 +109,7 @@ fi
 [[ "$servers" =~ ^[1-9][0-9]*$ ]] || { echo "local.sh: --servers must be a positive integer" >&2; exit 2; }
 [[ "$workers" =~ ^[0-9]+$ ]] || { echo "local.sh: --workers must be a number (0: workers attach later)" >&2; exit 2; }
 [[ "$checkpoint_every" =~ ^[0-9]+$ ]] || { echo "local.sh: --checkpoint-every must be a number of steps" >&2; exit 2; }
+[[ "$shard_threads" =~ ^[1-9][0-9]*$ ]] || { echo "local.sh: --shard-threads must be a number of threads >= 1" >&2; exit 2; }
 [[ "$worker_cpus" =~ ^[0-9,:-]*$ ]] || { echo "local.sh: --worker-cpus: CPU lists separated by ':'" >&2; exit 2; }
 [[ "$server_cpus" =~ ^[0-9,-]*$ ]] || { echo "local.sh: --server-cpus: a CPU list (e.g. 1 or 2-3)" >&2; exit 2; }
 [[ "$compute_cpus" =~ ^[0-9,:-]*$ ]] || { echo "local.sh: --compute-cpus: CPU lists separated by ':'" >&2; exit 2; }
@@ -149,7 +153,7 @@ job=$(cd "$(dirname "$job")" && pwd)/$(basename "$job")
 if [ $resumed = 0 ]; then
   rm -rf "$run_dir/store" "$run_dir/events.jsonl"  # a fresh job
   launch=(--job "$job" --servers "$servers" --workers "$workers" --run-dir "$run_dir" --slowdowns "$slowdowns"
-          --devices "$devices" --checkpoint-every "$checkpoint_every" --worker-cpus "$worker_cpus"
+          --devices "$devices" --checkpoint-every "$checkpoint_every" --shard-threads "$shard_threads" --worker-cpus "$worker_cpus"
           --server-cpus "$server_cpus" --compute-cpus "$compute_cpus")
   [ $supervise = 1 ] && launch+=(--supervise)
   [ $metrics = 1 ] && launch+=(--metrics)
@@ -264,7 +268,7 @@ echo "coordinator at $addr, run dir $run_dir"
 
 for ((s = 0; s < servers; s++)); do
   shard=("${server_pin[@]}" "$bin/shard" --coordinator="$addr" --shard_id=$s --token_file="$run_dir/token" --addr_file="$run_dir/shard$s.addr"
-    "${server_curve[@]}" "${metrics_flags[@]}" "${shard_limits[@]}")
+    "${server_curve[@]}" "${metrics_flags[@]}" "${shard_limits[@]}" --threads="$shard_threads")
   if [ "$checkpoint_every" -gt 0 ]; then
     shard+=(--store="$run_dir/store/shard$s" --checkpoint_every="$checkpoint_every")
   fi

@@ -316,11 +316,19 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, float* params, cons
 
 void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params,
                     const float* grad_sum, float divisor, float* out, size_t n,
-                    OptimizerState* state) {
+                    OptimizerState* state, ParallelFor* parallel) {
+  // Each range is one of the loops below over its own elements: the same bits for every cut.
+  const auto over = [parallel, n](const ParallelFor::Range& fn) {
+    if (parallel == nullptr) {
+      fn(0, n);
+    } else {
+      parallel->Run(n, kParallelGrain, fn);
+    }
+  };
   // The loops overwrite the parameters or the gradient: any other `out` starts as a copy of the
   // parameters.
   const bool over_grad = out == grad_sum;
-  if (!over_grad && out != params) std::memcpy(out, params, n * sizeof(float));
+  const bool copy_first = !over_grad && out != params;
   assert(step >= 0);
   assert(state != nullptr);
   const double lr = LearningRate(o, step);
@@ -334,6 +342,8 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params
   }
   assert(state->slot0.size() == (slots >= 1 ? n : 0));
   assert(state->slot1.size() == (slots >= 2 ? n : 0));
+  float* const slot0 = state->slot0.data();
+  float* const slot1 = state->slot1.data();
 
   if (o.kind == OptimizerKind::kSgd) {
     SgdConstants c;
@@ -344,11 +354,15 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params
     c.mom = static_cast<float>(o.momentum);
     c.one_minus_dampening = static_cast<float>(1 - o.dampening);
     c.neg_lr = static_cast<float>(-1 * lr);
-    if (over_grad) {
-      SgdOverGrad(c, first, params, out, divisor, state->slot0.data(), n);
-    } else {
-      SgdOverParams(c, first, out, grad_sum, divisor, state->slot0.data(), n);
-    }
+    over([&](size_t lo, size_t hi) {
+      float* const buf = slots >= 1 ? slot0 + lo : nullptr;
+      if (copy_first) std::memcpy(out + lo, params + lo, (hi - lo) * sizeof(float));
+      if (over_grad) {
+        SgdOverGrad(c, first, params + lo, out + lo, divisor, buf, hi - lo);
+      } else {
+        SgdOverParams(c, first, out + lo, grad_sum + lo, divisor, buf, hi - lo);
+      }
+    });
     return;
   }
 
@@ -368,11 +382,14 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params
   c.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bias_correction2));
   c.eps = static_cast<float>(o.eps);
   c.neg_step_size = static_cast<float>(-(lr / bias_correction1));
-  if (over_grad) {
-    AdamOverGrad(c, params, out, divisor, state->slot0.data(), state->slot1.data(), n);
-  } else {
-    AdamOverParams(c, out, grad_sum, divisor, state->slot0.data(), state->slot1.data(), n);
-  }
+  over([&](size_t lo, size_t hi) {
+    if (copy_first) std::memcpy(out + lo, params + lo, (hi - lo) * sizeof(float));
+    if (over_grad) {
+      AdamOverGrad(c, params + lo, out + lo, divisor, slot0 + lo, slot1 + lo, hi - lo);
+    } else {
+      AdamOverParams(c, out + lo, grad_sum + lo, divisor, slot0 + lo, slot1 + lo, hi - lo);
+    }
+  });
 }
 
 }  // namespace eps

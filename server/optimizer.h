@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/parallel_for.h"
 #include "common/status.h"
 
 namespace eps {
@@ -101,9 +102,13 @@ void ApplyOptimizer(const OptimizerOptions& options, int64_t step, float* params
 // The same step with gradient grad_sum[i] / divisor (the float division a shard's mean of V
 // VWs is), written to `out`: the bits of dividing first and stepping in place, without
 // either pass. `out` may be `params`, `grad_sum` or a buffer overlapping neither; the
-// optimizer state must not overlap any of them.
+// optimizer state must not overlap any of them. With `parallel`, the elements are cut
+// over its threads in ranges of at least kParallelGrain: the same bits.
 void ApplyOptimizer(const OptimizerOptions& options, int64_t step, const float* params,
                     const float* grad_sum, float divisor, float* out, size_t n,
-                    OptimizerState* state);
+                    OptimizerState* state, ParallelFor* parallel = nullptr);
+
+// The fewest elements worth a thread of their own (about 64 KiB of each buffer).
+inline constexpr size_t kParallelGrain = 16384;
 
 }  // namespace eps

@@ -195,11 +195,12 @@ class CheckpointWriter {
 class ShardImpl final : public Shard {
  public:
   ShardImpl(ShardOptions options, std::unique_ptr<Channel> workers,
-            std::unique_ptr<Channel> coordinator)
+            std::unique_ptr<Channel> coordinator, std::unique_ptr<ParallelFor> parallel)
       : options_(std::move(options)),
         workers_(std::move(workers)),
         coordinator_(std::move(coordinator)),
-        state_(options_.shard),
+        parallel_(std::move(parallel)),
+        state_(options_.shard, parallel_.get()),
         own_metrics_(options_.metrics == nullptr ? std::make_unique<Metrics>() : nullptr),
         metrics_(options_.metrics != nullptr ? options_.metrics : own_metrics_.get(),
                  options_.shard),
@@ -706,6 +707,7 @@ class ShardImpl final : public Shard {
   const ShardOptions options_;
   std::unique_ptr<Channel> workers_;
   std::unique_ptr<Channel> coordinator_;
+  const std::unique_ptr<ParallelFor> parallel_;  // the optimizer's threads; before state_
   ShardState state_;
   std::deque<WaitingPull> waiting_;  // ordered by deadline (all share one wait)
   ShmMappings shm_;           // the regions of the workers on this host that pulls and pushes named
@@ -743,6 +745,10 @@ StatusOr<std::unique_ptr<Shard>> Shard::Open(const ShardOptions& options, zmq::c
   if (options.checkpoint_every > 0 && options.store_path.empty()) {
     return InvalidArgument("checkpoint_every needs a store");
   }
+  if (options.threads < 1) {
+    return InvalidArgument("a shard needs at least 1 thread, got " +
+                           std::to_string(options.threads));
+  }
   if (options.register_every.count() <= 0)
     return InvalidArgument("register_every must be positive");
   Channel::Options co;
@@ -755,7 +761,9 @@ StatusOr<std::unique_ptr<Shard>> Shard::Open(const ShardOptions& options, zmq::c
   wo.labels = {{"shard", std::to_string(options.shard.value())}};
   EPS_ASSIGN_OR_RETURN(auto workers, Channel::Bind(context, options.bind, wo));
   EPS_ASSIGN_OR_RETURN(auto coordinator, Channel::Connect(context, options.coordinator, co));
-  auto shard = std::make_unique<ShardImpl>(options, std::move(workers), std::move(coordinator));
+  EPS_ASSIGN_OR_RETURN(auto parallel, ParallelFor::Start(options.threads));
+  auto shard = std::make_unique<ShardImpl>(options, std::move(workers), std::move(coordinator),
+                                           std::move(parallel));
   EPS_RETURN_IF_ERROR(shard->OpenStore());
   EPS_RETURN_IF_ERROR(shard->OpenKeys());
   return std::unique_ptr<Shard>(std::move(shard));

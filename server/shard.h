@@ -76,6 +76,9 @@ struct ShardOptions {
   // worker then pushes to it through the socket). Pull replies through shared
   // memory are unchanged.
   bool refuse_shm_pushes = false;
+  // Threads the optimizer's elements are cut over (the event loop's and threads - 1 helpers):
+  // the cores the shard is given. Never changes a bit (common/parallel_for.h). >= 1.
+  int threads = 1;
 
   // Durable state. Empty store_path: memory only (nothing below applies).
   std::string store_path;  // the shard's RocksDB directory, owned by "shard/<id>"

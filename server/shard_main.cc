@@ -41,6 +41,9 @@ DEFINE_string(addr_file, "", "Write the endpoint workers connect to into this fi
 DEFINE_string(store, "",
               "RocksDB directory of this shard's durable state (empty: memory only). A shard "
               "started on a store holding checkpoints restores the newest one");
+DEFINE_int32(threads, 1,
+             "Threads the optimizer's elements are cut over: the cores this shard is given "
+             "(never changes a bit)");
 DEFINE_int64(checkpoint_every, 0, "Write a checkpoint every N steps (0: never; needs --store)");
 DEFINE_int32(keep_checkpoints, 2, "How many of the newest checkpoints the store keeps");
 DEFINE_string(job_id, "",
@@ -91,6 +94,7 @@ int main(int argc, char** argv) {
   options.socket_hwm = FLAGS_socket_hwm;
   options.pull_wait = std::chrono::milliseconds(FLAGS_pull_wait_ms);
   options.refuse_shm_pushes = FLAGS_refuse_shm_pushes;
+  options.threads = FLAGS_threads;
   options.store_path = FLAGS_store;
   options.checkpoint_every = FLAGS_checkpoint_every;
   options.keep_checkpoints = FLAGS_keep_checkpoints;

@@ -304,7 +304,7 @@ void ShardState::StepChunk(ChunkId id) {
   auto next = std::make_shared<std::vector<float>>(s.reducer->TakeResult());
   ApplyOptimizer(optimizer_, version_.value(), s.current->data(), next->data(),
                  static_cast<float>(spec_->virtual_workers), next->data(), next->size(),
-                 &s.optimizer);
+                 &s.optimizer, parallel_);
   s.next_wire = EncodeForPulls(id, *next);
   s.next = std::move(next);
 }
@@ -429,7 +429,7 @@ StatusOr<std::unique_ptr<ShardState>> ShardState::Load(Checkpoint&& checkpoint) 
   if (layout_ && layout_->tensors != config.tensors) {
     return FailedPrecondition(what + " holds another model layout than this shard's");
   }
-  auto next = std::make_unique<ShardState>(shard_);
+  auto next = std::make_unique<ShardState>(shard_, parallel_);
   Status st = next->Configure(config);
   if (!st.ok()) return DataLoss(what + " holds a job config this shard refuses: " + st.message());
 

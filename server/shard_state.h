@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "common/layout.h"
+#include "common/parallel_for.h"
 #include "common/shm.h"
 #include "common/tree.h"
 #include "schema/messages.h"
@@ -62,7 +63,10 @@ StatusOr<OptimizerOptions> OptimizerOptionsFromSpec(const OptimizerSpec& spec, i
 
 class ShardState {
  public:
-  explicit ShardState(ShardId shard) : shard_(shard) {}
+  // `parallel` (null: the caller's thread alone) cuts the optimizer's elements over
+  // threads; it must outlive the state.
+  explicit ShardState(ShardId shard, ParallelFor* parallel = nullptr)
+      : shard_(shard), parallel_(parallel) {}
 
   // Accepts the job spec (validating the optimizer), and the tensor list once a
   // worker has reported it. A second config must agree with the first.
@@ -170,6 +174,7 @@ class ShardState {
   bool Frozen(ChunkId id) const { return frozen_[id.value()] != 0; }
 
   const ShardId shard_;
+  ParallelFor* const parallel_;
   std::optional<JobSpec> spec_;
   std::optional<Layout> layout_;
   OptimizerOptions optimizer_;

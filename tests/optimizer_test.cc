@@ -19,6 +19,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <vector>
 #include <string>
 #include <vector>
 
@@ -255,6 +256,45 @@ TEST_F(OptimizerVsTorch, AdamIsBitwiseEqualWhenTorchSplitsAcrossThreads) {
   o.lr = 1e-3;
   o.weight_decay = 1e-4;
   ExpectMatchesTorch(o, 3 * 32768 + 5, 4);
+}
+
+
+// Cut over threads (a shard's --threads), every variant of `out` gives the bits of the
+// caller's thread alone, parameters and optimizer state alike.
+TEST(ApplyOptimizer, CutOverThreadsGivesTheSameBits) {
+  auto parallel = ParallelFor::Start(3);
+  ASSERT_TRUE(parallel.ok());
+  OptimizerOptions sgd;
+  sgd.momentum = 0.9;
+  sgd.nesterov = true;
+  sgd.weight_decay = 1e-4;
+  OptimizerOptions adam;
+  adam.kind = OptimizerKind::kAdam;
+  adam.weight_decay = 1e-2;
+  OptimizerOptions adamw = adam;
+  adamw.kind = OptimizerKind::kAdamW;
+  const size_t n = 3 * kParallelGrain + 7;  // three ranges, uneven
+  for (const OptimizerOptions& o : {sgd, adam, adamw}) {
+    for (int out_kind = 0; out_kind < 3; ++out_kind) {  // over the params, the gradient, apart
+      std::vector<float> p1(n), p2(n);
+      for (size_t i = 0; i < n; ++i) p1[i] = p2[i] = std::sin(static_cast<float>(i));
+      OptimizerState s1, s2;
+      for (int64_t t = 0; t < 3; ++t) {
+        const torch::Tensor g = Gradient(static_cast<int64_t>(n), t);
+        std::vector<float> g1(g.data_ptr<float>(), g.data_ptr<float>() + n), g2 = g1;
+        std::vector<float> o1(n), o2(n);
+        float* out1 = out_kind == 0 ? p1.data() : out_kind == 1 ? g1.data() : o1.data();
+        float* out2 = out_kind == 0 ? p2.data() : out_kind == 1 ? g2.data() : o2.data();
+        ApplyOptimizer(o, t, p1.data(), g1.data(), 8.0f, out1, n, &s1);
+        ApplyOptimizer(o, t, p2.data(), g2.data(), 8.0f, out2, n, &s2, parallel->get());
+        ASSERT_EQ(std::memcmp(out1, out2, n * sizeof(float)), 0) << OptimizerKindName(o.kind);
+        ASSERT_EQ(s1.slot0, s2.slot0);
+        ASSERT_EQ(s1.slot1, s2.slot1);
+        std::memcpy(p1.data(), out1, n * sizeof(float));
+        std::memcpy(p2.data(), out2, n * sizeof(float));
+      }
+    }
+  }
 }
 
 }  // namespace
