@@ -61,7 +61,7 @@
 # invalid (the coordinator refused its flags, files or model).
 set -euo pipefail
 
-usage() { sed -n '2,57p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,61p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
