@@ -123,6 +123,14 @@ void JobState::OnJobError(const std::string& message) { Fail(FailedPrecondition(
 
 void JobState::Tick() {
   const auto now = clock_->Now();
+  // A gap between ticks longer than half a heartbeat timeout is the coordinator's own stall
+  // (writing a large result, a paused process): nothing was read meanwhile, so the workers'
+  // silence is moved by the gap, not blamed on them; their queued beats arrive next.
+  if (last_tick_ && now - *last_tick_ > options_.heartbeat_timeout / 2) {
+    const auto gap = now - *last_tick_;
+    for (auto& [id, w] : workers_) w.last_seen += gap;
+  }
+  last_tick_ = now;
   for (auto& [id, w] : workers_) {
     // A worker learns its id from the registration reply: it cannot beat before that.
     const bool unanswered =

@@ -216,7 +216,8 @@ class JobState {
   Status Release();
   // The step the hold begins at; nullopt: no hold.
   std::optional<Step> hold_from() const { return hold_from_; }
-  // Heartbeat deadlines and watchdogs; call often.
+  // Heartbeat deadlines and watchdogs; call often (at least every heartbeat_timeout / 2: a
+  // longer gap is taken for the caller's stall, and workers' silence is counted without it).
   void Tick();
   // The shell wrote result.json, whose parameters hash to `params_sha256` (or failed to).
   void OnResultWritten(const StatusOr<std::string>& params_sha256);
@@ -410,7 +411,8 @@ class JobState {
   bool evaluated_ = false;
   double test_accuracy_ = 0, test_loss_ = 0;
   Clock::time_point started_, train_started_, train_ended_, progress_deadline_;
-  Clock::time_point warmed_up_;  // when step JobSummary::kWarmupSteps completed (unset: not yet)
+  Clock::time_point warmed_up_;
+  std::optional<Clock::time_point> last_tick_;  // the previous Tick's time  // when step JobSummary::kWarmupSteps completed (unset: not yet)
   std::vector<Outgoing> out_;
   std::vector<JobEvent> events_;
 };

@@ -937,6 +937,25 @@ TEST(JobState, AWorkerThatMissesHeartbeatsIsDeclaredDeadAndOnlyItsRangeIsRecompu
   EXPECT_EQ(RangeOf(d.OnePlan(ws[1], PlanKind::kTrain)), Range(0, kV));
 }
 
+TEST(JobState, TheCoordinatorsOwnStallIsNotAWorkersSilence) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(2);
+  for (WorkerId w : ws) d.OnePlan(w, PlanKind::kTrain);
+  d.Pass(seconds(1), {ws[0], ws[1]});
+
+  d.clock.Advance(seconds(7));  // the loop was busy (a 400 MB result): no beat read, no tick
+  d.state.Tick();
+  EXPECT_EQ(d.state.live_workers(), 2u) << "silent only while the coordinator did not listen";
+  EXPECT_TRUE(Of<JobEvent::WorkerDead>(d.Events()).empty());
+
+  d.Pass(seconds(4), {ws[0]});  // now w1 is silent while the coordinator listens
+  EXPECT_EQ(d.state.live_workers(), 1u);
+  const auto dead = Of<JobEvent::WorkerDead>(d.Events());
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].second.worker, ws[1]);
+  EXPECT_LT(dead[0].second.silent_ms, 5000) << "the stall is not counted";
+}
+
 TEST(JobState, AnotherReadyWorkerInitializesWhenTheInitializerCrashes) {
   Driver d;
   d.RegisterShards();

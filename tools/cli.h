@@ -103,8 +103,8 @@ inline constexpr const char* kTrainUsage =
     "                    the job file's, or, without --job, makes the job (DIR/job.flags).\n"
     "                    Job flags are written with '=': --model=model.pt --steps=300\n"
     "  launcher options  --slowdowns F0,.. --devices D --worker-cpus C --server-cpus C\n"
-    "                    --compute-cpus C --checkpoint-every K --supervise --metrics\n"
-    "                    --metrics-host HOST --secure (launcher/local.sh --help)\n"
+    "                    --compute-cpus C --checkpoint-every K --shard-threads N --supervise\n"
+    "                    --metrics --metrics-host HOST --secure (launcher/local.sh --help)\n"
     "Exit code: local.sh's (0 only if the job succeeded, 2 bad arguments).";
 
 // `elasticps train`'s arguments, sorted out.

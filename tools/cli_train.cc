@@ -12,7 +12,7 @@ const std::set<std::string>& LauncherOptionsWithValue() {
   static const std::set<std::string> kNames = {
       "job",         "run_dir",      "servers",          "workers",     "slowdowns",
       "devices",     "worker_cpus",  "server_cpus",      "compute_cpus", "checkpoint_every",
-      "metrics_host"};
+      "shard_threads", "metrics_host"};
   return kNames;
 }
 const std::set<std::string>& LauncherSwitches() {
