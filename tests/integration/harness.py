@@ -130,11 +130,11 @@ class RunDirTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, f"elasticps {command}: {p.stderr}")
         return json.loads(p.stdout)
 
-    def run_with_join_and_sigkill(self, d, cmd, timeout=600):
-        """Runs the job `cmd` (launcher/local.sh with two workers and the run dir d) through a join and a SIGKILL
-        placed by holds (`elasticps hold`), so that no timing decides where they land: held after its first step,
-        a third worker attached; on its readiness the hold moves one step on, so that exactly one step runs on
-        three workers; local.sh's worker1 is SIGKILLed while held and the job released at once. Waits for its end
+    def run_with_join_and_sigkill(self, d, cmd, timeout=600, workers=2):
+        """Runs the job `cmd` (launcher/local.sh with `workers` workers and the run dir d) through a join and a
+        SIGKILL placed by holds (`elasticps hold`), so that no timing decides where they land: held after its first
+        step, one more worker attached; on its readiness the hold moves one step on, so that exactly one step runs
+        on workers + 1; local.sh's worker1 is SIGKILLed while held and the job released at once. Waits for its end
         (exit 0) and the dead worker's event; returns result.json's dict."""
         log = open(os.path.join(self.tmp, "local.out"), "w")
         job = subprocess.Popen(cmd, env=ENV, stdout=log, stderr=subprocess.STDOUT)
@@ -148,12 +148,12 @@ class RunDirTest(unittest.TestCase):
                                      "--token-file", os.path.join(d, "token"),
                                      "--log", os.path.join(d, "logs", "attached.log")], env=ENV)
         self.procs.append(attached)
-        poll_until(lambda: True if len(read_events(d, "worker_ready")) >= 3 else None, 120,
+        poll_until(lambda: True if len(read_events(d, "worker_ready")) >= workers + 1 else None, 120,
                    "the attached worker is not ready")
         self.control(d, "hold", f"--from-step={held['step'] + 1}")
         wait_for_event(d, "paused", lambda e: e["cause"] == "hold" and e["step"] == held["step"] + 1, proc=job)
         on_three = [e for e in read_events(d, "step_completed") if e["step"] == held["step"]]
-        self.assertEqual([len(e["ranges"]) for e in on_three], [3], "the step between the holds")
+        self.assertEqual([len(e["ranges"]) for e in on_three], [workers + 1], "the step between the holds")
         with open(os.path.join(d, "pids", "worker1.pid")) as f:
             pid = int(f.read())
         ids = worker_ids_of_pid(d, pid)
