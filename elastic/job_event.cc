@@ -215,7 +215,13 @@ std::string EventJson(const JobEvent& event, double wall_seconds) {
                    j["paused"] = e.paused;
                    j["ranges"] = Ranges(e.ranges);
                  },
-                 [&](const E::CheckpointDurable& e) { j["shard"] = e.shard.value(); },
+                 [&](const E::CheckpointDurable& e) {
+                   j["shard"] = e.shard.value();
+                   if (e.write_ms > 0) {
+                     j["blocking_ms"] = e.blocking_ms;
+                     j["write_ms"] = e.write_ms;
+                   }
+                 },
                  [&](const E::CheckpointFailed& e) {
                    j["shard"] = e.shard.value();
                    j["error"] = e.error;

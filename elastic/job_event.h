@@ -151,6 +151,8 @@ struct JobEvent {
   // ---- durability ----
   struct CheckpointDurable {  // shard `shard` holds step `step` durably
     ShardId shard;
+    double blocking_ms = 0;  // how long the shard stopped to snapshot it (0: unknown)
+    double write_ms = 0;     // how long its background write took (0: unknown)
   };
   struct CheckpointFailed {
     ShardId shard;

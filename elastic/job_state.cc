@@ -85,7 +85,8 @@ Status JobState::OnStepDone(ShardId shard, const StepDone& done) {
   if (done.durable_step > shard_durable_[shard.value()]) {
     shard_durable_[shard.value()] = done.durable_step;
     shard_durable_at_[shard.value()] = clock_->Now();
-    Emit(JobEvent::CheckpointDurable{shard}, done.durable_step);
+    Emit(JobEvent::CheckpointDurable{shard, done.checkpoint_blocking_ms, done.checkpoint_write_ms},
+         done.durable_step);
   }
   UpdateRetention();
   if (!done.checkpoint_error.empty())

@@ -222,6 +222,11 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       if (!std::isfinite(m.lr)) return ProtocolError("a step's learning rate must be finite");
       m.bytes_in = in.getBytesIn();
       m.bytes_out = in.getBytesOut();
+      m.checkpoint_blocking_ms = in.getCheckpointBlockingMs();
+      m.checkpoint_write_ms = in.getCheckpointWriteMs();
+      if (!(m.checkpoint_blocking_ms >= 0) || !(m.checkpoint_write_ms >= 0) ||
+          !std::isfinite(m.checkpoint_blocking_ms) || !std::isfinite(m.checkpoint_write_ms))
+        return ProtocolError("a checkpoint's times must be finite and not negative");
       *body = std::move(m);
       return OkStatus();
     }
@@ -489,6 +494,8 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    o.setLr(m.lr);
                    o.setBytesIn(m.bytes_in);
                    o.setBytesOut(m.bytes_out);
+                   o.setCheckpointBlockingMs(m.checkpoint_blocking_ms);
+                   o.setCheckpointWriteMs(m.checkpoint_write_ms);
                  },
                  [&](const Push& m) {
                    auto o = b.initPush();

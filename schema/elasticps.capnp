@@ -190,6 +190,9 @@ struct StepDone {
   lr @6 :Float64;                 # the learning rate the step applied
   bytesIn @7 :UInt64;             # gradient bytes pushed to this shard process so far
   bytesOut @8 :UInt64;            # parameter bytes pulled from it so far
+  checkpointBlockingMs @9 :Float64;  # the durableStep checkpoint: how long the shard's loop stopped to
+                                     # snapshot it (0: unknown, e.g. restored rather than written)
+  checkpointWriteMs @10 :Float64;    # ... and how long the background RocksDB write took
 }
 # Checkpoints are written in the background, so a step's StepDone carries the
 # durable step known when the step completed. When a checkpoint lands (or fails)

@@ -249,6 +249,8 @@ struct StepDone {
   double lr = 0;                 // the learning rate the step applied
   uint64_t bytes_in = 0;         // gradient bytes pushed to the shard so far (this process)
   uint64_t bytes_out = 0;        // parameter bytes pulled from it so far (this process)
+  double checkpoint_blocking_ms = 0;  // the durable_step checkpoint: the loop's stop to snapshot it
+  double checkpoint_write_ms = 0;     // and its background write (0: unknown)
 };
 
 // A chunk's bytes in a shared-memory region: of a push, or of a pull reply

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -302,7 +303,7 @@ class ShardImpl final : public Shard {
         return checkpoint.status().WithContext("restoring from store " + store_->path());
       EPS_RETURN_IF_ERROR(state_.Restore(std::move(checkpoint).value())
                               .WithContext("restoring from store " + store_->path()));
-      durable_step_ = checkpoint->step;
+      durable_step_ = checkpoint->step;  // restored, not written: no times
       restored_ = checkpoint->step;
       metrics_.durable_step.Set(durable_step_.value());
       metrics_.version.Set(state_.version().value());
@@ -571,6 +572,8 @@ class ShardImpl final : public Shard {
     MaybeCheckpoint();     // before the next push can step a chunk of the next step
     done.durable_step = durable_step_;
     done.checkpoint_error = checkpoint_error_;
+    done.checkpoint_blocking_ms = durable_blocking_ms_;
+    done.checkpoint_write_ms = durable_write_ms_;
     done.bytes_in = bytes_in_;
     done.bytes_out = bytes_out_;
     Status st = SendToCoordinator(std::move(done));
@@ -581,9 +584,11 @@ class ShardImpl final : public Shard {
   void MaybeCheckpoint() {
     if (writer_ == nullptr || options_.checkpoint_every <= 0) return;
     if (state_.version().value() % options_.checkpoint_every != 0) return;
+    const Clock::time_point start = Clock::now();
     auto snapshot = state_.Snapshot();
     Status st = snapshot.ok() ? writer_->Enqueue(std::move(snapshot).value(), options_.store_wait)
                               : snapshot.status();
+    if (st.ok()) snapshot_ms_[state_.version().value()] = SecondsSince(start) * 1e3;
     if (!st.ok()) {
       checkpoint_error_ =
           "checkpoint of step " + std::to_string(state_.version().value()) + ": " + st.ToString();
@@ -601,8 +606,13 @@ class ShardImpl final : public Shard {
     std::vector<CheckpointWriter::Result> results = writer_->TakeResults();
     if (results.empty()) return;
     for (CheckpointWriter::Result& r : results) {
+      const auto blocked = snapshot_ms_.find(r.step.value());
+      const double blocking_ms = blocked != snapshot_ms_.end() ? blocked->second : 0;
+      if (blocked != snapshot_ms_.end()) snapshot_ms_.erase(blocked);
       if (r.status.ok()) {
         durable_step_ = r.step;
+        durable_blocking_ms_ = blocking_ms;
+        durable_write_ms_ = r.seconds * 1e3;
         checkpoint_error_.clear();
         LOG(INFO) << "checkpoint of step " << r.step << " is durable";
         metrics_.checkpoint_seconds.Observe(r.seconds);
@@ -617,6 +627,8 @@ class ShardImpl final : public Shard {
     if (!report) return;
     const Step step(state_.version().value() - 1);
     StepDone done{options_.shard, step, false, 0.0f, durable_step_, checkpoint_error_};
+    done.checkpoint_blocking_ms = durable_blocking_ms_;
+    done.checkpoint_write_ms = durable_write_ms_;
     done.lr = state_.LearningRateOf(step);
     done.bytes_in = bytes_in_;
     done.bytes_out = bytes_out_;
@@ -665,6 +677,7 @@ class ShardImpl final : public Shard {
       EPS_RETURN_IF_ERROR(state_.RollbackTo(*store_, step));
     }
     durable_step_ = step;
+    durable_blocking_ms_ = durable_write_ms_ = 0;
     return OkStatus();
   }
 
@@ -723,6 +736,8 @@ class ShardImpl final : public Shard {
   int wake_fd_ = -1;                          // the writer's eventfd
   Step restored_{-1};
   Step durable_step_{-1};         // newest checkpoint written (or restored, or rolled back to)
+  double durable_blocking_ms_ = 0, durable_write_ms_ = 0;  // its snapshot and write (0: not written here)
+  std::map<int64_t, double> snapshot_ms_;  // by step: the snapshots queued, how long each stopped the loop
   std::string checkpoint_error_;  // why the newest checkpoint attempt failed
 
   const std::unique_ptr<Metrics> own_metrics_;  // when the options name no registry

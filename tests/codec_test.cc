@@ -183,6 +183,8 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.lr, b.lr);
           EXPECT_EQ(a.bytes_in, b.bytes_in);
           EXPECT_EQ(a.bytes_out, b.bytes_out);
+          EXPECT_EQ(a.checkpoint_blocking_ms, b.checkpoint_blocking_ms);
+          EXPECT_EQ(a.checkpoint_write_ms, b.checkpoint_write_ms);
         } else if constexpr (std::is_same_v<T, Push>) {
           EXPECT_EQ(a.epoch, b.epoch);
           EXPECT_EQ(a.step, b.step);

@@ -86,6 +86,17 @@ TEST(JobEvent, ADeadWorkerSaysWhyAndWhatMoves) {
   EXPECT_EQ(nlohmann::json::parse(EventJson(left, 0))["moved"], nlohmann::json::array());
 }
 
+TEST(JobEvent, ADurableCheckpointSaysHowLongItBlockedAndWroteWhenKnown) {
+  const auto j = nlohmann::json::parse(
+      EventJson(At(Step(50), JobEvent::CheckpointDurable{ShardId(1), 310.5, 4200.25}), 0));
+  EXPECT_EQ(j["shard"], 1);
+  EXPECT_EQ(j["blocking_ms"], 310.5);
+  EXPECT_EQ(j["write_ms"], 4200.25);
+  const auto restored =
+      nlohmann::json::parse(EventJson(At(Step(50), JobEvent::CheckpointDurable{ShardId(1)}), 0));
+  EXPECT_FALSE(restored.contains("write_ms")) << "a restored checkpoint was not timed here";
+}
+
 TEST(JobEvent, ABadHostSaysHowOftenItFailedForHowLongAndWhy) {
   const auto backed = nlohmann::json::parse(
       EventJson(At(Step(9), JobEvent::HostBackedOff{"vm", 3, 120, "cannot run on this host"}), 2));

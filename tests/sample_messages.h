@@ -86,7 +86,7 @@ inline std::vector<Envelope> EveryMessageKind() {
   out.push_back({"tok-plan", plan});
   out.push_back(
       {"tok-done", StepDone{ShardId(2), Step(17), true, 2.71828f, Step(15), "disk full", 0.0125,
-                            uint64_t{1} << 40, 123456789}});
+                            uint64_t{1} << 40, 123456789, 212.5, 4080.25}});
   Push push;
   push.epoch = Epoch(6);
   push.step = Step(-1);

@@ -1908,7 +1908,10 @@ TEST(ShardService, CheckpointsEveryStepRestoresAfterARestartAndRollsBackOnReques
     EXPECT_EQ(done->durable_step, Step(2));
     worker.ExpectVersion(job, s, 2);
     worker.Step(job, s, 2);
-    ASSERT_TRUE(coordinator.Next<StepDone>(DurableAt(3)).has_value());
+    const auto durable3 = coordinator.Next<StepDone>(DurableAt(3));
+    ASSERT_TRUE(durable3.has_value());
+    EXPECT_GT(durable3->checkpoint_write_ms, 0) << "the write of checkpoint 3 was timed";
+    EXPECT_GT(durable3->checkpoint_blocking_ms, 0) << "and the snapshot it stopped the loop for";
     worker.ExpectVersion(job, s, 3);
 
     // Writing step 3 dropped the steps below the floor: a rollback to 0 is refused, nothing
