@@ -65,6 +65,7 @@
 DEFINE_string(mode, "transfer", "transfer | share | raw_server (internal)");
 DEFINE_string(shard_bin, "", "The shard binary (default: 'shard' next to this program)");
 DEFINE_uint32(shards, 1, "Server shards (and raw echo servers in transfer mode)");
+DEFINE_int32(shard_threads, 1, "Each shard's --threads: the cores its optimizer is cut over");
 DEFINE_uint32(clients, 1, "Client threads, each with its own ZeroMQ context (transfer mode)");
 DEFINE_int64(elems, 10000000, "fp32 elements of the synthetic parameter tensor");
 DEFINE_int64(chunk_elems, 1 << 20, "Largest chunk, in elements (1<<20 = 4 MiB frames)");
@@ -486,7 +487,8 @@ class Bench {
       const std::string id = "--shard_id=" + std::to_string(s);
       const std::string pull_wait = "--pull_wait_ms=" + std::to_string(FLAGS_timeout_s * 1000);
       const std::string shard = "shard" + std::to_string(s), raw = "raw" + std::to_string(s);
-      std::vector<std::string> args = {shard_bin, coord, id, pull_wait};
+      std::vector<std::string> args = {shard_bin, coord, id, pull_wait,
+                                       "--threads=" + std::to_string(FLAGS_shard_threads)};
       if (!curve_dir_.empty()) {
         args.push_back("--curve_secret_key=" + curve_dir_ + "/server.key");
         args.push_back("--allowed_keys=" + curve_dir_ + "/client.pub");

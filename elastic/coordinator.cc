@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <deque>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -29,6 +30,7 @@
 #include "models/model_file.h"
 #include "schema/allowed_keys_watch.h"
 #include "schema/channel.h"
+#include "server/optimizer.h"
 #include "storage/state_store.h"
 
 namespace eps {
@@ -456,6 +458,12 @@ class CoordinatorImpl final : public Coordinator {
 
 Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.virtual_workers < 1) return InvalidArgument("--virtual_workers must be at least 1");
+  // The shards' check, now rather than once a worker's model is known (with --epochs the
+  // steps are not known yet: the schedule's check against them waits for the shards).
+  EPS_RETURN_IF_ERROR(OptimizerOptionsFromSpec(spec.optimizer, spec.steps > 0
+                                                                   ? spec.steps
+                                                                   : std::numeric_limits<int64_t>::max())
+                          .status());
   if (spec.virtual_workers > (1u << 20))
     return InvalidArgument("--virtual_workers must be at most 2^20");
   if (spec.batch_per_vw < 1) return InvalidArgument("--batch_per_vw must be at least 1");

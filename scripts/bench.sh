@@ -13,7 +13,8 @@
 # usermodel (the cnn as a TorchScript model from Python against the built-in one and against plain PyTorch;
 # a worker's peak RSS with a TorchScript model as V grows) freeze (--freeze: bytes per step and step time with the
 # convolutions frozen against the whole network trained) zoo (each zoo model, cnn, resnet-8 and text_transformer,
-# in a 2-worker job against the same network under PyTorch DDP). Run only when named: soak (an hour of training
+# in a 2-worker job against the same network under PyTorch DDP) kernels scale (37 M and 108 M models: the PS share
+# of a step, 1.3 GB checkpoints and recovery, push + pull up to 400 M floats). Run only when named: soak (an hour of training
 # under periodic joins, leaves, kills and barrages: the long-lived processes' RSS and descriptors, the digest).
 # They share scripts/bench/common.py (running jobs and programs, table and csv rows); the figures come
 # from scripts/bench/analysis.py, which reads the JSON a run leaves (the coordinator's events.jsonl,
@@ -29,10 +30,10 @@
 # only when a run fails, or when the runs of hetero or durable end on different digests.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # A new section: scripts/bench/NAME.py (ending with common.main(run)) and NAME here.
-all_sections=(vw elastic transfer wire ps_share ddp scaling hetero durable observe limits network usermodel freeze zoo kernels)
+all_sections=(vw elastic transfer wire ps_share ddp scaling hetero durable observe limits network usermodel freeze zoo kernels scale)
 named_only=(soak)
 only="" steps=300 minutes=60 setup=1
 while [ $# -gt 0 ]; do

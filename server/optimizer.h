@@ -19,6 +19,7 @@
 
 #include "common/parallel_for.h"
 #include "common/status.h"
+#include "schema/messages.h"
 
 namespace eps {
 
@@ -62,6 +63,10 @@ struct OptimizerOptions {
 // outside [0, lr], warmup with another schedule). Options from a user must pass this before
 // LearningRate or ApplyOptimizer sees them.
 Status ValidateOptimizerOptions(const OptimizerOptions& options);
+
+// The job spec's optimizer section as options, validated (the shards' check, and the
+// coordinator's at start: a job whose optimizer a shard would refuse never starts).
+StatusOr<OptimizerOptions> OptimizerOptionsFromSpec(const OptimizerSpec& spec, int64_t total_steps);
 
 // "sgd", "adam", "adamw" and "constant", "step", "cosine" (exact, lower case).
 StatusOr<OptimizerKind> ParseOptimizerKind(std::string_view name);

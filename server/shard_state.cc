@@ -61,28 +61,6 @@ Status DecodeMetadata(const std::string& metadata, ShardId* shard, ShardConfig* 
 
 }  // namespace
 
-StatusOr<OptimizerOptions> OptimizerOptionsFromSpec(const OptimizerSpec& spec,
-                                                    int64_t total_steps) {
-  OptimizerOptions o;
-  EPS_ASSIGN_OR_RETURN(o.kind, ParseOptimizerKind(spec.kind));
-  EPS_ASSIGN_OR_RETURN(o.schedule, ParseScheduleKind(spec.schedule));
-  o.lr = spec.lr;
-  o.momentum = spec.momentum;
-  o.dampening = spec.dampening;
-  o.nesterov = spec.nesterov;
-  o.weight_decay = spec.weight_decay;
-  o.beta1 = spec.beta1;
-  o.beta2 = spec.beta2;
-  o.eps = spec.eps;
-  o.step_size = spec.step_size;
-  o.gamma = spec.gamma;
-  o.warmup_steps = spec.warmup_steps;
-  o.min_lr = spec.min_lr;
-  o.total_steps = total_steps;
-  EPS_RETURN_IF_ERROR(ValidateOptimizerOptions(o));
-  return o;
-}
-
 Status ShardState::Configure(const ShardConfig& config) {
   if (spec_ && !(*spec_ == config.spec))
     return FailedPrecondition("shard already serves another job spec");

@@ -58,9 +58,6 @@ struct ShardSnapshot {
   std::vector<BlobRef> blobs;
 };
 
-// Turns the job spec's optimizer section into options, validating them.
-StatusOr<OptimizerOptions> OptimizerOptionsFromSpec(const OptimizerSpec& spec, int64_t total_steps);
-
 class ShardState {
  public:
   // `parallel` (null: the caller's thread alone) cuts the optimizer's elements over

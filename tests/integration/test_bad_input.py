@@ -39,6 +39,14 @@ class BadJobSpec(RunDirTest):
     def test_unknown_optimizer(self):
         self.fails_before_training("opt", ["--optimizer=lamb"], "lamb")
 
+    def test_an_optimizer_option_of_another_optimizer_is_refused_at_start(self):
+        # The MLP's flags are SGD with momentum: AdamW on top of them is a job the shards would refuse.
+        rc, out, _ = self.run_local("adamw-momentum", MLP, workers=1, extra=["--optimizer=adamw"], timeout=180,
+                                    expect_ok=False)
+        self.assertEqual(rc, 2, "an invalid job, refused by the coordinator before any worker's model:\n" + out)
+        self.assertIn("momentum", out)
+        self.assertEqual(read_events(self.run_dir("adamw-momentum"), "worker_joined"), [])
+
     def test_unknown_wire_dtype(self):
         self.fails_before_training("wire", ["--wire_dtype=int8"], "unknown wire dtype 'int8'")
         self.fails_before_training("grad-wire", ["--grad_wire_dtype=fp8"], "--grad_wire_dtype")

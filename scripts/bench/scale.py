@@ -1,0 +1,180 @@
+#!/usr/bin/python3
+"""scale: the parameter server at the sizes users train (issue 35; models from examples/scale/make_models.py).
+
+(a) The parameter server's share of a 1 x 8 CPU step: the 36.8 M and the 108.5 M TorchScript MLPs (8 VWs of 16,
+    AdamW, 1 shard, 1 worker), the shard's optimizer on 1 thread and on 2 (shard --threads): the median interval
+    between completed steps against the worker's own compute (its report, the first plan not timed); the same
+    params_sha256 for both thread counts (else the section fails).
+(b) Checkpoints of the 108.5 M model with AdamW (1.3 GB of state: values and two moments): local.sh
+    --checkpoint-every K, the checkpoint_durable events' blocking_ms (the in-memory snapshot the step waits for) and
+    write_ms (the background RocksDB write), the step time against (a)'s run without checkpoints, and the cost at
+    every 100 steps (blocking / 100 steps).
+(c) Recovery: the same job under --supervise, shard 0 SIGKILLed after its first durable checkpoint: seconds from
+    the kill to the next completed step (restart, restore of 1.3 GB, rollback, the lost steps again).
+(d) Push + pull of 10 M / 100 M / 400 M floats through a real shard (build/bin/ps_transfer; the shard's SGD step on 1
+    or 2 threads), against raw ZeroMQ moving the same frames out and back, and against a memcpy of the same bytes
+    into warm pages.
+Steps per job: --steps, at most 20 (two cores take seconds per 108 M step); say so beside the figures.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import analysis
+import common
+
+SCALE = os.path.join(common.ROOT, "examples", "scale")
+MODELS = (("37 M", "mlp_37m"), ("108 M", "mlp_110m"))
+# examples/scale/NAME.flags (8 VWs of 16, AdamW), without evaluation, at a constant learning rate.
+JOB = ["--test_limit=-1", "--lr_schedule=constant", "--heartbeat_timeout_ms=20000"]
+# (floats, the shard's --threads): its SGD step is inside the pull's time
+TRANSFER = ((10_000_000, 1), (10_000_000, 2), (100_000_000, 1), (100_000_000, 2), (400_000_000, 2))
+CHECKPOINT_EVERY = 5
+
+
+def flags(name):
+    return os.path.join(SCALE, f"{name}.flags")
+
+
+def make_models(b, out):
+    """examples/scale/make_models.py into `out`: {name: path}, or None when it failed."""
+    names = [name for _, name in MODELS]
+    r = b.program("scale_models", [common.PY, os.path.join(SCALE, "make_models.py"), out, *names])
+    return None if r is None else {name: os.path.join(out, f"{name}.pt") for name in names}
+
+
+def share(b, steps, models):
+    print(f"-- (a) parameter-server share of a 1 x 8 step (8 VWs of 16, AdamW, 1 shard, 1 worker), {steps} steps")
+    fmt = "{:<26s} | {:>8s} | {:>8s} | {:>8s} | {:>8s} | {:>8s} | {:>9s} | {:>8s}"
+    print(fmt.format("config", "step ms", "compute", "pull", "copies", "plan", "push wait", "PS share"))
+    base = {}
+    for label, name in MODELS:
+        digests = set()
+        for threads in (1, 2):
+            cfg = f"{label}, shard threads {threads}"
+            load = common.load1()
+            run = f"scale_{name}_t{threads}"
+            r = b.job(run, 1, flags(name), f"--model={models[name]}", f"--steps={steps}", *JOB,
+                      launch=("--shard-threads", str(threads)))
+            report = analysis.read_report(common.run_dir(run), 0)
+            step_ms = analysis.median_step_ms(common.run_dir(run))
+            if r is None or report is None or not step_ms:
+                print(fmt.format(cfg, "failed", *["-"] * 6))
+                b.csv_ms("scale", f"share {cfg}", None, "", steps, load)
+                continue
+            digests.add(r["params_sha256"])
+            ms = report["ms_per_train_plan"]
+            ps = max(0.0, step_ms - ms["compute"]) / step_ms
+            base.setdefault(name, step_ms)
+            print(fmt.format(cfg, f"{step_ms:.0f}", f"{ms['compute']:.0f}", f"{ms['pull']:.0f}",
+                             f"{ms['copies']:.0f}", f"{ms['plan_wait']:.0f}", f"{ms['push_wait']:.0f}",
+                             f"{100 * ps:.0f} %"))
+            # ratio: compute / step (1.00 = a free parameter server)
+            b.csv_ms("scale", f"share {cfg}", step_ms, common.fmt_ratio(ms["compute"], step_ms), steps, load)
+        if len(digests) > 1:
+            common.warn(f"scale: {label} ended on different digests with 1 and 2 shard threads: {digests}")
+            b.failed = True
+    print("   step ms: median interval between completed steps; the other columns: the worker's report, ms per plan")
+    print("   (the first not timed); PS share = (step - compute) / step. Goal: at most 10 % at both sizes.")
+    return base
+
+
+def checkpoints(b, steps, model, base_ms):
+    print(f"-- (b) checkpoints of the 108 M model with AdamW (1.3 GB), --checkpoint-every {CHECKPOINT_EVERY}, "
+          f"{steps} steps")
+    load = common.load1()
+    run = "scale_checkpoints"
+    r = b.job(run, 1, flags("mlp_110m"), f"--model={model}", f"--steps={steps}", *JOB,
+              launch=("--checkpoint-every", str(CHECKPOINT_EVERY)))
+    durable = [e for e in analysis.read_events(common.run_dir(run), "checkpoint_durable") if "write_ms" in e]
+    step_ms = analysis.median_step_ms(common.run_dir(run))
+    if r is None or not durable or not step_ms:
+        print("   failed")
+        b.csv_ms("scale", "checkpoint blocking 108 M", None, "", steps, load)
+        return
+    blocking = analysis.median([e["blocking_ms"] for e in durable])
+    write = analysis.median([e["write_ms"] for e in durable])
+    against = f" against {base_ms:.0f} ms without checkpoints" if base_ms else ""
+    print(f"   {len(durable)} checkpoints: blocking {blocking:.0f} ms, write {write:.0f} ms (medians); step "
+          f"{step_ms:.0f} ms{against}")
+    print(f"   every 100 steps: {100 * blocking / (100 * step_ms):.2f} % of the steps' time blocked (goal: at most "
+          "2 %); blocking goal: at most 1 s")
+    b.csv_ms("scale", "checkpoint blocking 108 M", blocking, "", steps, load)
+    b.csv_ms("scale", "checkpoint write 108 M", write, "", steps, load)
+
+
+def recovery(b, steps, model):
+    print("-- (c) shard 0 SIGKILLed after its first durable checkpoint, 108 M with AdamW, --supervise")
+    load = common.load1()
+    d = common.run_dir("scale_recovery")
+    shutil.rmtree(d, ignore_errors=True)
+    cmd = [common.LOCAL, "--job", flags("mlp_110m"), "--servers", "1", "--workers", "1", "--run-dir", d, "--supervise",
+           "--checkpoint-every", str(CHECKPOINT_EVERY), "--", f"--model={model}", f"--steps={steps}", *JOB]
+    with open(f"{d}.log", "w") as log:
+        job = subprocess.Popen(cmd, env=common.ENV, stdout=log, stderr=subprocess.STDOUT)
+    seconds = None
+    try:
+        if common.wait_until(lambda: analysis.read_events(d, "checkpoint_durable"), 600, job):
+            with open(os.path.join(d, "pids", "shard0.pid")) as f:
+                pid = int(f.read())
+            killed_at = time.time()
+            os.kill(pid, signal.SIGKILL)
+            after = lambda: [e for e in analysis.read_events(d, "step_completed") if e["t"] > killed_at]  # noqa: E731
+            if common.wait_until(after, 600, job):
+                seconds = after()[0]["t"] - killed_at
+        job.wait(timeout=900)
+    finally:
+        common.stop([job])
+    if seconds is None or job.returncode != 0:
+        print(f"   failed (log: {d}.log)")
+        b.csv_ms("scale", "shard SIGKILL to next step 108 M", None, "", steps, load)
+        return
+    print(f"   {seconds:.1f} s from the SIGKILL to the next completed step (goal: at most 15 s)")
+    b.csv_ms("scale", "shard SIGKILL to next step 108 M", seconds * 1000, "", steps, load)
+
+
+def transfer(b):
+    print("-- (d) push + pull through a real shard against raw ZeroMQ and memcpy (4 MiB frames, 1 shard, 1 client)")
+    fmt = "{:<26s} | {:>9s} | {:>9s} | {:>9s} | {:>9s} | {:>9s} | {:>10s}"
+    print(fmt.format("floats", "push ms", "pull ms", "PS ms", "raw ms", "memcpy ms", "raw / PS"))
+    for elems, threads in TRANSFER:
+        cfg = f"{elems // 1_000_000} M, shard threads {threads}"
+        load = common.load1()
+        out = b.ps_transfer(f"scale_transfer_{elems}_t{threads}", "--mode=transfer", f"--elems={elems}",
+                            f"--shard_threads={threads}", "--rounds=2", "--iters=2", "--warmup=1", "--timeout_s=300",
+                            alloc="reuse")
+        r, memory = analysis.find(out, mode="transfer"), analysis.find(out, mode="memory")
+        if r is None:
+            print(fmt.format(cfg, "failed", *["-"] * 5))
+            b.csv_ms("scale", f"transfer {cfg}", None, "", 4, load)
+            continue
+        copy = 2 * memory["warm_ms"] if memory else None  # out and back
+        print(fmt.format(cfg, f"{r['push_ms']:.0f}", f"{r['pull_ms']:.0f}", f"{r['ps_ms']:.0f}", f"{r['raw_ms']:.0f}",
+                         "-" if copy is None else f"{copy:.0f}", common.fmt_ratio(r["raw_ms"], r["ps_ms"])))
+        b.csv_ms("scale", f"transfer {cfg}", r["ps_ms"], common.fmt_ratio(r["raw_ms"], r["ps_ms"]), 4, load)
+    print("   pull ms includes the shard's SGD step of the pushed gradient (raw ZeroMQ steps nothing); memcpy ms: the")
+    print("   bytes copied twice (out and back) into warm pages. Goal: raw / PS at least 0.9.")
+
+
+def run(b):
+    steps = max(10, min(b.steps, 20))
+    print(f"== scale: models of 37 M and 108 M parameters on this host (load {common.load1()}, {os.cpu_count()} "
+          f"cores); {steps} steps per job (--steps, at most 20)")
+    b.need_bin("ps_transfer")
+    models = make_models(b, tempfile.mkdtemp(prefix="eps-bench-scale-"))
+    if models is None:
+        b.failed = True
+        return
+    base = share(b, steps, models)
+    checkpoints(b, steps, models["mlp_110m"], base.get("mlp_110m"))
+    recovery(b, steps, models["mlp_110m"])
+    transfer(b)
+    for path in models.values():
+        os.remove(path)
+
+
+if __name__ == "__main__":
+    common.main(run)
