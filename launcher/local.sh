@@ -280,6 +280,7 @@ for ((s = 0; s < servers; s++)); do
   fi
 done
 IFS=, read -r -a slow <<< "$slowdowns"
+worker_pids=()
 for ((w = 0; w < workers; w++)); do
   device=cpu
   if [ ${#device_list[@]} -eq 1 ]; then device=${device_list[0]}; elif [ ${#device_list[@]} -gt 1 ]; then device=${device_list[$w]}; fi
@@ -290,11 +291,34 @@ for ((w = 0; w < workers; w++)); do
   start "worker$w" "${pin[@]}" "$bin/worker" --coordinator="$addr" --token_file="$run_dir/token" \
     --slowdown="${slow[$w]:-1}" --device="$device" --report_file="$run_dir/logs/worker$w.json" "${compute[@]}" "${metrics_flags[@]}" \
     "${curve[@]}"
+  worker_pids+=($!)
 done
 
 # Show the coordinator's progress lines while the job runs.
 tail -n +1 -f "$run_dir/logs/coordinator.log" --pid="$coord_pid" 2>/dev/null | grep --line-buffered -E '^(step|eval|result)' &
 tailer=$!
+# Until the coordinator exits. If every worker this started fails before any worker of the job
+# was ready (a crash in its start-up checks, a refusal), the job could only wait for workers
+# that may never attach: it ends with their reasons instead. (Once workers were ready, losing
+# them all is an elastic job's pause: attached workers finish it.)
+running=("${worker_pids[@]}") failed_workers=()
+while [ ${#running[@]} -gt 0 ] && kill -0 "$coord_pid" 2>/dev/null; do
+  still=()
+  for pid in "${running[@]}"; do
+    if kill -0 "$pid" 2>/dev/null; then still+=("$pid"); continue; fi
+    status=0
+    wait "$pid" || status=$?
+    [ $status -ne 0 ] && failed_workers+=("pid $pid: exit $status")
+  done
+  running=("${still[@]}")
+  if [ ${#failed_workers[@]} -eq ${#worker_pids[@]} ] &&
+     ! grep -q '"event":"worker_ready"' "$run_dir/events.jsonl" 2>/dev/null; then
+    echo "local.sh: every worker failed before the job started (${failed_workers[*]}):" >&2
+    grep -hE '^[EF][0-9]{4}|^terminate called|^  what\(\)' "$run_dir"/logs/worker*.log | tail -n 6 | cut -c1-400 >&2 || true
+    exit 1
+  fi
+  sleep 0.2  # process supervision, bounded by the coordinator's life
+done
 rc=0
 wait "$coord_pid" || rc=$?
 wait "$tailer" 2>/dev/null || true

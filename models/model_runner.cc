@@ -135,6 +135,7 @@ class TorchModelRunner final : public ModelRunner {
     }
     num_parameters_ = tensors_.size();
     reported_.assign(num_parameters_, false);
+    warned_sparse_.assign(num_parameters_, false);
     if (!on_gpu()) {
       // Each parameter's gradient, as soon as backward has it (before it is stored as .grad).
       for (size_t i = 0; i < num_parameters_; ++i) {
@@ -252,7 +253,7 @@ class TorchModelRunner final : public ModelRunner {
           if (reported_[i] && grads_[i].defined())
             continue;  // the hook's contiguous copy of a strided gradient
           const torch::Tensor& g = tensors_[i].grad();
-          grads_[i] = g.defined() ? g.contiguous() : torch::zeros_like(tensors_[i]);
+          grads_[i] = g.defined() ? DenseGradient(i, g) : torch::zeros_like(tensors_[i]);
         }
         value = loss.item<float>();
       }
@@ -307,11 +308,15 @@ class TorchModelRunner final : public ModelRunner {
     }
     bool same = std::memcmp(&loss[0], &loss[1], sizeof(float)) == 0;
     std::string differs = same ? "" : "the loss";
-    for (size_t i = 0; same && i < num_parameters_; ++i) {
-      if (!torch::equal(grads[0][i], grads[1][i])) {
-        same = false;
-        differs = "the gradient of " + specs_[i].name;
+    try {
+      for (size_t i = 0; same && i < num_parameters_; ++i) {
+        if (!torch::equal(grads[0][i], grads[1][i])) {
+          same = false;
+          differs = "the gradient of " + specs_[i].name;
+        }
       }
+    } catch (const std::exception& e) {
+      return FromTorch("DryRun", e);
     }
     if (same) return std::string();
     return "nondeterministic module: two dry-run steps with the same seed, weights and samples "
@@ -513,10 +518,24 @@ class TorchModelRunner final : public ModelRunner {
   // GradData(i) keeps the memory the hook was given, also in TakeGradients.
   void OnGradient(size_t i, const torch::Tensor& g) {
     if (ready_ == nullptr) return;
-    grads_[i] = g.contiguous();
+    grads_[i] = DenseGradient(i, g);
     (*ready_)(i);
     reported_[i] = true;
     if (grads_[i].is_same(g)) grads_[i] = torch::Tensor();
+  }
+
+  // Parameter i's gradient `g` as the dense, contiguous tensor the pushes read. A sparse one
+  // (nn.Embedding / EmbeddingBag with sparse=True) is made dense, summed in the order its
+  // indices hold (the same for the same step on any worker): such a table trains as a dense
+  // tensor until sparse tables reach the workers (said once per tensor).
+  torch::Tensor DenseGradient(size_t i, const torch::Tensor& g) {
+    if (!g.is_sparse()) return g.contiguous();
+    if (!warned_sparse_[i]) {
+      warned_sparse_[i] = true;
+      LOG(WARNING) << specs_[i].name << " has a sparse gradient (sparse=True): it trains as a "
+                   << "dense tensor, every row pulled, pushed and stepped";
+    }
+    return g.to_dense().contiguous();
   }
 
   // Host memory of `t`'s shape and dtype, zeroed: pinned when `t` lives on a GPU.
@@ -570,7 +589,7 @@ class TorchModelRunner final : public ModelRunner {
       for (size_t i = 0; i < num_parameters_; ++i) {
         const torch::Tensor& g = tensors_[i].grad();
         if (g.defined()) {
-          grads_[i].copy_(g, /*non_blocking=*/true);
+          grads_[i].copy_(g.is_sparse() ? DenseGradient(i, g) : g, /*non_blocking=*/true);
         } else {
           grads_[i].zero_();
         }
@@ -602,6 +621,7 @@ class TorchModelRunner final : public ModelRunner {
   std::vector<char> frozen_;  // by parameter: ModelOptions::freeze selects it
   const GradReady* ready_ = nullptr;  // set during TrainStep's backward
   std::vector<bool> reported_;        // by parameter: given to ready_ in this TrainStep
+  std::vector<bool> warned_sparse_;   // by parameter: its sparse gradient was said
 #ifdef EPS_WITH_CUDA
   std::optional<CudaCopies> copies_;  // on a GPU only
   torch::Tensor loss_host_;           // pinned

@@ -29,7 +29,7 @@ import common
 SCALE = os.path.join(common.ROOT, "examples", "scale")
 MODELS = (("37 M", "mlp_37m"), ("108 M", "mlp_110m"))
 # examples/scale/NAME.flags (8 VWs of 16, AdamW), without evaluation, at a constant learning rate.
-JOB = ["--test_limit=-1", "--lr_schedule=constant", "--heartbeat_timeout_ms=20000"]
+JOB = ["--test_limit=-1", "--lr_schedule=constant", "--warmup_steps=0", "--heartbeat_timeout_ms=20000"]
 # (floats, the shard's --threads): its SGD step is inside the pull's time
 TRANSFER = ((10_000_000, 1), (10_000_000, 2), (100_000_000, 1), (100_000_000, 2), (400_000_000, 2))
 CHECKPOINT_EVERY = 5

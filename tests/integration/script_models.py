@@ -108,6 +108,17 @@ class Tokens(nn.Module):
         return self.fc(self.emb(x).mean(1))
 
 
+class SparseTokens(Tokens):
+    """Tokens with its table as PyTorch's large tables are made: EmbeddingBag(sparse=True), a sparse gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.EmbeddingBag(50, 8, mode="sum", sparse=True)
+
+    def forward(self, x):
+        return self.fc(self.emb(x))
+
+
 def shufflenet():
     """torchvision's ShuffleNetV2 x0.5 for 10 classes, its first convolution taking 1 channel."""
     import torchvision
@@ -132,13 +143,14 @@ def make(name):
         return torch.jit.script(Nondeterministic())
     if name == "shufflenet":
         return torch.jit.script(shufflenet())
-    if name in ("tabular", "regressor", "tokens"):
-        return torch.jit.script({"tabular": Tabular, "regressor": Regressor, "tokens": Tokens}[name]())
+    if name in ("tabular", "regressor", "tokens", "sparse_tokens"):
+        return torch.jit.script({"tabular": Tabular, "regressor": Regressor, "tokens": Tokens,
+                                 "sparse_tokens": SparseTokens}[name]())
     raise SystemExit(f"unknown model {name}")
 
 
 ALL = ["net", "net_loss", "five_classes", "nonscalar_loss", "bad_shape", "nondeterministic", "shufflenet", "tabular",
-       "regressor", "tokens"]
+       "regressor", "tokens", "sparse_tokens"]
 
 
 def load_idx(images_path, labels_path, limit):

@@ -8,7 +8,7 @@ import time
 import unittest
 import urllib.request
 
-from harness import (BIN, ENV, MLP, RunDirTest, poll_until, read_events, read_result, read_text, wait_for_event,
+from harness import (BIN, ENV, LOCAL, MLP, RunDirTest, poll_until, read_events, read_result, read_text, wait_for_event,
                      wait_for_step)
 
 
@@ -46,6 +46,22 @@ class BadJobSpec(RunDirTest):
         self.assertEqual(rc, 2, "an invalid job, refused by the coordinator before any worker's model:\n" + out)
         self.assertIn("momentum", out)
         self.assertEqual(read_events(self.run_dir("adamw-momentum"), "worker_joined"), [])
+
+    def test_a_job_whose_every_worker_fails_at_start_ends_instead_of_waiting(self):
+        # The real binaries, but a worker that dies in its start-up checks (as one did on a module it could not run).
+        bin_dir = self.run_dir("bin")
+        for name in os.listdir(BIN):
+            if name != "worker":
+                os.symlink(os.path.join(BIN, name), os.path.join(bin_dir, name))
+        with open(os.path.join(bin_dir, "worker"), "w") as f:
+            f.write("#!/bin/sh\necho 'E0101 00:00:00.000000 1 worker.cc:1] cannot run this module' >&2\nkill -ABRT $$\n")
+        os.chmod(os.path.join(bin_dir, "worker"), 0o755)
+        d = self.run_dir("dead-workers")
+        p = subprocess.run([LOCAL, "--job", MLP, "--workers", "2", "--run-dir", d], env=dict(ENV, EPS_BIN=bin_dir),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertIn("cannot run this module", p.stdout, "the workers' reason is shown")
+        self.assertIsNone(read_result(d))
 
     def test_unknown_wire_dtype(self):
         self.fails_before_training("wire", ["--wire_dtype=int8"], "unknown wire dtype 'int8'")

@@ -80,7 +80,9 @@ np.save("{d}/parity.npy", rng.integers(0, 2, n).astype(np.int64))
         p = subprocess.run([TORCH_PY, "-c", make], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            timeout=120)
         self.assertEqual(p.returncode, 0, p.stdout)
-        cases = {"tabular": ("x", "classes"), "regressor": ("x", "targets"), "tokens": ("tokens", "parity")}
+        # sparse_tokens: an EmbeddingBag(sparse=True), whose sparse gradient trains as a dense tensor.
+        cases = {"tabular": ("x", "classes"), "regressor": ("x", "targets"), "tokens": ("tokens", "parity"),
+                 "sparse_tokens": ("tokens", "parity")}
         for model, (features, labels) in cases.items():
             with self.subTest(model):
                 data = [f"--train_data={d}/{features}.npy", f"--train_labels={d}/{labels}.npy",
