@@ -1099,6 +1099,79 @@ TEST(JobStateReplan, AJoinAndALeaveReassignAtOnceEvenRightAfterAReplan) {
   EXPECT_EQ(left[0].second.ranges.size(), 4u);
 }
 
+// ---- at size ----------------------------------------------------------------------
+
+// The ranges, sorted, tile [0, v) without gap or overlap.
+::testing::AssertionResult CoverVws(std::vector<Range> ranges, uint32_t v) {
+  std::sort(ranges.begin(), ranges.end());
+  uint32_t next = 0;
+  for (const Range& r : ranges) {
+    if (r.first != next || r.second <= r.first) {
+      return ::testing::AssertionFailure()
+             << "range [" << r.first << "," << r.second << ") after " << next;
+    }
+    next = r.second;
+  }
+  if (next != v) return ::testing::AssertionFailure() << "ranges end at " << next << " of " << v;
+  return ::testing::AssertionSuccess();
+}
+
+TEST(JobStateAtSize,
+     TwoHundredFiftySixWorkersShareFourThousandNinetySixVwsThroughStepsBeatsAndALeave) {
+  constexpr uint32_t kWorkers = 256, kVws = 4096;
+  JobStateOptions o = Options();
+  o.max_workers_per_machine = 0;  // the Driver registers every worker from one host
+  Driver d(ReplanSpec(kVws, 10), o);
+  const std::vector<WorkerId> ws = d.Start(kWorkers);
+  for (WorkerId w : ws) EXPECT_EQ(d.Replies(w).size(), 1u) << "worker " << w;
+  EXPECT_EQ(d.state.live_workers(), kWorkers);
+  EXPECT_EQ(d.state.StatusReport().workers.size(), kWorkers);
+
+  // Each step: every worker gets one plan, the plans cover every VW once, heartbeats between steps.
+  std::vector<WorkerId> live = ws;
+  for (int64_t t = 0; t < 4; ++t) {
+    std::vector<Range> ranges;
+    for (WorkerId w : live) {
+      const StepPlan p = d.OnePlan(w, PlanKind::kTrain);
+      EXPECT_EQ(p.step, Step(t));
+      ranges.push_back(RangeOf(p));
+      const uint32_t n = p.vw_hi - p.vw_lo;
+      EXPECT_TRUE(n == kVws / live.size() || n == kVws / live.size() + 1)
+          << "near-equal: worker " << w << " holds " << n;
+    }
+    EXPECT_TRUE(CoverVws(ranges, kVws)) << "step " << t;
+    d.Pass(seconds(2), live);
+    for (WorkerId w : live) {
+      StepRequest r;
+      r.worker = w;
+      r.done_step = Step(t);
+      r.seconds_per_vw = 0.001;
+      ASSERT_TRUE(d.state.OnStepRequest(r).ok());
+    }
+    const size_t confirmers = live.size();
+    if (t == 1) {  // a leave in the middle of the job, once its step is confirmed
+      ASSERT_TRUE(d.state.OnLeave(live[100], "test").ok());
+      live.erase(live.begin() + 100);
+    }
+    d.FinishStep(t);
+    EXPECT_EQ(d.state.step(), Step(t + 1));
+    const auto completed = Of<JobEvent::StepCompleted>(d.Events());
+    ASSERT_EQ(completed.size(), 1u);
+    std::vector<Range> confirmed;
+    for (const WorkerRange& r : completed[0].second.ranges) confirmed.push_back({r.lo, r.hi});
+    EXPECT_TRUE(CoverVws(confirmed, kVws)) << "step " << t << " confirmed";
+    EXPECT_EQ(completed[0].second.ranges.size(), confirmers);
+  }
+  EXPECT_EQ(d.state.live_workers(), kWorkers - 1);
+  size_t ready = 0;
+  for (const WorkerStatus& w : d.state.StatusReport().workers) {
+    if (w.state != "ready") continue;
+    ++ready;
+    EXPECT_EQ(w.steps_contributed, 4) << "worker " << w.worker;
+  }
+  EXPECT_EQ(ready, kWorkers - 1);
+}
+
 // ---- evaluation ------------------------------------------------------------------
 
 TEST(JobState, EvaluationRegivesACrashedWorkersSliceAndEndsOnlyWhenEverySliceIsDone) {
