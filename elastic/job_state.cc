@@ -520,7 +520,13 @@ void JobState::StartStep(Step t) {
 }
 
 void JobState::DispatchTrain() {
+  // Every step request calls this, and most find every item held (a step's items go to their
+  // owners as it starts): without this check a step of W workers would cost O(W^3) in scans
+  // of the pending workers times the items (3.6 ms a step at 256 workers, jobstate_bench).
+  const bool free_work =
+      std::any_of(work_.begin(), work_.end(), [](const Work& item) { return !item.holder; });
   for (auto& [id, w] : workers_) {
+    if (!free_work) break;
     if (!(w.alive && w.ready && w.pending)) continue;
     Work* pick = nullptr;
     for (Work& item : work_) {  // its own range first
