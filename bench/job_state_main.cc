@@ -16,7 +16,9 @@
 // within each round, so host noise hits all alike.
 //
 // Prints a table with the ratio of each configuration's total against the
-// smallest one's (the first of --workers and of --vws) in the same run and, for
+// smallest one's (the first of --workers and of --vws) in the same run, per
+// step and per worker and step (a step has one request per worker: what
+// grows faster than the workers is what the coordinator must not do) and, for
 // scripts/bench.sh, one JSON object per configuration on a line of its own
 // ({"kind":"jobstate",...}: the only stdout lines that start with '{'). Never
 // fails on timing.
@@ -217,13 +219,15 @@ Status Run() {
   std::printf("coordinator JobState CPU per step (median of %d rounds of %d steps, %u shards; "
               "ratio: total vs %u workers x V %u)\n",
               FLAGS_reps, FLAGS_steps, FLAGS_shards, configs[0].workers, configs[0].vws);
-  std::printf("%8s | %6s | %12s | %12s | %12s | %7s | %9s | %8s\n", "workers", "V", "state us",
-              "events us", "total us", "ratio", "events", "messages");
+  std::printf("%8s | %6s | %10s | %10s | %10s | %7s | %13s | %7s | %8s\n", "workers", "V",
+              "state us", "events us", "total us", "ratio", "us per worker", "ratio", "events");
+  const double base_per_worker = base / configs[0].workers;
   for (const Config& c : configs) {
     const double state = Median(c.state_us), events = Median(c.events_us);
-    const double ratio = base > 0 ? (state + events) / base : 0;
-    std::printf("%8u | %6u | %12.1f | %12.1f | %12.1f | %7.2f | %9zu | %8zu\n", c.workers, c.vws,
-                state, events, state + events, ratio, c.last.events, c.last.messages);
+    const double total = state + events, per_worker = total / c.workers;
+    std::printf("%8u | %6u | %10.1f | %10.1f | %10.1f | %7.2f | %13.2f | %7.2f | %8zu\n", c.workers,
+                c.vws, state, events, total, base > 0 ? total / base : 0, per_worker,
+                base_per_worker > 0 ? per_worker / base_per_worker : 0, c.last.events);
   }
   for (const Config& c : configs) {
     const double state = Median(c.state_us), events = Median(c.events_us);
