@@ -138,7 +138,7 @@ DEFINE_int64(replan_min_steps, 50,
 DEFINE_uint32(
     replan_window, 10,
     "Re-plan by speed before --replan_min_steps when a worker's last this many reports were "
-    "each more than --replan_threshold slower (or faster) than the time it was planned with; "
+    "each more than --replan_threshold slower than the time it was planned with; "
     "0: never early");
 DEFINE_uint32(host_failures_before_backoff, 2,
               "A host whose workers could not set themselves up there this many times in a row "

@@ -10,7 +10,7 @@
 // boundaries: at once when membership changed; otherwise when measured speeds
 // drifted enough that the slowest worker's predicted load improves by more than
 // `replan_threshold`, and then at most once per `replan_min_steps` steps unless
-// a worker's speed moved for `replan_window` reports in a row (hysteresis in
+// a worker slowed down for `replan_window` reports in a row (hysteresis in
 // size and in time: noise moves nothing).
 //
 // Work of a step. Step t starts with one work item per assigned range, reserved
@@ -62,7 +62,7 @@ struct JobStateOptions {
                                    // worker's predicted load improves by more than this
   // ... and at most once per `replan_min_steps` steps after the newest
   // assignment, unless a worker's last `replan_window` reports were each more
-  // than replan_threshold away from the time it was planned with, or a worker
+  // than replan_threshold slower than the time it was planned with, or a worker
   // planned at a guessed speed has reported (ReplanGate, planner.h).
   // 0 steps: no minimum; 0 window: no early re-plan.
   int64_t replan_min_steps = 50;
