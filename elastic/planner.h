@@ -166,7 +166,7 @@ class SpeedEstimator {
 // host measured times err on the slow side only (a process is descheduled,
 // never sped up): the estimate an assignment was judged with carries the
 // recent slow episodes, and the reports after them look faster for many steps.
-// Counting those as a sustained change re-planned noise every 15-45 steps in
+// Counting those as a sustained change re-planned noise 12-45 steps apart in
 // planner_test's host noise; counting slowdowns only, never.
 // Membership changes are not the gate's: the caller re-plans them at once and
 // tells the gate (Assigned).
