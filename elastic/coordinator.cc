@@ -184,6 +184,8 @@ class CoordinatorImpl final : public Coordinator {
     s.step_timeout = o.step_timeout;
     s.planner = o.planner;
     s.replan_threshold = o.replan_threshold;
+    s.replan_min_steps = o.replan_min_steps;
+    s.replan_window = o.replan_window;
     s.probe_idle_after = o.probe_idle_after;
     s.host_failures_before_backoff = o.host_failures_before_backoff;
     s.host_backoff = o.host_backoff;

@@ -56,6 +56,8 @@ struct CoordinatorOptions {
   std::chrono::milliseconds progress_every{1000};  // progress line period
   PlannerOptions planner;                          // VW counts by measured speed, or equal
   double replan_threshold = 0.25;                  // hysteresis of speed-driven re-planning
+  int64_t replan_min_steps = 50;    // ... at most one per this many steps (0: no minimum)
+  uint32_t replan_window = 10;      // ... unless a worker slowed for this many reports (0: never)
   int64_t probe_idle_after = 1000;  // re-measure a worker idle this many steps (0: never)
   // A bad host (JobStateOptions): back off a machine after this many host faults in a row
   // (0: never), for host_backoff at first, doubling, at most 15 min.

@@ -132,6 +132,14 @@ DEFINE_double(
     replan_threshold, 0.25,
     "Re-plan by speed without a membership change only if the slowest worker's predicted load "
     "improves by more than this fraction");
+DEFINE_int64(replan_min_steps, 50,
+             "With an unchanged membership, at most one re-plan by speed per this many steps "
+             "(counted from the newest assignment), unless --replan_window applies; 0: no minimum");
+DEFINE_uint32(
+    replan_window, 10,
+    "Re-plan by speed before --replan_min_steps when a worker's last this many reports were "
+    "each more than --replan_threshold slower than the time it was planned with; "
+    "0: never early");
 DEFINE_uint32(host_failures_before_backoff, 2,
               "A host whose workers could not set themselves up there this many times in a row "
               "(data, device, memory) is backed off: its registrations are refused for a while "
@@ -259,6 +267,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.replan_threshold = FLAGS_replan_threshold;
+  if (FLAGS_replan_min_steps < 0) {
+    LOG(ERROR) << "invalid job: --replan_min_steps must be >= 0";
+    return 2;
+  }
+  o.replan_min_steps = FLAGS_replan_min_steps;
+  o.replan_window = FLAGS_replan_window;
   if (FLAGS_probe_idle_steps < 0) {
     LOG(ERROR) << "invalid job: --probe_idle_steps must be >= 0";
     return 2;

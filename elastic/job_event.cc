@@ -169,6 +169,9 @@ std::string EventJson(const JobEvent& event, double wall_seconds) {
                      speeds[std::to_string(id.value())] = s ? Json(*s) : Json(nullptr);
                    }
                    j["seconds_per_vw"] = std::move(speeds);
+                   j["trigger"] = ReplanTriggerName(e.trigger);
+                   if (e.trigger_worker) j["trigger_worker"] = e.trigger_worker->value();
+                   j["steps_since_assignment"] = e.steps_since_assignment;
                    j["reason"] = e.reason;
                  },
                  [&](const E::SpeedForgotten& e) {

@@ -19,6 +19,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "elastic/planner.h"
 #include "schema/messages.h"
 
 namespace eps {
@@ -104,6 +105,9 @@ struct JobEvent {
   struct Replan {  // measured speeds moved VWs without a membership change
     std::vector<std::pair<WorkerId, std::optional<double>>> seconds_per_vw;  // nullopt: unknown
     std::string reason;
+    ReplanTrigger trigger = ReplanTrigger::kDue;  // why now (ReplanGate, planner.h)
+    std::optional<WorkerId> trigger_worker;       // kSustained, kMeasured: whose reports
+    int64_t steps_since_assignment = 0;           // since the assignment it replaces
   };
   struct SpeedForgotten {  // a worker idle this long is measured again
     WorkerId worker;

@@ -7,9 +7,11 @@
 // StepRequest). Training starts when `min_workers` are ready. The VW assignment
 // (an epoch of contiguous ranges over the ready workers in id order, sized by the
 // planner from the seconds per VW each worker reports) changes only at step
-// boundaries: when membership changed, or when measured speeds drifted enough
-// that the slowest worker's predicted load improves by more than
-// `replan_threshold` (hysteresis: noise moves nothing).
+// boundaries: at once when membership changed; otherwise when measured speeds
+// drifted enough that the slowest worker's predicted load improves by more than
+// `replan_threshold`, and then at most once per `replan_min_steps` steps unless
+// a worker slowed down for `replan_window` reports in a row (hysteresis in
+// size and in time: noise moves nothing).
 //
 // Work of a step. Step t starts with one work item per assigned range, reserved
 // for its owner. A worker that asks for a plan gets its reserved range, or else
@@ -58,6 +60,13 @@ struct JobStateOptions {
   std::string data_fingerprint;
   double replan_threshold = 0.25;  // re-plan without a membership change only if the slowest
                                    // worker's predicted load improves by more than this
+  // ... and at most once per `replan_min_steps` steps after the newest
+  // assignment, unless a worker's last `replan_window` reports were each more
+  // than replan_threshold slower than the time it was planned with, or a worker
+  // planned at a guessed speed has reported (ReplanGate, planner.h).
+  // 0 steps: no minimum; 0 window: no early re-plan.
+  int64_t replan_min_steps = 50;
+  uint32_t replan_window = 10;
   // A worker that held no VW for this many steps has its speed estimate
   // forgotten, so the planner counts it at the median speed and measures it
   // again: a worker that got faster (its GPU freed by another job) is not left
@@ -389,6 +398,7 @@ class JobState {
   Epoch epoch_{0};
   std::map<WorkerId, std::pair<uint32_t, uint32_t>> assignment_;  // the current epoch's ranges
   SpeedEstimator speeds_;
+  ReplanGate replan_gate_;       // when a speed-driven re-plan may happen (fed beside speeds_)
   bool lacks_capacity_ = false;  // the planner could not place V VWs: wait for workers
   Step step_{0};
   std::vector<Work> work_;

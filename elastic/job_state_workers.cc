@@ -202,6 +202,7 @@ std::vector<WorkerRange> JobState::DeclareDead(WorkerId id) {
   w.alive = false;
   w.pending = false;
   speeds_.Forget(id);
+  replan_gate_.Forget(id);
   std::vector<WorkerRange> moved;
   for (Work& item : work_) {
     if (item.holder == id || item.reserved == id) {

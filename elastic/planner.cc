@@ -166,6 +166,7 @@ StatusOr<ReplanAdvice> ShouldReplan(const std::vector<uint32_t>& current_counts,
                               Num(advice.planned_bottleneck) + " s with the new plan";
   if (options.max_vws_per_worker != 0 && most > options.max_vws_per_worker) {
     advice.replan = true;
+    advice.over_cap = true;
     advice.reason = "a worker holds " + std::to_string(most) + " VWs, over the cap of " +
                     std::to_string(options.max_vws_per_worker) + "; " + numbers;
   } else if (advice.plan.counts == current_counts) {
@@ -228,6 +229,93 @@ std::vector<std::optional<double>> SpeedEstimator::Estimates(
   out.reserve(workers.size());
   for (WorkerId w : workers) out.push_back(Estimate(w));
   return out;
+}
+
+const char* ReplanTriggerName(ReplanTrigger trigger) {
+  switch (trigger) {
+    case ReplanTrigger::kNone:
+      return "none";
+    case ReplanTrigger::kDue:
+      return "due";
+    case ReplanTrigger::kSustained:
+      return "sustained";
+    case ReplanTrigger::kMeasured:
+      return "measured";
+    case ReplanTrigger::kCap:
+      return "cap";
+  }
+  return "none";
+}
+
+StatusOr<ReplanGate> ReplanGate::Create(const ReplanGateOptions& options) {
+  if (options.min_steps < 0) return InvalidArgument("replan gate: min_steps must be >= 0");
+  if (!(options.threshold >= 0 && options.threshold < 1))
+    return InvalidArgument("replan gate: threshold must be in [0, 1)");
+  return ReplanGate(options);
+}
+
+void ReplanGate::Assigned(int64_t step, const std::vector<WorkerId>& workers,
+                          const std::vector<std::optional<double>>& times) {
+  assigned_step_ = step;
+  std::map<WorkerId, State> fresh;
+  for (size_t i = 0; i < workers.size() && i < times.size(); ++i)
+    fresh[workers[i]].judged = times[i];
+  workers_ = std::move(fresh);
+}
+
+void ReplanGate::Kept(const std::vector<WorkerId>& workers,
+                      const std::vector<std::optional<double>>& times) {
+  for (size_t i = 0; i < workers.size() && i < times.size(); ++i) {
+    if (times[i]) workers_[workers[i]].judged = times[i];
+  }
+}
+
+void ReplanGate::Report(WorkerId worker, double seconds_per_vw) {
+  if (!ValidTime(seconds_per_vw)) return;
+  State& s = workers_[worker];
+  s.reported = true;
+  s.last = seconds_per_vw;
+  if (!s.judged) return;
+  s.streak = seconds_per_vw > *s.judged * (1 + options_.threshold) ? s.streak + 1 : 0;
+}
+
+void ReplanGate::Forget(WorkerId worker) { workers_[worker] = State(); }
+
+ReplanGate::Decision ReplanGate::May(int64_t step) const {
+  Decision d;
+  const int64_t since = step - assigned_step_;
+  if (options_.min_steps == 0 || assigned_step_ < 0 || since >= options_.min_steps) {
+    d.trigger = ReplanTrigger::kDue;
+    d.reason = options_.min_steps == 0
+                   ? "no minimum between re-plans"
+                   : std::to_string(since) + " steps since the assignment of step " +
+                         std::to_string(assigned_step_) + " (at most one re-plan per " +
+                         std::to_string(options_.min_steps) + " steps)";
+    return d;
+  }
+  // In worker-id order: the same answer whatever the order of the reports.
+  for (const auto& [id, s] : workers_) {
+    if (!s.judged && s.reported) {
+      d.trigger = ReplanTrigger::kMeasured;
+      d.worker = id;
+      d.reason = "worker " + std::to_string(id.value()) +
+                 " was planned at a guessed speed and now reports " + Num(s.last) + " s per VW";
+      return d;
+    }
+  }
+  if (options_.window == 0) return d;
+  for (const auto& [id, s] : workers_) {
+    if (s.judged && s.streak >= options_.window) {
+      d.trigger = ReplanTrigger::kSustained;
+      d.worker = id;
+      d.reason = "worker " + std::to_string(id.value()) + "'s last " + std::to_string(s.streak) +
+                 " reports were each more than " + Num(100 * options_.threshold) +
+                 " % slower than the " + Num(*s.judged) + " s per VW it was planned with (newest " +
+                 Num(s.last) + " s), " + std::to_string(since) + " steps after the assignment";
+      return d;
+    }
+  }
+  return d;
 }
 
 }  // namespace eps

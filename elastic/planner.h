@@ -8,9 +8,10 @@
 // Ranges never affect the result's bits (docs/design.md), only its speed.
 //
 // Everything here is pure (no I/O, no clock, no globals) and thread-compatible.
-// The coordinator (elastic/job_state.h) owns a SpeedEstimator, feeds it the
-// workers' reports, and asks ShouldReplan() at step boundaries; the inter-job
-// scheduler and the simulator call the same PlanVws().
+// The coordinator (elastic/job_state.h) owns a SpeedEstimator and a ReplanGate,
+// feeds both the workers' reports, and at step boundaries asks ShouldReplan()
+// whether a new plan is worth it and the ReplanGate whether it is time; the
+// inter-job scheduler and the simulator call the same PlanVws().
 #pragma once
 
 #include <cstdint>
@@ -87,6 +88,7 @@ struct ReplanAdvice {
   double current_bottleneck = 0;  // the current counts under the new times
   double planned_bottleneck = 0;  // the new plan's
   VwPlan plan;                    // the new plan (use it when replan is true)
+  bool over_cap = false;          // replan because the current counts break the cap
   std::string reason;             // for the log, with the numbers
 };
 
@@ -138,6 +140,87 @@ class SpeedEstimator {
     double estimate = 0;
   };
   SpeedEstimatorOptions options_;
+  std::map<WorkerId, State> workers_;
+};
+
+// Hysteresis in time for re-planning on speed reports, on top of
+// ShouldReplan's in size. On a loaded host noise pushes the estimates past any
+// threshold now and then (a soak of 82 minutes on an unchanged membership saw
+// 10,426 re-plans, one per 38 steps), and each re-plan is a new assignment
+// epoch for every worker. So, with an unchanged membership, a speed-driven
+// re-plan that ShouldReplan advises happens only
+//   - `min_steps` steps or more after the newest assignment (whatever made it:
+//     a join, a leave or a re-plan): at most one per `min_steps` steps; or
+//   - sooner, when a worker slowed down for a sustained window: its last
+//     `window` reports since the assignment each more than `threshold` slower
+//     than the time the assignment was judged with (r > t (1 + threshold)); or
+//   - sooner, when the assignment was judged with a guessed time for a worker
+//     (one not measured yet, counted at the median: a worker that just joined,
+//     or one whose speed was forgotten to measure it again) that has reported
+//     since: the first measurement completes the plan its join began.
+// "Judged with": the times the assignment was planned with, replaced by the
+// current estimates whenever ShouldReplan finds the assignment still right
+// (Kept), so a drift that never called for a re-plan is not counted later.
+// Only a slowdown is urgent. A slower worker holds every step back now; a
+// faster one leaves a gain that the next due re-plan collects. And on a shared
+// host measured times err on the slow side only (a process is descheduled,
+// never sped up): the estimate an assignment was judged with carries the
+// recent slow episodes, and the reports after them look faster for many steps.
+// Counting those as a sustained change re-planned noise 12-45 steps apart in
+// planner_test's host noise; counting slowdowns only, never.
+// Membership changes are not the gate's: the caller re-plans them at once and
+// tells the gate (Assigned).
+struct ReplanGateOptions {
+  int64_t min_steps = 50;  // 0: no limit (every advised re-plan happens)
+  uint32_t window = 10;    // 0: no early re-plan on a sustained change
+  double threshold = 0.25;
+};
+
+// Why a re-plan may happen now (kCap: the current counts break the cap, which
+// ShouldReplan finds and no gate holds back).
+enum class ReplanTrigger { kNone, kDue, kSustained, kMeasured, kCap };
+// "none", "due", "sustained", "measured", "cap".
+const char* ReplanTriggerName(ReplanTrigger trigger);
+
+// Not thread-safe: the coordinator's event loop owns it, beside the SpeedEstimator.
+class ReplanGate {
+ public:
+  ReplanGate() = default;
+  // InvalidArgument unless min_steps >= 0 and threshold is in [0, 1).
+  static StatusOr<ReplanGate> Create(const ReplanGateOptions& options);
+
+  // A new assignment takes effect at `step`, planned for `workers` with the
+  // times `times` (one per worker; nullopt: guessed). Every streak starts over.
+  void Assigned(int64_t step, const std::vector<WorkerId>& workers,
+                const std::vector<std::optional<double>>& times);
+  // ShouldReplan found the current assignment right under `times`: they are
+  // what it is judged with from now on. Streaks go on.
+  void Kept(const std::vector<WorkerId>& workers, const std::vector<std::optional<double>>& times);
+  // A worker's raw report (seconds per VW, finite and > 0; others are ignored).
+  void Report(WorkerId worker, double seconds_per_vw);
+  // The worker left, or its speed was forgotten: it counts as guessed, unreported.
+  void Forget(WorkerId worker);
+
+  struct Decision {
+    ReplanTrigger trigger = ReplanTrigger::kNone;  // kNone: not now
+    std::optional<WorkerId> worker;                // kSustained, kMeasured: whose reports
+    std::string reason;                            // for the log, with the numbers
+  };
+  // Whether a re-plan that ShouldReplan advises may happen at step `step`.
+  Decision May(int64_t step) const;
+  // The step of the newest assignment (-1: none yet).
+  int64_t assigned_step() const { return assigned_step_; }
+
+ private:
+  explicit ReplanGate(const ReplanGateOptions& options) : options_(options) {}
+  struct State {
+    std::optional<double> judged;  // nullopt: guessed
+    bool reported = false;         // a report since the assignment (or since Forget)
+    uint32_t streak = 0;           // reports in a row past the threshold, slower
+    double last = 0;               // the newest report
+  };
+  ReplanGateOptions options_;
+  int64_t assigned_step_ = -1;
   std::map<WorkerId, State> workers_;
 };
 

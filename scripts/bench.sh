@@ -13,16 +13,18 @@
 # usermodel (the cnn as a TorchScript model from Python against the built-in one and against plain PyTorch;
 # a worker's peak RSS with a TorchScript model as V grows) freeze (--freeze: bytes per step and step time with the
 # convolutions frozen against the whole network trained) zoo (each zoo model, cnn, resnet-8 and text_transformer,
-# in a 2-worker job against the same network under PyTorch DDP) kernels scale (37 M and 108 M models: the PS share
-# of a step, 1.3 GB checkpoints and recovery, push + pull up to 400 M floats). Run only when named: soak (an hour of training
-# under periodic joins, leaves, kills and barrages: the long-lived processes' RSS and descriptors, the digest).
+# in a 2-worker job against the same network under PyTorch DDP) kernels (what pinning the CPU kernels costs) scale
+# (37 M and 108 M models: the PS share of a step, 1.3 GB checkpoints and recovery, push + pull up to 400 M floats;
+# the coordinator's JobState CPU per step for 8/64/256 workers and V 8/512/4096; re-plans on an unchanged membership).
+# Run only when named: soak (an hour of training under periodic joins, leaves, kills and barrages: the long-lived
+# processes' RSS and descriptors, the digest).
 # They share scripts/bench/common.py (running jobs and programs, table and csv rows); the figures come
 # from scripts/bench/analysis.py, which reads the JSON a run leaves (the coordinator's events.jsonl,
 # the workers' reports, result.json, the bench programs' JSON lines) and draws the plot.
 #
 # Every row is also appended to build/bench/results.csv; run logs go to build/bench/runs/;
 # build/bench/bench.png is drawn from the csv after the run.
-# Rows timed in ms (elastic, transfer, wire, ps_share, scaling) and durable's byte rows leave samples_per_s
+# Rows timed in ms (elastic, transfer, wire, ps_share, scaling, scale) and durable's byte rows leave samples_per_s
 # empty and put the time in seconds; ratio_vs_baseline is what the section's table calls its ratio
 # (hetero: vs equal; durable: vs raw RocksDB, or vs no checkpoints for its mlp rows).
 # Timings are wall-clock on a shared host: the csv records the load average seen
@@ -30,7 +32,7 @@
 # only when a run fails, or when the runs of hetero or durable end on different digests.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # A new section: scripts/bench/NAME.py (ending with common.main(run)) and NAME here.
 all_sections=(vw elastic transfer wire ps_share ddp scaling hetero durable observe limits network usermodel freeze zoo kernels scale)

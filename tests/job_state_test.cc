@@ -8,10 +8,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "tests/host_noise.h"
 
 namespace eps {
 namespace {
@@ -643,6 +646,7 @@ TEST(JobState, TrainingWaitsForMinWorkersReadyWorkers) {
 TEST(JobState, AWorkerIdleForProbeIdleAfterStepsIsMeasuredAgain) {
   JobStateOptions o = Options();
   o.probe_idle_after = 3;
+  o.replan_min_steps = 0;  // the probe alone; JobStateReplan has the gate's timing
   JobSpec spec = Spec();
   spec.steps = 50;
   Driver d(spec, o);
@@ -973,6 +977,218 @@ TEST(JobState, AnotherReadyWorkerInitializesWhenTheInitializerCrashes) {
   d.FinishStep(-1);
   ASSERT_TRUE(d.Confirm(w1, -1).ok());
   EXPECT_EQ(RangeOf(d.OnePlan(w1, PlanKind::kTrain)), Range(0, kV));
+}
+
+// ---- re-planning by speed: hysteresis in time ----------------------------------
+
+// Steps [from, to): each worker that got step t's train plan confirms it and
+// reports `seconds(i, t)` seconds per VW (worker i of `ws`); then the shards
+// finish t. A worker without VWs waits, as worker.cc does.
+void RunTimedSteps(Driver& d, const std::vector<WorkerId>& ws, int64_t from, int64_t to,
+                   const std::function<double(size_t, int64_t)>& seconds) {
+  for (int64_t t = from; t < to; ++t) {
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const std::vector<StepPlan> plans = d.Plans(ws[i]);
+      if (plans.empty()) continue;
+      ASSERT_EQ(plans.size(), 1u);
+      ASSERT_EQ(plans[0].step, Step(t));
+      StepRequest r;
+      r.worker = ws[i];
+      r.done_step = Step(t);
+      r.seconds_per_vw = seconds(i, t);
+      ASSERT_TRUE(d.state.OnStepRequest(r).ok());
+    }
+    d.FinishStep(t);
+  }
+}
+
+JobSpec ReplanSpec(uint32_t v, int64_t steps) {
+  JobSpec spec = Spec();
+  spec.virtual_workers = v;
+  spec.steps = steps;
+  return spec;
+}
+
+TEST(JobStateReplan, NoisySpeedsOnAnUnchangedMembershipReplanAtMostOncePerFiftySteps) {
+  constexpr int64_t kSteps = 1000;
+  const std::vector<double> times{0.010, 0.010, 0.012, 0.020};
+  auto run = [&](int64_t min_steps) {
+    JobStateOptions o = Options();
+    o.replan_min_steps = min_steps;
+    Driver d(ReplanSpec(32, kSteps + 10), o);
+    const std::vector<WorkerId> ws = d.Start(4);
+    testing_noise::HostNoise noise(ws.size(), 7, 4);
+    std::vector<double> reports;
+    RunTimedSteps(d, ws, 0, kSteps, [&](size_t i, int64_t) {
+      if (i == 0) reports = noise.Reports(times);  // worker 0 confirms first in every step
+      return reports[i];
+    });
+    return d.Events();
+  };
+  const std::vector<JobEvent> ungated = run(0);
+  // The noise is real: without a minimum it re-plans far more often than once per 50 steps.
+  EXPECT_GT(Of<JobEvent::Replan>(ungated).size(), size_t(3 * kSteps / 50));
+
+  const std::vector<JobEvent> events = run(50);
+  const auto replans = Of<JobEvent::Replan>(events);
+  const auto assignments = Of<JobEvent::Assignment>(events);
+  EXPECT_EQ(assignments.size(), replans.size() + 1) << "the first assignment, then one a re-plan";
+  ASSERT_GE(replans.size(), 1u) << "the workers' speeds differ: some re-plan is due";
+  int64_t previous = 0;  // the first assignment's step
+  for (const auto& [step, replan] : replans) {
+    ASSERT_TRUE(step.has_value());
+    // The first reports measure workers planned at guessed speeds: one re-plan at step 1 may
+    // follow.
+    if (replan.trigger == ReplanTrigger::kMeasured) {
+      EXPECT_EQ(*step, Step(1)) << replan.reason;
+    } else {
+      EXPECT_EQ(replan.trigger, ReplanTrigger::kDue) << replan.reason;
+      EXPECT_GE(step->value() - previous, 50) << replan.reason;
+      EXPECT_EQ(replan.steps_since_assignment, step->value() - previous);
+    }
+    previous = step->value();
+  }
+  EXPECT_LE(replans.size(), size_t(1 + kSteps / 50));
+}
+
+TEST(JobStateReplan, ASustainedSlowdownReplansWithinTheWindowAndNotBefore) {
+  JobStateOptions o = Options();  // 50 steps, a window of 10 reports
+  Driver d(ReplanSpec(32, 100), o);
+  const std::vector<WorkerId> ws = d.Start(4);
+  constexpr int64_t kOnset = 20;  // 20 steps after the first assignment: not due before step 50
+  const auto slow_from = [](int64_t onset) {
+    return [onset](size_t i, int64_t t) { return i == 2 && t >= onset ? 0.02 : 0.01; };
+  };
+  RunTimedSteps(d, ws, 0, kOnset + int64_t(o.replan_window) - 1, slow_from(kOnset));
+  EXPECT_TRUE(Of<JobEvent::Replan>(d.Events()).empty())
+      << "equal speeds, then a change still short";
+  RunTimedSteps(d, ws, kOnset + int64_t(o.replan_window) - 1, kOnset + int64_t(o.replan_window),
+                slow_from(kOnset));
+  const std::vector<JobEvent> events = d.Events();
+  const auto replans = Of<JobEvent::Replan>(events);
+  ASSERT_EQ(replans.size(), 1u);
+  EXPECT_EQ(replans[0].first, Step(kOnset + int64_t(o.replan_window))) << "at the window's end";
+  EXPECT_EQ(replans[0].second.trigger, ReplanTrigger::kSustained) << replans[0].second.reason;
+  EXPECT_EQ(replans[0].second.trigger_worker, ws[2]);
+  const auto assignments = Of<JobEvent::Assignment>(events);
+  ASSERT_EQ(assignments.size(), 1u);
+  for (const WorkerRange& r : assignments[0].second.ranges) {
+    if (r.worker == ws[2]) {
+      EXPECT_LT(r.hi - r.lo, 8u) << "the slowed worker holds fewer VWs";
+    } else {
+      EXPECT_GT(r.hi - r.lo, 8u);
+    }
+  }
+  for (const JobEvent& e : events) {
+    if (std::string(EventKind(e)) == "replan") {
+      EXPECT_NE(EventJson(e, 0).find("\"trigger\":\"sustained\""), std::string::npos)
+          << EventJson(e, 0);
+    }
+  }
+}
+
+TEST(JobStateReplan, AJoinAndALeaveReassignAtOnceEvenRightAfterAReplan) {
+  Driver d(ReplanSpec(32, 100), Options());
+  const std::vector<WorkerId> ws = d.Start(4);
+  const auto slow = [](size_t i, int64_t t) { return i == 2 && t >= 5 ? 0.02 : 0.01; };
+  RunTimedSteps(d, ws, 0, 15, slow);  // a sustained re-plan at step 15
+  ASSERT_EQ(Of<JobEvent::Replan>(d.Events()).size(), 1u);
+  const Epoch replanned = d.state.epoch();
+
+  const WorkerId joiner = d.AddWorker();
+  ASSERT_TRUE(d.Report(joiner).ok());
+  RunTimedSteps(d, ws, 15, 16, slow);
+  EXPECT_GT(d.state.epoch(), replanned)
+      << "the join is assigned at the next step, 1 step after a re-plan";
+  const auto joined = Of<JobEvent::Assignment>(d.Events());
+  ASSERT_EQ(joined.size(), 1u);
+  EXPECT_EQ(joined[0].first, Step(16));
+  EXPECT_EQ(joined[0].second.ranges.size(), 5u);
+
+  std::vector<WorkerId> all = ws;
+  all.push_back(joiner);
+  const Epoch with_joiner = d.state.epoch();
+  ASSERT_TRUE(d.state.OnLeave(ws[1], "test").ok());
+  all.erase(all.begin() + 1);
+  RunTimedSteps(d, all, 16, 17, [](size_t, int64_t) { return 0.01; });
+  EXPECT_GT(d.state.epoch(), with_joiner) << "the leave is assigned at the next step";
+  const auto left = Of<JobEvent::Assignment>(d.Events());
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].first, Step(17));
+  EXPECT_EQ(left[0].second.ranges.size(), 4u);
+}
+
+// ---- at size ----------------------------------------------------------------------
+
+// The ranges, sorted, tile [0, v) without gap or overlap.
+::testing::AssertionResult CoverVws(std::vector<Range> ranges, uint32_t v) {
+  std::sort(ranges.begin(), ranges.end());
+  uint32_t next = 0;
+  for (const Range& r : ranges) {
+    if (r.first != next || r.second <= r.first) {
+      return ::testing::AssertionFailure()
+             << "range [" << r.first << "," << r.second << ") after " << next;
+    }
+    next = r.second;
+  }
+  if (next != v) return ::testing::AssertionFailure() << "ranges end at " << next << " of " << v;
+  return ::testing::AssertionSuccess();
+}
+
+TEST(JobStateAtSize,
+     TwoHundredFiftySixWorkersShareFourThousandNinetySixVwsThroughStepsBeatsAndALeave) {
+  constexpr uint32_t kWorkers = 256, kVws = 4096;
+  JobStateOptions o = Options();
+  o.max_workers_per_machine = 0;  // the Driver registers every worker from one host
+  Driver d(ReplanSpec(kVws, 10), o);
+  const std::vector<WorkerId> ws = d.Start(kWorkers);
+  for (WorkerId w : ws) EXPECT_EQ(d.Replies(w).size(), 1u) << "worker " << w;
+  EXPECT_EQ(d.state.live_workers(), kWorkers);
+  EXPECT_EQ(d.state.StatusReport().workers.size(), kWorkers);
+
+  // Each step: every worker gets one plan, the plans cover every VW once, heartbeats between steps.
+  std::vector<WorkerId> live = ws;
+  for (int64_t t = 0; t < 4; ++t) {
+    std::vector<Range> ranges;
+    for (WorkerId w : live) {
+      const StepPlan p = d.OnePlan(w, PlanKind::kTrain);
+      EXPECT_EQ(p.step, Step(t));
+      ranges.push_back(RangeOf(p));
+      const uint32_t n = p.vw_hi - p.vw_lo;
+      EXPECT_TRUE(n == kVws / live.size() || n == kVws / live.size() + 1)
+          << "near-equal: worker " << w << " holds " << n;
+    }
+    EXPECT_TRUE(CoverVws(ranges, kVws)) << "step " << t;
+    d.Pass(seconds(2), live);
+    for (WorkerId w : live) {
+      StepRequest r;
+      r.worker = w;
+      r.done_step = Step(t);
+      r.seconds_per_vw = 0.001;
+      ASSERT_TRUE(d.state.OnStepRequest(r).ok());
+    }
+    const size_t confirmers = live.size();
+    if (t == 1) {  // a leave in the middle of the job, once its step is confirmed
+      ASSERT_TRUE(d.state.OnLeave(live[100], "test").ok());
+      live.erase(live.begin() + 100);
+    }
+    d.FinishStep(t);
+    EXPECT_EQ(d.state.step(), Step(t + 1));
+    const auto completed = Of<JobEvent::StepCompleted>(d.Events());
+    ASSERT_EQ(completed.size(), 1u);
+    std::vector<Range> confirmed;
+    for (const WorkerRange& r : completed[0].second.ranges) confirmed.push_back({r.lo, r.hi});
+    EXPECT_TRUE(CoverVws(confirmed, kVws)) << "step " << t << " confirmed";
+    EXPECT_EQ(completed[0].second.ranges.size(), confirmers);
+  }
+  EXPECT_EQ(d.state.live_workers(), kWorkers - 1);
+  size_t ready = 0;
+  for (const WorkerStatus& w : d.state.StatusReport().workers) {
+    if (w.state != "ready") continue;
+    ++ready;
+    EXPECT_EQ(w.steps_contributed, 4) << "worker " << w.worker;
+  }
+  EXPECT_EQ(ready, kWorkers - 1);
 }
 
 // ---- evaluation ------------------------------------------------------------------

@@ -1,6 +1,7 @@
 // The VW planner (elastic/planner.h): exact against brute force on every small
-// case, the equal split, caps, hysteresis under noisy speed reports, and the
-// speed estimator's outlier filter. Runs under ASan + UBSan.
+// case, the equal split, caps, hysteresis under noisy speed reports (in size,
+// ShouldReplan; in time, ReplanGate), and the speed estimator's outlier filter.
+// Runs under ASan + UBSan.
 #include "elastic/planner.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,8 @@
 #include <optional>
 #include <random>
 #include <vector>
+
+#include "tests/host_noise.h"
 
 namespace eps {
 namespace {
@@ -294,6 +297,161 @@ TEST(SpeedEstimator, ClampsEachUpdateAndForgets) {
   EXPECT_FALSE(SpeedEstimator::Create({0.5, 0, 0.5, 2.0}).ok());
   EXPECT_FALSE(SpeedEstimator::Create({0.5, 3, 1.5, 2.0}).ok());
   EXPECT_TRUE(SpeedEstimator::Create({0.5, 5, 0.8, 1.25}).ok());
+}
+
+// ---- ReplanGate: hysteresis in time ---------------------------------------------
+
+// The coordinator's loop in small (JobState::MaybeReplan): in step t every worker
+// reports; at the boundary to t + 1 ShouldReplan advises and the gate decides.
+class ReplanLoop {
+ public:
+  // n workers measured at `times` (5 clean reports each), V VWs planned for them at step 0.
+  ReplanLoop(const std::vector<double>& times, uint32_t v, const ReplanGateOptions& options)
+      : threshold_(options.threshold) {
+    for (size_t i = 0; i < times.size(); ++i) ids_.push_back(WorkerId(uint32_t(i)));
+    auto gate = ReplanGate::Create(options);
+    EXPECT_TRUE(gate.ok());
+    if (gate.ok()) gate_ = std::move(gate).value();
+    for (int k = 0; k < 5; ++k) {
+      for (size_t i = 0; i < times.size(); ++i)
+        EXPECT_TRUE(estimator_.Report(ids_[i], times[i]).ok());
+    }
+    auto plan = PlanVws(v, estimator_.Estimates(ids_), {});
+    EXPECT_TRUE(plan.ok());
+    if (plan.ok()) counts_ = plan->counts;
+    gate_.Assigned(0, ids_, estimator_.Estimates(ids_));
+  }
+
+  // Step t's reports, one per worker; then the boundary to t + 1.
+  void Step(int64_t t, const std::vector<double>& reports) {
+    for (size_t i = 0; i < ids_.size(); ++i) {
+      ASSERT_TRUE(estimator_.Report(ids_[i], reports[i]).ok());
+      gate_.Report(ids_[i], reports[i]);
+    }
+    const Times estimates = estimator_.Estimates(ids_);
+    auto advice = ShouldReplan(counts_, estimates, {}, threshold_);
+    ASSERT_TRUE(advice.ok());
+    if (!advice->replan) return gate_.Kept(ids_, estimates);
+    ++advised_;
+    const ReplanGate::Decision d = gate_.May(t + 1);
+    if (d.trigger == ReplanTrigger::kNone) return;
+    EXPECT_FALSE(d.reason.empty());
+    counts_ = advice->plan.counts;
+    replans_.push_back({t + 1, d});
+    gate_.Assigned(t + 1, ids_, estimates);
+  }
+
+  const std::vector<uint32_t>& counts() const { return counts_; }
+  // (step, decision) of every re-plan, in order.
+  const std::vector<std::pair<int64_t, ReplanGate::Decision>>& replans() const { return replans_; }
+  int advised() const { return advised_; }
+
+ private:
+  std::vector<WorkerId> ids_;
+  SpeedEstimator estimator_;
+  ReplanGate gate_;
+  double threshold_;
+  std::vector<uint32_t> counts_;
+  std::vector<std::pair<int64_t, ReplanGate::Decision>> replans_;
+  int advised_ = 0;
+};
+
+TEST(ReplanGate, NoiseAroundAMeanNeverReplansMoreThanOncePerFiftySteps) {
+  const std::vector<double> times{0.010, 0.010, 0.012, 0.020};  // seconds per VW, as measured
+  constexpr int64_t kSteps = 2000;
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    ReplanGateOptions gated;  // the defaults: 50 steps, a window of 10, 25 %
+    ReplanLoop with_gate(times, 32, gated);
+    ReplanLoop without_gate(times, 32, {0, 0, gated.threshold});
+    testing_noise::HostNoise noise(times.size(), seed, 4), same_noise(times.size(), seed, 4);
+    for (int64_t t = 0; t < kSteps; ++t) {
+      with_gate.Step(t, noise.Reports(times));
+      without_gate.Step(t, same_noise.Reports(times));
+    }
+    // The noise is real: without the gate it re-plans far more often than once per 50 steps.
+    EXPECT_GT(without_gate.replans().size(), size_t(3 * kSteps / 50)) << "seed " << seed;
+    EXPECT_GT(with_gate.advised(), 3 * kSteps / 50) << "seed " << seed;
+    int64_t previous = 0;
+    for (const auto& [step, decision] : with_gate.replans()) {
+      EXPECT_GE(step - previous, 50) << "seed " << seed << ": " << decision.reason;
+      EXPECT_EQ(decision.trigger, ReplanTrigger::kDue) << decision.reason;
+      previous = step;
+    }
+    EXPECT_LE(with_gate.replans().size(), size_t(kSteps / 50)) << "seed " << seed;
+  }
+}
+
+TEST(ReplanGate, ASustainedSlowdownReplansWithinTheWindowAndAShorterOneWaits) {
+  const std::vector<double> times{0.01, 0.01, 0.01, 0.01};
+  ReplanGateOptions options;  // 50 steps, a window of 10, 25 %
+  for (int slow_reports : {4, 9, 40}) {
+    ReplanLoop loop(times, 64, options);
+    ASSERT_EQ(loop.counts(), (std::vector<uint32_t>{16, 16, 16, 16}));
+    constexpr int64_t kOnset = 5;  // well inside the 50 steps after the assignment of step 0
+    for (int64_t t = 0; t < 45; ++t) {
+      std::vector<double> r = times;
+      if (t >= kOnset && t < kOnset + slow_reports) r[2] = 0.02;  // worker 2 twice as slow
+      loop.Step(t, r);
+    }
+    if (slow_reports < int(options.window)) {
+      EXPECT_TRUE(loop.replans().empty()) << slow_reports << " slow reports are noise";
+      continue;
+    }
+    ASSERT_EQ(loop.replans().size(), 1u);
+    const auto& [step, decision] = loop.replans()[0];
+    EXPECT_EQ(decision.trigger, ReplanTrigger::kSustained) << decision.reason;
+    EXPECT_EQ(decision.worker, WorkerId(2));
+    EXPECT_EQ(step, kOnset + int64_t(options.window)) << "at the window's end: " << decision.reason;
+    EXPECT_LT(loop.counts()[2], 16u);
+    EXPECT_NE(decision.reason.find("slower"), std::string::npos) << decision.reason;
+  }
+}
+
+TEST(ReplanGate, AWorkerPlannedAtAGuessedSpeedReplansAtItsFirstReport) {
+  auto gate = ReplanGate::Create({});
+  ASSERT_TRUE(gate.ok());
+  const std::vector<WorkerId> ids{WorkerId(0), WorkerId(7)};
+  gate->Assigned(100, ids, {0.01, std::nullopt});  // worker 7 just joined
+  gate->Report(WorkerId(0), 0.01);
+  EXPECT_EQ(gate->May(101).trigger, ReplanTrigger::kNone);
+  gate->Report(WorkerId(7), 0.04);
+  const ReplanGate::Decision d = gate->May(101);
+  EXPECT_EQ(d.trigger, ReplanTrigger::kMeasured);
+  EXPECT_EQ(d.worker, WorkerId(7));
+  // Once the assignment is judged right under its measured time, that trigger is spent.
+  gate->Kept(ids, {0.01, 0.04});
+  EXPECT_EQ(gate->May(102).trigger, ReplanTrigger::kNone);
+  // A forgotten speed (a probe) is a guess again, measured at its next report.
+  gate->Forget(WorkerId(7));
+  EXPECT_EQ(gate->May(103).trigger, ReplanTrigger::kNone);
+  gate->Report(WorkerId(7), 0.05);
+  EXPECT_EQ(gate->May(103).trigger, ReplanTrigger::kMeasured);
+  EXPECT_EQ(gate->May(150).trigger, ReplanTrigger::kDue) << "50 steps after step 100";
+}
+
+TEST(ReplanGate, AStreakCountsSlowerReportsInARowOnlyAndZeroesDisableTheGate) {
+  auto gate = ReplanGate::Create({50, 3, 0.25});
+  ASSERT_TRUE(gate.ok());
+  const std::vector<WorkerId> ids{WorkerId(0)};
+  gate->Assigned(0, ids, {1.0});
+  for (double r : {2.0, 2.0, 1.2, 2.0, 2.0, 0.5, 2.0, 2.0}) gate->Report(WorkerId(0), r);
+  EXPECT_EQ(gate->May(10).trigger, ReplanTrigger::kNone) << "never 3 in a row past 25 % slower";
+  for (double r : {0.5, 0.5, 0.5, 0.5}) gate->Report(WorkerId(0), r);
+  EXPECT_EQ(gate->May(10).trigger, ReplanTrigger::kNone) << "faster waits for the due re-plan";
+  for (double r : {1.3, 1.3, 1.3}) gate->Report(WorkerId(0), r);
+  const ReplanGate::Decision d = gate->May(10);
+  EXPECT_EQ(d.trigger, ReplanTrigger::kSustained);
+  EXPECT_NE(d.reason.find("slower"), std::string::npos) << d.reason;
+  gate->Assigned(10, ids, {1.3});
+  EXPECT_EQ(gate->May(11).trigger, ReplanTrigger::kNone)
+      << "a new assignment starts every streak over";
+  auto open = ReplanGate::Create({0, 0, 0.25});
+  ASSERT_TRUE(open.ok());
+  open->Assigned(0, ids, {1.0});
+  EXPECT_EQ(open->May(1).trigger, ReplanTrigger::kDue) << "min_steps 0: no minimum";
+  EXPECT_FALSE(ReplanGate::Create({-1, 10, 0.25}).ok());
+  EXPECT_FALSE(ReplanGate::Create({50, 10, 1.0}).ok());
+  EXPECT_STREQ(ReplanTriggerName(ReplanTrigger::kSustained), "sustained");
 }
 
 }  // namespace
