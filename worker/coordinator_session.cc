@@ -12,9 +12,10 @@ namespace eps {
 Channel::Options CoordinatorChannelOptions(const WorkerOptions& options) {
   Channel::Options co;
   co.curve = options.curve;
-  // RegisterWorkerReply carries the job's whole TorchScript model in its envelope: the
-  // coordinator's envelopes may be far larger than a shard's (docs/security.md).
-  co.limits.max_header_bytes = size_t{1} << 30;
+  // RegisterWorkerReply carries a text job's vocabulary in its envelope (the model files
+  // come in FetchModel chunks, each in a frame of its own): the coordinator's envelopes
+  // may be larger than a shard's (docs/security.md).
+  co.limits.max_header_bytes = size_t{256} << 20;
   return co;
 }
 

@@ -21,6 +21,7 @@
 #include "worker/coordinator_session.h"
 #include "worker/param_client.h"
 #include "worker/sampler.h"
+#include "worker/model_fetch.h"
 #include "worker/slowdown.h"
 #include "worker/step_times.h"
 #include "worker/wait.h"
@@ -99,6 +100,7 @@ class WorkerImpl final : public Worker {
                           warnings_,
                           init_report_};
       report.cpu_kernels = options_.cpu_kernels;
+      report.model_files = model_files_;
       if (client_ != nullptr) report.counts = client_->counts();
       Status written = WriteReport(options_.report_file, report);
       if (!written.ok()) LOG(WARNING) << written.ToString();
@@ -140,6 +142,22 @@ class WorkerImpl final : public Worker {
     if (!st.ok()) {
       // This worker's configuration, not the job, is at fault: leave, do not fail the job.
       (void)session_->Leave(st.message(), /*host_fault=*/true);
+      return st;
+    }
+    st = FetchModelFiles(*registered);
+    if (stopping()) return Leave();
+    if (!st.ok()) {
+      // Bytes that are not the job's file (the coordinator's file changed) or a
+      // file it does not serve are the job's fault; a timeout or no memory, this host's.
+      const StatusCode code = st.code();
+      if (code == StatusCode::kDataLoss || code == StatusCode::kNotFound ||
+          code == StatusCode::kInvalidArgument) {
+        (void)session_->Send(
+            ErrorReply{code, "worker " + session_->name() + ": " + st.message()});
+      } else {
+        (void)session_->Leave("cannot get the model files: " + st.ToString(),
+                              /*host_fault=*/true);
+      }
       return st;
     }
     // A set-up failure that is the job's own (an unknown model, a layout it
@@ -187,6 +205,51 @@ class WorkerImpl final : public Worker {
     LOG(INFO) << "this worker may use " << options_.threads << " threads; job '" << spec_.job_id
               << "' computes with " << job << " intra-op threads, so " << options_.threads - job
               << " cores stay unused";
+    return OkStatus();
+  }
+
+  // The model files the registration reply names by size (spec_.model_sha256,
+  // spec_.init_sha256), from the host's cache or fetched from the coordinator
+  // in chunks (worker/model_fetch.h). A reply that carries the bytes inline
+  // (a coordinator from before FetchModel) needs nothing.
+  Status FetchModelFiles(const RegisterWorkerReply& reply) {
+    const bool model = model_script_.empty() && reply.model_size > 0;
+    const bool init = init_file_.empty() && reply.init_size > 0;
+    if (!model && !init) return OkStatus();
+    if (cache_ == nullptr && !options_.model_cache_dir.empty() && !cache_tried_) {
+      cache_tried_ = true;
+      StatusOr<std::unique_ptr<ModelCache>> cache = ModelCache::Open(options_.model_cache_dir);
+      if (cache.ok()) {
+        cache_ = std::move(cache).value();
+      } else {
+        const std::string warning =
+            cache.status().message() + ": model files are fetched and kept in memory only";
+        LOG(WARNING) << warning;
+        warnings_.push_back(warning);
+      }
+    }
+    FetchOptions fo;
+    fo.chunk_bytes = reply.fetch_chunk_bytes;
+    fo.max_in_flight = options_.model_fetch_in_flight;
+    fo.reply_timeout = options_.rpc_timeout;
+    fo.token = options_.token;
+    for (auto [wanted, what, sha256, size, into] :
+         {std::tuple{model, "model", &spec_.model_sha256, reply.model_size, &model_script_},
+          {init, "init_from", &spec_.init_sha256, reply.init_size, &init_file_}}) {
+      if (!wanted) continue;
+      EPS_ASSIGN_OR_RETURN(FetchedFile file,
+                           FetchModelFile(session_->channel(), what, *sha256, size, cache_.get(),
+                                          fo, *stop_));
+      const ModelFileReport& r = file.report;
+      LOG(INFO) << "the " << what << " file (" << r.size << " bytes): "
+                << (r.cache == "hit" ? "from the model cache"
+                                     : std::to_string(r.fetched_bytes) + " bytes fetched in " +
+                                           std::to_string(r.chunks) + " chunks")
+                << " in " << static_cast<int64_t>(r.ms) << " ms (cache " << r.cache << ")";
+      if (!r.warning.empty()) warnings_.push_back(r.warning);
+      model_files_.push_back(r);
+      *into = std::move(file.bytes);
+    }
     return OkStatus();
   }
 
@@ -641,6 +704,9 @@ class WorkerImpl final : public Worker {
   std::string model_script_;           // the job's TorchScript file (empty: a built-in model)
   std::string vocab_bytes_;            // text data: the coordinator's vocabulary (data/text.h)
   std::string init_file_;              // the --init_from file (empty: none; docs/models.md)
+  std::unique_ptr<ModelCache> cache_;  // the host's model cache (null: none)
+  bool cache_tried_ = false;           // ModelCache::Open was called (it warns once)
+  std::vector<ModelFileReport> model_files_;  // where each model file came from, for the report
   TensorSelection freeze_, reinit_;    // the spec's --freeze and --reinit
   InitReport init_report_;             // what the model took from init_file_
   std::shared_ptr<const Vocabulary> vocab_;  // vocab_bytes_ parsed (null: not text)
