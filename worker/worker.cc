@@ -250,6 +250,8 @@ class WorkerImpl final : public Worker {
       model_files_.push_back(r);
       *into = std::move(file.bytes);
     }
+    // Every file the job has was checked against its hash (from the cache or fetched).
+    files_hashed_ = (model_script_.empty() || model) && (init_file_.empty() || init);
     return OkStatus();
   }
 
@@ -269,20 +271,33 @@ class WorkerImpl final : public Worker {
   // The job's model with its initial values (a function of the seed and the
   // --init_from file), handed to the client.
   Status NewModel() {
-    EPS_RETURN_IF_ERROR(CheckPinned(model_script_, spec_.model_sha256, "model file", "model_sha256"));
-    EPS_RETURN_IF_ERROR(CheckPinned(init_file_, spec_.init_sha256, "--init_from file", "init_sha256"));
+    // Fetched files were hashed as they came (worker/model_fetch.h); inline ones are hashed here.
+    if (!files_hashed_) {
+      EPS_RETURN_IF_ERROR(
+          CheckPinned(model_script_, spec_.model_sha256, "model file", "model_sha256"));
+      EPS_RETURN_IF_ERROR(
+          CheckPinned(init_file_, spec_.init_sha256, "--init_from file", "init_sha256"));
+      files_hashed_ = true;
+    }
     ModelOptions mo;
     mo.model = spec_.model;
     mo.sizes = sizes_;
-    mo.script = model_script_;
+    // Lent to the factory and taken back, not copied: a file may be gigabytes.
+    mo.script = std::move(model_script_);
     mo.freeze = freeze_;
-    mo.init_file = init_file_;
+    mo.init_file = std::move(init_file_);
+    const auto take_back = [&] {
+      model_script_ = std::move(mo.script);
+      init_file_ = std::move(mo.init_file);
+    };
     mo.reinit = reinit_;
     mo.init_allow_mismatch = spec_.init_allow_mismatch;
     mo.init_seed = spec_.seed;
     mo.threads = static_cast<int>(spec_.threads);
     mo.device = options_.device;
-    EPS_ASSIGN_OR_RETURN(model_, options_.model_factory(mo));
+    StatusOr<std::unique_ptr<ModelRunner>> made = options_.model_factory(mo);
+    take_back();
+    EPS_ASSIGN_OR_RETURN(model_, std::move(made));
     if (model_ == nullptr) return Internal("the model factory returned no model");
     const InitReport& init = model_->init_report();
     if (!init_file_.empty()) {
@@ -706,6 +721,7 @@ class WorkerImpl final : public Worker {
   std::string init_file_;              // the --init_from file (empty: none; docs/models.md)
   std::unique_ptr<ModelCache> cache_;  // the host's model cache (null: none)
   bool cache_tried_ = false;           // ModelCache::Open was called (it warns once)
+  bool files_hashed_ = false;          // model_script_ and init_file_ match the spec's hashes
   std::vector<ModelFileReport> model_files_;  // where each model file came from, for the report
   TensorSelection freeze_, reinit_;    // the spec's --freeze and --reinit
   InitReport init_report_;             // what the model took from init_file_
