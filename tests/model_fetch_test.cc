@@ -43,9 +43,14 @@ std::string TempDir() {
   return dir;
 }
 
+// Regular files but the fetch locks (".<sha256>.lock", kept: see ModelCache::LockForFetch).
 size_t FilesIn(const std::string& dir) {
   size_t n = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) n += e.is_regular_file() ? 1 : 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    const bool lock = name.size() > 5 && name.compare(name.size() - 5, 5, ".lock") == 0;
+    n += e.is_regular_file() && !lock ? 1 : 0;
+  }
   return n;
 }
 
@@ -160,6 +165,31 @@ TEST_F(ModelFetchTest, ASecondFetchThroughTheSameCacheSendsNoRequest) {
   EXPECT_EQ(second->report.fetched_bytes, 0u);
   EXPECT_EQ(service_.requests(), requests);
   EXPECT_EQ(FilesIn(dir_ + "/cache"), 1u) << "no temporary file is left";
+}
+
+TEST_F(ModelFetchTest, WorkersOfAHostMissingTogetherFetchTheFileOnce) {
+  endpoint_ = service_.Start();
+  std::vector<std::thread> workers;
+  std::vector<StatusOr<FetchedFile>> got(4, Internal("not run"));
+  for (size_t i = 0; i < got.size(); ++i) {
+    workers.emplace_back([&, i] {
+      auto cache = ModelCache::Open(dir_).value();  // each its own, as processes have
+      auto dealer = Channel::Connect(service_.context(), endpoint_).value();
+      FetchOptions o;
+      o.chunk_bytes = kChunk;
+      got[i] = FetchModelFile(dealer.get(), "model", sha_, file_->size(), cache.get(), o, stop_);
+    });
+  }
+  for (auto& t : workers) t.join();
+  int misses = 0;
+  for (const auto& g : got) {
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    EXPECT_EQ(g->bytes, *file_);
+    misses += g->report.cache == "miss";
+    EXPECT_EQ(g->report.fetched_bytes, g->report.cache == "miss" ? file_->size() : 0);
+  }
+  EXPECT_EQ(misses, 1);
+  EXPECT_EQ(service_.requests(), static_cast<int64_t>((file_->size() + kChunk - 1) / kChunk));
 }
 
 TEST_F(ModelFetchTest, ACorruptCacheEntryIsDetectedRemovedAndFetchedAgain) {

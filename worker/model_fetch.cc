@@ -1,6 +1,7 @@
 #include "worker/model_fetch.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <glog/logging.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <new>
 #include <system_error>
+#include <thread>
 
 #include "common/digest.h"
 #include "worker/wait.h"
@@ -150,6 +152,42 @@ StatusOr<std::unique_ptr<ModelCache::Writer>> ModelCache::NewEntry(
   return std::unique_ptr<Writer>(new Writer(fd, tmp, PathOf(sha256), dir_));
 }
 
+ModelCache::FetchLock::~FetchLock() { close(fd_); }  // releases the flock
+
+StatusOr<std::unique_ptr<ModelCache::FetchLock>> ModelCache::LockForFetch(
+    const std::string& sha256, std::chrono::milliseconds timeout,
+    const std::atomic<bool>& stop) const {
+  if (!IsSha256Hex(sha256)) return InvalidArgument("'" + sha256 + "' is no SHA-256 (hex)");
+  const std::string path = dir_ + "/." + sha256 + ".lock";
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Internal("cannot open " + path + ": " + Errno());
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool said = false;
+  while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      const std::string why = Errno();
+      close(fd);
+      return Internal("cannot lock " + path + ": " + why);
+    }
+    if (stop.load()) {
+      close(fd);
+      return Aborted("stopped by a signal");
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      close(fd);
+      return DeadlineExceeded("another worker of this host has been fetching " + sha256 +
+                              " into " + dir_ + " for " + std::to_string(timeout.count()) + " ms");
+    }
+    if (!said) {
+      LOG(INFO) << "another worker of this host fetches " << sha256.substr(0, 12) << " into "
+                << dir_ << ": waiting for it";
+      said = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // flock has no timed wait
+  }
+  return std::unique_ptr<FetchLock>(new FetchLock(fd));
+}
+
 // ---- fetching -----------------------------------------------------------------
 
 StatusOr<FetchedFile> FetchModelFile(Channel* coordinator, const std::string& what,
@@ -169,6 +207,7 @@ StatusOr<FetchedFile> FetchModelFile(Channel* coordinator, const std::string& wh
   report.size = size;
   report.cache = "off";
 
+  std::unique_ptr<ModelCache::FetchLock> lock;  // held until the entry is written
   std::unique_ptr<ModelCache::Writer> writer;
   if (cache != nullptr) {
     EPS_ASSIGN_OR_RETURN(ModelCache::Found found, cache->Read(sha256, size, &out.bytes));
@@ -178,6 +217,22 @@ StatusOr<FetchedFile> FetchModelFile(Channel* coordinator, const std::string& wh
       return out;
     }
     report.cache = found == ModelCache::Found::kCorrupt ? "corrupt" : "miss";
+    // One fetch per host: whoever holds the lock fetches; the others then find the entry.
+    StatusOr<std::unique_ptr<ModelCache::FetchLock>> locked =
+        cache->LockForFetch(sha256, options.cache_lock_timeout, stop);
+    if (locked.ok()) {
+      lock = std::move(locked).value();
+      EPS_ASSIGN_OR_RETURN(ModelCache::Found now, cache->Read(sha256, size, &out.bytes));
+      if (now == ModelCache::Found::kHit) {  // another worker fetched it meanwhile
+        report.cache = "hit";
+        report.ms = MsSince(start);
+        return out;
+      }
+    } else if (locked.status().code() == StatusCode::kAborted) {
+      return locked.status();
+    } else {
+      LOG(WARNING) << locked.status().ToString() << ": fetching it all the same";
+    }
     StatusOr<std::unique_ptr<ModelCache::Writer>> entry = cache->NewEntry(sha256);
     if (entry.ok()) {
       writer = std::move(entry).value();

@@ -65,6 +65,25 @@ class ModelCache {
   // Internal when the temporary file cannot be created.
   [[nodiscard]] StatusOr<std::unique_ptr<Writer>> NewEntry(const std::string& sha256) const;
 
+  // The right to fetch the entry `sha256` for the host: an exclusive lock
+  // (flock) on a lock file next to it, held until destroyed (or the process
+  // ends). Other workers of the host wait for it and then find the entry.
+  class FetchLock {
+   public:
+    ~FetchLock();
+
+   private:
+    friend class ModelCache;
+    explicit FetchLock(int fd) : fd_(fd) {}
+    const int fd_;
+  };
+  // Waits up to `timeout` (looking at `stop` every 100 ms). DeadlineExceeded
+  // when another holder keeps it longer; Aborted once `stop` is set; Internal
+  // when the lock file cannot be opened.
+  [[nodiscard]] StatusOr<std::unique_ptr<FetchLock>> LockForFetch(
+      const std::string& sha256, std::chrono::milliseconds timeout,
+      const std::atomic<bool>& stop) const;
+
  private:
   explicit ModelCache(std::string dir) : dir_(std::move(dir)) {}
   const std::string dir_;
@@ -75,6 +94,9 @@ struct FetchOptions {
   int max_in_flight = 4;           // requests sent and not answered yet
   std::chrono::milliseconds reply_timeout{60000};  // longest wait for one reply
   std::string token;               // the job's, on every request
+  // Longest wait for another worker of the host that fetches the same file
+  // into the cache; then this one fetches it too.
+  std::chrono::milliseconds cache_lock_timeout{600000};
 };
 
 // A model file, and where it came from.
@@ -85,7 +107,10 @@ struct FetchedFile {
 
 // The file `sha256` of `size` bytes: from `cache` when it holds it whole (no
 // request sent), else fetched from the coordinator over `coordinator` (a
-// DEALER with no other request outstanding) and then written to `cache`. A
+// DEALER with no other request outstanding) and then written to `cache`.
+// Workers of one host that miss the same entry at once fetch it once: one
+// holds the cache's fetch lock, the others wait for it and read the entry
+// (report.cache "hit"). A
 // cache that cannot be written is not an error: the bytes are used all the
 // same and report.warning says why they were not kept. `cache` may be null
 // (no cache). `what` names the file in messages and the report ("model",
