@@ -28,8 +28,10 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "common/digest.h"
 #include "common/metrics.h"
 #include "elastic/coordinator.h"
+#include "elastic/model_file_server.h"
 #include "schema/channel.h"
 #include "server/shard.h"
 #include "tests/zip_files.h"
@@ -485,6 +487,100 @@ TEST(Worker, AModelFileOverTheMessageLimitComesInChunksAndASecondWorkerOfTheHost
   EXPECT_EQ(a["model_files"][0]["cache"], "miss");
   EXPECT_EQ(b["model_bytes_fetched"], 0);
   EXPECT_EQ(b["model_files"][0]["cache"], "hit");
+}
+
+// A coordinator that forgets the worker in the middle of a fetch (it
+// restarted): the worker registers again and fetches the file anew.
+TEST(Worker, AFetchTheCoordinatorForgotRegistersAgainAndGetsTheFile) {
+  if (!HaveData()) GTEST_SKIP() << "no Fashion-MNIST in " << kDataDir;
+  zmq::context_t context;
+  Channel::Options co;
+  co.token = "secret";
+  auto router = Channel::Bind(&context, "tcp://127.0.0.1:0", co).value();
+  const auto file = std::make_shared<const std::string>(
+      testing_zip::FakeTorchScript(std::string(300'000, 'p')));
+  Sha256 hash;
+  hash.Update(file->data(), file->size());
+  const std::string sha = hash.HexDigest();
+  constexpr uint64_t kChunk = 64 << 10;
+  auto files = ModelFileServer::Open(kChunk).value();
+  files->Add(sha, file->data(), file->size(), file);
+  JobSpec spec;
+  spec.job_id = "forgetful";
+  spec.model = "/models/net.pt";
+  spec.model_sha256 = sha;
+  spec.data_dir = kDataDir;
+  spec.virtual_workers = 2;
+  spec.batch_per_vw = 4;
+  spec.train_limit = 64;
+  spec.test_limit = -1;
+  spec.chunk_elems = 64;
+  spec.num_shards = 1;
+  std::atomic<bool> done{false};
+  std::atomic<int> registrations{0}, refused{0};
+  // The coordinator: the first registration's fetch is refused past 128 KiB, as by a
+  // coordinator that restarted; a step request is answered "stop".
+  std::thread coordinator([&] {
+    while (!done) {
+      auto in = router->Receive(milliseconds(20));
+      if (!in.ok() || !in->envelope.ok()) continue;
+      const Body& body = in->envelope->body;
+      Body answer;
+      if (std::holds_alternative<RegisterWorker>(body)) {
+        RegisterWorkerReply r{WorkerId(uint32_t(registrations++)), spec, {"tcp://127.0.0.1:9"}};
+        r.model_size = file->size();
+        r.fetch_chunk_bytes = kChunk;
+        answer = r;
+      } else if (const auto* fetch = std::get_if<FetchModel>(&body)) {
+        if (registrations == 1 && fetch->offset >= 2 * kChunk) {
+          ++refused;
+          answer = ErrorReply{StatusCode::kFailedPrecondition, "FetchModel from a peer that is no "
+                                                               "registered worker: register first"};
+        } else {
+          answer = files->Serve(*fetch).value();
+        }
+      } else if (std::holds_alternative<StepRequest>(body) || std::holds_alternative<Leave>(body)) {
+        answer = StepPlan{PlanKind::kStop, Step(0), Epoch(0), 0, 0, 0, 0};
+      } else {
+        continue;  // heartbeats
+      }
+      (void)router->SendTo(in->peer, Envelope{"", std::move(answer)});
+    }
+  });
+  const std::string dir = std::filesystem::temp_directory_path() / "eps-forgetful-XXXXXX";
+  std::string made = dir;
+  ASSERT_NE(mkdtemp(made.data()), nullptr);
+  WorkerOptions wo;
+  wo.coordinator = router->endpoint();
+  wo.token = "secret";
+  wo.host = "worker_test/forgetful";
+  wo.device_kind = "cpu";
+  wo.heartbeat_interval = milliseconds(50);
+  wo.report_file = made + "/report.json";
+  wo.model_cache_dir = made + "/cache";
+  std::atomic<int64_t> steps{0};
+  std::string script_seen;
+  wo.model_factory = [&](const ModelOptions& o) -> StatusOr<std::unique_ptr<ModelRunner>> {
+    script_seen = o.script;
+    return std::unique_ptr<ModelRunner>(new FakeModel(o, &steps, -1, {}));
+  };
+  auto worker = Worker::Open(wo, &context).value();
+  const std::atomic<bool> stop{false};
+  const Status st = worker->Run(&stop);
+  done = true;
+  coordinator.join();
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_GE(refused.load(), 1);
+  EXPECT_EQ(registrations.load(), 2);
+  EXPECT_EQ(script_seen, *file);
+  std::ifstream in(wo.report_file);
+  const nlohmann::json report = nlohmann::json::parse(in, nullptr, false);
+  EXPECT_EQ(report["outcome"], "done");
+  EXPECT_EQ(report["worker_ids"], nlohmann::json::array({0, 1}));
+  EXPECT_EQ(report["reregistrations"], 1);
+  EXPECT_EQ(report["model_bytes_fetched"], file->size());
+  EXPECT_EQ(report["model_files"][0]["cache"], "miss");
+  std::filesystem::remove_all(made);
 }
 
 TEST(Worker, AWorkerThatLeavesMidJobChangesNoBit) {

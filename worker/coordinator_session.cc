@@ -40,6 +40,13 @@ std::string CoordinatorSession::name() const {
   return options_.host + "/w" + std::to_string(id_.value());
 }
 
+Status CoordinatorSession::Renew() {
+  coordinator_->socket().set(zmq::sockopt::linger, 0);
+  EPS_ASSIGN_OR_RETURN(coordinator_, Channel::Connect(context_, options_.coordinator,
+                                                      CoordinatorChannelOptions(options_)));
+  return OkStatus();
+}
+
 Status CoordinatorSession::Send(Body body) {
   return coordinator_->Send(Envelope{options_.token, std::move(body)});
 }

@@ -71,6 +71,9 @@ class Laps {
   std::chrono::steady_clock::time_point mark_ = std::chrono::steady_clock::now();
 };
 
+// Times a worker asks for its model files, registering again between tries.
+constexpr int kFetchAttempts = 3;
+
 class WorkerImpl final : public Worker {
  public:
   WorkerImpl(WorkerOptions options, zmq::context_t* context, std::unique_ptr<Channel> coordinator)
@@ -145,6 +148,26 @@ class WorkerImpl final : public Worker {
       return st;
     }
     st = FetchModelFiles(*registered);
+    // A coordinator that restarted meanwhile forgot this worker (FailedPrecondition) or
+    // never answers what the old one was asked (DeadlineExceeded): register again and go
+    // on with the files still missing.
+    for (int attempt = 1; attempt < kFetchAttempts && !stopping() &&
+                          (st.code() == StatusCode::kFailedPrecondition ||
+                           st.code() == StatusCode::kDeadlineExceeded);
+         ++attempt) {
+      LOG(WARNING) << "getting the model files: " << st.ToString() << "; registering again";
+      EPS_RETURN_IF_ERROR(session_->Renew());
+      StatusOr<RegisterWorkerReply> again = session_->Register();
+      if (!again.ok()) return again.status();
+      ++times_.reregistrations;
+      metrics_.SetWorker(session_->id());
+      if (!SameComputation(again->spec, spec_)) {
+        return FailedPrecondition("registered again, but the coordinator now runs another job ('" +
+                                  again->spec.job_id + "', model " + again->spec.model + ")");
+      }
+      registered = std::move(again);
+      st = FetchModelFiles(*registered);
+    }
     if (stopping()) return Leave();
     if (!st.ok()) {
       // Bytes that are not the job's file (the coordinator's file changed) or a
