@@ -15,7 +15,7 @@ Channel::Options CoordinatorChannelOptions(const WorkerOptions& options) {
   // RegisterWorkerReply carries a text job's vocabulary in its envelope (the model files
   // come in FetchModel chunks, each in a frame of its own): the coordinator's envelopes
   // may be larger than a shard's (docs/security.md).
-  co.limits.max_header_bytes = size_t{256} << 20;
+  co.limits.max_header_bytes = size_t{1} << 30;
   return co;
 }
 
