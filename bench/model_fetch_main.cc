@@ -116,9 +116,8 @@ int main(int argc, char** argv) {
     int in_flight;
     const char* cache;  // "off", "miss", "hit"
   };
-  const std::vector<Row> rows = {{1, 1, "off"},  {1, 4, "off"},  {4, 1, "off"},
-                                 {4, 4, "off"},  {16, 4, "off"}, {64, 4, "off"},
-                                 {4, 4, "miss"}, {4, 4, "hit"}};
+  const std::vector<Row> rows = {{1, 1, "off"},  {1, 4, "off"},  {4, 1, "off"},  {4, 4, "off"},
+                                 {16, 4, "off"}, {64, 4, "off"}, {4, 4, "miss"}, {4, 4, "hit"}};
   for (const Row& row : rows) {
     const uint64_t chunk = (row.chunk_mib << 20) - eps::ModelFileServer::kEnvelopeRoom;
     Server server(&context, chunk, file, sha256);

@@ -379,7 +379,6 @@ class CoordinatorImpl final : public Coordinator {
     if (!d.error.ok()) SendError(in.peer, d.error);
   }
 
-
   // A chunk of a model file, to a worker of the job (one registered under
   // this routing id); a bad request is answered with its error and logged at
   // most once a minute, and the coordinator serves on.
@@ -388,7 +387,8 @@ class CoordinatorImpl final : public Coordinator {
     for (const auto& [id, p] : peers_.workers) known = known || p == peer;
     StatusOr<FetchModelReply> reply =
         known ? files_->Serve(request)
-              : FailedPrecondition("FetchModel from a peer that is no registered worker: register first");
+              : FailedPrecondition(
+                    "FetchModel from a peer that is no registered worker: register first");
     if (reply.ok()) {
       const uint64_t served = files_->bytes_served();
       if (served >= next_served_report_) {
@@ -601,10 +601,12 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
         "--init_sha256, --reinit and --init_allow_mismatch apply to the model --init_from names, "
         "and there is no --init_from");
   }
-  if (options.max_message_bytes < int64_t{2} * static_cast<int64_t>(ModelFileServer::kEnvelopeRoom)) {
-    return InvalidArgument("--max_message_mb: a message of the coordinator must be allowed at least " +
-                           std::to_string(2 * ModelFileServer::kEnvelopeRoom) + " bytes, not " +
-                           std::to_string(options.max_message_bytes));
+  if (options.max_message_bytes <
+      int64_t{2} * static_cast<int64_t>(ModelFileServer::kEnvelopeRoom)) {
+    return InvalidArgument(
+        "--max_message_mb: a message of the coordinator must be allowed at least " +
+        std::to_string(2 * ModelFileServer::kEnvelopeRoom) + " bytes, not " +
+        std::to_string(options.max_message_bytes));
   }
   if (options.spec.steps == 0 && !(options.epochs > 0))
     return InvalidArgument("set --steps or --epochs");
@@ -642,9 +644,10 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
   // The vocabulary travels in the registration reply itself.
   if (options.vocab.size() + ModelFileServer::kEnvelopeRoom >
       static_cast<uint64_t>(options.max_message_bytes)) {
-    return InvalidArgument("the vocabulary (" + std::to_string(options.vocab.size()) +
-                           " bytes) does not fit in a registration reply of at most --max_message_mb (" +
-                           std::to_string(options.max_message_bytes) + " bytes): raise it");
+    return InvalidArgument(
+        "the vocabulary (" + std::to_string(options.vocab.size()) +
+        " bytes) does not fit in a registration reply of at most --max_message_mb (" +
+        std::to_string(options.max_message_bytes) + " bytes): raise it");
   }
   EPS_ASSIGN_OR_RETURN(auto events, JsonLinesFile::Open(options.run_dir + "/events.jsonl"));
   // Next to the exported model: predict and evaluate tokenize as the workers did.

@@ -470,12 +470,11 @@ struct FetchModelReply {
   std::shared_ptr<const void> owner;  // keeps `data` alive (see ChunkBytes)
 };
 
-using Body =
-    std::variant<ErrorReply, RegisterWorker, RegisterWorkerReply, RegisterShard, ShardConfig,
-                 StepRequest, StepPlan, StepDone, Push, PushReply, Pull, PullReply, EvalResult,
-                 Shutdown, Heartbeat, Leave, Rollback, RollbackDone, Retain, PoolRequest,
-                 PoolAssign, JobInfo, JobInfoReply, JobStatusRequest, JobStatusReply, JobControl,
-                 FetchModel, FetchModelReply>;
+using Body = std::variant<ErrorReply, RegisterWorker, RegisterWorkerReply, RegisterShard,
+                          ShardConfig, StepRequest, StepPlan, StepDone, Push, PushReply, Pull,
+                          PullReply, EvalResult, Shutdown, Heartbeat, Leave, Rollback, RollbackDone,
+                          Retain, PoolRequest, PoolAssign, JobInfo, JobInfoReply, JobStatusRequest,
+                          JobStatusReply, JobControl, FetchModel, FetchModelReply>;
 
 struct Envelope {
   std::string token;

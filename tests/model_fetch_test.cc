@@ -1,6 +1,8 @@
 // The model files' chunk protocol: the coordinator's ModelFileServer
 // (elastic/model_file_server.h) answering FetchModel on a real ROUTER, the
 // worker's FetchModelFile and ModelCache (worker/model_fetch.h) on a DEALER.
+#include "worker/model_fetch.h"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -18,7 +20,6 @@
 #include "common/digest.h"
 #include "elastic/model_file_server.h"
 #include "schema/channel.h"
-#include "worker/model_fetch.h"
 
 namespace eps {
 namespace {
@@ -93,8 +94,8 @@ class FileService {
       if (silent) continue;
       StatusOr<FetchModelReply> reply = files_->Serve(*fetch);
       if (!reply.ok()) {
-        (void)router_->SendTo(in->peer, Envelope{"", ErrorReply{reply.status().code(),
-                                                              reply.status().message()}});
+        (void)router_->SendTo(
+            in->peer, Envelope{"", ErrorReply{reply.status().code(), reply.status().message()}});
         continue;
       }
       if (tamper) tamper(&*reply);
@@ -121,8 +122,8 @@ class ModelFetchTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  StatusOr<FetchedFile> Fetch(const ModelCache* cache, const std::string& sha256,
-                              uint64_t size, FetchOptions options = FetchOptions()) {
+  StatusOr<FetchedFile> Fetch(const ModelCache* cache, const std::string& sha256, uint64_t size,
+                              FetchOptions options = FetchOptions()) {
     if (endpoint_.empty()) endpoint_ = service_.Start();
     auto dealer = Channel::Connect(service_.context(), endpoint_).value();
     if (options.chunk_bytes == FetchOptions().chunk_bytes) options.chunk_bytes = kChunk;
@@ -335,9 +336,8 @@ TEST(ModelFileServer, ServesOffsetsBeyondFourGiBOfAFileOfFiveGiB) {
   void* map = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   ASSERT_NE(map, MAP_FAILED);
-  std::shared_ptr<const void> owner(map, [size](const void* p) {
-    munmap(const_cast<void*>(p), size);
-  });
+  std::shared_ptr<const void> owner(map,
+                                    [size](const void* p) { munmap(const_cast<void*>(p), size); });
   auto server = ModelFileServer::Open(4 << 20).value();
   const std::string sha(64, 'b');  // not hashed: 5 GiB would take seconds
   server->Add(sha, map, size, owner);

@@ -53,9 +53,9 @@ TEST(WorkerReport, HoldsEveryFieldInMillisecondsPerTrainPlan) {
 TEST(WorkerReport, CountsTheModelBytesFetchedOverEveryModelFile) {
   WorkerReport r = SomeReport();
   EXPECT_EQ(nlohmann::json::parse(ReportJson(r))["model_bytes_fetched"], 0);
-  r.model_files = {{"model", std::string(64, 'a'), uint64_t{5} << 30, uint64_t{5} << 30, 1280,
-                    "miss", 812.5},
-                   {"init_from", std::string(64, 'b'), 4096, 0, 0, "hit", 0.25}};
+  r.model_files = {
+      {"model", std::string(64, 'a'), uint64_t{5} << 30, uint64_t{5} << 30, 1280, "miss", 812.5},
+      {"init_from", std::string(64, 'b'), 4096, 0, 0, "hit", 0.25}};
   const nlohmann::json j = nlohmann::json::parse(ReportJson(r));
   EXPECT_EQ(j["model_bytes_fetched"].get<uint64_t>(), uint64_t{5} << 30);
   ASSERT_EQ(j["model_files"].size(), 2u);

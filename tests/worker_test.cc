@@ -260,7 +260,7 @@ class Job {
 
   struct RunningWorker {
     std::atomic<bool> stop{false};
-    std::string script_seen;  // ModelOptions::script, as the model factory got it last
+    std::string script_seen;              // ModelOptions::script, as the model factory got it last
     std::atomic<int64_t> model_steps{0};  // TrainStep calls on its models
     std::string report;
     std::future<Status> done;
@@ -474,7 +474,8 @@ TEST(Worker, AModelFileOverTheMessageLimitComesInChunksAndASecondWorkerOfTheHost
   auto chunk = call(FetchModel{sha, file.size() - 100, 128 << 10});  // served on: the tail
   ASSERT_TRUE(chunk.ok()) << chunk.status().ToString();
   const auto& bytes = std::get<FetchModelReply>(chunk->body);
-  EXPECT_EQ(std::string(static_cast<const char*>(bytes.data), bytes.size), file.substr(file.size() - 100));
+  EXPECT_EQ(std::string(static_cast<const char*>(bytes.data), bytes.size),
+            file.substr(file.size() - 100));
 
   auto* second = *job.StartWorker(setup);
   auto result = job.Finish();
@@ -497,8 +498,8 @@ TEST(Worker, AFetchTheCoordinatorForgotRegistersAgainAndGetsTheFile) {
   Channel::Options co;
   co.token = "secret";
   auto router = Channel::Bind(&context, "tcp://127.0.0.1:0", co).value();
-  const auto file = std::make_shared<const std::string>(
-      testing_zip::FakeTorchScript(std::string(300'000, 'p')));
+  const auto file =
+      std::make_shared<const std::string>(testing_zip::FakeTorchScript(std::string(300'000, 'p')));
   Sha256 hash;
   hash.Update(file->data(), file->size());
   const std::string sha = hash.HexDigest();
@@ -534,8 +535,9 @@ TEST(Worker, AFetchTheCoordinatorForgotRegistersAgainAndGetsTheFile) {
       } else if (const auto* fetch = std::get_if<FetchModel>(&body)) {
         if (registrations == 1 && fetch->offset >= 2 * kChunk) {
           ++refused;
-          answer = ErrorReply{StatusCode::kFailedPrecondition, "FetchModel from a peer that is no "
-                                                               "registered worker: register first"};
+          answer = ErrorReply{StatusCode::kFailedPrecondition,
+                              "FetchModel from a peer that is no "
+                              "registered worker: register first"};
         } else {
           answer = files->Serve(*fetch).value();
         }

@@ -1,8 +1,8 @@
 #include "worker/model_fetch.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <glog/logging.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -175,8 +175,8 @@ StatusOr<std::unique_ptr<ModelCache::FetchLock>> ModelCache::LockForFetch(
     }
     if (std::chrono::steady_clock::now() >= deadline) {
       close(fd);
-      return DeadlineExceeded("another worker of this host has been fetching " + sha256 +
-                              " into " + dir_ + " for " + std::to_string(timeout.count()) + " ms");
+      return DeadlineExceeded("another worker of this host has been fetching " + sha256 + " into " +
+                              dir_ + " for " + std::to_string(timeout.count()) + " ms");
     }
     if (!said) {
       LOG(INFO) << "another worker of this host fetches " << sha256.substr(0, 12) << " into "
@@ -195,8 +195,8 @@ StatusOr<FetchedFile> FetchModelFile(Channel* coordinator, const std::string& wh
                                      const ModelCache* cache, const FetchOptions& options,
                                      const std::atomic<bool>& stop) {
   const auto start = std::chrono::steady_clock::now();
-  const std::string name = "the " + what + " file (" + sha256.substr(0, 12) + ", " +
-                           std::to_string(size) + " bytes)";
+  const std::string name =
+      "the " + what + " file (" + sha256.substr(0, 12) + ", " + std::to_string(size) + " bytes)";
   if (!IsSha256Hex(sha256)) return InvalidArgument(name + ": '" + sha256 + "' is no SHA-256");
   if (options.chunk_bytes == 0 || options.max_in_flight < 1)
     return InvalidArgument("fetching " + name + ": chunks of 0 bytes or nothing in flight");

@@ -93,7 +93,7 @@ struct FetchOptions {
   uint64_t chunk_bytes = 4 << 20;  // each request's length: the registration reply's limit
   int max_in_flight = 4;           // requests sent and not answered yet
   std::chrono::milliseconds reply_timeout{60000};  // longest wait for one reply
-  std::string token;               // the job's, on every request
+  std::string token;                               // the job's, on every request
   // Longest wait for another worker of the host that fetches the same file
   // into the cache; then this one fetches it too.
   std::chrono::milliseconds cache_lock_timeout{600000};

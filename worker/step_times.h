@@ -48,7 +48,7 @@ struct TransferCounts {
 
 // A model file the worker needed (worker/model_fetch.h) and where its bytes came from.
 struct ModelFileReport {
-  std::string what;            // "model" (the TorchScript file) or "init_from"
+  std::string what;  // "model" (the TorchScript file) or "init_from"
   std::string sha256;
   uint64_t size = 0;
   uint64_t fetched_bytes = 0;  // received from the coordinator (0: all from the cache)
@@ -56,8 +56,8 @@ struct ModelFileReport {
   // "hit" (read from the host's cache), "miss" (fetched, then cached), "corrupt"
   // (the cached entry was damaged: removed, fetched again), "off" (no cache).
   std::string cache;
-  double ms = 0;               // getting the bytes, from the cache or the coordinator
-  std::string warning{};       // e.g. the cache could not be written (empty: none)
+  double ms = 0;          // getting the bytes, from the cache or the coordinator
+  std::string warning{};  // e.g. the cache could not be written (empty: none)
 };
 
 // A worker process's run, as written to its report file when Run() ends.

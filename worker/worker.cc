@@ -19,9 +19,9 @@
 #include "schema/channel.h"
 #include "worker/block_pusher.h"
 #include "worker/coordinator_session.h"
+#include "worker/model_fetch.h"
 #include "worker/param_client.h"
 #include "worker/sampler.h"
-#include "worker/model_fetch.h"
 #include "worker/slowdown.h"
 #include "worker/step_times.h"
 #include "worker/wait.h"
@@ -175,8 +175,7 @@ class WorkerImpl final : public Worker {
       const StatusCode code = st.code();
       if (code == StatusCode::kDataLoss || code == StatusCode::kNotFound ||
           code == StatusCode::kInvalidArgument) {
-        (void)session_->Send(
-            ErrorReply{code, "worker " + session_->name() + ": " + st.message()});
+        (void)session_->Send(ErrorReply{code, "worker " + session_->name() + ": " + st.message()});
       } else {
         (void)session_->Leave("cannot get the model files: " + st.ToString(),
                               /*host_fault=*/true);
@@ -260,9 +259,8 @@ class WorkerImpl final : public Worker {
          {std::tuple{model, "model", &spec_.model_sha256, reply.model_size, &model_script_},
           {init, "init_from", &spec_.init_sha256, reply.init_size, &init_file_}}) {
       if (!wanted) continue;
-      EPS_ASSIGN_OR_RETURN(FetchedFile file,
-                           FetchModelFile(session_->channel(), what, *sha256, size, cache_.get(),
-                                          fo, *stop_));
+      EPS_ASSIGN_OR_RETURN(FetchedFile file, FetchModelFile(session_->channel(), what, *sha256,
+                                                            size, cache_.get(), fo, *stop_));
       const ModelFileReport& r = file.report;
       LOG(INFO) << "the " << what << " file (" << r.size << " bytes): "
                 << (r.cache == "hit" ? "from the model cache"
