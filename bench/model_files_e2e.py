@@ -102,6 +102,11 @@ def main():
             if i + 1 < a.workers:
                 wait_for(ready, 900, f"worker {i} ready")
         rc = coord.wait(timeout=3600)
+        for p in procs[1:]:  # told to stop by the coordinator: let them end on their own
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
         with open(f"{d}/result.json") as f:
             result = json.load(f)
         print(f"coordinator exit {rc}, params_sha256 {result['params_sha256'][:16]}")
