@@ -307,17 +307,24 @@ class WorkerImpl final : public Worker {
     mo.script = std::move(model_script_);
     mo.freeze = freeze_;
     mo.init_file = std::move(init_file_);
-    const auto take_back = [&] {
-      model_script_ = std::move(mo.script);
-      init_file_ = std::move(mo.init_file);
+    struct TakeBack {  // also when the factory throws (std::bad_alloc)
+      ModelOptions& mo;
+      std::string& script;
+      std::string& init;
+      ~TakeBack() {
+        script = std::move(mo.script);
+        init = std::move(mo.init_file);
+      }
     };
     mo.reinit = reinit_;
     mo.init_allow_mismatch = spec_.init_allow_mismatch;
     mo.init_seed = spec_.seed;
     mo.threads = static_cast<int>(spec_.threads);
     mo.device = options_.device;
-    StatusOr<std::unique_ptr<ModelRunner>> made = options_.model_factory(mo);
-    take_back();
+    StatusOr<std::unique_ptr<ModelRunner>> made = [&] {
+      TakeBack take_back{mo, model_script_, init_file_};
+      return options_.model_factory(mo);
+    }();
     EPS_ASSIGN_OR_RETURN(model_, std::move(made));
     if (model_ == nullptr) return Internal("the model factory returned no model");
     const InitReport& init = model_->init_report();
