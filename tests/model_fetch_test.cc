@@ -193,6 +193,22 @@ TEST_F(ModelFetchTest, WorkersOfAHostMissingTogetherFetchTheFileOnce) {
   EXPECT_EQ(service_.requests(), static_cast<int64_t>((file_->size() + kChunk - 1) / kChunk));
 }
 
+TEST_F(ModelFetchTest, AFetchLockHeldTooLongIsWaitedForAsLongAsAllowedThenFetchedAnyway) {
+  auto cache = ModelCache::Open(dir_).value();
+  auto held = cache->LockForFetch(sha_, milliseconds(0), stop_);  // a worker that never finishes
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  FetchOptions impatient;
+  impatient.cache_lock_timeout = milliseconds(300);
+  const auto start = std::chrono::steady_clock::now();
+  auto got = Fetch(cache.get(), sha_, file_->size(), impatient);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(300));
+  EXPECT_EQ(got->report.cache, "miss");
+  EXPECT_EQ(got->report.fetched_bytes, file_->size());
+  std::string bytes;
+  EXPECT_EQ(cache->Read(sha_, file_->size(), &bytes).value(), ModelCache::Found::kHit);
+}
+
 TEST_F(ModelFetchTest, ACorruptCacheEntryIsDetectedRemovedAndFetchedAgain) {
   auto cache = ModelCache::Open(dir_).value();
   ASSERT_TRUE(Fetch(cache.get(), sha_, file_->size()).ok());
