@@ -26,6 +26,7 @@
 #include "elastic/job_metrics.h"
 #include "elastic/job_state.h"
 #include "elastic/metrics_csv.h"
+#include "elastic/model_file_server.h"
 #include "models/model_export.h"
 #include "models/model_file.h"
 #include "schema/allowed_keys_watch.h"
@@ -78,6 +79,10 @@ StatusOr<JobState::Resumed> ReadResumed(const StateStore& store, const std::stri
   return r;
 }
 
+// The largest model file the coordinator keeps in its store (a store value is
+// bounded; export_model needs the file only for a scripted export).
+constexpr uint64_t kMaxStoredModelBytes = uint64_t{1} << 30;
+
 class CoordinatorImpl final : public Coordinator {
  public:
   CoordinatorImpl(CoordinatorOptions options, std::unique_ptr<Channel> channel,
@@ -94,6 +99,14 @@ class CoordinatorImpl final : public Coordinator {
         peers_(options_.spec.num_shards),
         rejections_(RejectionsOptions(options_), &clock_) {
     if (options_.metrics) job_metrics_.emplace(options_.metrics);
+    // Open checked max_message_bytes: the chunk is at least 64 KiB.
+    files_ = std::move(ModelFileServer::Open(static_cast<uint64_t>(options_.max_message_bytes) -
+                                             ModelFileServer::kEnvelopeRoom))
+                 .value();
+    for (const auto& [sha256, bytes] : {std::pair{options_.spec.model_sha256, options_.model_bytes},
+                                        {options_.spec.init_sha256, options_.init_bytes}}) {
+      if (bytes) files_->Add(sha256, bytes->data(), bytes->size(), bytes);
+    }
     if (resumed) {
       state_.Resume(*resumed);
       persisted_job_ = true;
@@ -193,9 +206,11 @@ class CoordinatorImpl final : public Coordinator {
     s.max_workers = o.max_workers;
     s.data_fingerprint = o.data_fingerprint;
     s.host_backoff_max = std::max(s.host_backoff_max, o.host_backoff);
-    s.model_bytes = o.model_bytes;
+    s.model_size = o.model_bytes ? o.model_bytes->size() : 0;
+    s.init_size = o.init_bytes ? o.init_bytes->size() : 0;
+    s.fetch_chunk_bytes =
+        static_cast<uint64_t>(o.max_message_bytes) - ModelFileServer::kEnvelopeRoom;
     s.vocab = o.vocab;
-    s.init_bytes = o.init_bytes;
     return s;
   }
 
@@ -291,8 +306,16 @@ class CoordinatorImpl final : public Coordinator {
           {"samples",
            nlohmann::json{{"train", state_.train_samples()}, {"test", state_.test_samples()}}
                .dump()}};
-      // The TorchScript file, for export_model's scripted export (docs/models.md).
-      if (!options_.model_bytes.empty()) record.emplace_back(kModelScriptKey, options_.model_bytes);
+      // The TorchScript file, for export_model's scripted export (docs/models.md). A
+      // store value is at most 4 GiB: a file near that size is not kept.
+      if (options_.model_bytes && options_.model_bytes->size() <= kMaxStoredModelBytes) {
+        record.emplace_back(kModelScriptKey, *options_.model_bytes);
+      } else if (options_.model_bytes && !warned_unstored_model_) {
+        warned_unstored_model_ = true;
+        LOG(WARNING) << "the model file (" << options_.model_bytes->size()
+                     << " bytes) is too large for the coordinator's store: export_model cannot "
+                        "write model.script.pt from the store alone";
+      }
       if (!options_.vocab.empty()) record.emplace_back(kVocabKey, options_.vocab);
       st = store_->PutAll(record);
       persisted_job_ = st.ok();
@@ -341,6 +364,7 @@ class CoordinatorImpl final : public Coordinator {
     const Status admitted = AdmitIncoming(in, keys_ ? &*keys_ : nullptr, &rejections_);
     if (!admitted.ok()) return SendError(in.peer, admitted);
     const Body& body = in.envelope->body;
+    if (const auto* fetch = std::get_if<FetchModel>(&body)) return ServeFetch(in.peer, *fetch);
     Dispatched d = DispatchMessage(in.peer, body, &state_, &peers_);
     if (d.status_report) {
       const auto* request = std::get_if<JobStatusRequest>(&body);
@@ -359,6 +383,32 @@ class CoordinatorImpl final : public Coordinator {
     if (!d.error.ok()) SendError(in.peer, d.error);
   }
 
+  // A chunk of a model file, to a worker of the job (one registered under
+  // this routing id); a bad request is answered with its error and logged at
+  // most once a minute, and the coordinator serves on.
+  void ServeFetch(const std::string& peer, const FetchModel& request) {
+    bool known = false;
+    for (const auto& [id, p] : peers_.workers) known = known || p == peer;
+    StatusOr<FetchModelReply> reply =
+        known ? files_->Serve(request)
+              : FailedPrecondition(
+                    "FetchModel from a peer that is no registered worker: register first");
+    if (reply.ok()) {
+      const uint64_t served = files_->bytes_served();
+      if (served >= next_served_report_) {
+        LOG(INFO) << "model files: " << served << " bytes served in " << files_->chunks_served()
+                  << " chunks";
+        next_served_report_ = served + (uint64_t{1} << 30);
+      }
+      return Send(peer, std::move(reply).value());
+    }
+    const auto now = clock_.Now();
+    if (now >= next_fetch_warning_) {
+      LOG(WARNING) << "refused a FetchModel: " << reply.status().ToString();
+      next_fetch_warning_ = now + std::chrono::minutes(1);
+    }
+    SendError(peer, reply.status());
+  }
 
   // Reads the final parameters from the shards, hashes them in layout order,
   // writes result.json; returns the parameters' digest.
@@ -451,6 +501,10 @@ class CoordinatorImpl final : public Coordinator {
   uint32_t persisted_next_worker_ = 0;
   std::optional<Step> persisted_hold_;
   CoordinatorPeers peers_;
+  std::unique_ptr<ModelFileServer> files_;  // the model files the workers fetch
+  uint64_t next_served_report_ = 0;
+  Clock::time_point next_fetch_warning_{};
+  bool warned_unstored_model_ = false;
   bool stray_error_logged_ = false;
   Rejections rejections_;  // after clock_, which it reads
   std::optional<AllowedKeysWatch> keys_;  // with CURVE: revocation of open connections
@@ -540,7 +594,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
     EPS_ASSIGN_OR_RETURN(ModelFile file,
                          ReadModelFile(options.spec.model, options.spec.model_sha256));
     options.spec.model_sha256 = file.sha256;
-    options.model_bytes = std::move(file.bytes);
+    options.model_bytes = std::make_shared<const std::string>(std::move(file.bytes));
   } else if (!options.spec.model_sha256.empty()) {
     return InvalidArgument("--model_sha256 pins a TorchScript model file, but --model '" +
                            options.spec.model +
@@ -550,12 +604,19 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
     EPS_ASSIGN_OR_RETURN(ModelFile file,
                          ReadInitFile(options.init_from, options.spec.init_sha256));
     options.spec.init_sha256 = file.sha256;
-    options.init_bytes = std::move(file.bytes);
+    options.init_bytes = std::make_shared<const std::string>(std::move(file.bytes));
   } else if (!options.spec.init_sha256.empty() || !options.spec.reinit.empty() ||
              options.spec.init_allow_mismatch) {
     return InvalidArgument(
         "--init_sha256, --reinit and --init_allow_mismatch apply to the model --init_from names, "
         "and there is no --init_from");
+  }
+  if (options.max_message_bytes <
+      int64_t{2} * static_cast<int64_t>(ModelFileServer::kEnvelopeRoom)) {
+    return InvalidArgument(
+        "--max_message_mb: a message of the coordinator must be allowed at least " +
+        std::to_string(2 * ModelFileServer::kEnvelopeRoom) + " bytes, not " +
+        std::to_string(options.max_message_bytes));
   }
   if (options.spec.steps == 0 && !(options.epochs > 0))
     return InvalidArgument("set --steps or --epochs");
@@ -590,6 +651,14 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
       return job.status();
     }
   }
+  // The vocabulary travels in the registration reply itself.
+  if (options.vocab.size() + ModelFileServer::kEnvelopeRoom >
+      static_cast<uint64_t>(options.max_message_bytes)) {
+    return InvalidArgument(
+        "the vocabulary (" + std::to_string(options.vocab.size()) +
+        " bytes) does not fit in a registration reply of at most --max_message_mb (" +
+        std::to_string(options.max_message_bytes) + " bytes): raise it");
+  }
   EPS_ASSIGN_OR_RETURN(auto events, JsonLinesFile::Open(options.run_dir + "/events.jsonl"));
   // Next to the exported model: predict and evaluate tokenize as the workers did.
   if (!options.vocab.empty())
@@ -602,6 +671,7 @@ StatusOr<std::unique_ptr<Coordinator>> Coordinator::Open(const CoordinatorOption
   co.curve = options.curve;
   co.send_hwm = co.receive_hwm = options.socket_hwm;
   co.max_message_bytes = LargestLegitFrame(/*chunk_elems=*/0, co.limits);  // no chunk comes here
+  co.max_send_bytes = options.max_message_bytes;
   co.metrics = options.metrics;
   co.token = options.token;
   EPS_ASSIGN_OR_RETURN(auto channel, Channel::Bind(context, bind, co));

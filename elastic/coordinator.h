@@ -44,6 +44,11 @@ struct CoordinatorOptions {
   // Limits of the bound socket (docs/security.md, "Bounded resources"): messages queued per
   // peer each way (0: unbounded). Its largest frame is an envelope's (DecodeLimits).
   int socket_hwm = 1000;
+  // The largest message the coordinator sends, all frames together (--max_message_mb).
+  // The model files go to the workers in FetchModel chunks of this less 64 KiB of
+  // envelope room (ModelFileServer::kEnvelopeRoom); a registration reply over it
+  // (a text job's vocabulary) fails Open. At least 128 KiB.
+  int64_t max_message_bytes = int64_t{64} << 20;
   std::string run_dir;     // result.json goes here
   std::string store_path;  // RocksDB store of the job's state (empty: none). A coordinator
                            // restarted on it binds the same endpoint and resumes the job
@@ -71,8 +76,9 @@ struct CoordinatorOptions {
   std::string data_fingerprint;
   // The TorchScript file --model names (docs/models.md): Open reads it when
   // spec.model is a path (IsModelPath, models/model_file.h) and fills this and
-  // spec.model_sha256; every registering worker gets these bytes.
-  std::string model_bytes;
+  // spec.model_sha256; every registering worker fetches these bytes in chunks
+  // (FetchModel; elastic/model_file_server.h). Null: a built-in model.
+  std::shared_ptr<const std::string> model_bytes;
   // Text data (data/text.h): the serialized vocabulary of the training text
   // (CheckJobData builds it; a restarted coordinator takes its store's), sent
   // to every worker, kept in the store and written to run_dir/vocab.json.
@@ -81,9 +87,10 @@ struct CoordinatorOptions {
   int64_t truncated_train = 0, truncated_test = 0;
   // Transfer learning (docs/models.md): the exported model the job starts
   // from. Open reads `init_from` (ReadInitFile, models/model_file.h), pins it
-  // in spec.init_sha256 and hands its bytes to every registering worker.
+  // in spec.init_sha256 and serves its bytes to every registering worker as
+  // it serves the model's (null: none).
   std::string init_from;
-  std::string init_bytes;
+  std::shared_ptr<const std::string> init_bytes;
   Metrics* metrics = nullptr;       // the coordinator's metrics go here (null: none)
   std::string metrics_address;      // where they are served ("host:port"), for the scrape targets
 };

@@ -116,6 +116,11 @@ DEFINE_string(
     "With --curve_secret_key: the clients' public keys, a file (one Z85 key a line) or a "
     "folder of *.pub; re-read at every handshake and, for open connections, at most once a "
     "second: removing a key revokes it");
+DEFINE_int64(max_message_mb, 64,
+             "The largest message the coordinator sends (MiB, at least 1): the model and "
+             "--init_from files go to the workers in chunks of this less 64 KiB, never whole; "
+             "a text job's vocabulary must fit in one registration reply. Lower it to test "
+             "chunking with a small model");
 DEFINE_int32(socket_hwm, 1000,
              "Messages queued per peer each way on the coordinator's socket (0: unbounded)");
 DEFINE_int32(startup_timeout_s, 120, "The shards must register within this time");
@@ -336,6 +341,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.socket_hwm = FLAGS_socket_hwm;
+  if (FLAGS_max_message_mb < 1 || FLAGS_max_message_mb > (int64_t{1} << 20)) {
+    LOG(ERROR) << "--max_message_mb must be in [1, 1048576], not " << FLAGS_max_message_mb;
+    return 2;
+  }
+  o.max_message_bytes = FLAGS_max_message_mb << 20;
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
 

@@ -85,13 +85,16 @@ struct JobStateOptions {
   std::chrono::milliseconds host_backoff{60000};
   std::chrono::milliseconds host_backoff_max{900000};
   std::chrono::milliseconds host_failure_window{600000};
-  // The TorchScript model file of the job (empty: a built-in model), sent to
-  // every worker in its RegisterWorkerReply; never to the shards.
-  std::string model_bytes;
-  // Text data: the serialized vocabulary (data/text.h), sent to every worker too.
+  // The sizes of the job's TorchScript model file (spec.model_sha256; 0: a
+  // built-in model) and --init_from file (spec.init_sha256; 0: none), told to
+  // every worker in its RegisterWorkerReply with the largest chunk it may ask
+  // for: it fetches the bytes with FetchModel (elastic/model_file_server.h).
+  // Never to the shards.
+  uint64_t model_size = 0;
+  uint64_t init_size = 0;
+  uint64_t fetch_chunk_bytes = 0;
+  // Text data: the serialized vocabulary (data/text.h), sent to every worker in it.
   std::string vocab;
-  // The --init_from file (spec.init_sha256; docs/models.md), sent to every worker too.
-  std::string init_bytes;
   // What one peer holding the token can make the coordinator keep
   // (docs/security.md, "Bounded resources"): registrations beyond these many
   // live workers on one machine (MachineOf), or in all, are refused (cause

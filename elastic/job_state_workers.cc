@@ -246,9 +246,11 @@ void JobState::AnswerRegistrations() {
     WorkerInfo& w = workers_[id];
     if (!w.alive) continue;
     w.last_seen = clock_->Now();  // its heartbeats start now
-    RegisterWorkerReply reply{id, spec_, shard_addresses_, options_.model_bytes};
+    RegisterWorkerReply reply{id, spec_, shard_addresses_};
     reply.vocab = options_.vocab;
-    reply.init_bytes = options_.init_bytes;
+    reply.model_size = options_.model_size;
+    reply.init_size = options_.init_size;
+    reply.fetch_chunk_bytes = options_.fetch_chunk_bytes;
     Send(id, std::move(reply));
   }
   unanswered_registrations_.clear();

@@ -5,6 +5,7 @@
 #
 #   launcher/attach.sh --coordinator tcp://HOST:PORT --token-file FILE [--device cpu] [--threads N]
 #                      [--compute-cpus CPUS] [--slowdown F] [--log FILE] [--report-file FILE]
+#                      [--model-cache-dir DIR]
 #                      [--register-timeout S] [--metrics] [--metrics-host HOST]
 #                      [--secure-dir RUN_DIR | --curve-secret-key FILE --curve-server-key FILE]
 #   launcher/attach.sh --scheduler tcp://HOST:PORT [--token-file POOL_TOKEN] [...]
@@ -27,6 +28,9 @@
 #               idles (F - 1) x each VW's compute time (timing only, never bits).
 # --log FILE    append the worker's log to FILE instead of the terminal.
 # --report-file FILE  the worker writes its end-of-run report (JSON, docs/events.md) to FILE.
+# --model-cache-dir DIR  the host's cache of model files by SHA-256 (worker --model_cache_dir;
+#               default $TMPDIR/elasticps-model-cache-<uid>, 'none': no cache): a worker
+#               attaching again, or a second one of the host, fetches no model byte.
 # --register-timeout S  give up after S seconds (default 120) without an answer from the
 #               coordinator (one that ended, a wrong address): the worker says so every
 #               10 s meanwhile and then exits 3 (docs/operations.md lists the exit codes).
@@ -52,11 +56,11 @@ die() { echo "attach.sh: $*" >&2; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
-coordinator="" scheduler="" token_file="" device=cpu threads=0 slowdown=1 log="" compute_cpus="" report_file=""
+coordinator="" scheduler="" token_file="" device=cpu threads=0 slowdown=1 log="" compute_cpus="" report_file="" model_cache_dir=""
 register_timeout=120 metrics=0 metrics_host="" secure_dir="" curve_secret_key="" curve_server_key=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --coordinator|--scheduler|--token-file|--device|--threads|--compute-cpus|--slowdown|--log|--report-file|--register-timeout|--metrics-host|--secure-dir|--curve-secret-key|--curve-server-key)
+    --coordinator|--scheduler|--token-file|--device|--threads|--compute-cpus|--slowdown|--log|--report-file|--model-cache-dir|--register-timeout|--metrics-host|--secure-dir|--curve-secret-key|--curve-server-key)
       [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"
       case "$1" in
         --coordinator) coordinator=$2 ;;
@@ -68,6 +72,7 @@ while [ $# -gt 0 ]; do
         --slowdown) slowdown=$2 ;;
         --log) log=$2 ;;
         --report-file) report_file=$2 ;;
+        --model-cache-dir) model_cache_dir=$2 ;;
         --register-timeout) register_timeout=$2 ;;
         --metrics-host) metrics=1; metrics_host=$2 ;;
         --secure-dir) secure_dir=$2 ;;
@@ -103,6 +108,8 @@ compute=()
 [ -z "$compute_cpus" ] || compute=(--compute_cpus="$compute_cpus")
 report=()
 [ -z "$report_file" ] || report=(--report_file="$report_file")
+cache=()
+[ -z "$model_cache_dir" ] || cache=(--model_cache_dir="$model_cache_dir")
 [[ "$metrics_host" =~ ^[A-Za-z0-9.:_-]*$ ]] || die "--metrics-host must be a host name or address"
 metrics_flags=()
 if [ $metrics = 1 ]; then
@@ -137,4 +144,4 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 # exec: the worker gets this process id, so Ctrl-C and SIGTERM reach it directly, and
 # this script ends when the worker does, with its exit code.
 exec "$bin/worker" "${target[@]}" --device="$device" --threads="$threads" --slowdown="$slowdown" \
-  --register_timeout_s="$register_timeout" "${compute[@]}" "${report[@]}" "${metrics_flags[@]}" "${curve[@]}"
+  --register_timeout_s="$register_timeout" "${compute[@]}" "${report[@]}" "${cache[@]}" "${metrics_flags[@]}" "${curve[@]}"

@@ -13,6 +13,32 @@
 namespace eps {
 namespace {
 
+// An istream's buffer over bytes it does not own (no copy: a model file may be
+// gigabytes), seekable as torch::jit::load needs.
+class BytesStreamBuf final : public std::streambuf {
+ public:
+  explicit BytesStreamBuf(const std::string& bytes) {
+    char* begin = const_cast<char*>(bytes.data());  // read only: no put area
+    setg(begin, begin, begin + bytes.size());
+  }
+
+ protected:
+  pos_type seekoff(off_type off, std::ios_base::seekdir dir,
+                   std::ios_base::openmode which) override {
+    if (!(which & std::ios_base::in)) return pos_type(off_type(-1));
+    const off_type base = dir == std::ios_base::beg   ? 0
+                          : dir == std::ios_base::cur ? gptr() - eback()
+                                                      : egptr() - eback();
+    return seekpos(pos_type(base + off), which);
+  }
+  pos_type seekpos(pos_type pos, std::ios_base::openmode which) override {
+    if (!(which & std::ios_base::in) || off_type(pos) < 0 || off_type(pos) > egptr() - eback())
+      return pos_type(off_type(-1));
+    setg(eback(), eback() + off_type(pos), egptr());
+    return pos;
+  }
+};
+
 NamedTensors Collect(const torch::jit::named_parameter_list& list) {
   NamedTensors out;
   for (const auto& p : list) out.emplace_back(p.name, p.value);
@@ -84,7 +110,8 @@ StatusOr<std::unique_ptr<Net>> LoadScriptNet(const std::string& bytes) {
   DisableJitOptimization();
   torch::jit::Module module;
   try {
-    std::istringstream in(bytes);
+    BytesStreamBuf buffer(bytes);
+    std::istream in(&buffer);
     module = torch::jit::load(in, torch::kCPU);
   } catch (const c10::Error& e) {
     return InvalidArgument(

@@ -183,6 +183,16 @@ Status Channel::SendTo(const std::string& peer, const Envelope& envelope) {
 
 Status Channel::SendFrames(const std::string* peer, const Envelope& envelope) {
   EPS_ASSIGN_OR_RETURN(std::vector<Frame> frames, Encode(envelope));
+  if (options_.max_send_bytes >= 0) {
+    uint64_t total = 0;
+    for (const Frame& f : frames) total += f.size;
+    if (total > static_cast<uint64_t>(options_.max_send_bytes)) {
+      return ResourceExhausted(std::string("a ") + BodyName(envelope.body) + " of " +
+                               std::to_string(total) + " bytes is over the " +
+                               std::to_string(options_.max_send_bytes) +
+                               " bytes a message of this channel may have");
+    }
+  }
   // A ROUTER never waits: a peer whose queue is full (send_hwm) fails its first frame at once
   // (ZMQ_ROUTER_MANDATORY), and the rest of a message whose first frame went always goes.
   const auto wait = router_ ? zmq::send_flags::dontwait : zmq::send_flags::none;

@@ -52,6 +52,10 @@ class Channel {
     // message's frames are not bounded together: DecodeLimits::max_frames
     // bounds their number once the message is whole.
     int64_t max_message_bytes = -1;
+    // The largest message this channel sends, all its frames together; a
+    // larger one is not sent: ResourceExhausted. -1: no limit. (The
+    // coordinator's --max_message_mb: no message of its may hold a whole model.)
+    int64_t max_send_bytes = -1;
     CurveOptions curve;  // off (plain TCP) without a secret key
     // The token every incoming message must carry (a server's job token;
     // empty: none checked). Receive returns a message with another one as

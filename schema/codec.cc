@@ -154,6 +154,11 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       m.model_bytes = bytes(in.getModelBytes());
       m.init_bytes = bytes(in.getInitBytes());
       m.vocab = bytes(in.getVocab());
+      m.model_size = in.getModelSize();
+      m.init_size = in.getInitSize();
+      m.fetch_chunk_bytes = in.getFetchChunkBytes();
+      if (m.model_size > kMaxModelBytes || m.init_size > kMaxModelBytes)
+        return ProtocolError("model file size over the limit");
       *body = std::move(m);
       return OkStatus();
     }
@@ -394,6 +399,31 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
     case W::JOB_CONTROL:
       *body = JobControl{b.getJobControl().getHold(), b.getJobControl().getFromStep()};
       return OkStatus();
+    case W::FETCH_MODEL: {
+      FetchModel m;
+      auto in = b.getFetchModel();
+      EPS_RETURN_IF_ERROR(r.Text(in.getSha256(), &m.sha256));
+      m.offset = in.getOffset();
+      m.length = in.getLength();
+      *body = std::move(m);
+      return OkStatus();
+    }
+    case W::FETCH_MODEL_REPLY: {
+      FetchModelReply m;
+      auto in = b.getFetchModelReply();
+      EPS_RETURN_IF_ERROR(r.Text(in.getSha256(), &m.sha256));
+      m.offset = in.getOffset();
+      m.file_size = in.getFileSize();
+      Frame f;
+      EPS_RETURN_IF_ERROR(r.ByteFrame(in.getFrame(), &f));
+      m.data = f.data;
+      m.size = f.size;
+      m.owner = f.owner;
+      if (m.offset > m.file_size || m.size > m.file_size - m.offset)
+        return ProtocolError("file bytes beyond the file's size");
+      *body = std::move(m);
+      return OkStatus();
+    }
   }
   return ProtocolError("unknown message kind " + std::to_string(static_cast<int>(b.which())));
 }
@@ -409,7 +439,8 @@ const char* BodyName(const Body& body) {
                                        "leave",          "rollback",       "rollbackDone",
                                        "retain",         "poolRequest",    "poolAssign",
                                        "jobInfo",        "jobInfoReply",   "jobStatusRequest",
-                                       "jobStatusReply", "jobControl"};
+                                       "jobStatusReply", "jobControl",     "fetchModel",
+                                       "fetchModelReply"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }
@@ -448,6 +479,9 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    o.setModelBytes(data(m.model_bytes));
                    o.setInitBytes(data(m.init_bytes));
                    o.setVocab(data(m.vocab));
+                   o.setModelSize(m.model_size);
+                   o.setInitSize(m.init_size);
+                   o.setFetchChunkBytes(m.fetch_chunk_bytes);
                  },
                  [&](const RegisterShard& m) {
                    auto o = b.initRegisterShard();
@@ -599,6 +633,20 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    auto o = b.initJobControl();
                    o.setHold(m.hold);
                    o.setFromStep(m.from_step);
+                 },
+                 [&](const FetchModel& m) {
+                   auto o = b.initFetchModel();
+                   o.setSha256(m.sha256);
+                   o.setOffset(m.offset);
+                   o.setLength(m.length);
+                 },
+                 [&](const FetchModelReply& m) {
+                   auto o = b.initFetchModelReply();
+                   o.setSha256(m.sha256);
+                   o.setOffset(m.offset);
+                   o.setFileSize(m.file_size);
+                   o.setFrame(static_cast<uint32_t>(frames.size() - 1));
+                   frames.push_back({m.data, m.size, m.owner});
                  },
              },
              envelope.body);

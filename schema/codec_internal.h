@@ -121,6 +121,16 @@ class Reader {
     return OkStatus();
   }
 
+  // The byte frame `frame` (0 = the first after the envelope), taken once.
+  Status ByteFrame(uint32_t frame, Frame* out) {
+    const size_t i = size_t{frame} + 1;  // frame 0 is the envelope
+    if (i >= frames_.size()) return ProtocolError("names missing frame " + std::to_string(frame));
+    if (used_[i]) return ProtocolError("frame " + std::to_string(frame) + " referenced twice");
+    used_[i] = true;
+    *out = frames_[i];
+    return OkStatus();
+  }
+
   // Every byte frame must belong to some chunk: stray frames mean a confused peer.
   Status AllFramesUsed() const {
     for (size_t i = 1; i < used_.size(); ++i) {

@@ -40,6 +40,8 @@ struct Envelope {
     jobStatusRequest @25 :JobStatusRequest;
     jobStatusReply @26 :JobStatusReply;
     jobControl @27 :JobControl;
+    fetchModel @28 :FetchModel;
+    fetchModelReply @29 :FetchModelReply;
   }
 }
 
@@ -130,6 +132,12 @@ struct RegisterWorkerReply {
   modelBytes @3 :Data;            # the TorchScript model file (spec.modelSha256); empty: built-in
   initBytes @4 :Data;             # the --init_from model file (spec.initSha256); empty: none
   vocab @5 :Data;                 # text models: the vocabulary built from the training split
+  # Since FetchModel: modelBytes and initBytes stay empty and the worker fetches
+  # the files (spec.modelSha256, spec.initSha256) in chunks of at most
+  # fetchChunkBytes each (docs/design.md, "How the model reaches the workers").
+  modelSize @6 :UInt64;           # bytes of the TorchScript model file (0: built-in model)
+  initSize @7 :UInt64;            # bytes of the --init_from file (0: none)
+  fetchChunkBytes @8 :UInt64;     # the largest `length` a FetchModel may ask
 }
 
 struct RegisterShard {
@@ -405,4 +413,25 @@ struct JobControl {
   # or release it (hold false). Answered with the JobStatusReply after the change.
   hold @0 :Bool;
   fromStep @1 :Int64;
+}
+
+# worker -> coordinator: bytes [offset, offset + length) of a file the job's
+# workers need (the TorchScript model, the --init_from file), named by its
+# SHA-256 (spec.modelSha256 or spec.initSha256). length is at most the
+# registration reply's fetchChunkBytes and the range lies within the file
+# (the last chunk may be shorter); anything else is answered with an
+# ErrorReply, and the coordinator serves on.
+struct FetchModel {
+  sha256 @0 :Text;                # hex, lower case
+  offset @1 :UInt64;
+  length @2 :UInt64;
+}
+
+# coordinator -> worker: the bytes asked for, in the byte frame `frame` after
+# the envelope (never inside it).
+struct FetchModelReply {
+  sha256 @0 :Text;
+  offset @1 :UInt64;
+  frame @2 :UInt32;               # index of the byte frame after the envelope (0 = first)
+  fileSize @3 :UInt64;            # the whole file's size
 }

@@ -185,10 +185,10 @@ struct RegisterWorker {
   std::string cpu_kernels{};
 };
 
-// The largest TorchScript model file a job takes (models/model_file.h): its
-// bytes travel inside the RegisterWorkerReply envelope, whose decoder on the
-// worker allows this much more than DecodeLimits' default.
-inline constexpr size_t kMaxModelBytes = size_t{256} << 20;
+// The largest model file a job takes (models/model_file.h): a TorchScript file
+// or an --init_from file of 1 B float32 parameters and some room. Its bytes
+// travel in FetchModel chunks, never in one message.
+inline constexpr uint64_t kMaxModelBytes = uint64_t{5} << 30;
 
 struct RegisterWorkerReply {
   WorkerId worker;
@@ -197,6 +197,12 @@ struct RegisterWorkerReply {
   std::string model_bytes{};  // the TorchScript model file (spec.model_sha256); empty: built-in
   std::string init_bytes{};   // the --init_from model file (spec.init_sha256); empty: none
   std::string vocab{};        // text models: the vocabulary built from the training split
+  // The files' sizes: the worker fetches them by spec.model_sha256 and
+  // spec.init_sha256 with FetchModel, `fetch_chunk_bytes` at most each, when
+  // model_bytes / init_bytes are empty (0: no such file).
+  uint64_t model_size = 0;
+  uint64_t init_size = 0;
+  uint64_t fetch_chunk_bytes = 0;
 };
 
 struct RegisterShard {
@@ -445,11 +451,32 @@ struct JobControl {
   int64_t from_step = 0;
 };
 
-using Body =
-    std::variant<ErrorReply, RegisterWorker, RegisterWorkerReply, RegisterShard, ShardConfig,
-                 StepRequest, StepPlan, StepDone, Push, PushReply, Pull, PullReply, EvalResult,
-                 Shutdown, Heartbeat, Leave, Rollback, RollbackDone, Retain, PoolRequest,
-                 PoolAssign, JobInfo, JobInfoReply, JobStatusRequest, JobStatusReply, JobControl>;
+// Worker -> coordinator: bytes [offset, offset + length) of the job's model
+// file (or --init_from file) named by its SHA-256 (hex, lower case); length at
+// most RegisterWorkerReply::fetch_chunk_bytes. Answered with a FetchModelReply
+// or an ErrorReply (an unknown file, a range outside it, a length of 0 or over
+// the limit).
+struct FetchModel {
+  std::string sha256;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+// Coordinator -> worker: the bytes FetchModel asked for, in a frame of their own.
+struct FetchModelReply {
+  std::string sha256;
+  uint64_t offset = 0;
+  uint64_t file_size = 0;  // the whole file's
+  const void* data = nullptr;
+  size_t size = 0;
+  std::shared_ptr<const void> owner;  // keeps `data` alive (see ChunkBytes)
+};
+
+using Body = std::variant<ErrorReply, RegisterWorker, RegisterWorkerReply, RegisterShard,
+                          ShardConfig, StepRequest, StepPlan, StepDone, Push, PushReply, Pull,
+                          PullReply, EvalResult, Shutdown, Heartbeat, Leave, Rollback, RollbackDone,
+                          Retain, PoolRequest, PoolAssign, JobInfo, JobInfoReply, JobStatusRequest,
+                          JobStatusReply, JobControl, FetchModel, FetchModelReply>;
 
 struct Envelope {
   std::string token;

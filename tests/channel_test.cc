@@ -419,6 +419,29 @@ TEST(Channel, FrameOverTheLimitIsDroppedAndItsConnectionCountedClosed) {
   EXPECT_FALSE(in->envelope.ok());  // not an envelope, but it arrived
 }
 
+TEST(Channel, AMessageOverTheSendLimitIsNotSentAndOneAtItIs) {
+  zmq::context_t ctx;
+  auto server = BindOrDie(&ctx, "tcp://127.0.0.1:0");
+  ASSERT_NE(server, nullptr);
+  Channel::Options o = TestOptions();
+  o.max_send_bytes = 100000;
+  auto client = Channel::Connect(&ctx, server->endpoint(), o).value();
+  const auto file = std::make_shared<std::string>(99000, 'm');
+  FetchModelReply reply{std::string(64, 'a'), 0, 1 << 20, file->data(), file->size(), file};
+  ASSERT_TRUE(client->Send(Envelope{"", reply}).ok());  // 99000 bytes and the envelope
+  reply.size = 100000;
+  reply.owner = std::make_shared<std::string>(100000, 'n');
+  reply.data = static_cast<const std::string*>(reply.owner.get())->data();
+  Status st = client->Send(Envelope{"", reply});
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.ToString();
+  EXPECT_NE(st.message().find("fetchModelReply"), std::string::npos) << st.ToString();
+  auto in = server->Receive(kWait);
+  ASSERT_TRUE(in.ok()) << in.status().ToString();
+  ASSERT_TRUE(in->envelope.ok()) << in->envelope.status().ToString();
+  EXPECT_EQ(std::get<FetchModelReply>(in->envelope->body).size, 99000u);
+  EXPECT_FALSE(server->Receive(milliseconds(100)).ok()) << "the message over the limit came";
+}
+
 TEST(Channel, LargestLegitPushPassesTheLimitMadeForItsJob) {
   constexpr int64_t kChunkElems = 1 << 20;
   zmq::context_t ctx;

@@ -147,6 +147,9 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.model_bytes, b.model_bytes);
           EXPECT_EQ(a.init_bytes, b.init_bytes);
           EXPECT_EQ(a.vocab, b.vocab);
+          EXPECT_EQ(a.model_size, b.model_size);
+          EXPECT_EQ(a.init_size, b.init_size);
+          EXPECT_EQ(a.fetch_chunk_bytes, b.fetch_chunk_bytes);
         } else if constexpr (std::is_same_v<T, RegisterShard>) {
           EXPECT_EQ(a.shard, b.shard);
           EXPECT_EQ(a.address, b.address);
@@ -264,6 +267,16 @@ void ExpectSameBody(const Body& sent, const Body& got) {
         } else if constexpr (std::is_same_v<T, JobControl>) {
           EXPECT_EQ(a.hold, b.hold);
           EXPECT_EQ(a.from_step, b.from_step);
+        } else if constexpr (std::is_same_v<T, FetchModel>) {
+          EXPECT_EQ(a.sha256, b.sha256);
+          EXPECT_EQ(a.offset, b.offset);
+          EXPECT_EQ(a.length, b.length);
+        } else if constexpr (std::is_same_v<T, FetchModelReply>) {
+          EXPECT_EQ(a.sha256, b.sha256);
+          EXPECT_EQ(a.offset, b.offset);
+          EXPECT_EQ(a.file_size, b.file_size);
+          ASSERT_EQ(a.size, b.size);
+          EXPECT_EQ(0, std::memcmp(a.data, b.data, a.size));
         } else {
           static_assert(!sizeof(T), "a Body alternative has no comparison");
         }
@@ -359,7 +372,8 @@ TEST(Codec, EveryMessageKindRoundTripsWithAllFields) {
     const std::vector<Frame> frames = EncodeOrDie(sent);
     ASSERT_FALSE(frames.empty());
     const auto* chunks = ChunksOf(sent.body);
-    EXPECT_EQ(frames.size(), 1 + (chunks ? chunks->size() : 0));
+    const bool file_bytes = std::holds_alternative<FetchModelReply>(sent.body);
+    EXPECT_EQ(frames.size(), 1 + (chunks ? chunks->size() : 0) + (file_bytes ? 1 : 0));
 
     // As encoded, and as a peer delivers it: fresh buffers, the header unaligned.
     for (size_t misalign : {0, 1, 3, 4, 7}) {
@@ -374,6 +388,9 @@ TEST(Codec, EveryMessageKindRoundTripsWithAllFields) {
           EXPECT_EQ((*got_chunks)[i].data, wire[i + 1].data) << "chunk " << i;
           EXPECT_EQ((*got_chunks)[i].owner, wire[i + 1].owner) << "chunk " << i;
         }
+      }
+      if (const auto* got_file = std::get_if<FetchModelReply>(&got->body)) {
+        EXPECT_EQ(got_file->data, wire[1].data) << "file bytes are never copied";
       }
     }
   }

@@ -69,7 +69,7 @@ inline std::vector<Envelope> EveryMessageKind() {
   out.push_back({"tok-rwr", RegisterWorkerReply{
                                 WorkerId(9), FullSpec(), {"tcp://10.0.0.1:5000", "", "ipc:///x"},
                                 std::string("PK\x03\x04\0model", 10), std::string("init\0bytes", 10),
-                                "<pad>\n<unk>\nmail\n"}});
+                                "<pad>\n<unk>\nmail\n", uint64_t{5} << 30, 12345, 4 << 20}});
   out.push_back({"tok-rs", RegisterShard{ShardId(3), "tcp://10.0.0.2:6000", Step(40), Step(41), "10.0.0.2:9101"}});
   out.push_back({"tok-sc", ShardConfig{FullSpec(), FullTensors()}});
   StepRequest request{WorkerId(5), Step(-1), FullTensors()};
@@ -139,6 +139,10 @@ inline std::vector<Envelope> EveryMessageKind() {
   status.hold_from = 44;
   out.push_back({"tok-jst", status});
   out.push_back({"tok-jc", JobControl{true, 45}});
+  out.push_back({"tok-fm", FetchModel{std::string(64, 'a'), uint64_t{4} << 30, 4 << 20}});
+  const ChunkBytes file = MakeChunk(0, 70000, 9);
+  out.push_back({"tok-fmr", FetchModelReply{std::string(64, 'b'), uint64_t{4} << 30,
+                                            uint64_t{5} << 30, file.data, file.size, file.owner}});
   return out;
 }
 

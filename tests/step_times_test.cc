@@ -50,6 +50,22 @@ TEST(WorkerReport, HoldsEveryFieldInMillisecondsPerTrainPlan) {
   EXPECT_EQ(j["shm_push_refusals"], 0);
 }
 
+TEST(WorkerReport, CountsTheModelBytesFetchedOverEveryModelFile) {
+  WorkerReport r = SomeReport();
+  EXPECT_EQ(nlohmann::json::parse(ReportJson(r))["model_bytes_fetched"], 0);
+  r.model_files = {
+      {"model", std::string(64, 'a'), uint64_t{5} << 30, uint64_t{5} << 30, 1280, "miss", 812.5},
+      {"init_from", std::string(64, 'b'), 4096, 0, 0, "hit", 0.25}};
+  const nlohmann::json j = nlohmann::json::parse(ReportJson(r));
+  EXPECT_EQ(j["model_bytes_fetched"].get<uint64_t>(), uint64_t{5} << 30);
+  ASSERT_EQ(j["model_files"].size(), 2u);
+  EXPECT_EQ(j["model_files"][0]["size"].get<uint64_t>(), uint64_t{5} << 30);
+  EXPECT_EQ(j["model_files"][0]["chunks"], 1280);
+  EXPECT_EQ(j["model_files"][1]["what"], "init_from");
+  EXPECT_EQ(j["model_files"][1]["cache"], "hit");
+  EXPECT_EQ(j["model_files"][1]["fetched_bytes"], 0);
+}
+
 TEST(WorkerReport, AFailureCarriesItsStatus) {
   WorkerReport r = SomeReport();
   r.outcome = "failed";

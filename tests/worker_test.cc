@@ -28,9 +28,13 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "common/digest.h"
 #include "common/metrics.h"
 #include "elastic/coordinator.h"
+#include "elastic/model_file_server.h"
+#include "schema/channel.h"
 #include "server/shard.h"
+#include "tests/zip_files.h"
 
 namespace eps {
 namespace {
@@ -169,6 +173,7 @@ struct WorkerSetup {
   Metrics* metrics = nullptr;  // WorkerOptions::metrics
   std::string machine;  // the host it reports is "<machine>:<pid>" (empty: one of its own)
   Status model_error;   // not OK: the model factory fails so
+  std::string model_cache_dir;  // WorkerOptions::model_cache_dir (empty: none)
 };
 
 // A job in this process: a coordinator, shards and workers, each on a thread of its own.
@@ -215,6 +220,9 @@ class Job {
     co.store_path = dir_ + "/coordinator.db";
     co.heartbeat_timeout = kHeartbeatTimeout;
     co.progress_every = seconds(60);
+    if (!model_file.empty()) co.spec.model = model_file;
+    if (max_message_bytes > 0) co.max_message_bytes = max_message_bytes;
+    co.workers = min_workers;
     EPS_ASSIGN_OR_RETURN(coordinator_, Coordinator::Open(co, &context_));
     endpoint_ = coordinator_->endpoint();
     coordinator_stop_ = false;
@@ -240,8 +248,19 @@ class Job {
     return OkStatus();
   }
 
+  // The coordinator started next: a TorchScript file for --model (the
+  // FakeModel ignores it; the workers record what they got), its
+  // --max_message_mb in bytes (0: the default), its --workers.
+  std::string model_file;
+  int64_t max_message_bytes = 0;
+  uint32_t min_workers = 1;
+  const std::string& endpoint() const { return endpoint_; }
+  const std::string& dir() const { return dir_; }
+  zmq::context_t* context() { return &context_; }
+
   struct RunningWorker {
     std::atomic<bool> stop{false};
+    std::string script_seen;              // ModelOptions::script, as the model factory got it last
     std::atomic<int64_t> model_steps{0};  // TrainStep calls on its models
     std::string report;
     std::future<Status> done;
@@ -263,9 +282,12 @@ class Job {
     w->report = dir_ + "/worker" + std::to_string(workers_.size()) + ".json";
     wo.report_file = w->report;
     wo.metrics = setup.metrics;
+    wo.model_cache_dir = setup.model_cache_dir;
     std::atomic<int64_t>* steps = &w->model_steps;
-    wo.model_factory = [steps,
-                        setup](const ModelOptions& o) -> StatusOr<std::unique_ptr<ModelRunner>> {
+    std::string* script_seen = &w->script_seen;
+    wo.model_factory = [steps, setup, script_seen](
+                           const ModelOptions& o) -> StatusOr<std::unique_ptr<ModelRunner>> {
+      *script_seen = o.script;
       if (!setup.model_error.ok()) return setup.model_error;
       return std::unique_ptr<ModelRunner>(new FakeModel(o, steps, setup.stall_at, setup.stall));
     };
@@ -405,6 +427,162 @@ TEST(Worker, SeveralWorkersTrainTheBitsOfOne) {
     plans += report["train_plans"].get<int64_t>();
   }
   EXPECT_GE(plans, kSteps);  // every worker computed a share of some steps
+}
+
+// The model file travels in FetchModel chunks (the coordinator's messages are
+// bounded well below its size), lands in the host cache, and a second worker
+// of the host reads it there; the coordinator refuses bad requests and serves on.
+TEST(Worker, AModelFileOverTheMessageLimitComesInChunksAndASecondWorkerOfTheHostFetchesNothing) {
+  if (!HaveData()) GTEST_SKIP() << "no Fashion-MNIST in " << kDataDir;
+  Job job(/*steps=*/4, /*shards=*/1);
+  std::string payload(700'000, '\0');
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 7 + (i >> 9));
+  const std::string file = testing_zip::FakeTorchScript(payload);
+  job.model_file = job.dir() + "/net.pt";
+  std::ofstream(job.model_file, std::ios::binary) << file;
+  job.max_message_bytes = 192 << 10;  // chunks of 128 KiB
+  job.min_workers = 2;
+  ASSERT_TRUE(job.StartCoordinator().ok());
+  ASSERT_TRUE(job.StartShards().ok());
+  WorkerSetup setup;
+  setup.model_cache_dir = job.dir() + "/host-cache";
+  auto* first = *job.StartWorker(setup);
+  ASSERT_TRUE(Eventually([&] { return job.Events("worker_ready").size() == 1; }));
+
+  // A peer of its own: refused until it registers, then answered chunk by chunk.
+  auto peer = Channel::Connect(job.context(), job.endpoint()).value();
+  const auto call = [&](Body body) -> StatusOr<Envelope> {
+    EPS_RETURN_IF_ERROR(peer->Send(Envelope{"secret", std::move(body)}));
+    EPS_ASSIGN_OR_RETURN(Channel::Incoming in, peer->Receive(seconds(20)));
+    EPS_ASSIGN_OR_RETURN(Envelope e, std::move(in.envelope));
+    if (const auto* err = std::get_if<ErrorReply>(&e.body)) return err->ToStatus();
+    return e;
+  };
+  auto unregistered = call(FetchModel{std::string(64, 'a'), 0, 10});
+  EXPECT_EQ(unregistered.status().code(), StatusCode::kFailedPrecondition);
+  auto registered = call(RegisterWorker{"worker_test/peer", 1, "cpu"});
+  ASSERT_TRUE(registered.ok()) << registered.status().ToString();
+  const auto& reply = std::get<RegisterWorkerReply>(registered->body);
+  EXPECT_TRUE(reply.model_bytes.empty()) << "no model inside the registration reply";
+  EXPECT_EQ(reply.model_size, file.size());
+  EXPECT_EQ(reply.fetch_chunk_bytes, uint64_t{128} << 10);
+  const std::string sha = reply.spec.model_sha256;
+  EXPECT_EQ(call(FetchModel{std::string(64, 'a'), 0, 10}).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(call(FetchModel{sha, file.size(), 10}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(call(FetchModel{sha, 0, (128 << 10) + 1}).status().code(),
+            StatusCode::kInvalidArgument);
+  auto chunk = call(FetchModel{sha, file.size() - 100, 128 << 10});  // served on: the tail
+  ASSERT_TRUE(chunk.ok()) << chunk.status().ToString();
+  const auto& bytes = std::get<FetchModelReply>(chunk->body);
+  EXPECT_EQ(std::string(static_cast<const char*>(bytes.data), bytes.size),
+            file.substr(file.size() - 100));
+
+  auto* second = *job.StartWorker(setup);
+  auto result = job.Finish();
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_EQ(first->script_seen, file);
+  EXPECT_EQ(second->script_seen, file);
+  const nlohmann::json a = Job::Report(*first), b = Job::Report(*second);
+  EXPECT_EQ(a["model_bytes_fetched"], file.size());
+  EXPECT_EQ(a["model_files"][0]["chunks"], (file.size() + (128 << 10) - 1) / (128 << 10));
+  EXPECT_EQ(a["model_files"][0]["cache"], "miss");
+  EXPECT_EQ(b["model_bytes_fetched"], 0);
+  EXPECT_EQ(b["model_files"][0]["cache"], "hit");
+}
+
+// A coordinator that forgets the worker in the middle of a fetch (it
+// restarted): the worker registers again and fetches the file anew.
+TEST(Worker, AFetchTheCoordinatorForgotRegistersAgainAndGetsTheFile) {
+  if (!HaveData()) GTEST_SKIP() << "no Fashion-MNIST in " << kDataDir;
+  zmq::context_t context;
+  Channel::Options co;
+  co.token = "secret";
+  auto router = Channel::Bind(&context, "tcp://127.0.0.1:0", co).value();
+  const auto file =
+      std::make_shared<const std::string>(testing_zip::FakeTorchScript(std::string(300'000, 'p')));
+  Sha256 hash;
+  hash.Update(file->data(), file->size());
+  const std::string sha = hash.HexDigest();
+  constexpr uint64_t kChunk = 64 << 10;
+  auto files = ModelFileServer::Open(kChunk).value();
+  files->Add(sha, file->data(), file->size(), file);
+  JobSpec spec;
+  spec.job_id = "forgetful";
+  spec.model = "/models/net.pt";
+  spec.model_sha256 = sha;
+  spec.data_dir = kDataDir;
+  spec.virtual_workers = 2;
+  spec.batch_per_vw = 4;
+  spec.train_limit = 64;
+  spec.test_limit = -1;
+  spec.chunk_elems = 64;
+  spec.num_shards = 1;
+  std::atomic<bool> done{false};
+  std::atomic<int> registrations{0}, refused{0};
+  // The coordinator: the first registration's fetch is refused past 128 KiB, as by a
+  // coordinator that restarted; a step request is answered "stop".
+  std::thread coordinator([&] {
+    while (!done) {
+      auto in = router->Receive(milliseconds(20));
+      if (!in.ok() || !in->envelope.ok()) continue;
+      const Body& body = in->envelope->body;
+      Body answer;
+      if (std::holds_alternative<RegisterWorker>(body)) {
+        RegisterWorkerReply r{WorkerId(uint32_t(registrations++)), spec, {"tcp://127.0.0.1:9"}};
+        r.model_size = file->size();
+        r.fetch_chunk_bytes = kChunk;
+        answer = r;
+      } else if (const auto* fetch = std::get_if<FetchModel>(&body)) {
+        if (registrations == 1 && fetch->offset >= 2 * kChunk) {
+          ++refused;
+          answer = ErrorReply{StatusCode::kFailedPrecondition,
+                              "FetchModel from a peer that is no "
+                              "registered worker: register first"};
+        } else {
+          answer = files->Serve(*fetch).value();
+        }
+      } else if (std::holds_alternative<StepRequest>(body) || std::holds_alternative<Leave>(body)) {
+        answer = StepPlan{PlanKind::kStop, Step(0), Epoch(0), 0, 0, 0, 0};
+      } else {
+        continue;  // heartbeats
+      }
+      (void)router->SendTo(in->peer, Envelope{"", std::move(answer)});
+    }
+  });
+  const std::string dir = std::filesystem::temp_directory_path() / "eps-forgetful-XXXXXX";
+  std::string made = dir;
+  ASSERT_NE(mkdtemp(made.data()), nullptr);
+  WorkerOptions wo;
+  wo.coordinator = router->endpoint();
+  wo.token = "secret";
+  wo.host = "worker_test/forgetful";
+  wo.device_kind = "cpu";
+  wo.heartbeat_interval = milliseconds(50);
+  wo.report_file = made + "/report.json";
+  wo.model_cache_dir = made + "/cache";
+  std::atomic<int64_t> steps{0};
+  std::string script_seen;
+  wo.model_factory = [&](const ModelOptions& o) -> StatusOr<std::unique_ptr<ModelRunner>> {
+    script_seen = o.script;
+    return std::unique_ptr<ModelRunner>(new FakeModel(o, &steps, -1, {}));
+  };
+  auto worker = Worker::Open(wo, &context).value();
+  const std::atomic<bool> stop{false};
+  const Status st = worker->Run(&stop);
+  done = true;
+  coordinator.join();
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_GE(refused.load(), 1);
+  EXPECT_EQ(registrations.load(), 2);
+  EXPECT_EQ(script_seen, *file);
+  std::ifstream in(wo.report_file);
+  const nlohmann::json report = nlohmann::json::parse(in, nullptr, false);
+  EXPECT_EQ(report["outcome"], "done");
+  EXPECT_EQ(report["worker_ids"], nlohmann::json::array({0, 1}));
+  EXPECT_EQ(report["reregistrations"], 1);
+  EXPECT_EQ(report["model_bytes_fetched"], file->size());
+  EXPECT_EQ(report["model_files"][0]["cache"], "miss");
+  std::filesystem::remove_all(made);
 }
 
 TEST(Worker, AWorkerThatLeavesMidJobChangesNoBit) {

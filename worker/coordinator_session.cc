@@ -12,8 +12,9 @@ namespace eps {
 Channel::Options CoordinatorChannelOptions(const WorkerOptions& options) {
   Channel::Options co;
   co.curve = options.curve;
-  // RegisterWorkerReply carries the job's whole TorchScript model in its envelope: the
-  // coordinator's envelopes may be far larger than a shard's (docs/security.md).
+  // RegisterWorkerReply carries a text job's vocabulary in its envelope (the model files
+  // come in FetchModel chunks, each in a frame of its own): the coordinator's envelopes
+  // may be larger than a shard's (docs/security.md).
   co.limits.max_header_bytes = size_t{1} << 30;
   return co;
 }
@@ -37,6 +38,13 @@ CoordinatorSession::~CoordinatorSession() {
 
 std::string CoordinatorSession::name() const {
   return options_.host + "/w" + std::to_string(id_.value());
+}
+
+Status CoordinatorSession::Renew() {
+  coordinator_->socket().set(zmq::sockopt::linger, 0);
+  EPS_ASSIGN_OR_RETURN(coordinator_, Channel::Connect(context_, options_.coordinator,
+                                                      CoordinatorChannelOptions(options_)));
+  return OkStatus();
 }
 
 Status CoordinatorSession::Send(Body body) {

@@ -53,6 +53,10 @@ class CoordinatorSession {
   // unanswered() is true); a refusal comes back as its Status.
   [[nodiscard]] StatusOr<RegisterWorkerReply> Register();
 
+  // A fresh socket to the coordinator: replies to what was sent on the old one
+  // (a model file's chunks still in flight) are never taken for later answers.
+  [[nodiscard]] Status Renew();
+
   // Sends a message: a step request (its answer comes from AwaitPlan(), or
   // through a run ahead), or one that has no answer (an evaluation result, a
   // set-up error).

@@ -59,6 +59,21 @@ std::string ReportJson(const WorkerReport& r) {
       {"shm_push_refusals", r.counts.shm_push_refusals},
       {"warnings", r.warnings},
   };
+  uint64_t fetched = 0;
+  nlohmann::json files = nlohmann::json::array();
+  for (const ModelFileReport& f : r.model_files) {
+    fetched += f.fetched_bytes;
+    files.push_back({{"what", f.what},
+                     {"sha256", f.sha256},
+                     {"size", f.size},
+                     {"fetched_bytes", f.fetched_bytes},
+                     {"chunks", f.chunks},
+                     {"cache", f.cache},
+                     {"ms", f.ms},
+                     {"warning", f.warning}});
+  }
+  j["model_bytes_fetched"] = fetched;
+  j["model_files"] = files;
   if (!(r.init.loaded.empty() && r.init.reinit.empty() && r.init.skipped.empty())) {
     nlohmann::json skipped = nlohmann::json::array();
     for (const auto& [name, why] : r.init.skipped) skipped.push_back({{"name", name}, {"why", why}});

@@ -46,6 +46,20 @@ struct TransferCounts {
   int64_t pull_bytes = 0;
 };
 
+// A model file the worker needed (worker/model_fetch.h) and where its bytes came from.
+struct ModelFileReport {
+  std::string what;  // "model" (the TorchScript file) or "init_from"
+  std::string sha256;
+  uint64_t size = 0;
+  uint64_t fetched_bytes = 0;  // received from the coordinator (0: all from the cache)
+  uint64_t chunks = 0;         // FetchModel replies received
+  // "hit" (read from the host's cache), "miss" (fetched, then cached), "corrupt"
+  // (the cached entry was damaged: removed, fetched again), "off" (no cache).
+  std::string cache;
+  double ms = 0;          // getting the bytes, from the cache or the coordinator
+  std::string warning{};  // e.g. the cache could not be written (empty: none)
+};
+
 // A worker process's run, as written to its report file when Run() ends.
 struct WorkerReport {
   std::string host;
@@ -59,6 +73,7 @@ struct WorkerReport {
   std::vector<std::string> warnings{};  // e.g. the dry run's "nondeterministic module"
   InitReport init{};                    // what the model took from --init_from
   std::string cpu_kernels{};            // as reported to the coordinator (CpuKernelsReport)
+  std::vector<ModelFileReport> model_files{};  // the model files it got, in order
 };
 
 // One line for the log: milliseconds per train plan, and the counts.

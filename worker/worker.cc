@@ -19,6 +19,7 @@
 #include "schema/channel.h"
 #include "worker/block_pusher.h"
 #include "worker/coordinator_session.h"
+#include "worker/model_fetch.h"
 #include "worker/param_client.h"
 #include "worker/sampler.h"
 #include "worker/slowdown.h"
@@ -70,6 +71,9 @@ class Laps {
   std::chrono::steady_clock::time_point mark_ = std::chrono::steady_clock::now();
 };
 
+// Times a worker asks for its model files, registering again between tries.
+constexpr int kFetchAttempts = 3;
+
 class WorkerImpl final : public Worker {
  public:
   WorkerImpl(WorkerOptions options, zmq::context_t* context, std::unique_ptr<Channel> coordinator)
@@ -99,6 +103,7 @@ class WorkerImpl final : public Worker {
                           warnings_,
                           init_report_};
       report.cpu_kernels = options_.cpu_kernels;
+      report.model_files = model_files_;
       if (client_ != nullptr) report.counts = client_->counts();
       Status written = WriteReport(options_.report_file, report);
       if (!written.ok()) LOG(WARNING) << written.ToString();
@@ -140,6 +145,41 @@ class WorkerImpl final : public Worker {
     if (!st.ok()) {
       // This worker's configuration, not the job, is at fault: leave, do not fail the job.
       (void)session_->Leave(st.message(), /*host_fault=*/true);
+      return st;
+    }
+    st = FetchModelFiles(*registered);
+    // A coordinator that restarted meanwhile forgot this worker (FailedPrecondition) or
+    // never answers what the old one was asked (DeadlineExceeded): register again and go
+    // on with the files still missing.
+    for (int attempt = 1; attempt < kFetchAttempts && !stopping() &&
+                          (st.code() == StatusCode::kFailedPrecondition ||
+                           st.code() == StatusCode::kDeadlineExceeded);
+         ++attempt) {
+      LOG(WARNING) << "getting the model files: " << st.ToString() << "; registering again";
+      EPS_RETURN_IF_ERROR(session_->Renew());
+      StatusOr<RegisterWorkerReply> again = session_->Register();
+      if (!again.ok()) return again.status();
+      ++times_.reregistrations;
+      metrics_.SetWorker(session_->id());
+      if (!SameComputation(again->spec, spec_)) {
+        return FailedPrecondition("registered again, but the coordinator now runs another job ('" +
+                                  again->spec.job_id + "', model " + again->spec.model + ")");
+      }
+      registered = std::move(again);
+      st = FetchModelFiles(*registered);
+    }
+    if (stopping()) return Leave();
+    if (!st.ok()) {
+      // Bytes that are not the job's file (the coordinator's file changed) or a
+      // file it does not serve are the job's fault; a timeout or no memory, this host's.
+      const StatusCode code = st.code();
+      if (code == StatusCode::kDataLoss || code == StatusCode::kNotFound ||
+          code == StatusCode::kInvalidArgument) {
+        (void)session_->Send(ErrorReply{code, "worker " + session_->name() + ": " + st.message()});
+      } else {
+        (void)session_->Leave("cannot get the model files: " + st.ToString(),
+                              /*host_fault=*/true);
+      }
       return st;
     }
     // A set-up failure that is the job's own (an unknown model, a layout it
@@ -190,6 +230,52 @@ class WorkerImpl final : public Worker {
     return OkStatus();
   }
 
+  // The model files the registration reply names by size (spec_.model_sha256,
+  // spec_.init_sha256), from the host's cache or fetched from the coordinator
+  // in chunks (worker/model_fetch.h). A reply that carries the bytes inline
+  // (a coordinator from before FetchModel) needs nothing.
+  Status FetchModelFiles(const RegisterWorkerReply& reply) {
+    const bool model = model_script_.empty() && reply.model_size > 0;
+    const bool init = init_file_.empty() && reply.init_size > 0;
+    if (!model && !init) return OkStatus();
+    if (cache_ == nullptr && !options_.model_cache_dir.empty() && !cache_tried_) {
+      cache_tried_ = true;
+      StatusOr<std::unique_ptr<ModelCache>> cache = ModelCache::Open(options_.model_cache_dir);
+      if (cache.ok()) {
+        cache_ = std::move(cache).value();
+      } else {
+        const std::string warning =
+            cache.status().message() + ": model files are fetched and kept in memory only";
+        LOG(WARNING) << warning;
+        warnings_.push_back(warning);
+      }
+    }
+    FetchOptions fo;
+    fo.chunk_bytes = reply.fetch_chunk_bytes;
+    fo.max_in_flight = options_.model_fetch_in_flight;
+    fo.reply_timeout = options_.rpc_timeout;
+    fo.token = options_.token;
+    for (auto [wanted, what, sha256, size, into] :
+         {std::tuple{model, "model", &spec_.model_sha256, reply.model_size, &model_script_},
+          {init, "init_from", &spec_.init_sha256, reply.init_size, &init_file_}}) {
+      if (!wanted) continue;
+      EPS_ASSIGN_OR_RETURN(FetchedFile file, FetchModelFile(session_->channel(), what, *sha256,
+                                                            size, cache_.get(), fo, *stop_));
+      const ModelFileReport& r = file.report;
+      LOG(INFO) << "the " << what << " file (" << r.size << " bytes): "
+                << (r.cache == "hit" ? "from the model cache"
+                                     : std::to_string(r.fetched_bytes) + " bytes fetched in " +
+                                           std::to_string(r.chunks) + " chunks")
+                << " in " << static_cast<int64_t>(r.ms) << " ms (cache " << r.cache << ")";
+      if (!r.warning.empty()) warnings_.push_back(r.warning);
+      model_files_.push_back(r);
+      *into = std::move(file.bytes);
+    }
+    // Every file the job has was checked against its hash (from the cache or fetched).
+    files_hashed_ = (model_script_.empty() || model) && (init_file_.empty() || init);
+    return OkStatus();
+  }
+
   // OK when `bytes` are the file `sha256` pins (both empty: none).
   static Status CheckPinned(const std::string& bytes, const std::string& sha256,
                             const std::string& what, const std::string& pin) {
@@ -206,20 +292,40 @@ class WorkerImpl final : public Worker {
   // The job's model with its initial values (a function of the seed and the
   // --init_from file), handed to the client.
   Status NewModel() {
-    EPS_RETURN_IF_ERROR(CheckPinned(model_script_, spec_.model_sha256, "model file", "model_sha256"));
-    EPS_RETURN_IF_ERROR(CheckPinned(init_file_, spec_.init_sha256, "--init_from file", "init_sha256"));
+    // Fetched files were hashed as they came (worker/model_fetch.h); inline ones are hashed here.
+    if (!files_hashed_) {
+      EPS_RETURN_IF_ERROR(
+          CheckPinned(model_script_, spec_.model_sha256, "model file", "model_sha256"));
+      EPS_RETURN_IF_ERROR(
+          CheckPinned(init_file_, spec_.init_sha256, "--init_from file", "init_sha256"));
+      files_hashed_ = true;
+    }
     ModelOptions mo;
     mo.model = spec_.model;
     mo.sizes = sizes_;
-    mo.script = model_script_;
+    // Lent to the factory and taken back, not copied: a file may be gigabytes.
+    mo.script = std::move(model_script_);
     mo.freeze = freeze_;
-    mo.init_file = init_file_;
+    mo.init_file = std::move(init_file_);
+    struct TakeBack {  // also when the factory throws (std::bad_alloc)
+      ModelOptions& mo;
+      std::string& script;
+      std::string& init;
+      ~TakeBack() {
+        script = std::move(mo.script);
+        init = std::move(mo.init_file);
+      }
+    };
     mo.reinit = reinit_;
     mo.init_allow_mismatch = spec_.init_allow_mismatch;
     mo.init_seed = spec_.seed;
     mo.threads = static_cast<int>(spec_.threads);
     mo.device = options_.device;
-    EPS_ASSIGN_OR_RETURN(model_, options_.model_factory(mo));
+    StatusOr<std::unique_ptr<ModelRunner>> made = [&] {
+      TakeBack take_back{mo, model_script_, init_file_};
+      return options_.model_factory(mo);
+    }();
+    EPS_ASSIGN_OR_RETURN(model_, std::move(made));
     if (model_ == nullptr) return Internal("the model factory returned no model");
     const InitReport& init = model_->init_report();
     if (!init_file_.empty()) {
@@ -641,6 +747,10 @@ class WorkerImpl final : public Worker {
   std::string model_script_;           // the job's TorchScript file (empty: a built-in model)
   std::string vocab_bytes_;            // text data: the coordinator's vocabulary (data/text.h)
   std::string init_file_;              // the --init_from file (empty: none; docs/models.md)
+  std::unique_ptr<ModelCache> cache_;  // the host's model cache (null: none)
+  bool cache_tried_ = false;           // ModelCache::Open was called (it warns once)
+  bool files_hashed_ = false;          // model_script_ and init_file_ match the spec's hashes
+  std::vector<ModelFileReport> model_files_;  // where each model file came from, for the report
   TensorSelection freeze_, reinit_;    // the spec's --freeze and --reinit
   InitReport init_report_;             // what the model took from init_file_
   std::shared_ptr<const Vocabulary> vocab_;  // vocab_bytes_ parsed (null: not text)

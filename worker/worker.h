@@ -122,6 +122,14 @@ struct WorkerOptions {
   // partials are pushed to it from regions too (the message names where they
   // are). Changes timing, never bits.
   bool shm = true;
+  // The host's cache of model files (worker/model_fetch.h): the TorchScript
+  // model and --init_from files, keyed by SHA-256, so that a re-attach or a
+  // second worker of the host fetches nothing from the coordinator. Empty: no
+  // cache. A directory that cannot be created or written is a warning: the
+  // worker fetches the files and keeps them in memory only.
+  std::string model_cache_dir;
+  // FetchModel requests in flight at once while a file is fetched.
+  int model_fetch_in_flight = 4;
   // Where Run() writes the worker's report (worker/step_times.h: times, counts,
   // the ids it held, how it ended) as JSON when it returns. Empty: nowhere.
   std::string report_file;

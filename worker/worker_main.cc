@@ -88,6 +88,14 @@ DEFINE_string(report_file, "",
               "Write the worker's report here when it ends: JSON with where the time went, what "
               "moved through shared memory, the worker ids it held and how it ended "
               "(docs/events.md). Empty: none");
+DEFINE_string(model_cache_dir, "",
+              "The host's cache of model files (TorchScript models, --init_from files), keyed by "
+              "SHA-256: a second worker of the host, or this one attaching again, fetches nothing "
+              "from the coordinator. Empty: $TMPDIR/elasticps-model-cache-<uid> (/tmp without "
+              "TMPDIR); 'none': no cache. A directory that cannot be written is a warning: the "
+              "files are fetched and kept in memory only");
+DEFINE_int32(model_fetch_in_flight, 4,
+             "FetchModel requests in flight at once while a model file is fetched (1 to 64)");
 DEFINE_string(
     reported_device_kind, "",
     "Testing aid: report this device kind to the coordinator instead of the device's own (the "
@@ -287,6 +295,20 @@ int main(int argc, char** argv) {
   options.slowdown = FLAGS_slowdown;
   options.shm = FLAGS_shm;
   options.report_file = FLAGS_report_file;
+  if (FLAGS_model_cache_dir == "none") {
+    options.model_cache_dir.clear();
+  } else if (FLAGS_model_cache_dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    options.model_cache_dir = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+                              "/elasticps-model-cache-" + std::to_string(getuid());
+  } else {
+    options.model_cache_dir = FLAGS_model_cache_dir;
+  }
+  if (FLAGS_model_fetch_in_flight < 1 || FLAGS_model_fetch_in_flight > 64) {
+    LOG(ERROR) << "--model_fetch_in_flight must be in [1, 64]";
+    return 2;
+  }
+  options.model_fetch_in_flight = FLAGS_model_fetch_in_flight;
   options.model_factory = &eps::ModelRunner::Create;
   if (!(FLAGS_slowdown >= 1.0) || FLAGS_slowdown > 1000) {
     LOG(ERROR) << "--slowdown must be in [1, 1000], got " << FLAGS_slowdown;

@@ -119,6 +119,18 @@ class SparseTokens(Tokens):
         return self.fc(self.emb(x))
 
 
+class Wide(nn.Module):
+    """An MLP of 0.41 M parameters: a file of about 1.6 MB, larger than a 1 MiB message (test_model_files)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(28 * 28, 512)
+        self.fc2 = nn.Linear(512, 10)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(torch.flatten(x, 1))))
+
+
 def shufflenet():
     """torchvision's ShuffleNetV2 x0.5 for 10 classes, its first convolution taking 1 channel."""
     import torchvision
@@ -143,6 +155,8 @@ def make(name):
         return torch.jit.script(Nondeterministic())
     if name == "shufflenet":
         return torch.jit.script(shufflenet())
+    if name == "wide":
+        return torch.jit.script(Wide())
     if name in ("tabular", "regressor", "tokens", "sparse_tokens"):
         return torch.jit.script({"tabular": Tabular, "regressor": Regressor, "tokens": Tokens,
                                  "sparse_tokens": SparseTokens}[name]())
@@ -150,7 +164,7 @@ def make(name):
 
 
 ALL = ["net", "net_loss", "five_classes", "nonscalar_loss", "bad_shape", "nondeterministic", "shufflenet", "tabular",
-       "regressor", "tokens", "sparse_tokens"]
+       "regressor", "tokens", "sparse_tokens", "wide"]
 
 
 def load_idx(images_path, labels_path, limit):

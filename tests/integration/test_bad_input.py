@@ -62,6 +62,8 @@ class BadJobSpec(RunDirTest):
         self.assertEqual(p.returncode, 1, p.stdout)
         self.assertIn("cannot run this module", p.stdout, "the workers' reason is shown")
         self.assertIsNone(read_result(d))
+    def test_a_message_limit_below_one_mib(self):
+        self.fails_before_training("msg", ["--max_message_mb=0"], "--max_message_mb must be in [1, 1048576]")
 
     def test_unknown_wire_dtype(self):
         self.fails_before_training("wire", ["--wire_dtype=int8"], "unknown wire dtype 'int8'")
@@ -79,6 +81,10 @@ class BadWorkerFlags(unittest.TestCase):
     def test_malformed_compute_cpus(self):
         self.worker_refuses("--compute_cpus=3-1", "reversed range '3-1'")
         self.worker_refuses("--compute_cpus=zero", "'zero' is not a CPU number")
+
+    def test_model_fetches_in_flight_outside_1_to_64(self):
+        self.worker_refuses("--model_fetch_in_flight=0", "--model_fetch_in_flight must be in [1, 64]")
+        self.worker_refuses("--model_fetch_in_flight=65", "--model_fetch_in_flight must be in [1, 64]")
 
     def test_compute_cpus_outside_the_allowed_set(self):
         # One past the highest CPU this process may use: a number it can name, but not one it may run on.
