@@ -72,6 +72,7 @@ struct Row {
   int64_t version = 0;      // the version that last changed the row
   bool initialized = false;
   bool dirty = false;  // changed since the last checkpoint
+  bool fresh = false;  // just made by the initializer: stored nowhere
   std::list<uint64_t>::iterator lru;
 };
 
@@ -273,34 +274,22 @@ class SparseTableImpl final : public SparseTable {
     const OptimizerOptions sgd = SgdOptions();
     const float divisor = static_cast<float>(o_.num_vws);
     const int64_t new_version = version_.value() + 1;
-    std::vector<std::pair<uint64_t, std::string>> spill;
-    std::vector<uint64_t> unspill;
+    SpillBatch spill;
     for (size_t i = 0; i < ids.size(); ++i) {
       const uint64_t id = ids[i];
       auto node = work.extract(id);
-      if (spilled_.erase(id) > 0) unspill.push_back(id);
       Row& row = node.mapped();
       StepRow(c, sgd, lr, pending_->values.data() + i * o_.dim, divisor, &row);
       row.version = new_version;
       row.dirty = true;
+      row.fresh = false;
       ++stats_.rows_stepped;
-      lru_.push_front(id);
-      row.lru = lru_.begin();
-      cache_.insert(std::move(node));
-      while (cache_.size() > capacity_) Evict(&spill);
+      Admit(std::move(node), &spill);
     }
     version_ = Step(new_version);
     Log(std::move(pending_->ids));
     pending_.reset();
-    if (!spill.empty() || !unspill.empty()) {
-      Status s = store_->WriteSpill(spill, unspill);
-      if (!s.ok()) {
-        broken_ = true;
-        return s.WithContext("sparse table " + std::to_string(o_.table_id) +
-                             " lost evicted rows; roll back to a checkpoint");
-      }
-    }
-    return OkStatus();
+    return WriteSpill(spill);
   }
 
   Status Read(const uint64_t* ids, size_t num_ids, float* out) override {
@@ -318,7 +307,14 @@ class SparseTableImpl final : public SparseTable {
       const Row& row = it != cache_.end() ? it->second : loaded.at(ids[i]);
       std::memcpy(out + i * o_.dim, row.data.data(), o_.dim * sizeof(float));
     }
-    return OkStatus();
+    // The stored rows read come into the cache (a pull of a batch's rows comes before their
+    // push); rows never touched stay stored nowhere.
+    SpillBatch spill;
+    for (uint64_t id : missing) {
+      auto node = loaded.extract(id);
+      if (!node.mapped().fresh) Admit(std::move(node), &spill);
+    }
+    return WriteSpill(spill);
   }
 
   StatusOr<std::vector<uint64_t>> ChangedSince(Step since) const override {
@@ -436,6 +432,7 @@ class SparseTableImpl final : public SparseTable {
         continue;
       }
       Row row;
+      row.fresh = true;
       row.data.assign(floats_, 0.0f);
       InitialRow(o_.init, o_.seed, o_.table_id, rest[i], row.data.data(), o_.dim);
       (*out)[rest[i]] = std::move(row);
@@ -456,17 +453,45 @@ class SparseTableImpl final : public SparseTable {
     return OkStatus();
   }
 
-  // Drops the least recently used row; a changed one goes to `spill`.
-  void Evict(std::vector<std::pair<uint64_t, std::string>>* spill) {
-    const uint64_t id = lru_.back();
-    lru_.pop_back();
-    auto it = cache_.find(id);
-    if (it->second.dirty) {
-      spill->emplace_back(id, Encode(it->second));
-      spilled_.insert(id);
+  // What moves between the cache and the spill tier, written in one batch.
+  struct SpillBatch {
+    std::vector<std::pair<uint64_t, std::string>> puts;  // evicted changed rows
+    std::vector<uint64_t> deletes;                       // spilled rows back in the cache
+  };
+
+  // Puts a row (not cached) into the cache as the most recently used, then evicts the least
+  // recently used rows while over budget; a changed one goes to `spill`.
+  void Admit(std::unordered_map<uint64_t, Row>::node_type node, SpillBatch* spill) {
+    const uint64_t id = node.key();
+    if (spilled_.erase(id) > 0) spill->deletes.push_back(id);
+    lru_.push_front(id);
+    node.mapped().lru = lru_.begin();
+    cache_.insert(std::move(node));
+    while (cache_.size() > capacity_) {
+      const uint64_t victim = lru_.back();
+      lru_.pop_back();
+      auto it = cache_.find(victim);
+      if (it->second.dirty) {
+        spill->puts.emplace_back(victim, Encode(it->second));
+        spilled_.insert(victim);
+      }
+      cache_.erase(it);
+      ++stats_.evictions;
     }
-    cache_.erase(it);
-    ++stats_.evictions;
+  }
+
+  Status WriteSpill(SpillBatch& spill) {
+    if (spill.puts.empty() && spill.deletes.empty()) return OkStatus();
+    // In key order the memtable's inserts reuse their position in the skiplist.
+    std::sort(spill.puts.begin(), spill.puts.end());
+    std::sort(spill.deletes.begin(), spill.deletes.end());
+    Status s = store_->WriteSpill(spill.puts, spill.deletes);
+    if (!s.ok()) {
+      broken_ = true;
+      return s.WithContext("sparse table " + std::to_string(o_.table_id) +
+                           " lost evicted rows; roll back to a checkpoint");
+    }
+    return OkStatus();
   }
 
   RowConstants Constants(double lr, double count) const {
