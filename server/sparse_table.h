@@ -38,7 +38,8 @@
 //    rows only (lazy decay).
 //
 // Reads. Read gives rows by id at the current version (untouched rows: their
-// initializer's values; nothing is stored by a read). ChangedSince(v) names the
+// initializer's values, still stored nowhere; stored rows it reads come into the
+// cache, since a pull of a batch's rows precedes their push). ChangedSince(v) names the
 // rows changed after version v, from a log of the last changelog_versions steps.
 //
 // Checkpoints. Checkpoint() writes the rows changed since the previous
@@ -162,6 +163,7 @@ class SparseTable {
   // ---- reads ----
 
   // Rows `ids` (any order, repeats allowed) at version(), to out[i*dim, (i+1)*dim).
+  // Store errors as ApplyStep's (the rows it brings in may evict others).
   virtual Status Read(const uint64_t* ids, size_t num_ids, float* out) = 0;
   // The ids (ascending) of the rows changed by the steps after version `since`
   // (since < version()). OutOfRange-like FailedPrecondition when `since` is older
