@@ -1,10 +1,14 @@
 #include "server/sparse_table.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -479,6 +483,82 @@ TEST(SparseTable, RollingBackToAnOlderCheckpointGivesItsBits) {
   EXPECT_TRUE(SameBits(ReadRows(t.get(), AllIds(rows), dim),
                        ReadRows(fresh.get(), AllIds(rows), dim)));
   EXPECT_EQ(t->RollbackTo(Step(3)).code(), StatusCode::kNotFound);
+}
+
+// A SIGKILL at any moment: the child (this binary again, running the disabled test below)
+// trains a spilling table and checkpoints every 3 steps, printing each checkpoint; the
+// parent kills it after the third, wherever it is (training, spilling, checkpointing).
+constexpr char kCrashDirEnv[] = "EPS_SPARSE_CRASH_DIR";
+constexpr uint32_t kCrashVws = 3;
+constexpr size_t kCrashDim = 4;
+constexpr uint64_t kCrashRows = 300;
+
+SparseTableOptions CrashOptions() {
+  SparseTableOptions o = TableOptions(kCrashVws, kCrashDim);
+  o.memory_bytes = 20 * (kCrashDim * 3 * sizeof(float) + 200);
+  return o;
+}
+
+TEST(SparseTableCrashChild, DISABLED_TrainsAndCheckpointsUntilKilled) {
+  const char* dir = std::getenv(kCrashDirEnv);
+  ASSERT_NE(dir, nullptr);
+  SparseTableOptions o = CrashOptions();
+  o.path = dir;
+  auto t = OpenTable(o);
+  for (int step = 0; step < 3000; ++step) {  // bounded, should the parent die
+    Train(t.get(), step, step + 1, kCrashVws, kCrashDim, kCrashRows);
+    if ((step + 1) % 3 == 0) {
+      ASSERT_TRUE(t->Checkpoint().ok());
+      std::printf("checkpoint %d\n", step + 1);
+      std::fflush(stdout);
+    }
+  }
+}
+
+TEST(SparseTable, ASigkilledTableReopensAtAWholeCheckpointWithItsBits) {
+  TempDir dir;
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    setenv(kCrashDirEnv, dir.path().c_str(), 1);
+    const char* argv[] = {"sparse_table_test",
+                          "--gtest_filter=SparseTableCrashChild.DISABLED_TrainsAndCheckpointsUntilKilled",
+                          "--gtest_also_run_disabled_tests", nullptr};
+    execv("/proc/self/exe", const_cast<char* const*>(argv));
+    _exit(127);
+  }
+  close(fds[1]);
+  FILE* in = fdopen(fds[0], "r");
+  int seen = 0;
+  char line[256];
+  while (seen < 3 && std::fgets(line, sizeof line, in) != nullptr) {
+    if (std::strncmp(line, "checkpoint ", 11) == 0) ++seen;
+  }
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  std::fclose(in);
+  ASSERT_EQ(seen, 3) << "the child ended before its third checkpoint";
+
+  SparseTableOptions o = CrashOptions();
+  o.path = dir.path();
+  auto t = OpenTable(o);
+  const int64_t k = t->version().value();
+  EXPECT_GE(k, 9);
+  EXPECT_EQ(k % 3, 0);
+  auto straight = OpenTable(TableOptions(kCrashVws, kCrashDim));  // all in memory
+  Train(straight.get(), 0, static_cast<int>(k), kCrashVws, kCrashDim, kCrashRows);
+  EXPECT_TRUE(SameBits(ReadRows(t.get(), AllIds(kCrashRows), kCrashDim),
+                       ReadRows(straight.get(), AllIds(kCrashRows), kCrashDim)));
+  Train(t.get(), static_cast<int>(k), static_cast<int>(k) + 5, kCrashVws, kCrashDim, kCrashRows);
+  Train(straight.get(), static_cast<int>(k), static_cast<int>(k) + 5, kCrashVws, kCrashDim,
+        kCrashRows);
+  EXPECT_TRUE(SameBits(ReadRows(t.get(), AllIds(kCrashRows), kCrashDim),
+                       ReadRows(straight.get(), AllIds(kCrashRows), kCrashDim)));
 }
 
 // ---- bad input ----
