@@ -10,6 +10,7 @@
 // uniform over the table, or skewed (row = rows * u^3, u uniform: a few hot rows, as hashed
 // categorical ids are).
 #include <gflags/gflags.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,8 +19,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "server/sparse_table.h"
 
@@ -123,14 +122,13 @@ Status Run(const std::string& dir, size_t memory_bytes, bool skewed, Result* r) 
 
 int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
-  if (FLAGS_rows == 0 || FLAGS_dim == 0 || FLAGS_batch_rows == 0 ||
-      FLAGS_batch_rows > FLAGS_rows) {
+  if (FLAGS_rows == 0 || FLAGS_dim == 0 || FLAGS_batch_rows == 0 || FLAGS_batch_rows > FLAGS_rows) {
     std::fprintf(stderr, "need rows >= batch_rows >= 1 and dim >= 1\n");
     return 2;
   }
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("sparse_table_bench_" + std::to_string(getpid())))
-                              .string();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("sparse_table_bench_" + std::to_string(getpid())))
+          .string();
   // Row bytes as the table counts them (Adam: weights and two moments, plus bookkeeping).
   eps::SparseTableOptions probe;
   probe.dim = FLAGS_dim;
@@ -147,13 +145,14 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(FLAGS_dim),
               static_cast<unsigned long long>(FLAGS_batch_rows),
               static_cast<unsigned long long>(FLAGS_steps));
-  std::printf("%-22s %-8s %12s %14s %14s %12s %12s\n", "case", "ids", "budget rows",
-              "lookups/s", "stepped/s", "reads/step", "evict/step");
+  std::printf("%-22s %-8s %12s %14s %14s %12s %12s\n", "case", "ids", "budget rows", "lookups/s",
+              "stepped/s", "reads/step", "evict/step");
   struct Case {
     const char* name;
     size_t memory;
   };
-  for (const Case& c : {Case{"in memory", table_bytes * 2}, Case{"table 10x memory", table_bytes / 10}}) {
+  for (const Case& c :
+       {Case{"in memory", table_bytes * 2}, Case{"table 10x memory", table_bytes / 10}}) {
     for (bool skewed : {false, true}) {
       eps::Result r;
       eps::Status s = eps::Run(dir, c.memory, skewed, &r);

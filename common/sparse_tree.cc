@@ -14,8 +14,7 @@ Status ValidateSparseRows(const uint64_t* ids, size_t num_ids, size_t num_values
   for (size_t i = 1; i < num_ids; ++i) {
     if (ids[i - 1] >= ids[i]) {
       return InvalidArgument("row ids must be strictly ascending: id " + std::to_string(ids[i]) +
-                             " at " + std::to_string(i) + " follows " +
-                             std::to_string(ids[i - 1]));
+                             " at " + std::to_string(i) + " follows " + std::to_string(ids[i - 1]));
     }
   }
   return OkStatus();

@@ -188,8 +188,9 @@ Status ValidateOptimizer(const SparseOptimizerOptions& o) {
 
 std::string Identity(const SparseTableOptions& o) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "dim=%zu slots=%d optimizer=%d init=%d %.17g %.17g %.17g %.17g seed=%llu",
-                o.dim, SparseOptimizerSlots(o.optimizer), static_cast<int>(o.optimizer.kind),
+  std::snprintf(buf, sizeof buf,
+                "dim=%zu slots=%d optimizer=%d init=%d %.17g %.17g %.17g %.17g seed=%llu", o.dim,
+                SparseOptimizerSlots(o.optimizer), static_cast<int>(o.optimizer.kind),
                 static_cast<int>(o.init.kind), o.init.mean, o.init.stddev, o.init.low, o.init.high,
                 static_cast<unsigned long long>(o.seed));
   return buf;
@@ -252,11 +253,11 @@ class SparseTableImpl final : public SparseTable {
       if (cache_.count(id) == 0) missing.push_back(id);
     }
     if (store_ == nullptr && cache_.size() + missing.size() > capacity_) {
-      return ResourceExhausted(
-          "sparse table " + std::to_string(o_.table_id) + " would hold " +
-          std::to_string(cache_.size() + missing.size()) + " rows, its memory budget of " +
-          std::to_string(o_.memory_bytes) + " bytes holds " + std::to_string(capacity_) +
-          " and it has no store to spill to");
+      return ResourceExhausted("sparse table " + std::to_string(o_.table_id) + " would hold " +
+                               std::to_string(cache_.size() + missing.size()) +
+                               " rows, its memory budget of " + std::to_string(o_.memory_bytes) +
+                               " bytes holds " + std::to_string(capacity_) +
+                               " and it has no store to spill to");
     }
     std::unordered_map<uint64_t, Row> work;
     EPS_RETURN_IF_ERROR(Load(missing, &work));
@@ -320,9 +321,9 @@ class SparseTableImpl final : public SparseTable {
   StatusOr<std::vector<uint64_t>> ChangedSince(Step since) const override {
     if (since >= version_) return std::vector<uint64_t>();
     if (since < log_base_) {
-      return FailedPrecondition("the rows changed since version " +
-                                std::to_string(since.value()) + " are no longer logged (from " +
-                                std::to_string(log_base_.value()) + " on)");
+      return FailedPrecondition("the rows changed since version " + std::to_string(since.value()) +
+                                " are no longer logged (from " + std::to_string(log_base_.value()) +
+                                " on)");
     }
     std::vector<uint64_t> out;
     for (const auto& [version, ids] : log_) {
@@ -532,8 +533,7 @@ class SparseTableImpl final : public SparseTable {
     float* p = row->data.data();
     switch (o_.optimizer.kind) {
       case SparseOptimizerOptions::Kind::kSgd:
-        ApplySgdRow(sgd, lr, !row->initialized, p, grad, divisor, slots_ >= 1 ? p + d : nullptr,
-                    d);
+        ApplySgdRow(sgd, lr, !row->initialized, p, grad, divisor, slots_ >= 1 ? p + d : nullptr, d);
         break;
       case SparseOptimizerOptions::Kind::kAdagrad:
         if (!row->initialized) {
@@ -578,8 +578,8 @@ class SparseTableImpl final : public SparseTable {
 
 }  // namespace
 
-void InitialRow(const RowInitializer& init, uint64_t seed, uint32_t table, uint64_t row,
-                float* out, size_t dim) {
+void InitialRow(const RowInitializer& init, uint64_t seed, uint32_t table, uint64_t row, float* out,
+                size_t dim) {
   uint64_t state = Mix(Mix(Mix(seed) ^ table) ^ row);
   switch (init.kind) {
     case RowInitializer::Kind::kZeros:

@@ -68,7 +68,7 @@ namespace eps {
 // table id, row id), written down in InitialRow.
 struct RowInitializer {
   enum class Kind { kNormal, kUniform, kZeros };
-  Kind kind = Kind::kNormal;  // kNormal(0, 1) is nn.Embedding's default
+  Kind kind = Kind::kNormal;    // kNormal(0, 1) is nn.Embedding's default
   double mean = 0, stddev = 1;  // kNormal
   double low = -1, high = 1;    // kUniform: [low, high)
 };
@@ -88,17 +88,17 @@ struct RowInitializer {
 //   + - * / and exact scaling: no libm), so the bits never depend on the C
 //   library. tests/sparse_reference.py computes the same bits in Python.
 // Never std::hash nor a std:: distribution (implementation-defined).
-void InitialRow(const RowInitializer& init, uint64_t seed, uint32_t table, uint64_t row,
-                float* out, size_t dim);
+void InitialRow(const RowInitializer& init, uint64_t seed, uint32_t table, uint64_t row, float* out,
+                size_t dim);
 
 struct SparseOptimizerOptions {
   enum class Kind { kSgd, kAdagrad, kAdam, kAdamW };
   Kind kind = Kind::kSgd;
-  double momentum = 0, dampening = 0;  // kSgd
-  bool nesterov = false;               // kSgd
-  double weight_decay = 0;             // see the header comment, per kind
-  double beta1 = 0.9, beta2 = 0.999;   // kAdam, kAdamW
-  double eps = 1e-8;                   // kAdam, kAdamW; kAdagrad (torch's default there: 1e-10)
+  double momentum = 0, dampening = 0;    // kSgd
+  bool nesterov = false;                 // kSgd
+  double weight_decay = 0;               // see the header comment, per kind
+  double beta1 = 0.9, beta2 = 0.999;     // kAdam, kAdamW
+  double eps = 1e-8;                     // kAdam, kAdamW; kAdagrad (torch's default there: 1e-10)
   double initial_accumulator_value = 0;  // kAdagrad
 };
 
@@ -107,9 +107,9 @@ int SparseOptimizerSlots(const SparseOptimizerOptions& options);
 
 struct SparseTableOptions {
   uint32_t table_id = 0;
-  size_t dim = 0;          // row width, >= 1
-  uint32_t num_vws = 0;    // V, >= 1
-  uint64_t seed = 0;       // the job's seed
+  size_t dim = 0;        // row width, >= 1
+  uint32_t num_vws = 0;  // V, >= 1
+  uint64_t seed = 0;     // the job's seed
   RowInitializer init;
   SparseOptimizerOptions optimizer;
   // The cache's budget: RowBytes() per cached row (its record plus the cache's
@@ -166,9 +166,9 @@ class SparseTable {
   // Store errors as ApplyStep's (the rows it brings in may evict others).
   virtual Status Read(const uint64_t* ids, size_t num_ids, float* out) = 0;
   // The ids (ascending) of the rows changed by the steps after version `since`
-  // (since < version()). OutOfRange-like FailedPrecondition when `since` is older
-  // than the log reaches (before the oldest logged step, or before the version
-  // the table was opened or rolled back at): read the rows another way.
+  // (empty when since >= version()). FailedPrecondition when `since` is older
+  // than the log reaches (changelog_versions steps, and never before the
+  // version the table was opened or rolled back at): read the rows another way.
   virtual StatusOr<std::vector<uint64_t>> ChangedSince(Step since) const = 0;
 
   // ---- checkpoints ----
@@ -186,11 +186,11 @@ class SparseTable {
 
   // ---- statistics ----
   struct Stats {
-    uint64_t cached_rows = 0;      // rows in memory
-    uint64_t spilled_rows = 0;     // changed rows evicted since the last checkpoint
-    uint64_t evictions = 0;        // since Open
-    uint64_t store_reads = 0;      // rows looked up in the store since Open (found or not)
-    uint64_t rows_stepped = 0;     // since Open
+    uint64_t cached_rows = 0;           // rows in memory
+    uint64_t spilled_rows = 0;          // changed rows evicted since the last checkpoint
+    uint64_t evictions = 0;             // since Open
+    uint64_t store_reads = 0;           // rows looked up in the store since Open (found or not)
+    uint64_t rows_stepped = 0;          // since Open
     uint64_t last_checkpoint_rows = 0;  // rows the newest Checkpoint() wrote
   };
   virtual Stats stats() const = 0;

@@ -255,8 +255,8 @@ class RocksSparseRowStore final : public SparseRowStore {
     batch.Put(ManifestKey(table_, step), EncodeManifest(step, ids));
     rocksdb::WriteOptions wo;
     wo.sync = true;
-    EPS_RETURN_IF_ERROR(Rocks(db_->Write(wo, &batch), "writing sparse checkpoint " +
-                                                          std::to_string(step.value())));
+    EPS_RETURN_IF_ERROR(
+        Rocks(db_->Write(wo, &batch), "writing sparse checkpoint " + std::to_string(step.value())));
     steps_.assign(all.begin() + first_kept, all.end());
     return OkStatus();
   }
@@ -275,14 +275,14 @@ class RocksSparseRowStore final : public SparseRowStore {
                       path_);
     }
     rocksdb::WriteBatch batch;
-    EPS_RETURN_IF_ERROR(
-        Rocks(batch.DeleteRange(RangeBegin('S', table_), RangeEnd('S', table_)),
-              "dropping spilled rows"));
+    EPS_RETURN_IF_ERROR(Rocks(batch.DeleteRange(RangeBegin('S', table_), RangeEnd('S', table_)),
+                              "dropping spilled rows"));
     std::vector<Step> kept;
     if (!held) {  // step 0, before any checkpoint: nothing is stored at all
       for (char kind : {'C', 'K'}) {
-        EPS_RETURN_IF_ERROR(Rocks(batch.DeleteRange(RangeBegin(kind, table_), RangeEnd(kind, table_)),
-                                  "dropping checkpoints"));
+        EPS_RETURN_IF_ERROR(
+            Rocks(batch.DeleteRange(RangeBegin(kind, table_), RangeEnd(kind, table_)),
+                  "dropping checkpoints"));
       }
     } else {
       for (Step held_step : steps_) {
@@ -298,8 +298,8 @@ class RocksSparseRowStore final : public SparseRowStore {
     }
     rocksdb::WriteOptions wo;
     wo.sync = true;
-    EPS_RETURN_IF_ERROR(Rocks(db_->Write(wo, &batch), "rolling back to sparse checkpoint " +
-                                                          std::to_string(step.value())));
+    EPS_RETURN_IF_ERROR(Rocks(db_->Write(wo, &batch),
+                              "rolling back to sparse checkpoint " + std::to_string(step.value())));
     steps_ = std::move(kept);
     return OkStatus();
   }

@@ -53,8 +53,7 @@ struct VwGrad {
 };
 
 // Random per-VW gradients over `rows` candidate ids (some VWs touch nothing; some values -0.0).
-std::vector<VwGrad> RandomStep(std::mt19937_64& rng, uint32_t num_vws, size_t dim,
-                               uint64_t rows) {
+std::vector<VwGrad> RandomStep(std::mt19937_64& rng, uint32_t num_vws, size_t dim, uint64_t rows) {
   std::vector<VwGrad> out(num_vws);
   std::normal_distribution<float> normal;  // test data only: the bits need not be portable
   for (uint32_t v = 0; v < num_vws; ++v) {
@@ -64,7 +63,8 @@ std::vector<VwGrad> RandomStep(std::mt19937_64& rng, uint32_t num_vws, size_t di
     for (size_t i = 0; i < n; ++i) ids.insert((rng() % rows) * 0x9E3779B97F4A7C15ull);
     for (uint64_t id : ids) {
       out[v].ids.push_back(id);
-      for (size_t j = 0; j < dim; ++j) out[v].values.push_back(rng() % 7 == 0 ? -0.0f : normal(rng));
+      for (size_t j = 0; j < dim; ++j)
+        out[v].values.push_back(rng() % 7 == 0 ? -0.0f : normal(rng));
     }
   }
   return out;
@@ -104,17 +104,18 @@ TEST(SparseTreeReduce, AnySplitOfVwsIntoBlocksGivesTheSameBits) {
       const Block root{0, TreeWidth(num_vws)};
       SparseTreeReducer leaves(root, num_vws, dim);
       for (uint32_t v = 0; v < num_vws; ++v) {
-        ASSERT_TRUE(leaves.Add(Block{v, 1}, vws[v].ids.data(), vws[v].ids.size(),
-                               vws[v].values.data(), vws[v].values.size())
+        ASSERT_TRUE(leaves
+                        .Add(Block{v, 1}, vws[v].ids.data(), vws[v].ids.size(),
+                             vws[v].values.data(), vws[v].values.size())
                         .ok());
       }
       const SparseRows want = leaves.TakeResult().value();
       SparseTreeReducer blocks(root, num_vws, dim);
       for (const Block& b : RandomBlocks(rng, num_vws)) {
         const SparseRows part = BlockPartial(vws, b, num_vws, dim);
-        ASSERT_TRUE(blocks.Add(b, part.ids.data(), part.ids.size(), part.values.data(),
-                               part.values.size())
-                        .ok());
+        ASSERT_TRUE(
+            blocks.Add(b, part.ids.data(), part.ids.size(), part.values.data(), part.values.size())
+                .ok());
       }
       const SparseRows got = blocks.TakeResult().value();
       ASSERT_EQ(got.ids, want.ids);
@@ -192,8 +193,8 @@ TEST(SparseTable, SameBitsForAnySplitOfVwsAndAnyPushOrder) {
     RunStep(split.get(), vws, RandomBlocks(rng, num_vws), dim, 0.01);
   }
   EXPECT_EQ(one_block->version(), Step(12));
-  EXPECT_TRUE(SameBits(ReadRows(one_block.get(), AllIds(16), dim),
-                       ReadRows(split.get(), AllIds(16), dim)));
+  EXPECT_TRUE(
+      SameBits(ReadRows(one_block.get(), AllIds(16), dim), ReadRows(split.get(), AllIds(16), dim)));
 }
 
 TEST(SparseTable, UntouchedRowsAreNotStoredAndReadAsTheirInitializer) {
@@ -270,8 +271,8 @@ TEST(RowInitializer, GivesTheBitsOfTheReferenceWrittenInPython) {
   uniform.low = -0.05;
   uniform.high = 0.05;
   for (size_t i = 0; i < n; ++i) {
-    std::vector<float> got(ref::kGoldDim), want(ref::kGoldNormal + i * ref::kGoldDim,
-                                                ref::kGoldNormal + (i + 1) * ref::kGoldDim);
+    std::vector<float> got(ref::kGoldDim),
+        want(ref::kGoldNormal + i * ref::kGoldDim, ref::kGoldNormal + (i + 1) * ref::kGoldDim);
     InitialRow(normal, ref::kGoldSeed, ref::kGoldTable, ref::kGoldRows[i], got.data(),
                ref::kGoldDim);
     EXPECT_TRUE(SameBits(got, want)) << "normal row " << ref::kGoldRows[i];
@@ -326,9 +327,9 @@ std::vector<float> RunReference(const SparseOptimizerOptions& optimizer, const f
         values.insert(values.end(), grads + k * ref::kDim, grads + (k + 1) * ref::kDim);
       }
     }
-    EXPECT_TRUE(t->Push(Step(step), Block{0, 1}, ids.data(), ids.size(), values.data(),
-                        values.size())
-                    .ok());
+    EXPECT_TRUE(
+        t->Push(Step(step), Block{0, 1}, ids.data(), ids.size(), values.data(), values.size())
+            .ok());
     EXPECT_TRUE(t->ApplyStep(ref::kLrs[step]).ok());
   }
   return ReadRows(t.get(), all, ref::kDim);
@@ -395,9 +396,8 @@ TEST(SparseTable, ChangedSinceNamesTheRowsTheLoggedStepsChanged) {
   const float g[2] = {1.0f, 1.0f};
   const std::vector<std::vector<uint64_t>> steps = {{1, 5}, {5, 9}, {2}};
   for (size_t s = 0; s < steps.size(); ++s) {
-    ASSERT_TRUE(t->Push(Step(s), Block{0, 1}, steps[s].data(), steps[s].size(), g,
-                        steps[s].size())
-                    .ok());
+    ASSERT_TRUE(
+        t->Push(Step(s), Block{0, 1}, steps[s].data(), steps[s].size(), g, steps[s].size()).ok());
     ASSERT_TRUE(t->ApplyStep(0.1).ok());
   }
   EXPECT_EQ(t->ChangedSince(Step(2)).value(), std::vector<uint64_t>({2}));
@@ -441,8 +441,8 @@ TEST(SparseTable, ReopeningAtACheckpointThenTrainingGivesTheBitsOfAnUninterrupte
   auto t = OpenTable(o);
   EXPECT_EQ(t->version(), Step(12));
   Train(t.get(), 12, 20, num_vws, dim, rows);
-  EXPECT_TRUE(SameBits(ReadRows(t.get(), AllIds(rows), dim),
-                       ReadRows(straight.get(), AllIds(rows), dim)));
+  EXPECT_TRUE(
+      SameBits(ReadRows(t.get(), AllIds(rows), dim), ReadRows(straight.get(), AllIds(rows), dim)));
 }
 
 TEST(SparseTable, RollingBackToAnOlderCheckpointGivesItsBits) {
@@ -475,13 +475,13 @@ TEST(SparseTable, RollingBackToAnOlderCheckpointGivesItsBits) {
   EXPECT_EQ(t->Checkpoints(), std::vector<Step>({Step(8)}));
   auto again = OpenTable(TableOptions(num_vws, dim));
   Train(again.get(), 0, 8, num_vws, dim, rows);
-  EXPECT_TRUE(SameBits(ReadRows(t.get(), AllIds(rows), dim),
-                       ReadRows(again.get(), AllIds(rows), dim)));
+  EXPECT_TRUE(
+      SameBits(ReadRows(t.get(), AllIds(rows), dim), ReadRows(again.get(), AllIds(rows), dim)));
   // Step 0 is always there: the empty table.
   ASSERT_TRUE(t->RollbackTo(Step(0)).ok());
   auto fresh = OpenTable(TableOptions(num_vws, dim));
-  EXPECT_TRUE(SameBits(ReadRows(t.get(), AllIds(rows), dim),
-                       ReadRows(fresh.get(), AllIds(rows), dim)));
+  EXPECT_TRUE(
+      SameBits(ReadRows(t.get(), AllIds(rows), dim), ReadRows(fresh.get(), AllIds(rows), dim)));
   EXPECT_EQ(t->RollbackTo(Step(3)).code(), StatusCode::kNotFound);
 }
 
@@ -525,9 +525,10 @@ TEST(SparseTable, ASigkilledTableReopensAtAWholeCheckpointWithItsBits) {
     dup2(fds[1], 1);
     close(fds[0]);
     setenv(kCrashDirEnv, dir.path().c_str(), 1);
-    const char* argv[] = {"sparse_table_test",
-                          "--gtest_filter=SparseTableCrashChild.DISABLED_TrainsAndCheckpointsUntilKilled",
-                          "--gtest_also_run_disabled_tests", nullptr};
+    const char* argv[] = {
+        "sparse_table_test",
+        "--gtest_filter=SparseTableCrashChild.DISABLED_TrainsAndCheckpointsUntilKilled",
+        "--gtest_also_run_disabled_tests", nullptr};
     execv("/proc/self/exe", const_cast<char* const*>(argv));
     _exit(127);
   }
