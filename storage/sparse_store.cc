@@ -80,7 +80,7 @@ std::string EncodeManifest(Step step, const std::vector<uint64_t>& ids) {
   const uint64_t n = ids.size();
   m.append(reinterpret_cast<const char*>(&s), 8);
   m.append(reinterpret_cast<const char*>(&n), 8);
-  m.append(reinterpret_cast<const char*>(ids.data()), ids.size() * 8);
+  if (!ids.empty()) m.append(reinterpret_cast<const char*>(ids.data()), ids.size() * 8);
   return m;
 }
 

@@ -43,7 +43,8 @@ class TempDir {
 
 // Bitwise equality of float arrays (so that -0.0 and NaNs count).
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // What one VW pushes in one step: its touched rows (ascending) and their gradients.
