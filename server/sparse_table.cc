@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <list>
 #include <optional>
 #include <unordered_map>
@@ -318,20 +319,79 @@ class SparseTableImpl final : public SparseTable {
     return WriteSpill(spill);
   }
 
-  StatusOr<std::vector<uint64_t>> ChangedSince(Step since) const override {
-    if (since >= version_) return std::vector<uint64_t>();
-    if (since < log_base_) {
-      return FailedPrecondition("the rows changed since version " + std::to_string(since.value()) +
-                                " are no longer logged (from " + std::to_string(log_base_.value()) +
-                                " on)");
-    }
+  StatusOr<std::vector<uint64_t>> ChangedSince(Step since) override {
     std::vector<uint64_t> out;
+    if (since >= version_) return out;
+    if (since < log_base_) {  // beyond the log: every stored row's version says
+      EPS_RETURN_IF_ERROR(ScanRows([&](uint64_t row, Step changed, const float*) {
+        if (changed > since) out.push_back(row);
+      }));
+      return out;
+    }
     for (const auto& [version, ids] : log_) {
       if (version > since) out.insert(out.end(), ids.begin(), ids.end());
     }
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
+  }
+
+  Status ScanRows(
+      const std::function<void(uint64_t row, Step version, const float* floats)>& fn) override {
+    EPS_RETURN_IF_ERROR(Usable());
+    // Three sorted streams, disjoint but for the checkpoint's: the cache's rows, the spilled
+    // ones, the newest checkpoint's; a cached or spilled row is newer than its checkpoint record.
+    std::vector<uint64_t> cached, spilled(spilled_.begin(), spilled_.end());
+    cached.reserve(cache_.size());
+    for (const auto& [id, row] : cache_) cached.push_back(id);
+    std::sort(cached.begin(), cached.end());
+    std::sort(spilled.begin(), spilled.end());
+    size_t ci = 0, si = 0;
+    Row row;
+    auto emit_cached = [&] {
+      const Row& r = cache_.at(cached[ci]);
+      fn(cached[ci++], Step(r.version), r.data.data());
+    };
+    auto emit_spilled = [&]() -> Status {
+      std::vector<std::optional<std::string>> record;
+      EPS_RETURN_IF_ERROR(store_->ReadSpilled({spilled[si]}, &record));
+      std::unordered_map<uint64_t, Row> one;
+      EPS_RETURN_IF_ERROR(DecodeInto(spilled[si], record[0], "spilled", &one));
+      const Row& r = one.begin()->second;
+      fn(spilled[si++], Step(r.version), r.data.data());
+      return OkStatus();
+    };
+    // Emits the cached and spilled rows below `bound` (all of them without one).
+    auto drain = [&](std::optional<uint64_t> bound) -> Status {
+      while (true) {
+        const bool c = ci < cached.size() && (!bound || cached[ci] < *bound);
+        const bool s = si < spilled.size() && (!bound || spilled[si] < *bound);
+        if (!c && !s) return OkStatus();
+        if (c && (!s || cached[ci] < spilled[si])) {
+          emit_cached();
+        } else {
+          EPS_RETURN_IF_ERROR(emit_spilled());
+        }
+      }
+    };
+    if (store_ != nullptr) {
+      EPS_RETURN_IF_ERROR(
+          store_->ScanCheckpointed([&](uint64_t id, std::string_view record) -> Status {
+            EPS_RETURN_IF_ERROR(drain(id));
+            if (ci < cached.size() && cached[ci] == id) {
+              emit_cached();
+              return OkStatus();
+            }
+            if (si < spilled.size() && spilled[si] == id) return emit_spilled();
+            if (!Decode(std::string(record), floats_, &row)) {
+              return DataLoss("checkpointed row " + std::to_string(id) + " of sparse table " +
+                              std::to_string(o_.table_id) + " is malformed in " + store_->path());
+            }
+            fn(id, Step(row.version), row.data.data());
+            return OkStatus();
+          }));
+    }
+    return drain(std::nullopt);
   }
 
   Status Checkpoint() override {

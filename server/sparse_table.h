@@ -40,7 +40,8 @@
 // Reads. Read gives rows by id at the current version (untouched rows: their
 // initializer's values, still stored nowhere; stored rows it reads come into the
 // cache, since a pull of a batch's rows precedes their push). ChangedSince(v) names the
-// rows changed after version v, from a log of the last changelog_versions steps.
+// rows changed after version v, from a log of the last changelog_versions steps or
+// from the rows' last-changed versions. ScanRows visits every stored row in id order.
 //
 // Checkpoints. Checkpoint() writes the rows changed since the previous
 // checkpoint (incremental) with the manifest in one synced batch; reopening a
@@ -53,6 +54,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -166,10 +168,20 @@ class SparseTable {
   // Store errors as ApplyStep's (the rows it brings in may evict others).
   virtual Status Read(const uint64_t* ids, size_t num_ids, float* out) = 0;
   // The ids (ascending) of the rows changed by the steps after version `since`
-  // (empty when since >= version()). FailedPrecondition when `since` is older
-  // than the log reaches (changelog_versions steps, and never before the
-  // version the table was opened or rolled back at): read the rows another way.
-  virtual StatusOr<std::vector<uint64_t>> ChangedSince(Step since) const = 0;
+  // (empty when since >= version()): from a log of the last changelog_versions
+  // steps, or, for an older `since` (or one before the version the table was
+  // opened or rolled back at), from every stored row's last-changed version
+  // (ScanRows: O(stored rows)).
+  virtual StatusOr<std::vector<uint64_t>> ChangedSince(Step since) = 0;
+
+  // Calls fn(row, version, floats) for every stored row (every row a step has
+  // touched; never an untouched one) in ascending row order: `version` last
+  // changed it, `floats` holds its dim weights then its optimizer slots (dim
+  // floats each, SparseOptimizerSlots of them), valid during the call. For
+  // digests, exports and ChangedSince beyond the log. O(stored rows), reading
+  // the store in order without filling the cache.
+  virtual Status ScanRows(
+      const std::function<void(uint64_t row, Step version, const float* floats)>& fn) = 0;
 
   // ---- checkpoints ----
 

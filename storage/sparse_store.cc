@@ -304,6 +304,27 @@ class RocksSparseRowStore final : public SparseRowStore {
     return OkStatus();
   }
 
+  Status ScanCheckpointed(
+      const std::function<Status(uint64_t row, std::string_view record)>& fn) const override {
+    if (steps_.empty()) return OkStatus();
+    const std::string end = RangeEnd('C', table_);
+    rocksdb::ReadOptions ro = TotalOrder();
+    rocksdb::Slice upper(end);
+    ro.iterate_upper_bound = &upper;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+    bool have_last = false;
+    uint64_t last = 0;
+    for (it->Seek(RangeBegin('C', table_)); it->Valid(); it->Next()) {
+      if (it->key().size() != kPrefixLen + 8) return DataLoss("bad row key in " + path_);
+      const uint64_t row = GetBE64(it->key().data() + 5);
+      if (have_last && row == last) continue;  // an older record of the same row
+      have_last = true;
+      last = row;
+      EPS_RETURN_IF_ERROR(fn(row, std::string_view(it->value().data(), it->value().size())));
+    }
+    return Rocks(it->status(), "scanning checkpointed rows");
+  }
+
   StatusOr<Counts> CountRecords() const override {
     Counts c;
     for (char kind : {'S', 'C'}) {

@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -103,6 +104,11 @@ class SparseRowStore {
   // as its newest. NotFound: `step` is not held (step 0 always is: the table
   // before its first step, where no row is stored).
   virtual Status RollbackTo(Step step) = 0;
+
+  // Calls fn(row, record) for every row the newest held checkpoint holds, in
+  // ascending row order, until fn returns an error (returned). O(records).
+  virtual Status ScanCheckpointed(
+      const std::function<Status(uint64_t row, std::string_view record)>& fn) const = 0;
 
   // Records stored, for tests and statistics (a scan: O(records)).
   struct Counts {
