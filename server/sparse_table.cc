@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "server/optimizer.h"
+#include "server/sparse_table_testing.h"
 #include "storage/sparse_store.h"
 
 // Every rounding is spelled out (see server/optimizer.cc): no contraction into fused
@@ -664,6 +665,10 @@ void InitialRow(const RowInitializer& init, uint64_t seed, uint32_t table, uint6
       }
       return;
   }
+}
+
+std::string SparseStoreIdentityForTesting(const SparseTableOptions& options) {
+  return Identity(options);
 }
 
 int SparseOptimizerSlots(const SparseOptimizerOptions& o) {

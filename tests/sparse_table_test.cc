@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "common/sparse_tree.h"
+#include "server/sparse_table_testing.h"
+#include "storage/sparse_store.h"
 #include "tests/sparse_reference.h"
 
 namespace eps {
@@ -584,6 +586,32 @@ TEST(SparseTable, ASigkilledTableReopensAtAWholeCheckpointWithItsBits) {
         kCrashRows);
   EXPECT_TRUE(SameBits(ReadRows(t.get(), AllIds(kCrashRows), kCrashDim),
                        ReadRows(straight.get(), AllIds(kCrashRows), kCrashDim)));
+}
+
+TEST(SparseTable, ADamagedRowRecordIsDataLossNotACrash) {
+  TempDir dir;
+  SparseTableOptions o = TableOptions(1, 2);
+  o.path = dir.path();
+  {
+    SparseStoreOptions so;
+    so.path = o.path;
+    so.table_id = o.table_id;
+    so.identity = SparseStoreIdentityForTesting(o);
+    auto store = SparseRowStore::Open(so);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    ASSERT_TRUE((*store)->WriteCheckpoint(Step(5), {{1, "short"}}, {}).ok());
+  }
+  auto t = OpenTable(o);
+  EXPECT_EQ(t->version(), Step(5));
+  std::vector<float> out(2);
+  const uint64_t bad = 1, untouched = 2;
+  EXPECT_EQ(t->Read(&bad, 1, out.data()).code(), StatusCode::kDataLoss);
+  EXPECT_TRUE(t->Read(&untouched, 1, out.data()).ok());
+  EXPECT_EQ(t->ScanRows([](uint64_t, Step, const float*) {}).code(), StatusCode::kDataLoss);
+  const float g[2] = {1.0f, 1.0f};
+  ASSERT_TRUE(t->Push(Step(5), Block{0, 1}, &bad, 1, g, 2).ok());
+  EXPECT_EQ(t->ApplyStep(0.1).code(), StatusCode::kDataLoss);
+  EXPECT_EQ(t->version(), Step(5));
 }
 
 // ---- bad input ----
