@@ -307,6 +307,7 @@ class SparseTableImpl final : public SparseTable {
     EPS_RETURN_IF_ERROR(Load(missing, &loaded));
     for (size_t i = 0; i < num_ids; ++i) {
       auto it = cache_.find(ids[i]);
+      if (it != cache_.end()) lru_.splice(lru_.begin(), lru_, it->second.lru);  // now the newest
       const Row& row = it != cache_.end() ? it->second : loaded.at(ids[i]);
       std::memcpy(out + i * o_.dim, row.data.data(), o_.dim * sizeof(float));
     }
