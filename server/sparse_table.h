@@ -115,8 +115,10 @@ struct SparseTableOptions {
   RowInitializer init;
   SparseOptimizerOptions optimizer;
   // The cache's budget: RowBytes() per cached row (its record plus the cache's
-  // bookkeeping). At least one row. RocksDB's own memtables and block cache
-  // come on top; so do, during ApplyStep, the touched rows of that step.
+  // bookkeeping). At least one row. On top of it: RocksDB's own memtables and
+  // block cache; during ApplyStep, the step's touched rows and their reducers;
+  // the ids of the spilled rows (changed since the last checkpoint) and of the
+  // logged steps' rows.
   size_t memory_bytes = size_t{64} << 20;
   // The RocksDB directory (SparseRowStore) for the spill tier and the
   // checkpoints; empty: memory only (no checkpoints; a step that would
