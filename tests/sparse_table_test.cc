@@ -633,6 +633,80 @@ TEST(SparseTable, UnsortedOrRepeatedIdsAreInvalidArgumentAndChangeNothing) {
   EXPECT_TRUE(t->ApplyStep(0.1).ok());
 }
 
+TEST(SparseTable, BadPushesAmongGoodOnesAreRefusedAndChangeNoBit) {
+  const uint32_t num_vws = 6;
+  const size_t dim = 3;
+  auto clean = OpenTable(TableOptions(num_vws, dim));
+  auto noisy = OpenTable(TableOptions(num_vws, dim));
+  std::mt19937_64 rng(21);
+  int refused = 0;
+  for (int step = 0; step < 25; ++step) {
+    const std::vector<VwGrad> vws = RandomStep(rng, num_vws, dim, 12);
+    const std::vector<Block> blocks = RandomBlocks(rng, num_vws);
+    RunStep(clean.get(), vws, blocks, dim, 0.01);
+    std::vector<Block> pushed;
+    for (const Block& b : blocks) {
+      SparseRows part = BlockPartial(vws, b, num_vws, dim);
+      // A bad variant of this push first.
+      std::vector<uint64_t> ids = part.ids;
+      std::vector<float> values = part.values;
+      Block block = b;
+      Step at = noisy->version();
+      const int kind = static_cast<int>(rng() % 7);
+      switch (kind) {
+        case 0:  // unsorted
+          if (ids.size() < 2) ids = {4, 5};
+          std::swap(ids[0], ids[1]);
+          values.assign(ids.size() * dim, 1.0f);
+          break;
+        case 1:  // repeated
+          if (ids.empty()) ids.push_back(1);
+          ids.push_back(ids.back());
+          values.assign(ids.size() * dim, 1.0f);
+          break;
+        case 2:  // a value short or long
+          if (values.empty() || rng() % 2) {
+            values.push_back(1.0f);
+          } else {
+            values.pop_back();
+          }
+          break;
+        case 3:  // not a node of the tree
+          block = Block{1, 2};
+          break;
+        case 4:  // beyond V
+          block = Block{8, 1};
+          break;
+        case 5:  // a step not the current one
+          at = Step(at.value() + (rng() % 2 ? 1 : -1));
+          break;
+        case 6:  // a block already counted (none yet: this one for the next step)
+          block = pushed.empty() ? Block{0, 8} : pushed.back();
+          if (pushed.empty()) {
+            ids = part.ids;
+            values = part.values;
+            block = b;
+            at = Step(at.value() + 1);
+          }
+          break;
+      }
+      EXPECT_FALSE(
+          noisy->Push(at, block, ids.data(), ids.size(), values.data(), values.size()).ok())
+          << "bad push of kind " << kind;
+      ++refused;
+      ASSERT_TRUE(noisy
+                      ->Push(noisy->version(), b, part.ids.data(), part.ids.size(),
+                             part.values.data(), part.values.size())
+                      .ok());
+      pushed.push_back(b);
+    }
+    ASSERT_TRUE(noisy->ApplyStep(0.01).ok());
+  }
+  EXPECT_GT(refused, 50);
+  EXPECT_TRUE(
+      SameBits(ReadRows(clean.get(), AllIds(12), dim), ReadRows(noisy.get(), AllIds(12), dim)));
+}
+
 TEST(SparseTable, AWrongRowWidthIsInvalidArgument) {
   auto t = OpenTable(TableOptions(1, 4));
   const std::vector<uint64_t> ids = {1, 2};
