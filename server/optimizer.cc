@@ -53,6 +53,18 @@ struct SgdConstants {
   float neg_lr;
 };
 
+SgdConstants MakeSgdConstants(const OptimizerOptions& o, double lr) {
+  SgdConstants c;
+  c.weight_decay = o.weight_decay != 0;
+  c.momentum = o.momentum != 0;
+  c.nesterov = o.nesterov;
+  c.wd = static_cast<float>(o.weight_decay);
+  c.mom = static_cast<float>(o.momentum);
+  c.one_minus_dampening = static_cast<float>(1 - o.dampening);
+  c.neg_lr = static_cast<float>(-1 * lr);
+  return c;
+}
+
 // torch::optim::SGD::step:
 //   d_p = grad; if (wd != 0) d_p = d_p.add(p, wd);
 //   if (momentum != 0) {
@@ -368,14 +380,7 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params
   float* const slot1 = state->slot1.data();
 
   if (o.kind == OptimizerKind::kSgd) {
-    SgdConstants c;
-    c.weight_decay = o.weight_decay != 0;
-    c.momentum = o.momentum != 0;
-    c.nesterov = o.nesterov;
-    c.wd = static_cast<float>(o.weight_decay);
-    c.mom = static_cast<float>(o.momentum);
-    c.one_minus_dampening = static_cast<float>(1 - o.dampening);
-    c.neg_lr = static_cast<float>(-1 * lr);
+    const SgdConstants c = MakeSgdConstants(o, lr);
     over([&](size_t lo, size_t hi) {
       float* const buf = slots >= 1 ? slot0 + lo : nullptr;
       if (copy_first) std::memcpy(out + lo, params + lo, (hi - lo) * sizeof(float));
@@ -412,6 +417,13 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params
       AdamOverParams(c, out + lo, grad_sum + lo, divisor, slot0 + lo, slot1 + lo, hi - lo);
     }
   });
+}
+
+void ApplySgdRow(const OptimizerOptions& o, double lr, bool first, float* params,
+                 const float* grad_sum, float divisor, float* buf, size_t n) {
+  assert(o.kind == OptimizerKind::kSgd);
+  const SgdConstants c = MakeSgdConstants(o, lr);
+  SgdOverParams(c, first, params, grad_sum, divisor, c.momentum ? buf : nullptr, n);
 }
 
 }  // namespace eps

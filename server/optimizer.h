@@ -113,6 +113,15 @@ void ApplyOptimizer(const OptimizerOptions& options, int64_t step, const float* 
                     const float* grad_sum, float divisor, float* out, size_t n,
                     OptimizerState* state, ParallelFor* parallel = nullptr);
 
+// One row of a sparse table stepped by the SGD family (plain, momentum, dampening, Nesterov,
+// L2 weight decay; o.kind must be kSgd) at learning rate `lr`: the arithmetic of ApplyOptimizer
+// on n elements with gradient grad_sum[i] / divisor, in place on `params`. `buf` is the row's
+// momentum buffer (n floats, unused without momentum), taken as empty when `first` (the row's
+// first step: the buffer becomes the gradient, as libtorch's first step does). The lazy,
+// row-wise form of SGD (server/sparse_table.h): rows no step touches keep their buffer.
+void ApplySgdRow(const OptimizerOptions& o, double lr, bool first, float* params,
+                 const float* grad_sum, float divisor, float* buf, size_t n);
+
 // The fewest elements worth a thread of their own (about 64 KiB of each buffer).
 inline constexpr size_t kParallelGrain = 16384;
 

@@ -21,6 +21,7 @@
 #include <set>
 #include <system_error>
 
+#include "storage/rocks_status.h"
 #include "storage/state_store_testing.h"
 
 namespace eps {
@@ -199,48 +200,7 @@ bool DecodeManifest(std::string_view data, Manifest* m) {
   return r.done();
 }
 
-// ---- errors -------------------------------------------------------------------
-
-bool Contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
-
-// A RocksDB status as an eps::Status naming the store and what was being done.
-Status FromRocks(const rocksdb::Status& s, const std::string& path, const std::string& what) {
-  const std::string text = s.ToString();
-  const std::string m = what + " (store " + path + "): " + text;
-  if (s.IsCorruption()) return DataLoss(m);
-  if (s.IsNoSpace() || Contains(text, "No space left")) return ResourceExhausted(m);
-  if (s.IsNotFound() || s.IsPathNotFound()) return NotFound(m);
-  if (Contains(text, "Permission denied") || Contains(text, "Read-only file system") ||
-      Contains(text, "Not a directory") || Contains(text, "Operation not permitted")) {
-    return FailedPrecondition(m);
-  }
-  if (Contains(text, "While lock file") || Contains(text, "lock hold by current process")) {
-    return Unavailable(m + " (another process, or another StateStore, has it open)");
-  }
-  if (s.IsBusy() || s.IsTryAgain() || s.IsTimedOut()) return Unavailable(m);
-  if (s.IsInvalidArgument() && Contains(text, "does not exist")) return NotFound(m);
-  if (s.IsInvalidArgument() || s.IsNotSupported()) return FailedPrecondition(m);
-  return Internal(m);
-}
-
-Status FromErrno(int err, const std::string& path, const std::string& what) {
-  const std::string m = what + " (store " + path + "): " + std::strerror(err);
-  switch (err) {
-    case ENOSPC:
-    case EDQUOT:
-      return ResourceExhausted(m);
-    case EACCES:
-    case EPERM:
-    case EROFS:
-    case ENOTDIR:
-    case EEXIST:
-    case ENAMETOOLONG:
-    case ELOOP:
-      return FailedPrecondition(m);
-    default:
-      return Internal(m);
-  }
-}
+// ---- errors: FromRocks, FromErrno (storage/rocks_status.h) -------------------------
 
 Status CheckName(std::string_view name, const char* what) {
   if (name.empty() || name.size() > kMaxName) {

@@ -1,0 +1,720 @@
+#include "server/sparse_table.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <list>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "server/optimizer.h"
+#include "server/sparse_table_testing.h"
+#include "storage/sparse_store.h"
+
+// Every rounding is spelled out (see server/optimizer.cc): no contraction into fused
+// multiply-adds except the explicit std::fma calls.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace eps {
+namespace {
+
+// ---- the initializer ------------------------------------------------------------
+
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+
+uint64_t Finalize(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+uint64_t Mix(uint64_t z) { return Finalize(z + kGolden); }
+uint64_t Next(uint64_t* state) {
+  *state += kGolden;
+  return Finalize(*state);
+}
+// [0, 1) with 53 random bits: exact.
+double Unit(uint64_t u) { return static_cast<double>(u >> 11) * 0x1p-53; }
+
+// ln(x) for finite x > 0 from + - * / and frexp (exact): x = m * 2^e with m in
+// [1/sqrt(2), sqrt(2)), ln(m) = 2 atanh(s), s = (m - 1) / (m + 1), |s| < 0.172, by
+// the series to s^29 in Horner's form (truncation below 1e-23 relative).
+double Log(double x) {
+  int e = 0;
+  double m = std::frexp(x, &e);  // [0.5, 1)
+  if (m < 0.7071067811865476) {
+    m = m * 2;
+    e = e - 1;
+  }
+  const double s = (m - 1) / (m + 1);
+  const double s2 = s * s;
+  double p = 1.0 / 29;
+  for (int k = 13; k >= 0; --k) p = p * s2 + 1.0 / (2 * k + 1);
+  return static_cast<double>(e) * 0.6931471805599453 + 2 * s * p;
+}
+
+// ---- row records: [version:i64][flags:u32][0:u32][weights, slot0, slot1: dim floats each] ----
+
+constexpr size_t kHeader = 16;
+constexpr uint32_t kInitialized = 1;  // the optimizer has stepped the row (its slots are live)
+// What the cache spends on a row besides its floats: the hash map's node and bucket, the
+// LRU list's node, the vector's header.
+constexpr size_t kRowOverhead = 112;
+
+struct Row {
+  std::vector<float> data;  // weights, then the slots
+  int64_t version = 0;      // the version that last changed the row
+  bool initialized = false;
+  bool dirty = false;  // changed since the last checkpoint
+  bool fresh = false;  // just made by the initializer: stored nowhere
+  std::list<uint64_t>::iterator lru;
+};
+
+std::string Encode(const Row& row) {
+  std::string r(kHeader + row.data.size() * sizeof(float), '\0');
+  const uint32_t flags = row.initialized ? kInitialized : 0;
+  std::memcpy(&r[0], &row.version, 8);
+  std::memcpy(&r[8], &flags, 4);
+  std::memcpy(&r[kHeader], row.data.data(), row.data.size() * sizeof(float));
+  return r;
+}
+
+bool Decode(const std::string& r, size_t floats, Row* row) {
+  if (r.size() != kHeader + floats * sizeof(float)) return false;
+  uint32_t flags = 0, pad = 0;
+  std::memcpy(&row->version, &r[0], 8);
+  std::memcpy(&flags, &r[8], 4);
+  std::memcpy(&pad, &r[12], 4);
+  if ((flags & ~kInitialized) != 0 || pad != 0 || row->version < 0) return false;
+  row->initialized = (flags & kInitialized) != 0;
+  row->data.resize(floats);
+  std::memcpy(row->data.data(), &r[kHeader], floats * sizeof(float));
+  return true;
+}
+
+// ---- row-wise optimizers ----------------------------------------------------------
+
+// Constants as torch hands them to its float kernels: computed in double, rounded to float.
+struct RowConstants {
+  float wd = 0;
+  bool l2 = false;
+  float decay = 1;  // AdamW: 1 - lr * wd
+  bool decoupled = false;
+  float one_minus_beta1 = 0, one_minus_beta2 = 0, eps = 0;
+  float neg_step = 0;  // Adagrad: -lr; SparseAdam: -(lr * sqrt(bc2) / bc1)
+};
+
+// torch.optim.Adagrad, sparse gradient (lr_decay 0):
+//   state_sum.add_(g.pow(2)); std = state_sum.sparse_mask(g).sqrt_().add_(eps)
+//   param.add_(g / std, alpha=-lr)       (dense += alpha * sparse: an axpy, fused)
+void AdagradRow(const RowConstants& c, float* p, const float* g_sum, float div, float* sum,
+                size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    float g = div == 1.0f ? g_sum[i] : g_sum[i] / div;
+    if (c.l2) g = std::fma(p[i], c.wd, g);
+    const float s = sum[i] + g * g;
+    sum[i] = s;
+    const float std_dev = std::sqrt(s) + c.eps;
+    p[i] = std::fma(g / std_dev, c.neg_step, p[i]);
+  }
+}
+
+// torch.optim.SparseAdam (torch/optim/_functional.py sparse_adam), per element:
+//   u1 = (g - m) * (1 - beta1); m += u1;  u2 = (g*g - v) * (1 - beta2); v += u2
+//   numer = u1 + m_old; denom = sqrt(u2 + v_old) + eps
+//   param += -step_size * (numer / denom)   (alpha 1: a plain add)
+// AdamW first scales the row: p *= 1 - lr * wd.
+void SparseAdamRow(const RowConstants& c, float* p, const float* g_sum, float div, float* m,
+                   float* v, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    float g = div == 1.0f ? g_sum[i] : g_sum[i] / div;
+    float w = c.decoupled ? p[i] * c.decay : p[i];
+    if (c.l2) g = std::fma(w, c.wd, g);
+    const float m_old = m[i], v_old = v[i];
+    const float u1 = (g - m_old) * c.one_minus_beta1;
+    const float u2 = (g * g - v_old) * c.one_minus_beta2;
+    m[i] = m_old + u1;
+    v[i] = v_old + u2;
+    const float numer = u1 + m_old;
+    const float denom = std::sqrt(u2 + v_old) + c.eps;
+    p[i] = w + (numer / denom) * c.neg_step;
+  }
+}
+
+bool Finite(double x) { return std::isfinite(x); }
+
+Status ValidateOptimizer(const SparseOptimizerOptions& o) {
+  using K = SparseOptimizerOptions::Kind;
+  if (o.kind != K::kSgd && o.kind != K::kAdagrad && o.kind != K::kAdam && o.kind != K::kAdamW) {
+    return InvalidArgument("unknown sparse optimizer");
+  }
+  if (!Finite(o.weight_decay) || o.weight_decay < 0) {
+    return InvalidArgument("sparse optimizer weight_decay must be finite and >= 0");
+  }
+  if (o.kind == K::kSgd) {
+    if (!Finite(o.momentum) || o.momentum < 0) {
+      return InvalidArgument("sparse optimizer momentum must be finite and >= 0");
+    }
+    if (!Finite(o.dampening) || o.dampening < 0 || o.dampening > 1) {
+      return InvalidArgument("sparse optimizer dampening must be in [0, 1]");
+    }
+    if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) {
+      return InvalidArgument("sparse optimizer nesterov needs momentum > 0 and no dampening");
+    }
+    return OkStatus();
+  }
+  if (o.momentum != 0 || o.dampening != 0 || o.nesterov) {
+    return InvalidArgument("momentum, dampening and nesterov apply to sgd only");
+  }
+  if (!Finite(o.eps) || o.eps <= 0) return InvalidArgument("sparse optimizer eps must be > 0");
+  if (o.kind == K::kAdagrad) {
+    if (!Finite(o.initial_accumulator_value) || o.initial_accumulator_value < 0) {
+      return InvalidArgument("adagrad initial_accumulator_value must be finite and >= 0");
+    }
+    return OkStatus();
+  }
+  if (!Finite(o.beta1) || o.beta1 < 0 || o.beta1 >= 1 || !Finite(o.beta2) || o.beta2 < 0 ||
+      o.beta2 >= 1) {
+    return InvalidArgument("sparse optimizer betas must be in [0, 1)");
+  }
+  return OkStatus();
+}
+
+std::string Identity(const SparseTableOptions& o) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "dim=%zu slots=%d optimizer=%d init=%d %.17g %.17g %.17g %.17g seed=%llu", o.dim,
+                SparseOptimizerSlots(o.optimizer), static_cast<int>(o.optimizer.kind),
+                static_cast<int>(o.init.kind), o.init.mean, o.init.stddev, o.init.low, o.init.high,
+                static_cast<unsigned long long>(o.seed));
+  return buf;
+}
+
+class SparseTableImpl final : public SparseTable {
+ public:
+  SparseTableImpl(const SparseTableOptions& o, std::unique_ptr<SparseRowStore> store)
+      : o_(o),
+        slots_(SparseOptimizerSlots(o.optimizer)),
+        floats_(o.dim * (1 + slots_)),
+        row_bytes_(floats_ * sizeof(float) + kRowOverhead),
+        capacity_(o.memory_bytes / row_bytes_),
+        store_(std::move(store)),
+        reducer_(Block{0, TreeWidth(o.num_vws)}, o.num_vws, o.dim, o.grad_rounding) {
+    Reset(store_ == nullptr || store_->Checkpoints().empty() ? Step(0)
+                                                             : store_->Checkpoints().back());
+  }
+
+  Step version() const override { return version_; }
+  size_t RowBytes() const override { return row_bytes_; }
+
+  Status Push(Step step, const Block& block, const uint64_t* ids, size_t num_ids,
+              const float* values, size_t num_values) override {
+    EPS_RETURN_IF_ERROR(Usable());
+    if (step < version_) {
+      return AlreadyExists("sparse push for step " + std::to_string(step.value()) +
+                           ", already applied (table at version " +
+                           std::to_string(version_.value()) + ")");
+    }
+    if (step > version_) {
+      return InvalidArgument("sparse push for step " + std::to_string(step.value()) +
+                             " ahead of the table's version " + std::to_string(version_.value()));
+    }
+    if (pending_.has_value()) {
+      return AlreadyExists("sparse push for step " + std::to_string(step.value()) +
+                           ", whose rows are already reduced");
+    }
+    return reducer_.Add(block, ids, num_ids, values, num_values);
+  }
+
+  bool StepComplete() const override { return pending_.has_value() || reducer_.complete(); }
+
+  Status ApplyStep(double lr) override {
+    EPS_RETURN_IF_ERROR(Usable());
+    if (!Finite(lr) || lr <= 0) return InvalidArgument("sparse step needs a finite lr > 0");
+    if (!pending_.has_value()) {
+      if (!reducer_.complete()) {
+        return FailedPrecondition("sparse step " + std::to_string(version_.value()) +
+                                  " is missing VWs");
+      }
+      EPS_ASSIGN_OR_RETURN(SparseRows sum, reducer_.TakeResult());
+      pending_ = std::move(sum);
+    }
+    const std::vector<uint64_t>& ids = pending_->ids;
+
+    // Everything that can fail comes first: the rows not in memory, read from the store.
+    std::vector<uint64_t> missing;
+    for (uint64_t id : ids) {
+      if (cache_.count(id) == 0) missing.push_back(id);
+    }
+    if (store_ == nullptr && cache_.size() + missing.size() > capacity_) {
+      return ResourceExhausted("sparse table " + std::to_string(o_.table_id) + " would hold " +
+                               std::to_string(cache_.size() + missing.size()) +
+                               " rows, its memory budget of " + std::to_string(o_.memory_bytes) +
+                               " bytes holds " + std::to_string(capacity_) +
+                               " and it has no store to spill to");
+    }
+    std::unordered_map<uint64_t, Row> work;
+    EPS_RETURN_IF_ERROR(Load(missing, &work));
+
+    // Now nothing fails until the spill write. The step's rows leave the cache while they are
+    // stepped, so that making room for one never evicts another.
+    for (uint64_t id : ids) {
+      auto node = cache_.extract(id);
+      if (node.empty()) continue;
+      lru_.erase(node.mapped().lru);
+      work.insert(std::move(node));
+    }
+    const double count = static_cast<double>(version_.value() + 1);
+    const RowConstants c = Constants(lr, count);
+    const OptimizerOptions sgd = SgdOptions();
+    const float divisor = static_cast<float>(o_.num_vws);
+    const int64_t new_version = version_.value() + 1;
+    SpillBatch spill;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const uint64_t id = ids[i];
+      auto node = work.extract(id);
+      Row& row = node.mapped();
+      StepRow(c, sgd, lr, pending_->values.data() + i * o_.dim, divisor, &row);
+      row.version = new_version;
+      row.dirty = true;
+      row.fresh = false;
+      ++stats_.rows_stepped;
+      Admit(std::move(node), &spill);
+    }
+    version_ = Step(new_version);
+    Log(std::move(pending_->ids));
+    pending_.reset();
+    return WriteSpill(spill);
+  }
+
+  Status Read(const uint64_t* ids, size_t num_ids, float* out) override {
+    EPS_RETURN_IF_ERROR(Usable());
+    std::vector<uint64_t> missing;
+    for (size_t i = 0; i < num_ids; ++i) {
+      if (cache_.count(ids[i]) == 0) missing.push_back(ids[i]);
+    }
+    std::sort(missing.begin(), missing.end());
+    missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+    std::unordered_map<uint64_t, Row> loaded;
+    EPS_RETURN_IF_ERROR(Load(missing, &loaded));
+    for (size_t i = 0; i < num_ids; ++i) {
+      auto it = cache_.find(ids[i]);
+      if (it != cache_.end()) lru_.splice(lru_.begin(), lru_, it->second.lru);  // now the newest
+      const Row& row = it != cache_.end() ? it->second : loaded.at(ids[i]);
+      std::memcpy(out + i * o_.dim, row.data.data(), o_.dim * sizeof(float));
+    }
+    // The stored rows read come into the cache (a pull of a batch's rows comes before their
+    // push); rows never touched stay stored nowhere.
+    SpillBatch spill;
+    for (uint64_t id : missing) {
+      auto node = loaded.extract(id);
+      if (!node.mapped().fresh) Admit(std::move(node), &spill);
+    }
+    return WriteSpill(spill);
+  }
+
+  StatusOr<std::vector<uint64_t>> ChangedSince(Step since) override {
+    std::vector<uint64_t> out;
+    if (since >= version_) return out;
+    if (since < log_base_) {  // beyond the log: every stored row's version says
+      EPS_RETURN_IF_ERROR(ScanRows([&](uint64_t row, Step changed, const float*) {
+        if (changed > since) out.push_back(row);
+      }));
+      return out;
+    }
+    for (const auto& [version, ids] : log_) {
+      if (version > since) out.insert(out.end(), ids.begin(), ids.end());
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
+
+  Status ScanRows(
+      const std::function<void(uint64_t row, Step version, const float* floats)>& fn) override {
+    EPS_RETURN_IF_ERROR(Usable());
+    // Three sorted streams, disjoint but for the checkpoint's: the cache's rows, the spilled
+    // ones, the newest checkpoint's; a cached or spilled row is newer than its checkpoint record.
+    std::vector<uint64_t> cached, spilled(spilled_.begin(), spilled_.end());
+    cached.reserve(cache_.size());
+    for (const auto& [id, row] : cache_) cached.push_back(id);
+    std::sort(cached.begin(), cached.end());
+    std::sort(spilled.begin(), spilled.end());
+    size_t ci = 0, si = 0;
+    Row row;
+    auto emit_cached = [&] {
+      const Row& r = cache_.at(cached[ci]);
+      fn(cached[ci++], Step(r.version), r.data.data());
+    };
+    auto emit_spilled = [&]() -> Status {
+      std::vector<std::optional<std::string>> record;
+      EPS_RETURN_IF_ERROR(store_->ReadSpilled({spilled[si]}, &record));
+      std::unordered_map<uint64_t, Row> one;
+      EPS_RETURN_IF_ERROR(DecodeInto(spilled[si], record[0], "spilled", &one));
+      const Row& r = one.begin()->second;
+      fn(spilled[si++], Step(r.version), r.data.data());
+      return OkStatus();
+    };
+    // Emits the cached and spilled rows below `bound` (all of them without one).
+    auto drain = [&](std::optional<uint64_t> bound) -> Status {
+      while (true) {
+        const bool c = ci < cached.size() && (!bound || cached[ci] < *bound);
+        const bool s = si < spilled.size() && (!bound || spilled[si] < *bound);
+        if (!c && !s) return OkStatus();
+        if (c && (!s || cached[ci] < spilled[si])) {
+          emit_cached();
+        } else {
+          EPS_RETURN_IF_ERROR(emit_spilled());
+        }
+      }
+    };
+    if (store_ != nullptr) {
+      EPS_RETURN_IF_ERROR(
+          store_->ScanCheckpointed([&](uint64_t id, std::string_view record) -> Status {
+            EPS_RETURN_IF_ERROR(drain(id));
+            if (ci < cached.size() && cached[ci] == id) {
+              emit_cached();
+              return OkStatus();
+            }
+            if (si < spilled.size() && spilled[si] == id) return emit_spilled();
+            if (!Decode(std::string(record), floats_, &row)) {
+              return DataLoss("checkpointed row " + std::to_string(id) + " of sparse table " +
+                              std::to_string(o_.table_id) + " is malformed in " + store_->path());
+            }
+            fn(id, Step(row.version), row.data.data());
+            return OkStatus();
+          }));
+    }
+    return drain(std::nullopt);
+  }
+
+  Status Checkpoint() override {
+    EPS_RETURN_IF_ERROR(Usable());
+    if (store_ == nullptr) {
+      return FailedPrecondition("sparse table " + std::to_string(o_.table_id) +
+                                " has no store to checkpoint to");
+    }
+    const std::vector<Step> held = store_->Checkpoints();
+    if (!held.empty() && held.back() == version_) return OkStatus();  // nothing changed since
+    std::vector<std::pair<uint64_t, std::string>> rows;
+    for (const auto& [id, row] : cache_) {
+      if (row.dirty) rows.emplace_back(id, Encode(row));
+    }
+    std::vector<uint64_t> moved(spilled_.begin(), spilled_.end());
+    std::sort(moved.begin(), moved.end());
+    std::vector<std::optional<std::string>> records;
+    EPS_RETURN_IF_ERROR(store_->ReadSpilled(moved, &records));
+    for (size_t i = 0; i < moved.size(); ++i) {
+      if (!records[i].has_value()) {
+        return DataLoss("spilled row " + std::to_string(moved[i]) + " of sparse table " +
+                        std::to_string(o_.table_id) + " is missing from " + store_->path());
+      }
+      rows.emplace_back(moved[i], std::move(*records[i]));
+    }
+    std::sort(rows.begin(), rows.end());
+    EPS_RETURN_IF_ERROR(store_->WriteCheckpoint(version_, rows, moved));
+    for (auto& [id, row] : cache_) row.dirty = false;
+    spilled_.clear();
+    stats_.last_checkpoint_rows = rows.size();
+    return OkStatus();
+  }
+
+  std::vector<Step> Checkpoints() const override {
+    return store_ == nullptr ? std::vector<Step>() : store_->Checkpoints();
+  }
+
+  void RetainFrom(Step step) override {
+    if (store_ != nullptr) store_->RetainFrom(step);
+  }
+
+  Status RollbackTo(Step step) override {
+    if (store_ != nullptr) {
+      EPS_RETURN_IF_ERROR(store_->RollbackTo(step));
+    } else if (step.value() != 0) {
+      return NotFound("a memory-only sparse table holds no checkpoint " +
+                      std::to_string(step.value()));
+    }
+    Reset(step);
+    return OkStatus();
+  }
+
+  Stats stats() const override {
+    Stats s = stats_;
+    s.cached_rows = cache_.size();
+    s.spilled_rows = spilled_.size();
+    return s;
+  }
+
+ private:
+  Status Usable() const {
+    if (broken_) {
+      return FailedPrecondition("sparse table " + std::to_string(o_.table_id) +
+                                " lost rows it could not spill; roll back to a checkpoint");
+    }
+    return OkStatus();
+  }
+
+  void Reset(Step version) {
+    cache_.clear();
+    lru_.clear();
+    spilled_.clear();
+    reducer_.Clear();
+    pending_.reset();
+    log_.clear();
+    version_ = version;
+    log_base_ = version;
+    broken_ = false;
+  }
+
+  // The rows `ids` (ascending, none cached) from the spill tier, the newest
+  // checkpoint or the initializer, in that order.
+  Status Load(const std::vector<uint64_t>& ids, std::unordered_map<uint64_t, Row>* out) {
+    std::vector<uint64_t> spilled, rest;
+    for (uint64_t id : ids) (spilled_.count(id) > 0 ? spilled : rest).push_back(id);
+    std::vector<std::optional<std::string>> s_records, c_records;
+    if (store_ != nullptr) {
+      EPS_RETURN_IF_ERROR(store_->ReadSpilled(spilled, &s_records));
+      EPS_RETURN_IF_ERROR(store_->ReadCheckpointed(rest, &c_records));
+      stats_.store_reads += ids.size();
+    }
+    out->reserve(ids.size());
+    for (size_t i = 0; i < spilled.size(); ++i) {
+      EPS_RETURN_IF_ERROR(DecodeInto(spilled[i], s_records[i], "spilled", out));
+    }
+    for (size_t i = 0; i < rest.size(); ++i) {
+      if (store_ != nullptr && c_records[i].has_value()) {
+        EPS_RETURN_IF_ERROR(DecodeInto(rest[i], c_records[i], "checkpointed", out));
+        continue;
+      }
+      Row row;
+      row.fresh = true;
+      row.data.assign(floats_, 0.0f);
+      InitialRow(o_.init, o_.seed, o_.table_id, rest[i], row.data.data(), o_.dim);
+      (*out)[rest[i]] = std::move(row);
+    }
+    return OkStatus();
+  }
+
+  Status DecodeInto(uint64_t id, const std::optional<std::string>& record, const char* tier,
+                    std::unordered_map<uint64_t, Row>* out) const {
+    Row row;
+    if (!record.has_value() || !Decode(*record, floats_, &row)) {
+      return DataLoss(std::string(tier) + " row " + std::to_string(id) + " of sparse table " +
+                      std::to_string(o_.table_id) + " is " +
+                      (record.has_value() ? "malformed" : "missing") + " in " + store_->path());
+    }
+    row.dirty = std::string(tier) == "spilled";
+    (*out)[id] = std::move(row);
+    return OkStatus();
+  }
+
+  // What moves between the cache and the spill tier, written in one batch.
+  struct SpillBatch {
+    std::vector<std::pair<uint64_t, std::string>> puts;  // evicted changed rows
+    std::vector<uint64_t> deletes;                       // spilled rows back in the cache
+  };
+
+  // Puts a row (not cached) into the cache as the most recently used, then evicts the least
+  // recently used rows while over budget; a changed one goes to `spill`.
+  void Admit(std::unordered_map<uint64_t, Row>::node_type node, SpillBatch* spill) {
+    const uint64_t id = node.key();
+    if (spilled_.erase(id) > 0) spill->deletes.push_back(id);
+    lru_.push_front(id);
+    node.mapped().lru = lru_.begin();
+    cache_.insert(std::move(node));
+    while (cache_.size() > capacity_) {
+      const uint64_t victim = lru_.back();
+      lru_.pop_back();
+      auto it = cache_.find(victim);
+      if (it->second.dirty) {
+        spill->puts.emplace_back(victim, Encode(it->second));
+        spilled_.insert(victim);
+      }
+      cache_.erase(it);
+      ++stats_.evictions;
+    }
+  }
+
+  Status WriteSpill(SpillBatch& spill) {
+    if (spill.puts.empty() && spill.deletes.empty()) return OkStatus();
+    // In key order the memtable's inserts reuse their position in the skiplist.
+    std::sort(spill.puts.begin(), spill.puts.end());
+    std::sort(spill.deletes.begin(), spill.deletes.end());
+    Status s = store_->WriteSpill(spill.puts, spill.deletes);
+    if (!s.ok()) {
+      broken_ = true;
+      return s.WithContext("sparse table " + std::to_string(o_.table_id) +
+                           " lost evicted rows; roll back to a checkpoint");
+    }
+    return OkStatus();
+  }
+
+  RowConstants Constants(double lr, double count) const {
+    const SparseOptimizerOptions& o = o_.optimizer;
+    using K = SparseOptimizerOptions::Kind;
+    RowConstants c;
+    c.wd = static_cast<float>(o.weight_decay);
+    c.eps = static_cast<float>(o.eps);
+    if (o.kind == K::kAdagrad) {
+      c.l2 = o.weight_decay != 0;
+      c.neg_step = static_cast<float>(-lr);
+    } else if (o.kind == K::kAdam || o.kind == K::kAdamW) {
+      c.l2 = o.kind == K::kAdam && o.weight_decay != 0;
+      c.decoupled = o.kind == K::kAdamW && o.weight_decay != 0;
+      c.decay = static_cast<float>(1 - lr * o.weight_decay);
+      c.one_minus_beta1 = static_cast<float>(1 - o.beta1);
+      c.one_minus_beta2 = static_cast<float>(1 - o.beta2);
+      const double bias_correction1 = 1 - std::pow(o.beta1, count);
+      const double bias_correction2 = 1 - std::pow(o.beta2, count);
+      c.neg_step = static_cast<float>(-(lr * std::sqrt(bias_correction2) / bias_correction1));
+    }
+    return c;
+  }
+
+  OptimizerOptions SgdOptions() const {
+    OptimizerOptions sgd;
+    sgd.kind = OptimizerKind::kSgd;
+    sgd.momentum = o_.optimizer.momentum;
+    sgd.dampening = o_.optimizer.dampening;
+    sgd.nesterov = o_.optimizer.nesterov;
+    sgd.weight_decay = o_.optimizer.weight_decay;
+    return sgd;
+  }
+
+  void StepRow(const RowConstants& c, const OptimizerOptions& sgd, double lr, const float* grad,
+               float divisor, Row* row) const {
+    const size_t d = o_.dim;
+    float* p = row->data.data();
+    switch (o_.optimizer.kind) {
+      case SparseOptimizerOptions::Kind::kSgd:
+        ApplySgdRow(sgd, lr, !row->initialized, p, grad, divisor, slots_ >= 1 ? p + d : nullptr, d);
+        break;
+      case SparseOptimizerOptions::Kind::kAdagrad:
+        if (!row->initialized) {
+          std::fill(p + d, p + 2 * d, static_cast<float>(o_.optimizer.initial_accumulator_value));
+        }
+        AdagradRow(c, p, grad, divisor, p + d, d);
+        break;
+      case SparseOptimizerOptions::Kind::kAdam:
+      case SparseOptimizerOptions::Kind::kAdamW:
+        SparseAdamRow(c, p, grad, divisor, p + d, p + 2 * d, d);  // slots start at zero
+        break;
+    }
+    row->initialized = true;
+  }
+
+  void Log(std::vector<uint64_t> ids) {
+    log_.emplace_back(version_, std::move(ids));
+    while (log_.size() > o_.changelog_versions) {
+      log_base_ = log_.front().first;
+      log_.pop_front();
+    }
+  }
+
+  const SparseTableOptions o_;
+  const int slots_;
+  const size_t floats_;     // per row: weights and slots
+  const size_t row_bytes_;  // per cached row, against the budget
+  const size_t capacity_;   // rows the budget holds
+  const std::unique_ptr<SparseRowStore> store_;
+  SparseTreeReducer reducer_;
+  std::optional<SparseRows> pending_;  // the step's reduced rows, until stepped
+
+  std::unordered_map<uint64_t, Row> cache_;
+  std::list<uint64_t> lru_;               // most recently stepped first
+  std::unordered_set<uint64_t> spilled_;  // rows whose record is in the spill tier
+  Step version_{0};
+  std::deque<std::pair<Step, std::vector<uint64_t>>> log_;  // (version made, rows changed)
+  Step log_base_{0};  // ChangedSince answers for versions >= this
+  bool broken_ = false;
+  Stats stats_;
+};
+
+}  // namespace
+
+void InitialRow(const RowInitializer& init, uint64_t seed, uint32_t table, uint64_t row, float* out,
+                size_t dim) {
+  uint64_t state = Mix(Mix(Mix(seed) ^ table) ^ row);
+  switch (init.kind) {
+    case RowInitializer::Kind::kZeros:
+      std::fill(out, out + dim, 0.0f);
+      return;
+    case RowInitializer::Kind::kUniform:
+      for (size_t j = 0; j < dim; ++j) {
+        out[j] = static_cast<float>(init.low + (init.high - init.low) * Unit(Next(&state)));
+      }
+      return;
+    case RowInitializer::Kind::kNormal:
+      for (size_t j = 0; j < dim; j += 2) {
+        double a = 0, b = 0, s = 0;
+        do {
+          a = 2 * Unit(Next(&state)) - 1;
+          b = 2 * Unit(Next(&state)) - 1;
+          s = a * a + b * b;
+        } while (!(s > 0 && s < 1));
+        const double f = std::sqrt(-2 * Log(s) / s);
+        out[j] = static_cast<float>(init.mean + init.stddev * a * f);
+        if (j + 1 < dim) out[j + 1] = static_cast<float>(init.mean + init.stddev * b * f);
+      }
+      return;
+  }
+}
+
+std::string SparseStoreIdentityForTesting(const SparseTableOptions& options) {
+  return Identity(options);
+}
+
+int SparseOptimizerSlots(const SparseOptimizerOptions& o) {
+  switch (o.kind) {
+    case SparseOptimizerOptions::Kind::kSgd:
+      return o.momentum != 0 ? 1 : 0;
+    case SparseOptimizerOptions::Kind::kAdagrad:
+      return 1;
+    case SparseOptimizerOptions::Kind::kAdam:
+    case SparseOptimizerOptions::Kind::kAdamW:
+      return 2;
+  }
+  return 0;
+}
+
+StatusOr<std::unique_ptr<SparseTable>> SparseTable::Open(const SparseTableOptions& o) {
+  if (o.dim == 0) return InvalidArgument("a sparse table needs rows of width >= 1");
+  if (o.num_vws == 0) return InvalidArgument("a sparse table needs V >= 1 virtual workers");
+  if (o.dim > (size_t{1} << 24)) return InvalidArgument("sparse table rows wider than 2^24 floats");
+  EPS_RETURN_IF_ERROR(ValidateOptimizer(o.optimizer));
+  if (o.init.kind == RowInitializer::Kind::kNormal &&
+      (!Finite(o.init.mean) || !Finite(o.init.stddev) || o.init.stddev < 0)) {
+    return InvalidArgument("a normal row initializer needs a finite mean and stddev >= 0");
+  }
+  if (o.init.kind == RowInitializer::Kind::kUniform &&
+      (!Finite(o.init.low) || !Finite(o.init.high) || o.init.low > o.init.high)) {
+    return InvalidArgument("a uniform row initializer needs finite low <= high");
+  }
+  const size_t row_bytes =
+      o.dim * (1 + SparseOptimizerSlots(o.optimizer)) * sizeof(float) + kRowOverhead;
+  if (o.memory_bytes < row_bytes) {
+    return InvalidArgument("sparse table " + std::to_string(o.table_id) + ": a memory budget of " +
+                           std::to_string(o.memory_bytes) + " bytes is smaller than one row (" +
+                           std::to_string(row_bytes) + " bytes)");
+  }
+  std::unique_ptr<SparseRowStore> store;
+  if (!o.path.empty()) {
+    SparseStoreOptions so;
+    so.path = o.path;
+    so.table_id = o.table_id;
+    so.identity = Identity(o);
+    so.keep_checkpoints = o.keep_checkpoints;
+    EPS_ASSIGN_OR_RETURN(store, SparseRowStore::Open(so));
+  }
+  return std::unique_ptr<SparseTable>(new SparseTableImpl(o, std::move(store)));
+}
+
+}  // namespace eps

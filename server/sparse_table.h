@@ -1,0 +1,213 @@
+// A sparse embedding table on a server shard (issue #36): rows of `dim` floats
+// keyed by 64-bit row ids, of which a step touches a few. Only the touched rows
+// are reduced and stepped; a table may be larger than memory.
+//
+// Storage. A row lives in exactly one place: the table's in-memory cache
+// (bounded by memory_bytes, least recently used rows evicted first) or its
+// SparseRowStore (storage/sparse_store.h: RocksDB, a database of its own under
+// the shard's store directory), as ONE record holding the row's weights, its
+// optimizer moments and the version that last changed it. A row no step has
+// touched is stored nowhere: its value is InitialRow(init, seed, table, row).
+// The newest checkpoint's record of a row that has not changed since is its
+// value too (the cache drops such a row without writing it).
+//
+// Steps. Step t (the table's version() is t) takes pushes of VW blocks
+// (common/tree.h) with each block's touched rows; once the pushes cover all V
+// VWs, ApplyStep reduces each touched row in the canonical tree over VW ids
+// (common/sparse_tree.h: a VW that did not touch a row adds +0.0; the same bits
+// for any split of the VWs into blocks and any push order), divides by V as the
+// dense path does, steps those rows with the lazy (row-wise) optimizer and moves
+// to version t + 1. The rows a step did not touch keep their weights AND their
+// moments: lazy is not the dense optimizer, and changes the result (with
+// momentum, Adam or weight decay a dense step moves every row).
+//
+// Optimizers, per touched row, g = reduced sum / V, lr given to ApplyStep:
+//  * kSgd: libtorch's SGD arithmetic (server/optimizer.h ApplySgdRow): plain,
+//    momentum (a row's buffer starts as its first gradient), dampening,
+//    Nesterov, L2 weight decay of the touched rows. Plain SGD equals
+//    torch.optim.SGD on a sparse gradient.
+//  * kAdagrad: torch.optim.Adagrad on a sparse gradient (lr_decay 0):
+//    sum += g*g; p -= lr * g / (sqrt(sum) + eps); the accumulator starts at
+//    initial_accumulator_value. weight_decay adds wd * p to g (torch refuses it
+//    with sparse gradients).
+//  * kAdam: torch.optim.SparseAdam, operation for operation: only the touched
+//    rows' moments decay. Bias correction uses the table's step count t + 1 (t
+//    the 0-based global step), as SparseAdam's per-table step does, not a
+//    per-row count. weight_decay adds wd * p to g (L2 on touched rows).
+//  * kAdamW: as kAdam after the decoupled decay p *= 1 - lr * wd of the touched
+//    rows only (lazy decay).
+//
+// Reads. Read gives rows by id at the current version (untouched rows: their
+// initializer's values, still stored nowhere; stored rows it reads come into the
+// cache, since a pull of a batch's rows precedes their push). ChangedSince(v) names the
+// rows changed after version v, from a log of the last changelog_versions steps or
+// from the rows' last-changed versions. ScanRows visits every stored row in id order.
+//
+// Checkpoints. Checkpoint() writes the rows changed since the previous
+// checkpoint (incremental) with the manifest in one synced batch; reopening a
+// table, or RollbackTo(step), restores a held checkpoint's bits.
+//
+// Not yet wired into the shard, the protocol or the worker (docs/design.md,
+// "Sparse tables"). Not thread-safe: one owner (the shard's thread that steps
+// it) calls every method.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/sparse_tree.h"
+#include "common/status.h"
+#include "common/tree.h"
+
+namespace eps {
+
+// How a row that was never touched is initialized: a pure function of (seed,
+// table id, row id), written down in InitialRow.
+struct RowInitializer {
+  enum class Kind { kNormal, kUniform, kZeros };
+  Kind kind = Kind::kNormal;    // kNormal(0, 1) is nn.Embedding's default
+  double mean = 0, stddev = 1;  // kNormal
+  double low = -1, high = 1;    // kUniform: [low, high)
+};
+
+// The initial value of row `row` of table `table` under `seed`, written to
+// out[0, dim). Exactly:
+//   state = Mix(Mix(Mix(seed) ^ table) ^ row), Mix(z) the SplitMix64 output
+//   function of z + 0x9E3779B97F4A7C15; then a SplitMix64 stream from state
+//   gives 64-bit draws u_1, u_2, ... (state += 0x9E3779B97F4A7C15, output Mix).
+//   kUniform: element j = float(low + (high - low) * ((u_j >> 11) * 2^-53)).
+//   kNormal: Marsaglia's polar method in double, two elements a pair:
+//   a = 2 * ((u >> 11) * 2^-53) - 1 and b likewise from the next draw,
+//   s = a*a + b*b, retried from the next two draws unless 0 < s < 1;
+//   f = sqrt(-2 * Log(s) / s); the elements are float(mean + stddev * a * f)
+//   then float(mean + stddev * b * f) (the second dropped past dim). Log is
+//   this file's own natural logarithm (frexp and a fixed atanh series, only
+//   + - * / and exact scaling: no libm), so the bits never depend on the C
+//   library. tests/sparse_reference.py computes the same bits in Python.
+// Never std::hash nor a std:: distribution (implementation-defined).
+void InitialRow(const RowInitializer& init, uint64_t seed, uint32_t table, uint64_t row, float* out,
+                size_t dim);
+
+struct SparseOptimizerOptions {
+  enum class Kind { kSgd, kAdagrad, kAdam, kAdamW };
+  Kind kind = Kind::kSgd;
+  double momentum = 0, dampening = 0;    // kSgd
+  bool nesterov = false;                 // kSgd
+  double weight_decay = 0;               // see the header comment, per kind
+  double beta1 = 0.9, beta2 = 0.999;     // kAdam, kAdamW
+  double eps = 1e-8;                     // kAdam, kAdamW; kAdagrad (torch's default there: 1e-10)
+  double initial_accumulator_value = 0;  // kAdagrad
+};
+
+// Optimizer slots (dim floats each) a row's record holds under `options`: 0, 1 or 2.
+int SparseOptimizerSlots(const SparseOptimizerOptions& options);
+
+struct SparseTableOptions {
+  uint32_t table_id = 0;
+  size_t dim = 0;        // row width, >= 1
+  uint32_t num_vws = 0;  // V, >= 1
+  uint64_t seed = 0;     // the job's seed
+  RowInitializer init;
+  SparseOptimizerOptions optimizer;
+  // The cache's budget: RowBytes() per cached row (its record plus the cache's
+  // bookkeeping). At least one row. On top of it: RocksDB's own memtables and
+  // block cache; during ApplyStep, the step's touched rows and their reducers;
+  // the ids of the spilled rows (changed since the last checkpoint) and of the
+  // logged steps' rows.
+  size_t memory_bytes = size_t{64} << 20;
+  // The RocksDB directory (SparseRowStore) for the spill tier and the
+  // checkpoints; empty: memory only (no checkpoints; a step that would
+  // overflow the budget is refused with ResourceExhausted).
+  std::string path;
+  int keep_checkpoints = 2;
+  // Steps whose changed rows ChangedSince can name.
+  size_t changelog_versions = 16;
+  WireDType grad_rounding = WireDType::kFP32;  // the reduction's wire dtype (common/tree.h)
+};
+
+class SparseTable {
+ public:
+  // Opens a table; with a path, at the store's newest checkpoint (version 0 when
+  // it holds none). InvalidArgument: bad options (dim or V 0, a memory budget
+  // smaller than one row, bad optimizer constants); FailedPrecondition: the
+  // store holds another table; otherwise the store's codes.
+  static StatusOr<std::unique_ptr<SparseTable>> Open(const SparseTableOptions& options);
+  virtual ~SparseTable() = default;
+
+  // The number of steps applied: rows are at version() and pushes are for step version().
+  virtual Step version() const = 0;
+  // Bytes one cached row counts against memory_bytes.
+  virtual size_t RowBytes() const = 0;
+
+  // ---- steps ----
+
+  // A block's rows for step `step`: `ids` strictly ascending, values[i*dim,
+  // (i+1)*dim) the block's gradient sum for ids[i] (rows it did not touch are
+  // left out). Validated whole before anything changes: InvalidArgument for
+  // unsorted or repeated ids, a wrong number of values, a block that is not a
+  // node of the tree over V, or a step after the current one; AlreadyExists
+  // (a duplicate, nothing changes) for a step already applied or a block
+  // overlapping VWs already counted.
+  virtual Status Push(Step step, const Block& block, const uint64_t* ids, size_t num_ids,
+                      const float* values, size_t num_values) = 0;
+  // Whether the pushes of the current step cover all V VWs.
+  virtual bool StepComplete() const = 0;
+  // Reduces and steps the touched rows at learning rate `lr` (the schedule's
+  // value for this step) and moves to version() + 1. FailedPrecondition: the
+  // step is not complete. On a store error nothing has changed, unless the
+  // rows the step evicted could not be spilled: then the table refuses every
+  // later call (FailedPrecondition) until RollbackTo.
+  virtual Status ApplyStep(double lr) = 0;
+
+  // ---- reads ----
+
+  // Rows `ids` (any order, repeats allowed) at version(), to out[i*dim, (i+1)*dim).
+  // Store errors as ApplyStep's (the rows it brings in may evict others).
+  virtual Status Read(const uint64_t* ids, size_t num_ids, float* out) = 0;
+  // The ids (ascending) of the rows changed by the steps after version `since`
+  // (empty when since >= version()): from a log of the last changelog_versions
+  // steps, or, for an older `since` (or one before the version the table was
+  // opened or rolled back at), from every stored row's last-changed version
+  // (ScanRows: O(stored rows)).
+  virtual StatusOr<std::vector<uint64_t>> ChangedSince(Step since) = 0;
+
+  // Calls fn(row, version, floats) for every stored row (every row a step has
+  // touched; never an untouched one) in ascending row order: `version` last
+  // changed it, `floats` holds its dim weights then its optimizer slots (dim
+  // floats each, SparseOptimizerSlots of them), valid during the call. For
+  // digests, exports and ChangedSince beyond the log. O(stored rows), reading
+  // the store in order without filling the cache.
+  virtual Status ScanRows(
+      const std::function<void(uint64_t row, Step version, const float* floats)>& fn) = 0;
+
+  // ---- checkpoints ----
+
+  // Writes checkpoint version(): the rows changed since the last one, in one
+  // synced batch. FailedPrecondition: a memory-only table, or a step's pushes
+  // are in progress (take it between steps).
+  virtual Status Checkpoint() = 0;
+  virtual std::vector<Step> Checkpoints() const = 0;
+  // As SparseRowStore::RetainFrom.
+  virtual void RetainFrom(Step step) = 0;
+  // Replaces the state with checkpoint `step` (Step(0): the empty table) and
+  // deletes the newer ones; pushes in progress are dropped. NotFound: not held.
+  virtual Status RollbackTo(Step step) = 0;
+
+  // ---- statistics ----
+  struct Stats {
+    uint64_t cached_rows = 0;           // rows in memory
+    uint64_t spilled_rows = 0;          // changed rows evicted since the last checkpoint
+    uint64_t evictions = 0;             // since Open
+    uint64_t store_reads = 0;           // rows looked up in the store since Open (found or not)
+    uint64_t rows_stepped = 0;          // since Open
+    uint64_t last_checkpoint_rows = 0;  // rows the newest Checkpoint() wrote
+  };
+  virtual Stats stats() const = 0;
+};
+
+}  // namespace eps

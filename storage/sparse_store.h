@@ -1,0 +1,121 @@
+// SparseRowStore: the RocksDB tier of one sparse table (server/sparse_table.h).
+// The table's in-memory cache sits above it; this class only stores records:
+// opaque byte strings, one per row, each holding the row's weights and
+// optimizer moments together (a record is never split).
+//
+// It is its own RocksDB database in its own directory (a shard gives it a
+// folder beside its StateStore), not a part of the StateStore's: the spill tier
+// writes millions of small unsynced records, wants its own memtable, bloom
+// filters and compactions, and must not slow the StateStore's synced
+// checkpoints or change its format. Keys carry the table id, so that the tables
+// of one shard can later share one database (one batch for all their
+// checkpoints).
+//
+// Two kinds of records, never the same key:
+//  * Spilled rows: the current record of a row the cache evicted while it had
+//    changed since the last checkpoint. Written unsynced and without the WAL
+//    (WriteSpill), since they are scratch: Open and RollbackTo drop them all,
+//    and a checkpoint moves them into checkpoint records.
+//  * Checkpoint records: the record of a row as of checkpoint step s, keyed by
+//    (row, s). A checkpoint at step k writes the records of the rows changed
+//    since the previous checkpoint (incremental) and a manifest (k and the ids
+//    it wrote) in ONE synced WriteBatch, which also deletes the spilled records
+//    it moved: a crash leaves the whole checkpoint or none of it. A row's state
+//    at checkpoint k is its newest record at a step <= k; a row with no such
+//    record was never touched (its initializer's value).
+//
+// Retention mirrors StateStore: the newest `keep_checkpoints` and every one from
+// RetainFrom's step survive; the others are dropped with the records no
+// surviving checkpoint reads. RollbackTo(k) deletes every checkpoint after k.
+//
+// Not thread-safe: the table's owner (the shard's thread that steps it) calls it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/status.h"
+
+namespace eps {
+
+struct SparseStoreOptions {
+  std::string path;       // the database's directory, created if missing
+  uint32_t table_id = 0;  // the table whose rows this store holds
+  // What the table's records mean (width, optimizer slots, initializer, seed):
+  // written at creation and compared at every Open, so that a store is never read
+  // with another meaning. Opaque here, at most 4096 bytes.
+  std::string identity;
+  int keep_checkpoints = 2;  // >= 1
+};
+
+class SparseRowStore {
+ public:
+  // Opens or creates the store, drops every spilled record (what a crash left
+  // of the cache), and finds its checkpoints. FailedPrecondition: the store was
+  // created with another identity or table; InvalidArgument: bad options;
+  // otherwise the codes of storage/rocks_status.h.
+  static StatusOr<std::unique_ptr<SparseRowStore>> Open(const SparseStoreOptions& options);
+
+  virtual ~SparseRowStore() = default;
+
+  virtual const std::string& path() const = 0;
+
+  // ---- spilled rows ----
+
+  // Writes `puts` and deletes `deletes` (spilled records), unsynced, in one batch.
+  virtual Status WriteSpill(const std::vector<std::pair<uint64_t, std::string>>& puts,
+                            const std::vector<uint64_t>& deletes) = 0;
+  // The spilled records of `ids` (nullopt: none).
+  virtual Status ReadSpilled(const std::vector<uint64_t>& ids,
+                             std::vector<std::optional<std::string>>* out) const = 0;
+
+  // ---- checkpoints ----
+
+  // The records of the newest held checkpoint for `ids` (ascending; nullopt: the
+  // row is in no checkpoint). What a row not in the cache nor spilled holds.
+  virtual Status ReadCheckpointed(const std::vector<uint64_t>& ids,
+                                  std::vector<std::optional<std::string>>* out) const = 0;
+
+  // Writes checkpoint `step` (greater than every held one): `rows` are the
+  // records of the rows changed since the previous checkpoint (ids unique),
+  // `moved` the spilled rows among them, whose spilled records are deleted. One
+  // synced batch, with retention applied. FailedPrecondition: `step` is not
+  // newer than the newest held checkpoint.
+  virtual Status WriteCheckpoint(Step step,
+                                 const std::vector<std::pair<uint64_t, std::string>>& rows,
+                                 const std::vector<uint64_t>& moved) = 0;
+
+  // Steps of the held checkpoints, ascending.
+  virtual std::vector<Step> Checkpoints() const = 0;
+
+  // Keeps checkpoints of `step` and newer beyond the newest keep_checkpoints,
+  // from the next write on; Step(-1) keeps every checkpoint.
+  virtual void RetainFrom(Step step) = 0;
+
+  // Deletes every checkpoint newer than `step` and its records, and every
+  // spilled record (one synced batch): the store then holds checkpoint `step`
+  // as its newest. NotFound: `step` is not held (step 0 always is: the table
+  // before its first step, where no row is stored).
+  virtual Status RollbackTo(Step step) = 0;
+
+  // Calls fn(row, record) for every row the newest held checkpoint holds, in
+  // ascending row order, until fn returns an error (returned). O(records).
+  virtual Status ScanCheckpointed(
+      const std::function<Status(uint64_t row, std::string_view record)>& fn) const = 0;
+
+  // Records stored, for tests and statistics (a scan: O(records)).
+  struct Counts {
+    uint64_t spilled = 0;
+    uint64_t checkpointed = 0;  // checkpoint records, every version
+  };
+  virtual StatusOr<Counts> CountRecords() const = 0;
+};
+
+}  // namespace eps

@@ -1,0 +1,137 @@
+#include "storage/sparse_store.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace eps {
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    static int counter = 0;
+    path_ = std::filesystem::temp_directory_path() /
+            ("sparse_store_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::remove_all(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+std::unique_ptr<SparseRowStore> Open(const std::string& path, int keep = 2,
+                                     const std::string& identity = "dim=1") {
+  SparseStoreOptions o;
+  o.path = path;
+  o.table_id = 4;
+  o.identity = identity;
+  o.keep_checkpoints = keep;
+  auto s = SparseRowStore::Open(o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return std::move(s.value());
+}
+
+using Records = std::vector<std::pair<uint64_t, std::string>>;
+
+// The newest checkpointed record of each id ("" for none).
+std::vector<std::string> Newest(SparseRowStore* s, const std::vector<uint64_t>& ids) {
+  std::vector<std::optional<std::string>> out;
+  EXPECT_TRUE(s->ReadCheckpointed(ids, &out).ok());
+  std::vector<std::string> r;
+  for (const auto& v : out) r.push_back(v.value_or(""));
+  return r;
+}
+
+TEST(SparseRowStore, SpilledRecordsAreDroppedWhenTheStoreOpens) {
+  TempDir dir;
+  {
+    auto s = Open(dir.path());
+    ASSERT_TRUE(s->WriteSpill({{1, "a"}, {2, "b"}}, {}).ok());
+    std::vector<std::optional<std::string>> out;
+    ASSERT_TRUE(s->ReadSpilled({1, 2, 3}, &out).ok());
+    EXPECT_EQ(out[0], std::optional<std::string>("a"));
+    EXPECT_EQ(out[2], std::nullopt);
+    ASSERT_TRUE(s->WriteSpill({}, {1}).ok());
+    ASSERT_TRUE(s->ReadSpilled({1}, &out).ok());
+    EXPECT_EQ(out[0], std::nullopt);
+  }
+  auto s = Open(dir.path());
+  EXPECT_EQ(s->CountRecords()->spilled, 0u);
+}
+
+TEST(SparseRowStore, ACheckpointMovesTheSpilledRowsItWritesInOneBatch) {
+  TempDir dir;
+  auto s = Open(dir.path());
+  ASSERT_TRUE(s->WriteSpill({{7, "spilled"}}, {}).ok());
+  ASSERT_TRUE(s->WriteCheckpoint(Step(3), {{5, "cached"}, {7, "spilled"}}, {7}).ok());
+  EXPECT_EQ(s->CountRecords()->spilled, 0u);
+  EXPECT_EQ(Newest(s.get(), {5, 6, 7}), std::vector<std::string>({"cached", "", "spilled"}));
+  EXPECT_EQ(s->WriteCheckpoint(Step(3), {}, {}).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(SparseRowStore, RetentionKeepsOnlyTheRecordsHeldCheckpointsRead) {
+  TempDir dir;
+  auto s = Open(dir.path(), /*keep=*/2);
+  ASSERT_TRUE(s->WriteCheckpoint(Step(1), {{1, "1@1"}, {2, "2@1"}}, {}).ok());
+  ASSERT_TRUE(s->WriteCheckpoint(Step(2), {{1, "1@2"}}, {}).ok());
+  ASSERT_TRUE(s->WriteCheckpoint(Step(3), {{1, "1@3"}, {3, "3@3"}}, {}).ok());
+  EXPECT_EQ(s->Checkpoints(), std::vector<Step>({Step(2), Step(3)}));
+  // 1@1 is read by no held checkpoint (1@2 is row 1's at 2); 2@1 is row 2's at 2 and 3.
+  EXPECT_EQ(s->CountRecords()->checkpointed, 4u);
+  EXPECT_EQ(Newest(s.get(), {1, 2, 3}), std::vector<std::string>({"1@3", "2@1", "3@3"}));
+  ASSERT_TRUE(s->RollbackTo(Step(2)).ok());
+  EXPECT_EQ(s->Checkpoints(), std::vector<Step>({Step(2)}));
+  EXPECT_EQ(s->CountRecords()->checkpointed, 2u);
+  EXPECT_EQ(Newest(s.get(), {1, 2, 3}), std::vector<std::string>({"1@2", "2@1", ""}));
+  EXPECT_EQ(s->RollbackTo(Step(1)).code(), StatusCode::kNotFound);
+  // Reopened, the store holds the same.
+  s.reset();
+  s = Open(dir.path(), 2);
+  EXPECT_EQ(s->Checkpoints(), std::vector<Step>({Step(2)}));
+  EXPECT_EQ(Newest(s.get(), {1, 2}), std::vector<std::string>({"1@2", "2@1"}));
+  ASSERT_TRUE(s->RollbackTo(Step(0)).ok());
+  EXPECT_TRUE(s->Checkpoints().empty());
+  EXPECT_EQ(s->CountRecords()->checkpointed, 0u);
+}
+
+TEST(SparseRowStore, RetainFromKeepsOlderCheckpointsReadable) {
+  TempDir dir;
+  auto s = Open(dir.path(), /*keep=*/1);
+  s->RetainFrom(Step(1));
+  ASSERT_TRUE(s->WriteCheckpoint(Step(1), {{1, "1@1"}, {2, "2@1"}}, {}).ok());
+  ASSERT_TRUE(s->WriteCheckpoint(Step(2), {{1, "1@2"}}, {}).ok());
+  EXPECT_EQ(s->Checkpoints(), std::vector<Step>({Step(1), Step(2)}));
+  ASSERT_TRUE(s->RollbackTo(Step(1)).ok());
+  EXPECT_EQ(Newest(s.get(), {1, 2}), std::vector<std::string>({"1@1", "2@1"}));
+  // Keep 1, retaining nothing older: writing 2 again drops 1 and row 1's record there.
+  s->RetainFrom(Step(5));
+  ASSERT_TRUE(s->WriteCheckpoint(Step(2), {{1, "1@2"}}, {}).ok());
+  EXPECT_EQ(s->Checkpoints(), std::vector<Step>({Step(2)}));
+  EXPECT_EQ(s->CountRecords()->checkpointed, 2u);
+  EXPECT_EQ(Newest(s.get(), {1, 2}), std::vector<std::string>({"1@2", "2@1"}));
+}
+
+TEST(SparseRowStore, AStoreOfAnotherTableIsFailedPrecondition) {
+  TempDir dir;
+  { auto s = Open(dir.path()); }
+  SparseStoreOptions o;
+  o.path = dir.path();
+  o.table_id = 4;
+  o.identity = "dim=2";
+  EXPECT_EQ(SparseRowStore::Open(o).status().code(), StatusCode::kFailedPrecondition);
+  o.identity = "dim=1";
+  o.table_id = 5;
+  EXPECT_EQ(SparseRowStore::Open(o).status().code(), StatusCode::kFailedPrecondition);
+  o.table_id = 4;
+  o.keep_checkpoints = 0;
+  EXPECT_EQ(SparseRowStore::Open(o).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace eps
