@@ -63,7 +63,9 @@ StatusOr<Envelope> CoordinatorSession::AwaitAnswer(milliseconds timeout, bool un
   std::function<Status()> refused;
   if (until_refused) {
     refused = [this] {
-      if (heartbeat_ == nullptr || !heartbeat_->refused()) return OkStatus();
+      if (heartbeat_ == nullptr) return OkStatus();
+      if (Status denied = heartbeat_->denied(); !denied.ok()) return denied;
+      if (!heartbeat_->refused()) return OkStatus();
       return Aborted("the coordinator refuses the heartbeats of worker " +
                      std::to_string(id_.value()) + ": it no longer knows this worker");
     };
@@ -88,7 +90,7 @@ StatusOr<Envelope> CoordinatorSession::AwaitPlan() {
 
 Status CoordinatorSession::ConfirmPlan(bool wait) {
   if (ahead_ == nullptr) return OkStatus();
-  if (!wait && !heartbeat_->refused() &&
+  if (!wait && !heartbeat_->refused() && heartbeat_->denied().ok() &&
       !AwaitReadable({coordinator_.get()}, milliseconds(0)).ok()) {
     return OkStatus();
   }

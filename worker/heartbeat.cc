@@ -86,6 +86,10 @@ void Heartbeater::Loop(std::unique_ptr<Channel> channel) {
         if (err->code == StatusCode::kAborted || err->code == StatusCode::kNotFound) {
           std::lock_guard<std::mutex> guard(mu_);
           if (registration_ == registration) refused_ = true;  // not if SetWorker() came meanwhile
+        } else if (err->code == StatusCode::kPermissionDenied ||
+                   err->code == StatusCode::kUnauthenticated) {
+          std::lock_guard<std::mutex> guard(mu_);
+          denied_ = err->ToStatus();  // for good: no registration mends credentials
         }
       } else {
         LOG(WARNING) << "heartbeat: unexpected " << BodyName(in->envelope->body)

@@ -23,7 +23,10 @@ namespace eps {
 // only when it does not know the worker). A refusal that says the coordinator
 // does not know the worker (Aborted, NotFound) sets refused(), which the main
 // thread watches while it waits for a plan: a restarted coordinator has
-// forgotten the request and will never answer it.
+// forgotten the request and will never answer it. A refusal of this
+// worker's credentials (PermissionDenied: its CURVE key was revoked;
+// Unauthenticated) sets denied(): the coordinator will answer nothing of it
+// again, so the wait for a plan ends with that status.
 //
 // Threads: SetWorker() and refused() may be called from any thread; Start(),
 // Stop() and the destructor from the thread that owns the object. The beating
@@ -45,6 +48,11 @@ class Heartbeater {
 
   // The coordinator refused a beat of the current registration as unknown or dead.
   bool refused() const { return refused_.load(); }
+  // The coordinator refused this worker's credentials (OK: not so far).
+  Status denied() const {
+    std::lock_guard<std::mutex> guard(mu_);
+    return denied_;
+  }
 
   // Stops beating and joins the thread; returns within about one send.
   void Stop();
@@ -70,8 +78,9 @@ class Heartbeater {
   const std::chrono::milliseconds interval_;
   const CurveOptions curve_;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
+  Status denied_;                     // GUARDED_BY(mu_)
   WorkerId worker_;                   // GUARDED_BY(mu_)
   uint64_t registration_ = 0;         // GUARDED_BY(mu_); SetWorker() calls so far
   bool stop_ = false;                 // GUARDED_BY(mu_)
