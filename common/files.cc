@@ -1,6 +1,11 @@
 #include "common/files.h"
 
+#include <stdlib.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -36,6 +41,19 @@ StatusOr<std::string> ReadFileToString(const std::string& path) {
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) return Internal("cannot read " + path);
   return bytes;
+}
+
+StatusOr<TempFolder> TempFolder::Create(const std::string& base, const std::string& prefix) {
+  std::string tmpl = base + "/" + prefix + ".XXXXXX";
+  if (mkdtemp(tmpl.data()) == nullptr)
+    return Internal("cannot make a folder " + tmpl + ": " + std::strerror(errno));
+  return TempFolder(std::move(tmpl));
+}
+
+TempFolder::~TempFolder() {
+  if (path_.empty()) return;
+  std::error_code ec;  // nothing better to do than leave it
+  std::filesystem::remove_all(path_, ec);
 }
 
 }  // namespace eps

@@ -18,4 +18,20 @@ StatusOr<std::string> ReadFileToString(const std::string& path);
 // An empty path means "no token" and gives "".
 StatusOr<std::string> ReadTokenFile(const std::string& path);
 
+// A folder of its own (mkdtemp: `base`/`prefix`.XXXXXX), removed with
+// everything in it when the object goes. Move-only.
+class TempFolder {
+ public:
+  // Internal when the folder cannot be made.
+  static StatusOr<TempFolder> Create(const std::string& base, const std::string& prefix);
+  TempFolder(TempFolder&& other) noexcept : path_(std::move(other.path_)) { other.path_.clear(); }
+  TempFolder& operator=(TempFolder&&) = delete;
+  ~TempFolder();
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit TempFolder(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
+
 }  // namespace eps

@@ -66,6 +66,9 @@ StatusOr<Layout> MakeLayout(std::vector<TensorSpec> tensors, uint32_t num_shards
     if (t.kind == TensorKind::kParameter && t.dtype != DType::kFloat32) {
       return InvalidArgument("parameter " + t.name + " is not float32");
     }
+    if (t.sparse && (t.kind != TensorKind::kParameter || t.shape.size() != 2)) {
+      return InvalidArgument("sparse table " + t.name + " is not a parameter of shape [rows, dim]");
+    }
     if (t.kind == TensorKind::kLoss && (++losses > 1 || n != 1 || t.dtype != DType::kFloat32)) {
       return InvalidArgument("a layout holds at most one float32 loss tensor of one element");
     }
@@ -75,7 +78,9 @@ StatusOr<Layout> MakeLayout(std::vector<TensorSpec> tensors, uint32_t num_shards
   // entries: a model reported with huge shapes is refused here instead of
   // cutting billions of chunks (found by fuzz/job_state_fuzz.cc).
   uint64_t chunks = 0;
-  for (const TensorSpec& t : tensors) chunks += static_cast<uint64_t>((t.numel() - 1) / chunk_elems + 1);
+  for (const TensorSpec& t : tensors) {
+    if (!t.sparse) chunks += static_cast<uint64_t>((t.numel() - 1) / chunk_elems + 1);
+  }
   if (chunks > kMaxChunks) {
     return InvalidArgument("the model has " + std::to_string(chunks) + " chunks of " +
                            std::to_string(chunk_elems) + " elements, more than " +
@@ -87,6 +92,10 @@ StatusOr<Layout> MakeLayout(std::vector<TensorSpec> tensors, uint32_t num_shards
   std::vector<uint64_t> load(num_shards, 0);
   for (uint32_t ti = 0; ti < layout.tensors.size(); ++ti) {
     const TensorSpec& t = layout.tensors[ti];
+    if (t.sparse) {
+      layout.sparse.push_back(ti);
+      continue;
+    }
     const int64_t n = t.numel();
     for (int64_t off = 0; off < n; off += chunk_elems) {
       Chunk c;

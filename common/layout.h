@@ -29,10 +29,16 @@ struct TensorSpec {
   TensorKind kind = TensorKind::kParameter;
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
+  // A sparse table (docs/design.md, "Sparse tables"): a float32 parameter of
+  // shape [rows, dim] whose gradient names the rows a step touched. It has no
+  // chunks: its rows are spread over the shards by ShardOfRow, and only the
+  // rows a step touches are pushed and stepped.
+  bool sparse = false;
 
   int64_t numel() const;
   friend bool operator==(const TensorSpec& a, const TensorSpec& b) {
-    return a.name == b.name && a.kind == b.kind && a.dtype == b.dtype && a.shape == b.shape;
+    return a.name == b.name && a.kind == b.kind && a.dtype == b.dtype && a.shape == b.shape &&
+           a.sparse == b.sparse;
   }
 };
 
@@ -51,6 +57,9 @@ struct Layout {
   std::vector<TensorSpec> tensors;  // parameters in model order, then buffers, then the loss
   std::vector<Chunk> chunks;        // by id: chunks[i].id == i
   uint32_t num_shards = 0;
+  // The sparse tables' tensor indices, in model order: a table's id is its
+  // position here.
+  std::vector<uint32_t> sparse;
 
   size_t ChunkBytes(const Chunk& c) const { return c.bytes(tensors); }
   // Bytes of chunk c in a message that carries fp32 values as `d` (other dtypes travel as stored).
@@ -65,12 +74,19 @@ struct Layout {
 
 // Validates the tensor list (names unique and non-empty, shapes positive, fp32
 // parameters, at most one loss tensor of one element) and cuts every tensor into
-// chunks of at most `chunk_elems` elements; each chunk goes to the shard with the
+// chunks of at most `chunk_elems` elements (but the sparse tables, which must
+// be float32 parameters of two dimensions); each chunk goes to the shard with the
 // fewest bytes so far (lowest id on ties).
 // At most kMaxChunks chunks (InvalidArgument beyond: chunk_elems is too small for the model).
 constexpr uint64_t kMaxChunks = uint64_t{1} << 20;
 StatusOr<Layout> MakeLayout(std::vector<TensorSpec> tensors, uint32_t num_shards,
                             int64_t chunk_elems);
+
+// The shard that holds row `row` of every sparse table. Fixed by the row id
+// alone, so that a row's bits never depend on the number of shards.
+inline ShardId ShardOfRow(uint64_t row, uint32_t num_shards) {
+  return ShardId(static_cast<uint32_t>(row % num_shards));
+}
 
 // The loss pseudo-tensor every job carries: one float per VW.
 TensorSpec LossTensor();

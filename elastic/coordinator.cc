@@ -417,6 +417,7 @@ class CoordinatorImpl final : public Coordinator {
     const Layout& layout = state_.layout();
     const JobSummary summary = state_.Summary();
     ModelChunks chunks;
+    ModelTables tables;  // the sparse tables whole, from every shard's changed rows
     for (uint32_t s = 0; s < spec.num_shards; ++s) {
       Channel::Options co;
       co.curve = options_.curve;
@@ -428,8 +429,17 @@ class CoordinatorImpl final : public Coordinator {
       if (pulled == nullptr)
         return Internal("shard " + std::to_string(s) + " answered a pull with something else");
       for (ChunkBytes& c : pulled->chunks) chunks[c.chunk.value()] = c;
+      if (layout.sparse.empty()) continue;
+      Pull rows{Step(summary.steps), {}};
+      for (uint32_t t = 0; t < layout.sparse.size(); ++t) rows.sparse.push_back({t, Step(0)});
+      EPS_ASSIGN_OR_RETURN(Envelope rows_reply, Call(ch.get(), Envelope{options_.token, rows},
+                                                     std::chrono::milliseconds(30000)));
+      auto* pulled_rows = std::get_if<PullReply>(&rows_reply.body);
+      if (pulled_rows == nullptr || pulled_rows->sparse.size() != layout.sparse.size())
+        return Internal("shard " + std::to_string(s) + " answered a pull of rows otherwise");
+      EPS_RETURN_IF_ERROR(AddTableRows(layout, spec.seed, pulled_rows->sparse, &tables));
     }
-    auto digests = DigestModel(layout, chunks);
+    auto digests = DigestModel(layout, chunks, tables);
     if (!digests.ok()) return digests.status().WithContext("the final pull");
     nlohmann::json j;
     j["job_id"] = spec.job_id;
@@ -474,7 +484,7 @@ class CoordinatorImpl final : public Coordinator {
       j["truncated"] = {{"train", options_.truncated_train}, {"test", options_.truncated_test}};
     }
     EPS_RETURN_IF_ERROR(WriteSafetensors(options_.run_dir + "/model.safetensors", layout, chunks,
-                                         Step(summary.steps), spec.job_id, spec.model, *digests,
+                                         tables, Step(summary.steps), spec.job_id, spec.model, *digests,
                                          ExportMetadata(spec)));
     EPS_RETURN_IF_ERROR(WriteFileAtomically(options_.run_dir + "/result.json", j.dump(2) + "\n"));
     if (store_) EPS_RETURN_IF_ERROR(store_->Put("done", j.dump()));
@@ -531,6 +541,11 @@ Status ValidateJobSpec(const JobSpec& spec) {
   if (spec.eval_batch < 1) return InvalidArgument("--eval_batch must be at least 1");
   if (Status st = FindCpuKernelSet(spec.cpu_kernels).status(); !st.ok())
     return InvalidArgument("--cpu_kernels: " + st.message());
+  if (spec.sparse_optimizer != "lazy" && spec.sparse_optimizer != "exact")
+    return InvalidArgument("--sparse_optimizer must be lazy or exact, not '" +
+                           spec.sparse_optimizer + "'");
+  if (spec.shard_memory_mb > (uint64_t{1} << 30))
+    return InvalidArgument("--shard_memory_mb is beyond any host's memory");
   EPS_RETURN_IF_ERROR(CheckZooSizes(spec.model, ZooSizesOf(spec)));
   EPS_RETURN_IF_ERROR(TensorSelection::Compile(spec.reinit, "--reinit").status());
   EPS_RETURN_IF_ERROR(TensorSelection::Compile(spec.freeze, "--freeze").status());

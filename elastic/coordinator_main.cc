@@ -76,6 +76,13 @@ DEFINE_string(cpu_kernels, eps::kDefaultCpuKernels,
               "bits: x86-64-v3 (AVX2: any x86-64 host since Haswell), x86-64-v4 (AVX-512), "
               "x86-64-v2 (SSE4.2), or native (each host its own; a worker whose kernels differ "
               "from the first CPU worker's is refused)");
+DEFINE_string(sparse_optimizer, "lazy",
+              "sparse=True embedding tables (docs/design.md, \"Sparse tables\"): lazy (only the "
+              "rows a step touches move, with their moments; row-wise, as SparseAdam) or exact "
+              "(every row every step: the tables are dense tensors). The choice changes the result");
+DEFINE_uint64(shard_memory_mb, 0,
+              "Memory of each shard for its sparse tables' rows (MiB); beyond it the least "
+              "recently used rows spill to the shard's store (0: 256)");
 // The optimizer.
 DEFINE_string(optimizer, "sgd", "sgd, adam or adamw (sgd covers momentum and Nesterov)");
 DEFINE_double(lr, 0.01, "Learning rate");

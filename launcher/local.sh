@@ -271,6 +271,9 @@ for ((s = 0; s < servers; s++)); do
     "${server_curve[@]}" "${metrics_flags[@]}" "${shard_limits[@]}" --threads="$shard_threads")
   if [ "$checkpoint_every" -gt 0 ]; then
     shard+=(--store="$run_dir/store/shard$s" --checkpoint_every="$checkpoint_every")
+  else
+    rm -rf "$run_dir/sparse/shard$s" && mkdir -p "$run_dir/sparse/shard$s"
+    shard+=(--sparse_dir="$run_dir/sparse/shard$s")  # sparse tables' rows beyond --shard_memory_mb
   fi
   if [ $supervise = 1 ]; then
     supervise "shard$s" "${shard[@]}" &

@@ -1,6 +1,7 @@
 #include "models/model_export.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -8,6 +9,7 @@
 
 #include "common/digest.h"
 #include "common/files.h"
+#include "common/row_init.h"
 #include "data/job_data.h"
 #include "data/model_input.h"
 #include "schema/codec.h"
@@ -26,22 +28,74 @@ StatusOr<const ChunkBytes*> Find(const Layout& layout, const ModelChunks& chunks
   return &it->second;
 }
 
+// Calls fn(tensor, bytes, size) for the pieces of every tensor but the loss, in
+// layout order: a dense tensor's chunks, a sparse table whole.
+template <class Fn>
+Status ForEachPiece(const Layout& layout, const ModelChunks& chunks, const ModelTables& tables,
+                    Fn fn) {
+  size_t next = 0;  // chunks run through each tensor in order
+  for (uint32_t t = 0; t < layout.tensors.size(); ++t) {
+    const TensorSpec& spec = layout.tensors[t];
+    if (spec.sparse) {
+      auto it = tables.find(t);
+      if (it == tables.end() || it->second.size() != static_cast<size_t>(spec.numel()))
+        return DataLoss("sparse table '" + spec.name + "' is missing or has the wrong size");
+      fn(t, it->second.data(), it->second.size() * sizeof(float));
+      continue;
+    }
+    for (; next < layout.chunks.size() && layout.chunks[next].tensor == t; ++next) {
+      if (spec.kind == TensorKind::kLoss) continue;
+      EPS_ASSIGN_OR_RETURN(const ChunkBytes* b, Find(layout, chunks, layout.chunks[next]));
+      fn(t, b->data, b->size);
+    }
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
-StatusOr<ModelDigests> DigestModel(const Layout& layout, const ModelChunks& chunks) {
-  Sha256 params, buffers;
-  for (const Chunk& c : layout.chunks) {
-    const TensorKind kind = layout.tensors[c.tensor].kind;
-    if (kind == TensorKind::kLoss) continue;
-    EPS_ASSIGN_OR_RETURN(const ChunkBytes* b, Find(layout, chunks, c));
-    (kind == TensorKind::kParameter ? params : buffers).Update(b->data, b->size);
+Status AddTableRows(const Layout& layout, uint64_t seed, const std::vector<SparseRowBytes>& rows,
+                    ModelTables* tables) {
+  for (const SparseRowBytes& r : rows) {
+    if (r.table >= layout.sparse.size()) return ProtocolError("rows of an unknown sparse table");
+    const uint32_t i = layout.sparse[r.table];
+    const TensorSpec& spec = layout.tensors[i];
+    const uint64_t n = static_cast<uint64_t>(spec.shape[0]),
+                   dim = static_cast<uint64_t>(spec.shape[1]);
+    if (r.values.size != uint64_t{r.rows} * dim * sizeof(float))
+      return ProtocolError("rows of sparse table '" + spec.name + "' of the wrong size");
+    auto [it, fresh] = tables->try_emplace(i);
+    std::vector<float>& table = it->second;
+    if (fresh) {
+      table.resize(n * dim);
+      for (uint64_t row = 0; row < n; ++row)
+        InitialRow(RowInitializer{}, seed, r.table, row, &table[row * dim], dim);
+    }
+    for (uint32_t k = 0; k < r.rows; ++k) {
+      uint64_t id;
+      std::memcpy(&id, static_cast<const uint8_t*>(r.ids.data) + k * sizeof id, sizeof id);
+      if (id >= n)
+        return ProtocolError("row " + std::to_string(id) + " beyond '" + spec.name + "'");
+      std::memcpy(&table[id * dim], static_cast<const float*>(r.values.data) + k * dim,
+                  dim * sizeof(float));
+    }
   }
+  return OkStatus();
+}
+
+StatusOr<ModelDigests> DigestModel(const Layout& layout, const ModelChunks& chunks,
+                                   const ModelTables& tables) {
+  Sha256 params, buffers;
+  EPS_RETURN_IF_ERROR(
+      ForEachPiece(layout, chunks, tables, [&](uint32_t t, const void* data, size_t size) {
+        (layout.tensors[t].kind == TensorKind::kParameter ? params : buffers).Update(data, size);
+      }));
   return ModelDigests{params.HexDigest(), buffers.HexDigest()};
 }
 
 Status WriteSafetensors(const std::string& path, const Layout& layout, const ModelChunks& chunks,
-                        const Step& step, const std::string& job_id, const std::string& model,
-                        const ModelDigests& digests,
+                        const ModelTables& tables, const Step& step, const std::string& job_id,
+                        const std::string& model, const ModelDigests& digests,
                         const std::map<std::string, std::string>& extra) {
   nlohmann::json header;
   header["__metadata__"] = extra;
@@ -64,11 +118,10 @@ Status WriteSafetensors(const std::string& path, const Layout& layout, const Mod
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((uint64_t(head.size()) >> (8 * i)) & 0xff);
   out += head;
   out.reserve(out.size() + offset);
-  for (const Chunk& c : layout.chunks) {  // chunks run through each tensor in order
-    if (layout.tensors[c.tensor].kind == TensorKind::kLoss) continue;
-    EPS_ASSIGN_OR_RETURN(const ChunkBytes* b, Find(layout, chunks, c));
-    out.append(static_cast<const char*>(b->data), b->size);
-  }
+  EPS_RETURN_IF_ERROR(
+      ForEachPiece(layout, chunks, tables, [&](uint32_t, const void* data, size_t size) {
+        out.append(static_cast<const char*>(data), size);
+      }));
   return WriteFileAtomically(path, out);
 }
 
@@ -86,7 +139,7 @@ std::string ExportCpuKernels(const std::string& model) {
   unsigned char size[8];
   if (!in.read(reinterpret_cast<char*>(size), sizeof(size))) return kDefaultCpuKernels;
   uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | size[i];  // little-endian
+  for (int i = 7; i >= 0; --i) n = (n << 8) | size[i];     // little-endian
   if (n > (uint64_t{1} << 20)) return kDefaultCpuKernels;  // not a header this writes
   std::string header(n, '\0');
   if (!in.read(header.data(), static_cast<std::streamsize>(n))) return kDefaultCpuKernels;
@@ -98,8 +151,8 @@ std::string ExportCpuKernels(const std::string& model) {
   return m["cpu_kernels"].get<std::string>();
 }
 
-StatusOr<std::vector<ExportedTensor>> ModelTensors(const Layout& layout,
-                                                   const ModelChunks& chunks) {
+StatusOr<std::vector<ExportedTensor>> ModelTensors(const Layout& layout, const ModelChunks& chunks,
+                                                   const ModelTables& tables) {
   std::vector<ExportedTensor> out;
   std::vector<int> index(layout.tensors.size(), -1);
   for (size_t t = 0; t < layout.tensors.size(); ++t) {
@@ -107,12 +160,10 @@ StatusOr<std::vector<ExportedTensor>> ModelTensors(const Layout& layout,
     index[t] = static_cast<int>(out.size());
     out.push_back({layout.tensors[t], {}});
   }
-  for (const Chunk& c : layout.chunks) {  // chunks run through each tensor in order
-    if (index[c.tensor] < 0) continue;
-    EPS_ASSIGN_OR_RETURN(const ChunkBytes* b, Find(layout, chunks, c));
-    out[static_cast<size_t>(index[c.tensor])].bytes.append(static_cast<const char*>(b->data),
-                                                           b->size);
-  }
+  EPS_RETURN_IF_ERROR(
+      ForEachPiece(layout, chunks, tables, [&](uint32_t t, const void* data, size_t size) {
+        out[static_cast<size_t>(index[t])].bytes.append(static_cast<const char*>(data), size);
+      }));
   return out;
 }
 

@@ -24,20 +24,32 @@ namespace eps {
 
 // Every chunk of a model version, by chunk id (the loss tensor's may be absent).
 using ModelChunks = std::map<uint32_t, ChunkBytes>;
+// Every sparse table of a model version as a whole tensor ([rows, dim] floats:
+// the rows a step changed as the shards hold them, the others their initial
+// rows), by tensor index. Exported and digested as if it were dense.
+using ModelTables = std::map<uint32_t, std::vector<float>>;
 
 struct ModelDigests {
   std::string params_sha256;   // SHA-256 over the parameter chunks in layout order
   std::string buffers_sha256;  // the same over the buffers (BatchNorm statistics)
 };
 
-// DataLoss when a chunk is missing or has the wrong size.
-StatusOr<ModelDigests> DigestModel(const Layout& layout, const ModelChunks& chunks);
+// Adds a shard's pulled rows of every sparse table (SparseRead since 0: every
+// row a step changed) to `tables`, which start from the initial rows
+// (common/row_init.h, the job's `seed`). ProtocolError for rows that do not fit
+// the layout.
+Status AddTableRows(const Layout& layout, uint64_t seed, const std::vector<SparseRowBytes>& rows,
+                    ModelTables* tables);
+
+// DataLoss when a chunk (or a sparse table) is missing or has the wrong size.
+StatusOr<ModelDigests> DigestModel(const Layout& layout, const ModelChunks& chunks,
+                                   const ModelTables& tables = {});
 
 // Writes `path` atomically. The header's __metadata__ holds job_id, model,
 // steps, params_sha256 and `extra` (ExportMetadata: the zoo sizes).
 Status WriteSafetensors(const std::string& path, const Layout& layout, const ModelChunks& chunks,
-                        const Step& step, const std::string& job_id, const std::string& model,
-                        const ModelDigests& digests,
+                        const ModelTables& tables, const Step& step, const std::string& job_id,
+                        const std::string& model, const ModelDigests& digests,
                         const std::map<std::string, std::string>& extra = {});
 
 // The metadata a job's export carries beyond WriteSafetensors' own: the zoo
@@ -52,7 +64,8 @@ std::string ExportCpuKernels(const std::string& model);
 
 // The model's parameters then buffers (not the loss), each as one contiguous
 // piece; DataLoss when a chunk is missing or has the wrong size.
-StatusOr<std::vector<ExportedTensor>> ModelTensors(const Layout& layout, const ModelChunks& chunks);
+StatusOr<std::vector<ExportedTensor>> ModelTensors(const Layout& layout, const ModelChunks& chunks,
+                                                   const ModelTables& tables = {});
 
 // Reads a safetensors file as WriteSafetensors writes it: ParseSafetensors
 // (common/tensor_file.h) of its bytes. NotFound for a missing file.

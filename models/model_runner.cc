@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <set>
 #include <mutex>
 #include <new>
 #include <optional>
@@ -113,7 +114,17 @@ class TorchModelRunner final : public ModelRunner {
       : net_(std::move(net)), device_(device) {}
 
   // Call after the model was moved to the device.
-  Status Init(const TensorSelection& freeze) {
+  Status Init(const TensorSelection& freeze, bool sparse_tables) {
+    std::set<std::string> sparse_names;
+    for (const auto& [name, sparse] : net_->EmbeddingWeights()) {
+      if (sparse && sparse_tables && !on_gpu()) {
+        sparse_names.insert(name);
+      } else if (!sparse) {
+        LOG(INFO) << name << " is an embedding created with sparse=False: every row is pulled, "
+                  << "pushed and stepped every step; with sparse=True it would be a sparse table "
+                  << "(only the rows a step touches travel)";
+      }
+    }
     if (device_.is_cuda()) {
 #ifdef EPS_WITH_CUDA
       copies_.emplace(device_.index());
@@ -125,13 +136,16 @@ class TorchModelRunner final : public ModelRunner {
                                std::string(c10::toString(value.scalar_type())) +
                                ": parameters must be float32");
       }
-      EPS_RETURN_IF_ERROR(
-          Add({name, TensorKind::kParameter, DType::kFloat32, value.sizes().vec()}, value));
-      grads_.push_back(HostZeros(value));
+      TensorSpec spec{name, TensorKind::kParameter, DType::kFloat32, value.sizes().vec()};
       // Frozen (--freeze): autograd computes no gradient for it, nor for
       // whatever only it depends on; its GradData stays zeros.
       frozen_.push_back(freeze.Matches(name));
       if (frozen_.back()) value.requires_grad_(false);
+      spec.sparse = !frozen_.back() && value.dim() == 2 && sparse_names.count(name) > 0;
+      sparse_.push_back(spec.sparse);
+      EPS_RETURN_IF_ERROR(Add(std::move(spec), value));
+      grads_.push_back(sparse_.back() ? torch::zeros({0, value.size(1)}) : HostZeros(value));
+      sparse_ids_.push_back(torch::zeros({0}, torch::kInt64));
     }
     num_parameters_ = tensors_.size();
     reported_.assign(num_parameters_, false);
@@ -253,7 +267,11 @@ class TorchModelRunner final : public ModelRunner {
           if (reported_[i] && grads_[i].defined())
             continue;  // the hook's contiguous copy of a strided gradient
           const torch::Tensor& g = tensors_[i].grad();
-          grads_[i] = g.defined() ? DenseGradient(i, g) : torch::zeros_like(tensors_[i]);
+          if (sparse_[i]) {
+            SetSparse(i, g);
+          } else {
+            grads_[i] = g.defined() ? DenseGradient(i, g) : torch::zeros_like(tensors_[i]);
+          }
         }
         value = loss.item<float>();
       }
@@ -271,6 +289,12 @@ class TorchModelRunner final : public ModelRunner {
   }
 
   const float* GradData(size_t i) const override { return grads_[i].data_ptr<float>(); }
+
+  SparseGradient SparseGrad(size_t i) const override {
+    if (i >= sparse_.size() || !sparse_[i]) return {};
+    return {sparse_ids_[i].data_ptr<int64_t>(), grads_[i].data_ptr<float>(),
+            static_cast<size_t>(sparse_ids_[i].numel())};
+  }
 
   StatusOr<std::string> DryRun(const Dataset& data) override {
     EPS_RETURN_IF_ERROR(net_->CheckData(data));
@@ -294,13 +318,16 @@ class TorchModelRunner final : public ModelRunner {
     std::vector<int64_t> indices(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) indices[static_cast<size_t>(i)] = i;
     float loss[2];
-    std::vector<torch::Tensor> grads[2];
+    std::vector<torch::Tensor> grads[2], ids[2];
     for (int run = 0; run < 2; ++run) {
       StatusOr<float> l = TrainStep(data, indices, kDryRunSeed, nullptr);
       if (!l.ok()) return l.status().WithContext("the dry run's training step");
       loss[run] = *l;
       try {
-        for (size_t i = 0; i < num_parameters_; ++i) grads[run].push_back(grads_[i].clone());
+        for (size_t i = 0; i < num_parameters_; ++i) {
+          grads[run].push_back(grads_[i].clone());
+          ids[run].push_back(sparse_ids_[i].clone());
+        }
       } catch (const std::exception& e) {
         return FromTorch("DryRun", e);
       }
@@ -310,7 +337,8 @@ class TorchModelRunner final : public ModelRunner {
     std::string differs = same ? "" : "the loss";
     try {
       for (size_t i = 0; same && i < num_parameters_; ++i) {
-        if (!torch::equal(grads[0][i], grads[1][i])) {
+        if (!torch::equal(grads[0][i], grads[1][i]) ||
+            (sparse_[i] && !torch::equal(ids[0][i], ids[1][i]))) {
           same = false;
           differs = "the gradient of " + specs_[i].name;
         }
@@ -331,12 +359,20 @@ class TorchModelRunner final : public ModelRunner {
   StatusOr<Gradients> TakeGradients() override {
     try {
       auto held = std::make_shared<std::vector<torch::Tensor>>(grads_);
+      held->insert(held->end(), sparse_ids_.begin(), sparse_ids_.end());
       if (on_gpu()) {
         for (torch::Tensor& g : grads_)
           g = torch::empty(g.sizes(), g.options().pinned_memory(true));
       }
       Gradients out{{}, held};
-      for (const torch::Tensor& g : *held) out.data.push_back(g.data_ptr<float>());
+      for (size_t i = 0; i < num_parameters_; ++i) {
+        out.data.push_back((*held)[i].data_ptr<float>());
+        if (!sparse_[i]) continue;
+        out.sparse.resize(i + 1);
+        const torch::Tensor& ids = (*held)[num_parameters_ + i];
+        out.sparse[i] = {ids.data_ptr<int64_t>(), (*held)[i].data_ptr<float>(),
+                         static_cast<size_t>(ids.numel())};
+      }
       return out;
     } catch (const std::exception& e) {
       return FromTorch("TakeGradients", e);
@@ -518,6 +554,12 @@ class TorchModelRunner final : public ModelRunner {
   // GradData(i) keeps the memory the hook was given, also in TakeGradients.
   void OnGradient(size_t i, const torch::Tensor& g) {
     if (ready_ == nullptr) return;
+    if (sparse_[i]) {
+      SetSparse(i, g);
+      (*ready_)(i);
+      reported_[i] = true;
+      return;
+    }
     grads_[i] = DenseGradient(i, g);
     (*ready_)(i);
     reported_[i] = true;
@@ -525,17 +567,38 @@ class TorchModelRunner final : public ModelRunner {
   }
 
   // Parameter i's gradient `g` as the dense, contiguous tensor the pushes read. A sparse one
-  // (nn.Embedding / EmbeddingBag with sparse=True) is made dense, summed in the order its
-  // indices hold (the same for the same step on any worker): such a table trains as a dense
-  // tensor until sparse tables reach the workers (said once per tensor).
+  // of a table that is not a sparse table (--sparse_optimizer=exact, or on a GPU) is made
+  // dense, summed in the order its indices hold (the same for the same step on any worker):
+  // it trains as a dense tensor (said once per tensor).
   torch::Tensor DenseGradient(size_t i, const torch::Tensor& g) {
     if (!g.is_sparse()) return g.contiguous();
     if (!warned_sparse_[i]) {
       warned_sparse_[i] = true;
-      LOG(WARNING) << specs_[i].name << " has a sparse gradient (sparse=True): it trains as a "
-                   << "dense tensor, every row pulled, pushed and stepped";
+      LOG(INFO) << specs_[i].name << " has a sparse gradient (sparse=True) but trains as a "
+                << "dense tensor (--sparse_optimizer=exact, or on a GPU): every row pulled, "
+                << "pushed and stepped";
     }
     return g.to_dense().contiguous();
+  }
+
+  // A sparse table's gradient `g` (undefined: no row touched) as the rows it
+  // touched: coalesced (ids ascending and distinct, each row's contributions
+  // summed in the order backward gave them, the same for the same step
+  // anywhere). A dense `g` (the table used other than by its embedding)
+  // touches every row.
+  void SetSparse(size_t i, const torch::Tensor& g) {
+    const int64_t dim = tensors_[i].size(1);
+    if (!g.defined()) {
+      sparse_ids_[i] = torch::zeros({0}, torch::kInt64);
+      grads_[i] = torch::zeros({0, dim});
+    } else if (!g.is_sparse()) {
+      sparse_ids_[i] = torch::arange(tensors_[i].size(0), torch::kInt64);
+      grads_[i] = g.to(torch::kCPU).contiguous();
+    } else {
+      const torch::Tensor c = g.coalesce().to(torch::kCPU);
+      sparse_ids_[i] = c.indices().select(0, 0).contiguous();
+      grads_[i] = c.values().reshape({-1, dim}).contiguous();
+    }
   }
 
   // Host memory of `t`'s shape and dtype, zeroed: pinned when `t` lives on a GPU.
@@ -563,7 +626,9 @@ class TorchModelRunner final : public ModelRunner {
     try {
       if (on_gpu()) DrainCopies();
       for (size_t i = 0; i < num_parameters_; ++i) {
-        if (on_gpu()) {
+        if (sparse_[i]) {
+          SetSparse(i, torch::Tensor());
+        } else if (on_gpu()) {
           grads_[i].zero_();
         } else {
           grads_[i] = torch::zeros_like(tensors_[i]);
@@ -621,7 +686,9 @@ class TorchModelRunner final : public ModelRunner {
   std::vector<char> frozen_;  // by parameter: ModelOptions::freeze selects it
   const GradReady* ready_ = nullptr;  // set during TrainStep's backward
   std::vector<bool> reported_;        // by parameter: given to ready_ in this TrainStep
-  std::vector<bool> warned_sparse_;   // by parameter: its sparse gradient was said
+  std::vector<bool> warned_sparse_;
+  std::vector<char> sparse_;                // by parameter: a sparse table
+  std::vector<torch::Tensor> sparse_ids_;   // by parameter: a sparse table's touched rows   // by parameter: its sparse gradient was said
 #ifdef EPS_WITH_CUDA
   std::optional<CudaCopies> copies_;  // on a GPU only
   torch::Tensor loss_host_;           // pinned
@@ -713,7 +780,7 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelOptions& o
     }
     net->To(device);
     auto runner = std::make_unique<TorchModelRunner>(std::move(net), device);
-    EPS_RETURN_IF_ERROR(runner->Init(options.freeze));
+    EPS_RETURN_IF_ERROR(runner->Init(options.freeze, options.sparse_tables));
     if (!options.init_file.empty()) EPS_RETURN_IF_ERROR(runner->LoadInit(options));
     return std::unique_ptr<ModelRunner>(std::move(runner));
   } catch (const std::exception& e) {

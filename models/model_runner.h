@@ -104,6 +104,20 @@ struct ModelOptions {
   std::string init_file{};
   TensorSelection reinit{};
   bool init_allow_mismatch = false;
+  // The weights of a module's nn.Embedding / nn.EmbeddingBag created with
+  // sparse=True (not frozen, on the CPU) are sparse tables (TensorSpec::sparse,
+  // docs/design.md "Sparse tables"): their gradients are the rows a step
+  // touched (SparseGradient). False (--sparse_optimizer=exact): their sparse
+  // gradients are made dense and they train as dense tensors.
+  bool sparse_tables = true;
+};
+
+// A sparse table's gradient of one step: `rows` row ids, ascending and
+// distinct, and their gradient rows (rows x the table's dim floats).
+struct SparseGradient {
+  const int64_t* ids = nullptr;
+  const float* values = nullptr;
+  size_t rows = 0;
 };
 
 // Results of an evaluation pass over a range of samples.
@@ -193,8 +207,14 @@ class ModelRunner {
 
   // Gradient of parameter i (i < NumParameters()) after the last TrainStep:
   // contiguous float32, numel elements; zeros for a parameter that got no
-  // gradient, and before the first TrainStep.
+  // gradient, and before the first TrainStep. Not for a sparse table's.
   virtual const float* GradData(size_t i) const = 0;
+  // A sparse table's gradient (Tensors()[i].sparse) after the last TrainStep,
+  // valid until the next one: the rows it touched (none before the first).
+  virtual SparseGradient SparseGrad(size_t i) const {
+    (void)i;
+    return {};
+  }
 
   // The gradients of the last TrainStep, handed over: `data[i]` holds
   // GradData(i)'s values, and the runner never writes that memory again, so
@@ -205,6 +225,9 @@ class ModelRunner {
   struct Gradients {
     std::vector<const float*> data;
     std::shared_ptr<const void> owner;
+    // By parameter: a sparse table's rows (SparseGrad), nothing for the
+    // others; may be shorter than `data` (no sparse table beyond).
+    std::vector<SparseGradient> sparse{};
   };
   [[nodiscard]] virtual StatusOr<Gradients> TakeGradients() = 0;
 

@@ -31,6 +31,11 @@ class Net {
   // changes the model.
   virtual NamedTensors NamedParameters() = 0;
   virtual NamedTensors NamedBuffers() = 0;
+  // The weights of the module's nn.Embedding / nn.EmbeddingBag modules, by
+  // their names as NamedParameters gives them, each with whether the module
+  // was created with sparse=True (its gradient then names the rows a step
+  // touched).
+  virtual std::vector<std::pair<std::string, bool>> EmbeddingWeights() { return {}; }
   // What the data set's samples must be for this net: the built-in models'
   // images (CheckModelInput, data/model_input.h), anything for a module the
   // dry run has checked against them. InvalidArgument saying what differs.

@@ -59,6 +59,20 @@ class ScriptNet final : public Net {
     return out;
   }
 
+  // A scripted nn.Embedding / nn.EmbeddingBag keeps `sparse` among its class's
+  // constants (the modules' __constants__).
+  std::vector<std::pair<std::string, bool>> EmbeddingWeights() override {
+    std::vector<std::pair<std::string, bool>> out;
+    for (const auto& m : module_.named_modules()) {
+      const auto type = m.value.type();
+      if (!type->hasConstant("sparse") || !m.value.hasattr("weight")) continue;
+      const c10::IValue sparse = type->getConstant("sparse");
+      out.emplace_back(m.name.empty() ? "weight" : m.name + ".weight",
+                       sparse.isBool() && sparse.toBool());
+    }
+    return out;
+  }
+
   Status CheckData(const Dataset& data) const override {
     if (data.size > 0 && (data.features == nullptr || data.labels == nullptr))
       return InvalidArgument("the data set has no samples in memory");

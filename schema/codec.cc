@@ -34,6 +34,7 @@ void SetTensors(capnp::List<wire::TensorSpec>::Builder out,
     t.setName(tensors[i].name);
     t.setKind(static_cast<uint8_t>(tensors[i].kind));
     t.setDtype(static_cast<uint8_t>(tensors[i].dtype));
+    t.setSparse(tensors[i].sparse);
     auto shape = t.initShape(tensors[i].shape.size());
     for (size_t d = 0; d < tensors[i].shape.size(); ++d) shape.set(d, tensors[i].shape[d]);
   }
@@ -84,6 +85,18 @@ void SetChunks(capnp::List<wire::ChunkRef>::Builder out, const std::vector<Chunk
     out[i].setChunk(chunks[i].chunk.value());
     out[i].setFrame(static_cast<uint32_t>(frames->size() - 1));
     frames->push_back({chunks[i].data, chunks[i].size, chunks[i].owner});
+  }
+}
+
+void SetSparseRows(capnp::List<wire::SparseRowsRef>::Builder out,
+                   const std::vector<SparseRowBytes>& rows, std::vector<Frame>* frames) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    out[i].setTable(rows[i].table);
+    out[i].setRows(rows[i].rows);
+    out[i].setIdsFrame(static_cast<uint32_t>(frames->size() - 1));
+    frames->push_back({rows[i].ids.data, rows[i].ids.size, rows[i].ids.owner});
+    out[i].setValuesFrame(static_cast<uint32_t>(frames->size() - 1));
+    frames->push_back({rows[i].values.data, rows[i].values.size, rows[i].values.owner});
   }
 }
 
@@ -247,6 +260,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       if (!m.shm.has_value() && !m.shm_chunks.empty()) {
         return ProtocolError("shared-memory chunks in a push without a region");
       }
+      EPS_RETURN_IF_ERROR(r.SparseRows(in.getSparse(), &m.sparse));
       *body = std::move(m);
       return OkStatus();
     }
@@ -275,6 +289,10 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       } else if (in.getShmOffsets().size() != 0) {
         return ProtocolError("shared-memory offsets in a pull without a region");
       }
+      EPS_RETURN_IF_ERROR(r.ListSize(in.getSparse(), "sparse reads"));
+      for (auto read : in.getSparse()) m.sparse.push_back({read.getTable(), Step(read.getSince())});
+      if (!m.sparse.empty() && (!m.chunks.empty() || m.shm.has_value()))
+        return ProtocolError("a pull of sparse rows names chunks or a region");
       *body = std::move(m);
       return OkStatus();
     }
@@ -284,6 +302,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       m.version = Step(in.getVersion());
       EPS_RETURN_IF_ERROR(r.Chunks(in.getChunks(), &m.chunks));
       EPS_RETURN_IF_ERROR(r.ShmChunks(in.getShmChunks(), &m.shm_chunks));
+      EPS_RETURN_IF_ERROR(r.SparseRows(in.getSparse(), &m.sparse));
       *body = std::move(m);
       return OkStatus();
     }
@@ -540,6 +559,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    SetChunks(o.initChunks(m.chunks.size()), m.chunks, &frames);
                    if (m.shm.has_value()) SetShmRef(o.initShm(), *m.shm);
                    SetShmChunks(o.initShmChunks(m.shm_chunks.size()), m.shm_chunks);
+                   SetSparseRows(o.initSparse(m.sparse.size()), m.sparse, &frames);
                  },
                  [&](const PushReply& m) {
                    auto o = b.initPushReply();
@@ -559,12 +579,18 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                      for (size_t i = 0; i < m.shm_offsets.size(); ++i)
                        offsets.set(i, m.shm_offsets[i]);
                    }
+                   auto sparse = o.initSparse(m.sparse.size());
+                   for (size_t i = 0; i < m.sparse.size(); ++i) {
+                     sparse[i].setTable(m.sparse[i].table);
+                     sparse[i].setSince(m.sparse[i].since.value());
+                   }
                  },
                  [&](const PullReply& m) {
                    auto o = b.initPullReply();
                    o.setVersion(m.version.value());
                    SetChunks(o.initChunks(m.chunks.size()), m.chunks, &frames);
                    SetShmChunks(o.initShmChunks(m.shm_chunks.size()), m.shm_chunks);
+                   SetSparseRows(o.initSparse(m.sparse.size()), m.sparse, &frames);
                  },
                  [&](const EvalResult& m) {
                    auto o = b.initEvalResult();

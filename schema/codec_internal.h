@@ -57,6 +57,7 @@ class Reader {
       if (t.getDtype() > static_cast<uint8_t>(DType::kInt64)) return ProtocolError("unknown dtype");
       spec.kind = static_cast<TensorKind>(t.getKind());
       spec.dtype = static_cast<DType>(t.getDtype());
+      spec.sparse = t.getSparse();
       if (t.getShape().size() > 8)
         return ProtocolError("tensor " + spec.name + " has more than 8 dimensions");
       for (int64_t d : t.getShape()) spec.shape.push_back(d);
@@ -118,6 +119,31 @@ class Reader {
     EPS_RETURN_IF_ERROR(ListSize(in, "shared-memory chunks"));
     out->clear();
     for (auto c : in) out->push_back({ChunkId(c.getChunk()), c.getOffset(), c.getSize()});
+    return OkStatus();
+  }
+
+  // Sparse rows: each names two frames, the ids (8 bytes a row) and the values
+  // (a multiple of 4 bytes a row; the table's dim is checked by the receiver).
+  Status SparseRows(capnp::List<wire::SparseRowsRef>::Reader in,
+                    std::vector<SparseRowBytes>* out) {
+    EPS_RETURN_IF_ERROR(ListSize(in, "sparse rows"));
+    out->clear();
+    for (auto ref : in) {
+      SparseRowBytes rows;
+      rows.table = ref.getTable();
+      rows.rows = ref.getRows();
+      Frame ids, values;
+      EPS_RETURN_IF_ERROR(ByteFrame(ref.getIdsFrame(), &ids));
+      EPS_RETURN_IF_ERROR(ByteFrame(ref.getValuesFrame(), &values));
+      if (ids.size != uint64_t{rows.rows} * sizeof(uint64_t))
+        return ProtocolError("sparse rows whose ids frame does not hold one id a row");
+      if (values.size % sizeof(float) != 0 || (rows.rows == 0) != (values.size == 0) ||
+          (rows.rows > 0 && values.size / sizeof(float) % rows.rows != 0))
+        return ProtocolError("sparse rows whose values frame does not hold whole rows");
+      rows.ids = {ChunkId(0), ids.data, ids.size, ids.owner};
+      rows.values = {ChunkId(0), values.data, values.size, values.owner};
+      out->push_back(std::move(rows));
+    }
     return OkStatus();
   }
 

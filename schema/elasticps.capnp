@@ -55,6 +55,7 @@ struct TensorSpec {
   kind @1 :UInt8;     # eps::TensorKind
   dtype @2 :UInt8;    # eps::DType
   shape @3 :List(Int64);
+  sparse @4 :Bool;    # a sparse table (a parameter [rows, dim] stepped row by row, docs/design.md)
 }
 
 struct OptimizerSpec {
@@ -114,6 +115,8 @@ struct JobSpec {
   modelHeads @33 :UInt32;  # zoo models: attention heads (text_transformer)
   modelDepth @34 :UInt32;  # zoo models: depth (resnet: 6n+2 layers, e.g. 20)
   cpuKernels @35 :Text = "x86-64-v3";  # the CPU kernel set of every CPU worker (common/cpu_kernels.h)
+  sparseOptimizer @36 :Text = "lazy";  # sparse=True tables: lazy (row-wise) or exact (dense tensors)
+  shardMemoryMb @37 :UInt64;           # each shard's memory for its sparse tables' rows (0: 256 MiB)
 }
 
 struct RegisterWorker {
@@ -221,6 +224,26 @@ struct Push {
   shm @5 :ShmRegionRef;           # optional: a region of the worker's (common/shm.h) holding the bytes of
   shmChunks @6 :List(ShmChunk);   # these chunks; the shard reads them before it answers, and refuses the
                                   # push with FailedPrecondition when it cannot map the region
+  sparse @7 :List(SparseRowsRef); # the block's rows of each sparse table this shard holds rows of
+                                  # (every table, also with no row: the block is counted)
+}
+
+# Rows of a sparse table in a message: `rows` ids, strictly ascending, as
+# little-endian uint64 in frame idsFrame, and their values (rows x the table's
+# dim, float32) in frame valuesFrame. `table` indexes the layout's sparse tensors.
+struct SparseRowsRef {
+  table @0 :UInt32;
+  rows @1 :UInt32;
+  idsFrame @2 :UInt32;
+  valuesFrame @3 :UInt32;
+}
+
+# A pull's request for a sparse table's rows at the pull's version: those
+# changed by the steps after version `since` (a worker holding the table at
+# `since`; 0: every stored row).
+struct SparseRead {
+  table @0 :UInt32;
+  since @1 :Int64;
 }
 
 struct PushReply {
@@ -236,6 +259,7 @@ struct Pull {
                                   # job's weightWireDtype (buffers always travel as fp32)
   shm @3 :ShmRegionRef;           # optional: a region of the worker's (common/shm.h) for the reply's bytes,
   shmOffsets @4 :List(UInt64);    # where each of `chunks` goes in it (same length as chunks)
+  sparse @5 :List(SparseRead);    # sparse tables' rows; a pull naming these names no chunk
 }
 
 struct ShmRegionRef {
@@ -255,6 +279,7 @@ struct PullReply {
   version @0 :Int64;
   chunks @1 :List(ChunkRef);      # bytes in frames
   shmChunks @2 :List(ShmChunk);   # bytes already in the region the pull named
+  sparse @3 :List(SparseRowsRef); # the rows the pull's SparseReads asked for, at `version`
 }
 
 struct EvalResult {

@@ -130,7 +130,11 @@ enum class SpecFieldRole { kComputation, kJob };
   X(uint32_t,      model_heads,         4,                ModelHeads,        model_heads,         kComputation) \
   X(uint32_t,      model_depth,         20,               ModelDepth,        model_depth,         kComputation) \
   /* the CPU math kernels every CPU worker runs (common/cpu_kernels.h): x86-64-v3 or another set, or native */ \
-  X(std::string,   cpu_kernels,         kDefaultCpuKernels, CpuKernels,      cpu_kernels,         kComputation)
+  X(std::string,   cpu_kernels,         kDefaultCpuKernels, CpuKernels,      cpu_kernels,         kComputation) \
+  /* sparse=True tables (docs/design.md, "Sparse tables"): lazy (row-wise) or exact (as dense tensors) */      \
+  X(std::string,   sparse_optimizer,    "lazy",           SparseOptimizer,   sparse_optimizer,    kComputation) \
+  /* each shard's memory for its sparse tables' rows, beyond which they spill to its store (0: 256 MiB) */   \
+  X(uint64_t,      shard_memory_mb,     0,                ShardMemoryMb,     shard_memory_mb,     kJob)
 // clang-format on
 
 #define EPS_SPEC_MEMBER(type, name, default_value, Capnp, flag, role) type name = default_value;
@@ -267,6 +271,22 @@ struct ShmChunk {
   uint64_t size = 0;
 };
 
+// Rows of a sparse table in a message (common/sparse_tree.h SparseRows): `rows`
+// ids, strictly ascending, as uint64 in `ids`, and rows x dim float32 values in
+// `values`. Byte ownership as ChunkBytes'.
+struct SparseRowBytes {
+  uint32_t table = 0;  // index among the layout's sparse tensors (Layout::sparse)
+  uint32_t rows = 0;
+  ChunkBytes ids, values;  // `chunk` unused
+};
+
+// A pull's request for a sparse table's rows at the pull's version: those
+// changed by the steps after version `since` (0: every row a step has changed).
+struct SparseRead {
+  uint32_t table = 0;
+  Step since{0};
+};
+
 struct Push {
   Epoch epoch{0};
   Step step{0};  // -1: initial values, stored as version 0
@@ -276,6 +296,9 @@ struct Push {
   // `shm_chunks`; the worker writes it again only after the shard's reply.
   std::optional<ShmRegionRef> shm{};
   std::vector<ShmChunk> shm_chunks{};
+  // The block's rows of each sparse table this shard holds rows of: every
+  // table, with no row where the block touched none of the shard's.
+  std::vector<SparseRowBytes> sparse{};
 };
 
 struct PushReply {
@@ -293,12 +316,15 @@ struct Pull {
   // and where each of `chunks` goes in it; the shard may answer inline instead.
   std::optional<ShmRegionRef> shm{};
   std::vector<uint64_t> shm_offsets{};
+  // Sparse tables' rows; a pull naming these names no chunk (and no region).
+  std::vector<SparseRead> sparse{};
 };
 
 struct PullReply {
   Step version{0};
   std::vector<ChunkBytes> chunks;      // bytes in the message
   std::vector<ShmChunk> shm_chunks{};  // bytes in the pull's region
+  std::vector<SparseRowBytes> sparse{};  // the rows the pull's SparseReads asked for
 };
 
 struct EvalResult {

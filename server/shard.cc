@@ -35,11 +35,23 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-size_t BytesOf(const std::vector<ChunkBytes>& chunks, const std::vector<ShmChunk>& shm_chunks) {
+size_t BytesOf(const std::vector<ChunkBytes>& chunks, const std::vector<ShmChunk>& shm_chunks,
+               const std::vector<SparseRowBytes>& sparse) {
   size_t n = 0;
   for (const ChunkBytes& c : chunks) n += c.size;
   for (const ShmChunk& c : shm_chunks) n += c.size;
+  for (const SparseRowBytes& r : sparse) n += r.ids.size + r.values.size;
   return n;
+}
+
+// The sparse tables' directory beside the shard's store (empty: memory only).
+ShardTablesOptions TablesOptions(const ShardOptions& o) {
+  ShardTablesOptions t;
+  t.dir = o.store_path.empty() ? o.sparse_dir : o.store_path + ".sparse";
+  // One more than the store keeps: a table's checkpoint is written before the state's, so the
+  // state's newest but one is still a table's while the newest is being written.
+  t.keep_checkpoints = o.keep_checkpoints + 1;
+  return t;
 }
 
 // The shard's series (docs/metrics.md, "Shards"), looked up once: an update is
@@ -201,7 +213,7 @@ class ShardImpl final : public Shard {
         workers_(std::move(workers)),
         coordinator_(std::move(coordinator)),
         parallel_(std::move(parallel)),
-        state_(options_.shard, parallel_.get()),
+        state_(options_.shard, parallel_.get(), TablesOptions(options_)),
         own_metrics_(options_.metrics == nullptr ? std::make_unique<Metrics>() : nullptr),
         metrics_(options_.metrics != nullptr ? options_.metrics : own_metrics_.get(),
                  options_.shard),
@@ -349,7 +361,7 @@ class ShardImpl final : public Shard {
                   << " so far): " << st.ToString();
       }
     }
-    const size_t bytes = BytesOf(reply.chunks, reply.shm_chunks);
+    const size_t bytes = BytesOf(reply.chunks, reply.shm_chunks, reply.sparse);
     bytes_out_ += bytes;
     metrics_.pull_bytes.Add(static_cast<double>(bytes));
     metrics_.pulls.Add();
@@ -430,6 +442,7 @@ class ShardImpl final : public Shard {
       OnRollback(rollback->step);
     } else if (auto* retain = std::get_if<Retain>(&body)) {
       if (store_ != nullptr) store_->RetainFrom(retain->from_step);
+      state_.RetainTablesFrom(retain->from_step);
     } else if (auto* shutdown = std::get_if<Shutdown>(&body)) {
       LOG(INFO) << "shutdown: " << shutdown->reason << " (" << state_.duplicates()
                 << " duplicate contributions dropped)";
@@ -510,7 +523,7 @@ class ShardImpl final : public Shard {
         AnswerWaitingPulls();  // pulls of the step in progress whose chunks this push made final
       }
     } else if (auto* pull = std::get_if<Pull>(&body)) {
-      auto reply = state_.HandlePull(*pull);
+      auto reply = state_.Answer(*pull);
       if (reply.ok()) {
         ReplyToPull(in.peer, *pull, std::move(reply).value());
       } else if (reply.status().code() == StatusCode::kUnavailable) {
@@ -548,7 +561,7 @@ class ShardImpl final : public Shard {
 
   // A push read whole (ResolveShmChunks made its shared-memory chunks chunks of it).
   void CountPush(const Push& push, const PushReply& reply) {
-    const size_t bytes = BytesOf(push.chunks, push.shm_chunks);
+    const size_t bytes = BytesOf(push.chunks, push.shm_chunks, push.sparse);
     bytes_in_ += bytes;
     metrics_.push_bytes.Add(static_cast<double>(bytes));
     if (reply.accepted > 0) {
@@ -585,7 +598,10 @@ class ShardImpl final : public Shard {
     if (writer_ == nullptr || options_.checkpoint_every <= 0) return;
     if (state_.version().value() % options_.checkpoint_every != 0) return;
     const Clock::time_point start = Clock::now();
-    auto snapshot = state_.Snapshot();
+    // The tables' checkpoint first (synced, on this thread: only the rows changed since the last
+    // one), so that the state's checkpoint of this step, once durable, always finds it.
+    Status tables = state_.CheckpointTables();
+    auto snapshot = tables.ok() ? state_.Snapshot() : StatusOr<ShardSnapshot>(tables);
     Status st = snapshot.ok() ? writer_->Enqueue(std::move(snapshot).value(), options_.store_wait)
                               : snapshot.status();
     if (st.ok()) snapshot_ms_[state_.version().value()] = SecondsSince(start) * 1e3;
@@ -663,8 +679,7 @@ class ShardImpl final : public Shard {
         return FailedPrecondition("shard " + std::to_string(options_.shard.value()) +
                                   " has no store to roll back from");
       }
-      state_.Clear();
-      return OkStatus();
+      return state_.Clear();
     }
     // Checkpoints in flight belong to the abandoned future: let them land, the
     // rollback deletes them.
@@ -672,7 +687,7 @@ class ShardImpl final : public Shard {
     OnCheckpointsWritten(/*report=*/false);
     if (step.value() < 0) {
       EPS_RETURN_IF_ERROR(store_->DropCheckpointsAfter(step));
-      state_.Clear();
+      EPS_RETURN_IF_ERROR(state_.Clear());
     } else {
       EPS_RETURN_IF_ERROR(state_.RollbackTo(*store_, step));
     }
@@ -694,7 +709,7 @@ class ShardImpl final : public Shard {
   void AnswerWaitingPulls() {
     std::deque<WaitingPull> still;
     for (WaitingPull& w : waiting_) {
-      auto reply = state_.HandlePull(w.pull);
+      auto reply = state_.Answer(w.pull);
       if (reply.ok()) {
         ReplyToPull(w.peer, w.pull, std::move(reply).value());
       } else if (reply.status().code() == StatusCode::kUnavailable) {

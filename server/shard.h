@@ -87,6 +87,11 @@ struct ShardOptions {
   // coordinator's; a missing one is created when the coordinator names the job.
   std::string job_id;
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: none; >0 needs a store)
+  // Where the sparse tables (server/shard_state.h) keep the rows beyond the
+  // job's --shard_memory_mb when there is no store (with one: beside it, at
+  // store_path + ".sparse", where their checkpoints go too). Empty, and no
+  // store: in memory only, and a step that would overflow the budget fails.
+  std::string sparse_dir;
   int keep_checkpoints = 2;      // the newest N checkpoints are kept
   // The longest wait for the background writer: for room for a new checkpoint,
   // before a rollback, and for pending checkpoints when the shard stops.

@@ -3,6 +3,8 @@
 #include <glog/logging.h>
 
 #include <csignal>
+#include <cstdlib>
+#include <optional>
 
 #include "common/files.h"
 #include "common/memory.h"
@@ -44,6 +46,10 @@ DEFINE_string(store, "",
 DEFINE_int32(threads, 1,
              "Threads the optimizer's elements are cut over: the cores this shard is given "
              "(never changes a bit)");
+DEFINE_string(sparse_dir, "",
+              "Without --store: where the job's sparse tables keep the rows beyond "
+              "--shard_memory_mb (empty: a fresh folder under $TMPDIR, removed at exit; with "
+              "--store they spill beside it)");
 DEFINE_int64(checkpoint_every, 0, "Write a checkpoint every N steps (0: never; needs --store)");
 DEFINE_int32(keep_checkpoints, 2, "How many of the newest checkpoints the store keeps");
 DEFINE_string(job_id, "",
@@ -99,6 +105,20 @@ int main(int argc, char** argv) {
   options.checkpoint_every = FLAGS_checkpoint_every;
   options.keep_checkpoints = FLAGS_keep_checkpoints;
   options.job_id = FLAGS_job_id;
+  // The sparse tables' spill tier without a store: a folder of this process's own.
+  std::optional<eps::TempFolder> sparse_scratch;
+  options.sparse_dir = FLAGS_sparse_dir;
+  if (FLAGS_store.empty() && FLAGS_sparse_dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    auto folder = eps::TempFolder::Create(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
+                                          "eps-shard" + std::to_string(FLAGS_shard_id) + "-sparse");
+    if (!folder.ok()) {
+      LOG(ERROR) << "--sparse_dir: " << folder.status().ToString();
+      return 2;
+    }
+    sparse_scratch.emplace(std::move(folder).value());
+    options.sparse_dir = sparse_scratch->path();
+  }
   // Declared before the shard: it keeps its series here, and outlives the server too.
   eps::Metrics metrics;
   auto metrics_server = eps::ServeMetricsIfAsked(FLAGS_metrics_port, FLAGS_metrics_host, &metrics,

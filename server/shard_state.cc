@@ -1,5 +1,6 @@
 #include "server/shard_state.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -59,6 +60,15 @@ Status DecodeMetadata(const std::string& metadata, ShardId* shard, ShardConfig* 
   return OkStatus();
 }
 
+// The bytes of `v` in a message, owned by the message.
+template <class T>
+ChunkBytes Owned(std::vector<T> v) {
+  auto held = std::make_shared<std::vector<T>>(std::move(v));
+  return {ChunkId(0), held->data(), held->size() * sizeof(T), held};
+}
+
+constexpr uint64_t kDefaultShardMemoryMb = 256;
+
 }  // namespace
 
 Status ShardState::Configure(const ShardConfig& config) {
@@ -97,6 +107,133 @@ Status ShardState::Configure(const ShardConfig& config) {
   slots_.clear();
   slots_.resize(layout_->chunks.size());
   ResetBarrier();
+  return open_tables_ ? SyncTables() : OkStatus();
+}
+
+SparseOptimizerOptions ShardState::SparseOptimizer() const {
+  SparseOptimizerOptions o;
+  switch (optimizer_.kind) {
+    case OptimizerKind::kSgd:
+      o.kind = SparseOptimizerOptions::Kind::kSgd;
+      break;
+    case OptimizerKind::kAdam:
+      o.kind = SparseOptimizerOptions::Kind::kAdam;
+      break;
+    case OptimizerKind::kAdamW:
+      o.kind = SparseOptimizerOptions::Kind::kAdamW;
+      break;
+  }
+  o.momentum = optimizer_.momentum;
+  o.dampening = optimizer_.dampening;
+  o.nesterov = optimizer_.nesterov;
+  o.weight_decay = optimizer_.weight_decay;
+  o.beta1 = optimizer_.beta1;
+  o.beta2 = optimizer_.beta2;
+  o.eps = optimizer_.eps;
+  return o;
+}
+
+Status ShardState::SyncTables() {
+  if (!layout_) return OkStatus();
+  const size_t n = layout_->sparse.size();
+  if (tables_.empty() && n > 0) {
+    const uint64_t mb = spec_->shard_memory_mb > 0 ? spec_->shard_memory_mb : kDefaultShardMemoryMb;
+    for (size_t t = 0; t < n; ++t) {
+      const TensorSpec& spec = layout_->tensors[layout_->sparse[t]];
+      SparseTableOptions o;
+      o.table_id = static_cast<uint32_t>(t);
+      o.dim = static_cast<size_t>(spec.shape[1]);
+      o.num_vws = spec_->virtual_workers;
+      o.seed = spec_->seed;
+      o.optimizer = SparseOptimizer();
+      o.memory_bytes = static_cast<size_t>((mb << 20) / n);
+      if (!tables_options_.dir.empty())
+        o.path = tables_options_.dir + "/table-" + std::to_string(t);
+      o.keep_checkpoints = tables_options_.keep_checkpoints;
+      o.grad_rounding = spec_->grad_wire_dtype;
+      auto table = SparseTable::Open(o);
+      if (!table.ok()) {
+        tables_.clear();
+        return table.status().WithContext("sparse table " + spec.name);
+      }
+      tables_.push_back(std::move(table).value());
+    }
+  }
+  // Before the initial values the tables are empty: version 0, as after them.
+  const Step want(std::max<int64_t>(version_.value(), 0));
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    Status st = tables_[t]->RollbackTo(want);  // also drops pushes of a step in progress
+    if (st.code() == StatusCode::kNotFound) {
+      return DataLoss("sparse table " + layout_->tensors[layout_->sparse[t]].name +
+                      " holds no checkpoint of step " + std::to_string(want.value()) +
+                      ", which the shard's state is at");
+    }
+    EPS_RETURN_IF_ERROR(st);
+  }
+  touched_.assign(tables_.size(), {});
+  previous_rows_.clear();  // the previous version is not kept across a restore
+  return OkStatus();
+}
+
+Status ShardState::ValidateSparse(const Push& push) const {
+  if (push.sparse.empty()) return OkStatus();
+  if (push.step.value() < 0) return InvalidArgument("the initial values carry no sparse rows");
+  std::vector<char> seen(tables_.size(), 0);
+  for (const SparseRowBytes& r : push.sparse) {
+    if (r.table >= tables_.size()) {
+      return InvalidArgument("sparse table " + std::to_string(r.table) +
+                             " does not exist (the "
+                             "model has " +
+                             std::to_string(tables_.size()) + ")");
+    }
+    if (seen[r.table]++) {
+      return InvalidArgument("sparse table " + std::to_string(r.table) +
+                             " appears twice in one push");
+    }
+    const TensorSpec& t = layout_->tensors[layout_->sparse[r.table]];
+    const uint64_t dim = static_cast<uint64_t>(t.shape[1]);
+    if (r.ids.size != uint64_t{r.rows} * sizeof(uint64_t) ||
+        r.values.size != uint64_t{r.rows} * dim * sizeof(float)) {
+      return InvalidArgument("sparse rows of table " + t.name + " do not hold " +
+                             std::to_string(r.rows) + " ids and rows of " + std::to_string(dim));
+    }
+    const auto* ids = static_cast<const uint8_t*>(r.ids.data);
+    uint64_t prev = 0;
+    for (uint32_t i = 0; i < r.rows; ++i) {
+      uint64_t id;
+      std::memcpy(&id, ids + i * sizeof(uint64_t), sizeof id);
+      if (i > 0 && id <= prev)
+        return InvalidArgument("sparse rows of table " + t.name + " are not strictly ascending");
+      if (id >= static_cast<uint64_t>(t.shape[0])) {
+        return InvalidArgument("row " + std::to_string(id) + " is beyond table " + t.name + "'s " +
+                               std::to_string(t.shape[0]) + " rows");
+      }
+      if (ShardOfRow(id, layout_->num_shards) != shard_) {
+        return InvalidArgument("row " + std::to_string(id) + " of table " + t.name +
+                               " belongs to shard " +
+                               std::to_string(ShardOfRow(id, layout_->num_shards).value()));
+      }
+      prev = id;
+    }
+  }
+  return OkStatus();
+}
+
+Status ShardState::StepTables() {
+  const double lr = LearningRateOf(version_);
+  std::vector<PreviousRows> previous(tables_.size());
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    std::vector<uint64_t>& ids = touched_[t];
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    const size_t dim = static_cast<size_t>(layout_->tensors[layout_->sparse[t]].shape[1]);
+    previous[t].values.resize(ids.size() * dim);
+    EPS_RETURN_IF_ERROR(tables_[t]->Read(ids.data(), ids.size(), previous[t].values.data()));
+    previous[t].ids = std::move(ids);
+    ids.clear();
+  }
+  for (auto& table : tables_) EPS_RETURN_IF_ERROR(table->ApplyStep(lr));
+  previous_rows_ = std::move(previous);
   return OkStatus();
 }
 
@@ -183,13 +320,14 @@ Status ShardState::ValidatePush(const Push& push) const {
 StatusOr<ShardState::PushOutcome> ShardState::HandlePush(const Push& push) {
   if (!layout_) return Unavailable("shard has no model layout yet");
   EPS_RETURN_IF_ERROR(ValidatePush(push));
+  EPS_RETURN_IF_ERROR(ValidateSparse(push));
   if (push.step.value() < 0) return HandleInit(push);
   PushOutcome out;
   out.reply.step = push.step;
   if (version_.value() < 0) return Unavailable("shard has no initial values yet");
   if (push.step < version_) {  // a late or repeated contribution to a finished step
-    out.reply.duplicates = static_cast<uint32_t>(push.chunks.size());
-    duplicates_ += push.chunks.size();
+    out.reply.duplicates = static_cast<uint32_t>(push.chunks.size() + push.sparse.size());
+    duplicates_ += out.reply.duplicates;
     return out;
   }
   if (push.step > version_) {
@@ -226,8 +364,27 @@ StatusOr<ShardState::PushOutcome> ShardState::HandlePush(const Push& push) {
       }
     }
   }
+  for (const SparseRowBytes& r : push.sparse) {
+    std::vector<uint64_t> ids(r.rows);
+    if (r.rows > 0) std::memcpy(ids.data(), r.ids.data, r.ids.size);
+    Status st = tables_[r.table]->Push(push.step, push.block, ids.data(), ids.size(),
+                                       static_cast<const float*>(r.values.data),
+                                       r.values.size / sizeof(float));
+    if (st.code() == StatusCode::kAlreadyExists) {
+      ++out.reply.duplicates;
+    } else if (!st.ok()) {
+      return st;  // a table refusing what ValidateSparse let through: reported, not assumed
+    } else {
+      ++out.reply.accepted;
+      std::vector<uint64_t>& touched = touched_[r.table];
+      touched.insert(touched.end(), ids.begin(), ids.end());
+    }
+  }
   duplicates_ += out.reply.duplicates;
-  if (BarrierComplete()) out.completed = ApplyStep();
+  if (BarrierComplete()) {
+    EPS_RETURN_IF_ERROR(StepTables());
+    out.completed = ApplyStep();
+  }
   return out;
 }
 
@@ -259,6 +416,9 @@ StatusOr<ShardState::PushOutcome> ShardState::HandleInit(const Push& push) {
 }
 
 bool ShardState::BarrierComplete() const {
+  for (const auto& table : tables_) {
+    if (!table->StepComplete()) return false;
+  }
   for (ChunkId id : mine_) {
     const ChunkSlot& s = slots_[id.value()];
     switch (KindOf(id)) {
@@ -365,7 +525,67 @@ StatusOr<PullReply> ShardState::HandlePull(const Pull& pull) const {
   return reply;
 }
 
+StatusOr<PullReply> ShardState::HandleSparsePull(const Pull& pull) {
+  if (!layout_ || version_.value() < 0 || pull.version.value() > version_.value()) {
+    return Unavailable("version " + std::to_string(pull.version.value()) + " is not ready");
+  }
+  const bool previous = pull.version.value() == version_.value() - 1;
+  if (pull.version != version_ && (!previous || previous_rows_.size() != tables_.size())) {
+    return FailedPrecondition("version " + std::to_string(pull.version.value()) +
+                              " of the sparse tables is gone; the shard serves " +
+                              std::to_string(version_.value()));
+  }
+  PullReply reply;
+  reply.version = pull.version;
+  for (const SparseRead& read : pull.sparse) {
+    if (read.table >= tables_.size())
+      return InvalidArgument("sparse table " + std::to_string(read.table) + " does not exist");
+    if (read.since.value() < 0) return InvalidArgument("a sparse read since a negative version");
+    SparseTable& table = *tables_[read.table];
+    const size_t dim = static_cast<size_t>(layout_->tensors[layout_->sparse[read.table]].shape[1]);
+    std::vector<uint64_t> ids;
+    if (read.since < pull.version) {
+      // Of the previous version too: rows the last step changed come back at their old
+      // values, and any other row is the same in both versions.
+      EPS_ASSIGN_OR_RETURN(ids, table.ChangedSince(read.since));
+    }
+    std::vector<float> values(ids.size() * dim);
+    EPS_RETURN_IF_ERROR(table.Read(ids.data(), ids.size(), values.data()));
+    if (previous) {
+      const PreviousRows& old = previous_rows_[read.table];
+      size_t j = 0;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        while (j < old.ids.size() && old.ids[j] < ids[i]) ++j;
+        if (j < old.ids.size() && old.ids[j] == ids[i])
+          std::memcpy(&values[i * dim], &old.values[j * dim], dim * sizeof(float));
+      }
+    }
+    SparseRowBytes rows;
+    rows.table = read.table;
+    rows.rows = static_cast<uint32_t>(ids.size());
+    rows.ids = Owned(std::move(ids));
+    rows.values = Owned(std::move(values));
+    reply.sparse.push_back(std::move(rows));
+  }
+  return reply;
+}
+
 // ---- durable state --------------------------------------------------------------
+
+Status ShardState::CheckpointTables() {
+  for (auto& table : tables_) EPS_RETURN_IF_ERROR(table->Checkpoint());
+  return OkStatus();
+}
+
+void ShardState::RetainTablesFrom(Step step) {
+  for (auto& table : tables_) table->RetainFrom(step);
+}
+
+std::vector<SparseTable::Stats> ShardState::TableStats() const {
+  std::vector<SparseTable::Stats> out;
+  for (const auto& table : tables_) out.push_back(table->stats());
+  return out;
+}
 
 StatusOr<ShardSnapshot> ShardState::Snapshot() const {
   if (!layout_ || version_.value() < 0)
@@ -408,6 +628,7 @@ StatusOr<std::unique_ptr<ShardState>> ShardState::Load(Checkpoint&& checkpoint) 
     return FailedPrecondition(what + " holds another model layout than this shard's");
   }
   auto next = std::make_unique<ShardState>(shard_, parallel_);
+  next->open_tables_ = false;  // this state's tables follow once it is taken (SyncTables)
   Status st = next->Configure(config);
   if (!st.ok()) return DataLoss(what + " holds a job config this shard refuses: " + st.message());
 
@@ -474,15 +695,16 @@ void ShardState::TakeFrom(ShardState&& other) {
 Status ShardState::Restore(Checkpoint checkpoint) {
   EPS_ASSIGN_OR_RETURN(std::unique_ptr<ShardState> next, Load(std::move(checkpoint)));
   TakeFrom(std::move(*next));
-  return OkStatus();
+  return SyncTables();
 }
 
-void ShardState::Clear() {
+Status ShardState::Clear() {
   version_ = Step(-1);
   slots_.clear();
-  if (!layout_) return;
+  if (!layout_) return OkStatus();
   slots_.resize(layout_->chunks.size());
   ResetBarrier();
+  return SyncTables();
 }
 
 Status ShardState::RollbackTo(StateStore& store, Step step) {
@@ -495,7 +717,7 @@ Status ShardState::RollbackTo(StateStore& store, Step step) {
   EPS_ASSIGN_OR_RETURN(std::unique_ptr<ShardState> next, Load(std::move(checkpoint).value()));
   EPS_RETURN_IF_ERROR(store.DropCheckpointsAfter(step));
   TakeFrom(std::move(*next));
-  return OkStatus();
+  return SyncTables();
 }
 
 Status MoveIntoShm(const Pull& pull, ShmMappings* maps, PullReply* reply) {

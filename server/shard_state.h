@@ -41,6 +41,7 @@
 #include "common/tree.h"
 #include "schema/messages.h"
 #include "server/optimizer.h"
+#include "server/sparse_table.h"
 #include "storage/state_store.h"
 
 namespace eps {
@@ -58,12 +59,33 @@ struct ShardSnapshot {
   std::vector<BlobRef> blobs;
 };
 
+// Where a shard keeps its sparse tables (server/sparse_table.h).
+struct ShardTablesOptions {
+  // Table t's RocksDB directory is `dir`/table-<t> (its spill tier and its
+  // checkpoints, taken with the shard's). Empty: memory only, no checkpoints.
+  std::string dir;
+  int keep_checkpoints = 2;  // the StateStore's: both hold the checkpoints a rollback may pick
+};
+
+// Sparse tables (docs/design.md, "Sparse tables"): the shard holds, of each
+// table of the layout, the rows ShardOfRow gives it, in a SparseTable opened
+// once the layout is known. A block's push names each table's touched rows of
+// this shard (every table, also with none); the step completes once the
+// dense chunks' barrier and every table's are, and the tables are stepped
+// with it (lazy: only the touched rows). A pull of sparse rows (Pull::sparse)
+// names no chunk: it asks, per table, for the rows changed since a version the
+// worker holds, at the current version or the previous one (the rows the last
+// step changed are kept at their old values for that), and waits for the step
+// in progress. The tables checkpoint with the state (CheckpointTables, before
+// the state's Snapshot of the same version) and follow its Restore, RollbackTo
+// and Clear to the same version.
 class ShardState {
  public:
   // `parallel` (null: the caller's thread alone) cuts the optimizer's elements over
   // threads; it must outlive the state.
-  explicit ShardState(ShardId shard, ParallelFor* parallel = nullptr)
-      : shard_(shard), parallel_(parallel) {}
+  explicit ShardState(ShardId shard, ParallelFor* parallel = nullptr,
+                      ShardTablesOptions tables = {})
+      : shard_(shard), parallel_(parallel), tables_options_(std::move(tables)) {}
 
   // Accepts the job spec (validating the optimizer), and the tensor list once a
   // worker has reported it. A second config must agree with the first.
@@ -91,6 +113,13 @@ class ShardState {
   // caller may wait: every push may make more chunks final); FailedPrecondition:
   // it is gone; InvalidArgument: a chunk is not ours.
   StatusOr<PullReply> HandlePull(const Pull& pull) const;
+  // A pull of sparse rows (Pull::sparse not empty), as HandlePull: the rows
+  // are of the current version or the previous one; Unavailable for the next.
+  StatusOr<PullReply> HandleSparsePull(const Pull& pull);
+  // Either of the two, as the pull asks.
+  StatusOr<PullReply> Answer(const Pull& pull) {
+    return pull.sparse.empty() ? HandlePull(pull) : HandleSparsePull(pull);
+  }
 
   uint64_t duplicates() const { return duplicates_; }
   // The learning rate step `step` applies (0 before the job spec, and for step -1: the initial
@@ -105,6 +134,14 @@ class ShardState {
   // Take it between steps, after the push that completed one and before the
   // next step's first push (whose chunks may step the slots early).
   StatusOr<ShardSnapshot> Snapshot() const;
+  // Checkpoints every sparse table at the current version (in its own store,
+  // synced): call it before Snapshot() of the same version, so that a
+  // durable state checkpoint always finds its tables' one. OK without tables.
+  Status CheckpointTables();
+  // The coordinator's retention floor (StateStore::RetainFrom) for the tables too.
+  void RetainTablesFrom(Step step);
+  // The tables' statistics, by table (empty without tables).
+  std::vector<SparseTable::Stats> TableStats() const;
 
   // Replaces the whole state with a checkpoint's: job config, values,
   // optimizer state and version (the checkpoint's step). The barrier restarts
@@ -119,8 +156,9 @@ class ShardState {
   Status Restore(Checkpoint checkpoint);
 
   // Drops every version and the optimizer state, keeping the job config: the
-  // shard waits for the initial values again (a job that starts over).
-  void Clear();
+  // shard waits for the initial values again (a job that starts over). The
+  // sparse tables become empty (their store's codes on error).
+  Status Clear();
 
   // Restores the store's checkpoint of `step` and deletes the store's
   // checkpoints newer than it: the job has abandoned that future, and a
@@ -144,9 +182,25 @@ class ShardState {
     bool counted_for_buffer = false;
   };
 
+  // A sparse table's rows the last step changed, at their values before it
+  // (the previous version's).
+  struct PreviousRows {
+    std::vector<uint64_t> ids;  // ascending
+    std::vector<float> values;
+  };
+
   // A new state holding `checkpoint`, validated against this one.
   StatusOr<std::unique_ptr<ShardState>> Load(Checkpoint&& checkpoint) const;
   void TakeFrom(ShardState&& other);
+  // Opens the layout's tables if not yet, and brings them to version_ (the
+  // empty table before the initial values). DataLoss: a table holds no
+  // checkpoint of version_.
+  Status SyncTables();
+  Status ValidateSparse(const Push& push) const;
+  // Steps the tables (the step's barrier is complete), keeping the old values
+  // of the rows it changes in previous_rows_.
+  Status StepTables();
+  SparseOptimizerOptions SparseOptimizer() const;
   Status ValidatePush(const Push& push) const;
   // Bytes chunk `id` has in a push for `step` (-1: the initial values, always fp32).
   size_t PushBytesOf(ChunkId id, Step step) const;
@@ -172,6 +226,7 @@ class ShardState {
 
   const ShardId shard_;
   ParallelFor* const parallel_;
+  const ShardTablesOptions tables_options_;
   std::optional<JobSpec> spec_;
   std::optional<Layout> layout_;
   OptimizerOptions optimizer_;
@@ -180,6 +235,11 @@ class ShardState {
   std::vector<ChunkSlot> slots_;  // by chunk id; only ours are filled
   Step version_{-1};
   uint64_t duplicates_ = 0;
+  bool open_tables_ = true;  // false in a state Load makes: the tables stay the loader's
+  // By table (Layout::sparse): opened by SyncTables; never moved by TakeFrom.
+  std::vector<std::unique_ptr<SparseTable>> tables_;
+  std::vector<std::vector<uint64_t>> touched_;  // by table: the rows the step in progress pushed
+  std::vector<PreviousRows> previous_rows_;     // by table
 };
 
 // Moves `reply`'s bytes into the shared-memory region `pull` names (at the

@@ -539,7 +539,7 @@ TEST(JobSpecFields, SameComputationComparesExactlyTheFieldsThatFixWhatAWorkerCom
       "train_labels", "test_data",     "test_labels",      "data_format",     "label_column",
       "init_sha256",  "reinit",        "freeze",           "init_allow_mismatch", "text_column",
       "seq_len",      "vocab_size",    "model_dim",        "model_layers",    "model_heads",
-      "model_depth",  "cpu_kernels"};
+      "model_depth",  "cpu_kernels",   "sparse_optimizer"};
   EXPECT_TRUE(SameComputation(JobSpec(), JobSpec()));
   for (const auto& [name, spec] : OneFieldChanged()) {
     SCOPED_TRACE(name);
@@ -903,6 +903,53 @@ TEST(Codec, APushNamesSharedMemoryChunksOnlyWithARegion) {
   ExpectInvalid(EncodeOrDie({"t", push}), "without a region");
   push.shm = ShmRegionRef{4242, 17, 99, 1 << 20};
   EXPECT_TRUE(Decode(EncodeOrDie({"t", push})).ok());
+}
+
+// Sparse rows travel as two frames a table (ids, values), and a pull of rows names no chunk.
+TEST(Codec, SparseRowsRoundTripAndMalformedOnesAreProtocolErrors) {
+  auto ids = std::make_shared<std::vector<uint64_t>>(std::vector<uint64_t>{3, 9, 1ull << 40});
+  auto values = std::make_shared<std::vector<float>>(std::vector<float>{1, 2, 3, 4, 5, 6});
+  SparseRowBytes rows;
+  rows.table = 2;
+  rows.rows = 3;
+  rows.ids = {ChunkId(0), ids->data(), ids->size() * 8, ids};
+  rows.values = {ChunkId(0), values->data(), values->size() * 4, values};
+  Push push{Epoch(1), Step(3), Block{0, 2}, {MakeChunk(1, 8, 7)}};
+  push.sparse = {rows};
+  auto got = Decode(EncodeOrDie({"t", push}));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  const Push& back = std::get<Push>(got->body);
+  ASSERT_EQ(back.sparse.size(), 1u);
+  EXPECT_EQ(back.sparse[0].table, 2u);
+  EXPECT_EQ(back.sparse[0].rows, 3u);
+  ASSERT_EQ(back.sparse[0].ids.size, 24u);
+  EXPECT_EQ(std::memcmp(back.sparse[0].ids.data, ids->data(), 24), 0);
+  EXPECT_EQ(std::memcmp(back.sparse[0].values.data, values->data(), 24), 0);
+  EXPECT_EQ(back.chunks.size(), 1u);
+
+  PullReply reply{Step(4), {}};
+  reply.sparse = {rows};
+  got = Decode(EncodeOrDie({"t", reply}));
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(std::get<PullReply>(got->body).sparse.size(), 1u);
+
+  Pull pull{Step(4), {}};
+  pull.sparse = {{0, Step(2)}, {1, Step(0)}};
+  got = Decode(EncodeOrDie({"t", pull}));
+  ASSERT_TRUE(got.ok());
+  ASSERT_EQ(std::get<Pull>(got->body).sparse.size(), 2u);
+  EXPECT_EQ(std::get<Pull>(got->body).sparse[0].since, Step(2));
+  pull.chunks = {ChunkId(1)};
+  ExpectInvalid(EncodeOrDie({"t", pull}), "names chunks");
+
+  rows.rows = 2;  // three ids in the frame
+  push.sparse = {rows};
+  ExpectInvalid(EncodeOrDie({"t", push}), "one id a row");
+  rows.rows = 4;
+  rows.ids = {ChunkId(0), ids->data(), 0, ids};
+  rows.rows = 0;  // no ids, but values
+  push.sparse = {rows};
+  ExpectInvalid(EncodeOrDie({"t", push}), "whole rows");
 }
 
 TEST(CodecFuzz, RandomBytesGiveStatusNotCrash) {

@@ -3,6 +3,8 @@
 // the file, never a read outside its bytes.
 #include "models/model_export.h"
 
+#include "common/row_init.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -70,7 +72,7 @@ TEST_F(SafetensorsReader, ReadsWhatWriteSafetensorsWritesWithItsMetadata) {
   auto digests = DigestModel(*layout, chunks);
   ASSERT_TRUE(digests.ok());
   const std::string path = dir_ + "/model.safetensors";
-  ASSERT_TRUE(WriteSafetensors(path, *layout, chunks, Step(5), "job", "mlp", *digests).ok());
+  ASSERT_TRUE(WriteSafetensors(path, *layout, chunks, {}, Step(5), "job", "mlp", *digests).ok());
   std::map<std::string, std::string> meta;
   auto got = ReadSafetensors(path, &meta);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
@@ -81,6 +83,50 @@ TEST_F(SafetensorsReader, ReadsWhatWriteSafetensorsWritesWithItsMetadata) {
   EXPECT_EQ((*got)[1].spec.dtype, DType::kInt64);
   EXPECT_EQ(meta["model"], "mlp");
   EXPECT_EQ(meta["steps"], "5");
+}
+
+// A sparse table is exported and digested whole, in its place among the
+// tensors: as the same tensor trained dense with the same values would be.
+TEST_F(SafetensorsReader, ASparseTableIsExportedAndDigestedAsTheDenseTensorItStandsFor) {
+  TensorSpec emb{"emb", TensorKind::kParameter, DType::kFloat32, {4, 2}};
+  const TensorSpec head{"head", TensorKind::kParameter, DType::kFloat32, {3}};
+  auto dense = MakeLayout({emb, head}, 1, 1 << 20);
+  emb.sparse = true;
+  auto sparse = MakeLayout({emb, head}, 1, 1 << 20);
+  ASSERT_TRUE(dense.ok() && sparse.ok());
+  ASSERT_EQ(sparse->chunks.size(), 1u);  // the head's only
+  const std::vector<float> head_values{1, 2, 3};
+  // Rows 1 and 3 changed; 0 and 2 hold their initial rows (seed 9, table 0).
+  const std::vector<uint64_t> ids{1, 3};
+  const std::vector<float> rows{10, 11, 30, 31};
+  SparseRowBytes pulled;
+  pulled.table = 0;
+  pulled.rows = 2;
+  pulled.ids = {ChunkId(0), ids.data(), ids.size() * sizeof(uint64_t), nullptr};
+  pulled.values = {ChunkId(0), rows.data(), rows.size() * sizeof(float), nullptr};
+  ModelTables tables;
+  ASSERT_TRUE(AddTableRows(*sparse, 9, {pulled}, &tables).ok());
+  ASSERT_EQ(tables.count(0), 1u);
+  const std::vector<float>& table = tables[0];
+  std::vector<float> initial(2);
+  InitialRow(RowInitializer{}, 9, 0, 2, initial.data(), 2);
+  EXPECT_EQ(std::memcmp(&table[4], initial.data(), 8), 0);
+  EXPECT_EQ(table[2], 10);
+  EXPECT_EQ(table[7], 31);
+
+  ModelChunks with_table{{0, ChunkBytes{ChunkId(0), head_values.data(), 12, nullptr}}};
+  ModelChunks all_dense{{0, ChunkBytes{ChunkId(0), table.data(), 32, nullptr}},
+                        {1, ChunkBytes{ChunkId(1), head_values.data(), 12, nullptr}}};
+  auto a = DigestModel(*sparse, with_table, tables);
+  auto b = DigestModel(*dense, all_dense);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->params_sha256, b->params_sha256);
+  EXPECT_EQ(DigestModel(*sparse, with_table).status().code(), StatusCode::kDataLoss);
+  auto tensors = ModelTensors(*sparse, with_table, tables);
+  ASSERT_TRUE(tensors.ok());
+  ASSERT_EQ(tensors->size(), 2u);
+  EXPECT_EQ((*tensors)[0].bytes.size(), 32u);
+  EXPECT_EQ(std::memcmp((*tensors)[0].bytes.data(), table.data(), 32), 0);
 }
 
 TEST_F(SafetensorsReader, RefusesHeaderLengthsPastTheFileOrOverTheFormatsLimit) {

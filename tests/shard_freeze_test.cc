@@ -176,7 +176,7 @@ TEST(ShardFreeze, ACheckpointHoldsNoOptimizerStateForFrozenChunksAndRestoresToTh
 
 TEST(ShardFreeze, ClearingTheStateFreezesTheNewInitialValues) {
   ShardState state = Initialized(Config("^embed"));
-  state.Clear();
+  ASSERT_TRUE(state.Clear().ok());
   const Values other{9, 9, 9, 9};
   auto init = state.HandlePush(
       MakePush(-1, Block{0, 1}, {Bytes(0, other), Bytes(1, other), Bytes(2, kHead)}));

@@ -101,6 +101,12 @@ StatusOr<std::vector<ExportedTensor>> FromCheckpoints(const std::string& stores,
                                                       const std::vector<TensorSpec>& specs,
                                                       const std::string& out, Step wanted) {
   EPS_ASSIGN_OR_RETURN(Layout layout, MakeLayout(specs, spec.num_shards, spec.chunk_elems));
+  if (!layout.sparse.empty()) {
+    return Unimplemented("job '" + spec.job_id + "' has sparse tables (" +
+                         layout.tensors[layout.sparse[0]].name +
+                         "): exporting them from the shards' checkpoints is not built yet; the "
+                         "job's model.safetensors holds the final model");
+  }
   std::vector<std::unique_ptr<StateStore>> shards;
   std::vector<std::vector<Step>> held;
   for (uint32_t s = 0; s < spec.num_shards; ++s) {
@@ -145,7 +151,7 @@ StatusOr<std::vector<ExportedTensor>> FromCheckpoints(const std::string& stores,
   EPS_ASSIGN_OR_RETURN(ModelDigests digests, DigestModel(layout, chunks));
   if (!out.empty()) {
     EPS_RETURN_IF_ERROR(
-        WriteSafetensors(out, layout, chunks, step, spec.job_id, spec.model, digests,
+        WriteSafetensors(out, layout, chunks, {}, step, spec.job_id, spec.model, digests,
                          ExportMetadata(spec)));
   }
   std::printf("exported step %lld of job '%s' (%s, %lld parameters) to %s\nparams_sha256 %s\n",

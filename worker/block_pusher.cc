@@ -18,7 +18,8 @@ FlatGradientLayout::FlatGradientLayout(const Layout& layout, std::vector<char> f
   frozen.resize(layout.tensors.size(), 0);
   for (size_t i = 0; i < layout.tensors.size(); ++i) {
     const TensorSpec& t = layout.tensors[i];
-    if ((t.kind == TensorKind::kParameter && !frozen[i]) || t.kind == TensorKind::kLoss) {
+    if ((t.kind == TensorKind::kParameter && !frozen[i] && !t.sparse) ||
+        t.kind == TensorKind::kLoss) {
       offset[i] = size;
       size += static_cast<size_t>(t.numel());
     }
@@ -41,6 +42,10 @@ BlockPusher::BlockPusher(const Job& job, Epoch epoch, Step step, const Block& bl
       ready_(job.layout->tensors.size(), 0),
       sent_(job.layout->chunks.size(), 0) {
   for (const Chunk& c : job_.layout->chunks) sent_[c.id.value()] = job_.flat->frozen[c.tensor];
+  for (uint32_t t : job_.layout->sparse) {
+    rows_.emplace_back(block, job.virtual_workers,
+                       static_cast<size_t>(job_.layout->tensors[t].shape[1]), job.grad_wire);
+  }
   const size_t n = job_.flat->size;
   const bool compressed = job_.grad_wire != WireDType::kFP32;
   if (std::find(shm_to_.begin(), shm_to_.end(), 1) != shm_to_.end()) {
@@ -66,23 +71,68 @@ Status BlockPusher::AddVW(uint32_t v, const ModelRunner::Gradients& grads, float
   std::vector<float> flat(job_.flat->size);
   for (size_t i = 0; i < layout.tensors.size(); ++i) {
     const TensorSpec& t = layout.tensors[i];
-    if (t.kind == TensorKind::kParameter && !job_.flat->frozen[i]) {
+    if (t.kind == TensorKind::kParameter && !job_.flat->frozen[i] && !t.sparse) {
       std::memcpy(flat.data() + job_.flat->offset[i], grads.data[i], t.numel() * sizeof(float));
     } else if (t.kind == TensorKind::kLoss) {
       flat[job_.flat->offset[i]] = loss;
     }
   }
+  EPS_RETURN_IF_ERROR(AddRows(v, grads));
   return reducer_.Add(Block{v, 1}, std::move(flat));
+}
+
+Status BlockPusher::AddRows(uint32_t v, const ModelRunner::Gradients& grads) {
+  std::vector<uint64_t> ids;
+  for (size_t t = 0; t < rows_.size(); ++t) {
+    const uint32_t i = job_.layout->sparse[t];
+    const SparseGradient g = i < grads.sparse.size() ? grads.sparse[i] : SparseGradient{};
+    ids.assign(g.ids, g.ids + g.rows);  // non-negative: the embedding's own indices
+    EPS_RETURN_IF_ERROR(
+        rows_[t].Add(Block{v, 1}, ids.data(), ids.size(), g.values, g.rows * rows_[t].dim()));
+  }
+  return OkStatus();
+}
+
+StatusOr<std::vector<std::vector<SparseRowBytes>>> BlockPusher::TakeRows() {
+  const uint32_t shards = static_cast<uint32_t>(job_.client->num_shards());
+  std::vector<std::vector<SparseRowBytes>> out(shards);
+  for (size_t t = 0; t < rows_.size(); ++t) {
+    EPS_ASSIGN_OR_RETURN(SparseRows rows, rows_[t].TakeResult());
+    const size_t dim = rows_[t].dim();
+    std::vector<std::vector<uint64_t>> ids(shards);
+    std::vector<std::vector<float>> values(shards);
+    for (size_t r = 0; r < rows.ids.size(); ++r) {
+      const uint32_t s = ShardOfRow(rows.ids[r], shards).value();
+      ids[s].push_back(rows.ids[r]);
+      values[s].insert(values[s].end(), rows.values.begin() + r * dim,
+                       rows.values.begin() + (r + 1) * dim);
+    }
+    for (uint32_t s = 0; s < shards; ++s) {
+      SparseRowBytes b;
+      b.table = static_cast<uint32_t>(t);
+      b.rows = static_cast<uint32_t>(ids[s].size());
+      auto held_ids = std::make_shared<std::vector<uint64_t>>(std::move(ids[s]));
+      auto held_values = std::make_shared<std::vector<float>>(std::move(values[s]));
+      b.ids = {ChunkId(0), held_ids->data(), held_ids->size() * sizeof(uint64_t), held_ids};
+      b.values = {ChunkId(0), held_values->data(), held_values->size() * sizeof(float),
+                  held_values};
+      out[s].push_back(std::move(b));
+    }
+  }
+  return out;
 }
 
 Status BlockPusher::StartLastVW(uint32_t last) {
   EPS_ASSIGN_OR_RETURN(TreeFinisher f, reducer_.Finish(Block{last, 1}));
   finisher_.emplace(std::move(f));
+  last_ = last;
   return OkStatus();
 }
 
 Status BlockPusher::TensorReady(size_t i, const float* grad) {
-  if (job_.flat->frozen[i]) return OkStatus();  // never reported by the runner; kept out
+  // Frozen tensors are never reported by the runner; kept out. A sparse table's rows come with
+  // Finish.
+  if (job_.flat->frozen[i] || job_.layout->tensors[i].sparse) return OkStatus();
   const size_t at = job_.flat->offset[i];
   const int64_t n = job_.layout->tensors[i].numel();
   finisher_->Add(at, n, grad, sum_.get() + at);
@@ -92,11 +142,15 @@ Status BlockPusher::TensorReady(size_t i, const float* grad) {
   return PushReady({});
 }
 
-Status BlockPusher::Finish(float loss, const BufferCopies& vw0_buffers) {
+Status BlockPusher::Finish(float loss, const BufferCopies& vw0_buffers,
+                           const ModelRunner::Gradients& last) {
   const size_t at = job_.flat->offset.back();  // the layout ends with the loss
   finisher_->Add(at, 1, &loss, sum_.get() + at);
   ready_.back() = 1;
-  return PushReady(vw0_buffers);
+  if (rows_.empty()) return PushReady(vw0_buffers);
+  EPS_RETURN_IF_ERROR(AddRows(last_, last));
+  EPS_ASSIGN_OR_RETURN(auto rows, TakeRows());
+  return PushReady(vw0_buffers, std::move(rows));
 }
 
 // Pushes every ready chunk not sent yet, in the gradient wire dtype (the
@@ -104,7 +158,8 @@ Status BlockPusher::Finish(float loss, const BufferCopies& vw0_buffers) {
 // `vw0_buffers` the buffer chunks too. The partial's chunks go in the
 // message, or, to a shard in shm_to_, stay in region_ and the message says
 // where; buffers always go in the message.
-Status BlockPusher::PushReady(const BufferCopies& vw0_buffers) {
+Status BlockPusher::PushReady(const BufferCopies& vw0_buffers,
+                              std::vector<std::vector<SparseRowBytes>> rows) {
   const Layout& layout = *job_.layout;
   const WireDType wire = job_.grad_wire;
   for (size_t s = 0; s < job_.client->num_shards(); ++s) {
@@ -136,6 +191,7 @@ Status BlockPusher::PushReady(const BufferCopies& vw0_buffers) {
       sent_[c.id.value()] = 1;
     }
     if (!push.shm_chunks.empty()) push.shm = region_->ref();
+    if (s < rows.size()) push.sparse = std::move(rows[s]);
     EPS_RETURN_IF_ERROR(job_.client->SendPush(s, std::move(push)));
   }
   unsent_bytes_ = 0;

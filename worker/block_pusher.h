@@ -10,6 +10,7 @@
 
 #include "common/layout.h"
 #include "common/shm.h"
+#include "common/sparse_tree.h"
 #include "common/status.h"
 #include "common/tree.h"
 #include "common/wire.h"
@@ -21,7 +22,8 @@ namespace eps {
 // Where each tensor's gradient sits in a VW's flat gradient vector: the
 // parameters in layout order, then the loss (one element). Buffers and frozen
 // parameters (--freeze: `frozen` by tensor, common/transfer.h FrozenTensors)
-// have none: they are never reduced nor pushed.
+// have none: they are never reduced nor pushed. Nor do the sparse tables:
+// their touched rows are reduced apart (BlockPusher).
 struct FlatGradientLayout {
   FlatGradientLayout(const Layout& layout, std::vector<char> frozen);
   std::vector<size_t> offset;  // by tensor
@@ -41,6 +43,11 @@ using BufferCopies = std::vector<std::shared_ptr<std::vector<uint8_t>>>;
 // in a shared-memory region when some shard reads pushes from there (the
 // push names where each chunk is), else on the heap (the bytes travel in the
 // message).
+//
+// A sparse table's rows (TensorSpec::sparse) go their own way: each VW's
+// touched rows into a SparseTreeReducer of the block, and the block's rows,
+// split by ShardOfRow, with the block's last push to each shard (one entry a
+// table, also with no row, so that the shard counts the block).
 //
 // Threads: constructed and set_eager() on the main thread; everything else
 // runs on the reducing thread, in the order of the tasks the main thread
@@ -77,11 +84,18 @@ class BlockPusher {
   // is finished, and the ready chunks are pushed once they are worth it.
   [[nodiscard]] Status TensorReady(size_t i, const float* grad);
   // The last VW's loss completes the partial: every chunk not pushed yet is,
-  // with VW 0's buffers when the block holds VW 0 (`vw0_buffers` not empty).
-  [[nodiscard]] Status Finish(float loss, const BufferCopies& vw0_buffers);
+  // with VW 0's buffers when the block holds VW 0 (`vw0_buffers` not empty),
+  // and the block's sparse rows with the last VW's (`last`'s SparseGradients).
+  [[nodiscard]] Status Finish(float loss, const BufferCopies& vw0_buffers,
+                              const ModelRunner::Gradients& last);
 
  private:
-  Status PushReady(const BufferCopies& vw0_buffers);
+  // VW v's touched rows of every sparse table into the block's reducers.
+  Status AddRows(uint32_t v, const ModelRunner::Gradients& grads);
+  // By shard: the block's rows of every table, once the block is complete.
+  StatusOr<std::vector<std::vector<SparseRowBytes>>> TakeRows();
+  Status PushReady(const BufferCopies& vw0_buffers,
+                   std::vector<std::vector<SparseRowBytes>> rows = {});
 
   // Constant after construction.
   const Job job_;
@@ -93,6 +107,8 @@ class BlockPusher {
   // The reducing thread's, from here on.
   TreeReducer reducer_;
   std::optional<TreeFinisher> finisher_;  // the tree's last node: the last VW
+  uint32_t last_ = 0;                     // the block's last VW
+  std::vector<SparseTreeReducer> rows_;   // by sparse table (Layout::sparse)
   std::shared_ptr<ShmRegion> region_;     // holding sum_ and encoded_, or null (on the heap)
   std::shared_ptr<float[]> sum_;          // the partial in flat layout, fp32
   std::shared_ptr<uint16_t[]> encoded_;   // the same in the gradient wire dtype, if compressed

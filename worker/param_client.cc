@@ -3,7 +3,9 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <cstring>
 
+#include "common/row_init.h"
 #include "worker/wait.h"
 
 namespace eps {
@@ -71,9 +73,77 @@ size_t ParameterClient::PulledBytes(const Chunk& c) const {
   return PulledBytesIn(*layout_, options_.weight_wire, c);
 }
 
-void ParameterClient::SetModel(ModelRunner* model) {
+Status ParameterClient::SetModel(ModelRunner* model) {
   model_ = model;
   model_initial_ = true;
+  return WriteInitialRows();
+}
+
+Status ParameterClient::WriteInitialRows() {
+  held_.assign(layout_->sparse.size(), Step(0));
+  std::vector<float> rows;
+  for (size_t t = 0; t < layout_->sparse.size(); ++t) {
+    const uint32_t i = layout_->sparse[t];
+    const TensorSpec& spec = layout_->tensors[i];
+    const size_t n = static_cast<size_t>(spec.shape[0]), dim = static_cast<size_t>(spec.shape[1]);
+    constexpr size_t kRowsAWrite = 4096;
+    for (size_t lo = 0; lo < n; lo += kRowsAWrite) {
+      const size_t hi = std::min(n, lo + kRowsAWrite);
+      rows.resize((hi - lo) * dim);
+      for (size_t r = lo; r < hi; ++r) {
+        InitialRow(RowInitializer{}, options_.seed, static_cast<uint32_t>(t), r,
+                   &rows[(r - lo) * dim], dim);
+      }
+      EPS_RETURN_IF_ERROR(
+          model_->Write(i, lo * dim * sizeof(float), rows.data(), rows.size() * sizeof(float)));
+    }
+  }
+  return OkStatus();
+}
+
+Pull ParameterClient::MakeRowsPull(Step version) const {
+  Pull pull{version, {}, WireDType::kFP32, std::nullopt, {}};
+  for (size_t t = 0; t < held_.size(); ++t) {
+    pull.sparse.push_back({static_cast<uint32_t>(t), pulling_->reset_tables ? Step(0) : held_[t]});
+  }
+  return pull;
+}
+
+// Rows of the sparse tables from shard s: each table once, ids ascending and
+// the shard's own, values of whole rows.
+Status ParameterClient::WritePulledRows(size_t s, const std::vector<SparseRowBytes>& rows) {
+  PullInFlight& p = *pulling_;
+  if (p.rows_pulled[s] || rows.size() != held_.size())
+    return ProtocolError("sparse rows that no pull asked for");
+  if (p.reset_tables) {  // the first rows of a pull from scratch: the initial rows under them
+    EPS_RETURN_IF_ERROR(WriteInitialRows());
+    p.reset_tables = false;
+  }
+  p.rows_pulled[s] = 1;
+  for (size_t t = 0; t < rows.size(); ++t) {
+    const SparseRowBytes& r = rows[t];
+    const uint32_t i = layout_->sparse[t];
+    const TensorSpec& spec = layout_->tensors[i];
+    const uint64_t dim = static_cast<uint64_t>(spec.shape[1]);
+    if (r.table != t || r.values.size != uint64_t{r.rows} * dim * sizeof(float))
+      return ProtocolError("sparse rows of table " + spec.name + " do not match the layout");
+    const auto* ids = static_cast<const uint8_t*>(r.ids.data);
+    const auto* values = static_cast<const float*>(r.values.data);
+    for (uint32_t k = 0; k < r.rows; ++k) {
+      uint64_t id;
+      std::memcpy(&id, ids + k * sizeof(uint64_t), sizeof id);
+      if (id >= static_cast<uint64_t>(spec.shape[0]) ||
+          ShardOfRow(id, layout_->num_shards).value() != s) {
+        return ProtocolError("pulled row " + std::to_string(id) + " of table " + spec.name +
+                             " is not shard " + std::to_string(s) + "'s");
+      }
+      EPS_RETURN_IF_ERROR(
+          model_->Write(i, id * dim * sizeof(float), values + k * dim, dim * sizeof(float)));
+    }
+    counts_.pull_bytes += static_cast<int64_t>(r.ids.size + r.values.size);
+  }
+  model_initial_ = false;
+  return OkStatus();
 }
 
 ParameterClient::PullRegions ParameterClient::PullRegionsOf(const Layout& layout,
@@ -100,10 +170,12 @@ Status ParameterClient::Reconnect() {
 }
 
 Status ParameterClient::SendPush(size_t s, Push push) {
-  if (push.chunks.empty() && push.shm_chunks.empty()) return OkStatus();
+  if (push.chunks.empty() && push.shm_chunks.empty() && push.sparse.empty()) return OkStatus();
   ++(push.shm_chunks.empty() ? counts_.inline_pushes : counts_.shm_pushes);
   for (const ChunkBytes& c : push.chunks) counts_.push_bytes += static_cast<int64_t>(c.size);
   for (const ShmChunk& c : push.shm_chunks) counts_.push_bytes += static_cast<int64_t>(c.size);
+  for (const SparseRowBytes& r : push.sparse)
+    counts_.push_bytes += static_cast<int64_t>(r.ids.size + r.values.size);
   EPS_RETURN_IF_ERROR(links_[s].pushes->Send(Envelope{options_.token, std::move(push)}));
   ++links_[s].outstanding;
   return OkStatus();
@@ -164,16 +236,32 @@ Status ParameterClient::AwaitPushes() {
 
 Status ParameterClient::StartPull(Step version, bool prefetch) {
   const size_t n = links_.size();
-  pulling_ = PullInFlight{
-      version,   prefetch, std::vector<size_t>(n), std::vector<char>(n, 0), std::vector<char>(n, 0),
-      OkStatus()};
+  pulling_ = PullInFlight{version,
+                          prefetch,
+                          std::vector<size_t>(n),
+                          std::vector<char>(n, 0),
+                          std::vector<char>(n, 0),
+                          OkStatus(),
+                          {},
+                          false};
   pulled_.assign(layout_->chunks.size(), 0);
+  // The sparse tables' rows: none to ask for at the version held, and all of them again after a
+  // rollback to before it.
+  bool rows = false;
+  for (Step held : held_) {
+    rows = rows || held != version;
+    pulling_->reset_tables = pulling_->reset_tables || held > version;
+  }
+  pulling_->rows_pulled.assign(n, rows ? 0 : 1);
   for (size_t s = 0; s < n; ++s) {
     for (const std::vector<ChunkId>& group : pull_groups_[s]) {
       EPS_RETURN_IF_ERROR(
           links_[s].pulls->Send(Envelope{options_.token, MakePull(s, version, group)}));
       ++pulling_->answers[s];
     }
+    if (!rows) continue;
+    EPS_RETURN_IF_ERROR(links_[s].pulls->Send(Envelope{options_.token, MakeRowsPull(version)}));
+    ++pulling_->answers[s];
   }
   return OkStatus();
 }
@@ -207,7 +295,10 @@ Status ParameterClient::PullInto(Step version, CoordinatorSession* session) {
       return ProtocolError("shard " + std::to_string(s) + " did not send chunk " +
                            std::to_string(missing[0].value()));
     }
+    if (!pulling_->rows_pulled[s])
+      return ProtocolError("shard " + std::to_string(s) + " did not send its sparse rows");
   }
+  held_.assign(held_.size(), version);
   pulling_.reset();
   return OkStatus();
 }
@@ -233,15 +324,24 @@ Status ParameterClient::TakePullReply(size_t s, Channel::Incoming in) {
       return ProtocolError(from + " answered a pull with something else");
     }
     EPS_RETURN_IF_ERROR(WritePulled(s, *reply).WithContext("pull from " + from));
+    if (!reply->sparse.empty())
+      EPS_RETURN_IF_ERROR(WritePulledRows(s, reply->sparse).WithContext("pull from " + from));
   }
   if (p.answers[s] == 0 && p.expired[s] && !p.pulled_again[s]) {
     LOG(INFO) << "the prefetched pull of version " << p.version << " expired at " << from
               << ": pulling again";
-    EPS_RETURN_IF_ERROR(
-        links_[s].pulls->Send(Envelope{options_.token, MakePull(s, p.version, NotPulled(s))}));
     p.pulled_again[s] = 1;
     ++counts_.prefetches_pulled_again;
-    p.answers[s] = 1;
+    const std::vector<ChunkId> missing = NotPulled(s);
+    if (!missing.empty()) {
+      EPS_RETURN_IF_ERROR(
+          links_[s].pulls->Send(Envelope{options_.token, MakePull(s, p.version, missing)}));
+      ++p.answers[s];
+    }
+    if (!p.rows_pulled[s]) {
+      EPS_RETURN_IF_ERROR(links_[s].pulls->Send(Envelope{options_.token, MakeRowsPull(p.version)}));
+      ++p.answers[s];
+    }
   }
   return OkStatus();
 }

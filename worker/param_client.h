@@ -41,6 +41,7 @@ struct ParameterClientOptions {
   // pulled: the model holds the values every shard holds from its creation
   // (the seed's, or --init_from's), and no step changes them.
   std::vector<char> frozen{};
+  uint64_t seed = 0;  // the job's: the sparse tables' initial rows (common/row_init.h)
 };
 
 // Pulls and pushes for one worker, over a link per shard.
@@ -52,6 +53,13 @@ struct ParameterClientOptions {
 // inline. Prefetch() sends them before they are due (before a step's last
 // VW); PullInto() takes the replies into the model, checking that every chunk
 // of the layout came once, where it was asked for, with its size.
+//
+// Sparse tables (TensorSpec::sparse): the model holds each whole, every row
+// at the version held_ names; SetModel writes their initial rows (the shards'
+// InitialRow), and a pull of version t asks every shard, in one more Pull,
+// for the rows changed since the version held (at t; the changed rows only),
+// writing them into the model. A pull of a version older than the one held (a
+// rollback) writes the initial rows again and asks for every changed row.
 //
 // Pushes: SendPush() counts a push as outstanding on its link, AwaitPushes()
 // collects every acknowledgement (taking the replies of a prefetch that come
@@ -80,8 +88,9 @@ class ParameterClient {
   void MoveShard(size_t s, std::string address) { links_[s].address = std::move(address); }
 
   // The model pulls write into and the initial push reads (not owned). A new
-  // model holds its initial values until a pull writes into it.
-  void SetModel(ModelRunner* model);
+  // model holds its initial values until a pull writes into it; its sparse
+  // tables get their initial rows here (the model's Write's errors).
+  [[nodiscard]] Status SetModel(ModelRunner* model);
   bool model_holds_initial_values() const { return model_initial_; }
 
   // Asks every shard for `version` now, before it is due: a shard answers each
@@ -130,6 +139,8 @@ class ParameterClient {
     std::vector<char> expired;       // by shard: a prefetched group waited too long at the shard
     std::vector<char> pulled_again;  // by shard: what did not come was asked for again
     Status failed;  // a reply taken while the pushes were acknowledged failed: PullInto returns it
+    std::vector<char> rows_pulled;  // by shard: its sparse rows came (no sparse table: all true)
+    bool reset_tables = false;      // the pull asks for every changed row: initial rows first
   };
 
   static PullRegions PullRegionsOf(const Layout& layout, WireDType weight_wire);
@@ -141,6 +152,11 @@ class ParameterClient {
   Status TakePullReply(size_t s, Channel::Incoming in);
   std::vector<ChunkId> NotPulled(size_t s) const;
   Pull MakePull(size_t s, Step version, std::vector<ChunkId> chunks) const;
+  // The pull of the sparse tables' rows changed since the versions held.
+  Pull MakeRowsPull(Step version) const;
+  // Writes every sparse table's initial rows into the model (held_: 0).
+  Status WriteInitialRows();
+  Status WritePulledRows(size_t s, const std::vector<SparseRowBytes>& rows);
   Status WritePulled(size_t s, const PullReply& reply);
   Status WritePulledChunk(size_t s, ChunkId id, const void* data, size_t size);
   void ReleasePushRegions();
@@ -159,6 +175,7 @@ class ParameterClient {
   bool model_initial_ = true;
   std::optional<PullInFlight> pulling_;
   std::vector<char> pulled_;    // by chunk: came in the pull in flight
+  std::vector<Step> held_;      // by sparse table: the version the model's rows are at
   std::vector<float> decoded_;  // a pulled chunk decoded from the weight wire dtype
   // Regions of block partials: named by pushes not all acknowledged yet, and free for the next
   // blocks.

@@ -321,6 +321,7 @@ class WorkerImpl final : public Worker {
     mo.init_seed = spec_.seed;
     mo.threads = static_cast<int>(spec_.threads);
     mo.device = options_.device;
+    mo.sparse_tables = spec_.sparse_optimizer != "exact";
     StatusOr<std::unique_ptr<ModelRunner>> made = [&] {
       TakeBack take_back{mo, model_script_, init_file_};
       return options_.model_factory(mo);
@@ -335,7 +336,7 @@ class WorkerImpl final : public Worker {
                 << " of the file's unused";
     }
     init_report_ = init;
-    if (client_ != nullptr) client_->SetModel(model_.get());
+    if (client_ != nullptr) EPS_RETURN_IF_ERROR(client_->SetModel(model_.get()));
     return OkStatus();
   }
 
@@ -410,8 +411,9 @@ class WorkerImpl final : public Worker {
     po.weight_wire = spec_.weight_wire_dtype;
     po.push_region_bytes = BlockPusher::RegionBytes(flat_->size, spec_.grad_wire_dtype);
     po.frozen = std::move(frozen);
+    po.seed = spec_.seed;
     client_ = std::make_unique<ParameterClient>(po, context_, stop_, &layout_, shard_addresses);
-    client_->SetModel(model_.get());
+    EPS_RETURN_IF_ERROR(client_->SetModel(model_.get()));
     EPS_RETURN_IF_ERROR(client_->Reconnect());
     EPS_ASSIGN_OR_RETURN(reducing_, TaskThread::Start("eps-reduce"));
     return OkStatus();
@@ -673,7 +675,7 @@ class WorkerImpl final : public Worker {
     // tasks before it have read them.
     reducing_->Post([pusher, grads = std::move(last_grads), last_loss,
                      buffers = block.lo == 0 ? *vw0_buffers : BufferCopies{}] {
-      return pusher->Finish(last_loss, buffers);
+      return pusher->Finish(last_loss, buffers, grads);
     });
     return OkStatus();
   }

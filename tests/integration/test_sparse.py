@@ -1,0 +1,131 @@
+"""Sparse tables (docs/design.md, "Sparse tables"): a TorchScript module whose nn.EmbeddingBag is created with
+sparse=True trains with the table on the shards as a sparse table: only the touched rows travel and are stepped, the
+rows beyond --shard_memory_mb spill to RocksDB, and the digest is the same for 1 x 1, 2 shards x 3 workers, a join
+plus a SIGKILL, and a shard SIGKILLed and rolled back."""
+import os
+import signal
+import subprocess
+import tempfile
+import unittest
+
+from harness import (ENV, LOCAL, MLP, RunDirTest, logs, read_events, read_result, skip_or_fail, wait_for_event,
+                     wait_for_file)
+
+TORCH_PY = os.environ.get("EPS_TORCH_PYTHON", "/usr/bin/python3")  # Debian's python3-torch
+ROWS, DIM = 1 << 16, 16
+# The job: Adam (moments on the touched rows only), V = 8 virtual workers of 8 samples.
+JOB = ["--virtual_workers=8", "--batch_per_vw=8", "--steps=30", "--optimizer=adam", "--momentum=0", "--lr=0.01",
+       "--test_limit=512", "--eval_batch=256"]
+# 1 MiB a shard holds about 4,000 rows of (16 weights + 32 Adam moments) floats: most of the ~20,000 rows 30 steps
+# touch live only in RocksDB.
+SPILL = ["--shard_memory_mb=1"]
+
+MAKE = f"""
+import sys
+import numpy as np
+import torch
+import torch.nn as nn
+
+class Hashed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.EmbeddingBag({ROWS}, {DIM}, mode="sum", sparse=True)
+        self.fc1 = nn.Linear({DIM}, 32)
+        self.fc2 = nn.Linear(32, 2)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(self.emb(x))))
+
+d = sys.argv[1]
+torch.manual_seed(0)
+torch.jit.script(Hashed()).save(d + "/hashed.pt")
+# 20 hashed categorical ids a sample, power-law over the buckets; the label is planted in whether a few hot ids
+# appear (synthetic, for the test).
+rng = np.random.default_rng(3)
+n = 2048
+ids = np.minimum(rng.zipf(1.3, (n, 20)) * 7919 % {ROWS}, {ROWS} - 1).astype(np.int64)
+labels = (np.isin(ids, np.arange(0, {ROWS}, 97)).sum(1) % 2).astype(np.int64)
+np.save(d + "/ids.npy", ids)
+np.save(d + "/labels.npy", labels)
+"""
+_made = {}
+
+
+def made():
+    """The module and the data, made once per run (None without python3-torch)."""
+    if "dir" not in _made:
+        d = tempfile.mkdtemp(prefix="eps-sparse-")
+        script = os.path.join(d, "make.py")  # TorchScript reads the module's source from its file
+        with open(script, "w") as f:
+            f.write(MAKE)
+        p = subprocess.run([TORCH_PY, script, d], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=300)
+        _made["dir"] = d if p.returncode == 0 else None
+        _made["log"] = p.stdout
+    return _made["dir"]
+
+
+class SparseTables(RunDirTest):
+    def setUp(self):
+        super().setUp()
+        if made() is None:
+            skip_or_fail(self, "cannot script the module: " + _made["log"][-2000:])
+        d = made()
+        self.job = [f"--model={d}/hashed.pt", f"--train_data={d}/ids.npy", f"--train_labels={d}/labels.npy",
+                    f"--test_data={d}/ids.npy", f"--test_labels={d}/labels.npy", *JOB]
+
+    def train(self, name, servers, workers, extra=()):
+        _, _, r = self.run_local(name, MLP, servers=servers, workers=workers, extra=[*self.job, *extra])
+        return r
+
+    def test_a_the_bits_are_the_same_for_every_placement_with_rows_spilled(self):
+        reference = self.train("1x1", 1, 1)
+        spread = self.train("2x3-spill", 2, 3, SPILL)
+        self.assertEqual(spread["params_sha256"], reference["params_sha256"], logs(self.run_dir("2x3-spill")))
+        self.assertEqual(spread["test_loss"], reference["test_loss"])
+        # Only the touched rows travel: a step moves a small part of the table (4 MiB), where the dense path moved
+        # the whole table both ways.
+        table = ROWS * DIM * 4
+        per_step = (reference["push_bytes"] + reference["pull_bytes"]) / reference["steps"]
+        self.assertLess(per_step, 0.1 * table, reference)
+        # Lazy is not exact: the table stepped as a dense tensor (every row's Adam moments decay) ends elsewhere.
+        exact = self.train("exact", 1, 1, ["--sparse_optimizer=exact"])
+        self.assertNotEqual(exact["params_sha256"], reference["params_sha256"])
+        self.assertGreater((exact["push_bytes"] + exact["pull_bytes"]) / exact["steps"], 1.9 * table)
+
+    def test_b_a_join_and_a_worker_sigkill_change_no_bit(self):
+        reference = self.train("reference", 1, 1, ["--steps=60", "--heartbeat_timeout_ms=1500"])
+        d = self.run_dir("job")
+        cmd = [LOCAL, "--job", MLP, "--servers", "2", "--workers", "2", "--run-dir", d, "--", *self.job, *SPILL,
+               "--steps=60", "--heartbeat_timeout_ms=1500"]
+        result = self.run_with_join_and_sigkill(d, cmd)
+        self.assertGreaterEqual(result["workers_seen"], 3)
+        self.assertEqual(result["params_sha256"], reference["params_sha256"], logs(d))
+
+    def test_c_a_shard_sigkilled_with_rows_spilled_rolls_back_to_the_same_bits(self):
+        steps = ["--steps=80"]
+        reference = self.train("reference", 1, 1, steps)
+        d = self.run_dir("job")
+        out = open(os.path.join(self.tmp, "local.out"), "w")
+        job = subprocess.Popen([LOCAL, "--job", MLP, "--servers", "2", "--workers", "2", "--run-dir", d,
+                                "--checkpoint-every", "10", "--supervise", "--", *self.job, *SPILL, *steps],
+                               env=ENV, stdout=out, stderr=subprocess.STDOUT)
+        self.procs.append(job)
+        wait_for_file(os.path.join(d, "coordinator.addr"), proc=job)
+        # Held at step 45 (between the checkpoints of 40 and 50) so that the kill lands mid-run however fast the
+        # steps go, and released at once.
+        self.control(d, "hold", "--from-step=45")
+        wait_for_event(d, "paused", lambda e: e["cause"] == "hold", proc=job)
+        with open(os.path.join(d, "pids", "shard1.pid")) as f:
+            os.kill(int(f.read()), signal.SIGKILL)
+        self.control(d, "release")
+        self.assertEqual(job.wait(timeout=600), 0, logs(d))
+        out.close()
+        back = read_events(d, "rolling_back")
+        self.assertEqual(len(back), 1, logs(d))
+        self.assertEqual(back[0]["step"], 40, back)
+        self.assertEqual(read_result(d)["params_sha256"], reference["params_sha256"], logs(d))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,291 @@
+// Sparse tables on a shard (server/shard_state.h, docs/design.md "Sparse
+// tables"): a block's push names the touched rows of each table, the step
+// waits for every table's blocks as for the dense chunks, only the touched rows
+// are stepped, pulls get the rows changed since the version a worker holds (of
+// the previous version too), bad pushes change nothing, and a rollback brings
+// the tables back with the state.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/shard_state.h"
+
+namespace eps {
+namespace {
+
+// A temporary directory removed with everything in it at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/shard_sparse_test.XXXXXX";
+    const char* p = mkdtemp(tmpl);
+    EXPECT_NE(p, nullptr);
+    path_ = p != nullptr ? p : "";
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+using Values = std::vector<float>;
+using Ids = std::vector<uint64_t>;
+
+constexpr uint32_t kVws = 2;
+constexpr float kLr = 0.5f;
+constexpr int64_t kRows = 16, kDim = 2;
+constexpr uint64_t kSeed = 7;
+
+// "emb.weight" [16, 2] is a sparse table (table 0), "head.weight" [4] a dense chunk, then the loss.
+std::vector<TensorSpec> Tensors() {
+  TensorSpec emb{"emb.weight", TensorKind::kParameter, DType::kFloat32, {kRows, kDim}};
+  emb.sparse = true;
+  return {emb, {"head.weight", TensorKind::kParameter, DType::kFloat32, {4}}, LossTensor()};
+}
+
+ShardConfig Config(uint32_t shards = 1) {
+  JobSpec s;
+  s.job_id = "sparse-test";
+  s.model = "mlp";
+  s.virtual_workers = kVws;
+  s.batch_per_vw = 1;
+  s.steps = 10;
+  s.seed = kSeed;
+  s.optimizer.kind = "sgd";
+  s.optimizer.lr = kLr;
+  s.chunk_elems = 4;
+  s.num_shards = shards;
+  return ShardConfig{s, Tensors()};
+}
+
+ChunkBytes Bytes(uint32_t chunk, const Values& v) {
+  return ChunkBytes{ChunkId(chunk), v.data(), v.size() * sizeof(float), nullptr};
+}
+
+// The rows own their bytes (the arguments may be temporaries).
+SparseRowBytes Rows(const Ids& ids, const Values& values, uint32_t table = 0) {
+  auto i = std::make_shared<Ids>(ids);
+  auto v = std::make_shared<Values>(values);
+  SparseRowBytes r;
+  r.table = table;
+  r.rows = static_cast<uint32_t>(ids.size());
+  r.ids = {ChunkId(0), i->data(), i->size() * sizeof(uint64_t), i};
+  r.values = {ChunkId(0), v->data(), v->size() * sizeof(float), v};
+  return r;
+}
+
+Push MakePush(int64_t step, Block block, std::vector<ChunkBytes> chunks,
+              std::vector<SparseRowBytes> sparse) {
+  Push p;
+  p.epoch = Epoch(1);
+  p.step = Step(step);
+  p.block = block;
+  p.chunks = std::move(chunks);
+  p.sparse = std::move(sparse);
+  return p;
+}
+
+const Values kHead{0.5f, -1, 2, -4};
+const Values kHeadGrad{1, 1, 1, 1}, kLoss{3};
+
+// Chunk 0 is head.weight, chunk 1 the loss (the table has no chunk).
+Push InitPush() { return MakePush(-1, Block{0, 1}, {Bytes(0, kHead)}, {}); }
+
+ShardState Initialized(ShardTablesOptions tables = {}, uint32_t shards = 1) {
+  ShardState state(ShardId(0), nullptr, std::move(tables));
+  Status st = state.Configure(Config(shards));
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  auto init = state.HandlePush(InitPush());
+  EXPECT_TRUE(init.ok() && init->completed.has_value());
+  return state;
+}
+
+Values Initial(uint64_t row) {
+  Values v(kDim);
+  InitialRow(RowInitializer{}, kSeed, 0, row, v.data(), kDim);
+  return v;
+}
+
+struct Pulled {
+  Ids ids;
+  Values values;
+};
+
+StatusOr<Pulled> PullRows(ShardState& state, int64_t version, int64_t since) {
+  Pull p;
+  p.version = Step(version);
+  p.sparse = {SparseRead{0, Step(since)}};
+  EPS_ASSIGN_OR_RETURN(PullReply reply, state.Answer(p));
+  if (reply.sparse.size() != 1) return Internal("one table asked, another number answered");
+  const SparseRowBytes& r = reply.sparse[0];
+  Pulled out;
+  out.ids.resize(r.rows);
+  out.values.resize(r.values.size / sizeof(float));
+  std::memcpy(out.ids.data(), r.ids.data, r.ids.size);
+  std::memcpy(out.values.data(), r.values.data, r.values.size);
+  return out;
+}
+
+bool SameBits(const Values& a, const Values& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Plain SGD on one row: p - lr * (g / V), as the table computes it.
+Values Stepped(const Values& p, const Values& g) {
+  Values out(p.size());
+  for (size_t i = 0; i < p.size(); ++i) out[i] = p[i] - kLr * (g[i] / static_cast<float>(kVws));
+  return out;
+}
+
+TEST(ShardSparse, OnlyTheTouchedRowsAreSteppedAndPulled) {
+  ShardState state = Initialized();
+  // VW 0 touched rows 3 and 9, VW 1 row 9 (two leaf pushes).
+  auto a = state.HandlePush(MakePush(0, Block{0, 1}, {Bytes(0, kHeadGrad), Bytes(1, kLoss)},
+                                     {Rows({3, 9}, {1, 2, 3, 4})}));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_FALSE(a->completed.has_value());
+  auto b = state.HandlePush(
+      MakePush(0, Block{1, 1}, {Bytes(0, kHeadGrad), Bytes(1, kLoss)}, {Rows({9}, {10, 20})}));
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_TRUE(b->completed.has_value());
+  EXPECT_EQ(state.version(), Step(1));
+
+  auto rows = PullRows(state, 1, 0);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  EXPECT_EQ(rows->ids, (Ids{3, 9}));
+  Values want = Stepped(Initial(3), {1, 2});
+  const Values nine = Stepped(Initial(9), {3 + 10, 4 + 20});
+  want.insert(want.end(), nine.begin(), nine.end());
+  EXPECT_TRUE(SameBits(rows->values, want));
+  // A worker holding version 1 has nothing to pull.
+  rows = PullRows(state, 1, 1);
+  ASSERT_TRUE(rows.ok());
+  EXPECT_TRUE(rows->ids.empty());
+}
+
+TEST(ShardSparse, TheStepWaitsForEveryBlockOfTheTablesAsForTheChunks) {
+  ShardState state = Initialized();
+  // The dense chunks of both VWs come, but VW 1's rows (none touched) do not yet.
+  ASSERT_TRUE(state
+                  .HandlePush(MakePush(0, Block{0, 1}, {Bytes(0, kHeadGrad), Bytes(1, kLoss)},
+                                       {Rows({3}, {1, 1})}))
+                  .ok());
+  auto dense =
+      state.HandlePush(MakePush(0, Block{1, 1}, {Bytes(0, kHeadGrad), Bytes(1, kLoss)}, {}));
+  ASSERT_TRUE(dense.ok());
+  EXPECT_FALSE(dense->completed.has_value());
+  // A pull of the next version's rows waits (Unavailable) meanwhile.
+  EXPECT_EQ(PullRows(state, 1, 0).status().code(), StatusCode::kUnavailable);
+  auto rows = state.HandlePush(MakePush(0, Block{1, 1}, {}, {Rows({}, {})}));
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  EXPECT_TRUE(rows->completed.has_value());
+  EXPECT_EQ(rows->reply.accepted, 1u);
+  // The same block's rows again: a duplicate, nothing changes.
+  auto again = state.HandlePush(MakePush(0, Block{1, 1}, {}, {Rows({}, {})}));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->reply.duplicates, 1u);
+}
+
+TEST(ShardSparse, ThePreviousVersionGivesTheRowsAtTheirOldValues) {
+  ShardState state = Initialized();
+  auto step = [&](int64_t t, const Ids& ids, const Values& g) {
+    auto out = state.HandlePush(
+        MakePush(t, Block{0, kVws}, {Bytes(0, kHeadGrad), Bytes(1, kLoss)}, {Rows(ids, g)}));
+    ASSERT_TRUE(out.ok() && out->completed.has_value());
+  };
+  step(0, {3}, {2, 2});
+  step(1, {3, 5}, {4, 4, 6, 6});
+  auto previous = PullRows(state, 1, 0);  // the shard is at 2
+  ASSERT_TRUE(previous.ok()) << previous.status().ToString();
+  // Row 3 as step 0 left it; row 5, untouched before step 1, at its initial value.
+  EXPECT_EQ(previous->ids, (Ids{3, 5}));
+  Values want = Stepped(Initial(3), {2, 2});
+  const Values five = Initial(5);
+  want.insert(want.end(), five.begin(), five.end());
+  EXPECT_TRUE(SameBits(previous->values, want));
+  EXPECT_EQ(PullRows(state, 0, 0).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(ShardSparse, BadSparsePushesAreRefusedWholeAndChangeNothing) {
+  // Shard 0 holds the even rows and the head (the loss is shard 1's).
+  ShardState state = Initialized({}, /*shards=*/2);
+  const std::vector<ChunkBytes> dense{Bytes(0, kHeadGrad)};
+  const Values two{1, 1}, four{1, 1, 1, 1};
+  const std::vector<std::pair<std::string, Push>> bad{
+      {"a row of shard 1", MakePush(0, Block{0, 1}, dense, {Rows({3}, two)})},
+      {"a row beyond the table", MakePush(0, Block{0, 1}, dense, {Rows({18}, two)})},
+      {"rows out of order", MakePush(0, Block{0, 1}, dense, {Rows({4, 2}, four)})},
+      {"a repeated row", MakePush(0, Block{0, 1}, dense, {Rows({2, 2}, four)})},
+      {"a row short", MakePush(0, Block{0, 1}, dense, {Rows({2, 4}, two)})},
+      {"no such table", MakePush(0, Block{0, 1}, dense, {Rows({2}, two, /*table=*/1)})},
+      {"a table twice", MakePush(0, Block{0, 1}, dense, {Rows({2}, two), Rows({4}, two)})},
+      {"rows with the initial values", MakePush(-1, Block{0, 1}, {}, {Rows({2}, two)})},
+  };
+  const std::vector<std::string> reasons{"shard 1",     "beyond",         "ascending", "ascending",
+                                         "do not hold", "does not exist", "twice",     "initial"};
+  for (size_t k = 0; k < bad.size(); ++k) {
+    auto out = state.HandlePush(bad[k].second);
+    EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument) << bad[k].first;
+    // Refused for the rows, not for something else in the push.
+    EXPECT_NE(out.status().message().find(reasons[k]), std::string::npos)
+        << bad[k].first << ": " << out.status().ToString();
+  }
+  // Nothing was counted: the whole step still goes through once.
+  auto good = state.HandlePush(MakePush(0, Block{0, kVws}, dense, {Rows({2}, two)}));
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  EXPECT_TRUE(good->completed.has_value());
+  EXPECT_EQ(good->reply.accepted, 2u);
+}
+
+TEST(ShardSparse, ARollbackBringsTheTablesBackWithTheState) {
+  TempDir dir;
+  StoreOptions so;
+  so.path = dir.path() + "/store";
+  so.job_id = "sparse-test";
+  so.owner = "shard/0";
+  so.create_if_missing = true;
+  auto store = StateStore::Open(so);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ShardState state = Initialized(ShardTablesOptions{dir.path() + "/tables", 3});
+  auto step = [&](int64_t t, const Ids& ids, const Values& g) {
+    auto out = state.HandlePush(
+        MakePush(t, Block{0, kVws}, {Bytes(0, kHeadGrad), Bytes(1, kLoss)}, {Rows(ids, g)}));
+    ASSERT_TRUE(out.ok() && out->completed.has_value());
+  };
+  step(0, {3}, {2, 2});
+  // Checkpoint of step 1: the tables first, then the state.
+  ASSERT_TRUE(state.CheckpointTables().ok());
+  auto snapshot = state.Snapshot();
+  ASSERT_TRUE(snapshot.ok());
+  ASSERT_TRUE(
+      (*store)->WriteCheckpoint(snapshot->version, snapshot->blobs, snapshot->metadata).ok());
+  auto at1 = PullRows(state, 1, 0);
+  ASSERT_TRUE(at1.ok());
+  step(1, {3, 7}, {4, 4, 6, 6});
+  ASSERT_EQ(state.version(), Step(2));
+
+  Status st = state.RollbackTo(**store, Step(1));
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(state.version(), Step(1));
+  auto back = PullRows(state, 1, 0);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->ids, at1->ids);
+  EXPECT_TRUE(SameBits(back->values, at1->values));
+  // And the step after it again gives the same bits as the first time.
+  step(1, {3, 7}, {4, 4, 6, 6});
+  auto again = PullRows(state, 2, 0);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->ids, (Ids{3, 7}));
+}
+
+}  // namespace
+}  // namespace eps
