@@ -16,7 +16,7 @@
 namespace eps {
 namespace {
 
-// What tells that the file was replaced or rewritten.
+// What tells that a file was replaced or rewritten.
 struct FileStamp {
   bool exists = false;
   ino_t inode = 0;
@@ -38,21 +38,61 @@ FileStamp StampOf(const std::string& path) {
   return s;
 }
 
+class FileSource final : public ModelSource {
+ public:
+  explicit FileSource(std::string path) : path_(std::move(path)) {}
+  std::optional<std::string> Poll() override {
+    // The first look names the file: it may have changed since the served load.
+    const FileStamp now = StampOf(path_);
+    if (now == stamp_ || !now.exists) return std::nullopt;
+    stamp_ = now;
+    return path_;
+  }
+
+ private:
+  const std::string path_;
+  FileStamp stamp_;
+};
+
+class CheckpointSource final : public ModelSource {
+ public:
+  CheckpointSource(const std::string& events_path, const CheckpointExportOptions& options)
+      : watch_(events_path), options_(options) {}
+  std::optional<std::string> Poll() override {
+    const int64_t step = watch_.Poll();
+    if (step <= exported_) return std::nullopt;
+    exported_ = step;  // a failed export is not retried: the next checkpoint is
+    auto file = ExportCheckpoint(options_, step);
+    if (!file.ok()) {
+      LOG(WARNING) << "--follow: " << file.status().ToString();
+      return std::nullopt;
+    }
+    return *file;
+  }
+
+ private:
+  DurableStepWatch watch_;
+  const CheckpointExportOptions options_;
+  int64_t exported_ = -1;
+};
+
 class ModelFollowerImpl final : public ModelFollower {
  public:
-  ModelFollowerImpl(const ModelFollowerOptions& options, std::string served_sha256,
-                    ModelLoader load, ModelSink serve, Metrics* metrics)
+  ModelFollowerImpl(const ModelFollowerOptions& options, std::shared_ptr<const LoadedModel> served,
+                    std::vector<std::unique_ptr<ModelSource>> sources, ModelLoader load,
+                    ModelSink serve, Metrics* metrics)
       : options_(options),
+        sources_(std::move(sources)),
         load_(std::move(load)),
         serve_(std::move(serve)),
-        served_sha256_(std::move(served_sha256)),
-        stamp_() {  // the first look hashes the file: it may have changed since the load
+        served_sha256_(served->sha256),
+        served_step_(StepOf(*served)) {
     if (metrics != nullptr) {
       swaps_metric_ =
           &metrics->GetCounter("eps_serve_model_swaps_total", "New models --follow swapped in.");
       failures_metric_ = &metrics->GetCounter(
           "eps_serve_model_load_failures_total",
-          "Versions of the followed export that did not load (the old model served on).");
+          "Versions of the followed model that did not load (the old model served on).");
     }
   }
 
@@ -78,40 +118,53 @@ class ModelFollowerImpl final : public ModelFollower {
     std::unique_lock<std::mutex> lock(mu_);
     while (!wake_.wait_for(lock, options_.interval, [this] { return stop_; })) {
       lock.unlock();
-      CheckOnce();
+      for (auto& source : sources_) {
+        if (std::optional<std::string> path = source->Poll()) Consider(*path);
+      }
       lock.lock();
     }
   }
 
-  void CheckOnce() {
-    const FileStamp now = StampOf(options_.path);
-    if (now == stamp_ || !now.exists) return;
-    stamp_ = now;
-    auto bytes = ReadFileToString(options_.path);
+  void Fail(const std::string& path, const Status& st) {
+    failures_.fetch_add(1);
+    if (failures_metric_ != nullptr) failures_metric_->Add();
+    LOG(WARNING) << "--follow: " << path
+                 << " not swapped in (the old model serves on): " << st.ToString();
+  }
+
+  void Consider(const std::string& path) {
+    auto bytes = ReadFileToString(path);
     if (!bytes.ok()) return;  // replaced again meanwhile: the next look sees it
     Sha256 sha;
     sha.Update(bytes->data(), bytes->size());
     if (sha.HexDigest() == served_sha256_) return;  // the same bytes, rewritten
-    auto loaded = load_(options_.path);
-    Status st = loaded.ok() ? serve_(*loaded) : loaded.status();
-    if (!st.ok()) {
-      failures_.fetch_add(1);
-      if (failures_metric_ != nullptr) failures_metric_->Add();
-      LOG(WARNING) << "--follow: " << options_.path
-                   << " not swapped in (the old model serves on): " << st.ToString();
+    auto loaded = load_(path);
+    if (!loaded.ok() && loaded.status().code() == StatusCode::kFailedPrecondition) {
+      LOG(INFO) << "--follow: " << loaded.status().message();  // not for serving: no failure
       return;
     }
+    if (!loaded.ok()) return Fail(path, loaded.status());
+    const int64_t step = StepOf(**loaded);
+    if (step >= 0 && served_step_ >= 0 && step < served_step_) {
+      LOG(INFO) << "--follow: " << path << " is of step " << step << ", older than the served "
+                << served_step_ << ": not swapped in";
+      return;
+    }
+    if (Status st = serve_(*loaded); !st.ok()) return Fail(path, st);
     served_sha256_ = (*loaded)->sha256;
+    served_step_ = step;
     swaps_.fetch_add(1);
     if (swaps_metric_ != nullptr) swaps_metric_->Add();
-    LOG(INFO) << "--follow: serving " << options_.path << " (sha256 " << served_sha256_ << ")";
+    LOG(INFO) << "--follow: serving " << path << " (step " << step << ", sha256 " << served_sha256_
+              << ")";
   }
 
   const ModelFollowerOptions options_;
+  const std::vector<std::unique_ptr<ModelSource>> sources_;
   const ModelLoader load_;
   const ModelSink serve_;
   std::string served_sha256_;  // the follower thread's
-  FileStamp stamp_;            // the follower thread's
+  int64_t served_step_;        // the follower thread's
   Counter* swaps_metric_ = nullptr;
   Counter* failures_metric_ = nullptr;
   std::atomic<int64_t> swaps_{0};
@@ -124,15 +177,34 @@ class ModelFollowerImpl final : public ModelFollower {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<ModelFollower>> ModelFollower::Start(const ModelFollowerOptions& options,
-                                                              const std::string& served_sha256,
-                                                              ModelLoader load, ModelSink serve,
-                                                              Metrics* metrics) {
-  if (options.path.empty()) return InvalidArgument("--follow: no file to follow");
+std::unique_ptr<ModelSource> WatchFile(const std::string& path) {
+  return std::make_unique<FileSource>(path);
+}
+
+std::unique_ptr<ModelSource> WatchCheckpoints(const std::string& events_path,
+                                              const CheckpointExportOptions& options) {
+  return std::make_unique<CheckpointSource>(events_path, options);
+}
+
+int64_t StepOf(const LoadedModel& model) {
+  auto it = model.metadata.find("steps");
+  if (it == model.metadata.end()) return -1;
+  try {
+    return std::stoll(it->second);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+StatusOr<std::unique_ptr<ModelFollower>> ModelFollower::Start(
+    const ModelFollowerOptions& options, std::shared_ptr<const LoadedModel> served,
+    std::vector<std::unique_ptr<ModelSource>> sources, ModelLoader load, ModelSink serve,
+    Metrics* metrics) {
+  if (served == nullptr) return InvalidArgument("--follow: no model served");
   if (options.interval.count() <= 0)
     return InvalidArgument("--follow_interval_ms must be positive");
-  auto follower = std::make_unique<ModelFollowerImpl>(options, served_sha256, std::move(load),
-                                                      std::move(serve), metrics);
+  auto follower = std::make_unique<ModelFollowerImpl>(
+      options, std::move(served), std::move(sources), std::move(load), std::move(serve), metrics);
   EPS_RETURN_IF_ERROR(follower->Run());
   return std::unique_ptr<ModelFollower>(std::move(follower));
 }

@@ -5,6 +5,12 @@
 //             [--max_batch N] [--max_delay_ms MS] [--max_queue N] [--max_body_mb MB]
 //             [--follow RUN_DIR [--follow_interval_ms MS]] [--arch A] [--vocab F] ...
 //
+// With --follow RUN_DIR it serves the job's newest model: its export files
+// (model.script.pt, model.safetensors) and, while it trains, its newest
+// durable checkpoint, which it exports with export_model (beside this binary)
+// into a temporary folder of its own (serve/follow.h). A live job with no
+// checkpoint yet: it waits (--follow_wait_s) before it serves.
+//
 // Once it serves it prints one JSON line on stdout, {"event": "serving",
 // "port": P, "address": "H:P", "name": NAME, ...} (and writes the port to
 // --port_file, atomically), so that a caller that asked for port 0 reads the
@@ -16,16 +22,22 @@
 #include <glog/logging.h>
 #include <pthread.h>
 #include <signal.h>
+#include <time.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/files.h"
+#include "data/model_input.h"
 #include "models/exported_model.h"
 #include "models/model_export.h"
 #include "models/model_runner.h"
@@ -58,6 +70,11 @@ DEFINE_string(follow, "",
               "A job's run dir: serve its newest export (model.script.pt, else "
               "model.safetensors) and swap each new one in between batches");
 DEFINE_int32(follow_interval_ms, 1000, "--follow: how often the export is looked at");
+DEFINE_bool(follow_checkpoints, true,
+            "--follow: also serve the job's newest durable checkpoint (RUN_DIR/store, exported "
+            "by export_model) as soon as every shard holds it");
+DEFINE_double(follow_wait_s, 600,
+              "--follow: how long to wait at start for a first export or checkpoint");
 DEFINE_string(cpu_kernels, "",
               "The CPU kernel set (as predict's; default: the export's, else x86-64-v3)");
 
@@ -89,14 +106,39 @@ StatusOr<std::vector<int64_t>> ParseShape(const std::string& text) {
   return shape;
 }
 
-// The export --follow serves: RUN_DIR's TorchScript module when it has one,
-// else its model.safetensors.
-std::string FollowedFile(const std::string& run_dir) {
-  std::error_code ec;
-  const std::filesystem::path script = std::filesystem::path(run_dir) / "model.script.pt";
-  if (std::filesystem::exists(script, ec)) return script.string();
-  return (std::filesystem::path(run_dir) / "model.safetensors").string();
+// The export files --follow watches in RUN_DIR: its TorchScript module
+// first, then its model.safetensors (a TorchScript job's does not load alone).
+std::vector<std::string> FollowedFiles(const std::string& run_dir) {
+  const std::filesystem::path d(run_dir);
+  return {(d / "model.script.pt").string(), (d / "model.safetensors").string()};
 }
+
+// The folder this binary is in: export_model is beside it.
+std::filesystem::path BinaryDir() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::filesystem::path(".") : self.parent_path();
+}
+
+// Waits up to `wait` for SIGTERM or SIGINT (blocked in every thread); true if one came.
+bool StopSignalWithin(std::chrono::milliseconds wait) {
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  timespec t{static_cast<time_t>(wait.count() / 1000),
+             static_cast<long>(wait.count() % 1000) * 1000000};
+  return sigtimedwait(&stop, nullptr, &t) > 0;
+}
+
+// A temporary folder, removed with its files when it goes.
+struct TempDir {
+  std::string path;
+  ~TempDir() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove_all(path, ec);
+  }
+};
 
 int Fail(const Status& st) {
   std::fprintf(stderr, "elasticps serve: %s\n", st.ToString().c_str());
@@ -109,21 +151,83 @@ int Fail(const Status& st) {
 
 int Run() {
   if (FLAGS_max_delay_ms < 0 || FLAGS_max_body_mb <= 0 || FLAGS_request_timeout_s <= 0 ||
-      FLAGS_threads < 1) {
+      FLAGS_threads < 1 || FLAGS_follow_interval_ms < 1 || FLAGS_follow_wait_s < 0) {
     return Fail(InvalidArgument(
-        "--max_delay_ms, --max_body_mb, --request_timeout_s and --threads must be positive"));
+        "--max_delay_ms, --max_body_mb, --request_timeout_s, --threads, --follow_interval_ms and "
+        "--follow_wait_s must be positive"));
   }
   auto shape = ParseShape(FLAGS_input_shape);
   if (!shape.ok()) return Fail(shape.status());
   TorchModelOptions m;
-  m.path = FLAGS_model.empty() && !FLAGS_follow.empty() ? FollowedFile(FLAGS_follow) : FLAGS_model;
+  m.path = FLAGS_model;
   m.arch = FLAGS_arch;
   m.vocab = FLAGS_vocab;
   m.threads = FLAGS_threads;
   m.input_shape = *shape;
   m.raw = FLAGS_raw;
-  auto model = LoadTorchModel(m);
+  auto load = [m](const std::string& path) -> StatusOr<std::shared_ptr<const LoadedModel>> {
+    if (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0 &&
+        m.arch.empty() && !IsBuiltinModel(ExportMetadataOf(path)["model"])) {
+      return FailedPrecondition(path + " is a TorchScript job's: its model.script.pt serves");
+    }
+    TorchModelOptions again = m;
+    again.path = path;
+    return LoadTorchModel(again);
+  };
+
+  // --follow: the export files, and the job's durable checkpoints exported
+  // into a folder of this server's.
+  std::vector<std::unique_ptr<ModelSource>> sources;
+  TempDir exports;
+  if (!FLAGS_follow.empty()) {
+    const std::vector<std::string> files =
+        FLAGS_model.empty() ? FollowedFiles(FLAGS_follow) : std::vector<std::string>{FLAGS_model};
+    for (const std::string& f : files) sources.push_back(WatchFile(f));
+    if (FLAGS_follow_checkpoints) {
+      char tmpl[] = "/tmp/eps-serve-XXXXXX";
+      if (::mkdtemp(tmpl) == nullptr) return Fail(Internal("cannot make a temporary folder"));
+      exports.path = tmpl;
+      CheckpointExportOptions c;
+      c.export_model = (BinaryDir() / "export_model").string();
+      c.stores = (std::filesystem::path(FLAGS_follow) / "store").string();
+      c.out_dir = exports.path;
+      sources.push_back(
+          WatchCheckpoints((std::filesystem::path(FLAGS_follow) / "events.jsonl").string(), c));
+    }
+  }
+  // The first model: --model's; with --follow, the first a source offers
+  // that loads (a live job may have none yet: wait for its first checkpoint).
+  StatusOr<std::shared_ptr<const LoadedModel>> model = NotFound("no model");
+  if (FLAGS_follow.empty()) {
+    model = LoadTorchModel(m);
+  } else {
+    const auto deadline =
+        std::chrono::steady_clock::now() +
+        std::chrono::milliseconds(static_cast<int64_t>(FLAGS_follow_wait_s * 1000));
+    bool waiting_said = false;
+    while (!model.ok()) {
+      for (auto& source : sources) {
+        if (model.ok()) break;
+        if (std::optional<std::string> path = source->Poll()) {
+          model = load(*path);
+          if (!model.ok()) LOG(WARNING) << "--follow: " << model.status().ToString();
+        }
+      }
+      if (model.ok()) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        return Fail(NotFound("--follow " + FLAGS_follow +
+                             ": no export and no durable checkpoint "
+                             "to serve within --follow_wait_s"));
+      }
+      if (!waiting_said) {
+        LOG(INFO) << "--follow: waiting for " << FLAGS_follow << "'s first export or checkpoint";
+        waiting_said = true;
+      }
+      if (StopSignalWithin(std::chrono::milliseconds(FLAGS_follow_interval_ms))) return 0;
+    }
+  }
   if (!model.ok()) return Fail(model.status());
+  m.path = (*model)->file;
 
   InferenceServerOptions o;
   o.host = FLAGS_host;
@@ -147,16 +251,10 @@ int Run() {
   std::unique_ptr<ModelFollower> follower;
   if (!FLAGS_follow.empty()) {
     ModelFollowerOptions f;
-    f.path = m.path;
     f.interval = std::chrono::milliseconds(FLAGS_follow_interval_ms);
     InferenceServer* s = server->get();
     auto started = ModelFollower::Start(
-        f, (*model)->sha256,
-        [m](const std::string& path) {
-          TorchModelOptions again = m;
-          again.path = path;
-          return LoadTorchModel(again);
-        },
+        f, *model, std::move(sources), load,
         [s](std::shared_ptr<const LoadedModel> loaded) { return s->Swap(std::move(loaded)); },
         &metrics);
     if (!started.ok()) return Fail(started.status());

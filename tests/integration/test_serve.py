@@ -21,7 +21,7 @@ import unittest
 
 import numpy as np
 
-from harness import BIN, ENV, LOCAL, MLP, RunDirTest, logs, poll_until
+from harness import BIN, ENV, LOCAL, MLP, RunDirTest, logs, poll_until, wait_for_event, wait_for_file
 
 ELASTICPS = os.path.join(BIN, "elasticps")
 JOB = ["--steps=6", "--virtual_workers=2", "--batch_per_vw=16", "--train_limit=256", "--test_limit=64",
@@ -262,6 +262,58 @@ class Serve(RunDirTest):
         with open(second, "rb") as f:
             self.assertEqual(body["sha256"], __import__("hashlib").sha256(f.read()).hexdigest())
         self.assertEqual(self.metric(port, "eps_serve_model_swaps_total"), 1)
+        p.send_signal(signal.SIGTERM)
+        self.assertEqual(p.wait(timeout=30), 0)
+
+    def test_follow_serves_a_live_jobs_newest_durable_checkpoint_then_its_final_model(self):
+        d = self.run_dir("live")
+        job = self.start([LOCAL, "--job", MLP, "--servers", "1", "--workers", "1", "--run-dir", d,
+                          "--checkpoint-every", "4", "--", *[f for f in JOB if not f.startswith("--steps")],
+                          "--steps=40"], os.path.join(self.tmp, "local.out"))
+        wait_for_file(os.path.join(d, "coordinator.addr"), proc=job)
+        # Held at step 20: the job has checkpoints but no export; the server serves the newest checkpoint.
+        self.control(d, "hold", "--from-step=20")
+        wait_for_event(d, "paused", lambda e: e["cause"] == "hold", timeout=120, proc=job)
+        self.assertFalse(os.path.exists(os.path.join(d, "model.safetensors")))
+        p, port, _ = self.serve("--follow", d, "--name", "m", "--follow_interval_ms", "50")
+        status = self.http(port, "GET", "/v1/models/m")[1]
+        step = int(status["steps"])
+        self.assertTrue(0 < step <= 20, status)
+        # It is that checkpoint as `elasticps export` writes it, byte for byte.
+        ckpt = os.path.join(self.tmp, "ckpt.safetensors")
+        e = subprocess.run([ELASTICPS, "export", "--stores", os.path.join(d, "store"), "--step", str(step), "--out",
+                            ckpt], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        self.assertEqual(e.returncode, 0, e.stdout)
+        with open(ckpt, "rb") as f:
+            self.assertEqual(status["sha256"], __import__("hashlib").sha256(f.read()).hexdigest())
+
+        # Released, it trains to its end while a client asks all along: every request is answered.
+        failures, stop, count = [], threading.Event(), [0]
+
+        def client():
+            while not stop.is_set():
+                st, body, _ = self.http(port, "POST", "/v1/models/m:predict", self.instances([count[0] % N]))
+                count[0] += 1
+                if st != 200:
+                    failures.append((st, body))
+
+        t = threading.Thread(target=client)
+        t.start()
+        try:
+            self.control(d, "release")
+            self.assertEqual(job.wait(timeout=300), 0, logs(d))
+            with open(os.path.join(d, "model.safetensors"), "rb") as f:
+                final = __import__("hashlib").sha256(f.read()).hexdigest()
+            poll_until(lambda: True if self.http(port, "GET", "/v1/models/m")[1]["sha256"] == final else None, 60,
+                       "the final model served")
+        finally:
+            stop.set()
+            t.join(timeout=60)
+        self.assertEqual(failures, [])
+        self.assertGreater(count[0], 0)
+        self.assertEqual(self.http(port, "GET", "/v1/models/m")[1]["steps"], "40")
+        self.assertGreaterEqual(self.metric(port, "eps_serve_model_swaps_total"), 1)
+        self.assertEqual(self.metric(port, "eps_serve_model_load_failures_total"), 0)
         p.send_signal(signal.SIGTERM)
         self.assertEqual(p.wait(timeout=30), 0)
 
