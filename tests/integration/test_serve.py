@@ -6,9 +6,11 @@ N instances is predict's `--batch N` over those N samples (a batch's bits depend
 Bad requests get a 4xx JSON reason and the next good one is answered; a hot swap (--follow, a new export written
 atomically) under concurrent requests loses none; SIGTERM drains the queue and exits 0. Port 0 everywhere."""
 import csv
+import hashlib
 import http.client
 import json
 import os
+import random
 import select
 import shutil
 import signal
@@ -18,8 +20,6 @@ import tempfile
 import threading
 import time
 import unittest
-
-import numpy as np
 
 from harness import BIN, ENV, LOCAL, MLP, RunDirTest, logs, poll_until, wait_for_event, wait_for_file
 
@@ -32,6 +32,17 @@ N = 12  # samples sent
 def f32(x):
     """The float32 bits of a number read from JSON or CSV (9 significant digits: exact for a float32)."""
     return struct.unpack("<I", struct.pack("<f", float(x)))[0]
+
+
+def write_npy(path, rows, shape):
+    """An NPY 1.0 file of float32 `rows` (flat lists) of one sample's `shape` each (no numpy needed)."""
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }" % ", ".join(
+        str(d) for d in [len(rows), *shape])
+    header += " " * (64 - (10 + len(header) + 1) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+        for r in rows:
+            f.write(struct.pack(f"<{len(r)}f", *r))
 
 
 def read_predict_csv(path):
@@ -56,10 +67,12 @@ class Serve(RunDirTest):
         if p.returncode != 0:
             raise AssertionError(f"the job failed:\n{p.stdout}\n{logs(cls.job_dir)}")
         cls.model = os.path.join(cls.job_dir, "model.safetensors")
-        rng = np.random.default_rng(0)
-        cls.samples = rng.standard_normal((N, 1, 28, 28)).astype(np.float32)
+        rng = random.Random(0)
+        # float32 values (a Python float holds each exactly), one flat list of 784 per sample
+        cls.samples = [list(struct.unpack("<784f", struct.pack("<784f", *[rng.gauss(0, 1) for _ in range(784)])))
+                       for _ in range(N)]
         cls.data = os.path.join(cls.job_tmp, "x.npy")
-        np.save(cls.data, cls.samples)
+        write_npy(cls.data, cls.samples, [1, 28, 28])
 
     @classmethod
     def tearDownClass(cls):
@@ -125,8 +138,8 @@ class Serve(RunDirTest):
             c.close()
 
     def instances(self, rows):
-        # Python's float of a float32 is that float32 exactly; json writes it so that it reads back the same.
-        return json.dumps({"instances": [self.samples[i].tolist() for i in rows]})
+        # Each [1, 28, 28]; json writes a float so that it reads back the same, here a float32 exactly.
+        return json.dumps({"instances": [[[self.samples[i][28 * y:28 * y + 28] for y in range(28)]] for i in rows]})
 
     def metric(self, port, name):
         _, text, _ = self.http(port, "GET", "/metrics")
@@ -205,8 +218,8 @@ class Serve(RunDirTest):
             blob = bytearray(f.read())
         n = struct.unpack("<Q", blob[:8])[0]
         start, end = json.loads(blob[8:8 + n])["fc2.bias"]["data_offsets"]
-        bias = np.frombuffer(bytes(blob[8 + n + start:8 + n + end]), dtype="<f4") + np.arange(10, dtype="<f4")
-        blob[8 + n + start:8 + n + end] = bias.astype("<f4").tobytes()
+        bias = struct.unpack("<10f", bytes(blob[8 + n + start:8 + n + end]))
+        blob[8 + n + start:8 + n + end] = struct.pack("<10f", *[b + c for c, b in enumerate(bias)])
         second = os.path.join(self.tmp, "second.safetensors")
         with open(second, "wb") as f:
             f.write(bytes(blob))
@@ -260,7 +273,7 @@ class Serve(RunDirTest):
             self.assertNotIn("a", seen[seen.index("b"):] if "b" in seen else [], seen)
         status, body, _ = self.http(port, "GET", "/v1/models/m")
         with open(second, "rb") as f:
-            self.assertEqual(body["sha256"], __import__("hashlib").sha256(f.read()).hexdigest())
+            self.assertEqual(body["sha256"], hashlib.sha256(f.read()).hexdigest())
         self.assertEqual(self.metric(port, "eps_serve_model_swaps_total"), 1)
         p.send_signal(signal.SIGTERM)
         self.assertEqual(p.wait(timeout=30), 0)
@@ -285,7 +298,7 @@ class Serve(RunDirTest):
                             ckpt], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
         self.assertEqual(e.returncode, 0, e.stdout)
         with open(ckpt, "rb") as f:
-            self.assertEqual(status["sha256"], __import__("hashlib").sha256(f.read()).hexdigest())
+            self.assertEqual(status["sha256"], hashlib.sha256(f.read()).hexdigest())
 
         # Released, it trains to its end while a client asks all along: every request is answered.
         failures, stop, count = [], threading.Event(), [0]
@@ -303,7 +316,7 @@ class Serve(RunDirTest):
             self.control(d, "release")
             self.assertEqual(job.wait(timeout=300), 0, logs(d))
             with open(os.path.join(d, "model.safetensors"), "rb") as f:
-                final = __import__("hashlib").sha256(f.read()).hexdigest()
+                final = hashlib.sha256(f.read()).hexdigest()
             poll_until(lambda: True if self.http(port, "GET", "/v1/models/m")[1]["sha256"] == final else None, 60,
                        "the final model served")
         finally:
