@@ -60,7 +60,7 @@ class Serve(RunDirTest):
     @classmethod
     def setUpClass(cls):
         # One tiny job for every test: its export is what they serve.
-        cls.job_tmp = tempfile.mkdtemp(prefix="eps-serve-")
+        cls.job_tmp = tempfile.mkdtemp(prefix="eps-it-serve-")
         cls.job_dir = os.path.join(cls.job_tmp, "run")
         p = subprocess.run([LOCAL, "--job", MLP, "--servers", "1", "--workers", "1", "--run-dir", cls.job_dir, "--",
                             *JOB], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
