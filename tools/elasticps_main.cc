@@ -4,6 +4,7 @@
 //   elasticps export   --stores DIR/store --out FILE [--step N]
 //   elasticps evaluate --model FILE --data F [--labels F] [--json] ...
 //   elasticps predict  --model FILE --data F [--labels F] --out predictions.csv ...
+//   elasticps serve    --model FILE [--name NAME] [--host H] --port P ... (docs/serving.md)
 //   elasticps status   (--run-dir DIR | --coordinator ADDR --token-file FILE) [--json] [--events N]
 //   elasticps hold     [--from-step N] (--run-dir DIR | --coordinator ADDR --token-file FILE)
 //   elasticps release  (the same)
@@ -15,7 +16,8 @@
 // launcher/local.sh (found beside this binary's build folder, or under
 // $EPS_ROOT) and `export` runs export_model (beside this binary), each in
 // place of this process, so signals and the exit code are theirs (as do
-// `evaluate` and `predict`, which run eps_predict); `status`
+// `evaluate` and `predict`, which run eps_predict, and `serve`, which runs
+// eps_serve); `status`
 // and `keygen` run here (tools/cli.h).
 //
 // `status`, `hold` and `release` exit codes: 0 answered, 1 no answer or
@@ -81,6 +83,18 @@ constexpr const char* kExportUsage =
     "--pt-out: the state dict torch.load reads; --script-out: a TorchScript job's module with\n"
     "the trained weights, for torch.jit.load (docs/models.md).";
 
+constexpr const char* kServeUsage =
+    "elasticps serve --model FILE [--name NAME] [--host H] --port P [--port-file F]\n"
+    "                [--max-batch N] [--max-delay-ms MS] [--max-queue N] [--max-body-mb MB]\n"
+    "                [--follow RUN_DIR] [--follow-interval-ms MS] [--arch A] [--vocab F]\n"
+    "                [--input-shape D,...] [--raw] [--threads N]\n"
+    "\n"
+    "Serves an export (model.script.pt, a built-in model's model.safetensors, a text model with\n"
+    "its vocab.json) over the KServe / TF Serving V1 REST protocol: POST\n"
+    "/v1/models/NAME:predict {\"instances\": [...]}, GET /v1/models/NAME, /healthz, /metrics.\n"
+    "Port 0 picks a free port: the first line on stdout is JSON with it. SIGTERM drains.\n"
+    "docs/serving.md has every flag.";
+
 struct Command {
   const char* name;
   const char* summary;
@@ -91,6 +105,7 @@ constexpr Command kCommands[] = {
     {"export", "write a job's model from its stores", kExportUsage},
     {"evaluate", "accuracy and loss of an exported model on a data set", kEvaluateUsage},
     {"predict", "an exported model's predictions on a data set, as CSV", kPredictUsage},
+    {"serve", "serve an exported model over HTTP (KServe V1)", kServeUsage},
     {"status", "a running job's step, workers, shards and events", kStatusUsage},
     {"hold", "hold a running job at its next step boundary", kHoldUsage},
     {"release", "let a held job go on", kHoldUsage},
@@ -260,6 +275,11 @@ int main(int argc, char** argv) {
     std::vector<std::string> flags = {command};
     for (const std::string& a : args) flags.push_back(eps::FlagWithUnderscores(a));
     return eps::Exec((eps::BinaryDir() / "eps_predict").string(), flags);
+  }
+  if (command == "serve") {
+    std::vector<std::string> flags;
+    for (const std::string& a : args) flags.push_back(eps::FlagWithUnderscores(a));
+    return eps::Exec((eps::BinaryDir() / "eps_serve").string(), flags);
   }
   if (!eps::ParseFlags(argv[0], command, *c, args)) return 2;
   if (command == "keygen") return eps::RunKeygen();

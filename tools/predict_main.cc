@@ -7,15 +7,16 @@
 //
 // FILE is a model.script.pt (a TorchScript module with its weights), or the
 // model.safetensors / model.pt (state dict) of a built-in model, whose name
-// --arch gives or, for safetensors, the file's __metadata__ "model". The model
-// runs in a ModelRunner (models/model_runner.h) on the CPU with --threads
-// intra-op threads, in eval mode: the forward and the evaluation a job's
-// workers compute, so `evaluate` gives the job's test accuracy. The data go
-// through OpenModelData (tools/model_data.h). Exit codes: 0 done, 1 an
-// internal error, 2 bad input (flags, files, a model that does not fit).
+// --arch gives or, for safetensors, the file's __metadata__ "model"
+// (OpenExportedModel, models/exported_model.h, which `elasticps serve` opens
+// its model with too). The model runs in a ModelRunner
+// (models/model_runner.h) on the CPU with --threads intra-op threads, in eval
+// mode: the forward and the evaluation a job's workers compute, so `evaluate`
+// gives the job's test accuracy. The data go through OpenModelData
+// (tools/model_data.h). Exit codes: 0 done, 1 an internal error, 2 bad input
+// (flags, files, a model that does not fit).
 #include <gflags/gflags.h>
 #include <glog/logging.h>
-#include <torch/script.h>
 
 #include <cmath>
 #include <cstdio>
@@ -28,7 +29,7 @@
 
 #include "common/files.h"
 #include "data/model_input.h"
-#include "models/init_file.h"
+#include "models/exported_model.h"
 #include "models/model_export.h"
 #include "models/model_runner.h"
 #include "tools/model_data.h"
@@ -65,20 +66,10 @@ constexpr const char* kUsage =
     "vocab.json] [--limit N] [--batch N] [--threads N] "
     "[--json] [--out predictions.csv] [--raw]";
 
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 StatusOr<std::string> ReadAll(const std::string& path, const std::string& flag = "--model") {
   auto bytes = ReadFileToString(path);
   if (!bytes.ok()) return Status(bytes.status().code(), flag + " " + bytes.status().message());
   return bytes;
-}
-
-// A state dict as torch.save / WriteStateDictPt write it: name -> tensor.
-StatusOr<std::vector<ExportedTensor>> ReadStateDict(const std::string& path,
-                                                    const std::string& bytes) {
-  return ParseStateDict(bytes, "--model " + path);
 }
 
 // A CSV cell holding `s` (quoted when it holds a comma, a quote or a line break).
@@ -89,81 +80,13 @@ std::string CsvCell(const std::string& s) {
   return out + "\"";
 }
 
-// Writes the exported tensors into the runner's model, matched by name.
-Status LoadWeights(const std::string& path, const std::vector<ExportedTensor>& tensors,
-                   ModelRunner& runner) {
-  std::map<std::string, const ExportedTensor*> by_name;
-  for (const ExportedTensor& t : tensors) by_name[t.spec.name] = &t;
-  const std::vector<TensorSpec>& own = runner.Tensors();
-  if (own.size() != tensors.size()) {
-    return InvalidArgument("--model " + path + " holds " + std::to_string(tensors.size()) +
-                           " tensors, --arch " + FLAGS_arch + "'s model " +
-                           std::to_string(own.size()));
-  }
-  for (size_t i = 0; i < own.size(); ++i) {
-    auto it = by_name.find(own[i].name);
-    if (it == by_name.end())
-      return InvalidArgument("--model " + path + " has no tensor '" + own[i].name + "'");
-    const ExportedTensor& t = *it->second;
-    if (t.spec.shape != own[i].shape || t.spec.dtype != own[i].dtype) {
-      return InvalidArgument("--model " + path + ": tensor '" + own[i].name +
-                             "' differs in shape or dtype from the model's");
-    }
-    EPS_RETURN_IF_ERROR(runner.Write(i, 0, t.bytes.data(), t.bytes.size()));
-  }
-  return OkStatus();
-}
-
-// A sized zoo model's sizes: its export's metadata's, the classes and the
-// sample length of the job's vocabulary (text).
-StatusOr<ZooSizes> SizesOf(const std::map<std::string, std::string>& meta, const Vocabulary* vocab,
-                           const std::string& path) {
-  auto sizes = ZooSizesFromMetadata(meta);
-  if (!sizes.ok()) return InvalidArgument("--model " + path + ": " + sizes.status().message());
-  if (vocab != nullptr) {
-    sizes->num_classes = static_cast<uint32_t>(vocab->labels().size());
-    sizes->seq_len = vocab->seq_len();
-  }
-  return sizes;
-}
-
 StatusOr<std::unique_ptr<ModelRunner>> OpenModel(const std::string& path, const Vocabulary* vocab) {
-  ModelOptions o;
+  ExportedModelOptions o;
+  o.path = path;
+  o.arch = FLAGS_arch;
   o.threads = FLAGS_threads;
-  std::vector<ExportedTensor> tensors;
-  EPS_ASSIGN_OR_RETURN(o.sizes, SizesOf({}, vocab, path));
-  if (EndsWith(path, ".safetensors")) {
-    std::map<std::string, std::string> meta;
-    auto read = ReadSafetensors(path, &meta);
-    if (!read.ok()) return InvalidArgument("--model: " + read.status().message());
-    tensors = std::move(read).value();
-    EPS_ASSIGN_OR_RETURN(o.sizes, SizesOf(meta, vocab, path));
-    o.model = FLAGS_arch.empty() ? meta["model"] : FLAGS_arch;
-    if (!IsBuiltinModel(o.model)) {
-      return InvalidArgument(
-          "--model " + path + ": its model '" + o.model +
-          "' is no built-in one (a TorchScript job's: evaluate its model.script.pt), or name "
-          "the built-in model with --arch");
-    }
-  } else {
-    EPS_ASSIGN_OR_RETURN(std::string bytes, ReadAll(path));
-    if (FLAGS_arch.empty()) {
-      o.script = std::move(bytes);
-    } else {
-      o.model = FLAGS_arch;
-      EPS_ASSIGN_OR_RETURN(tensors, ReadStateDict(path, bytes));
-    }
-  }
-  auto runner = ModelRunner::Create(o);
-  if (!runner.ok()) {
-    std::string hint;
-    if (!o.script.empty() && ReadStateDict(path, o.script).ok())
-      hint = " (it is a state dict: name its built-in model with --arch)";
-    const std::string flag = o.script.empty() ? "--arch " + o.model : "--model " + path;
-    return Status(runner.status().code(), flag + ": " + runner.status().message() + hint);
-  }
-  if (o.script.empty()) EPS_RETURN_IF_ERROR(LoadWeights(path, tensors, **runner));
-  return runner;
+  o.vocab = vocab;
+  return OpenExportedModel(o);
 }
 
 // InvalidArgument, naming --data, when the model refuses the data (shapes,
@@ -212,9 +135,9 @@ Status Predict(ModelRunner& runner, const Dataset& data, const Vocabulary* vocab
     for (int64_t c = 0; c < width; ++c) csv += ",y" + std::to_string(c);
   }
   csv += "\n";
-  torch::Tensor values = torch::from_blob(outputs->values.data(), {n, width}, torch::kFloat32);
-  if (classes) values = torch::softmax(values, 1).contiguous();
-  const float* v = values.data_ptr<float>();
+  const std::vector<float> probabilities =
+      classes ? SoftmaxRows(outputs->values.data(), n, width) : std::vector<float>();
+  const float* v = classes ? probabilities.data() : outputs->values.data();
   char cell[32];
   for (int64_t i = 0; i < n; ++i) {
     csv += std::to_string(i);

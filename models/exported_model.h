@@ -1,0 +1,52 @@
+// A job's exported model, opened for inference: what `elasticps predict`
+// (tools/predict_main.cc) and `elasticps serve` (serve/) run. One function
+// turns an export file into a ModelRunner, so that both compute the same
+// forward on the same weights; one more gives a classifier's probabilities as
+// predict writes them (libtorch's softmax, the same bits).
+//
+// The export is a model.script.pt (a TorchScript module with its weights), or
+// the model.safetensors / model.pt (a state dict) of a built-in model, whose
+// name `arch` gives or, for safetensors, the file's __metadata__ "model". The
+// API is libtorch-free; the library (eps_exported_model) links libtorch.
+// Thread-compatible functions.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "data/text.h"
+#include "models/model_runner.h"
+
+namespace eps {
+
+struct ExportedModelOptions {
+  std::string path;  // the export file (--model)
+  std::string
+      arch;  // the built-in model a model.pt / model.safetensors holds ("": safetensors' own)
+  int threads = 1;  // libtorch intra-op threads (a job's --threads: bits depend on it)
+  // Text models: the job's vocabulary, which gives the classes and the sample
+  // length (null for the others).
+  const Vocabulary* vocab = nullptr;
+};
+
+// The model of `options.path` in a ModelRunner, its weights loaded.
+// InvalidArgument naming --model or --arch (a file of none of the kinds, a
+// state dict without --arch, tensors that differ from the model's); NotFound
+// for a missing file.
+[[nodiscard]] StatusOr<std::unique_ptr<ModelRunner>> OpenExportedModel(
+    const ExportedModelOptions& options);
+
+// The __metadata__ of `path` when it is a model.safetensors, else of the
+// model.safetensors beside it (job_id, model, steps, params_sha256, ...);
+// empty when there is none to read. Reads the header only.
+std::map<std::string, std::string> ExportMetadataOf(const std::string& path);
+
+// Row-wise softmax of `n` rows of `width` float32 logits, as libtorch computes
+// it (torch::softmax over dim 1): the probabilities `elasticps predict` writes.
+std::vector<float> SoftmaxRows(const float* logits, int64_t n, int64_t width);
+
+}  // namespace eps

@@ -1,0 +1,241 @@
+// InferenceServer (serve/server.h) over real HTTP on loopback port 0, with a
+// fake model: the V1 paths and bodies, every bad request a 4xx JSON reason
+// after which the next good one is answered, batching of concurrent requests,
+// 503 on a full queue, a swap between batches, and the drain.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "serve/server.h"
+
+namespace eps {
+namespace {
+
+using json = nlohmann::json;
+constexpr auto kWait = std::chrono::seconds(20);
+
+// Two "classes": each instance's sum plus `offset`, and 0. Predict waits for
+// `gate` (when set), so that a test can hold a batch while requests queue.
+class FakeModel final : public ServedModel {
+ public:
+  explicit FakeModel(float offset, std::vector<int64_t> shape = {2}) : offset_(offset) {
+    input_.sample_shape = std::move(shape);
+  }
+  const ModelInput& input() const override { return input_; }
+  StatusOr<BatchOutputs> Predict(const Instances& batch) override {
+    if (!entered_once_.exchange(true)) entered_.set_value();
+    if (gate_.valid() && gate_.wait_for(kWait) != std::future_status::ready)
+      return Internal("the test never opened the gate");
+    BatchOutputs out;
+    out.rows = batch.count;
+    out.row_shape = {2};
+    const int64_t elems = input_.SampleElems();
+    for (int64_t i = 0; i < batch.count; ++i) {
+      float sum = offset_;
+      for (int64_t e = 0; e < elems; ++e) sum += batch.floats[i * elems + e];
+      if (sum < -1000) return InvalidArgument("the fake model refuses sums below -1000");
+      out.values.insert(out.values.end(), {sum, 0});
+      out.probabilities.insert(out.probabilities.end(), {sum, 0});
+    }
+    batches_.push_back(batch.count);
+    return out;
+  }
+  std::shared_future<void> gate_;
+  std::promise<void> entered_;  // set when the first batch reaches the model
+  std::atomic<bool> entered_once_{false};
+  std::vector<int64_t> batches_;  // the inference thread's; read once it is idle
+
+ private:
+  ModelInput input_;
+  const float offset_;
+};
+
+std::shared_ptr<const LoadedModel> Loaded(std::shared_ptr<FakeModel> model, std::string sha) {
+  auto l = std::make_shared<LoadedModel>();
+  l->model = std::move(model);
+  l->file = "fake.pt";
+  l->sha256 = std::move(sha);
+  l->metadata = {{"job_id", "fake"}};
+  return l;
+}
+
+class HttpServing : public ::testing::Test {
+ protected:
+  void Start(BatchQueueOptions batching, size_t max_body = 1 << 20) {
+    InferenceServerOptions o;
+    o.name = "m";
+    o.batching = batching;
+    o.max_body_bytes = max_body;
+    o.request_timeout = std::chrono::milliseconds(30000);
+    auto s = InferenceServer::Start(o, Loaded(model_, "a"), &metrics_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server_ = std::move(s).value();
+  }
+  httplib::Client Client() {
+    httplib::Client c("127.0.0.1", server_->port());
+    c.set_read_timeout(30, 0);
+    return c;
+  }
+  httplib::Result Predict(const std::string& body, const std::string& name = "m") {
+    return Client().Post(("/v1/models/" + name + ":predict").c_str(), body, "application/json");
+  }
+  // Waits (bounded) until `depth` requests are queued.
+  bool QueueReaches(int depth) {
+    Gauge& g = metrics_.GetGauge("eps_serve_queue_depth", "");
+    const auto deadline = std::chrono::steady_clock::now() + kWait;
+    while (g.value() < depth) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::yield();
+    }
+    return true;
+  }
+
+  Metrics metrics_;
+  std::shared_ptr<FakeModel> model_ = std::make_shared<FakeModel>(0.5f);
+  std::unique_ptr<InferenceServer> server_;
+};
+
+TEST_F(HttpServing, AnswersV1PredictStatusHealthAndMetrics) {
+  Start(BatchQueueOptions{});
+  auto r = Predict(R"({"instances": [[1, 2], [3, 4.25]]})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body),
+            json::parse(R"({"predictions": [{"class": 0, "probabilities": [3.5, 0]},
+                                            {"class": 0, "probabilities": [7.75, 0]}]})"));
+  auto status = Client().Get("/v1/models/m");
+  ASSERT_TRUE(status);
+  EXPECT_EQ(status->status, 200);
+  const json s = json::parse(status->body);
+  EXPECT_EQ(s["ready"], true);
+  EXPECT_EQ(s["sha256"], "a");
+  EXPECT_EQ(s["job_id"], "fake");
+  auto health = Client().Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto metrics = Client().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("eps_serve_requests_total{code=\"200\"} 1"), std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("eps_serve_batch_instances_count 1"), std::string::npos);
+}
+
+TEST_F(HttpServing, BadRequestsGetA4xxReasonAndTheNextGoodOneIsAnswered) {
+  Start(BatchQueueOptions{}, /*max_body=*/4096);
+  const struct {
+    std::string path, body;
+    int status;
+    std::string reason;
+  } cases[] = {
+      {"/v1/models/m:predict", "{\"instances\": [[1, 2]", 400, "not JSON"},
+      {"/v1/models/m:predict", "{\"instances\": [[1, 2, 3]]}", 400, "shape [3]"},
+      {"/v1/models/m:predict", "{\"instances\": [[-5000, 0]]}", 400, "refuses sums"},
+      {"/v1/models/other:predict", "{\"instances\": [[1, 2]]}", 404, "no model 'other'"},
+      {"/v1/models/m:explain", "{}", 404, "no such path"},
+      {"/v1/models/m:predict", "{\"instances\": [[" + std::string(5000, '1') + ", 2]]}", 413,
+       "--max_body_mb"},
+  };
+  for (const auto& c : cases) {
+    auto r = Client().Post(c.path.c_str(), c.body, "application/json");
+    ASSERT_TRUE(r) << c.path;
+    EXPECT_EQ(r->status, c.status) << c.path << " " << r->body;
+    const json j = json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << r->body;
+    EXPECT_NE(j["error"].get<std::string>().find(c.reason), std::string::npos) << r->body;
+    auto good = Predict(R"({"instances": [[1, 2]]})");
+    ASSERT_TRUE(good);
+    EXPECT_EQ(good->status, 200) << good->body;
+  }
+}
+
+TEST_F(HttpServing, ConcurrentRequestsShareABatchAndOneTheModelRefusesFailsAlone) {
+  std::promise<void> gate;
+  model_->gate_ = gate.get_future().share();
+  BatchQueueOptions b;
+  b.max_batch = 8;
+  b.max_delay = std::chrono::milliseconds(0);
+  Start(b);
+  // The first request holds the inference thread at the gate; three more queue.
+  std::future<void> entered = model_->entered_.get_future();
+  auto first =
+      std::async(std::launch::async, [&] { return Predict(R"({"instances": [[1, 1]]})"); });
+  ASSERT_EQ(entered.wait_for(kWait), std::future_status::ready);
+  std::vector<std::future<httplib::Result>> rest;
+  const char* bodies[] = {R"({"instances": [[1, 2], [2, 2]]})", R"({"instances": [[-5000, 0]]})",
+                          R"({"instances": [[3, 3]]})"};
+  for (const char* body : bodies)
+    rest.push_back(std::async(std::launch::async, [this, body] { return Predict(body); }));
+  ASSERT_TRUE(QueueReaches(3));
+  gate.set_value();
+  auto r0 = first.get();
+  ASSERT_TRUE(r0);
+  EXPECT_EQ(r0->status, 200);
+  std::vector<httplib::Result> got;
+  for (auto& f : rest) got.push_back(f.get());
+  ASSERT_TRUE(got[0] && got[1] && got[2]);
+  EXPECT_EQ(got[0]->status, 200) << got[0]->body;
+  EXPECT_EQ(got[1]->status, 400) << got[1]->body;
+  EXPECT_EQ(got[2]->status, 200) << got[2]->body;
+  EXPECT_EQ(json::parse(got[2]->body)["predictions"][0]["probabilities"][0], 6.5);
+  server_->Drain();
+  // Batch 1 (the first request), then the three together (4 instances) which
+  // failed, then each alone: 2 and 1 answered (the refused one records none;
+  // the three arrived in any order).
+  ASSERT_EQ(model_->batches_.size(), 3u);
+  EXPECT_EQ(model_->batches_[0], 1);
+  EXPECT_EQ(model_->batches_[1] + model_->batches_[2], 3);
+}
+
+TEST_F(HttpServing, AFullQueueAnswers503AndTheDrainAnswersEveryQueuedRequest) {
+  BatchQueueOptions b;
+  b.max_batch = 100;
+  b.max_delay = std::chrono::milliseconds(60000);  // only the drain ends the wait
+  b.max_queue = 3;
+  Start(b);
+  std::vector<std::future<httplib::Result>> queued;
+  for (int i = 0; i < 3; ++i)
+    queued.push_back(
+        std::async(std::launch::async, [this] { return Predict(R"({"instances": [[1, 2]]})"); }));
+  ASSERT_TRUE(QueueReaches(3));
+  auto full = Predict(R"({"instances": [[1, 2]]})");
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->status, 503);
+  EXPECT_NE(full->body.find("queue is full"), std::string::npos);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(server_->Drain(), 3);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  for (auto& f : queued) {
+    auto r = f.get();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
+  EXPECT_EQ(model_->batches_, std::vector<int64_t>{3});
+  auto after = Predict(R"({"instances": [[1, 2]]})");
+  EXPECT_FALSE(after && after->status == 200);  // nothing serves after the drain
+}
+
+TEST_F(HttpServing, ASwapServesTheNewModelFromTheNextBatchAndRefusesAnotherInput) {
+  Start(BatchQueueOptions{});
+  auto before = Predict(R"({"instances": [[1, 2]]})");
+  ASSERT_TRUE(before);
+  EXPECT_EQ(json::parse(before->body)["predictions"][0]["probabilities"][0], 3.5);
+  EXPECT_EQ(before->get_header_value("X-Model-Version"), "1");
+  ASSERT_TRUE(server_->Swap(Loaded(std::make_shared<FakeModel>(100.0f), "b")).ok());
+  auto after = Predict(R"({"instances": [[1, 2]]})");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(json::parse(after->body)["predictions"][0]["probabilities"][0], 103);
+  EXPECT_EQ(after->get_header_value("X-Model-Version"), "2");
+  const Status other =
+      server_->Swap(Loaded(std::make_shared<FakeModel>(0, std::vector<int64_t>{3}), "c"));
+  EXPECT_EQ(other.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(server_->model()->sha256, "b");
+}
+
+}  // namespace
+}  // namespace eps
