@@ -15,7 +15,8 @@
 # convolutions frozen against the whole network trained) zoo (each zoo model, cnn, resnet-8 and text_transformer,
 # in a 2-worker job against the same network under PyTorch DDP) kernels (what pinning the CPU kernels costs) scale
 # (37 M and 108 M models: the PS share of a step, 1.3 GB checkpoints and recovery, push + pull up to 400 M floats;
-# the coordinator's JobState CPU per step for 8/64/256 workers and V 8/512/4096; re-plans on an unchanged membership).
+# the coordinator's JobState CPU per step for 8/64/256 workers and V 8/512/4096; re-plans on an unchanged membership)
+# python (the Python package's Trainer.fit against elasticps train on the demo's job: samples/s, time to the first step).
 # Run only when named: soak (an hour of training under periodic joins, leaves, kills and barrages: the long-lived
 # processes' RSS and descriptors, the digest).
 # They share scripts/bench/common.py (running jobs and programs, table and csv rows); the figures come
@@ -29,13 +30,13 @@
 # (hetero: vs equal; durable: vs raw RocksDB, or vs no checkpoints for its mlp rows).
 # Timings are wall-clock on a shared host: the csv records the load average seen
 # before each row, so a noisy row can be told from a slow one. This never fails on timing: it exits 1
-# only when a run fails, or when the runs of hetero or durable end on different digests.
+# only when a run fails, or when the runs of hetero, durable or python end on different digests.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # A new section: scripts/bench/NAME.py (ending with common.main(run)) and NAME here.
-all_sections=(vw elastic transfer wire ps_share ddp scaling hetero durable observe limits network usermodel freeze zoo kernels scale)
+all_sections=(vw elastic transfer wire ps_share ddp scaling hetero durable observe limits network usermodel freeze zoo kernels scale python)
 named_only=(soak)
 only="" steps=300 minutes=60 setup=1
 while [ $# -gt 0 ]; do

@@ -61,6 +61,15 @@ if [ ! -f $spam/test.jsonl ] && [ "$(id -u)" -eq 0 ]; then
     echo "setup.sh: the SpamAssassin corpus could not be installed: the text tests skip (fail under CI=true)" >&2
 fi
 
+# `import elasticps` (python/elasticps, docs/python.md) for Debian's python3: a .pth file in its site folder naming
+# this tree's python/ folder (rewritten only when it names another tree).
+if [ "$(id -u)" -eq 0 ]; then
+  site=$(/usr/bin/python3 -c 'import site; print(site.getsitepackages()[0])')
+  if [ "$(cat "$site/elasticps.pth" 2>/dev/null)" != "$root/python" ]; then
+    mkdir -p "$site" && echo "$root/python" > "$site/elasticps.pth" && echo "setup.sh: $site/elasticps.pth -> $root/python"
+  fi
+fi
+
 [ $build = 1 ] || exit 0
 jobs=$(nproc)
 # Let ccache hit across clones in different folders (CI builds a fresh clone).
