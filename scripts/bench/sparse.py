@@ -1,0 +1,115 @@
+#!/usr/bin/python3
+"""sparse: a model whose parameters are almost all one embedding table (issue 36), as ElasticPS trains it with the
+table a sparse table, against plain PyTorch in one process.
+
+The model (written here with Debian's python3-torch): nn.EmbeddingBag(2^20, 32, mode="sum", sparse=True) over 49
+hashed categorical ids a sample, then Linear(32, 64), ReLU, Linear(64, 2): 33.6 M parameters, 99.99 % of them the
+table. The data is synthetic and Criteo-shaped (documented as such): 65,536 samples of 49 ids drawn from a power law
+(numpy's Zipf, a = 1.2, hashed into the 2^20 buckets), the label planted in a few hot ids. A step is 8 VWs of 16
+(128 samples), Adam (the table: lazy, row-wise Adam = torch.optim.SparseAdam's arithmetic).
+
+Rows:
+  plain PyTorch   one process, 1 thread: SparseAdam for the table, Adam for the MLP, batch 128 (the goal's baseline)
+  1 worker        local.sh 1 shard x 1 worker (the ratio: the goal is 1.0x)
+  2 workers       1 shard x 2 workers (goal 1.6x of 1 worker, on 2 cores: what the cores allow)
+  10x memory      1 worker, --shard_memory_mb an eighth of the rows' state the run touches (the spill tier)
+  exact           --sparse_optimizer=exact: the table as a dense tensor (what ElasticPS did before), fewer steps
+Columns: samples/s (result.json's steady rate), the ratio to plain PyTorch, and the bytes pushed + pulled a step
+against the table's 128 MiB. The digests of 1 worker, 2 workers and 10x memory must agree (else the section fails).
+"""
+import os
+import subprocess
+import tempfile
+
+import analysis
+import common
+
+ROWS, DIM, IDS = 1 << 20, 32, 49
+MAKE = f"""
+import sys, time, json
+import numpy as np
+import torch
+import torch.nn as nn
+
+class Hashed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.EmbeddingBag({ROWS}, {DIM}, mode="sum", sparse=True)
+        self.fc1 = nn.Linear({DIM}, 64)
+        self.fc2 = nn.Linear(64, 2)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(self.emb(x))))
+
+d, steps = sys.argv[1], int(sys.argv[2])
+torch.manual_seed(0)
+torch.set_num_threads(1)
+m = Hashed()
+torch.jit.script(m).save(d + "/hashed.pt")
+rng = np.random.default_rng(11)
+n = 65536
+ids = (rng.zipf(1.2, (n, {IDS})) * 2654435761 % {ROWS}).astype(np.int64)
+labels = (np.isin(ids, np.arange(0, 4096, 7)).sum(1) % 2).astype(np.int64)
+np.save(d + "/ids.npy", ids)
+np.save(d + "/labels.npy", labels)
+# Plain PyTorch, one process: SparseAdam for the table, Adam for the rest, 128 samples a step.
+x, y = torch.from_numpy(ids), torch.from_numpy(labels)
+opt = [torch.optim.SparseAdam([m.emb.weight], lr=1e-3),
+       torch.optim.Adam([p for n_, p in m.named_parameters() if not n_.startswith("emb")], lr=1e-3)]
+loss_fn = nn.CrossEntropyLoss()
+def step(i):
+    lo = (i * 128) % (n - 128)
+    for o in opt: o.zero_grad()
+    loss_fn(m(x[lo:lo + 128]), y[lo:lo + 128]).backward()
+    for o in opt: o.step()
+for i in range(5): step(i)
+t = time.perf_counter()
+for i in range(steps): step(i + 5)
+print(json.dumps({{"program": "plain", "samples_per_s": steps * 128 / (time.perf_counter() - t)}}))
+"""
+JOB = ["--virtual_workers=8", "--batch_per_vw=16", "--optimizer=adam", "--momentum=0", "--lr=0.001",
+       "--test_limit=-1", "--seed=1", "--lr_schedule=constant", "--warmup_steps=0"]
+TABLE_BYTES = ROWS * DIM * 4
+
+
+def run(b):
+    b.need_bin("worker")
+    steps = min(b.steps, 300)
+    d = tempfile.mkdtemp(prefix="eps-bench-sparse-")
+    with open(os.path.join(d, "make.py"), "w") as f:
+        f.write(MAKE)
+    print(f"== sparse: EmbeddingBag(2^20, 32, sparse=True) + MLP, 49 ids a sample (synthetic, Criteo-shaped), "
+          f"8 x 16, Adam, {steps} steps (host load {common.load1()}, {os.cpu_count()} cores)")
+    out = b.program("sparse_plain", [common.PY, os.path.join(d, "make.py"), d, str(steps)])
+    plain = analysis.find(out or [], program="plain")
+    if plain is None:
+        return
+    base = plain["samples_per_s"]
+    data = [f"--model={d}/hashed.pt", f"--train_data={d}/ids.npy", f"--train_labels={d}/labels.npy"]
+    # Rows a run touches (about 2,200 new ones a step at first), each 3 x 32 floats with Adam's moments.
+    touched_mb = max(1, int(steps * 2200 * DIM * 3 * 4 / (1 << 20)))
+    runs = [("1 worker", 1, [f"--steps={steps}"]), ("2 workers", 2, [f"--steps={steps}"]),
+            ("10x memory", 1, [f"--steps={steps}", f"--shard_memory_mb={max(1, touched_mb // 10)}"]),
+            ("exact", 1, [f"--steps={min(steps, 20)}", "--sparse_optimizer=exact"])]
+    print(f"{'config':<16s} | {'samples/s':>10s} | vs plain | bytes a step / table")
+    print(f"{'plain PyTorch':<16s} | {base:10.0f} |    1.00x |")
+    b.csv("sparse", "plain PyTorch", f"{base:.1f}", "1.00", steps)
+    digests = {}
+    for name, workers, extra in runs:
+        r = b.job(f"sparse_{name.replace(' ', '_')}", workers, common.MLP, *data, *JOB, *extra)
+        if r is None:
+            continue
+        sps = analysis.samples_per_s(r)
+        per_step = (r["push_bytes"] + r["pull_bytes"]) / r["steps"]
+        print(f"{name:<16s} | {sps:10.0f} | {sps / base:7.2f}x | {per_step / 1e3:9.0f} kB = "
+              f"{100 * per_step / TABLE_BYTES:.2f} %")
+        b.csv("sparse", name, f"{sps:.1f}", f"{sps / base:.3f}", r["steps"])
+        if name != "exact":
+            digests[name] = r["params_sha256"]
+    if len(set(digests.values())) > 1:
+        common.warn(f"sparse: the digests differ: {digests}")
+        b.failed = True
+
+
+if __name__ == "__main__":
+    common.main(run)
