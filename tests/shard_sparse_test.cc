@@ -130,6 +130,7 @@ StatusOr<Pulled> PullRows(ShardState& state, int64_t version, int64_t since) {
   Pulled out;
   out.ids.resize(r.rows);
   out.values.resize(r.values.size / sizeof(float));
+  if (r.rows == 0) return out;  // no bytes to copy (and no pointers to copy them from)
   std::memcpy(out.ids.data(), r.ids.data, r.ids.size);
   std::memcpy(out.values.data(), r.values.data, r.values.size);
   return out;
