@@ -170,7 +170,11 @@ Status ParameterClient::Reconnect() {
 }
 
 Status ParameterClient::SendPush(size_t s, Push push) {
-  if (push.chunks.empty() && push.shm_chunks.empty() && push.sparse.empty()) return OkStatus();
+  // The initial values go to every shard, also one that holds none of them (only the loss, or
+  // only sparse rows): its empty push gives it version 0 all the same.
+  if (push.chunks.empty() && push.shm_chunks.empty() && push.sparse.empty() &&
+      push.step.value() >= 0)
+    return OkStatus();
   ++(push.shm_chunks.empty() ? counts_.inline_pushes : counts_.shm_pushes);
   for (const ChunkBytes& c : push.chunks) counts_.push_bytes += static_cast<int64_t>(c.size);
   for (const ShmChunk& c : push.shm_chunks) counts_.push_bytes += static_cast<int64_t>(c.size);

@@ -105,7 +105,8 @@ class ParameterClient {
   // the pull waits for (a crashed worker's), which it would wait for in vain.
   [[nodiscard]] Status PullInto(Step version, CoordinatorSession* session);
 
-  // Sends a push to shard s (nothing for an empty one) and counts it outstanding.
+  // Sends a push to shard s (nothing for an empty one, but the initial values') and counts it
+  // outstanding.
   [[nodiscard]] Status SendPush(size_t s, Push push);
   // Collects every outstanding push reply; then the push regions of the step
   // may be written again. A pull reply's error met meanwhile does not end
