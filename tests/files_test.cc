@@ -1,0 +1,53 @@
+// The small file helpers (common/files.h): whole-file writes and reads, and
+// TempFolder, a folder removed with everything in it when it goes.
+#include "common/files.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+
+namespace eps {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(TempFolder, IsRemovedWithEverythingInItWhenItGoes) {
+  std::string path;
+  {
+    auto folder = TempFolder::Create(fs::temp_directory_path().string(), "files-test");
+    ASSERT_TRUE(folder.ok()) << folder.status().ToString();
+    path = folder->path();
+    ASSERT_TRUE(fs::is_directory(path));
+    fs::create_directories(path + "/a/b");
+    ASSERT_TRUE(WriteFileAtomically(path + "/a/b/c.txt", "rows\n").ok());
+    auto back = ReadFileToString(path + "/a/b/c.txt");
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*back, "rows\n");
+  }
+  EXPECT_FALSE(fs::exists(path));
+}
+
+TEST(TempFolder, AMovedFolderIsRemovedOnceByItsNewOwner) {
+  auto made = TempFolder::Create(fs::temp_directory_path().string(), "files-test");
+  ASSERT_TRUE(made.ok());
+  const std::string path = made->path();
+  {
+    TempFolder moved(std::move(made).value());
+    EXPECT_EQ(moved.path(), path);
+    EXPECT_TRUE(fs::is_directory(path));
+  }
+  EXPECT_FALSE(fs::exists(path));
+}
+
+TEST(TempFolder, ABaseThatIsNoFolderIsAnInternalErrorNamingIt) {
+  auto folder = TempFolder::Create("/nonexistent-eps-base", "files-test");
+  ASSERT_FALSE(folder.ok());
+  EXPECT_EQ(folder.status().code(), StatusCode::kInternal);
+  EXPECT_NE(folder.status().message().find("/nonexistent-eps-base"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace eps
