@@ -28,17 +28,40 @@ SparseTreeReducer::SparseTreeReducer(Block root, uint32_t num_leaves, size_t dim
       rounding_(rounding),
       coverage_(std::in_place, root, num_leaves, 0, rounding) {}
 
+// The parent of two sparse nodes: their ids merged, each row left + right with a zero row for
+// the side that lacks it (the dense tree's bits), then rounded to the wire dtype as every node is.
+static SparseRows CombineRows(const SparseRows& left, const SparseRows& right, size_t dim,
+                              WireDType rounding) {
+  SparseRows out;
+  out.ids.reserve(left.ids.size() + right.ids.size());
+  out.values.reserve(left.values.size() + right.values.size());
+  const std::vector<float> zero(dim, 0.0f);
+  size_t l = 0, r = 0;
+  while (l < left.ids.size() || r < right.ids.size()) {
+    const bool take_l = r == right.ids.size() || (l < left.ids.size() && left.ids[l] <= right.ids[r]);
+    const bool take_r = l == left.ids.size() || (r < right.ids.size() && right.ids[r] <= left.ids[l]);
+    const float* a = take_l ? left.values.data() + l * dim : zero.data();
+    const float* b = take_r ? right.values.data() + r * dim : zero.data();
+    out.ids.push_back(take_l ? left.ids[l++] : right.ids[r]);
+    if (take_r) ++r;
+    for (size_t j = 0; j < dim; ++j) out.values.push_back(a[j] + b[j]);
+  }
+  RoundToWire(rounding, out.values.data(), out.values.size());
+  return out;
+}
+
 Status SparseTreeReducer::Add(const Block& b, const uint64_t* ids, size_t num_ids,
                               const float* values, size_t num_values) {
   EPS_RETURN_IF_ERROR(ValidateSparseRows(ids, num_ids, num_values, dim_));
   // The zero-width reducer checks the block (a node under root, no overlap) and counts it.
   EPS_RETURN_IF_ERROR(coverage_->Add(b, std::vector<float>()));
-  for (size_t i = 0; i < num_ids; ++i) {
-    auto it = rows_.try_emplace(ids[i], root_, num_leaves_, dim_, rounding_).first;
-    // Cannot fail: the coverage reducer accepted the same block over the same leaves.
-    Status s = it->second.Add(b, values + i * dim_, dim_);
-    if (!s.ok()) return Internal("sparse tree reducer: " + s.message());
-  }
+  SparseRows node{std::vector<uint64_t>(ids, ids + num_ids),
+                  std::vector<float>(values, values + num_values)};
+  RoundToWire(rounding_, node.values.data(), node.values.size());  // a leaf's first rounding
+  ClimbInsert(&nodes_, root_, num_leaves_, b, std::move(node),
+              [this](SparseRows left, SparseRows right) {
+                return CombineRows(left, right, dim_, rounding_);
+              });
   return OkStatus();
 }
 
@@ -46,29 +69,15 @@ StatusOr<SparseRows> SparseTreeReducer::TakeResult() {
   if (!complete()) {
     return FailedPrecondition("sparse rows of " + root_.ToString() + " are not complete");
   }
-  SparseRows out;
-  out.ids.reserve(rows_.size());
-  for (const auto& [id, reducer] : rows_) out.ids.push_back(id);
-  std::sort(out.ids.begin(), out.ids.end());
-  out.values.resize(out.ids.size() * dim_);
-  const std::vector<float> zeros(dim_, 0.0f);
-  for (size_t i = 0; i < out.ids.size(); ++i) {
-    TreeReducer& r = rows_.at(out.ids[i]);
-    // The blocks that did not push the row push zeros; how the gap is cut into blocks does not
-    // change the bits (a node of zeros is zero however its leaves were grouped).
-    for (const Block& gap : r.Missing()) {
-      Status s = r.Add(gap, zeros.data(), dim_);
-      if (!s.ok()) return Internal("sparse tree reducer: " + s.message());
-    }
-    std::vector<float> row = r.TakeResult();
-    std::copy(row.begin(), row.end(), out.values.begin() + i * dim_);
-  }
+  // Every present leaf is counted: the climbs merged every node into the root's.
+  if (nodes_.size() != 1) return Internal("sparse tree reducer: the root's node is missing");
+  SparseRows out = std::move(nodes_.begin()->second.second);
   Clear();
   return out;
 }
 
 void SparseTreeReducer::Clear() {
-  rows_.clear();
+  nodes_.clear();
   coverage_.emplace(root_, num_leaves_, 0, rounding_);
 }
 

@@ -9,6 +9,11 @@
 // untouched rows are zero. (Zeros are not a no-op: -0.0f + 0.0f is +0.0f, so a
 // row pushed by one block and absent from the others is still combined.)
 //
+// The nodes in flight are sparse: combining two nodes merges their ascending
+// ids once, adding a zero row where one side lacks a row (a node without a row
+// is that row's zero block, however its leaves were grouped). The cost is
+// linear in the rows pushed, with at most one node a tree level in flight.
+//
 // Workers pre-sum a block of their VWs with a SparseTreeReducer rooted at the
 // block; a shard's sparse table (server/sparse_table.h) reduces the pushed
 // blocks with one rooted at the whole tree. Not thread-safe; a value type.
@@ -17,7 +22,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
-#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -53,8 +57,6 @@ class SparseTreeReducer {
   bool complete() const { return coverage_->complete(); }
   // Present leaves under root not yet counted, as aligned blocks.
   std::vector<Block> Missing() const { return coverage_->Missing(); }
-  // Rows some block has pushed so far (each row once).
-  size_t touched_rows() const { return rows_.size(); }
   // The root's rows, ascending by id; only when complete() (FailedPrecondition
   // otherwise). Leaves the reducer empty, ready for the next step.
   StatusOr<SparseRows> TakeResult();
@@ -70,8 +72,7 @@ class SparseTreeReducer {
   const size_t dim_;
   const WireDType rounding_;
   std::optional<TreeReducer> coverage_;  // zero-width: which leaves were counted, and the checks
-  // Row id -> its reducer. The map's order never matters: results are sorted by id.
-  std::unordered_map<uint64_t, TreeReducer> rows_;
+  TreeNodes<SparseRows> nodes_;          // the nodes in flight, as TreeReducer's
 };
 
 }  // namespace eps

@@ -107,40 +107,13 @@ static void CombineInto(float* acc, const float* right, size_t n, WireDType roun
   }
 }
 
-// One level of the climb from `node` towards the root.
-struct Climb {
-  bool is_left;  // node is its parent's left child
-  Block sibling, parent;
-};
-static Climb ClimbFrom(const Block& node) {
-  const bool is_left = (node.lo / node.size) % 2 == 0;
-  const Block sibling{is_left ? node.lo + node.size : node.lo - node.size, node.size};
-  return {is_left, sibling, Block{is_left ? node.lo : sibling.lo, node.size * 2}};
-}
-
 void TreeReducer::Insert(const Block& b, std::vector<float> value) {
   counted_ += PresentLeaves(b);
-  Block node = b;
-  // Climb while the sibling is known: absent (all its leaves >= V) or present.
-  while (node.size < root_.size) {
-    const auto [is_left, sibling, parent] = ClimbFrom(node);
-    if (sibling.lo >= num_leaves_) {  // absent right subtree: parent = left
-      node = parent;
-      continue;
-    }
-    auto it = nodes_.find(sibling.lo);
-    if (it == nodes_.end() || it->second.first != sibling.size) break;
-    std::vector<float> other = std::move(it->second.second);
-    nodes_.erase(it);
-    if (is_left) {
-      CombineInto(value.data(), other.data(), n_, rounding_);
-    } else {
-      CombineInto(other.data(), value.data(), n_, rounding_);
-      value = std::move(other);
-    }
-    node = parent;
-  }
-  nodes_[node.lo] = {node.size, std::move(value)};
+  ClimbInsert(&nodes_, root_, num_leaves_, b, std::move(value),
+              [this](std::vector<float> left, std::vector<float> right) {
+                CombineInto(left.data(), right.data(), n_, rounding_);
+                return left;
+              });
 }
 
 StatusOr<TreeFinisher> TreeReducer::Finish(const Block& b) {

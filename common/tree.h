@@ -48,6 +48,45 @@ std::vector<Block> AlignedBlocks(uint32_t lo, uint32_t hi);
 // acc[i] = acc[i] + right[i]: the one addition every tree node uses.
 void AddRightInto(float* acc, const float* right, size_t n);
 
+// One level of the climb from `node` towards the root: whether node is its
+// parent's left child, its sibling and its parent.
+struct Climb {
+  bool is_left;
+  Block sibling, parent;
+};
+inline Climb ClimbFrom(const Block& node) {
+  const bool is_left = (node.lo / node.size) % 2 == 0;
+  const Block sibling{is_left ? node.lo + node.size : node.lo - node.size, node.size};
+  return {is_left, sibling, Block{is_left ? node.lo : sibling.lo, node.size * 2}};
+}
+
+// Nodes of a reducer in flight, by lo: (size, value).
+template <typename Value>
+using TreeNodes = std::map<uint32_t, std::pair<uint32_t, Value>>;
+
+// Stores node `b`'s value in `nodes`, first climbing towards `root` while the
+// sibling is known: an absent sibling (all its leaves >= num_leaves) leaves the
+// value as it is, a stored one is taken out and combined, `combine(left, right)`
+// returning the parent's value. Every reducer over the canonical tree climbs
+// with this one function, so they all combine the same nodes in the same order.
+template <typename Value, typename Combine>
+void ClimbInsert(TreeNodes<Value>* nodes, const Block& root, uint32_t num_leaves, Block b,
+                 Value value, Combine combine) {
+  while (b.size < root.size) {
+    const Climb c = ClimbFrom(b);
+    if (c.sibling.lo < num_leaves) {
+      auto it = nodes->find(c.sibling.lo);
+      if (it == nodes->end() || it->second.first != c.sibling.size) break;
+      Value other = std::move(it->second.second);
+      nodes->erase(it);
+      value = c.is_left ? combine(std::move(value), std::move(other))
+                        : combine(std::move(other), std::move(value));
+    }
+    b = c.parent;
+  }
+  (*nodes)[b.lo] = {b.size, std::move(value)};
+}
+
 class TreeFinisher;
 
 // Reduces the subtree of the canonical tree (over `num_leaves` leaves) rooted at
@@ -101,7 +140,7 @@ class TreeReducer {
   const size_t n_;
   const WireDType rounding_;
   uint32_t counted_ = 0;
-  std::map<uint32_t, std::pair<uint32_t, std::vector<float>>> nodes_;  // lo -> (size, value)
+  TreeNodes<std::vector<float>> nodes_;
 };
 
 // The root of a TreeReducer's subtree, one range of elements at a time, once

@@ -2217,7 +2217,7 @@ TEST(ShardStateClear, AClearedShardWaitsForTheInitialValuesAndReplaysAFreshShard
     auto state = InitializedShardWith(job, s, adam);
     RunStep(*state, job, s, 0);
     RunStep(*state, job, s, 1);
-    state->Clear();
+    ASSERT_TRUE(state->Clear().ok());
     EXPECT_EQ(state->version(), Step(-1));
     for (int64_t v : {0, 1, 2})
       EXPECT_EQ(state->HandlePull(MakePull(v)).status().code(), StatusCode::kUnavailable);

@@ -22,6 +22,7 @@
 #include "server/sparse_table_testing.h"
 #include "storage/sparse_store.h"
 #include "tests/sparse_reference.h"
+#include "tests/sparse_steps.h"
 
 namespace eps {
 namespace {
@@ -43,103 +44,6 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
-
-// Bitwise equality of float arrays (so that -0.0 and NaNs count).
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() &&
-         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-}
-
-// What one VW pushes in one step: its touched rows (ascending) and their gradients.
-struct VwGrad {
-  std::vector<uint64_t> ids;
-  std::vector<float> values;
-};
-
-// Random per-VW gradients over `rows` candidate ids (some VWs touch nothing; some values -0.0).
-std::vector<VwGrad> RandomStep(std::mt19937_64& rng, uint32_t num_vws, size_t dim, uint64_t rows) {
-  std::vector<VwGrad> out(num_vws);
-  std::normal_distribution<float> normal;  // test data only: the bits need not be portable
-  for (uint32_t v = 0; v < num_vws; ++v) {
-    if (rng() % 5 == 0) continue;
-    std::set<uint64_t> ids;
-    const size_t n = rng() % 6;
-    for (size_t i = 0; i < n; ++i) ids.insert((rng() % rows) * 0x9E3779B97F4A7C15ull);
-    for (uint64_t id : ids) {
-      out[v].ids.push_back(id);
-      for (size_t j = 0; j < dim; ++j)
-        out[v].values.push_back(rng() % 7 == 0 ? -0.0f : normal(rng));
-    }
-  }
-  return out;
-}
-
-// The block partial a worker holding `b` would push: its VWs' rows reduced in the canonical tree.
-SparseRows BlockPartial(const std::vector<VwGrad>& vws, const Block& b, uint32_t num_vws,
-                        size_t dim) {
-  SparseTreeReducer r(b, num_vws, dim);
-  for (uint32_t v = b.lo; v < std::min(b.hi(), num_vws); ++v) {
-    EXPECT_TRUE(r.Add(Block{v, 1}, vws[v].ids.data(), vws[v].ids.size(), vws[v].values.data(),
-                      vws[v].values.size())
-                    .ok());
-  }
-  return std::move(r.TakeResult().value());
-}
-
-// A random cut of [0, V) into contiguous ranges, each pushed as its aligned blocks.
-std::vector<Block> RandomBlocks(std::mt19937_64& rng, uint32_t num_vws) {
-  std::vector<Block> blocks;
-  uint32_t lo = 0;
-  while (lo < num_vws) {
-    const uint32_t hi = lo + 1 + static_cast<uint32_t>(rng() % (num_vws - lo));
-    for (const Block& b : AlignedBlocks(lo, hi)) blocks.push_back(b);
-    lo = hi;
-  }
-  std::shuffle(blocks.begin(), blocks.end(), rng);  // push order: test data only
-  return blocks;
-}
-
-TEST(SparseTreeReduce, AnySplitOfVwsIntoBlocksGivesTheSameBits) {
-  std::mt19937_64 rng(1);
-  for (uint32_t num_vws : {1u, 3u, 6u, 8u, 13u}) {
-    for (int trial = 0; trial < 20; ++trial) {
-      const size_t dim = 3;
-      const std::vector<VwGrad> vws = RandomStep(rng, num_vws, dim, 10);
-      const Block root{0, TreeWidth(num_vws)};
-      SparseTreeReducer leaves(root, num_vws, dim);
-      for (uint32_t v = 0; v < num_vws; ++v) {
-        ASSERT_TRUE(leaves
-                        .Add(Block{v, 1}, vws[v].ids.data(), vws[v].ids.size(),
-                             vws[v].values.data(), vws[v].values.size())
-                        .ok());
-      }
-      const SparseRows want = leaves.TakeResult().value();
-      SparseTreeReducer blocks(root, num_vws, dim);
-      for (const Block& b : RandomBlocks(rng, num_vws)) {
-        const SparseRows part = BlockPartial(vws, b, num_vws, dim);
-        ASSERT_TRUE(
-            blocks.Add(b, part.ids.data(), part.ids.size(), part.values.data(), part.values.size())
-                .ok());
-      }
-      const SparseRows got = blocks.TakeResult().value();
-      ASSERT_EQ(got.ids, want.ids);
-      ASSERT_TRUE(SameBits(got.values, want.values)) << "V=" << num_vws << " trial " << trial;
-    }
-  }
-}
-
-TEST(SparseTreeReduce, RowsAreTheDenseTreeWithZerosForVwsThatDidNotTouchThem) {
-  // V = 2: VW 0 pushes -0.0 for row 5, VW 1 does not touch it. The dense tree adds VW 1's
-  // zero row: -0.0 + 0.0 = +0.0.
-  SparseTreeReducer r(Block{0, 2}, 2, 1);
-  const uint64_t id = 5;
-  const float minus_zero = -0.0f;
-  ASSERT_TRUE(r.Add(Block{0, 1}, &id, 1, &minus_zero, 1).ok());
-  ASSERT_TRUE(r.Add(Block{1, 1}, nullptr, 0, nullptr, 0).ok());
-  const SparseRows got = r.TakeResult().value();
-  ASSERT_EQ(got.ids, std::vector<uint64_t>{5});
-  EXPECT_FALSE(std::signbit(got.values[0]));
-}
 
 SparseTableOptions TableOptions(uint32_t num_vws, size_t dim) {
   SparseTableOptions o;
