@@ -20,6 +20,7 @@ from python_helper import OPTIONS, fashion_mnist, net
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import elasticps  # noqa: E402
+from elasticps._process import live_processes  # noqa: E402  (the package's reader of /proc)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HELPER = os.path.join(HERE, "python_helper.py")
@@ -31,37 +32,13 @@ CLI_FLAGS = ["--optimizer=adamw", "--lr=0.002", "--weight-decay=0.0001", "--virt
 
 
 def processes_naming(text):
-    """The pids of live processes whose command line holds `text` (a run folder)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
-            with open(f"/proc/{entry}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if text in cmdline and state != "Z":
-            found.append(int(entry))
-    return found
+    """The pids of live processes (not this one) whose command line holds `text` (a run folder)."""
+    return [p.pid for p in live_processes(cmdline=True) if text in p.cmdline and p.pid != os.getpid()]
 
 
 def children():
     """This process's live children (a zombie, not yet reaped, is no process left running)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid() and fields[0] != "Z":
-            out.append(int(entry))
-    return out
+    return [p.pid for p in live_processes() if p.ppid == os.getpid()]
 
 
 class Unscriptable(nn.Module):
