@@ -149,8 +149,8 @@ def run(b):
         with trainer.start((x, y), steps=b.steps, workers=2, run_dir=d) as job:
             common.wait_until(lambda: first_step_t(d) is not None, 300, proc=job._launcher)
         f = first_step_t(d) - t0
-        print(f"{'Trainer.fit on arrays':<24s} | {'':>10s} | {'':>12s} | {'':>18s} | {f:.2f} s (60,000 x 1 x 28 x 28 float32 "
-              f"written to NPY first; stopped after its first step)")
+        print(f"{'Trainer.fit on arrays':<24s} | {'':>10s} | {'':>12s} | {'':>18s} | {f:.2f} s (60,000 x 1 x 28 x 28 "
+              f"float32 written to NPY first; stopped after its first step)")
         b.csv("python", "Trainer.fit on arrays: to the first step", seconds=f"{f:.3f}", load=common.load1())
     except (elasticps.JobError, TypeError) as e:
         common.warn(f"fit on arrays failed: {e}")
