@@ -26,7 +26,7 @@ packages=(
   libgflags-dev libgoogle-glog-dev libgtest-dev libssl-dev nlohmann-json3-dev zlib1g-dev
   libcpp-httplib-dev prometheus tshark iproute2 openssh-client openssh-server slurm-wlm munge
   libtorch-dev libopenblas0-pthread dataset-fashion-mnist python3-torch python3-torchvision python3-numpy
-  python3-matplotlib nodejs clang-14 libfuzzer-14-dev libclang-rt-14-dev
+  python3-matplotlib python3-pytest nodejs clang-14 libfuzzer-14-dev libclang-rt-14-dev
 )
 # test_k8s validates launcher/k8s/ with an npm package. Debian's npm is its own package; a
 # NodeSource nodejs brings npm itself and conflicts with Debian's.

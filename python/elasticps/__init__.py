@@ -11,8 +11,8 @@ and reads what they write (events.jsonl, metrics.csv, result.json): docs/python.
 """
 from .errors import (ArgumentError, CommandError, InvalidJobError, JobError, JobFailedError, ScriptError,
                      WorkerError)
-from .job import Job, Run
+from .job import Job, JoinedRun, Run
 from .trainer import Trainer
 
-__all__ = ["Trainer", "Run", "Job", "JobError", "ArgumentError", "ScriptError", "InvalidJobError", "JobFailedError",
-           "WorkerError", "CommandError"]
+__all__ = ["Trainer", "Run", "JoinedRun", "Job", "JobError", "ArgumentError", "ScriptError", "InvalidJobError",
+           "JobFailedError", "WorkerError", "CommandError"]

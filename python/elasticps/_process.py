@@ -3,7 +3,7 @@ import os
 import signal
 import subprocess
 import time
-from typing import List, Optional
+from typing import List, NamedTuple, Optional
 
 
 class ProcessGroup:
@@ -78,6 +78,21 @@ def _signal_group(pgid: int, sig) -> None:
 
 def group_members(pgid: int) -> List[int]:
     """The pids of live processes (zombies excluded) whose process group is `pgid`."""
+    return [p.pid for p in live_processes() if p.pgid == pgid]
+
+
+class ProcessInfo(NamedTuple):
+    """A process as /proc shows it: its id, its parent's, its process group's, and (when asked for) its command
+    line, the arguments joined by spaces."""
+    pid: int
+    ppid: int
+    pgid: int
+    cmdline: str = ""
+
+
+def live_processes(cmdline: bool = False) -> List[ProcessInfo]:
+    """Every live process of the host (zombies, which have ended but not been reaped, excluded), from /proc;
+    `cmdline`: with their command lines. A process that ends while it is read is left out."""
     out = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -85,10 +100,15 @@ def group_members(pgid: int) -> List[int]:
         try:
             with open(f"/proc/{entry}/stat") as f:
                 stat = f.read()
+            # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
+            fields = stat[stat.rfind(")") + 2:].split()
+            if len(fields) < 3 or fields[0] == "Z":
+                continue
+            line = ""
+            if cmdline:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    line = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
-        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) >= 3 and fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(entry))
+        out.append(ProcessInfo(int(entry), int(fields[1]), int(fields[2]), line))
     return out

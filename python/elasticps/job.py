@@ -8,7 +8,7 @@ import subprocess
 import tempfile
 import time
 import weakref
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
@@ -19,6 +19,9 @@ from ._tree import Tree
 from .errors import (ArgumentError, CommandError, InvalidJobError, JobError, JobFailedError, WorkerError)
 
 POLL_S = 0.1  # how often a waiting Job reads the run folder
+STATUS_S = 1.0  # how often a waiting Job known only by its coordinator asks it for its status
+# A worker report's outcomes (docs/events.md) that say it never trained or stopped training for an error.
+_FAILED_OUTCOMES = ("failed", "unreachable")
 
 
 def _command(tree: Tree, args: List[str], timeout: float, what: str, run_dir: Optional[str] = None
@@ -198,6 +201,61 @@ def read_predictions(path: str) -> np.ndarray:
     return values.reshape(len(rows) - 1, len(columns))
 
 
+class JoinedRun:
+    """A job this host lent workers to and watched to its end, known only by its coordinator's endpoint
+    (`Trainer.fit(coordinator="tcp://...", token=...)`, `Job("tcp://...", token).wait()`): what can be known of it
+    from here. Its result (digest, test accuracy, curve, model) is in its run folder, on its coordinator's host:
+    joined by that folder (`coordinator=RUN_DIR`, on this host or a shared filesystem), fit returns a Run instead.
+
+    `status`: the newest `elasticps status --json` dict read while the job ran (asked every second: step, steps,
+    loss, samples_per_s, workers, the newest evaluation's test_accuracy); {} if the coordinator never answered.
+    `workers`: the end-of-run reports of the workers this host lent (docs/events.md: outcome, train_plans,
+    ms_per_train_plan, ...). `log_dir`: the folder of their logs and reports (None when it was a temporary one).
+    `digest`, `test_accuracy`, `test_loss` are None (not known here); history, model(), evaluate(), predict()
+    raise JobError saying where they are."""
+
+    digest: Optional[str] = None
+    test_accuracy: Optional[float] = None
+    test_loss: Optional[float] = None
+    run_dir: Optional[str] = None
+
+    def __init__(self, coordinator: str, status: Dict[str, Any], workers: List[Dict[str, Any]],
+                 log_dir: Optional[str]):
+        self.coordinator = coordinator
+        self.status = status
+        self.workers = workers
+        self.log_dir = log_dir
+
+    def __repr__(self) -> str:
+        return (f"JoinedRun({self.coordinator!r}, job_id={self.status.get('job_id')!r}, step={self.status.get('step')}"
+                f", workers lent={len(self.workers)})")
+
+    def _elsewhere(self, what: str) -> JobError:
+        return JobError(f"{what}: the job joined at {self.coordinator} keeps it in its run folder on its coordinator's "
+                        "host; join it by that folder (fit(coordinator=RUN_DIR) on this host or a shared filesystem) "
+                        "for a Run that has it, or open elasticps.Run(RUN_DIR) where the folder is")
+
+    @property
+    def history(self):
+        raise self._elsewhere("history (metrics.csv)")
+
+    def model(self):
+        raise self._elsewhere("model()")
+
+    def evaluate(self, data, **kwargs: Any) -> Dict[str, Any]:
+        raise self._elsewhere("evaluate() (the trained model)")
+
+    def predict(self, x, **kwargs: Any) -> np.ndarray:
+        raise self._elsewhere("predict() (the trained model)")
+
+
+def _progress_event(status: Dict[str, Any]) -> Dict[str, Any]:
+    """A status dict as the `progress` event the progress bar reads."""
+    return {"step": status.get("step", 0), "steps": status.get("steps", 0), "loss": status.get("loss"),
+            "samples_per_s": status.get("samples_per_s"), "workers": len(status.get("workers", [])),
+            "t": time.time()}
+
+
 class Job:
     """A running job, named by its run folder (`Job("runs/mlp")`: its coordinator.addr and token) or by its
     coordinator's endpoint and token (`Job("tcp://10.0.0.5:4000", token)`: the token's text or its file).
@@ -205,14 +263,19 @@ class Job:
     status(), hold(), release() are `elasticps status/hold/release --json`; attach(workers) lends this host's
     workers to the job (launcher/attach.sh); wait() waits for its end. A Job owns the processes it started (the
     attached workers; for `Trainer.start`, the whole job): close() (or leaving a `with` block, or the interpreter's
-    exit) stops every one of them. Not thread-safe."""
+    exit) stops every one of them. `log_dir`: where attach() writes its workers' logs and reports (default: the run
+    folder's logs/, or for a job known by its coordinator a temporary folder removed at close()). Not
+    thread-safe."""
 
     def __init__(self, target: str, token: Optional[str] = None, *, bin_dir: Optional[str] = None,
-                 tree: Optional[Tree] = None, _launcher: Optional[ProcessGroup] = None, _module=None):
+                 tree: Optional[Tree] = None, log_dir: Optional[str] = None, _launcher: Optional[ProcessGroup] = None,
+                 _module=None):
         self._tree = tree or Tree(bin_dir)
         self._launcher = _launcher
         self._module = _module
+        self._log_dir = os.path.abspath(log_dir) if log_dir is not None else None
         self._attached: List[ProcessGroup] = []
+        self._reports: List[str] = []  # the attached workers' report files, in attach order
         self._tmp: Optional[tempfile.TemporaryDirectory] = None
         target = os.fspath(target)
         if "://" in target:
@@ -286,20 +349,42 @@ class Job:
         coordinator = self.coordinator or _read(os.path.join(self.run_dir, "coordinator.addr"))
         if not coordinator:
             raise JobError(f"{self.run_dir}: no coordinator.addr: the job is not running", self.run_dir)
-        logs = os.path.join(self.run_dir, "logs") if self.run_dir else self._scratch()
+        logs = self._log_dir or (os.path.join(self.run_dir, "logs") if self.run_dir else self._scratch())
         os.makedirs(logs, exist_ok=True)
         pids = []
         for _ in range(workers):
             n = len(self._attached)
+            report = os.path.join(logs, f"attached-py{n}.json")
             args = [self._tree.script("launcher", "attach.sh"), "--coordinator", coordinator,
                     "--token-file", self.token_file, "--device", device, "--threads", str(threads),
-                    "--report-file", os.path.join(logs, f"attached-py{n}.json")]
+                    "--report-file", report]
             if self.run_dir and os.path.exists(os.path.join(self.run_dir, "keys", "server.pub")):
                 args += ["--secure-dir", self.run_dir]
             group = ProcessGroup(args, self._tree.env(), os.path.join(logs, f"attached-py{n}.log"))
             self._attached.append(group)
+            self._reports.append(report)
             pids.append(group.pid)
         return pids
+
+    def reports(self) -> List[Dict[str, Any]]:
+        """The end-of-run reports (docs/events.md) of the workers attach() started that have ended and written one,
+        in attach order."""
+        return [r for r in map(_read_report, self._reports) if r is not None]
+
+    def _attached_failure(self) -> Optional[List[str]]:
+        """A job this Job joined (it did not start it): when every worker it attached has ended without training
+        (its report's outcome failed or unreachable, or no report and a non-zero exit code), their errors; else
+        None."""
+        if self._launcher is not None or not self._attached or any(g.poll() is None for g in self._attached):
+            return None
+        errors = []
+        for group, path in zip(self._attached, self._reports):
+            report = _read_report(path)
+            if (report.get("outcome") not in _FAILED_OUTCOMES) if report else group.returncode == 0:
+                return None
+            log = _read(path[:-len(".json")] + ".log").strip().splitlines()  # attach.sh's, e.g. a refused argument
+            errors.append((report or {}).get("error") or (log[-1] if log else f"exit code {group.returncode}"))
+        return errors
 
     def _scratch(self) -> str:
         if self._tmp is None:
@@ -333,15 +418,19 @@ class Job:
         """A job this Job started: its launcher is still running."""
         return self._launcher is not None and self._launcher.poll() is None
 
-    def wait(self, timeout: Optional[float] = None, *, progress: bool = False) -> Optional[Run]:
-        """Waits for the job's end and returns its Run (None for a job known only by its coordinator: then it waits
-        for the workers attach() started). `progress` shows a progress bar. Raises JobFailedError (the job's
-        job_failed event), InvalidJobError (refused at start), WorkerError, TimeoutError; on any exception (Ctrl-C
-        included) a job this Job started is stopped first."""
+    def wait(self, timeout: Optional[float] = None, *, progress: bool = False) -> Union[Run, JoinedRun]:
+        """Waits for the job's end and returns its Run; for a job known only by its coordinator, waits for the
+        workers attach() started (they end with the job) and returns a JoinedRun (the newest status, their reports).
+        `progress` shows a progress bar (from the run folder's events, or the coordinator's status every second).
+        Raises JobFailedError (the job's job_failed event), InvalidJobError (refused at start), WorkerError (every
+        worker failed: those of a job this Job started, or those it attached to a job it joined), TimeoutError; on
+        any exception (Ctrl-C included) what this Job started is stopped first (attached workers leave the job)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         bar = Progress(progress)
         events = self._tree.load_script_module("events").EventReader(self.run_dir) if self.run_dir else None
         seen = 0
+        status: Dict[str, Any] = {}
+        next_status = 0.0
         try:
             while True:
                 if events is not None:
@@ -350,8 +439,20 @@ class Job:
                         if e["event"] == "progress":
                             bar.update(e)
                     seen = len(all_events)
-                if self._finished(all_events if events is not None else []):
+                finished = self._finished(all_events if events is not None else [])
+                errors = self._attached_failure()
+                if errors is not None and not (finished and self.run_dir is not None):  # else the job's own end
+                    raise WorkerError("every worker this host lent failed: " + "; ".join(errors), errors,
+                                      self.run_dir)
+                if finished:
                     break
+                if events is None and time.monotonic() >= next_status:
+                    next_status = time.monotonic() + STATUS_S
+                    try:
+                        status = self.status(events=0, timeout_s=2)
+                        bar.update(_progress_event(status))
+                    except CommandError:
+                        pass  # not serving yet, or ended: the attached workers' ends say which
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"{self!r} did not end within {timeout:g} s")
                 time.sleep(POLL_S)
@@ -368,7 +469,7 @@ class Job:
             except subprocess.TimeoutExpired:
                 group.stop()
         if self.run_dir is None:
-            return None
+            return JoinedRun(self.coordinator, status, self.reports(), self._log_dir)
         if self._launcher is not None and self._launcher.returncode != 0:
             self._raise_failure()
         failed = [e for e in self.events("job_failed")]
@@ -440,6 +541,15 @@ def _stop_all(launcher: Optional[ProcessGroup], attached: List[ProcessGroup], tm
         launcher.stop()
     if tmp is not None:
         tmp.cleanup()
+
+
+def _read_report(path: str) -> Optional[Dict[str, Any]]:
+    """A worker's report file as a dict, or None (not written: the worker runs, or was killed)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
 
 
 def _read(path: str) -> str:

@@ -1,7 +1,9 @@
-"""Trainer: a model and a job's options; fit() runs the job on this host through `elasticps train`."""
+"""Trainer: a model and a job's options; fit() runs the job on this host through `elasticps train`, or lends this host's
+workers to a running job (launcher/attach.sh)."""
 import datetime
 import os
-from typing import Any, Dict, List, Optional
+import re
+from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
@@ -9,7 +11,7 @@ from . import _data
 from ._process import ProcessGroup
 from ._tree import Tree
 from .errors import ArgumentError, JobError, ScriptError
-from .job import Job, Run
+from .job import Job, JoinedRun, Run
 
 # The flags fit() sets from its own arguments, and the model's.
 _FIT_FLAGS = frozenset({"model", "train_data", "train_labels", "test_data", "test_labels"})
@@ -17,6 +19,8 @@ _FIT_FLAGS = frozenset({"model", "train_data", "train_labels", "test_data", "tes
 _LAUNCHER_OPTIONS = frozenset({"slowdowns", "devices", "worker_cpus", "server_cpus", "compute_cpus",
                                "checkpoint_every", "shard_threads", "supervise", "metrics", "metrics_host",
                                "secure"})
+# What fit(coordinator=...) takes of attach.sh's options: the rest is the joined job's.
+_JOIN_OPTIONS = frozenset({"device"})
 
 
 def _flag_value(name: str, kind: str, value: Any) -> str:
@@ -122,7 +126,7 @@ class Trainer:
             self.module = model
             self.scripted = script_module(_with_loss(model, loss) if loss is not None else model)
             self.model_name = type(model).__name__.lower()
-        self.run: Optional[Run] = None  # the newest fit's
+        self.run: Optional[Union[Run, JoinedRun]] = None  # the newest fit's
         self._job_data: Dict[str, str] = {}  # from_job: the job file's data flags
 
     def __repr__(self) -> str:
@@ -175,9 +179,16 @@ class Trainer:
     # ---- fit -------------------------------------------------------------------------------------
 
     def start(self, train=None, *, test=None, epochs: Optional[float] = None, steps: Optional[int] = None,
-              servers: int = 1, workers: int = 1, run_dir: Optional[str] = None, **launcher: Any) -> Job:
-        """Starts the job (as fit does) and returns at once: a Job that owns its processes (wait() for its Run,
-        close() to stop it). Raises ArgumentError before any process starts."""
+              servers: Optional[int] = None, workers: int = 1, run_dir: Optional[str] = None,
+              coordinator: Optional[str] = None, token: Optional[str] = None, token_file: Optional[str] = None,
+              **launcher: Any) -> Job:
+        """Starts the job (as fit does), or joins the running one at `coordinator` (as fit does), and returns at
+        once: a Job that owns the processes it started (wait() for the Run, close() to stop them). Raises
+        ArgumentError before any process starts."""
+        if coordinator is not None or token is not None or token_file is not None:
+            return self._join(coordinator, token, token_file, train=train, test=test, epochs=epochs, steps=steps,
+                              servers=servers, workers=workers, run_dir=run_dir, launcher=launcher)
+        servers = 1 if servers is None else servers
         for name, value in (("servers", servers), ("workers", workers)):
             if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "servers" else 0):
                 raise ArgumentError(f"{name}={value!r}: give a number >= {1 if name == 'servers' else 0}")
@@ -229,25 +240,87 @@ class Trainer:
         return Job(run_dir, tree=self._tree, _launcher=group, _module=self.module)
 
     def fit(self, train=None, *, test=None, epochs: Optional[float] = None, steps: Optional[int] = None,
-            servers: int = 1, workers: int = 1, run_dir: Optional[str] = None, progress: bool = True,
-            **launcher: Any) -> Run:
-        """Trains the model on `train` and returns the Run.
+            servers: Optional[int] = None, workers: int = 1, run_dir: Optional[str] = None,
+            coordinator: Optional[str] = None, token: Optional[str] = None, token_file: Optional[str] = None,
+            progress: bool = True, **launcher: Any) -> Union[Run, JoinedRun]:
+        """Trains the model on `train` and returns the Run; or, given `coordinator`, lends this host's workers to a
+        running job and watches it to its end.
 
         `train`, `test`: (x, y) NumPy arrays or tensors (written as NPY files under RUN_DIR/inputs/), a data file
         (NPY, CSV, IDX, TSV/JSONL text: docs/data.md) or (data_path, labels_path); None: the job's own data
-        (--data_dir's Fashion-MNIST). `servers` shards and `workers` workers run on this host (`elasticps
-        train`); `run_dir` defaults to a fresh runs/JOB_ID-TIME. `launcher`: local.sh's options
+        (--data_dir's Fashion-MNIST). `servers` shards (default 1) and `workers` workers run on this host
+        (`elasticps train`); `run_dir` defaults to a fresh runs/JOB_ID-TIME. `launcher`: local.sh's options
         (checkpoint_every=10, supervise=True, ...). `progress`: a progress bar (tqdm when installed).
 
+        `coordinator`: join a job that runs elsewhere instead (launcher/attach.sh per worker): its coordinator's
+        endpoint ("tcp://HOST:PORT") with its `token` (the text) or `token_file`, or its run folder (this host or a
+        shared filesystem: its coordinator.addr and token). The job is its coordinator's: its model, data, flags
+        and length (this Trainer's flags and data are not sent; no train, test, steps, epochs, servers); `workers`
+        workers of this host join it (`device="cuda:0"` for a GPU), writing their logs and reports to `run_dir`
+        (default: the job's run folder's logs/, or a fresh runs/joined-TIME). Returns the job's Run when joined by
+        its run folder (the module is this Trainer's, for run.model()), else a JoinedRun (its newest status and
+        the workers' reports; the digest is in the job's run folder).
+
         Raises ArgumentError (bad arguments: before any process starts), InvalidJobError (the coordinator refused
-        the job), JobFailedError (it failed while running: the job's reason), WorkerError. Ctrl-C stops the job and
-        every process it started, then raises KeyboardInterrupt.
+        the job), JobFailedError (it failed while running: the job's reason), WorkerError (every worker failed).
+        Ctrl-C stops the job and every process it started (joined: this host's workers leave the job, which goes
+        on), then raises KeyboardInterrupt.
         """
         job = self.start(train, test=test, epochs=epochs, steps=steps, servers=servers, workers=workers,
-                         run_dir=run_dir, **launcher)
+                         run_dir=run_dir, coordinator=coordinator, token=token, token_file=token_file, **launcher)
         with job:
             self.run = job.wait(progress=progress)
         return self.run
+
+    def _join(self, coordinator, token, token_file, *, train, test, epochs, steps, servers, workers, run_dir,
+              launcher: Dict[str, Any]) -> Job:
+        """start() for a running job: the arguments checked, then Job.attach."""
+        if coordinator is None:
+            raise ArgumentError(f"{'token' if token is not None else 'token_file'}=: only with coordinator= (a running "
+                                "job's endpoint)")
+        for name, value in (("train", train), ("test", test), ("steps", steps), ("epochs", epochs),
+                            ("servers", servers)):
+            if value is not None:
+                raise ArgumentError(f"{name}=: a joined job has its own data, length and shards (its coordinator's "
+                                    "flags); fit(coordinator=...) lends it workers only")
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+            raise ArgumentError(f"workers={workers!r}: give a number >= 1 of workers to lend the job")
+        for name in launcher:
+            if name not in _JOIN_OPTIONS:
+                raise ArgumentError(f"{name}=: a joined job's launcher set it; fit(coordinator=...) takes "
+                                    f"{', '.join(sorted(_JOIN_OPTIONS))}")
+        try:
+            coordinator = os.fspath(coordinator)
+        except TypeError:
+            raise ArgumentError(f"coordinator={coordinator!r}: an endpoint (tcp://HOST:PORT) or a run folder") from None
+        if "://" in coordinator:
+            if not re.fullmatch(r"[a-z]+://\S+", coordinator):
+                raise ArgumentError(f"coordinator={coordinator!r}: not an endpoint like tcp://HOST:PORT")
+            if (token is None) == (token_file is None):
+                raise ArgumentError("coordinator=: give the job's token (token=, its text) or its file (token_file=), "
+                                    "one of them")
+            if token_file is not None:
+                token_file = os.fspath(token_file)
+                if not os.path.isfile(token_file) or os.path.getsize(token_file) == 0:
+                    raise ArgumentError(f"token_file={token_file!r}: no such file, or it is empty")
+            elif not isinstance(token, str) or not token.strip() or "\n" in token.strip():
+                raise ArgumentError("token=: the job's token, one line of text")
+        else:
+            if not os.path.isfile(os.path.join(coordinator, "coordinator.addr")):
+                raise ArgumentError(f"coordinator={coordinator!r}: not an endpoint like tcp://HOST:PORT, nor the run "
+                                    "folder of a running job (no coordinator.addr)")
+            if token is not None or token_file is not None:
+                raise ArgumentError(f"coordinator={coordinator!r}: a run folder holds its token; give none")
+        if run_dir is None and "://" in coordinator:
+            run_dir = _fresh_run_dir("joined")
+        job = Job(coordinator, token if token is not None else token_file, tree=self._tree, log_dir=run_dir,
+                  _module=self.module)
+        try:
+            job.attach(workers, device=launcher.get("device", "cpu"))
+        except BaseException:
+            job.close()
+            raise
+        return job
 
     def evaluate(self, data, **kwargs: Any) -> Dict[str, Any]:
         """The newest fit's model on `data`: Run.evaluate (`elasticps evaluate`)."""
@@ -257,7 +330,7 @@ class Trainer:
         """The newest fit's model's probabilities on the samples `x`: Run.predict (`elasticps predict`)."""
         return self._fitted().predict(x, **kwargs)
 
-    def _fitted(self) -> Run:
+    def _fitted(self) -> Union[Run, JoinedRun]:
         if self.run is None:
             raise JobError("the Trainer has not fitted a model yet: call fit() first")
         return self.run

@@ -82,12 +82,20 @@ class RunDirTest(unittest.TestCase):
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(timeout=20)
-        result = getattr(self._outcome, "result", None)
-        failed = bool(result and (result.failures or result.errors))
+        failed = self._failed()
         if not failed and not os.environ.get("EPS_KEEP"):
             shutil.rmtree(self.tmp, ignore_errors=True)
         else:
             print("run dirs kept in", self.tmp)
+
+    def _failed(self):
+        """Whether this test (or a subtest of it) has failed or raised so far, under unittest's runner (its
+        TestResult lists the test) or pytest's (its result object, TestCaseFunction, keeps the error in
+        _excinfo)."""
+        result = getattr(self._outcome, "result", None)
+        if hasattr(result, "failures"):
+            return any(getattr(t, "test_case", t) is self for t, _ in result.failures + result.errors)
+        return bool(getattr(result, "_excinfo", None))
 
     def assertSameTrainingCurve(self, rows, reference, what=""):
         """metrics.csv rows (read_metrics) hold the reference's steps and, in each, the same values in every column

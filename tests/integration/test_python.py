@@ -1,10 +1,13 @@
 """The Python package (python/elasticps, docs/python.md): Trainer.fit runs the job `elasticps train` runs, to the
 same digest in every placement; its Run's history, model, evaluate and predict are the run folder's and the command
 line's numbers; bad arguments raise before any process starts, a failed job raises its reason, and no process
-outlives an exception or Ctrl-C; Job controls a running job and lends it workers."""
+outlives an exception or Ctrl-C; Job controls a running job and lends it workers, and fit(coordinator=...) joins one.
+Run by pytest (ctest: `python3 -m pytest`), unittest-style."""
+import concurrent.futures
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,53 +18,32 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from harness import BIN, ENV, ROOT, RunDirTest, poll_until, read_events, read_metrics, read_result, wait_for_event
+from harness import (BIN, ENV, ROOT, RunDirTest, poll_until, read_events, read_metrics, read_result, wait_for_event,
+                     wait_for_file)
 from python_helper import OPTIONS, fashion_mnist, net
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import elasticps  # noqa: E402
+from elasticps._process import live_processes  # noqa: E402  (the package's reader of /proc)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HELPER = os.path.join(HERE, "python_helper.py")
 ELASTICPS = os.path.join(BIN, "elasticps")
 STEPS = 6
+ADDR = "tcp://127.0.0.1:1"  # an endpoint for the arguments that are refused before anything reaches it
 # The CLI spelling of OPTIONS, with Trainer's default --threads and --lr_schedule unset.
 CLI_FLAGS = ["--optimizer=adamw", "--lr=0.002", "--weight-decay=0.0001", "--virtual-workers=4", "--batch-per-vw=16",
              "--seed=3", "--eval-batch=100", "--threads=1", f"--steps={STEPS}"]
 
 
 def processes_naming(text):
-    """The pids of live processes whose command line holds `text` (a run folder)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
-            with open(f"/proc/{entry}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if text in cmdline and state != "Z":
-            found.append(int(entry))
-    return found
+    """The pids of live processes (not this one) whose command line holds `text` (a run folder)."""
+    return [p.pid for p in live_processes(cmdline=True) if text in p.cmdline and p.pid != os.getpid()]
 
 
 def children():
     """This process's live children (a zombie, not yet reaped, is no process left running)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid() and fields[0] != "Z":
-            out.append(int(entry))
-    return out
+    return [p.pid for p in live_processes() if p.ppid == os.getpid()]
 
 
 class Unscriptable(nn.Module):
@@ -79,6 +61,11 @@ class Python(RunDirTest):
         cls.reference = cls.trainer.fit((cls.x, cls.y), test=(cls.tx, cls.ty), steps=STEPS, workers=1,
                                         run_dir=os.path.join(cls.shared, "reference"), progress=False)
 
+    @classmethod
+    def tearDownClass(cls):
+        if not os.environ.get("EPS_KEEP"):
+            shutil.rmtree(cls.shared, ignore_errors=True)
+
     def test_fit_gives_the_clis_digest_on_one_and_on_two_workers_and_shards(self):
         ref = self.reference
         self.assertEqual(ref.result["steps"], STEPS)
@@ -91,19 +78,23 @@ class Python(RunDirTest):
         self.assertEqual({len(e["ranges"]) for e in two.events("step_completed")}, {2})
         # The command line, given the same module and arrays by hand.
         d = self.run_dir("cli")
+        p = subprocess.run(self.cli_job(d, os.path.join(d, "run")), env=ENV, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stdout)
+        cli = read_result(os.path.join(d, "run"))
+        self.assertEqual(cli["params_sha256"], ref.digest)
+        self.assertEqual(cli["test_accuracy"], ref.test_accuracy)
+
+    def cli_job(self, d, run_dir):
+        """`elasticps train` of the reference's job, its module and arrays written to files in d by hand."""
         torch.jit.script(net()).save(os.path.join(d, "net.pt"))
         files = {}
         for name, array in (("x", self.x), ("y", self.y), ("tx", self.tx), ("ty", self.ty)):
             files[name] = os.path.join(d, name + ".npy")
             np.save(files[name], array)
-        p = subprocess.run([ELASTICPS, "train", "--run-dir", os.path.join(d, "run"), "--workers", "1",
-                            f"--model={d}/net.pt", f"--train-data={files['x']}", f"--train-labels={files['y']}",
-                            f"--test-data={files['tx']}", f"--test-labels={files['ty']}", *CLI_FLAGS],
-                           env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-        self.assertEqual(p.returncode, 0, p.stdout)
-        cli = read_result(os.path.join(d, "run"))
-        self.assertEqual(cli["params_sha256"], ref.digest)
-        self.assertEqual(cli["test_accuracy"], ref.test_accuracy)
+        return [ELASTICPS, "train", "--run-dir", run_dir, "--workers", "1", f"--model={d}/net.pt",
+                f"--train-data={files['x']}", f"--train-labels={files['y']}", f"--test-data={files['tx']}",
+                f"--test-labels={files['ty']}", *CLI_FLAGS]
 
     def test_history_is_metrics_csv_and_the_model_gives_the_test_accuracy_in_python(self):
         ref = self.reference
@@ -167,6 +158,22 @@ class Python(RunDirTest):
             "test samples of another shape": lambda: self.trainer.fit((x, y), test=(x[:, 0], y), steps=1, run_dir=d),
             "a missing file": lambda: self.trainer.fit(os.path.join(self.tmp, "none.csv"), steps=1, run_dir=d),
             "an unknown launcher option": lambda: self.trainer.fit((x, y), steps=1, run_dir=d, supervize=True),
+            # Joining a running job (fit(coordinator=...)): the job's shape is its coordinator's.
+            "servers for a joined job": lambda: self.trainer.fit(coordinator=ADDR, token="t", servers=2, run_dir=d),
+            "data for a joined job": lambda: self.trainer.fit((x, y), coordinator=ADDR, token="t", run_dir=d),
+            "steps for a joined job": lambda: self.trainer.fit(coordinator=ADDR, token="t", steps=3, run_dir=d),
+            "a launcher option for a joined job": lambda: self.trainer.fit(coordinator=ADDR, token="t", run_dir=d,
+                                                                           supervise=True),
+            "a coordinator without its token": lambda: self.trainer.fit(coordinator=ADDR, run_dir=d),
+            "a token and a token file": lambda: self.trainer.fit(coordinator=ADDR, token="t", token_file=HELPER,
+                                                                 run_dir=d),
+            "a token without a coordinator": lambda: self.trainer.fit(token="t", run_dir=d),
+            "a missing token file": lambda: self.trainer.fit(coordinator=ADDR, token_file=os.path.join(self.tmp, "no"),
+                                                             run_dir=d),
+            "a coordinator that is no endpoint": lambda: self.trainer.fit(coordinator="127.0.0.1:4000", token="t",
+                                                                          run_dir=d),
+            "no workers for a joined job": lambda: self.trainer.fit(coordinator=ADDR, token="t", workers=0,
+                                                                    run_dir=d),
         }
         messages = {}
         for what, call in cases.items():
@@ -182,6 +189,8 @@ class Python(RunDirTest):
         self.assertIn("numpy", messages["unscriptable module"])  # TorchScript's message names the line
         self.assertIn("639 labels for 640 samples", messages["fewer labels than samples"])
         self.assertIn("class 14", messages["a class the model does not have"])
+        self.assertIn("servers=", messages["servers for a joined job"])
+        self.assertIn("not an endpoint", messages["a coordinator that is no endpoint"])
 
     def test_a_failed_job_raises_its_reason_and_leaves_no_process(self):
         d = self.run_dir("frozen")
@@ -234,12 +243,75 @@ class Python(RunDirTest):
                            "the attached worker is not ready")
                 control.release()
                 run = job.wait()
-                self.assertIsNone(lender.wait(timeout=60))
+                lent = lender.wait(timeout=60)  # a job known by its coordinator: the lent workers' end
+                self.assertEqual([w["outcome"] for w in lent.workers], ["done"])
                 self.assertEqual(lender.processes(), [])
         self.assertEqual(run.digest, self.reference.digest)
         after = [e for e in run.events("step_completed") if e["step"] >= 2]
         self.assertTrue(after and all(len(e["ranges"]) == 2 for e in after), after)
         self.assertEqual(processes_naming(d), [])
+
+    def test_fit_joins_a_running_job_by_its_coordinator_or_its_run_folder(self):
+        # The reference's job, started by the command line and held at step 2: it cannot end before the lent
+        # workers are in.
+        d = self.run_dir("joined")
+        job_dir = os.path.join(d, "job")
+        job = self.start(self.cli_job(d, job_dir), os.path.join(d, "train.out"))
+        addr = wait_for_file(os.path.join(job_dir, "coordinator.addr"), timeout=60, proc=job)
+        self.assertEqual(self.control(job_dir, "hold", "--from-step=2")["hold_from"], 2)
+        wait_for_event(job_dir, "paused", lambda e: e["cause"] == "hold", timeout=120, proc=job)
+        with open(os.path.join(job_dir, "token")) as f:
+            token = f.read()
+        # A wrong token: the lent worker is refused, and fit says why.
+        with self.assertRaises(elasticps.WorkerError) as caught:
+            elasticps.Trainer(net(), **OPTIONS).fit(coordinator=addr, token="not-the-token",
+                                                    run_dir=os.path.join(d, "refused"), progress=False)
+        self.assertIn("token", caught.exception.message)
+        self.assertEqual(processes_naming(os.path.join(d, "refused")), [])
+        # Two joiners (as two hosts would): by the endpoint and the token's text, and by the run folder.
+        lent = os.path.join(d, "lent")
+        by_endpoint = elasticps.Trainer(net(), **OPTIONS)
+        by_folder = elasticps.Trainer(net(), **OPTIONS)
+        pool = concurrent.futures.ThreadPoolExecutor(2)
+        try:
+            joined_f = pool.submit(by_endpoint.fit, coordinator=addr, token=token, run_dir=lent, progress=False)
+            run_f = pool.submit(by_folder.fit, coordinator=job_dir, progress=False)
+            poll_until(lambda: True if len(read_events(job_dir, "worker_ready")) >= 3 else None, 120,
+                       "the lent workers are not ready")
+            self.control(job_dir, "release")
+            joined, run = joined_f.result(timeout=300), run_f.result(timeout=300)
+        finally:
+            if job.poll() is None and not (joined_f.done() and run_f.done()):
+                job.terminate()  # the job's end ends the lent workers, and with them the fits
+            pool.shutdown(wait=True)
+        self.assertEqual(job.wait(timeout=60), 0)
+        # The job ends on the undisturbed digest; step 2, the first after the release, ran on the three workers (the
+        # planner may move VWs between them afterwards, as they report their speeds).
+        self.assertEqual(read_result(job_dir)["params_sha256"], self.reference.digest)
+        resumed = [e for e in read_events(job_dir, "step_completed") if e["step"] == 2]
+        self.assertEqual([len(e["ranges"]) for e in resumed], [3], resumed)
+        # By its run folder: the job's Run, with the Trainer's module.
+        self.assertIsInstance(run, elasticps.Run)
+        self.assertEqual(run.digest, self.reference.digest)
+        self.assertEqual(run.test_accuracy, self.reference.test_accuracy)
+        self.assertIsInstance(run.model(), type(net()))
+        with open(os.path.join(job_dir, "logs", "attached-py0.json")) as f:
+            self.assertEqual(json.load(f)["outcome"], "done")  # the lent worker's report, in the job's logs/
+        # By its endpoint: what the coordinator said while the job ran and the lent worker's report.
+        self.assertIsInstance(joined, elasticps.JoinedRun)
+        self.assertIsNone(joined.digest)
+        self.assertEqual(joined.status["steps"], STEPS)
+        self.assertGreaterEqual(joined.status["step"], 2)
+        self.assertEqual([(w["outcome"], w["error"]) for w in joined.workers], [("done", "")])
+        self.assertGreater(joined.workers[0]["train_plans"], 0)
+        self.assertEqual(joined.log_dir, lent)
+        self.assertTrue(os.path.exists(os.path.join(lent, "attached-py0.log")))
+        with self.assertRaises(elasticps.JobError):
+            by_endpoint.evaluate((self.tx, self.ty))  # the model is in the job's run folder, not here
+        # No process left: the job's, the lent workers', this process's children.
+        self.assertEqual(processes_naming(job_dir), [])
+        self.assertEqual(processes_naming(addr), [])
+        self.assertEqual(children(), [])
 
 
 if __name__ == "__main__":
