@@ -57,7 +57,9 @@ Status CheckZooSizes(const std::string& model, const ZooSizes& sizes) {
   return OkStatus();
 }
 
-bool IsTextModel(const std::string& model) { return model == "text_transformer"; }
+bool IsTextModel(const std::string& model) {
+  return model == "text_transformer" || model == "text_hashed";
+}
 
 Status CheckTextModelInput(const Dataset& data, const ZooSizes& sizes) {
   if (data.feature_dtype != DataType::kInt64 || data.sample_shape.size() != 1 ||
@@ -81,7 +83,7 @@ Status CheckTextModelInput(const Dataset& data, const ZooSizes& sizes) {
     if (ids[i] < 0 || ids[i] >= static_cast<int64_t>(sizes.vocab_size)) {
       return InvalidArgument("token id " + std::to_string(ids[i]) + " of sample " +
                              std::to_string(i / data.SampleElems()) + " is outside [0, " +
-                             "--vocab_size=" + std::to_string(sizes.vocab_size) + ")");
+                             "--vocab_size (or --hash_buckets)=" + std::to_string(sizes.vocab_size) + ")");
     }
   }
   return OkStatus();

@@ -18,7 +18,8 @@ constexpr int64_t kNumClasses = 10;
 
 // True for "mlp", "cnn", "cnn_bn", "resnet" and "text_transformer".
 bool IsBuiltinModel(const std::string& model);
-// True for the built-in models that take token ids ("text_transformer").
+// True for the built-in models that take token ids ("text_transformer",
+// "text_hashed").
 bool IsTextModel(const std::string& model);
 
 // The sizes of the zoo's sized models, from the job spec's fields of the same
@@ -29,7 +30,7 @@ struct ZooSizes {
   uint32_t heads = 4;     // model_heads
   uint32_t depth = 20;    // model_depth
   uint32_t seq_len = 128;
-  uint32_t vocab_size = 8000;
+  uint32_t vocab_size = 8000;  // the token table's rows: --vocab_size, or --hash_buckets when set
   uint32_t num_classes = 10;  // text models: the vocabulary's label count (data/text.h)
 };
 

@@ -149,7 +149,7 @@ ZooSizes ZooSizesOf(const JobSpec& spec) {
   z.heads = spec.model_heads;
   z.depth = spec.model_depth;
   z.seq_len = spec.seq_len;
-  z.vocab_size = spec.vocab_size;
+  z.vocab_size = spec.hash_buckets > 0 ? spec.hash_buckets : spec.vocab_size;  // the table's rows
   return z;
 }
 
@@ -160,6 +160,19 @@ StatusOr<std::string> BuildJobVocabulary(const JobSpec& spec, const std::string&
   StatusOr<TextTable> table = ReadTextTable(files.train.features, format, files.train.text_column,
                                             files.train.label_column, files.train.limit);
   if (!table.ok()) return table.status().WithContext("train data (" + format + ")");
+  if (spec.model == "text_hashed" && spec.hash_buckets == 0) {
+    return InvalidArgument("text_hashed hashes words into --hash_buckets rows: give it (e.g. 1048576)");
+  }
+  if (spec.hash_buckets > 0) {
+    if (!words_from.empty()) {
+      return InvalidArgument("--vocab_from takes a vocabulary's words; with --hash_buckets there are "
+                             "none (the hashing is fixed: a fine-tuned model finds its rows)");
+    }
+    EPS_ASSIGN_OR_RETURN(Vocabulary vocab,
+                         Vocabulary::BuildHashed(*table, spec.hash_buckets,
+                                                 spec.model == "text_hashed" ? 2 : 1, spec.seq_len));
+    return vocab.Serialize();
+  }
   std::optional<Vocabulary> words;
   if (!words_from.empty()) {
     StatusOr<Vocabulary> parsed = Vocabulary::Parse(words_from);

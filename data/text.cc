@@ -2,6 +2,7 @@
 #include "data/text.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -173,6 +174,24 @@ StatusOr<Vocabulary> Vocabulary::Build(const TextTable& train, uint32_t vocab_si
   return v;
 }
 
+StatusOr<Vocabulary> Vocabulary::BuildHashed(const TextTable& train, uint32_t buckets,
+                                             uint32_t ngrams, uint32_t seq_len) {
+  if (buckets <= kNumSpecials) {
+    return InvalidArgument("--hash_buckets " + std::to_string(buckets) + ": must exceed the " +
+                           std::to_string(kNumSpecials) + " special tokens");
+  }
+  if (ngrams != 1 && ngrams != 2) return InvalidArgument("hashed text takes 1- or 2-grams");
+  if (seq_len < 2) return InvalidArgument("--seq_len must be at least 2 (<cls> and one word)");
+  if (train.texts.empty()) return InvalidArgument("the training text has no rows");
+  Vocabulary v;
+  v.seq_len_ = seq_len;
+  v.hash_buckets_ = buckets;
+  v.ngrams_ = ngrams;
+  v.words_ = {"<pad>", "<unk>", "<cls>"};
+  v.SetLabels(train);
+  return v;
+}
+
 void Vocabulary::SetLabels(const TextTable& train) {
   std::set<std::string> distinct(train.labels.begin(), train.labels.end());
   labels_.assign(distinct.begin(), distinct.end());
@@ -193,12 +212,16 @@ void Vocabulary::Index() {
 }
 
 std::string Vocabulary::Serialize() const {
-  return nlohmann::json{{"tokenizer", "eps-words"},
-                        {"version", kTokenizerVersion},
-                        {"seq_len", seq_len_},
-                        {"words", words_},
-                        {"labels", labels_}}
-      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // all UTF-8 already
+  nlohmann::json j{{"tokenizer", "eps-words"},
+                   {"version", kTokenizerVersion},
+                   {"seq_len", seq_len_},
+                   {"words", words_},
+                   {"labels", labels_}};
+  if (hash_buckets_ > 0) {
+    j["hash_buckets"] = hash_buckets_;
+    j["ngrams"] = ngrams_;
+  }
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // all UTF-8 already
 }
 
 StatusOr<Vocabulary> Vocabulary::Parse(std::string_view bytes) {
@@ -220,6 +243,16 @@ StatusOr<Vocabulary> Vocabulary::Parse(std::string_view bytes) {
   if (seq == nullptr || !seq->is_number_unsigned() || *seq < 2 || *seq > (1u << 20))
     return InvalidArgument("vocabulary: 'seq_len' must be an integer in [2, 2^20]");
   v.seq_len_ = seq->get<uint32_t>();
+  if (const nlohmann::json* buckets = field("hash_buckets")) {
+    const nlohmann::json* ngrams = field("ngrams");
+    if (!buckets->is_number_unsigned() || *buckets <= kNumSpecials || *buckets > UINT32_MAX ||
+        ngrams == nullptr || !ngrams->is_number_unsigned() || (*ngrams != 1 && *ngrams != 2)) {
+      return InvalidArgument(
+          "vocabulary: 'hash_buckets' must be an integer in (3, 2^32) with 'ngrams' 1 or 2");
+    }
+    v.hash_buckets_ = buckets->get<uint32_t>();
+    v.ngrams_ = ngrams->get<uint32_t>();
+  }
   for (const char* name : {"words", "labels"}) {
     const nlohmann::json* list = field(name);
     if (list == nullptr || !list->is_array())
@@ -243,7 +276,20 @@ StatusOr<Vocabulary> Vocabulary::Parse(std::string_view bytes) {
   return v;
 }
 
+// FNV-1a, 64 bits: a fixed function of the bytes, the same on every machine.
+static uint64_t Fnv1a64(std::string_view bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
 int64_t Vocabulary::IdOf(const std::string& word) const {
+  if (hash_buckets_ > 0) {
+    return kNumSpecials + static_cast<int64_t>(Fnv1a64(word) % (hash_buckets_ - kNumSpecials));
+  }
   auto it = word_ids_.find(word);
   return it == word_ids_.end() ? kUnkId : it->second;
 }
@@ -258,7 +304,14 @@ bool Vocabulary::Encode(std::string_view text, int64_t* out) const {
   const std::vector<std::string> words = TokenizeText(text, seq_len_ - 1, &more);
   out[0] = kClsId;
   size_t i = 1;
-  for (const std::string& w : words) out[i++] = IdOf(w);
+  for (size_t w = 0; w < words.size(); ++w) {
+    if (ngrams_ == 2 && w > 0) {
+      if (i == seq_len_) return true;  // the bigram and the words after it are left out
+      out[i++] = IdOf(words[w - 1] + " " + words[w]);
+    }
+    if (i == seq_len_) return true;
+    out[i++] = IdOf(words[w]);
+  }
   for (; i < seq_len_; ++i) out[i] = kPadId;
   return more;
 }

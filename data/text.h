@@ -85,17 +85,29 @@ class Vocabulary {
   [[nodiscard]] static StatusOr<Vocabulary> Build(const TextTable& train, uint32_t vocab_size,
                                                   uint32_t seq_len,
                                                   const Vocabulary* words = nullptr);
+  // Hashed features instead of words (--hash_buckets, docs/text.md): no words
+  // are kept; a sample is <cls>, then each word's id and, with ngrams = 2,
+  // after each word but the first the id of the bigram it ends, <pad> to the
+  // end. An id is kNumSpecials + FNV-1a-64(token's bytes) % (buckets -
+  // kNumSpecials), a bigram's token its two words joined by a space (no word
+  // holds one). The labels are `train`'s, as Build's. InvalidArgument:
+  // buckets <= kNumSpecials, ngrams not 1 or 2, seq_len < 2, no rows.
+  [[nodiscard]] static StatusOr<Vocabulary> BuildHashed(const TextTable& train, uint32_t buckets,
+                                                        uint32_t ngrams, uint32_t seq_len);
   // The form Serialize writes; InvalidArgument naming what is wrong (not
   // JSON, another tokenizer version, missing or duplicate words or labels).
   [[nodiscard]] static StatusOr<Vocabulary> Parse(std::string_view json);
   // JSON: {"tokenizer": "eps-words", "version": 1, "seq_len": N,
-  // "words": [id order, specials first], "labels": [class order]}.
+  // "words": [id order, specials first], "labels": [class order]}, and when
+  // hashed "hash_buckets": B, "ngrams": 1 or 2 (words: the specials only).
   std::string Serialize() const;
 
   const std::vector<std::string>& words() const { return words_; }
   const std::vector<std::string>& labels() const { return labels_; }
   uint32_t seq_len() const { return seq_len_; }
-  int64_t IdOf(const std::string& word) const;         // kUnkId when absent
+  uint32_t hash_buckets() const { return hash_buckets_; }  // 0: words by the vocabulary
+  uint32_t ngrams() const { return ngrams_; }
+  int64_t IdOf(const std::string& word) const;         // kUnkId when absent (hashed: its bucket)
   int64_t ClassOf(const std::string& label) const;     // -1 when not in the set
   // The seq_len ids of `text`: kClsId, its words' ids, kPadId to the end.
   // True when words were left out (the text was truncated).
@@ -108,6 +120,8 @@ class Vocabulary {
   std::vector<std::string> words_;
   std::vector<std::string> labels_;
   uint32_t seq_len_ = 0;
+  uint32_t hash_buckets_ = 0;
+  uint32_t ngrams_ = 1;
   std::unordered_map<std::string, int64_t> word_ids_;
   std::unordered_map<std::string, int64_t> label_ids_;
 };

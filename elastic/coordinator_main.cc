@@ -67,6 +67,10 @@ DEFINE_string(vocab_from, "",
               "of building them from the training split, for --init_from of that job's model");
 DEFINE_uint32(seq_len, 128, "Text models: tokens per sample (longer texts are truncated)");
 DEFINE_uint32(vocab_size, 8000, "Text models: vocabulary size, special tokens included");
+DEFINE_uint32(hash_buckets, 0,
+              "Text models: hash words (and text_hashed's word bigrams) into this many embedding "
+              "rows instead of a vocabulary, the 3 special tokens included (0: the vocabulary; "
+              "text_hashed needs it)");
 DEFINE_uint32(model_dim, 64, "Zoo models: width (text_transformer: embedding size)");
 DEFINE_uint32(model_layers, 2, "Zoo models: encoder layers (text_transformer)");
 DEFINE_uint32(model_heads, 4, "Zoo models: attention heads (text_transformer)");

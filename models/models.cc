@@ -62,7 +62,7 @@ StatusOr<torch::nn::Sequential> MakeModel(const std::string& name, const ZooSize
   } catch (const std::exception& e) {
     return Internal("MakeModel(" + name + "): " + e.what());
   }
-  return InvalidArgument("unknown model '" + name + "' (expected mlp, cnn, cnn_bn, resnet or text_transformer)");
+  return InvalidArgument("unknown model '" + name + "' (expected mlp, cnn, cnn_bn, resnet, text_transformer or text_hashed)");
 }
 
 StatusOr<torch::Device> ParseDevice(const std::string& name) {

@@ -19,6 +19,18 @@ class BuiltinNet final : public Net {
       : model_(std::move(model)), name_(std::move(name)), sizes_(sizes) {}
   NamedTensors NamedParameters() override { return Collect(model_->named_parameters()); }
   NamedTensors NamedBuffers() override { return Collect(model_->named_buffers()); }
+  std::vector<std::pair<std::string, bool>> EmbeddingWeights() override {
+    std::vector<std::pair<std::string, bool>> out;
+    for (const auto& item : model_->named_modules("", /*include_self=*/false)) {
+      const std::string weight = item.key() + ".weight";
+      if (const auto* e = item.value()->as<torch::nn::Embedding>()) {
+        out.emplace_back(weight, e->options.sparse());
+      } else if (const auto* bag = item.value()->as<torch::nn::EmbeddingBag>()) {
+        out.emplace_back(weight, bag->options.sparse());
+      }
+    }
+    return out;
+  }
   Status CheckData(const Dataset& data) const override {
     return CheckModelInputFor(name_, sizes_, data);
   }

@@ -43,9 +43,37 @@ class TextTransformerImpl : public nn::Module {
 };
 TORCH_MODULE(TextTransformer);
 
+class TextHashedImpl : public nn::Module {
+ public:
+  explicit TextHashedImpl(const ZooSizes& s) {
+    bag_ = register_module(
+        "bag", nn::EmbeddingBag(nn::EmbeddingBagOptions(s.vocab_size, s.dim)
+                                    .mode(torch::kMean)
+                                    .sparse(true)
+                                    .padding_idx(kPadId)));
+    head_ = register_module("head", nn::Linear(s.dim, s.num_classes));
+  }
+
+  // <cls> is never padding, so every bag holds at least one row.
+  torch::Tensor forward(torch::Tensor ids) { return head_(bag_(ids)); }
+
+ private:
+  nn::EmbeddingBag bag_{nullptr};
+  nn::Linear head_{nullptr};
+};
+TORCH_MODULE(TextHashed);
+
 }  // namespace
 
 StatusOr<torch::nn::Sequential> MakeTextModel(const std::string& name, const ZooSizes& sizes) {
+  if (name == "text_hashed") {
+    if (sizes.dim == 0 || sizes.vocab_size <= kNumSpecials || sizes.num_classes < 1) {
+      return InvalidArgument("text_hashed: --model_dim " + std::to_string(sizes.dim) + ", " +
+                             std::to_string(sizes.vocab_size) + " rows and " +
+                             std::to_string(sizes.num_classes) + " classes: too small");
+    }
+    return nn::Sequential({{"text", TextHashed(sizes)}});
+  }
   if (name != "text_transformer") return InvalidArgument("unknown text model '" + name + "'");
   if (sizes.dim == 0 || sizes.heads == 0 || sizes.dim % sizes.heads != 0) {
     return InvalidArgument("--model_dim " + std::to_string(sizes.dim) +

@@ -17,6 +17,10 @@ namespace eps {
 // Linear(dim, num_classes). Takes int64 token ids [b, seq_len]; one module
 // "text" inside the Sequential, so tensors read "text.tok.weight",
 // "text.layers.0.self_attn.in_proj_weight", "text.head.weight".
+// text_hashed (fastText-style): EmbeddingBag(rows, dim, mean, sparse=True,
+// padding <pad>) over a sample's hashed words and word bigrams
+// (--hash_buckets: data/text.h), then Linear(dim, num_classes): "text.bag.weight"
+// is a sparse table (docs/design.md, "Sparse tables"), "text.head.weight".
 // InvalidArgument for sizes it cannot have (dim not a multiple of heads, a zero).
 [[nodiscard]] StatusOr<torch::nn::Sequential> MakeTextModel(const std::string& name,
                                                             const ZooSizes& sizes);

@@ -117,6 +117,7 @@ struct JobSpec {
   cpuKernels @35 :Text = "x86-64-v3";  # the CPU kernel set of every CPU worker (common/cpu_kernels.h)
   sparseOptimizer @36 :Text = "lazy";  # sparse=True tables: lazy (row-wise) or exact (dense tensors)
   shardMemoryMb @37 :UInt64;           # each shard's memory for its sparse tables' rows (0: 256 MiB)
+  hashBuckets @38 :UInt32;             # text models: words hashed into this many table rows (0: a vocabulary)
 }
 
 struct RegisterWorker {

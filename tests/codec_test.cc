@@ -539,7 +539,7 @@ TEST(JobSpecFields, SameComputationComparesExactlyTheFieldsThatFixWhatAWorkerCom
       "train_labels", "test_data",     "test_labels",      "data_format",     "label_column",
       "init_sha256",  "reinit",        "freeze",           "init_allow_mismatch", "text_column",
       "seq_len",      "vocab_size",    "model_dim",        "model_layers",    "model_heads",
-      "model_depth",  "cpu_kernels",   "sparse_optimizer"};
+      "model_depth",  "cpu_kernels",   "sparse_optimizer", "hash_buckets"};
   EXPECT_TRUE(SameComputation(JobSpec(), JobSpec()));
   for (const auto& [name, spec] : OneFieldChanged()) {
     SCOPED_TRACE(name);

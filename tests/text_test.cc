@@ -127,6 +127,47 @@ TEST(Vocabulary, RoundTripsThroughItsSerializedFormAndRefusesBrokenOnes) {
   EXPECT_FALSE(Vocabulary::Build(Table({}, {}), 100, 8).ok());
 }
 
+// FNV-1a 64 of `s` into the hashed ids' range, written again from its definition (docs/text.md).
+int64_t Bucket(const std::string& s, uint64_t buckets) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return kNumSpecials + static_cast<int64_t>(h % (buckets - kNumSpecials));
+}
+
+TEST(Vocabulary, HashedWordsAndBigramsTakeFixedBucketsWithoutAVocabulary) {
+  const TextTable train = Table({"b a", "c"}, {"spam", "ham"});
+  auto uni = Vocabulary::BuildHashed(train, 1000, 1, 5);
+  ASSERT_TRUE(uni.ok()) << uni.status().ToString();
+  EXPECT_EQ(uni->words().size(), 3u);  // the specials alone
+  EXPECT_EQ(uni->labels(), (Words{"ham", "spam"}));
+  int64_t ids[5];
+  EXPECT_FALSE(uni->Encode("Never SEEN", ids));  // any word has its bucket: no <unk>
+  EXPECT_EQ(std::vector<int64_t>(ids, ids + 5),
+            (std::vector<int64_t>{kClsId, Bucket("never", 1000), Bucket("seen", 1000), 0, 0}));
+  auto bi = Vocabulary::BuildHashed(train, 1000, 2, 5);
+  ASSERT_TRUE(bi.ok());
+  EXPECT_TRUE(bi->Encode("x y z", ids));  // x, "x y", y, "y z": z is left out
+  EXPECT_EQ(std::vector<int64_t>(ids, ids + 5),
+            (std::vector<int64_t>{kClsId, Bucket("x", 1000), Bucket("x y", 1000), Bucket("y", 1000),
+                                  Bucket("y z", 1000)}));
+  EXPECT_FALSE(bi->Encode("x", ids));
+  EXPECT_EQ(std::vector<int64_t>(ids, ids + 5), (std::vector<int64_t>{kClsId, Bucket("x", 1000), 0, 0, 0}));
+  // The serialized form carries the hashing: a reader encodes the same ids.
+  auto back = Vocabulary::Parse(bi->Serialize());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->hash_buckets(), 1000u);
+  EXPECT_EQ(back->ngrams(), 2u);
+  EXPECT_EQ(back->Serialize(), bi->Serialize());
+  // Too few buckets, or n-grams other than 1 and 2, are refused; so is a broken hashed form.
+  EXPECT_EQ(Vocabulary::BuildHashed(train, 3, 1, 5).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Vocabulary::BuildHashed(train, 100, 3, 5).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Vocabulary::Parse(R"({"tokenizer":"eps-words","version":1,"seq_len":8,"hash_buckets":2,"ngrams":1,)"
+                              R"("words":["<pad>","<unk>","<cls>"],"labels":["a"]})")
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(TextReader, ReadsTsvWithEscapesAndJsonlWithIntegerLabels) {
   TempDir dir;
   const std::string tsv = dir.File("t.tsv");

@@ -82,8 +82,8 @@ class Trainer:
     """A model and the options of its job; fit() trains it with ElasticPS on this host and returns a Run.
 
     `model`: a torch.nn.Module (scripted here: ScriptError when it cannot be) or a built-in model's name ("mlp",
-    "cnn", "cnn_bn", "resnet", "text_transformer"). The keyword arguments are the job's flags (`coordinator --help`,
-    docs/models.md): `schedule` is --lr_schedule, `steps` and `epochs` the job's length (fit may override them),
+    "cnn", "cnn_bn", "resnet", "text_transformer", "text_hashed"). The keyword arguments are the job's flags
+    (`coordinator --help`, docs/models.md): `schedule` is --lr_schedule, `steps` and `epochs` the job's length (fit may override them),
     any other job flag by its name (`momentum=0.9`, `eval_every=100`, `init_from=...`, `freeze="^conv"`). A name
     the coordinator does not define, or a value of the wrong type, raises ArgumentError here, before any process
     starts. `loss`: a torch.nn.Module loss (e.g. nn.CrossEntropyLoss(label_smoothing=0.1)) that the job uses

@@ -9,8 +9,8 @@ import signal
 import subprocess
 import unittest
 
-from harness import (BIN, ENV, LOCAL, ROOT, RunDirTest, logs, poll_until, read_events, read_result, requires,
-                     wait_for_event, wait_for_file)
+from harness import (BIN, ENV, LOCAL, ROOT, RunDirTest, logs, poll_until, read_events, read_report, read_result,
+                     requires, wait_for_event, wait_for_file)
 SPAM = "/usr/share/datasets/spam-assassin"
 JOB_FILE = os.path.join(ROOT, "examples", "spam_transformer.flags")
 # A few hundred mails, short sequences, small dims: seconds per run.
@@ -149,3 +149,51 @@ class TextTransformer(RunDirTest):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+HASHED_FILE = os.path.join(ROOT, "examples", "spam_hashed.flags")
+HASHED = ["--train_limit=600", "--test_limit=200", "--seq_len=96", "--hash_buckets=65536", "--model_dim=16",
+          "--virtual_workers=8", "--batch_per_vw=8", "--steps=25", "--eval_batch=100"]
+
+
+@requires(os.path.exists(f"{SPAM}/test.jsonl"), "no SpamAssassin corpus (scripts/setup.sh)")
+class TextHashed(RunDirTest):
+    """text_hashed (fastText-style): hashed words and bigrams into one sparse=True EmbeddingBag, a sparse table."""
+
+    def run_hashed(self, name, servers, workers, extra=(), **kw):
+        return self.run_local(name, HASHED_FILE, servers=servers, workers=workers, extra=[*HASHED, *extra], **kw)
+
+    def test_a_placements_agree_only_touched_rows_travel_and_evaluate_gives_the_jobs_accuracy(self):
+        _, _, one = self.run_hashed("w1", 1, 1)
+        _, _, many = self.run_hashed("s2w3", 2, 3)
+        self.assertEqual(one["model"], "text_hashed")
+        self.assertEqual(many["params_sha256"], one["params_sha256"])
+        self.assertEqual(many["test_accuracy"], one["test_accuracy"])
+        vocab = read_vocab(self.run_dir("w1"))
+        self.assertEqual((vocab["hash_buckets"], vocab["ngrams"]), (65536, 2))
+        self.assertEqual(vocab["words"], ["<pad>", "<unk>", "<cls>"])
+        # The table (65,536 x 16 floats) is a sparse table: a step moves the rows its batch touched, a few
+        # hundred, not the table.
+        table_bytes = 65536 * 16 * 4
+        self.assertLess((one["push_bytes"] + one["pull_bytes"]) / one["steps"], 0.5 * table_bytes)
+        d = self.run_dir("w1")
+        p = subprocess.run([os.path.join(BIN, "elasticps"), "evaluate", "--model", f"{d}/model.safetensors",
+                            "--vocab", f"{d}/vocab.json", "--data", f"{SPAM}/test.jsonl", "--limit", "200", "--json"],
+                           env=ENV, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout)
+        self.assertEqual(json.loads(p.stdout.strip().splitlines()[-1])["accuracy"], one["test_accuracy"])
+
+    def test_b_text_hashed_without_buckets_or_from_a_file_fails_at_start(self):
+        code, _, result = self.run_hashed("nobuckets", 1, 1, extra=["--hash_buckets=0"], expect_ok=False,
+                                          timeout=120)
+        self.assertNotEqual(code, 0)
+        self.assertIsNone(result)
+        # A sparse table starts from its initializer: --init_from holding it is refused, not silently dropped.
+        self.run_hashed("pre", 1, 1, extra=["--steps=2"])
+        pre = self.run_dir("pre")
+        code, _, result = self.run_hashed("init", 1, 1, extra=[f"--init_from={pre}/model.safetensors"],
+                                          expect_ok=False, timeout=120)
+        self.assertNotEqual(code, 0)
+        self.assertIsNone(result)
+        report = read_report(os.path.join(self.run_dir("init"), "logs", "worker0.json"))
+        self.assertTrue(report["error"].startswith("UNIMPLEMENTED"), report)
