@@ -123,8 +123,9 @@ struct DataFiles {
   std::string role;      // "train" or "test": names the files in messages and fingerprints
   std::string features;  // the features file (CSV: the whole table)
   std::string labels;    // the labels file (empty for CSV)
-  // "idx", "npy", "csv", "tsv", "jsonl", or "" for the features file's
-  // extension: .npy, .csv, .tsv, .jsonl, .gz or a name ending in "-ubyte" (IDX).
+  // "idx", "npy", "csv", "tsv", "jsonl", "criteo" (data/criteo.h), or "" for
+  // the features file's extension: .npy, .csv, .tsv, .jsonl, .gz or a name
+  // ending in "-ubyte" (IDX).
   std::string format;
   std::string label_column = "label";  // CSV, TSV, JSONL
   std::string text_column = "text";    // TSV, JSONL
@@ -132,9 +133,10 @@ struct DataFiles {
   // data set cannot be opened without one.
   std::shared_ptr<const Vocabulary> vocab;
   int64_t limit = 0;                   // keep the first `limit` samples if > 0
+  uint64_t hash_buckets = 0;           // criteo: the categories' table rows (--hash_buckets)
 };
 
-// The format `files` are read as ("idx", "npy", "csv", "tsv" or "jsonl"); InvalidArgument for
+// The format `files` are read as ("idx", "npy", "csv", "tsv", "jsonl" or "criteo"); InvalidArgument for
 // an unknown --data_format or an extension that does not say.
 [[nodiscard]] StatusOr<std::string> DataFormatOf(const DataFiles& files);
 

@@ -1,4 +1,5 @@
 // Picking a format, opening a data set by its files, and a job's data.
+#include "data/criteo.h"
 #include "data/fingerprint.h"
 #include "data/job_data.h"
 #include "data/text.h"
@@ -26,9 +27,9 @@ StatusOr<std::string> FingerprintFiles(const DataFiles& files) {
 
 StatusOr<std::string> DataFormatOf(const DataFiles& files) {
   const std::string& f = files.format;
-  if (f == "idx" || f == "npy" || f == "csv" || IsTextFormat(f)) return f;
+  if (f == "idx" || f == "npy" || f == "csv" || f == "criteo" || IsTextFormat(f)) return f;
   if (!f.empty()) {
-    return InvalidArgument("--data_format '" + f + "': expected idx, npy, csv, tsv or jsonl (or empty: " +
+    return InvalidArgument("--data_format '" + f + "': expected idx, npy, csv, tsv, jsonl or criteo (or empty: " +
                            "from the files' extensions)");
   }
   const std::string& p = files.features;
@@ -65,6 +66,13 @@ StatusOr<Dataset> OpenDataset(const DataFiles& files) {
     } else {
       ds = text.status();
     }
+  } else if (format == "criteo") {
+    if (!files.labels.empty()) {
+      return InvalidArgument("--" + files.role + "_labels " + files.labels +
+                             ": a Criteo file holds its labels in its first column: leave --" +
+                             files.role + "_labels empty");
+    }
+    ds = ReadCriteoDataset(files.features, files.hash_buckets, files.limit);
   } else if (format == "csv") {
     if (!files.labels.empty()) {
       return InvalidArgument("--" + files.role + "_labels " + files.labels +
@@ -92,6 +100,7 @@ JobDataFiles DataFilesOf(const JobSpec& spec) {
   out.train.limit = spec.train_limit;
   out.train.label_column = spec.label_column;
   out.train.text_column = spec.text_column;
+  out.train.hash_buckets = spec.hash_buckets;
   if (spec.train_data.empty()) {
     out.train.format = "idx";
     out.train.features = dir + "train-images-idx3-ubyte.gz";

@@ -125,7 +125,7 @@ enum class SpecFieldRole { kComputation, kJob };
   X(std::string,   text_column,         "text",           TextColumn,        text_column,         kComputation) \
   X(uint32_t,      seq_len,             128,              SeqLen,            seq_len,             kComputation) \
   X(uint32_t,      vocab_size,          8000,             VocabSize,         vocab_size,          kComputation) \
-  /* text models: words (and text_hashed's bigrams) hashed into this many table rows, no vocabulary (0: off) */ \
+  /* text models: words (and text_hashed's bigrams) hashed into so many rows; criteo: its categories' rows */ \
   X(uint32_t,      hash_buckets,        0,                HashBuckets,       hash_buckets,        kComputation) \
   X(uint32_t,      model_dim,           64,               ModelDim,          model_dim,           kComputation) \
   X(uint32_t,      model_layers,        2,                ModelLayers,       model_layers,        kComputation) \

@@ -8,7 +8,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import (ENV, LOCAL, MLP, RunDirTest, logs, read_events, read_result, skip_or_fail, wait_for_event,
+from harness import (ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_result, skip_or_fail, wait_for_event,
                      wait_for_file)
 
 TORCH_PY = os.environ.get("EPS_TORCH_PYTHON", "/usr/bin/python3")  # Debian's python3-torch
@@ -130,3 +130,40 @@ class SparseTables(RunDirTest):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+CRITEO = os.path.join(ROOT, "examples", "criteo")
+CRITEO_ROWS = 1 << 16
+
+
+class Criteo(RunDirTest):
+    """examples/criteo: the DLRM-style model on synthetic Criteo-format logs (--data_format=criteo): the categories
+    hashed into its sparse=True table, the same bits on 1 x 1 and on 2 shards x 3 workers with rows spilled."""
+
+    def setUp(self):
+        super().setUp()
+        d = self.tmp
+        steps = [[TORCH_PY, os.path.join(CRITEO, "dlrm.py"), f"{d}/dlrm.pt", "--rows", str(CRITEO_ROWS)],
+                 [TORCH_PY, os.path.join(CRITEO, "synth.py"), "--rows", "3000", "--out", f"{d}/train.txt"],
+                 [TORCH_PY, os.path.join(CRITEO, "synth.py"), "--rows", "500", "--seed", "2", "--out", f"{d}/test.txt"]]
+        for cmd in steps:
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+            if p.returncode != 0:
+                skip_or_fail(self, f"{cmd[1]} failed: {p.stdout[-2000:]}")
+        self.job = [f"--model={d}/dlrm.pt", f"--train_data={d}/train.txt", f"--test_data={d}/test.txt",
+                    f"--hash_buckets={CRITEO_ROWS}", "--steps=30", "--batch_per_vw=16", "--eval_batch=250"]
+
+    def test_a_placements_agree_and_only_touched_rows_travel(self):
+        flags = os.path.join(CRITEO, "dlrm.flags")
+        _, _, one = self.run_local("1x1", flags, extra=self.job)
+        _, _, many = self.run_local("2x3", flags, servers=2, workers=3, extra=[*self.job, *SPILL])
+        self.assertEqual(many["params_sha256"], one["params_sha256"], logs(self.run_dir("2x3")))
+        self.assertEqual(many["test_loss"], one["test_loss"])
+        table = CRITEO_ROWS * 16 * 4
+        self.assertLess((one["push_bytes"] + one["pull_bytes"]) / one["steps"], 0.5 * table, one)
+        # Categories hashed into more rows than the model's table: the job fails at start (the dry run), it does
+        # not train on rows that are not there.
+        code, _, result = self.run_local("wide", flags, extra=[*self.job, f"--hash_buckets={4 * CRITEO_ROWS}"],
+                                         expect_ok=False, timeout=120)
+        self.assertNotEqual(code, 0)
+        self.assertIsNone(result)

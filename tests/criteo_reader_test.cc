@@ -1,0 +1,90 @@
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "data/criteo.h"
+#include "tests/data_files.h"
+
+namespace eps {
+namespace {
+
+using testing_data::TempDir;
+using testing_data::WriteBytes;
+
+// A Criteo line: label, 13 integer cells, 26 category cells.
+std::string Line(const std::string& label, std::vector<std::string> ints, std::vector<std::string> cats) {
+  ints.resize(kCriteoIntegers);
+  cats.resize(kCriteoCategories);
+  std::string out = label;
+  for (const std::string& c : ints) out += "\t" + c;
+  for (const std::string& c : cats) out += "\t" + c;
+  return out + "\n";
+}
+
+TEST(CriteoReader, ReadsIntegersAsTheyAreAndHashesCategoriesWithTheirColumn) {
+  TempDir dir;
+  const std::string path = dir.File("day.txt");
+  WriteBytes(path, Line("1", {"3", "", "-2"}, {"68fd1e64", "", "68fd1e64"}) + "\r\n" +
+                       Line("0", {}, {}) + Line("0", {"7"}, {"ABC"}));
+  auto ds = ReadCriteoDataset(path, 1000, 0);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  ASSERT_EQ(ds->size, 3);
+  EXPECT_EQ(ds->sample_shape, std::vector<int64_t>{39});
+  EXPECT_EQ(ds->feature_dtype, DataType::kInt64);
+  EXPECT_EQ(ds->num_classes, 2);
+  const auto* x = static_cast<const int64_t*>(ds->features);
+  EXPECT_EQ(ds->ClassOf(0), 1);
+  EXPECT_EQ(ds->ClassOf(1), 0);
+  EXPECT_EQ(x[0], 3);
+  EXPECT_EQ(x[1], 0);  // missing
+  EXPECT_EQ(x[2], -2);
+  const int64_t a = x[13], missing = x[14], a_in_column_3 = x[15];
+  EXPECT_EQ(a, CriteoCategoryRow(0, 0x68fd1e64, 1000));
+  EXPECT_EQ(missing, 0);
+  EXPECT_NE(a, a_in_column_3);  // the same value in another column: another row
+  for (int i = 0; i < 3 * kCriteoFeatures; ++i) {
+    if (i % kCriteoFeatures >= kCriteoIntegers) {
+      EXPECT_GE(x[i], 0);
+      EXPECT_LT(x[i], 1000);
+    }
+  }
+  EXPECT_EQ(x[2 * kCriteoFeatures + 13], CriteoCategoryRow(0, 0xabc, 1000));  // hex in either case
+  // --limit keeps the first samples.
+  EXPECT_EQ(ReadCriteoDataset(path, 1000, 2)->size, 2);
+}
+
+TEST(CriteoReader, BadLinesAreInvalidArgumentNamingFileLineAndColumn) {
+  TempDir dir;
+  const std::string good = Line("0", {"1"}, {"a1"});
+  struct Case {
+    std::string line;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"0\t1\t2\n", "line 2 has 3 tab-separated fields"},
+      {Line("2", {}, {}), "line 2, column 1"},
+      {Line("0", {"1.5"}, {}), "line 2, column 2"},
+      {Line("0", {"", "x"}, {}), "line 2, column 3"},
+      {Line("0", {}, {"", "zz"}), "line 2, column 16"},
+      {Line("0", {}, {"0123456789abcdef0"}), "line 2, column 15"},
+  };
+  for (const Case& c : cases) {
+    const std::string path = dir.File("bad" + std::to_string(&c - cases.data()));
+    WriteBytes(path, good + c.line);
+    auto ds = ReadCriteoDataset(path, 1000, 0);
+    ASSERT_EQ(ds.status().code(), StatusCode::kInvalidArgument) << c.line;
+    EXPECT_NE(ds.status().message().find(path + ": " + c.says), std::string::npos)
+        << ds.status().message();
+  }
+  const std::string path = dir.File("good");
+  WriteBytes(path, good);
+  EXPECT_EQ(ReadCriteoDataset(path, 1, 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadCriteoDataset(dir.File("none"), 1000, 0).status().code(), StatusCode::kNotFound);
+  const std::string empty = dir.File("empty");
+  WriteBytes(empty, "\n\n");
+  EXPECT_EQ(ReadCriteoDataset(empty, 1000, 0).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace eps
