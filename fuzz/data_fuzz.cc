@@ -1,7 +1,8 @@
 // The data readers (data/dataset.h) on any bytes: the input's first byte picks
 // the reader (even: NPY, the rest of the input as both the features and the
 // labels file; odd: CSV, or TSV / JSONL text when its bits 1-2 are 01 / 10,
-// tokenized with a vocabulary built from it), the rest is the file. Any outcome but a crash, a
+// tokenized with a vocabulary built from it (hashed when bit 3 is set), or
+// Criteo click logs when they are 11), the rest is the file. Any outcome but a crash, a
 // leak or undefined behaviour is fine; a data set that opens is read whole.
 #include <sys/mman.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "data/criteo.h"
 #include "data/dataset.h"
 #include "data/text.h"
 
@@ -27,7 +29,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string format = text == 1 ? "tsv" : "jsonl";
     eps::StatusOr<eps::TextTable> table = eps::ReadTextTable(path, format, "text", "label", 0);
     if (table.ok()) {
-      eps::StatusOr<eps::Vocabulary> vocab = eps::Vocabulary::Build(*table, 64, 16);
+      eps::StatusOr<eps::Vocabulary> vocab = (data[0] & 8) != 0
+                                                 ? eps::Vocabulary::BuildHashed(*table, 64, 2, 16)
+                                                 : eps::Vocabulary::Build(*table, 64, 16);
       if (vocab.ok()) {
         auto back = eps::Vocabulary::Parse(vocab->Serialize());
         if (!back.ok()) __builtin_trap();  // what Serialize writes must parse
@@ -38,7 +42,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   eps::StatusOr<eps::Dataset> ds = (data[0] & 1) == 0 ? eps::ReadNpyDataset(path, path, 0)
-                                                      : eps::ReadCsvDataset(path, "label", 0);
+                                   : text == 3       ? eps::ReadCriteoDataset(path, 1000, 0)
+                                                     : eps::ReadCsvDataset(path, "label", 0);
   if (ds.ok()) {
     // Touch every byte the data set claims, as a worker would.
     uint64_t sum = 0;
