@@ -88,7 +88,7 @@ DEFINE_uint64(shard_memory_mb, 0,
               "Memory of each shard for its sparse tables' rows (MiB); beyond it the least "
               "recently used rows spill to the shard's store (0: 256)");
 // The optimizer.
-DEFINE_string(optimizer, "sgd", "sgd, adam or adamw (sgd covers momentum and Nesterov)");
+DEFINE_string(optimizer, "sgd", "sgd, adam, adamw or adagrad (sgd covers momentum and Nesterov)");
 DEFINE_double(lr, 0.01, "Learning rate");
 DEFINE_double(momentum, 0, "SGD momentum");
 DEFINE_double(dampening, 0, "SGD dampening");
@@ -96,7 +96,7 @@ DEFINE_bool(nesterov, false, "Nesterov momentum (SGD)");
 DEFINE_double(weight_decay, 0, "L2 penalty (sgd, adam) or decoupled decay (adamw)");
 DEFINE_double(beta1, 0.9, "Adam beta1");
 DEFINE_double(beta2, 0.999, "Adam beta2");
-DEFINE_double(eps, 1e-8, "Adam epsilon");
+DEFINE_double(eps, 1e-8, "Adam epsilon; Adagrad's too (PyTorch's default there: 1e-10)");
 DEFINE_string(lr_schedule, "constant", "constant, step or cosine (with --warmup_steps)");
 DEFINE_int64(lr_step_size, 0, "step schedule: steps between decays");
 DEFINE_double(lr_gamma, 0.1, "step schedule: decay factor");

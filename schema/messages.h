@@ -65,7 +65,7 @@ enum class SpecFieldRole { kComputation, kJob };
 // clang-format off
 #define EPS_OPTIMIZER_SPEC_FIELDS(X)                                                   \
   /* type         name          default     Capnp        flag          role */         \
-  /* kind: sgd, adam or adamw; schedule: constant, step or cosine */                   \
+  /* kind: sgd, adam, adamw or adagrad; schedule: constant, step or cosine */         \
   X(std::string, kind,         "sgd",      Kind,        optimizer,    kJob)            \
   X(double,      lr,           0.01,       Lr,          lr,           kJob)            \
   X(double,      momentum,     0,          Momentum,    momentum,     kJob)            \

@@ -164,6 +164,45 @@ void AdamOverGrad(const AdamConstants c, const float* __restrict p, float* __res
   }
 }
 
+// torch::optim::Adagrad::step (lr_decay 0, so clr = lr):
+//   if (wd != 0) grad = grad.add(p, wd);
+//   sum.addcmul_(grad, grad, 1.0);
+//   std = sum.sqrt().add_(eps);
+//   p.addcdiv_(grad, std, -clr);
+struct AdagradConstants {
+  bool l2;
+  float wd;
+  float eps;
+  float neg_clr;
+};
+
+inline float AdagradElement(const AdagradConstants& c, float w, float grad, float* sum, size_t i) {
+  grad = c.l2 ? std::fma(w, c.wd, grad) : grad;
+  const float s = std::fma(grad, grad, sum[i]);  // 1.0f * grad is grad
+  sum[i] = s;
+  return w + (c.neg_clr * grad) / (std::sqrt(s) + c.eps);
+}
+
+EPS_OPTIMIZER_CLONES
+void AdagradOverParams(const AdagradConstants c, float* __restrict p, const float* __restrict g,
+                       float div, float* __restrict sum, size_t n) {
+  if (div == 1.0f) {
+    for (size_t i = 0; i < n; ++i) p[i] = AdagradElement(c, p[i], g[i], sum, i);
+  } else {
+    for (size_t i = 0; i < n; ++i) p[i] = AdagradElement(c, p[i], g[i] / div, sum, i);
+  }
+}
+
+EPS_OPTIMIZER_CLONES
+void AdagradOverGrad(const AdagradConstants c, const float* __restrict p, float* __restrict g,
+                     float div, float* __restrict sum, size_t n) {
+  if (div == 1.0f) {
+    for (size_t i = 0; i < n; ++i) g[i] = AdagradElement(c, p[i], g[i], sum, i);
+  } else {
+    for (size_t i = 0; i < n; ++i) g[i] = AdagradElement(c, p[i], g[i] / div, sum, i);
+  }
+}
+
 bool Finite(double x) { return std::isfinite(x); }
 
 Status Bad(const std::string& field, const std::string& why) {
@@ -185,6 +224,7 @@ Status ValidateOptimizerOptions(const OptimizerOptions& o) {
     case OptimizerKind::kSgd:
     case OptimizerKind::kAdam:
     case OptimizerKind::kAdamW:
+    case OptimizerKind::kAdagrad:
       break;
     default:
       return Bad("kind", "is not a known optimizer");
@@ -256,8 +296,9 @@ StatusOr<OptimizerKind> ParseOptimizerKind(std::string_view name) {
   if (name == "sgd") return OptimizerKind::kSgd;
   if (name == "adam") return OptimizerKind::kAdam;
   if (name == "adamw") return OptimizerKind::kAdamW;
+  if (name == "adagrad") return OptimizerKind::kAdagrad;
   return InvalidArgument("unknown optimizer '" + std::string(name) +
-                         "' (expected sgd, adam or adamw)");
+                         "' (expected sgd, adam, adamw or adagrad)");
 }
 
 StatusOr<ScheduleKind> ParseScheduleKind(std::string_view name) {
@@ -276,6 +317,8 @@ const char* OptimizerKindName(OptimizerKind kind) {
       return "adam";
     case OptimizerKind::kAdamW:
       return "adamw";
+    case OptimizerKind::kAdagrad:
+      return "adagrad";
   }
   return "unknown";
 }
@@ -340,6 +383,7 @@ double LearningRate(const OptimizerOptions& o, int64_t step) {
 
 int NumOptimizerSlots(const OptimizerOptions& o) {
   if (o.kind == OptimizerKind::kSgd) return o.momentum != 0 ? 1 : 0;
+  if (o.kind == OptimizerKind::kAdagrad) return 1;
   return 2;
 }
 
@@ -369,7 +413,8 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params
   const int slots = NumOptimizerSlots(o);
   const bool first = !state->initialized;
   if (first) {
-    // Adam starts from zeros (torch::zeros_like); SGD's buffer is written on the first step.
+    // Adam and Adagrad start from zeros (torch::zeros_like, full_like(0)); SGD's buffer is
+    // written on the first step.
     state->slot0.assign(slots >= 1 ? n : 0, 0.0f);
     state->slot1.assign(slots >= 2 ? n : 0, 0.0f);
     state->initialized = true;
@@ -388,6 +433,23 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params
         SgdOverGrad(c, first, params + lo, out + lo, divisor, buf, hi - lo);
       } else {
         SgdOverParams(c, first, out + lo, grad_sum + lo, divisor, buf, hi - lo);
+      }
+    });
+    return;
+  }
+
+  if (o.kind == OptimizerKind::kAdagrad) {
+    AdagradConstants c;
+    c.l2 = o.weight_decay != 0;
+    c.wd = static_cast<float>(o.weight_decay);
+    c.eps = static_cast<float>(o.eps);
+    c.neg_clr = static_cast<float>(-lr);
+    over([&](size_t lo, size_t hi) {
+      if (copy_first) std::memcpy(out + lo, params + lo, (hi - lo) * sizeof(float));
+      if (over_grad) {
+        AdagradOverGrad(c, params + lo, out + lo, divisor, slot0 + lo, hi - lo);
+      } else {
+        AdagradOverParams(c, out + lo, grad_sum + lo, divisor, slot0 + lo, hi - lo);
       }
     });
     return;

@@ -23,8 +23,9 @@
 
 namespace eps {
 
-// kSgd covers plain SGD, SGD with momentum (and dampening) and Nesterov momentum.
-enum class OptimizerKind { kSgd, kAdam, kAdamW };
+// kSgd covers plain SGD, SGD with momentum (and dampening) and Nesterov momentum. kAdagrad is
+// torch::optim::Adagrad with lr_decay 0 and initial_accumulator_value 0 (their defaults).
+enum class OptimizerKind { kSgd, kAdam, kAdamW, kAdagrad };
 
 // kConstant: lr.  kStep: lr * gamma^floor(t / step_size).
 // kCosine: linear warmup lr * (t + 1) / warmup_steps for t < warmup_steps, then cosine decay from
@@ -41,9 +42,11 @@ struct OptimizerOptions {
   double momentum = 0;
   double dampening = 0;
   bool nesterov = false;
-  // SGD and Adam: L2 penalty added to the gradient. AdamW: decoupled decay p *= 1 - lr * wd.
+  // SGD, Adam and Adagrad: L2 penalty added to the gradient. AdamW: decoupled decay
+  // p *= 1 - lr * wd.
   double weight_decay = 0;
-  // Adam / AdamW only (torch::optim::AdamOptions; amsgrad is not supported).
+  // Adam / AdamW only (torch::optim::AdamOptions; amsgrad is not supported); eps Adagrad's too
+  // (torch's default there is 1e-10, the job's --eps 1e-8: give it).
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
@@ -68,7 +71,7 @@ Status ValidateOptimizerOptions(const OptimizerOptions& options);
 // coordinator's at start: a job whose optimizer a shard would refuse never starts).
 StatusOr<OptimizerOptions> OptimizerOptionsFromSpec(const OptimizerSpec& spec, int64_t total_steps);
 
-// "sgd", "adam", "adamw" and "constant", "step", "cosine" (exact, lower case).
+// "sgd", "adam", "adamw", "adagrad" and "constant", "step", "cosine" (exact, lower case).
 StatusOr<OptimizerKind> ParseOptimizerKind(std::string_view name);
 StatusOr<ScheduleKind> ParseScheduleKind(std::string_view name);
 // The inverse of the parsers; "unknown" for a value outside the enum (e.g. a cast from the wire).
@@ -82,6 +85,7 @@ double LearningRate(const OptimizerOptions& options, int64_t step);
 
 // Per-chunk optimizer state, kept as plain vectors so durable storage can save and restore it.
 // SGD with momentum: slot0 = momentum buffer. Adam / AdamW: slot0 = exp_avg, slot1 = exp_avg_sq.
+// Adagrad: slot0 = the sum of squared gradients.
 // Plain SGD uses no slot. `initialized` is false until the first ApplyOptimizer (it plays the
 // role of libtorch's "no state yet for this parameter"); after it, each used slot holds exactly
 // n values. A state restored from storage must be checked against NumOptimizerSlots and n by

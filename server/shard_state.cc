@@ -122,6 +122,9 @@ SparseOptimizerOptions ShardState::SparseOptimizer() const {
     case OptimizerKind::kAdamW:
       o.kind = SparseOptimizerOptions::Kind::kAdamW;
       break;
+    case OptimizerKind::kAdagrad:
+      o.kind = SparseOptimizerOptions::Kind::kAdagrad;
+      break;
   }
   o.momentum = optimizer_.momentum;
   o.dampening = optimizer_.dampening;

@@ -60,6 +60,9 @@ std::unique_ptr<torch::optim::Optimizer> MakeTorchOptimizer(const OptimizerOptio
                                                                .betas({o.beta1, o.beta2})
                                                                .eps(o.eps)
                                                                .weight_decay(o.weight_decay));
+    case OptimizerKind::kAdagrad:
+      return std::make_unique<torch::optim::Adagrad>(
+          params, torch::optim::AdagradOptions(o.lr).eps(o.eps).weight_decay(o.weight_decay));
   }
   return nullptr;
 }
@@ -75,6 +78,9 @@ void SetTorchLr(const OptimizerOptions& o, double lr, torch::optim::Optimizer* o
         break;
       case OptimizerKind::kAdamW:
         static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+        break;
+      case OptimizerKind::kAdagrad:
+        static_cast<torch::optim::AdagradOptions&>(group.options()).lr(lr);
         break;
     }
   }
@@ -215,6 +221,25 @@ TEST_F(OptimizerVsTorch, AdamWithWeightDecayAndCosineIsBitwiseEqual) {
   o.warmup_steps = 2;
   o.total_steps = 8;
   o.min_lr = 1e-5;
+  ExpectMatchesTorch(o, kN, 10);
+}
+
+TEST_F(OptimizerVsTorch, AdagradIsBitwiseEqual) {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kAdagrad;
+  o.lr = 1e-2;
+  o.eps = 1e-10;
+  ExpectMatchesTorch(o, kN, 10);
+}
+
+TEST_F(OptimizerVsTorch, AdagradWithWeightDecayAndStepScheduleIsBitwiseEqual) {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kAdagrad;
+  o.lr = 5e-2;
+  o.weight_decay = 0.02;
+  o.schedule = ScheduleKind::kStep;
+  o.step_size = 3;
+  o.gamma = 0.5;
   ExpectMatchesTorch(o, kN, 10);
 }
 

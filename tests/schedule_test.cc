@@ -149,7 +149,8 @@ TEST(ValidateOptimizerOptions, RejectsEachBadOptionNamingIt) {
 }
 
 TEST(OptimizerNames, ParseRoundTripsAndRejectsUnknownNames) {
-  for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kAdam, OptimizerKind::kAdamW}) {
+  for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kAdam, OptimizerKind::kAdamW,
+                          OptimizerKind::kAdagrad}) {
     StatusOr<OptimizerKind> parsed = ParseOptimizerKind(OptimizerKindName(k));
     ASSERT_TRUE(parsed.ok()) << OptimizerKindName(k);
     EXPECT_EQ(*parsed, k);
