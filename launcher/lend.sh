@@ -20,7 +20,7 @@
 #                    the in-flight bound and at most --idle-rate requests/s (default 0, at most
 #                    --busy-rate); in between, neither (the streaks restart). --every defaults
 #                    to 0.2 here.
-# --every S          seconds between two probes (default 5; fractions allowed).
+# --every S          seconds from a probe's start to the next's (default 5; fractions allowed).
 # --idle-for N       idle probes in a row before a worker attaches (default 3): hysteresis.
 # --busy-for M       busy probes in a row before the worker is asked to leave (default 1).
 # --probe-timeout S  a probe running longer counts as busy (default 10).
@@ -127,6 +127,7 @@ command -v setsid > /dev/null || die "setsid (util-linux) is missing"
 busy_rate_m=$(awk -v x="$busy_rate" 'BEGIN { printf "%d", x * 1000 }')
 idle_rate_m=$(awk -v x="$idle_rate" 'BEGIN { printf "%d", x * 1000 }')
 rate_window_us=$(awk -v x="$rate_window" 'BEGIN { printf "%d", x * 1e6 }')
+every_us=$(awk -v x="$every" 'BEGIN { printf "%d", x * 1e6 }')
 
 worker=""      # the worker's pid while one runs (attach.sh execs it: the same process)
 leaving=0      # 1 once the worker was sent SIGTERM
@@ -242,6 +243,7 @@ reap() {
 
 say "probing every ${every}s${serve_metrics:+ ($serve_metrics)}: lend after $idle_for idle probes, reclaim after $busy_for busy"
 while true; do
+  started=${EPOCHREALTIME/[.,]/}
   probe
   case $state in
     idle) idle=$((idle + 1)) busy=0 ;;
@@ -263,7 +265,11 @@ while true; do
     worker=$!
     say "idle ($idle probes; $why): attached worker $worker"
   fi
-  # The wait returns at once on a signal, so Ctrl-C does not wait for the period.
-  sleep "$every" &
+  # From one probe's start to the next: the period less what this round took. The wait returns at
+  # once on a signal, so Ctrl-C does not wait for the period.
+  rest=$((started + every_us - ${EPOCHREALTIME/[.,]/}))
+  [ $rest -gt 0 ] || rest=0
+  printf -v rest '%d.%06d' $((rest / 1000000)) $((rest % 1000000))
+  sleep "$rest" &
   wait $! || true
 done
