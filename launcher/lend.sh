@@ -19,7 +19,7 @@
 #                    over the last --rate-window seconds (default 1), or no answer. Idle: under
 #                    the in-flight bound and at most --idle-rate requests/s (default 0, at most
 #                    --busy-rate); in between, neither (the streaks restart). --every defaults
-#                    to 0.2 here.
+#                    to 0.2 here. Read by launcher/serve_probe.py (python3, standard library).
 # --every S          seconds from a probe's start to the next's (default 5; fractions allowed).
 # --idle-for N       idle probes in a row before a worker attaches (default 3): hysteresis.
 # --busy-for M       busy probes in a row before the worker is asked to leave (default 1).
@@ -43,7 +43,7 @@
 # is printed with the time. EPS_BIN overrides the directory of the binaries (build/bin).
 set -euo pipefail
 
-usage() { sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "lend.sh: $*" >&2; exit 2; }
 say() { echo "$(date '+%F %T') lend.sh: $*"; }
 
@@ -96,8 +96,7 @@ if [ -n "$serve_metrics" ]; then
   [ -z "$probe" ] || die "give --probe CMD or --serve-metrics URL, not both"
   [[ "$serve_metrics" =~ ^http://([^/:]+|\[[0-9a-fA-F:]+\]):([0-9]+)(/.*)?$ ]] ||
     die "--serve-metrics must be http://HOST:PORT/PATH (e.g. http://127.0.0.1:8500/metrics)"
-  metrics_host=${BASH_REMATCH[1]} metrics_port=${BASH_REMATCH[2]} metrics_path=${BASH_REMATCH[3]:-/metrics}
-  metrics_host=${metrics_host#[} metrics_host=${metrics_host%]}
+  command -v python3 > /dev/null || die "--serve-metrics runs launcher/serve_probe.py: python3 is missing"
   every=${every:-0.2}
 else
   [ -n "$probe" ] || die "--probe CMD is required (exit 0: idle enough to lend), or --serve-metrics URL"
@@ -123,10 +122,6 @@ number='^([0-9]+(\.[0-9]*)?|\.[0-9]+)$'
   die "--worker-nice must be a whole number from -20 to 19"
 command -v setsid > /dev/null || die "setsid (util-linux) is missing"
 
-# The rates as integers (requests per 1000 s) and the window in microseconds: bash's arithmetic.
-busy_rate_m=$(awk -v x="$busy_rate" 'BEGIN { printf "%d", x * 1000 }')
-idle_rate_m=$(awk -v x="$idle_rate" 'BEGIN { printf "%d", x * 1000 }')
-rate_window_us=$(awk -v x="$rate_window" 'BEGIN { printf "%d", x * 1e6 }')
 every_us=$(awk -v x="$every" 'BEGIN { printf "%d", x * 1e6 }')
 
 worker=""      # the worker's pid while one runs (attach.sh execs it: the same process)
@@ -134,52 +129,16 @@ leaving=0      # 1 once the worker was sent SIGTERM
 leave_deadline=0
 idle=0 busy=0
 
-# scrape: one GET of the server's /metrics (HTTP/1.0 through bash's /dev/tcp: no curl needed),
-# bounded by --probe-timeout. Prints "IN_FLIGHT ARRIVED": the predict requests inside the server
-# now, and those that arrived so far (answered, by any status, or inside); nothing without an
-# answer of status 200 holding eps_serve_in_flight.
-scrape() {
-  timeout --kill-after=1 "$probe_timeout" bash -c '
-    exec 3<>"/dev/tcp/$0/$1" || exit 1
-    printf "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n" "$2" "$0" >&3
-    cat <&3' "$metrics_host" "$metrics_port" "$metrics_path" 2>/dev/null |
-    awk 'NR == 1 && $2 != "200" { bad = 1; exit }
-         /^eps_serve_in_flight / { f = $2; seen = 1 }
-         /^eps_serve_requests_total[{ ]/ { n += $2 }
-         END { if (seen && !bad) printf "%d %d\n", f + 0.5, f + n + 0.5 }'
-}
-
-# probe_serve: the server's load from its metrics; sets state (idle, busy or neither) and why.
-# Arrivals are counted over the samples of the last --rate-window seconds (hist_t in
-# microseconds, hist_n the ARRIVED counts); the first sample has no rate yet.
-hist_t=() hist_n=()
+# probe_serve: the server's load, from launcher/serve_probe.py (a co-process started below, which
+# keeps the rate window and one keep-alive connection: a poll forks nothing); sets state and why.
 probe_serve() {
-  local out f n now
-  out=$(scrape) || out=""
-  if [ -z "$out" ]; then
-    state=busy why="no answer from $serve_metrics" hist_t=() hist_n=()
-    return
-  fi
-  read -r f n <<< "$out"
-  now=${EPOCHREALTIME/[.,]/}
-  # A counter that went down: the server restarted; the window starts again.
-  if [ ${#hist_n[@]} -gt 0 ] && [ "$n" -lt "${hist_n[-1]}" ]; then hist_t=() hist_n=(); fi
-  hist_t+=("$now") hist_n+=("$n")
-  while [ ${#hist_t[@]} -gt 1 ] && [ $((now - hist_t[0])) -gt $rate_window_us ]; do
-    hist_t=("${hist_t[@]:1}") hist_n=("${hist_n[@]:1}")
-  done
-  local arrived=$((n - hist_n[0])) dt=$((now - hist_t[0]))
-  if [ $dt -gt 0 ]; then
-    why="in flight $f, $arrived arrived in $((dt / 1000)) ms"
+  local f n ms
+  if ! { echo >&"${PROBE[1]}" && read -r -t "$probe_wait" -u "${PROBE[0]}" state f n ms; } 2> /dev/null; then
+    state=busy why="no answer from the probe (launcher/serve_probe.py)"
+  elif [ "$f" = -1 ]; then
+    why="no answer from $serve_metrics"
   else
-    why="in flight $f, no rate yet"
-  fi
-  if [ "$f" -ge "$busy_in_flight" ] || { [ $dt -gt 0 ] && [ $((arrived * 1000000000)) -gt $((busy_rate_m * dt)) ]; }; then
-    state=busy
-  elif [ $dt -gt 0 ] && [ $((arrived * 1000000000)) -le $((idle_rate_m * dt)) ]; then
-    state=idle
-  else
-    state=neither
+    why="in flight $f, $n arrived in $ms ms"
   fi
 }
 
@@ -220,7 +179,10 @@ shutdown() {
   fi
   exit 0
 }
-trap shutdown INT TERM
+# The trap only notes the signal; the loop stops within a pause's slice (a trap that did the work
+# itself would run inside a `read -t`, whose timer can cut it short).
+stopping=0
+trap 'stopping=1' INT TERM
 
 # reap: notes the exit of a worker that has ended; returns after deciding what that means.
 reap() {
@@ -241,10 +203,31 @@ reap() {
   worker="" leaving=0
 }
 
+if [ -n "$serve_metrics" ]; then
+  # The probe's own HTTP waits are bounded by --probe-timeout (twice: a retry on a fresh connection).
+  probe_wait=$(awk -v x="$probe_timeout" 'BEGIN { print 2 * x + 1 }')
+  coproc PROBE { exec python3 "$here/serve_probe.py" --url "$serve_metrics" --timeout "$probe_timeout" \
+    --busy-in-flight "$busy_in_flight" --busy-rate "$busy_rate" --idle-rate "$idle_rate" \
+    --rate-window "$rate_window"; }
+fi
+# pause US: waits US microseconds without forking a sleep (five times a second, that cost the node
+# 1-2 % of a core): `read -t` on a pipe no one writes to, in slices of 0.2 s at most, so that a
+# signal ends the wait within 0.2 s.
+exec {pause_fd}<> <(:)
+pause() {
+  local left=$1 slice t
+  while [ "$left" -gt 0 ] && [ $stopping = 0 ]; do
+    slice=$((left < 200000 ? left : 200000))
+    printf -v t '%d.%06d' $((slice / 1000000)) $((slice % 1000000))
+    read -r -t "$t" -u "$pause_fd" _ || true
+    left=$((left - slice))
+  done
+}
 say "probing every ${every}s${serve_metrics:+ ($serve_metrics)}: lend after $idle_for idle probes, reclaim after $busy_for busy"
 while true; do
   started=${EPOCHREALTIME/[.,]/}
   probe
+  [ $stopping = 0 ] || shutdown
   case $state in
     idle) idle=$((idle + 1)) busy=0 ;;
     busy) busy=$((busy + 1)) idle=0 ;;
@@ -265,11 +248,7 @@ while true; do
     worker=$!
     say "idle ($idle probes; $why): attached worker $worker"
   fi
-  # From one probe's start to the next: the period less what this round took. The wait returns at
-  # once on a signal, so Ctrl-C does not wait for the period.
-  rest=$((started + every_us - ${EPOCHREALTIME/[.,]/}))
-  [ $rest -gt 0 ] || rest=0
-  printf -v rest '%d.%06d' $((rest / 1000000)) $((rest % 1000000))
-  sleep "$rest" &
-  wait $! || true
+  # From one probe's start to the next: the period less what this round took.
+  pause $((started + every_us - ${EPOCHREALTIME/[.,]/}))
+  [ $stopping = 0 ] || shutdown
 done
