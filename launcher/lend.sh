@@ -177,6 +177,10 @@ shutdown() {
     wait "$worker" 2>/dev/null || rc=$?
     say "worker $worker exited with $rc"
   fi
+  if [ -n "${PROBE_PID:-}" ]; then  # the probe ends with the agent (elsewhere: at its stdin's end)
+    kill "$PROBE_PID" 2>/dev/null || true
+    wait "$PROBE_PID" 2>/dev/null || true
+  fi
   exit 0
 }
 # The trap only notes the signal; the loop stops within a pause's slice (a trap that did the work
