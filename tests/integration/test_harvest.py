@@ -9,6 +9,7 @@ before the test is done with it. Needs root (network namespaces).
 """
 import json
 import os
+import subprocess
 import time
 import unittest
 
@@ -128,6 +129,24 @@ class Harvest(RunDirTest):
         self.assertEqual(result["params_sha256"], ref["params_sha256"], logs(d))
         print(f"the job's digest {result['params_sha256'][:16]}... equals the undisturbed run's; {len(requests)} "
               f"requests, all answered 200 (p99 {summary['p99_ms']} ms)")
+
+
+class Arguments(RunDirTest):
+    def test_serve_metrics_refuses_bad_arguments(self):
+        d = self.run_dir("args")
+        with open(f"{d}/token", "w") as f:
+            f.write("t\n")
+        base = ["--coordinator", "tcp://127.0.0.1:1", "--token-file", f"{d}/token"]
+        for args, flag in [(["--serve-metrics", "https://h:1/metrics"], "--serve-metrics"),
+                           (["--serve-metrics", "http://h:1/metrics", "--probe", "true"], "--serve-metrics"),
+                           (["--serve-metrics", "http://h:1/metrics", "--idle-rate", "5"], "--idle-rate"),
+                           (["--serve-metrics", "http://h:1/metrics", "--rate-window", "0"], "--rate-window"),
+                           (["--serve-metrics", "http://h:1/metrics", "--busy-in-flight", "0"], "--busy-in-flight"),
+                           (["--serve-metrics", "http://h:1/metrics", "--worker-nice", "20"], "--worker-nice")]:
+            p = subprocess.run([LEND, *base, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=10)
+            self.assertEqual(p.returncode, 2, (args, p.stdout))
+            self.assertIn(flag, p.stdout, args)
 
 
 if __name__ == "__main__":
