@@ -38,8 +38,8 @@ class Probe:
     def __init__(self, url, timeout, busy_in_flight, busy_rate, idle_rate, window_s):
         u = urllib.parse.urlsplit(url)
         self.host, self.port, self.path = u.hostname, u.port, u.path or "/metrics"
-        self.timeout, self.busy_in_flight, self.busy_rate, self.idle_rate = timeout, busy_in_flight, busy_rate, idle_rate
-        self.window = window_s
+        self.timeout, self.window = timeout, window_s
+        self.busy_in_flight, self.busy_rate, self.idle_rate = busy_in_flight, busy_rate, idle_rate
         self.conn = None
         self.samples = collections.deque()  # (monotonic seconds, arrived)
 

@@ -7,9 +7,11 @@ worker attaches after the hysteresis (no attach while requests come) and is give
 undisturbed run's digest and every request was answered 200. Holds (`elasticps hold`) keep the job from ending
 before the test is done with it. Needs root (network namespaces).
 """
+import http.server
 import json
 import os
 import subprocess
+import threading
 import time
 import unittest
 
@@ -19,6 +21,7 @@ import netns
 
 LEND = os.path.join(ROOT, "launcher", "lend.sh")
 LOADGEN = os.path.join(ROOT, "scripts", "loadgen.py")
+PROBE = os.path.join(ROOT, "launcher", "serve_probe.py")
 PY = "/usr/bin/python3"  # Debian's: numpy, for loadgen.py
 JOB = ["--steps=100", "--test_limit=64"]
 EVERY = 0.2  # the agent's polling period, seconds
@@ -80,7 +83,8 @@ class Harvest(RunDirTest):
                 return next((e for e in read_events(d, "worker_joined")
                              if e["pid"] != own_joined["pid"] and e["t"] > after), None)
 
-            joined = poll_until(lambda: lent_joined(0), 60, f"no lent worker joined:\n{read_text(f'{d}/logs/agent.log')}")
+            joined = poll_until(lambda: lent_joined(0), 60,
+                                f"no lent worker joined:\n{read_text(f'{d}/logs/agent.log')}")
             self.assertTrue(joined["host"].startswith("servehost:"), joined)
             w = joined["worker"]
             event("worker_ready", lambda e: e["worker"] == w, timeout=60)
@@ -129,6 +133,70 @@ class Harvest(RunDirTest):
         self.assertEqual(result["params_sha256"], ref["params_sha256"], logs(d))
         print(f"the job's digest {result['params_sha256'][:16]}... equals the undisturbed run's; {len(requests)} "
               f"requests, all answered 200 (p99 {summary['p99_ms']} ms)")
+
+
+class FakeMetrics:
+    """An HTTP server on loopback port 0 answering GET /metrics with eps_serve's two load metrics as set, or 500."""
+
+    def __init__(self):
+        self.in_flight, self.answered, self.status = 0, 0, 200
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):
+                body = (f"# TYPE eps_serve_in_flight gauge\neps_serve_in_flight {fake.in_flight}\n"
+                        f'eps_serve_requests_total{{code="200"}} {fake.answered}\n'
+                        f'eps_serve_requests_total{{code="503"}} 0\n').encode()
+                self.send_response(fake.status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/metrics"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class Probe(RunDirTest):
+    """launcher/serve_probe.py's bands on a fake server: no rate at the first scrape, idle, busy by rate and by
+    requests in flight, neither between the rates, busy without an answer."""
+
+    def ask(self, probe):
+        probe.stdin.write("\n")
+        probe.stdin.flush()
+        state, in_flight, arrived, ms = probe.stdout.readline().split()
+        return state, int(in_flight), int(arrived), int(ms)
+
+    def test_the_bands(self):
+        fake = FakeMetrics()
+        self.addCleanup(fake.close)
+        probe = subprocess.Popen([PY, PROBE, "--url", fake.url, "--timeout", "5", "--busy-in-flight", "4",
+                                  "--busy-rate", "100", "--idle-rate", "20", "--rate-window", "10"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.procs.append(probe)
+        self.assertEqual(self.ask(probe)[0], "neither")  # no rate yet
+        self.assertEqual(self.ask(probe)[:3], ("idle", 0, 0))
+        time.sleep(1)  # the rate's interval, not a wait for readiness
+        fake.answered = 50  # 50 requests in 1-2.5 s: between the bands
+        self.assertEqual(self.ask(probe)[:3], ("neither", 0, 50))
+        fake.in_flight = 4
+        self.assertEqual(self.ask(probe)[:3], ("busy", 4, 54))  # in flight, counted as arrived
+        fake.in_flight, fake.answered = 0, 5000
+        self.assertEqual(self.ask(probe)[:3], ("busy", 0, 5000))
+        fake.status = 500
+        self.assertEqual(self.ask(probe), ("busy", -1, -1, 0))
+        fake.status, fake.answered = 200, 10  # a restarted server: the window starts again
+        self.assertEqual(self.ask(probe)[0], "neither")
+        probe.stdin.close()
+        self.assertEqual(probe.wait(timeout=10), 0)
 
 
 class Arguments(RunDirTest):
