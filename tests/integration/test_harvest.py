@@ -197,6 +197,7 @@ class Probe(RunDirTest):
         self.assertEqual(self.ask(probe)[0], "neither")
         probe.stdin.close()
         self.assertEqual(probe.wait(timeout=10), 0)
+        probe.stdout.close()
 
 
 class Arguments(RunDirTest):
