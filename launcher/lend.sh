@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
 # Lends this node to an ElasticPS job while its own duty (serving) leaves it idle: a small agent
-# that runs the operator's probe every few seconds, attaches a worker (launcher/attach.sh) once
-# the node has been idle for N probes in a row, and makes the worker leave as soon as the probe
-# says busy (M probes in a row, default 1: serving comes first).
+# that probes the node every few seconds (the operator's probe, or the load of an `elasticps
+# serve` read from its /metrics), attaches a worker (launcher/attach.sh) once the node has been
+# idle for N probes in a row, and makes the worker leave as soon as the probe says busy (M probes
+# in a row, default 1: serving comes first).
 #
-#   launcher/lend.sh --coordinator tcp://HOST:PORT --token-file FILE --probe CMD
-#                    [--every S] [--idle-for N] [--busy-for M] [--probe-timeout S]
-#                    [--leave-timeout S] [-- attach.sh flags]
+#   launcher/lend.sh --coordinator tcp://HOST:PORT --token-file FILE
+#                    (--probe CMD | --serve-metrics URL [--busy-in-flight N] [--busy-rate R]
+#                    [--idle-rate R] [--rate-window S]) [--every S] [--idle-for N] [--busy-for M]
+#                    [--probe-timeout S] [--leave-timeout S] [--worker-nice N] [-- attach.sh flags]
 #   launcher/lend.sh --scheduler tcp://HOST:PORT [--pool-token-file FILE] --probe CMD [...]
 #
 # --probe CMD        a bash command; exit 0: idle enough to lend, anything else (or no answer
 #                    within --probe-timeout): busy. E.g. a load, queue or GPU-use threshold.
-# --every S          seconds between two probes (default 5; fractions allowed).
+# --serve-metrics URL  instead of --probe: http://HOST:PORT/metrics of an `elasticps serve`
+#                    (docs/serving.md). Busy: eps_serve_in_flight >= --busy-in-flight (default
+#                    1), or more than --busy-rate predict requests/s (default 0: any) arrived
+#                    over the last --rate-window seconds (default 1), or no answer. Idle: under
+#                    the in-flight bound and at most --idle-rate requests/s (default 0, at most
+#                    --busy-rate); in between, neither (the streaks restart). --every defaults
+#                    to 0.2 here. Read by launcher/serve_probe.py (python3, standard library).
+# --every S          seconds from a probe's start to the next's (default 5; fractions allowed).
 # --idle-for N       idle probes in a row before a worker attaches (default 3): hysteresis.
 # --busy-for M       busy probes in a row before the worker is asked to leave (default 1).
 # --probe-timeout S  a probe running longer counts as busy (default 10).
@@ -20,6 +29,8 @@
 #                    that too (the worker is declared dead and its step redone).
 # --scheduler        lend the worker to an inter-job scheduler's pool instead of one job, with
 #                    the pool's token (--pool-token-file).
+# --worker-nice N    the worker runs at niceness N (default 0; 19: the server's threads preempt
+#                    it at once when requests arrive on the same cores).
 # -- FLAGS           passed to attach.sh for the worker: --device, --threads, --compute-cpus,
 #                    --slowdown, --log, --report-file, --register-timeout, --metrics, ...
 #
@@ -32,16 +43,18 @@
 # is printed with the time. EPS_BIN overrides the directory of the binaries (build/bin).
 set -euo pipefail
 
-usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "lend.sh: $*" >&2; exit 2; }
 say() { echo "$(date '+%F %T') lend.sh: $*"; }
 
 here=$(cd "$(dirname "$0")" && pwd)
-coordinator="" scheduler="" token_file="" pool_token_file="" probe="" every=5 idle_for=3 busy_for=1
-probe_timeout=10 leave_timeout=60 attach_flags=()
+coordinator="" scheduler="" token_file="" pool_token_file="" probe="" every="" idle_for=3 busy_for=1
+probe_timeout=10 leave_timeout=60 attach_flags=() worker_nice=0
+serve_metrics="" busy_in_flight=1 busy_rate=0 idle_rate=0 rate_window=1
 while [ $# -gt 0 ]; do
   case "$1" in
-    --coordinator|--scheduler|--token-file|--pool-token-file|--probe|--every|--idle-for|--busy-for|--probe-timeout|--leave-timeout)
+    --coordinator|--scheduler|--token-file|--pool-token-file|--probe|--every|--idle-for|--busy-for|--probe-timeout|\
+    --leave-timeout|--serve-metrics|--busy-in-flight|--busy-rate|--idle-rate|--rate-window|--worker-nice)
       [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"
       case "$1" in
         --coordinator) coordinator=$2 ;;
@@ -54,6 +67,12 @@ while [ $# -gt 0 ]; do
         --busy-for) busy_for=$2 ;;
         --probe-timeout) probe_timeout=$2 ;;
         --leave-timeout) leave_timeout=$2 ;;
+        --serve-metrics) serve_metrics=$2 ;;
+        --busy-in-flight) busy_in_flight=$2 ;;
+        --busy-rate) busy_rate=$2 ;;
+        --idle-rate) idle_rate=$2 ;;
+        --rate-window) rate_window=$2 ;;
+        --worker-nice) worker_nice=$2 ;;
       esac
       shift 2 ;;
     --) shift; attach_flags=("$@"); break ;;
@@ -73,7 +92,16 @@ else
   [ -z "$pool_token_file" ] || die "--pool-token-file goes with --scheduler"
   target=(--coordinator "$coordinator" --token-file "$token_file")
 fi
-[ -n "$probe" ] || die "--probe CMD is required (exit 0: idle enough to lend)"
+if [ -n "$serve_metrics" ]; then
+  [ -z "$probe" ] || die "give --probe CMD or --serve-metrics URL, not both"
+  [[ "$serve_metrics" =~ ^http://([^/:]+|\[[0-9a-fA-F:]+\]):([0-9]+)(/.*)?$ ]] ||
+    die "--serve-metrics must be http://HOST:PORT/PATH (e.g. http://127.0.0.1:8500/metrics)"
+  command -v python3 > /dev/null || die "--serve-metrics runs launcher/serve_probe.py: python3 is missing"
+  every=${every:-0.2}
+else
+  [ -n "$probe" ] || die "--probe CMD is required (exit 0: idle enough to lend), or --serve-metrics URL"
+  every=${every:-5}
+fi
 if [ -n "$token_file" ]; then
   [ -r "$token_file" ] && [ -s "$token_file" ] || die "cannot read the token file '$token_file'"
 fi
@@ -84,12 +112,46 @@ number='^([0-9]+(\.[0-9]*)?|\.[0-9]+)$'
 [[ "$leave_timeout" =~ ^[1-9][0-9]*$ ]] || die "--leave-timeout must be a whole number of seconds >= 1"
 [[ "$idle_for" =~ ^[1-9][0-9]*$ ]] || die "--idle-for must be a whole number >= 1"
 [[ "$busy_for" =~ ^[1-9][0-9]*$ ]] || die "--busy-for must be a whole number >= 1"
+[[ "$busy_in_flight" =~ ^[1-9][0-9]*$ ]] || die "--busy-in-flight must be a whole number >= 1"
+[[ "$busy_rate" =~ $number ]] || die "--busy-rate must be a number of requests/s >= 0"
+[[ "$idle_rate" =~ $number ]] && awk -v i="$idle_rate" -v b="$busy_rate" 'BEGIN { exit !(i <= b) }' ||
+  die "--idle-rate must be a number of requests/s >= 0, at most --busy-rate"
+[[ "$rate_window" =~ $number ]] && awk -v x="$rate_window" 'BEGIN { exit !(x > 0) }' ||
+  die "--rate-window must be a number of seconds > 0"
+[[ "$worker_nice" =~ ^-?[0-9]+$ ]] && [ "$worker_nice" -ge -20 ] && [ "$worker_nice" -le 19 ] ||
+  die "--worker-nice must be a whole number from -20 to 19"
 command -v setsid > /dev/null || die "setsid (util-linux) is missing"
+
+every_us=$(awk -v x="$every" 'BEGIN { printf "%d", x * 1e6 }')
 
 worker=""      # the worker's pid while one runs (attach.sh execs it: the same process)
 leaving=0      # 1 once the worker was sent SIGTERM
 leave_deadline=0
 idle=0 busy=0
+
+# probe_serve: the server's load, from launcher/serve_probe.py (a co-process started below, which
+# keeps the rate window and one keep-alive connection: a poll forks nothing); sets state and why.
+probe_serve() {
+  local f n ms
+  if ! { echo >&"${PROBE[1]}" && read -r -t "$probe_wait" -u "${PROBE[0]}" state f n ms; } 2> /dev/null; then
+    state=busy why="no answer from the probe (launcher/serve_probe.py)"
+  elif [ "$f" = -1 ]; then
+    why="no answer from $serve_metrics"
+  else
+    why="in flight $f, $n arrived in $ms ms"
+  fi
+}
+
+# probe: sets state (idle, busy or neither) and why, from the operator's probe or the server.
+probe() {
+  if [ -n "$serve_metrics" ]; then
+    probe_serve
+  elif timeout --kill-after=1 "$probe_timeout" bash -c "$probe" < /dev/null > /dev/null 2>&1; then
+    state=idle why="probe exit 0"
+  else
+    state=busy why="probe failed"
+  fi
+}
 
 # stop_worker REASON: one SIGTERM (the graceful leave); the main loop waits for the exit.
 stop_worker() {
@@ -115,9 +177,16 @@ shutdown() {
     wait "$worker" 2>/dev/null || rc=$?
     say "worker $worker exited with $rc"
   fi
+  if [ -n "${PROBE_PID:-}" ]; then  # the probe ends with the agent (elsewhere: at its stdin's end)
+    kill "$PROBE_PID" 2>/dev/null || true
+    wait "$PROBE_PID" 2>/dev/null || true
+  fi
   exit 0
 }
-trap shutdown INT TERM
+# The trap only notes the signal; the loop stops within a pause's slice (a trap that did the work
+# itself would run inside a `read -t`, whose timer can cut it short).
+stopping=0
+trap 'stopping=1' INT TERM
 
 # reap: notes the exit of a worker that has ended; returns after deciding what that means.
 reap() {
@@ -138,29 +207,52 @@ reap() {
   worker="" leaving=0
 }
 
-say "probing every ${every}s: lend after $idle_for idle probes, reclaim after $busy_for busy"
+if [ -n "$serve_metrics" ]; then
+  # The probe's own HTTP waits are bounded by --probe-timeout (twice: a retry on a fresh connection).
+  probe_wait=$(awk -v x="$probe_timeout" 'BEGIN { print 2 * x + 1 }')
+  coproc PROBE { exec python3 "$here/serve_probe.py" --url "$serve_metrics" --timeout "$probe_timeout" \
+    --busy-in-flight "$busy_in_flight" --busy-rate "$busy_rate" --idle-rate "$idle_rate" \
+    --rate-window "$rate_window"; }
+fi
+# pause US: waits US microseconds without forking a sleep (five times a second, that cost the node
+# 1-2 % of a core): `read -t` on a pipe no one writes to, in slices of 0.2 s at most, so that a
+# signal ends the wait within 0.2 s.
+exec {pause_fd}<> <(:)
+pause() {
+  local left=$1 slice t
+  while [ "$left" -gt 0 ] && [ $stopping = 0 ]; do
+    slice=$((left < 200000 ? left : 200000))
+    printf -v t '%d.%06d' $((slice / 1000000)) $((slice % 1000000))
+    read -r -t "$t" -u "$pause_fd" _ || true
+    left=$((left - slice))
+  done
+}
+say "probing every ${every}s${serve_metrics:+ ($serve_metrics)}: lend after $idle_for idle probes, reclaim after $busy_for busy"
 while true; do
-  if timeout --kill-after=1 "$probe_timeout" bash -c "$probe" < /dev/null > /dev/null 2>&1; then
-    idle=$((idle + 1)) busy=0
-  else
-    busy=$((busy + 1)) idle=0
-  fi
+  started=${EPOCHREALTIME/[.,]/}
+  probe
+  [ $stopping = 0 ] || shutdown
+  case $state in
+    idle) idle=$((idle + 1)) busy=0 ;;
+    busy) busy=$((busy + 1)) idle=0 ;;
+    *) idle=0 busy=0 ;;
+  esac
   reap
   if [ -n "$worker" ]; then
     if [ $leaving = 0 ] && [ $busy -ge "$busy_for" ]; then
-      stop_worker "busy ($busy probes)"
+      stop_worker "busy ($busy probes; $why)"
     elif [ $leaving = 1 ] && [ $SECONDS -ge $leave_deadline ]; then
       say "worker $worker did not leave within ${leave_timeout}s: killing it"
       kill -KILL "$worker" 2>/dev/null || true
     fi
   elif [ $idle -ge "$idle_for" ]; then
-    # setsid: its own session (no terminal signals); not a group leader, it execs in place, so $!
-    # is attach.sh's pid, which execs the worker.
-    setsid "$here/attach.sh" "${target[@]}" "${attach_flags[@]}" < /dev/null &
+    # setsid: its own session (no terminal signals); not a group leader, it execs in place, as
+    # nice does, so $! is attach.sh's pid, which execs the worker.
+    setsid nice -n "$worker_nice" "$here/attach.sh" "${target[@]}" "${attach_flags[@]}" < /dev/null &
     worker=$!
-    say "idle ($idle probes): attached worker $worker"
+    say "idle ($idle probes; $why): attached worker $worker"
   fi
-  # The wait returns at once on a signal, so Ctrl-C does not wait for the period.
-  sleep "$every" &
-  wait $! || true
+  # From one probe's start to the next: the period less what this round took.
+  pause $((started + every_us - ${EPOCHREALTIME/[.,]/}))
+  [ $stopping = 0 ] || shutdown
 done

@@ -17,7 +17,9 @@
 # (37 M and 108 M models: the PS share of a step, 1.3 GB checkpoints and recovery, push + pull up to 400 M floats;
 # the coordinator's JobState CPU per step for 8/64/256 workers and V 8/512/4096; re-plans on an unchanged membership)
 # sparse (a 2^20-row sparse=True EmbeddingBag model against plain PyTorch with SparseAdam: samples/s, bytes a step,
-# 2 workers, the spill tier, the exact path) python (the Python package's Trainer.fit against elasticps train on the demo's job: samples/s, time to the first step).
+# 2 workers, the spill tier, the exact path) python (the Python package's Trainer.fit against elasticps train on the demo's job: samples/s, time to the first step)
+# harvest (a serving node lent by its load, lend.sh --serve-metrics, over a diurnal trace: latency against serving
+# alone, the node's busy CPU, samples/s harvested, the leave after a burst; the plot build/bench/harvest.png).
 # Run only when named: soak (an hour of training under periodic joins, leaves, kills and barrages: the long-lived
 # processes' RSS and descriptors, the digest).
 # They share scripts/bench/common.py (running jobs and programs, table and csv rows); the figures come
@@ -34,10 +36,10 @@
 # only when a run fails, or when the runs of hetero, durable or python end on different digests.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-usage() { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # A new section: scripts/bench/NAME.py (ending with common.main(run)) and NAME here.
-all_sections=(vw elastic transfer wire ps_share ddp scaling hetero durable observe limits network usermodel freeze zoo kernels scale sparse python)
+all_sections=(vw elastic transfer wire ps_share ddp scaling hetero durable observe limits network usermodel freeze zoo kernels scale sparse python harvest)
 named_only=(soak)
 only="" steps=300 minutes=60 setup=1
 while [ $# -gt 0 ]; do

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""The probe of `launcher/lend.sh --serve-metrics`: the load of an `elasticps serve` (docs/serving.md), read from its
+Prometheus /metrics over one keep-alive connection. lend.sh runs it as a co-process: for each line it reads on
+stdin, it scrapes the server once and answers one line on stdout,
+
+    STATE IN_FLIGHT ARRIVED WINDOW_MS
+
+STATE `busy` when eps_serve_in_flight >= --busy-in-flight, or when more than --busy-rate predict requests/s arrived
+over the last --rate-window seconds (ARRIVED in WINDOW_MS, from the scrapes of that window: requests answered, by any
+status, plus those inside), or when the server did not answer within --timeout (IN_FLIGHT and ARRIVED are then -1);
+`idle` when under the in-flight bound and at most --idle-rate requests/s arrived; `neither` in between, and at the
+first scrape (no rate yet) when not busy. Standard library only, any python3 (it runs on the serving node). A scrape
+costs well under a millisecond of CPU; lend.sh in bash reading /metrics itself cost the node a fifth of a core at
+5 polls a second (bash reads a socket one byte at a time).
+"""
+import argparse
+import collections
+import http.client
+import sys
+import time
+import urllib.parse
+
+
+def parse(text):
+    """(in flight, arrived so far) from the metrics' text; None without eps_serve_in_flight."""
+    in_flight, answered = None, 0.0
+    for line in text.splitlines():
+        if line.startswith("eps_serve_in_flight "):
+            in_flight = float(line.split()[-1])
+        elif line.startswith("eps_serve_requests_total{") or line.startswith("eps_serve_requests_total "):
+            answered += float(line.split()[-1])
+    if in_flight is None:
+        return None
+    return int(in_flight), int(answered + in_flight)
+
+
+class Probe:
+    def __init__(self, url, timeout, busy_in_flight, busy_rate, idle_rate, window_s):
+        u = urllib.parse.urlsplit(url)
+        self.host, self.port, self.path = u.hostname, u.port, u.path or "/metrics"
+        self.timeout, self.window = timeout, window_s
+        self.busy_in_flight, self.busy_rate, self.idle_rate = busy_in_flight, busy_rate, idle_rate
+        self.conn = None
+        self.samples = collections.deque()  # (monotonic seconds, arrived)
+
+    def scrape(self):
+        for attempt in range(2):  # a keep-alive connection the server closed meanwhile: once more, fresh
+            try:
+                if self.conn is None:
+                    self.conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+                self.conn.request("GET", self.path)
+                r = self.conn.getresponse()
+                body = r.read()
+                return parse(body.decode(errors="replace")) if r.status == 200 else None
+            except (OSError, http.client.HTTPException, ValueError):
+                if self.conn is not None:
+                    self.conn.close()
+                self.conn = None
+        return None
+
+    def answer(self):
+        got = self.scrape()
+        now = time.monotonic()
+        if got is None:
+            self.samples.clear()
+            return "busy -1 -1 0"
+        in_flight, arrived = got
+        if self.samples and arrived < self.samples[-1][1]:  # a restarted server: the window starts again
+            self.samples.clear()
+        self.samples.append((now, arrived))
+        while len(self.samples) > 1 and now - self.samples[0][0] > self.window:
+            self.samples.popleft()
+        t0, n0 = self.samples[0]
+        dt, count = now - t0, arrived - n0
+        if in_flight >= self.busy_in_flight or (dt > 0 and count > self.busy_rate * dt):
+            state = "busy"
+        elif dt > 0 and count <= self.idle_rate * dt:
+            state = "idle"
+        else:
+            state = "neither"
+        return f"{state} {in_flight} {count} {int(dt * 1000)}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--url", required=True, help="http://HOST:PORT/metrics")
+    ap.add_argument("--timeout", type=float, default=10)
+    ap.add_argument("--busy-in-flight", type=int, default=1)
+    ap.add_argument("--busy-rate", type=float, default=0)
+    ap.add_argument("--idle-rate", type=float, default=0)
+    ap.add_argument("--rate-window", type=float, default=1)
+    a = ap.parse_args()
+    probe = Probe(a.url, a.timeout, a.busy_in_flight, a.busy_rate, a.idle_rate, a.rate_window)
+    for _ in sys.stdin:
+        print(probe.answer(), flush=True)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (KeyboardInterrupt, BrokenPipeError):
+        pass
