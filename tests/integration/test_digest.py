@@ -51,6 +51,15 @@ class DigestAcrossPlacements(RunDirTest):
         _, _, b = self.run_local("seed8", MLP, workers=1, extra=["--steps=20", "--seed=8"])
         self.assertNotEqual(a["params_sha256"], b["params_sha256"])
 
+    def test_adagrad_same_digest_1x1_and_2_shards_x_3_workers(self):
+        # The dense Adagrad of the shards (server/optimizer.h), its accumulator split over two shards.
+        flags = ["--steps=30", "--optimizer=adagrad", "--momentum=0", "--lr=0.05", "--eps=1e-10", "--weight_decay=0.001"]
+        _, _, one = self.run_local("adagrad-1x1", MLP, workers=1, extra=flags)
+        _, _, many = self.run_local("adagrad-2x3", MLP, servers=2, workers=3, extra=flags)
+        self.assertEqual(many["params_sha256"], one["params_sha256"])
+        _, _, sgd = self.run_local("sgd-1x1", MLP, workers=1, extra=["--steps=30", "--lr=0.05"])
+        self.assertNotEqual(sgd["params_sha256"], one["params_sha256"])
+
     def test_exported_model_holds_the_digested_parameters(self):
         _, _, r = self.run_local("export", MLP, workers=2, extra=["--steps=20"])
         with open(os.path.join(self.tmp, "export", "model.safetensors"), "rb") as f:
