@@ -53,7 +53,8 @@ class DigestAcrossPlacements(RunDirTest):
 
     def test_adagrad_same_digest_1x1_and_2_shards_x_3_workers(self):
         # The dense Adagrad of the shards (server/optimizer.h), its accumulator split over two shards.
-        flags = ["--steps=30", "--optimizer=adagrad", "--momentum=0", "--lr=0.05", "--eps=1e-10", "--weight_decay=0.001"]
+        flags = ["--steps=30", "--optimizer=adagrad", "--momentum=0", "--lr=0.05", "--eps=1e-10",
+                 "--weight_decay=0.001"]
         _, _, one = self.run_local("adagrad-1x1", MLP, workers=1, extra=flags)
         _, _, many = self.run_local("adagrad-2x3", MLP, servers=2, workers=3, extra=flags)
         self.assertEqual(many["params_sha256"], one["params_sha256"])
