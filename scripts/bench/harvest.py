@@ -103,10 +103,11 @@ def read_lines(path):
         return [json.loads(line) for line in f]
 
 
-def stop_server(p):
+def terminate(p, timeout):
+    """SIGTERM (the server drains, the agent makes its worker leave), SIGKILL after `timeout` seconds."""
     p.send_signal(signal.SIGTERM)
     try:
-        p.wait(timeout=30)
+        p.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         p.kill()
         p.wait()
@@ -225,7 +226,7 @@ def serve_alone(model, name):
         gen.wait()
         cpu = cpu_seconds(server.pid) - cpu0
     finally:
-        stop_server(server)
+        terminate(server, 30)
     return read_lines(out), analysis.read_json(summary), cpu
 
 
@@ -285,12 +286,8 @@ def serve_lending(model, name):
                 m["lags"].append(gone[0]["t"] - first)
         m["events"] = analysis.read_events(d)
     finally:
-        lender.send_signal(signal.SIGTERM)
-        try:
-            lender.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            lender.kill()
-        stop_server(server)
+        terminate(lender, 90)
+        terminate(server, 30)
         common.stop([job])
     return m
 
@@ -303,11 +300,7 @@ def full_time():
         ok = common.wait_until(lambda: analysis.read_events(d, "worker_ready"), 120, job)
         time.sleep(FULL_SECONDS)  # the measurement's length, not a wait for readiness
     finally:
-        lender.send_signal(signal.SIGTERM)
-        try:
-            lender.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            lender.kill()
+        terminate(lender, 90)
         common.stop([job])
     events = analysis.read_events(d)
     ready = [e["t"] for e in events if e["event"] == "worker_ready"]
