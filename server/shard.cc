@@ -493,6 +493,7 @@ class ShardImpl final : public Shard {
       metrics_.step_seconds.Observe(SecondsSince(step_started_));
     metrics_.version.Set(state_.version().value());
     MaybeCheckpoint();     // before the next push can step a chunk of the next step
+    PublishTableStats();
     done.durable_step = durable_step_;
     done.checkpoint_error = checkpoint_error_;
     done.checkpoint_blocking_ms = durable_blocking_ms_;
@@ -501,6 +502,41 @@ class ShardImpl final : public Shard {
     done.bytes_out = bytes_out_;
     Status st = SendToCoordinator(std::move(done));
     if (!st.ok()) LOG(WARNING) << "could not report a step: " << st.ToString();
+  }
+
+  // The sparse tables' statistics as series labelled by table index (docs/metrics.md).
+  void PublishTableStats() {
+    const std::vector<SparseTable::Stats> stats = state_.TableStats();
+    Metrics* m = options_.metrics != nullptr ? options_.metrics : own_metrics_.get();
+    for (size_t t = table_stats_.size(); t < stats.size(); ++t) table_stats_.push_back({});
+    for (size_t t = 0; t < stats.size(); ++t) {
+      Labels l = metrics_.With("table", std::to_string(t));
+      const SparseTable::Stats& now = stats[t];
+      SparseTable::Stats& before = table_stats_[t];
+      auto rows = [&](const char* tier, uint64_t n) {
+        Labels tl = l;
+        tl["tier"] = tier;
+        m->GetGauge("eps_shard_table_rows",
+                    "Rows of a sparse table: in memory (cached), or changed and evicted to the "
+                    "store since the last checkpoint (spilled).",
+                    tl)
+            .Set(static_cast<double>(n));
+      };
+      rows("cached", now.cached_rows);
+      rows("spilled", now.spilled_rows);
+      // The table's counts are since its Open: a rollback reopens none, so they only grow.
+      auto grow = [&](const char* name, const char* help, uint64_t was, uint64_t is) {
+        if (is > was) m->GetCounter(name, help, l).Add(static_cast<double>(is - was));
+      };
+      grow("eps_shard_table_rows_stepped_total", "Rows of a sparse table the shard stepped.",
+           before.rows_stepped, now.rows_stepped);
+      grow("eps_shard_table_evictions_total", "Rows evicted from a sparse table's memory.",
+           before.evictions, now.evictions);
+      grow("eps_shard_table_store_reads_total",
+           "Rows of a sparse table looked up in its RocksDB store (found or not).",
+           before.store_reads, now.store_reads);
+      before = now;
+    }
   }
 
   // Hands a snapshot of the version just reached to the writer when it is due.
@@ -667,6 +703,7 @@ class ShardImpl final : public Shard {
 
   const std::unique_ptr<Metrics> own_metrics_;  // when the options name no registry
   ShardMetrics metrics_;
+  std::vector<SparseTable::Stats> table_stats_;  // as last published (PublishTableStats)
   uint64_t bytes_in_ = 0;   // of the pushes read (eps_shard_push_bytes_total)
   uint64_t bytes_out_ = 0;  // of the pull replies sent (eps_shard_pull_bytes_total)
   Step step_started_of_{-1};         // the step whose first contribution came at step_started_

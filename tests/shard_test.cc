@@ -2182,6 +2182,63 @@ TEST(ShardService, MetricsCountTheBytesAndBlocksPushedAndPulledAndTheCheckpoints
   EXPECT_TRUE(running.Join().ok());
 }
 
+TEST(ShardService, MetricsCountASparseTablesRowsByTier) {
+  zmq::context_t context(1);
+  TempDir dir;
+  FakeCoordinator coordinator(&context);
+  Metrics metrics;
+  ShardOptions o = StoreShardOptions(coordinator, dir.Sub("store"), ShardId(0));
+  o.metrics = &metrics;
+  RunningShard running(&context, o);
+  ASSERT_TRUE(running.open_status().ok()) << running.open_status().ToString();
+  auto reg = coordinator.Next<RegisterShard>();
+  ASSERT_TRUE(reg.has_value());
+  // "emb.weight" [64, 2] is a sparse table; one VW; plain SGD.
+  TensorSpec emb{"emb.weight", TensorKind::kParameter, DType::kFloat32, {64, 2}};
+  emb.sparse = true;
+  ShardConfig config = Config();
+  config.spec.virtual_workers = 1;
+  config.spec.num_shards = 1;
+  config.tensors = {emb, LossTensor()};
+  coordinator.Send(config);
+  FakeWorker worker(&context, reg->address);
+  Push init;
+  init.epoch = Epoch(1);
+  init.step = Step(-1);
+  init.block = Block{0, 1};
+  worker.Push(init);
+  ASSERT_TRUE(coordinator.Next<StepDone>(DurableAt(0)).has_value());
+  const std::vector<uint64_t> ids{3, 9, 40};
+  for (int64_t t = 0; t < 2; ++t) {
+    auto held_ids = std::make_shared<std::vector<uint64_t>>(ids);
+    auto values = std::make_shared<std::vector<float>>(ids.size() * 2, 1.0f);
+    auto loss = std::make_shared<std::vector<float>>(1, 0.5f);
+    SparseRowBytes rows;
+    rows.rows = static_cast<uint32_t>(ids.size());
+    rows.ids = {ChunkId(0), held_ids->data(), held_ids->size() * sizeof(uint64_t), held_ids};
+    rows.values = {ChunkId(0), values->data(), values->size() * sizeof(float), values};
+    Push push;
+    push.epoch = Epoch(1);
+    push.step = Step(t);
+    push.block = Block{0, 1};
+    push.chunks = {ChunkBytes{ChunkId(0), loss->data(), sizeof(float), loss}};
+    push.sparse = {rows};
+    worker.Push(push);
+    ASSERT_TRUE(coordinator.Next<StepDone>(DurableAt(t + 1)).has_value());
+  }
+  const Labels table{{"shard", "0"}, {"table", "0"}};
+  auto tier = [&](const char* name) {
+    Labels l = table;
+    l["tier"] = name;
+    return metrics.GetGauge("eps_shard_table_rows", "", l).value();
+  };
+  EXPECT_EQ(tier("cached"), 3);  // the touched rows only: the other 61 are not stored
+  EXPECT_EQ(tier("spilled"), 0);
+  EXPECT_EQ(metrics.GetCounter("eps_shard_table_rows_stepped_total", "", table).value(), 6);
+  coordinator.Send(Shutdown{"done"});
+  EXPECT_TRUE(running.Join().ok());
+}
+
 TEST(ShardService, CheckpointingNeedsAStoreAndABadStoreStopsTheShardAtOpen) {
   zmq::context_t context(1);
   TempDir dir;
