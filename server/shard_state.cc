@@ -110,9 +110,11 @@ Status ShardState::Configure(const ShardConfig& config) {
   return open_tables_ ? SyncTables() : OkStatus();
 }
 
-SparseOptimizerOptions ShardState::SparseOptimizer() const {
+namespace {
+
+SparseOptimizerOptions SparseOptimizerOf(const OptimizerOptions& optimizer) {
   SparseOptimizerOptions o;
-  switch (optimizer_.kind) {
+  switch (optimizer.kind) {
     case OptimizerKind::kSgd:
       o.kind = SparseOptimizerOptions::Kind::kSgd;
       break;
@@ -126,13 +128,33 @@ SparseOptimizerOptions ShardState::SparseOptimizer() const {
       o.kind = SparseOptimizerOptions::Kind::kAdagrad;
       break;
   }
-  o.momentum = optimizer_.momentum;
-  o.dampening = optimizer_.dampening;
-  o.nesterov = optimizer_.nesterov;
-  o.weight_decay = optimizer_.weight_decay;
-  o.beta1 = optimizer_.beta1;
-  o.beta2 = optimizer_.beta2;
-  o.eps = optimizer_.eps;
+  o.momentum = optimizer.momentum;
+  o.dampening = optimizer.dampening;
+  o.nesterov = optimizer.nesterov;
+  o.weight_decay = optimizer.weight_decay;
+  o.beta1 = optimizer.beta1;
+  o.beta2 = optimizer.beta2;
+  o.eps = optimizer.eps;
+  return o;
+}
+
+}  // namespace
+
+SparseTableOptions ShardTableOptions(const JobSpec& spec, const OptimizerOptions& optimizer,
+                                     const Layout& layout, size_t table,
+                                     const ShardTablesOptions& tables) {
+  const TensorSpec& tensor = layout.tensors[layout.sparse[table]];
+  const uint64_t mb = spec.shard_memory_mb > 0 ? spec.shard_memory_mb : kDefaultShardMemoryMb;
+  SparseTableOptions o;
+  o.table_id = static_cast<uint32_t>(table);
+  o.dim = static_cast<size_t>(tensor.shape[1]);
+  o.num_vws = spec.virtual_workers;
+  o.seed = spec.seed;
+  o.optimizer = SparseOptimizerOf(optimizer);
+  o.memory_bytes = static_cast<size_t>((mb << 20) / layout.sparse.size());
+  if (!tables.dir.empty()) o.path = tables.dir + "/table-" + std::to_string(table);
+  o.keep_checkpoints = tables.keep_checkpoints;
+  o.grad_rounding = spec.grad_wire_dtype;
   return o;
 }
 
@@ -140,24 +162,13 @@ Status ShardState::SyncTables() {
   if (!layout_) return OkStatus();
   const size_t n = layout_->sparse.size();
   if (tables_.empty() && n > 0) {
-    const uint64_t mb = spec_->shard_memory_mb > 0 ? spec_->shard_memory_mb : kDefaultShardMemoryMb;
     for (size_t t = 0; t < n; ++t) {
-      const TensorSpec& spec = layout_->tensors[layout_->sparse[t]];
-      SparseTableOptions o;
-      o.table_id = static_cast<uint32_t>(t);
-      o.dim = static_cast<size_t>(spec.shape[1]);
-      o.num_vws = spec_->virtual_workers;
-      o.seed = spec_->seed;
-      o.optimizer = SparseOptimizer();
-      o.memory_bytes = static_cast<size_t>((mb << 20) / n);
-      if (!tables_options_.dir.empty())
-        o.path = tables_options_.dir + "/table-" + std::to_string(t);
-      o.keep_checkpoints = tables_options_.keep_checkpoints;
-      o.grad_rounding = spec_->grad_wire_dtype;
-      auto table = SparseTable::Open(o);
+      auto table =
+          SparseTable::Open(ShardTableOptions(*spec_, optimizer_, *layout_, t, tables_options_));
       if (!table.ok()) {
         tables_.clear();
-        return table.status().WithContext("sparse table " + spec.name);
+        return table.status().WithContext("sparse table " +
+                                          layout_->tensors[layout_->sparse[t]].name);
       }
       tables_.push_back(std::move(table).value());
     }

@@ -67,6 +67,14 @@ struct ShardTablesOptions {
   int keep_checkpoints = 2;  // the StateStore's: both hold the checkpoints a rollback may pick
 };
 
+// The options a shard of `spec` opens sparse table `table` (an index into
+// layout.sparse) with: its width, the job's seed and optimizer in its row-wise
+// form, a `memory_bytes` share of --shard_memory_mb, its directory under
+// tables.dir. What export_model reads a shard's table checkpoints with.
+SparseTableOptions ShardTableOptions(const JobSpec& spec, const OptimizerOptions& optimizer,
+                                     const Layout& layout, size_t table,
+                                     const ShardTablesOptions& tables);
+
 // Sparse tables (docs/design.md, "Sparse tables"): the shard holds, of each
 // table of the layout, the rows ShardOfRow gives it, in a SparseTable opened
 // once the layout is known. A block's push names each table's touched rows of
@@ -154,6 +162,10 @@ class ShardState {
   // as they are copied, so (with KeepFreedMemory) the next copy lands on
   // pages already faulted in; pass it with std::move where it is not needed.
   Status Restore(Checkpoint checkpoint);
+  // A new state holding `checkpoint`, validated against this one, which is left
+  // as it is; its sparse tables are not opened (Restore opens them once it takes
+  // the state). What export_model reads a checkpoint's chunks with.
+  StatusOr<std::unique_ptr<ShardState>> Load(Checkpoint&& checkpoint) const;
 
   // Drops every version and the optimizer state, keeping the job config: the
   // shard waits for the initial values again (a job that starts over). The
@@ -189,8 +201,6 @@ class ShardState {
     std::vector<float> values;
   };
 
-  // A new state holding `checkpoint`, validated against this one.
-  StatusOr<std::unique_ptr<ShardState>> Load(Checkpoint&& checkpoint) const;
   void TakeFrom(ShardState&& other);
   // Opens the layout's tables if not yet, and brings them to version_ (the
   // empty table before the initial values). DataLoss: a table holds no
@@ -200,7 +210,6 @@ class ShardState {
   // Steps the tables (the step's barrier is complete), keeping the old values
   // of the rows it changes in previous_rows_.
   Status StepTables();
-  SparseOptimizerOptions SparseOptimizer() const;
   Status ValidatePush(const Push& push) const;
   // Bytes chunk `id` has in a push for `step` (-1: the initial values, always fp32).
   size_t PushBytesOf(ChunkId id, Step step) const;

@@ -655,4 +655,23 @@ StatusOr<std::unique_ptr<SparseTable>> SparseTable::Open(const SparseTableOption
   return std::unique_ptr<SparseTable>(new SparseTableImpl(o, std::move(store)));
 }
 
+Status ScanTableCheckpoint(const SparseTableOptions& o, Step step,
+                           const std::function<void(uint64_t row, const float* weights)>& fn) {
+  SparseStoreOptions so;
+  so.path = o.path;
+  so.table_id = o.table_id;
+  so.identity = Identity(o);
+  so.read_only = true;
+  EPS_ASSIGN_OR_RETURN(std::unique_ptr<SparseRowStore> store, SparseRowStore::Open(so));
+  const size_t floats = o.dim * (1 + SparseOptimizerSlots(o.optimizer));
+  Row row;
+  return store->ScanCheckpoint(step, [&](uint64_t id, std::string_view record) -> Status {
+    if (!Decode(std::string(record), floats, &row)) {
+      return DataLoss("sparse table row " + std::to_string(id) + " is damaged in " + o.path);
+    }
+    fn(id, row.data.data());
+    return OkStatus();
+  });
+}
+
 }  // namespace eps

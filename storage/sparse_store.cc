@@ -123,13 +123,15 @@ class RocksSparseRowStore final : public SparseRowStore {
 
   const std::string& path() const override { return path_; }
 
-  // Drops the spilled records; reads the held checkpoints.
-  Status Load() {
-    rocksdb::WriteOptions wo;
-    wo.sync = true;
-    EPS_RETURN_IF_ERROR(Rocks(db_->DeleteRange(wo, db_->DefaultColumnFamily(),
-                                               RangeBegin('S', table_), RangeEnd('S', table_)),
-                              "dropping spilled rows"));
+  // Drops the spilled records (unless read-only); reads the held checkpoints.
+  Status Load(bool read_only) {
+    if (!read_only) {
+      rocksdb::WriteOptions wo;
+      wo.sync = true;
+      EPS_RETURN_IF_ERROR(Rocks(db_->DeleteRange(wo, db_->DefaultColumnFamily(),
+                                                 RangeBegin('S', table_), RangeEnd('S', table_)),
+                                "dropping spilled rows"));
+    }
     steps_.clear();
     const std::string end = RangeEnd('K', table_);
     rocksdb::ReadOptions ro = TotalOrder();
@@ -307,6 +309,17 @@ class RocksSparseRowStore final : public SparseRowStore {
   Status ScanCheckpointed(
       const std::function<Status(uint64_t row, std::string_view record)>& fn) const override {
     if (steps_.empty()) return OkStatus();
+    return ScanCheckpoint(steps_.back(), fn);
+  }
+
+  Status ScanCheckpoint(
+      Step step,
+      const std::function<Status(uint64_t row, std::string_view record)>& fn) const override {
+    if (step == Step(0)) return OkStatus();  // the empty table
+    if (std::find(steps_.begin(), steps_.end(), step) == steps_.end()) {
+      return NotFound("sparse checkpoint " + std::to_string(step.value()) + " is not held in " +
+                      path_);
+    }
     const std::string end = RangeEnd('C', table_);
     rocksdb::ReadOptions ro = TotalOrder();
     rocksdb::Slice upper(end);
@@ -318,6 +331,8 @@ class RocksSparseRowStore final : public SparseRowStore {
       if (it->key().size() != kPrefixLen + 8) return DataLoss("bad row key in " + path_);
       const uint64_t row = GetBE64(it->key().data() + 5);
       if (have_last && row == last) continue;  // an older record of the same row
+      // Records of a row come newest first: skip those after `step`.
+      if (static_cast<int64_t>(~GetBE64(it->key().data() + kPrefixLen)) > step.value()) continue;
       have_last = true;
       last = row;
       EPS_RETURN_IF_ERROR(fn(row, std::string_view(it->value().data(), it->value().size())));
@@ -377,11 +392,20 @@ StatusOr<std::unique_ptr<SparseRowStore>> SparseRowStore::Open(const SparseStore
   if (o.path.empty()) return InvalidArgument("a sparse row store needs a path");
   if (o.keep_checkpoints < 1) return InvalidArgument("keep_checkpoints must be at least 1");
   if (o.identity.size() > kMaxIdentity) return InvalidArgument("sparse store identity too long");
-  std::error_code ec;
-  std::filesystem::create_directories(o.path, ec);
-  if (ec) return FromErrno(ec.value(), o.path, "creating the sparse store's directory");
   rocksdb::DB* raw = nullptr;
-  rocksdb::Status rs = rocksdb::DB::Open(DbOptions(), o.path, &raw);
+  rocksdb::Status rs;
+  if (o.read_only) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(o.path, ec)) return NotFound("no sparse store at " + o.path);
+    rocksdb::Options options = DbOptions();
+    options.create_if_missing = false;
+    rs = rocksdb::DB::OpenForReadOnly(options, o.path, &raw);
+  } else {
+    std::error_code ec;
+    std::filesystem::create_directories(o.path, ec);
+    if (ec) return FromErrno(ec.value(), o.path, "creating the sparse store's directory");
+    rs = rocksdb::DB::Open(DbOptions(), o.path, &raw);
+  }
   if (!rs.ok()) return FromRocks(rs, o.path, "opening the sparse store");
   std::unique_ptr<rocksdb::DB> db(raw);
 
@@ -390,7 +414,9 @@ StatusOr<std::unique_ptr<SparseRowStore>> SparseRowStore::Open(const SparseStore
   identity += o.identity;
   std::string stored;
   rs = db->Get(rocksdb::ReadOptions(), kIdentityKey, &stored);
-  if (rs.IsNotFound()) {
+  if (rs.IsNotFound() && o.read_only) {
+    return NotFound("sparse store " + o.path + " holds no table yet");
+  } else if (rs.IsNotFound()) {
     rocksdb::WriteOptions wo;
     wo.sync = true;
     rs = db->Put(wo, kIdentityKey, identity);
@@ -403,7 +429,7 @@ StatusOr<std::unique_ptr<SparseRowStore>> SparseRowStore::Open(const SparseStore
                               "or seed differ)");
   }
   auto store = std::make_unique<RocksSparseRowStore>(o, std::move(db));
-  EPS_RETURN_IF_ERROR(store->Load());
+  EPS_RETURN_IF_ERROR(store->Load(o.read_only));
   return std::unique_ptr<SparseRowStore>(std::move(store));
 }
 

@@ -53,6 +53,11 @@ struct SparseStoreOptions {
   // with another meaning. Opaque here, at most 4096 bytes.
   std::string identity;
   int keep_checkpoints = 2;  // >= 1
+  // Opens an existing store with RocksDB's read-only mode, beside the shard that
+  // may still write it (an export): nothing is dropped or written (writes fail),
+  // and a checkpoint the writer took after the open is not seen. NotFound when
+  // there is no store at `path`.
+  bool read_only = false;
 };
 
 class SparseRowStore {
@@ -109,6 +114,10 @@ class SparseRowStore {
   // ascending row order, until fn returns an error (returned). O(records).
   virtual Status ScanCheckpointed(
       const std::function<Status(uint64_t row, std::string_view record)>& fn) const = 0;
+  // The same for held checkpoint `step` (each row's newest record at a step <=
+  // `step`); NotFound when `step` is not held (step 0 always is: no row).
+  virtual Status ScanCheckpoint(
+      Step step, const std::function<Status(uint64_t row, std::string_view record)>& fn) const = 0;
 
   // Records stored, for tests and statistics (a scan: O(records)).
   struct Counts {

@@ -117,6 +117,47 @@ TEST(SparseRowStore, RetainFromKeepsOlderCheckpointsReadable) {
   EXPECT_EQ(Newest(s.get(), {1, 2}), std::vector<std::string>({"1@2", "2@1"}));
 }
 
+// Every (row, record) checkpoint `step` of `s` holds, in row order.
+Records At(const SparseRowStore& s, Step step, StatusCode want = StatusCode::kOk) {
+  Records out;
+  Status st = s.ScanCheckpoint(step, [&](uint64_t row, std::string_view record) {
+    out.emplace_back(row, std::string(record));
+    return OkStatus();
+  });
+  EXPECT_EQ(st.code(), want) << st.ToString();
+  return out;
+}
+
+TEST(SparseRowStore, ReadOnlyBesideTheWriterScansAnyHeldCheckpointAndChangesNothing) {
+  TempDir dir;
+  auto writer = Open(dir.path(), /*keep=*/3);
+  ASSERT_TRUE(writer->WriteCheckpoint(Step(1), {{1, "1@1"}, {2, "2@1"}}, {}).ok());
+  ASSERT_TRUE(writer->WriteCheckpoint(Step(2), {{1, "1@2"}, {5, "5@2"}}, {}).ok());
+  ASSERT_TRUE(writer->WriteSpill({{9, "spilled"}}, {}).ok());
+  SparseStoreOptions o;
+  o.path = dir.path();
+  o.table_id = 4;
+  o.identity = "dim=1";
+  o.read_only = true;
+  auto reader = SparseRowStore::Open(o);  // the writer still holds the database
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  EXPECT_EQ((*reader)->Checkpoints(), std::vector<Step>({Step(1), Step(2)}));
+  EXPECT_EQ(At(**reader, Step(1)), Records({{1, "1@1"}, {2, "2@1"}}));
+  EXPECT_EQ(At(**reader, Step(2)), Records({{1, "1@2"}, {2, "2@1"}, {5, "5@2"}}));
+  EXPECT_EQ(At(**reader, Step(0)), Records());  // the empty table
+  At(**reader, Step(3), StatusCode::kNotFound);
+  // Nothing was dropped: the writer's spilled record is still there.
+  std::vector<std::optional<std::string>> spilled;
+  ASSERT_TRUE(writer->ReadSpilled({9}, &spilled).ok());
+  EXPECT_EQ(spilled[0], std::optional<std::string>("spilled"));
+  // Another identity, or no store at all, is refused.
+  o.identity = "dim=2";
+  EXPECT_EQ(SparseRowStore::Open(o).status().code(), StatusCode::kFailedPrecondition);
+  o.path = dir.path() + "/none";
+  EXPECT_EQ(SparseRowStore::Open(o).status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(std::filesystem::exists(o.path));
+}
+
 TEST(SparseRowStore, AStoreOfAnotherTableIsFailedPrecondition) {
   TempDir dir;
   { auto s = Open(dir.path()); }

@@ -9,8 +9,8 @@
 //
 // Reads the job record from the coordinator's store (STORES/coordinator) and
 // checkpoint `step` (default: the newest one every shard holds) from each
-// shard's store (STORES/shard<N>), opened read-only, so running processes are
-// not disturbed. Writes the safetensors file described in models/model_export.h
+// shard's store (STORES/shard<N>) and its sparse tables' (STORES/shard<N>.sparse),
+// opened read-only, so running processes are not disturbed. Writes the safetensors file described in models/model_export.h
 // and prints the step and the params_sha256, which equals result.json's for
 // the job's final step. --pt_out and --script_out: the exports Python loads
 // (models/torch_export.h); the scripted one needs the job's TorchScript file,
@@ -94,6 +94,41 @@ StatusOr<StoredJob> ReadStoredJob(const std::string& stores) {
   return out;
 }
 
+// The sparse tables at checkpoint `step`: each shard's rows from its tables'
+// checkpoints (beside its store, STORES/shard<N>.sparse/, opened read-only), the
+// rows no step changed their initial ones. Empty for a job without tables.
+StatusOr<ModelTables> TablesAt(const std::string& stores, const JobSpec& spec, const Layout& layout,
+                               Step step) {
+  ModelTables tables;
+  if (layout.sparse.empty()) return tables;
+  EPS_ASSIGN_OR_RETURN(OptimizerOptions optimizer,
+                       OptimizerOptionsFromSpec(spec.optimizer, spec.steps));
+  for (uint32_t s = 0; s < spec.num_shards; ++s) {
+    ShardTablesOptions dir;
+    dir.dir = stores + "/shard" + std::to_string(s) + ".sparse";  // shard_main's, beside its store
+    std::vector<SparseRowBytes> rows;
+    for (size_t t = 0; t < layout.sparse.size(); ++t) {
+      const SparseTableOptions o = ShardTableOptions(spec, optimizer, layout, t, dir);
+      auto ids = std::make_shared<std::vector<uint64_t>>();
+      auto values = std::make_shared<std::vector<float>>();
+      EPS_RETURN_IF_ERROR(
+          ScanTableCheckpoint(o, step, [&](uint64_t row, const float* weights) {
+            ids->push_back(row);
+            values->insert(values->end(), weights, weights + o.dim);
+          }).WithContext("shard " + std::to_string(s) + "'s table " +
+                         layout.tensors[layout.sparse[t]].name));
+      SparseRowBytes r;
+      r.table = static_cast<uint32_t>(t);
+      r.rows = static_cast<uint32_t>(ids->size());
+      r.ids = {ChunkId(0), ids->data(), ids->size() * sizeof(uint64_t), ids};
+      r.values = {ChunkId(0), values->data(), values->size() * sizeof(float), values};
+      rows.push_back(std::move(r));
+    }
+    EPS_RETURN_IF_ERROR(AddTableRows(layout, spec.seed, rows, &tables));
+  }
+  return tables;
+}
+
 // The model's tensors at checkpoint `wanted` of the stores (-1: the newest
 // every shard holds); writes `out` (safetensors) when not empty.
 StatusOr<std::vector<ExportedTensor>> FromCheckpoints(const std::string& stores,
@@ -101,12 +136,6 @@ StatusOr<std::vector<ExportedTensor>> FromCheckpoints(const std::string& stores,
                                                       const std::vector<TensorSpec>& specs,
                                                       const std::string& out, Step wanted) {
   EPS_ASSIGN_OR_RETURN(Layout layout, MakeLayout(specs, spec.num_shards, spec.chunk_elems));
-  if (!layout.sparse.empty()) {
-    return Unimplemented("job '" + spec.job_id + "' has sparse tables (" +
-                         layout.tensors[layout.sparse[0]].name +
-                         "): exporting them from the shards' checkpoints is not built yet; the "
-                         "job's model.safetensors holds the final model");
-  }
   std::vector<std::unique_ptr<StateStore>> shards;
   std::vector<std::vector<Step>> held;
   for (uint32_t s = 0; s < spec.num_shards; ++s) {
@@ -142,23 +171,24 @@ StatusOr<std::vector<ExportedTensor>> FromCheckpoints(const std::string& stores,
       return checkpoint.status().WithContext("shard " + std::to_string(s) + " holds steps " +
                                              Join(held[s]));
     }
-    ShardState state{ShardId(s)};
-    EPS_RETURN_IF_ERROR(
-        state.Restore(std::move(checkpoint).value()).WithContext("shard " + std::to_string(s)));
-    EPS_ASSIGN_OR_RETURN(PullReply pulled, state.HandlePull(Pull{step, {}}));
+    const ShardState loader{ShardId(s)};
+    auto state = loader.Load(std::move(checkpoint).value());
+    if (!state.ok()) return state.status().WithContext("shard " + std::to_string(s));
+    EPS_ASSIGN_OR_RETURN(PullReply pulled, (*state)->HandlePull(Pull{step, {}}));
     for (ChunkBytes& c : pulled.chunks) chunks[c.chunk.value()] = std::move(c);
   }
-  EPS_ASSIGN_OR_RETURN(ModelDigests digests, DigestModel(layout, chunks));
+  EPS_ASSIGN_OR_RETURN(ModelTables tables, TablesAt(stores, spec, layout, step));
+  EPS_ASSIGN_OR_RETURN(ModelDigests digests, DigestModel(layout, chunks, tables));
   if (!out.empty()) {
     EPS_RETURN_IF_ERROR(
-        WriteSafetensors(out, layout, chunks, {}, step, spec.job_id, spec.model, digests,
+        WriteSafetensors(out, layout, chunks, tables, step, spec.job_id, spec.model, digests,
                          ExportMetadata(spec)));
   }
   std::printf("exported step %lld of job '%s' (%s, %lld parameters) to %s\nparams_sha256 %s\n",
               static_cast<long long>(step.value()), spec.job_id.c_str(), spec.model.c_str(),
               static_cast<long long>(layout.NumParameters()),
               out.empty() ? "(no safetensors)" : out.c_str(), digests.params_sha256.c_str());
-  return ModelTensors(layout, chunks);
+  return ModelTensors(layout, chunks, tables);
 }
 
 Status Export(const std::string& stores, Step wanted) {

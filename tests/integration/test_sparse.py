@@ -8,8 +8,8 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import (ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_result, skip_or_fail, wait_for_event,
-                     wait_for_file)
+from harness import (BIN, ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_result, skip_or_fail,
+                     wait_for_event, wait_for_file)
 
 TORCH_PY = os.environ.get("EPS_TORCH_PYTHON", "/usr/bin/python3")  # Debian's python3-torch
 ROWS, DIM = 1 << 16, 16
@@ -126,10 +126,20 @@ class SparseTables(RunDirTest):
         self.assertEqual(len(back), 1, logs(d))
         self.assertEqual(back[0]["step"], 40, back)
         self.assertEqual(read_result(d)["params_sha256"], reference["params_sha256"], logs(d))
-
-
-if __name__ == "__main__":
-    unittest.main()
+        # export_model from the stores (the tables' checkpoints read beside them, read-only): the final step's file is
+        # the job's own model.safetensors byte for byte; an older held checkpoint exports too, other bits.
+        final = os.path.join(self.tmp, "final.safetensors")
+        p = subprocess.run([os.path.join(BIN, "export_model"), f"--stores={d}/store", f"--out={final}"], env=ENV,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout)
+        with open(final, "rb") as a, open(os.path.join(d, "model.safetensors"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        older = os.path.join(self.tmp, "older.safetensors")
+        p = subprocess.run([os.path.join(BIN, "export_model"), f"--stores={d}/store", f"--out={older}", "--step=70"],
+                           env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout)
+        with open(final, "rb") as a, open(older, "rb") as b:
+            self.assertNotEqual(a.read(), b.read())
 
 
 CRITEO = os.path.join(ROOT, "examples", "criteo")
@@ -167,3 +177,7 @@ class Criteo(RunDirTest):
                                          expect_ok=False, timeout=120)
         self.assertNotEqual(code, 0)
         self.assertIsNone(result)
+
+
+if __name__ == "__main__":
+    unittest.main()
