@@ -38,8 +38,10 @@ static SparseRows CombineRows(const SparseRows& left, const SparseRows& right, s
   const std::vector<float> zero(dim, 0.0f);
   size_t l = 0, r = 0;
   while (l < left.ids.size() || r < right.ids.size()) {
-    const bool take_l = r == right.ids.size() || (l < left.ids.size() && left.ids[l] <= right.ids[r]);
-    const bool take_r = l == left.ids.size() || (r < right.ids.size() && right.ids[r] <= left.ids[l]);
+    const bool take_l =
+        r == right.ids.size() || (l < left.ids.size() && left.ids[l] <= right.ids[r]);
+    const bool take_r =
+        l == left.ids.size() || (r < right.ids.size() && right.ids[r] <= left.ids[l]);
     const float* a = take_l ? left.values.data() + l * dim : zero.data();
     const float* b = take_r ? right.values.data() + r * dim : zero.data();
     out.ids.push_back(take_l ? left.ids[l++] : right.ids[r]);

@@ -29,8 +29,8 @@ bool ParseInt64(std::string_view s, int64_t* out) {
   char* end = nullptr;
   errno = 0;
   const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (errno != 0 || end != text.c_str() + text.size() || std::isspace(static_cast<unsigned char>(text[0])) ||
-      text[0] == '+') {
+  if (errno != 0 || end != text.c_str() + text.size() ||
+      std::isspace(static_cast<unsigned char>(text[0])) || text[0] == '+') {
     return false;
   }
   *out = v;
@@ -92,8 +92,9 @@ StatusOr<Dataset> ReadCriteo(const std::string& path, uint64_t buckets, int64_t 
     }
     if (fields.size() != kFields) {
       return InvalidArgument(path + ": line " + std::to_string(line_no) + " has " +
-                             std::to_string(fields.size()) + " tab-separated fields, a Criteo line has " +
-                             std::to_string(kFields) + " (label, 13 integers, 26 categories)");
+                             std::to_string(fields.size()) +
+                             " tab-separated fields, a Criteo line has " + std::to_string(kFields) +
+                             " (label, 13 integers, 26 categories)");
     }
     if (fields[0] != "0" && fields[0] != "1") {
       return bad(0, "the label '" + std::string(fields[0].substr(0, 32)) + "' is not 0 or 1");
@@ -134,7 +135,8 @@ StatusOr<Dataset> ReadCriteo(const std::string& path, uint64_t buckets, int64_t 
 }  // namespace
 
 int64_t CriteoCategoryRow(int column, uint64_t value, uint64_t buckets) {
-  const uint64_t mixed = SplitMix64(value ^ (static_cast<uint64_t>(column) + 1) * 0x9E3779B97F4A7C15ull);
+  const uint64_t mixed =
+      SplitMix64(value ^ (static_cast<uint64_t>(column) + 1) * 0x9E3779B97F4A7C15ull);
   return 1 + static_cast<int64_t>(mixed % (buckets - 1));
 }
 

@@ -136,8 +136,8 @@ struct DataFiles {
   uint64_t hash_buckets = 0;           // criteo: the categories' table rows (--hash_buckets)
 };
 
-// The format `files` are read as ("idx", "npy", "csv", "tsv", "jsonl" or "criteo"); InvalidArgument for
-// an unknown --data_format or an extension that does not say.
+// The format `files` are read as ("idx", "npy", "csv", "tsv", "jsonl" or "criteo"); InvalidArgument
+// for an unknown --data_format or an extension that does not say.
 [[nodiscard]] StatusOr<std::string> DataFormatOf(const DataFiles& files);
 
 // Reads the data set in its format and fingerprints its files

@@ -81,9 +81,10 @@ Status CheckTextModelInput(const Dataset& data, const ZooSizes& sizes) {
   const auto* ids = static_cast<const int64_t*>(data.features);
   for (int64_t i = 0; i < data.size * data.SampleElems(); ++i) {
     if (ids[i] < 0 || ids[i] >= static_cast<int64_t>(sizes.vocab_size)) {
-      return InvalidArgument("token id " + std::to_string(ids[i]) + " of sample " +
-                             std::to_string(i / data.SampleElems()) + " is outside [0, " +
-                             "--vocab_size (or --hash_buckets)=" + std::to_string(sizes.vocab_size) + ")");
+      return InvalidArgument(
+          "token id " + std::to_string(ids[i]) + " of sample " +
+          std::to_string(i / data.SampleElems()) + " is outside [0, " +
+          "--vocab_size (or --hash_buckets)=" + std::to_string(sizes.vocab_size) + ")");
     }
   }
   return OkStatus();

@@ -1,10 +1,10 @@
 // Picking a format, opening a data set by its files, and a job's data.
+#include <optional>
+
 #include "data/criteo.h"
 #include "data/fingerprint.h"
 #include "data/job_data.h"
 #include "data/text.h"
-
-#include <optional>
 
 namespace eps {
 namespace {
@@ -29,7 +29,8 @@ StatusOr<std::string> DataFormatOf(const DataFiles& files) {
   const std::string& f = files.format;
   if (f == "idx" || f == "npy" || f == "csv" || f == "criteo" || IsTextFormat(f)) return f;
   if (!f.empty()) {
-    return InvalidArgument("--data_format '" + f + "': expected idx, npy, csv, tsv, jsonl or criteo (or empty: " +
+    return InvalidArgument("--data_format '" + f +
+                           "': expected idx, npy, csv, tsv, jsonl or criteo (or empty: " +
                            "from the files' extensions)");
   }
   const std::string& p = files.features;
@@ -170,16 +171,18 @@ StatusOr<std::string> BuildJobVocabulary(const JobSpec& spec, const std::string&
                                             files.train.label_column, files.train.limit);
   if (!table.ok()) return table.status().WithContext("train data (" + format + ")");
   if (spec.model == "text_hashed" && spec.hash_buckets == 0) {
-    return InvalidArgument("text_hashed hashes words into --hash_buckets rows: give it (e.g. 1048576)");
+    return InvalidArgument(
+        "text_hashed hashes words into --hash_buckets rows: give it (e.g. 1048576)");
   }
   if (spec.hash_buckets > 0) {
     if (!words_from.empty()) {
-      return InvalidArgument("--vocab_from takes a vocabulary's words; with --hash_buckets there are "
-                             "none (the hashing is fixed: a fine-tuned model finds its rows)");
+      return InvalidArgument(
+          "--vocab_from takes a vocabulary's words; with --hash_buckets there are "
+          "none (the hashing is fixed: a fine-tuned model finds its rows)");
     }
-    EPS_ASSIGN_OR_RETURN(Vocabulary vocab,
-                         Vocabulary::BuildHashed(*table, spec.hash_buckets,
-                                                 spec.model == "text_hashed" ? 2 : 1, spec.seq_len));
+    EPS_ASSIGN_OR_RETURN(Vocabulary vocab, Vocabulary::BuildHashed(
+                                               *table, spec.hash_buckets,
+                                               spec.model == "text_hashed" ? 2 : 1, spec.seq_len));
     return vocab.Serialize();
   }
   std::optional<Vocabulary> words;

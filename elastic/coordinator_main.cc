@@ -52,7 +52,9 @@ DEFINE_string(train_data, "", "Training features: .npy, .csv or IDX (empty: --da
 DEFINE_string(train_labels, "", "Training labels: .npy or IDX (CSV: the --label_column)");
 DEFINE_string(test_data, "", "Test features, as --train_data");
 DEFINE_string(test_labels, "", "Test labels, as --train_labels");
-DEFINE_string(data_format, "", "idx, npy, csv, tsv, jsonl or criteo; empty: from the files' extensions (criteo: never)");
+DEFINE_string(
+    data_format, "",
+    "idx, npy, csv, tsv, jsonl or criteo; empty: from the files' extensions (criteo: never)");
 DEFINE_string(label_column, "label", "CSV, TSV, JSONL: the label column's name");
 DEFINE_string(init_from, "",
               "Transfer learning: start from this exported model (model.safetensors, model.pt or "

@@ -42,8 +42,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   eps::StatusOr<eps::Dataset> ds = (data[0] & 1) == 0 ? eps::ReadNpyDataset(path, path, 0)
-                                   : text == 3       ? eps::ReadCriteoDataset(path, 1000, 0)
-                                                     : eps::ReadCsvDataset(path, "label", 0);
+                                   : text == 3        ? eps::ReadCriteoDataset(path, 1000, 0)
+                                                      : eps::ReadCsvDataset(path, "label", 0);
   if (ds.ok()) {
     // Touch every byte the data set claims, as a worker would.
     uint64_t sum = 0;

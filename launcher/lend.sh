@@ -19,7 +19,9 @@
 #                    over the last --rate-window seconds (default 1), or no answer. Idle: under
 #                    the in-flight bound and at most --idle-rate requests/s (default 0, at most
 #                    --busy-rate); in between, neither (the streaks restart). --every defaults
-#                    to 0.2 here. Read by launcher/serve_probe.py (python3, standard library).
+#                    to 0.2 here. Read by launcher/serve_probe.py (python3, standard library),
+#                    which, while a worker is lent, waits on the server's wake-up (GET
+#                    /v1/load) instead of sleeping: the node is given back when requests come.
 # --every S          seconds from a probe's start to the next's (default 5; fractions allowed).
 # --idle-for N       idle probes in a row before a worker attaches (default 3): hysteresis.
 # --busy-for M       busy probes in a row before the worker is asked to leave (default 1).
@@ -43,7 +45,7 @@
 # is printed with the time. EPS_BIN overrides the directory of the binaries (build/bin).
 set -euo pipefail
 
-usage() { sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "lend.sh: $*" >&2; exit 2; }
 say() { echo "$(date '+%F %T') lend.sh: $*"; }
 
@@ -123,6 +125,7 @@ number='^([0-9]+(\.[0-9]*)?|\.[0-9]+)$'
 command -v setsid > /dev/null || die "setsid (util-linux) is missing"
 
 every_us=$(awk -v x="$every" 'BEGIN { printf "%d", x * 1e6 }')
+every_ms=$((every_us / 1000))
 
 worker=""      # the worker's pid while one runs (attach.sh execs it: the same process)
 leaving=0      # 1 once the worker was sent SIGTERM
@@ -132,8 +135,14 @@ idle=0 busy=0
 # probe_serve: the server's load, from launcher/serve_probe.py (a co-process started below, which
 # keeps the rate window and one keep-alive connection: a poll forks nothing); sets state and why.
 probe_serve() {
-  local f n ms
-  if ! { echo >&"${PROBE[1]}" && read -r -t "$probe_wait" -u "${PROBE[0]}" state f n ms; } 2> /dev/null; then
+  local f n ms ask="" limit=$probe_wait
+  # A lent worker not yet asked to leave: the probe waits out the period on the server's wake-up
+  # (GET /v1/load), answering the moment requests come; the loop's pause is then spent already.
+  if [ -n "$worker" ] && [ $leaving = 0 ] && [ $busy = 0 ]; then
+    ask="wait $every_ms"
+    limit=$(awk -v a="$probe_wait" -v b="$every" 'BEGIN { print a + b }')
+  fi
+  if ! { echo "$ask" >&"${PROBE[1]}" && read -r -t "$limit" -u "${PROBE[0]}" state f n ms; } 2> /dev/null; then
     state=busy why="no answer from the probe (launcher/serve_probe.py)"
   elif [ "$f" = -1 ]; then
     why="no answer from $serve_metrics"

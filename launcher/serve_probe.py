@@ -5,6 +5,11 @@ stdin, it scrapes the server once and answers one line on stdout,
 
     STATE IN_FLIGHT ARRIVED WINDOW_MS
 
+A line `wait MS` (lend.sh's, while a worker is lent) first waits up to MS milliseconds for --busy-in-flight requests
+to be inside the server, on the server's own wake-up (GET /v1/load?in_flight=N&wait_ms=MS, which answers the moment
+they are), so that the node is given back when requests come rather than at the next poll; a server without that
+endpoint is waited for by sleeping MS.
+
 STATE `busy` when eps_serve_in_flight >= --busy-in-flight, or when more than --busy-rate predict requests/s arrived
 over the last --rate-window seconds (ARRIVED in WINDOW_MS, from the scrapes of that window: requests answered, by any
 status, plus those inside), or when the server did not answer within --timeout (IN_FLIGHT and ARRIVED are then -1);
@@ -58,6 +63,23 @@ class Probe:
                 self.conn = None
         return None
 
+    def wait_busy(self, ms):
+        """Returns once --busy-in-flight requests are inside the server, or after `ms` milliseconds."""
+        deadline = time.monotonic() + ms / 1000
+        try:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout + ms / 1000)
+            try:
+                conn.request("GET", f"/v1/load?in_flight={self.busy_in_flight}&wait_ms={int(ms)}")
+                r = conn.getresponse()
+                r.read()
+                if r.status == 200:
+                    return
+            finally:
+                conn.close()
+        except (OSError, http.client.HTTPException):
+            pass
+        time.sleep(max(0.0, deadline - time.monotonic()))  # no wake-up from this server: the period
+
     def answer(self):
         got = self.scrape()
         now = time.monotonic()
@@ -91,7 +113,10 @@ def main():
     ap.add_argument("--rate-window", type=float, default=1)
     a = ap.parse_args()
     probe = Probe(a.url, a.timeout, a.busy_in_flight, a.busy_rate, a.idle_rate, a.rate_window)
-    for _ in sys.stdin:
+    for line in sys.stdin:
+        words = line.split()
+        if len(words) == 2 and words[0] == "wait" and words[1].isdigit():
+            probe.wait_busy(min(int(words[1]), 10000))
         print(probe.answer(), flush=True)
 
 

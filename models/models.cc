@@ -62,7 +62,8 @@ StatusOr<torch::nn::Sequential> MakeModel(const std::string& name, const ZooSize
   } catch (const std::exception& e) {
     return Internal("MakeModel(" + name + "): " + e.what());
   }
-  return InvalidArgument("unknown model '" + name + "' (expected mlp, cnn, cnn_bn, resnet, text_transformer or text_hashed)");
+  return InvalidArgument("unknown model '" + name +
+                         "' (expected mlp, cnn, cnn_bn, resnet, text_transformer or text_hashed)");
 }
 
 StatusOr<torch::Device> ParseDevice(const std::string& name) {

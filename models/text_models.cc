@@ -46,11 +46,10 @@ TORCH_MODULE(TextTransformer);
 class TextHashedImpl : public nn::Module {
  public:
   explicit TextHashedImpl(const ZooSizes& s) {
-    bag_ = register_module(
-        "bag", nn::EmbeddingBag(nn::EmbeddingBagOptions(s.vocab_size, s.dim)
-                                    .mode(torch::kMean)
-                                    .sparse(true)
-                                    .padding_idx(kPadId)));
+    bag_ = register_module("bag", nn::EmbeddingBag(nn::EmbeddingBagOptions(s.vocab_size, s.dim)
+                                                       .mode(torch::kMean)
+                                                       .sparse(true)
+                                                       .padding_idx(kPadId)));
     head_ = register_module("head", nn::Linear(s.dim, s.num_classes));
   }
 

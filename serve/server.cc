@@ -5,6 +5,9 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdlib>
 #include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -111,6 +114,8 @@ class InferenceServerImpl final : public InferenceServer {
         res.set_content(draining ? R"({"status": "draining"})" : R"({"status": "ok"})", kJson);
       });
     }
+    server_.Get("/v1/load",
+                [this](const httplib::Request& req, httplib::Response& res) { Load(req, res); });
     server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics_->Render(), "text/plain; version=0.0.4; charset=utf-8");
     });
@@ -191,6 +196,7 @@ class InferenceServerImpl final : public InferenceServer {
     if (!drained_) {
       draining_ = true;
       draining_gauge_.Set(1);
+      WakeLoadWaiters();
       queue_.Close();
       if (inference_.joinable()) inference_.join();  // every queued request answered
       if (http_.joinable()) {
@@ -239,13 +245,55 @@ class InferenceServerImpl final : public InferenceServer {
     return false;
   }
 
+  // GET /v1/load?in_flight=N&wait_ms=T: {"in_flight": k} as soon as k >= N (default 1) predict
+  // requests are inside the server, or after T ms (default 0, at most 10 s), or at a drain: the
+  // lending agent's wake-up (launcher/serve_probe.py), which gives the node back the moment
+  // requests come instead of at its next poll.
+  void Load(const httplib::Request& req, httplib::Response& res) {
+    auto param = [&req](const char* name, int64_t fallback, int64_t lo, int64_t hi, int64_t* out) {
+      if (!req.has_param(name)) {
+        *out = fallback;
+        return true;
+      }
+      const std::string v = req.get_param_value(name);
+      char* end = nullptr;
+      errno = 0;
+      const long long x = std::strtoll(v.c_str(), &end, 10);
+      *out = x;
+      return !v.empty() && *end == '\0' && errno == 0 && x >= lo && x <= hi;
+    };
+    int64_t want = 1, wait_ms = 0;
+    if (!param("in_flight", 1, 1, 1 << 30, &want) || !param("wait_ms", 0, 0, 10000, &wait_ms)) {
+      Answer(res, 400, ErrorBody("in_flight must be an integer >= 1 and wait_ms one in [0, 10000]"),
+             "bad_request");
+      return;
+    }
+    {
+      std::unique_lock<std::mutex> lock(load_mu_);
+      load_cv_.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] {
+        return in_flight_.value() >= static_cast<double>(want) || draining_.load();
+      });
+    }
+    res.set_content(nlohmann::json{{"in_flight", static_cast<int64_t>(in_flight_.value())}}.dump(),
+                    kJson);
+  }
+
+  // Wakes the /v1/load waiters; the lock orders the wake-up after their check of the count.
+  void WakeLoadWaiters() {
+    { std::lock_guard<std::mutex> lock(load_mu_); }
+    load_cv_.notify_all();
+  }
+
   void Predict(const httplib::Request& req, httplib::Response& res) {
     const steady_clock::time_point arrived = steady_clock::now();
     struct InFlight {
-      Gauge& g;
-      explicit InFlight(Gauge& gauge) : g(gauge) { g.Add(1); }
-      ~InFlight() { g.Add(-1); }
-    } in_flight(in_flight_);
+      InferenceServerImpl& s;
+      explicit InFlight(InferenceServerImpl& server) : s(server) {
+        s.in_flight_.Add(1);
+        s.WakeLoadWaiters();
+      }
+      ~InFlight() { s.in_flight_.Add(-1); }
+    } in_flight(*this);
     if (!KnownModel(req, res)) return;
     if (draining_) {
       Answer(res, 503, ErrorBody("the server is draining: it takes no new requests"), "draining");
@@ -381,6 +429,8 @@ class InferenceServerImpl final : public InferenceServer {
   Gauge& model_version_;
   Gauge& draining_gauge_;
   std::atomic<bool> draining_{false};
+  std::mutex load_mu_;  // orders /v1/load's waits with the in-flight count's rises
+  std::condition_variable load_cv_;
   std::mutex drain_mu_;
   bool drained_ = false;  // guarded by drain_mu_
   HttpServer server_;

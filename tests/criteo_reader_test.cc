@@ -13,7 +13,8 @@ using testing_data::TempDir;
 using testing_data::WriteBytes;
 
 // A Criteo line: label, 13 integer cells, 26 category cells.
-std::string Line(const std::string& label, std::vector<std::string> ints, std::vector<std::string> cats) {
+std::string Line(const std::string& label, std::vector<std::string> ints,
+                 std::vector<std::string> cats) {
   ints.resize(kCriteoIntegers);
   cats.resize(kCriteoCategories);
   std::string out = label;

@@ -192,6 +192,38 @@ TEST_F(HttpServing, ConcurrentRequestsShareABatchAndOneTheModelRefusesFailsAlone
   EXPECT_EQ(model_->batches_[1] + model_->batches_[2], 3);
 }
 
+TEST_F(HttpServing, TheLoadEndpointAnswersAsSoonAsARequestArrivesOrAtItsDeadline) {
+  std::promise<void> gate;
+  model_->gate_ = gate.get_future().share();
+  Start(BatchQueueOptions{});
+  // Nothing inside: the wait runs to its deadline and says 0.
+  const auto before = std::chrono::steady_clock::now();
+  auto idle = Client().Get("/v1/load?wait_ms=150");
+  ASSERT_TRUE(idle);
+  EXPECT_EQ(idle->status, 200);
+  EXPECT_EQ(json::parse(idle->body)["in_flight"], 0);
+  EXPECT_GE(std::chrono::steady_clock::now() - before, std::chrono::milliseconds(150));
+  // A wait of up to 10 s answers once a predict request is inside (held at the model's gate).
+  auto waiting =
+      std::async(std::launch::async, [&] { return Client().Get("/v1/load?wait_ms=10000"); });
+  std::future<void> entered = model_->entered_.get_future();
+  auto request =
+      std::async(std::launch::async, [&] { return Predict(R"({"instances": [[1, 1]]})"); });
+  ASSERT_EQ(entered.wait_for(kWait), std::future_status::ready);
+  ASSERT_EQ(waiting.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  auto woke = waiting.get();
+  ASSERT_TRUE(woke);
+  EXPECT_EQ(json::parse(woke->body)["in_flight"], 1);
+  gate.set_value();
+  ASSERT_TRUE(request.get());
+  for (const char* bad : {"/v1/load?wait_ms=-1", "/v1/load?wait_ms=10001", "/v1/load?in_flight=0",
+                          "/v1/load?in_flight=x"}) {
+    auto r = Client().Get(bad);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << bad;
+  }
+}
+
 TEST_F(HttpServing, AFullQueueAnswers503AndTheDrainAnswersEveryQueuedRequest) {
   BatchQueueOptions b;
   b.max_batch = 100;

@@ -29,7 +29,8 @@ struct VwGrad {
 };
 
 // Random per-VW gradients over `rows` candidate ids (some VWs touch nothing; some values -0.0).
-inline std::vector<VwGrad> RandomStep(std::mt19937_64& rng, uint32_t num_vws, size_t dim, uint64_t rows) {
+inline std::vector<VwGrad> RandomStep(std::mt19937_64& rng, uint32_t num_vws, size_t dim,
+                                      uint64_t rows) {
   std::vector<VwGrad> out(num_vws);
   std::normal_distribution<float> normal;  // test data only: the bits need not be portable
   for (uint32_t v = 0; v < num_vws; ++v) {
@@ -48,7 +49,7 @@ inline std::vector<VwGrad> RandomStep(std::mt19937_64& rng, uint32_t num_vws, si
 
 // The block partial a worker holding `b` would push: its VWs' rows reduced in the canonical tree.
 inline SparseRows BlockPartial(const std::vector<VwGrad>& vws, const Block& b, uint32_t num_vws,
-                        size_t dim) {
+                               size_t dim) {
   SparseTreeReducer r(b, num_vws, dim);
   for (uint32_t v = b.lo; v < std::min(b.hi(), num_vws); ++v) {
     EXPECT_TRUE(r.Add(Block{v, 1}, vws[v].ids.data(), vws[v].ids.size(), vws[v].values.data(),

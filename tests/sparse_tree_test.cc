@@ -48,14 +48,14 @@ SparseRows ReduceInBlocks(std::mt19937_64& rng, const std::vector<VwGrad>& vws, 
   for (const Block& b : RandomBlocks(rng, num_vws)) {
     SparseTreeReducer worker(b, num_vws, dim, rounding);
     for (uint32_t v = b.lo; v < std::min(b.hi(), num_vws); ++v) {
-      EXPECT_TRUE(worker.Add(Block{v, 1}, vws[v].ids.data(), vws[v].ids.size(),
-                             vws[v].values.data(), vws[v].values.size())
+      EXPECT_TRUE(worker
+                      .Add(Block{v, 1}, vws[v].ids.data(), vws[v].ids.size(), vws[v].values.data(),
+                           vws[v].values.size())
                       .ok());
     }
     const SparseRows part = worker.TakeResult().value();
     EXPECT_TRUE(
-        root.Add(b, part.ids.data(), part.ids.size(), part.values.data(), part.values.size())
-            .ok());
+        root.Add(b, part.ids.data(), part.ids.size(), part.values.data(), part.values.size()).ok());
   }
   return root.TakeResult().value();
 }

@@ -151,7 +151,8 @@ TEST(Vocabulary, HashedWordsAndBigramsTakeFixedBucketsWithoutAVocabulary) {
             (std::vector<int64_t>{kClsId, Bucket("x", 1000), Bucket("x y", 1000), Bucket("y", 1000),
                                   Bucket("y z", 1000)}));
   EXPECT_FALSE(bi->Encode("x", ids));
-  EXPECT_EQ(std::vector<int64_t>(ids, ids + 5), (std::vector<int64_t>{kClsId, Bucket("x", 1000), 0, 0, 0}));
+  EXPECT_EQ(std::vector<int64_t>(ids, ids + 5),
+            (std::vector<int64_t>{kClsId, Bucket("x", 1000), 0, 0, 0}));
   // The serialized form carries the hashing: a reader encodes the same ids.
   auto back = Vocabulary::Parse(bi->Serialize());
   ASSERT_TRUE(back.ok()) << back.status().ToString();
@@ -160,9 +161,11 @@ TEST(Vocabulary, HashedWordsAndBigramsTakeFixedBucketsWithoutAVocabulary) {
   EXPECT_EQ(back->Serialize(), bi->Serialize());
   // Too few buckets, or n-grams other than 1 and 2, are refused; so is a broken hashed form.
   EXPECT_EQ(Vocabulary::BuildHashed(train, 3, 1, 5).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(Vocabulary::BuildHashed(train, 100, 3, 5).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(Vocabulary::Parse(R"({"tokenizer":"eps-words","version":1,"seq_len":8,"hash_buckets":2,"ngrams":1,)"
-                              R"("words":["<pad>","<unk>","<cls>"],"labels":["a"]})")
+  EXPECT_EQ(Vocabulary::BuildHashed(train, 100, 3, 5).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Vocabulary::Parse(
+                R"({"tokenizer":"eps-words","version":1,"seq_len":8,"hash_buckets":2,"ngrams":1,)"
+                R"("words":["<pad>","<unk>","<cls>"],"labels":["a"]})")
                 .status()
                 .code(),
             StatusCode::kInvalidArgument);

@@ -10,9 +10,9 @@
 // Reads the job record from the coordinator's store (STORES/coordinator) and
 // checkpoint `step` (default: the newest one every shard holds) from each
 // shard's store (STORES/shard<N>) and its sparse tables' (STORES/shard<N>.sparse),
-// opened read-only, so running processes are not disturbed. Writes the safetensors file described in models/model_export.h
-// and prints the step and the params_sha256, which equals result.json's for
-// the job's final step. --pt_out and --script_out: the exports Python loads
+// opened read-only, so running processes are not disturbed. Writes the safetensors file described
+// in models/model_export.h and prints the step and the params_sha256, which equals result.json's
+// for the job's final step. --pt_out and --script_out: the exports Python loads
 // (models/torch_export.h); the scripted one needs the job's TorchScript file,
 // which the coordinator keeps in its store (or --script_model names it).
 #include <gflags/gflags.h>
@@ -111,12 +111,14 @@ StatusOr<ModelTables> TablesAt(const std::string& stores, const JobSpec& spec, c
       const SparseTableOptions o = ShardTableOptions(spec, optimizer, layout, t, dir);
       auto ids = std::make_shared<std::vector<uint64_t>>();
       auto values = std::make_shared<std::vector<float>>();
-      EPS_RETURN_IF_ERROR(
-          ScanTableCheckpoint(o, step, [&](uint64_t row, const float* weights) {
-            ids->push_back(row);
-            values->insert(values->end(), weights, weights + o.dim);
-          }).WithContext("shard " + std::to_string(s) + "'s table " +
-                         layout.tensors[layout.sparse[t]].name));
+      EPS_RETURN_IF_ERROR(ScanTableCheckpoint(o, step,
+                                              [&](uint64_t row, const float* weights) {
+                                                ids->push_back(row);
+                                                values->insert(values->end(), weights,
+                                                               weights + o.dim);
+                                              })
+                              .WithContext("shard " + std::to_string(s) + "'s table " +
+                                           layout.tensors[layout.sparse[t]].name));
       SparseRowBytes r;
       r.table = static_cast<uint32_t>(t);
       r.rows = static_cast<uint32_t>(ids->size());
@@ -180,9 +182,8 @@ StatusOr<std::vector<ExportedTensor>> FromCheckpoints(const std::string& stores,
   EPS_ASSIGN_OR_RETURN(ModelTables tables, TablesAt(stores, spec, layout, step));
   EPS_ASSIGN_OR_RETURN(ModelDigests digests, DigestModel(layout, chunks, tables));
   if (!out.empty()) {
-    EPS_RETURN_IF_ERROR(
-        WriteSafetensors(out, layout, chunks, tables, step, spec.job_id, spec.model, digests,
-                         ExportMetadata(spec)));
+    EPS_RETURN_IF_ERROR(WriteSafetensors(out, layout, chunks, tables, step, spec.job_id, spec.model,
+                                         digests, ExportMetadata(spec)));
   }
   std::printf("exported step %lld of job '%s' (%s, %lld parameters) to %s\nparams_sha256 %s\n",
               static_cast<long long>(step.value()), spec.job_id.c_str(), spec.model.c_str(),
