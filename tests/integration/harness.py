@@ -142,7 +142,7 @@ class RunDirTest(unittest.TestCase):
         """Runs the job `cmd` (launcher/local.sh with `workers` workers and the run dir d) through a join and a
         SIGKILL placed by holds (`elasticps hold`), so that no timing decides where they land: held after its first
         step, one more worker attached; on its readiness the hold moves one step on, so that exactly one step runs
-        on workers + 1; local.sh's worker1 is SIGKILLed while held and the job released at once. Waits for its end
+        with it; local.sh's worker1 is SIGKILLed while held and the job released at once. Waits for its end
         (exit 0) and the dead worker's event; returns result.json's dict."""
         log = open(os.path.join(self.tmp, "local.out"), "w")
         job = subprocess.Popen(cmd, env=ENV, stdout=log, stderr=subprocess.STDOUT)
@@ -152,6 +152,7 @@ class RunDirTest(unittest.TestCase):
         wait_for_event(d, "step_completed", timeout=180, proc=job)
         self.control(d, "hold")
         held = wait_for_event(d, "paused", lambda e: e["cause"] == "hold", proc=job)
+        ready_before = {e["worker"] for e in read_events(d, "worker_ready")}
         attached = subprocess.Popen([os.path.join(ROOT, "launcher", "attach.sh"), "--coordinator", addr,
                                      "--token-file", os.path.join(d, "token"),
                                      "--log", os.path.join(d, "logs", "attached.log")], env=ENV)
@@ -160,8 +161,12 @@ class RunDirTest(unittest.TestCase):
                    "the attached worker is not ready")
         self.control(d, "hold", f"--from-step={held['step'] + 1}")
         wait_for_event(d, "paused", lambda e: e["cause"] == "hold" and e["step"] == held["step"] + 1, proc=job)
+        # The step between the holds ran with the attached worker among those holding VWs (the speed-aware planner may
+        # leave a worker it measured slow without VWs for a step: the count of ranges is not the test).
+        joined = {e["worker"] for e in read_events(d, "worker_ready")} - ready_before
         on_three = [e for e in read_events(d, "step_completed") if e["step"] == held["step"]]
-        self.assertEqual([len(e["ranges"]) for e in on_three], [workers + 1], "the step between the holds")
+        self.assertEqual(len(on_three), 1, "the step between the holds")
+        self.assertTrue(joined & {r["worker"] for r in on_three[0]["ranges"]}, (joined, on_three))
         with open(os.path.join(d, "pids", "worker1.pid")) as f:
             pid = int(f.read())
         ids = worker_ids_of_pid(d, pid)
