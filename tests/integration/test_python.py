@@ -247,8 +247,10 @@ class Python(RunDirTest):
                 self.assertEqual([w["outcome"] for w in lent.workers], ["done"])
                 self.assertEqual(lender.processes(), [])
         self.assertEqual(run.digest, self.reference.digest)
+        # The step after the hold ran on both workers; later ones may not (the speed-aware planner may take a worker
+        # it measured slow off the plan).
         after = [e for e in run.events("step_completed") if e["step"] >= 2]
-        self.assertTrue(after and all(len(e["ranges"]) == 2 for e in after), after)
+        self.assertTrue(after and len(after[0]["ranges"]) == 2, after)
         self.assertEqual(processes_naming(d), [])
 
     def test_fit_joins_a_running_job_by_its_coordinator_or_its_run_folder(self):
