@@ -438,11 +438,15 @@ class WorkerImpl final : public Worker {
     return client_->Reconnect();
   }
 
-  // Waits for the coordinator's answer to the step request sent last.
+  // Waits for the coordinator's answer to the step request sent last. Only the
+  // wait for a train plan is a train plan's time: the wait for an evaluation or
+  // for the stop (the job's final pull and export) is not.
   StatusOr<Envelope> AwaitPlan() {
     const auto asked = std::chrono::steady_clock::now();
     StatusOr<Envelope> reply = session_->AwaitPlan();
-    times_.plan += std::chrono::steady_clock::now() - asked;
+    const auto* plan = reply.ok() ? std::get_if<StepPlan>(&reply->body) : nullptr;
+    if (plan != nullptr && plan->kind == PlanKind::kTrain)
+      times_.plan += std::chrono::steady_clock::now() - asked;
     return reply;
   }
 

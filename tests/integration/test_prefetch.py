@@ -7,7 +7,7 @@ import os
 import shutil
 import unittest
 
-from harness import MLP, RunDirTest, logs, read_report, read_result, read_text, requires
+from harness import MLP, RunDirTest, logs, read_events, read_report, read_result, read_text, requires
 
 
 class PrefetchExpiry(RunDirTest):
@@ -42,6 +42,14 @@ class RunAhead(RunDirTest):
         report = read_report(os.path.join(d, "logs", "worker0.json"))
         self.assertEqual((report["ran_ahead"], report["ahead_dropped"]), (36, 3), logs(d))
         self.assertEqual(report["outcome"], "done")
+        # The report's means are a train plan's: the waits for the evaluations' plans and for the stop (the final
+        # evaluation, the job's final pull and export) are not in them, so the timed plans fit in the span of the
+        # training steps on the coordinator's clock.
+        events = read_events(d)
+        completed = [e["t"] for e in events if e["event"] == "step_completed"]
+        first_plan = min(e["t"] for e in events if e["event"] == "assignment")
+        timed_s = report["timed_plans"] * sum(report["ms_per_train_plan"].values()) / 1e3
+        self.assertLessEqual(timed_s, completed[-1] - first_plan, report)
 
 
 class SharedMemory(RunDirTest):
