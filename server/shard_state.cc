@@ -184,7 +184,6 @@ Status ShardState::SyncTables() {
     }
     EPS_RETURN_IF_ERROR(st);
   }
-  touched_.assign(tables_.size(), {});
   previous_rows_.clear();  // the previous version is not kept across a restore
   return OkStatus();
 }
@@ -235,18 +234,9 @@ Status ShardState::ValidateSparse(const Push& push) const {
 
 Status ShardState::StepTables() {
   const double lr = LearningRateOf(version_);
-  std::vector<PreviousRows> previous(tables_.size());
-  for (size_t t = 0; t < tables_.size(); ++t) {
-    std::vector<uint64_t>& ids = touched_[t];
-    std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    const size_t dim = static_cast<size_t>(layout_->tensors[layout_->sparse[t]].shape[1]);
-    previous[t].values.resize(ids.size() * dim);
-    EPS_RETURN_IF_ERROR(tables_[t]->Read(ids.data(), ids.size(), previous[t].values.data()));
-    previous[t].ids = std::move(ids);
-    ids.clear();
-  }
-  for (auto& table : tables_) EPS_RETURN_IF_ERROR(table->ApplyStep(lr));
+  std::vector<SparseTable::Rows> previous(tables_.size());
+  for (size_t t = 0; t < tables_.size(); ++t)
+    EPS_RETURN_IF_ERROR(tables_[t]->ApplyStep(lr, &previous[t]));
   previous_rows_ = std::move(previous);
   return OkStatus();
 }
@@ -390,8 +380,6 @@ StatusOr<ShardState::PushOutcome> ShardState::HandlePush(const Push& push) {
       return st;  // a table refusing what ValidateSparse let through: reported, not assumed
     } else {
       ++out.reply.accepted;
-      std::vector<uint64_t>& touched = touched_[r.table];
-      touched.insert(touched.end(), ids.begin(), ids.end());
     }
   }
   duplicates_ += out.reply.duplicates;
@@ -566,12 +554,12 @@ StatusOr<PullReply> ShardState::HandleSparsePull(const Pull& pull) {
     std::vector<float> values(ids.size() * dim);
     EPS_RETURN_IF_ERROR(table.Read(ids.data(), ids.size(), values.data()));
     if (previous) {
-      const PreviousRows& old = previous_rows_[read.table];
+      const SparseTable::Rows& old = previous_rows_[read.table];
       size_t j = 0;
       for (size_t i = 0; i < ids.size(); ++i) {
         while (j < old.ids.size() && old.ids[j] < ids[i]) ++j;
         if (j < old.ids.size() && old.ids[j] == ids[i])
-          std::memcpy(&values[i * dim], &old.values[j * dim], dim * sizeof(float));
+          std::memcpy(&values[i * dim], &old.weights[j * dim], dim * sizeof(float));
       }
     }
     SparseRowBytes rows;

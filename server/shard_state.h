@@ -194,13 +194,6 @@ class ShardState {
     bool counted_for_buffer = false;
   };
 
-  // A sparse table's rows the last step changed, at their values before it
-  // (the previous version's).
-  struct PreviousRows {
-    std::vector<uint64_t> ids;  // ascending
-    std::vector<float> values;
-  };
-
   void TakeFrom(ShardState&& other);
   // Opens the layout's tables if not yet, and brings them to version_ (the
   // empty table before the initial values). DataLoss: a table holds no
@@ -208,7 +201,7 @@ class ShardState {
   Status SyncTables();
   Status ValidateSparse(const Push& push) const;
   // Steps the tables (the step's barrier is complete), keeping the old values
-  // of the rows it changes in previous_rows_.
+  // of the rows it changes in previous_rows_ (as the tables hand them over).
   Status StepTables();
   Status ValidatePush(const Push& push) const;
   // Bytes chunk `id` has in a push for `step` (-1: the initial values, always fp32).
@@ -247,8 +240,8 @@ class ShardState {
   bool open_tables_ = true;  // false in a state Load makes: the tables stay the loader's
   // By table (Layout::sparse): opened by SyncTables; never moved by TakeFrom.
   std::vector<std::unique_ptr<SparseTable>> tables_;
-  std::vector<std::vector<uint64_t>> touched_;  // by table: the rows the step in progress pushed
-  std::vector<PreviousRows> previous_rows_;     // by table
+  // By table: the rows the last step changed, at the previous version's weights.
+  std::vector<SparseTable::Rows> previous_rows_;
 };
 
 // Moves `reply`'s bytes into the shared-memory region `pull` names (at the

@@ -202,7 +202,7 @@ class SparseTableImpl final : public SparseTable {
 
   bool StepComplete() const override { return pending_.has_value() || reducer_.complete(); }
 
-  Status ApplyStep(double lr) override {
+  Status ApplyStep(double lr, Rows* before) override {
     EPS_RETURN_IF_ERROR(Usable());
     if (!Finite(lr) || lr <= 0) return InvalidArgument("sparse step needs a finite lr > 0");
     if (!pending_.has_value()) {
@@ -216,9 +216,15 @@ class SparseTableImpl final : public SparseTable {
     const std::vector<uint64_t>& ids = pending_->ids;
 
     // Everything that can fail comes first: the rows not in memory, read from the store.
+    std::vector<Row*> rows(ids.size());
     std::vector<uint64_t> missing;
-    for (uint64_t id : ids) {
-      if (cache_.count(id) == 0) missing.push_back(id);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      auto it = cache_.find(ids[i]);
+      if (it != cache_.end()) {
+        rows[i] = &it->second;
+      } else {
+        missing.push_back(ids[i]);
+      }
     }
     if (store_ == nullptr && cache_.size() + missing.size() > capacity_) {
       return ResourceExhausted("sparse table " + std::to_string(o_.table_id) + " would hold " +
@@ -227,34 +233,41 @@ class SparseTableImpl final : public SparseTable {
                                " bytes holds " + std::to_string(capacity_) +
                                " and it has no store to spill to");
     }
-    std::unordered_map<uint64_t, Row> work;
-    EPS_RETURN_IF_ERROR(Load(missing, &work));
+    std::unordered_map<uint64_t, Row> loaded;
+    EPS_RETURN_IF_ERROR(Load(missing, &loaded));
 
-    // Now nothing fails until the spill write. The step's rows leave the cache while they are
-    // stepped, so that making room for one never evicts another.
-    for (uint64_t id : ids) {
-      auto node = cache_.extract(id);
-      if (node.empty()) continue;
-      lru_.erase(node.mapped().lru);
-      work.insert(std::move(node));
-    }
+    // Now nothing fails until the spill write. The rows are stepped where they are: the cached
+    // ones in the cache (becoming the most recently used, in id order), the loaded ones before
+    // they are admitted; rows are evicted only once every row of the step is stepped.
     const double count = static_cast<double>(version_.value() + 1);
     const RowConstants c = Constants(lr, count);
     const OptimizerOptions sgd = SgdOptions();
     const float divisor = static_cast<float>(o_.num_vws);
     const int64_t new_version = version_.value() + 1;
     SpillBatch spill;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const uint64_t id = ids[i];
-      auto node = work.extract(id);
-      Row& row = node.mapped();
-      StepRow(c, sgd, lr, pending_->values.data() + i * o_.dim, divisor, &row);
-      row.version = new_version;
-      row.dirty = true;
-      row.fresh = false;
-      ++stats_.rows_stepped;
-      Admit(std::move(node), &spill);
+    if (before != nullptr) {
+      before->ids = ids;
+      before->weights.resize(ids.size() * o_.dim);
     }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      Row* row = rows[i];
+      if (row != nullptr) {
+        lru_.splice(lru_.begin(), lru_, row->lru);
+      } else {
+        row = &loaded.at(ids[i]);
+      }
+      if (before != nullptr) {
+        std::memcpy(before->weights.data() + i * o_.dim, row->data.data(),
+                    o_.dim * sizeof(float));
+      }
+      StepRow(c, sgd, lr, pending_->values.data() + i * o_.dim, divisor, row);
+      row->version = new_version;
+      row->dirty = true;
+      row->fresh = false;
+      ++stats_.rows_stepped;
+      if (rows[i] == nullptr) Insert(loaded.extract(ids[i]), &spill);
+    }
+    Evict(&spill);
     version_ = Step(new_version);
     Log(std::move(pending_->ids));
     pending_.reset();
@@ -491,11 +504,22 @@ class SparseTableImpl final : public SparseTable {
   // Puts a row (not cached) into the cache as the most recently used, then evicts the least
   // recently used rows while over budget; a changed one goes to `spill`.
   void Admit(std::unordered_map<uint64_t, Row>::node_type node, SpillBatch* spill) {
-    const uint64_t id = node.key();
-    if (spilled_.erase(id) > 0) spill->deletes.push_back(id);
-    lru_.push_front(id);
+    Insert(std::move(node), spill);
+    Evict(spill);
+  }
+
+  // Puts a row (not cached) into the cache as the most recently used; a spilled one leaves the
+  // spill tier (`spill` deletes it there).
+  void Insert(std::unordered_map<uint64_t, Row>::node_type node, SpillBatch* spill) {
+    if (spilled_.erase(node.key()) > 0) spill->deletes.push_back(node.key());
+    lru_.push_front(node.key());
     node.mapped().lru = lru_.begin();
     cache_.insert(std::move(node));
+  }
+
+  // Evicts the least recently used rows while the cache is over budget; a changed one goes
+  // to `spill`.
+  void Evict(SpillBatch* spill) {
     while (cache_.size() > capacity_) {
       const uint64_t victim = lru_.back();
       lru_.pop_back();

@@ -176,6 +176,38 @@ TEST(SparseTable, RowsSpilledToRocksDbGiveTheSameBitsAsATableInMemory) {
   EXPECT_EQ(spilling->ChangedSince(Step(0)).value(), ids);
 }
 
+TEST(SparseTable, ApplyStepHandsOverTheRowsItChangedAtTheirPreviousWeights) {
+  TempDir dir;
+  const uint32_t num_vws = 3;
+  const size_t dim = 5;
+  SparseTableOptions o = TableOptions(num_vws, dim);
+  o.path = dir.path();
+  o.memory_bytes = 4 * OpenTable(TableOptions(num_vws, dim))->RowBytes();  // most rows spilled
+  auto t = OpenTable(o);
+  std::mt19937_64 rng(5);
+  for (int step = 0; step < 20; ++step) {
+    const std::vector<VwGrad> vws = RandomStep(rng, num_vws, dim, 40);
+    std::set<uint64_t> touched;
+    for (const VwGrad& g : vws) touched.insert(g.ids.begin(), g.ids.end());
+    const std::vector<uint64_t> ids(touched.begin(), touched.end());
+    const std::vector<float> was = ReadRows(t.get(), ids, dim);  // cached, spilled or fresh
+    for (const Block& b : AlignedBlocks(0, num_vws)) {
+      const SparseRows part = BlockPartial(vws, b, num_vws, dim);
+      ASSERT_TRUE(t->Push(t->version(), b, part.ids.data(), part.ids.size(), part.values.data(),
+                          part.values.size())
+                      .ok());
+    }
+    SparseTable::Rows before;
+    ASSERT_TRUE(t->ApplyStep(0.05, &before).ok());
+    EXPECT_EQ(before.ids, ids);
+    EXPECT_TRUE(SameBits(before.weights, was));
+    if (!ids.empty()) {
+      EXPECT_FALSE(SameBits(ReadRows(t.get(), ids, dim), was));
+    }
+  }
+  EXPECT_GT(t->stats().evictions, 0u);
+}
+
 TEST(RowInitializer, IsAPureFunctionOfSeedTableAndRow) {
   RowInitializer init;
   std::vector<float> a(9), b(9), c(9), d(9);
