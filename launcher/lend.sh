@@ -47,7 +47,12 @@ set -euo pipefail
 
 usage() { sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "lend.sh: $*" >&2; exit 2; }
-say() { echo "$(date '+%F %T') lend.sh: $*"; }
+# say MSG: a log line stamped to the millisecond, without forking date.
+say() {
+  local t=$EPOCHREALTIME
+  local us=${t#*[.,]}
+  printf '%(%F %T)T.%s lend.sh: %s\n' "${t%[.,]*}" "${us:0:3}" "$*"
+}
 
 here=$(cd "$(dirname "$0")" && pwd)
 coordinator="" scheduler="" token_file="" pool_token_file="" probe="" every="" idle_for=3 busy_for=1
@@ -140,7 +145,7 @@ probe_serve() {
   # (GET /v1/load), answering the moment requests come; the loop's pause is then spent already.
   if [ -n "$worker" ] && [ $leaving = 0 ] && [ $busy = 0 ]; then
     ask="wait $every_ms"
-    limit=$(awk -v a="$probe_wait" -v b="$every" 'BEGIN { print a + b }')
+    limit=$probe_wait_lent
   fi
   if ! { echo "$ask" >&"${PROBE[1]}" && read -r -t "$limit" -u "${PROBE[0]}" state f n ms; } 2> /dev/null; then
     state=busy why="no answer from the probe (launcher/serve_probe.py)"
@@ -165,8 +170,8 @@ probe() {
 # stop_worker REASON: one SIGTERM (the graceful leave); the main loop waits for the exit.
 stop_worker() {
   [ -n "$worker" ] && [ $leaving = 0 ] || return 0
-  say "$1: asking worker $worker to leave (SIGTERM)"
-  kill -TERM "$worker" 2>/dev/null || true
+  kill -TERM "$worker" 2>/dev/null || true  # first: the log line below forks date
+  say "$1: asked worker $worker to leave (SIGTERM)"
   leaving=1
   leave_deadline=$((SECONDS + leave_timeout))
 }
@@ -219,6 +224,7 @@ reap() {
 if [ -n "$serve_metrics" ]; then
   # The probe's own HTTP waits are bounded by --probe-timeout (twice: a retry on a fresh connection).
   probe_wait=$(awk -v x="$probe_timeout" 'BEGIN { print 2 * x + 1 }')
+  probe_wait_lent=$(awk -v a="$probe_wait" -v b="$every" 'BEGIN { print a + b }')  # with a wait
   coproc PROBE { exec python3 "$here/serve_probe.py" --url "$serve_metrics" --timeout "$probe_timeout" \
     --busy-in-flight "$busy_in_flight" --busy-rate "$busy_rate" --idle-rate "$idle_rate" \
     --rate-window "$rate_window"; }

@@ -8,7 +8,10 @@ stdin, it scrapes the server once and answers one line on stdout,
 A line `wait MS` (lend.sh's, while a worker is lent) first waits up to MS milliseconds for --busy-in-flight requests
 to be inside the server, on the server's own wake-up (GET /v1/load?in_flight=N&wait_ms=MS, which answers the moment
 they are), so that the node is given back when requests come rather than at the next poll; a server without that
-endpoint is waited for by sleeping MS.
+endpoint is waited for by sleeping MS. With --busy-rate 0 (any request makes the node busy) the wait also names the
+requests the server had counted at the last wait of the same lending (arrived_above=A): a request that came and
+went between two waits wakes the next one at once instead of going unseen until a later request. A wait the server
+ends busy is answered from its wake-up without a scrape (WINDOW_MS 0): the node is given back at once.
 
 STATE `busy` when eps_serve_in_flight >= --busy-in-flight, or when more than --busy-rate predict requests/s arrived
 over the last --rate-window seconds (ARRIVED in WINDOW_MS, from the scrapes of that window: requests answered, by any
@@ -21,6 +24,7 @@ costs well under a millisecond of CPU; lend.sh in bash reading /metrics itself c
 import argparse
 import collections
 import http.client
+import json
 import sys
 import time
 import urllib.parse
@@ -47,6 +51,7 @@ class Probe:
         self.busy_in_flight, self.busy_rate, self.idle_rate = busy_in_flight, busy_rate, idle_rate
         self.conn = None
         self.samples = collections.deque()  # (monotonic seconds, arrived)
+        self.arrived = None  # the server's count of requests at the last /v1/load answer
 
     def scrape(self):
         for attempt in range(2):  # a keep-alive connection the server closed meanwhile: once more, fresh
@@ -64,21 +69,34 @@ class Probe:
         return None
 
     def wait_busy(self, ms):
-        """Returns once --busy-in-flight requests are inside the server, or after `ms` milliseconds."""
+        """Returns once --busy-in-flight requests are inside the server (or, with --busy-rate 0, one more has
+        arrived), or after `ms` milliseconds: the answer line when the server's wake-up says busy (no scrape: the
+        node is given back at once), else None."""
         deadline = time.monotonic() + ms / 1000
         try:
             conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout + ms / 1000)
             try:
-                conn.request("GET", f"/v1/load?in_flight={self.busy_in_flight}&wait_ms={int(ms)}")
+                query = f"in_flight={self.busy_in_flight}"
+                if self.busy_rate == 0 and self.arrived is not None:
+                    query += f"&arrived_above={self.arrived}"
+                conn.request("GET", f"/v1/load?{query}&wait_ms={int(ms)}")
                 r = conn.getresponse()
-                r.read()
+                body = r.read()
                 if r.status == 200:
-                    return
+                    load = json.loads(body)
+                    before, self.arrived = self.arrived, load.get("arrived")
+                    in_flight = load.get("in_flight", 0)
+                    came = self.busy_rate == 0 and None not in (before, self.arrived) and self.arrived > before
+                    if in_flight >= self.busy_in_flight or came:
+                        return f"busy {in_flight} {self.arrived - before if came else 0} 0"
+                    return None
             finally:
                 conn.close()
-        except (OSError, http.client.HTTPException):
+        except (OSError, http.client.HTTPException, ValueError):
             pass
+        self.arrived = None
         time.sleep(max(0.0, deadline - time.monotonic()))  # no wake-up from this server: the period
+        return None
 
     def answer(self):
         got = self.scrape()
@@ -115,9 +133,12 @@ def main():
     probe = Probe(a.url, a.timeout, a.busy_in_flight, a.busy_rate, a.idle_rate, a.rate_window)
     for line in sys.stdin:
         words = line.split()
+        woke = None
         if len(words) == 2 and words[0] == "wait" and words[1].isdigit():
-            probe.wait_busy(min(int(words[1]), 10000))
-        print(probe.answer(), flush=True)
+            woke = probe.wait_busy(min(int(words[1]), 10000))
+        else:
+            probe.arrived = None  # no worker lent: the next lending's first wait starts from what is there then
+        print(woke or probe.answer(), flush=True)
 
 
 if __name__ == "__main__":

@@ -245,10 +245,12 @@ class InferenceServerImpl final : public InferenceServer {
     return false;
   }
 
-  // GET /v1/load?in_flight=N&wait_ms=T: {"in_flight": k} as soon as k >= N (default 1) predict
-  // requests are inside the server, or after T ms (default 0, at most 10 s), or at a drain: the
-  // lending agent's wake-up (launcher/serve_probe.py), which gives the node back the moment
-  // requests come instead of at its next poll.
+  // GET /v1/load?in_flight=N&arrived_above=A&wait_ms=T: {"in_flight": k, "arrived": a} as soon
+  // as k >= N (default 1) predict requests are inside the server, or a > A of them have arrived
+  // since it started (A given: no request between two waits goes unseen, however short), or after
+  // T ms (default 0, at most 10 s), or at a drain: the lending agent's wake-up
+  // (launcher/serve_probe.py), which gives the node back the moment requests come instead of at
+  // its next poll.
   void Load(const httplib::Request& req, httplib::Response& res) {
     auto param = [&req](const char* name, int64_t fallback, int64_t lo, int64_t hi, int64_t* out) {
       if (!req.has_param(name)) {
@@ -262,19 +264,25 @@ class InferenceServerImpl final : public InferenceServer {
       *out = x;
       return !v.empty() && *end == '\0' && errno == 0 && x >= lo && x <= hi;
     };
-    int64_t want = 1, wait_ms = 0;
-    if (!param("in_flight", 1, 1, 1 << 30, &want) || !param("wait_ms", 0, 0, 10000, &wait_ms)) {
-      Answer(res, 400, ErrorBody("in_flight must be an integer >= 1 and wait_ms one in [0, 10000]"),
+    int64_t want = 1, wait_ms = 0, above = -1;
+    if (!param("in_flight", 1, 1, 1 << 30, &want) || !param("wait_ms", 0, 0, 10000, &wait_ms) ||
+        !param("arrived_above", -1, 0, INT64_MAX, &above)) {
+      Answer(res, 400,
+             ErrorBody("in_flight must be an integer >= 1, wait_ms one in [0, 10000] and "
+                       "arrived_above one >= 0"),
              "bad_request");
       return;
     }
     {
       std::unique_lock<std::mutex> lock(load_mu_);
       load_cv_.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] {
-        return in_flight_.value() >= static_cast<double>(want) || draining_.load();
+        return in_flight_.value() >= static_cast<double>(want) ||
+               (above >= 0 && arrived_.load() > static_cast<uint64_t>(above)) || draining_.load();
       });
     }
-    res.set_content(nlohmann::json{{"in_flight", static_cast<int64_t>(in_flight_.value())}}.dump(),
+    res.set_content(nlohmann::json{{"in_flight", static_cast<int64_t>(in_flight_.value())},
+                                   {"arrived", arrived_.load()}}
+                        .dump(),
                     kJson);
   }
 
@@ -290,6 +298,7 @@ class InferenceServerImpl final : public InferenceServer {
       InferenceServerImpl& s;
       explicit InFlight(InferenceServerImpl& server) : s(server) {
         s.in_flight_.Add(1);
+        s.arrived_.fetch_add(1);
         s.WakeLoadWaiters();
       }
       ~InFlight() { s.in_flight_.Add(-1); }
@@ -429,6 +438,7 @@ class InferenceServerImpl final : public InferenceServer {
   Gauge& model_version_;
   Gauge& draining_gauge_;
   std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> arrived_{0};  // predict requests since the start (/v1/load)
   std::mutex load_mu_;  // orders /v1/load's waits with the in-flight count's rises
   std::condition_variable load_cv_;
   std::mutex drain_mu_;

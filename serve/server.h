@@ -5,7 +5,9 @@
 //   GET  /v1/models/NAME          {"name", "ready", "version", "sha256", ...}
 //   GET  /v1/models               {"models": [NAME]}
 //   GET  /healthz, /v1/health     200 {"status": "ok"}; 503 while draining
-//   GET  /v1/load?in_flight=N&wait_ms=T   {"in_flight": k} once k >= N or after T ms
+//   GET  /v1/load?in_flight=N&arrived_above=A&wait_ms=T
+//                                        {"in_flight": k, "arrived": a} once k >= N, or a > A,
+//                                        or after T ms
 //   GET  /metrics                 Prometheus text (docs/metrics.md)
 //
 // HTTP threads (cpp-httplib's pool) parse each request (serve/request.h) and

@@ -216,8 +216,21 @@ TEST_F(HttpServing, TheLoadEndpointAnswersAsSoonAsARequestArrivesOrAtItsDeadline
   EXPECT_EQ(json::parse(woke->body)["in_flight"], 1);
   gate.set_value();
   ASSERT_TRUE(request.get());
+  // That request has come and gone: a wait naming the count seen before it answers at once, one
+  // naming the count after it runs to its deadline.
+  const auto gone_before = std::chrono::steady_clock::now();
+  auto gone = Client().Get("/v1/load?arrived_above=0&wait_ms=10000");
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(json::parse(gone->body)["in_flight"], 0);
+  EXPECT_EQ(json::parse(gone->body)["arrived"], 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - gone_before, std::chrono::seconds(5));
+  const auto quiet_before = std::chrono::steady_clock::now();
+  auto quiet = Client().Get("/v1/load?arrived_above=1&wait_ms=150");
+  ASSERT_TRUE(quiet);
+  EXPECT_EQ(json::parse(quiet->body)["arrived"], 1);
+  EXPECT_GE(std::chrono::steady_clock::now() - quiet_before, std::chrono::milliseconds(150));
   for (const char* bad : {"/v1/load?wait_ms=-1", "/v1/load?wait_ms=10001", "/v1/load?in_flight=0",
-                          "/v1/load?in_flight=x"}) {
+                          "/v1/load?in_flight=x", "/v1/load?arrived_above=-1"}) {
     auto r = Client().Get(bad);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 400) << bad;

@@ -136,7 +136,8 @@ class Harvest(RunDirTest):
 
 
 class FakeMetrics:
-    """An HTTP server on loopback port 0 answering GET /metrics with eps_serve's two load metrics as set, or 500."""
+    """An HTTP server on loopback port 0 answering GET /metrics with eps_serve's two load metrics as set, or 500, and
+    GET /v1/load at once with the load as set (the wake-up's answer; the real wait is inference_server_test's)."""
 
     def __init__(self):
         self.in_flight, self.answered, self.status = 0, 0, 200
@@ -146,9 +147,13 @@ class FakeMetrics:
             protocol_version = "HTTP/1.1"
 
             def do_GET(self):
-                body = (f"# TYPE eps_serve_in_flight gauge\neps_serve_in_flight {fake.in_flight}\n"
-                        f'eps_serve_requests_total{{code="200"}} {fake.answered}\n'
-                        f'eps_serve_requests_total{{code="503"}} 0\n').encode()
+                if self.path.startswith("/v1/load"):
+                    body = json.dumps({"in_flight": fake.in_flight, "arrived": fake.answered + fake.in_flight})
+                    body = body.encode()
+                else:
+                    body = (f"# TYPE eps_serve_in_flight gauge\neps_serve_in_flight {fake.in_flight}\n"
+                            f'eps_serve_requests_total{{code="200"}} {fake.answered}\n'
+                            f'eps_serve_requests_total{{code="503"}} 0\n').encode()
                 self.send_response(fake.status)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -169,8 +174,8 @@ class Probe(RunDirTest):
     """launcher/serve_probe.py's bands on a fake server: no rate at the first scrape, idle, busy by rate and by
     requests in flight, neither between the rates, busy without an answer."""
 
-    def ask(self, probe):
-        probe.stdin.write("\n")
+    def ask(self, probe, line=""):
+        probe.stdin.write(line + "\n")
         probe.stdin.flush()
         state, in_flight, arrived, ms = probe.stdout.readline().split()
         return state, int(in_flight), int(arrived), int(ms)
@@ -195,6 +200,26 @@ class Probe(RunDirTest):
         self.assertEqual(self.ask(probe), ("busy", -1, -1, 0))
         fake.status, fake.answered = 200, 10  # a restarted server: the window starts again
         self.assertEqual(self.ask(probe)[0], "neither")
+        probe.stdin.close()
+        self.assertEqual(probe.wait(timeout=10), 0)
+        probe.stdout.close()
+
+    def test_a_request_between_two_waits_wakes_the_next_one_busy(self):
+        """With --busy-rate 0 the waits of one lending carry the server's count of requests: one that came and went
+        between two waits makes the next answer busy from the wake-up itself (no scrape: WINDOW_MS 0); a line
+        without a wait (no worker lent) forgets the count, so the next lending does not start busy."""
+        fake = FakeMetrics()
+        self.addCleanup(fake.close)
+        probe = subprocess.Popen([PY, PROBE, "--url", fake.url, "--timeout", "5"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.procs.append(probe)
+        self.ask(probe)
+        self.assertEqual(self.ask(probe, "wait 50")[:3], ("idle", 0, 0))  # the lending's first wait: its count
+        fake.answered = 1  # one request, already answered
+        self.assertEqual(self.ask(probe, "wait 5000"), ("busy", 0, 1, 0))
+        fake.answered = 3
+        self.ask(probe)  # no worker lent
+        self.assertNotEqual(self.ask(probe, "wait 50")[3], 0, "a new lending woke on an old count")
         probe.stdin.close()
         self.assertEqual(probe.wait(timeout=10), 0)
         probe.stdout.close()
