@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "common/cpu_kernels.h"
+#include "common/digest.h"
 #include "common/files.h"
 #include "common/jsonl.h"
 #include "common/layout.h"
@@ -418,17 +419,23 @@ class CoordinatorImpl final : public Coordinator {
     const JobSummary summary = state_.Summary();
     ModelChunks chunks;
     ModelTables tables;  // the sparse tables whole, from every shard's changed rows
+    SetDigest optimizer;  // the shards' optimizer state digests, added up
     for (uint32_t s = 0; s < spec.num_shards; ++s) {
       Channel::Options co;
       co.curve = options_.curve;
       EPS_ASSIGN_OR_RETURN(auto ch, Channel::Connect(context_, state_.shard_addresses()[s], co));
-      EPS_ASSIGN_OR_RETURN(Envelope reply,
-                           Call(ch.get(), Envelope{options_.token, Pull{Step(summary.steps), {}}},
-                                std::chrono::milliseconds(30000)));
+      Pull all{Step(summary.steps), {}};
+      all.optimizer_digest = true;
+      EPS_ASSIGN_OR_RETURN(Envelope reply, Call(ch.get(), Envelope{options_.token, all},
+                                                std::chrono::milliseconds(30000)));
       auto* pulled = std::get_if<PullReply>(&reply.body);
       if (pulled == nullptr)
         return Internal("shard " + std::to_string(s) + " answered a pull with something else");
       for (ChunkBytes& c : pulled->chunks) chunks[c.chunk.value()] = c;
+      auto shard_digest = SetDigest::FromBytes(pulled->optimizer_digest);
+      if (!shard_digest.ok())
+        return shard_digest.status().WithContext("shard " + std::to_string(s) + "'s optimizer digest");
+      optimizer.Merge(*shard_digest);
       if (layout.sparse.empty()) continue;
       Pull rows{Step(summary.steps), {}};
       for (uint32_t t = 0; t < layout.sparse.size(); ++t) rows.sparse.push_back({t, Step(0)});
@@ -458,6 +465,7 @@ class CoordinatorImpl final : public Coordinator {
     }
     j["params_sha256"] = digests->params_sha256;
     j["buffers_sha256"] = digests->buffers_sha256;
+    j["optimizer_digest"] = optimizer.HexDigest();
     j["train_seconds"] = summary.train_time.count();
     if (summary.steady_steps > 0 && summary.steady_time.count() > 0) {
       j["steady_samples_per_s"] = double(summary.steady_steps) * spec.virtual_workers *

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "common/digest.h"
 #include "schema/codec_internal.h"
 #include "schema/elasticps.capnp.h"
 
@@ -293,6 +294,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       for (auto read : in.getSparse()) m.sparse.push_back({read.getTable(), Step(read.getSince())});
       if (!m.sparse.empty() && (!m.chunks.empty() || m.shm.has_value()))
         return ProtocolError("a pull of sparse rows names chunks or a region");
+      m.optimizer_digest = in.getOptimizerDigest();
       *body = std::move(m);
       return OkStatus();
     }
@@ -303,6 +305,12 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       EPS_RETURN_IF_ERROR(r.Chunks(in.getChunks(), &m.chunks));
       EPS_RETURN_IF_ERROR(r.ShmChunks(in.getShmChunks(), &m.shm_chunks));
       EPS_RETURN_IF_ERROR(r.SparseRows(in.getSparse(), &m.sparse));
+      if (in.hasOptimizerDigest()) {
+        const auto digest = in.getOptimizerDigest();
+        if (digest.size() != 0 && digest.size() != SetDigest::kBytes)
+          return ProtocolError("an optimizer digest of " + std::to_string(digest.size()) + " bytes");
+        m.optimizer_digest.assign(reinterpret_cast<const char*>(digest.begin()), digest.size());
+      }
       *body = std::move(m);
       return OkStatus();
     }
@@ -584,6 +592,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                      sparse[i].setTable(m.sparse[i].table);
                      sparse[i].setSince(m.sparse[i].since.value());
                    }
+                   o.setOptimizerDigest(m.optimizer_digest);
                  },
                  [&](const PullReply& m) {
                    auto o = b.initPullReply();
@@ -591,6 +600,11 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    SetChunks(o.initChunks(m.chunks.size()), m.chunks, &frames);
                    SetShmChunks(o.initShmChunks(m.shm_chunks.size()), m.shm_chunks);
                    SetSparseRows(o.initSparse(m.sparse.size()), m.sparse, &frames);
+                   if (!m.optimizer_digest.empty()) {
+                     o.setOptimizerDigest(kj::arrayPtr(
+                         reinterpret_cast<const capnp::byte*>(m.optimizer_digest.data()),
+                         m.optimizer_digest.size()));
+                   }
                  },
                  [&](const EvalResult& m) {
                    auto o = b.initEvalResult();

@@ -261,6 +261,7 @@ struct Pull {
   shm @3 :ShmRegionRef;           # optional: a region of the worker's (common/shm.h) for the reply's bytes,
   shmOffsets @4 :List(UInt64);    # where each of `chunks` goes in it (same length as chunks)
   sparse @5 :List(SparseRead);    # sparse tables' rows; a pull naming these names no chunk
+  optimizerDigest @6 :Bool;       # also the digest of the shard's optimizer state (the current version only)
 }
 
 struct ShmRegionRef {
@@ -281,6 +282,7 @@ struct PullReply {
   chunks @1 :List(ChunkRef);      # bytes in frames
   shmChunks @2 :List(ShmChunk);   # bytes already in the region the pull named
   sparse @3 :List(SparseRowsRef); # the rows the pull's SparseReads asked for, at `version`
+  optimizerDigest @4 :Data;       # 32 bytes when the pull asked: the shard's sum (common/digest.h SetDigest)
 }
 
 struct EvalResult {

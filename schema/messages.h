@@ -320,6 +320,9 @@ struct Pull {
   std::vector<uint64_t> shm_offsets{};
   // Sparse tables' rows; a pull naming these names no chunk (and no region).
   std::vector<SparseRead> sparse{};
+  // Also the digest of the shard's optimizer state (ShardState::OptimizerDigest),
+  // of the current version only.
+  bool optimizer_digest = false;
 };
 
 struct PullReply {
@@ -327,6 +330,7 @@ struct PullReply {
   std::vector<ChunkBytes> chunks;      // bytes in the message
   std::vector<ShmChunk> shm_chunks{};  // bytes in the pull's region
   std::vector<SparseRowBytes> sparse{};  // the rows the pull's SparseReads asked for
+  std::string optimizer_digest{};  // SetDigest::Bytes() when the pull asked for it, else empty
 };
 
 struct EvalResult {

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "common/digest.h"
 #include "common/layout.h"
 #include "common/parallel_for.h"
 #include "common/shm.h"
@@ -124,10 +125,19 @@ class ShardState {
   // A pull of sparse rows (Pull::sparse not empty), as HandlePull: the rows
   // are of the current version or the previous one; Unavailable for the next.
   StatusOr<PullReply> HandleSparsePull(const Pull& pull);
-  // Either of the two, as the pull asks.
-  StatusOr<PullReply> Answer(const Pull& pull) {
-    return pull.sparse.empty() ? HandlePull(pull) : HandleSparsePull(pull);
-  }
+  // Either of the two, as the pull asks, with the optimizer digest when it asks
+  // (FailedPrecondition for another version than the current one).
+  StatusOr<PullReply> Answer(const Pull& pull);
+
+  // The digest of the optimizer state at the current version: one item per
+  // parameter chunk this shard steps (its tensor, offset and size, whether the
+  // optimizer has run, its slots' bytes) and one per stored row of every sparse
+  // table (its table and id, its weights and slots), summed with SetDigest, so
+  // that the shards' digests add up to one that does not depend on which shard
+  // holds what (result.json's optimizer_digest). O(the state). Unavailable
+  // while a step in progress has stepped chunks early; FailedPrecondition
+  // before version 0; a table's store errors.
+  StatusOr<SetDigest> OptimizerDigest();
 
   uint64_t duplicates() const { return duplicates_; }
   // The learning rate step `step` applies (0 before the job spec, and for step -1: the initial

@@ -205,10 +205,12 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.dtype, b.dtype);
           EXPECT_EQ(a.shm, b.shm);
           EXPECT_EQ(a.shm_offsets, b.shm_offsets);
+          EXPECT_EQ(a.optimizer_digest, b.optimizer_digest);
         } else if constexpr (std::is_same_v<T, PullReply>) {
           EXPECT_EQ(a.version, b.version);
           ExpectSameChunks(a.chunks, b.chunks);
           ExpectSameShmChunks(a.shm_chunks, b.shm_chunks);
+          EXPECT_EQ(a.optimizer_digest, b.optimizer_digest);
         } else if constexpr (std::is_same_v<T, EvalResult>) {
           EXPECT_EQ(a.worker, b.worker);
           EXPECT_EQ(a.version, b.version);
@@ -950,6 +952,21 @@ TEST(Codec, SparseRowsRoundTripAndMalformedOnesAreProtocolErrors) {
   rows.rows = 0;  // no ids, but values
   push.sparse = {rows};
   ExpectInvalid(EncodeOrDie({"t", push}), "whole rows");
+}
+
+TEST(Codec, AnOptimizerDigestRoundTripsAndOneOfAnotherSizeIsAProtocolError) {
+  Pull pull{Step(7), {}};
+  pull.optimizer_digest = true;
+  auto got = Decode(EncodeOrDie({"t", pull}));
+  ASSERT_TRUE(got.ok());
+  EXPECT_TRUE(std::get<Pull>(got->body).optimizer_digest);
+  PullReply reply{Step(7), {}};
+  reply.optimizer_digest = std::string(32, '\x5a');
+  got = Decode(EncodeOrDie({"t", reply}));
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(std::get<PullReply>(got->body).optimizer_digest, std::string(32, '\x5a'));
+  reply.optimizer_digest = "short";
+  ExpectInvalid(EncodeOrDie({"t", reply}), "optimizer digest");
 }
 
 TEST(CodecFuzz, RandomBytesGiveStatusNotCrash) {

@@ -173,6 +173,33 @@ TEST(ShardSparse, OnlyTheTouchedRowsAreSteppedAndPulled) {
   EXPECT_TRUE(rows->ids.empty());
 }
 
+TEST(ShardSparse, ThePullOfTheCurrentVersionCarriesTheOptimizerDigestOfChunksAndRows) {
+  ShardState state = Initialized();
+  auto before = state.OptimizerDigest();
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  EXPECT_EQ(before->items(), 1u);  // head.weight's chunk; no row is stored yet
+  for (uint32_t vw = 0; vw < kVws; ++vw) {
+    ASSERT_TRUE(state
+                    .HandlePush(MakePush(0, Block{vw, 1}, {Bytes(0, kHeadGrad), Bytes(1, kLoss)},
+                                         {Rows({3, 9}, {1, 2, 3, 4})}))
+                    .ok());
+  }
+  auto after = state.OptimizerDigest();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->items(), 3u);  // the chunk and rows 3 and 9
+  EXPECT_NE(after->HexDigest(), before->HexDigest());
+  Pull p;
+  p.version = Step(1);
+  p.optimizer_digest = true;
+  auto reply = state.Answer(p);
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ(reply->optimizer_digest, after->Bytes());
+  p.version = Step(0);  // the previous version's moments are not kept
+  EXPECT_EQ(state.Answer(p).status().code(), StatusCode::kFailedPrecondition);
+  p.optimizer_digest = false;
+  EXPECT_TRUE(state.Answer(p).ok());
+}
+
 TEST(ShardSparse, TheStepWaitsForEveryBlockOfTheTablesAsForTheChunks) {
   ShardState state = Initialized();
   // The dense chunks of both VWs come, but VW 1's rows (none touched) do not yet.

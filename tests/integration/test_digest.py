@@ -5,7 +5,7 @@ import os
 import struct
 import unittest
 
-from harness import MLP, RunDirTest, read_metrics
+from harness import MLP, RunDirTest, read_metrics, read_result
 
 # (workers) placements of V = 8 virtual workers: 1x8, 2x4, 4x2, 8x1 and an uneven 3-way split (3, 3, 2).
 PLACEMENTS = [1, 2, 4, 8, 3]
@@ -44,6 +44,9 @@ class DigestAcrossPlacements(RunDirTest):
         _, _, ref = self.run_local("s1-w1-ref", MLP, servers=1, workers=1, extra=["--steps=100"])
         d["1 shard"] = ref["params_sha256"]
         self.assertEqual(len(set(d.values())), 1, d)
+        # The optimizer state too (momentum), summed over shards holding other chunks.
+        two = read_result(os.path.join(self.tmp, f"s2-w{PLACEMENTS[-1]}"))
+        self.assertEqual(two["optimizer_digest"], ref["optimizer_digest"])
 
     def test_mlp_digest_depends_on_the_seed(self):
         # Guards the test itself: a digest that ignores training would make the tests above vacuous.

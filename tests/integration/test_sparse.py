@@ -83,6 +83,8 @@ class SparseTables(RunDirTest):
         # 6 shards for the model's 5 dense chunks (the loss among them): a shard holds only table rows.
         spread = self.train("6x3-spill", 6, 3, SPILL)
         self.assertEqual(spread["params_sha256"], reference["params_sha256"], logs(self.run_dir("6x3-spill")))
+        # And every stored row's Adam moments and every dense chunk's, summed over the shards.
+        self.assertEqual(spread["optimizer_digest"], reference["optimizer_digest"])
         self.assertEqual(spread["test_loss"], reference["test_loss"])
         # Only the touched rows travel: a step moves a small part of the table (4 MiB), where the dense path moved
         # the whole table both ways.
@@ -92,6 +94,7 @@ class SparseTables(RunDirTest):
         # Lazy is not exact: the table stepped as a dense tensor (every row's Adam moments decay) ends elsewhere.
         exact = self.train("exact", 1, 1, ["--sparse_optimizer=exact"])
         self.assertNotEqual(exact["params_sha256"], reference["params_sha256"])
+        self.assertNotEqual(exact["optimizer_digest"], reference["optimizer_digest"])
         self.assertGreater((exact["push_bytes"] + exact["pull_bytes"]) / exact["steps"], 1.9 * table)
 
     def test_b_a_join_and_a_worker_sigkill_change_no_bit(self):
@@ -102,6 +105,7 @@ class SparseTables(RunDirTest):
         result = self.run_with_join_and_sigkill(d, cmd)
         self.assertGreaterEqual(result["workers_seen"], 3)
         self.assertEqual(result["params_sha256"], reference["params_sha256"], logs(d))
+        self.assertEqual(result["optimizer_digest"], reference["optimizer_digest"])
 
     def test_c_a_shard_sigkilled_with_rows_spilled_rolls_back_to_the_same_bits(self):
         steps = ["--steps=80"]
@@ -126,6 +130,8 @@ class SparseTables(RunDirTest):
         self.assertEqual(len(back), 1, logs(d))
         self.assertEqual(back[0]["step"], 40, back)
         self.assertEqual(read_result(d)["params_sha256"], reference["params_sha256"], logs(d))
+        # The rollback brought the rows' moments back with their weights.
+        self.assertEqual(read_result(d)["optimizer_digest"], reference["optimizer_digest"])
         # export_model from the stores (the tables' checkpoints read beside them, read-only): the final step's file is
         # the job's own model.safetensors byte for byte; an older held checkpoint exports too, other bits.
         final = os.path.join(self.tmp, "final.safetensors")
