@@ -508,34 +508,40 @@ class ShardImpl final : public Shard {
   void PublishTableStats() {
     const std::vector<SparseTable::Stats> stats = state_.TableStats();
     Metrics* m = options_.metrics != nullptr ? options_.metrics : own_metrics_.get();
-    for (size_t t = table_stats_.size(); t < stats.size(); ++t) table_stats_.push_back({});
-    for (size_t t = 0; t < stats.size(); ++t) {
-      Labels l = metrics_.With("table", std::to_string(t));
-      const SparseTable::Stats& now = stats[t];
-      SparseTable::Stats& before = table_stats_[t];
-      auto rows = [&](const char* tier, uint64_t n) {
+    while (table_series_.size() < stats.size()) {  // the series of a table, looked up once
+      const Labels l = metrics_.With("table", std::to_string(table_series_.size()));
+      auto tier = [&](const char* name) {
         Labels tl = l;
-        tl["tier"] = tier;
-        m->GetGauge("eps_shard_table_rows",
-                    "Rows of a sparse table: in memory (cached), or changed and evicted to the "
-                    "store since the last checkpoint (spilled).",
-                    tl)
-            .Set(static_cast<double>(n));
+        tl["tier"] = name;
+        return &m->GetGauge("eps_shard_table_rows",
+                            "Rows of a sparse table: in memory (cached), or changed and evicted to "
+                            "the store since the last checkpoint (spilled).",
+                            tl);
       };
-      rows("cached", now.cached_rows);
-      rows("spilled", now.spilled_rows);
+      table_series_.push_back(TableSeries{
+          {},
+          tier("cached"),
+          tier("spilled"),
+          &m->GetCounter("eps_shard_table_rows_stepped_total",
+                         "Rows of a sparse table the shard stepped.", l),
+          &m->GetCounter("eps_shard_table_evictions_total",
+                         "Rows evicted from a sparse table's memory.", l),
+          &m->GetCounter("eps_shard_table_store_reads_total",
+                         "Rows of a sparse table looked up in its RocksDB store (found or not).", l)});
+    }
+    for (size_t t = 0; t < stats.size(); ++t) {
+      const SparseTable::Stats& now = stats[t];
+      TableSeries& series = table_series_[t];
+      series.cached->Set(static_cast<double>(now.cached_rows));
+      series.spilled->Set(static_cast<double>(now.spilled_rows));
       // The table's counts are since its Open: a rollback reopens none, so they only grow.
-      auto grow = [&](const char* name, const char* help, uint64_t was, uint64_t is) {
-        if (is > was) m->GetCounter(name, help, l).Add(static_cast<double>(is - was));
+      auto grow = [](Counter* c, uint64_t was, uint64_t is) {
+        if (is > was) c->Add(static_cast<double>(is - was));
       };
-      grow("eps_shard_table_rows_stepped_total", "Rows of a sparse table the shard stepped.",
-           before.rows_stepped, now.rows_stepped);
-      grow("eps_shard_table_evictions_total", "Rows evicted from a sparse table's memory.",
-           before.evictions, now.evictions);
-      grow("eps_shard_table_store_reads_total",
-           "Rows of a sparse table looked up in its RocksDB store (found or not).",
-           before.store_reads, now.store_reads);
-      before = now;
+      grow(series.stepped, series.before.rows_stepped, now.rows_stepped);
+      grow(series.evictions, series.before.evictions, now.evictions);
+      grow(series.store_reads, series.before.store_reads, now.store_reads);
+      series.before = now;
     }
   }
 
@@ -703,7 +709,16 @@ class ShardImpl final : public Shard {
 
   const std::unique_ptr<Metrics> own_metrics_;  // when the options name no registry
   ShardMetrics metrics_;
-  std::vector<SparseTable::Stats> table_stats_;  // as last published (PublishTableStats)
+  // A sparse table's series (PublishTableStats), and its statistics as last published.
+  struct TableSeries {
+    SparseTable::Stats before;
+    Gauge* cached;
+    Gauge* spilled;
+    Counter* stepped;
+    Counter* evictions;
+    Counter* store_reads;
+  };
+  std::vector<TableSeries> table_series_;
   uint64_t bytes_in_ = 0;   // of the pushes read (eps_shard_push_bytes_total)
   uint64_t bytes_out_ = 0;  // of the pull replies sent (eps_shard_pull_bytes_total)
   Step step_started_of_{-1};         // the step whose first contribution came at step_started_
