@@ -21,7 +21,8 @@
 # harvest (a serving node lent by its load, lend.sh --serve-metrics, over a diurnal trace: latency against serving
 # alone, the node's busy CPU, samples/s harvested, the leave after a burst; the plot build/bench/harvest.png).
 # Run only when named: soak (an hour of training under periodic joins, leaves, kills and barrages: the long-lived
-# processes' RSS and descriptors, the digest).
+# processes' RSS and descriptors, the digest), storm (64 workers attaching at once to a running job: registration,
+# readiness, all contributing, the coordinator's CPU per step with 1 and 65 workers; 65 worker processes).
 # They share scripts/bench/common.py (running jobs and programs, table and csv rows); the figures come
 # from scripts/bench/analysis.py, which reads the JSON a run leaves (the coordinator's events.jsonl,
 # the workers' reports, result.json, the bench programs' JSON lines) and draws the plot.
@@ -36,11 +37,11 @@
 # only when a run fails, or when the runs of hetero, durable or python end on different digests.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # A new section: scripts/bench/NAME.py (ending with common.main(run)) and NAME here.
 all_sections=(vw elastic transfer wire ps_share ddp scaling hetero durable observe limits network usermodel freeze zoo kernels scale sparse python harvest)
-named_only=(soak)
+named_only=(soak storm)
 only="" steps=300 minutes=60 setup=1
 while [ $# -gt 0 ]; do
   case "$1" in
