@@ -11,7 +11,7 @@ prints one JSON object on one line:
   /usr/bin/python3 scripts/ddp_baseline.py [--ranks 2] [--steps 300] [--vws 8] [--batch_per_vw 16]
       [--mode accumulate|batch] [--plain] [--threads 1] [--data_dir DIR] [--timeout_s 900]
       [--model cnn|resnet|text_transformer] [--model_depth 20] [--check_tensors FILE.safetensors]
-      [--optimizer adamw|adam|sgd] [--momentum M] [--nesterov] [--lr_schedule cosine|constant]
+      [--optimizer adamw|adam|sgd] [--momentum M] [--nesterov] [--lr_schedule cosine|constant] [--script FILE.pt]
       [--text_data FILE.jsonl] [--text_vocab vocab.json] [--seq_len 128] [--vocab_size 8000]
       [--model_dim 64] [--model_layers 2] [--model_heads 4]
   --plain (with --ranks 1): plain PyTorch in one process, no process group and no DDP wrapper.
@@ -19,6 +19,8 @@ prints one JSON object on one line:
       Fashion-MNIST, text_transformer on --text_data (JSONL, members "text" and "label") tokenized as data/text.h
       does with a job's --text_vocab (run_dir/vocab.json), or, without one, random ids in [3, vocab_size) of the
       same [b, seq_len] shape and random labels (a throughput run: no padding).
+  --script: a TorchScript module (torch.jit.load) on Fashion-MNIST instead of --model, as `--model=FILE.pt` trains it
+      in a job (e.g. examples/scale/make_models.py's 108.5 M MLP).
   --check_tensors: before training, compare the network's parameters and buffers (names and shapes) with a
       job's model.safetensors; a difference ends the run with exit code 2.
   The defaults are the cnn job's (examples/fashion_mnist_cnn.flags): AdamW, cosine.
@@ -79,6 +81,7 @@ def parse_args(argv=None):
     p.add_argument("--model", choices=("cnn", "resnet", "text_transformer"), default="cnn")
     p.add_argument("--model_depth", type=int, default=20, help="resnet: 6n+2")
     p.add_argument("--check_tensors", default="", help="a job's model.safetensors to compare the network with")
+    p.add_argument("--script", default="", help="a TorchScript module to train instead of --model")
     p.add_argument("--optimizer", choices=("adamw", "adam", "sgd"), default="adamw")
     p.add_argument("--momentum", type=float, default=0.0, help="sgd")
     p.add_argument("--nesterov", action="store_true", help="sgd")
@@ -101,6 +104,8 @@ def parse_args(argv=None):
         p.error("--plain trains in one process: --ranks 1")
     if a.vws % a.ranks:
         p.error("--vws must be a multiple of --ranks")
+    if a.script and a.model != "cnn":
+        p.error("--script trains the module on Fashion-MNIST in place of --model: give one of the two")
     if a.text_vocab and a.model != "text_transformer":
         p.error("--text_vocab is for --model text_transformer")
     if a.model == "resnet" and (a.model_depth < 8 or (a.model_depth - 2) % 6):
@@ -207,8 +212,11 @@ def run_rank(a):
         (x_all, y_all), classes = fashion_mnist(torch, a), 10
 
     torch.manual_seed(a.seed)
-    net = zoo_nets.make(a.model, depth=a.model_depth, vocab_size=a.vocab_size, seq_len=a.seq_len, dim=a.model_dim,
-                        layers=a.model_layers, heads=a.model_heads, classes=classes)
+    if a.script:
+        net = torch.jit.load(a.script)
+    else:
+        net = zoo_nets.make(a.model, depth=a.model_depth, vocab_size=a.vocab_size, seq_len=a.seq_len,
+                            dim=a.model_dim, layers=a.model_layers, heads=a.model_heads, classes=classes)
     if a.check_tensors and rank == 0:
         check_tensors(net, a.check_tensors)
     parameters = sum(p.numel() for p in net.parameters())
@@ -266,7 +274,7 @@ def run_rank(a):
         timed = a.steps - warmup
         print(json.dumps({"program": "ddp", "ranks": a.ranks, "mode": a.mode, "plain": a.plain, "steps": a.steps,
                           "samples_per_s": round(timed * V * b / seconds, 1), "seconds": round(seconds, 3),
-                          "final_loss": round(loss_sum, 4), "model": a.model, "parameters": parameters}),
+                          "final_loss": round(loss_sum, 4), "model": a.script or a.model, "parameters": parameters}),
               flush=True)
     if not a.plain:
         dist.destroy_process_group()
