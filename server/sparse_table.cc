@@ -222,6 +222,10 @@ class SparseTableImpl final : public SparseTable {
       auto it = cache_.find(ids[i]);
       if (it != cache_.end()) {
         rows[i] = &it->second;
+        // The loop below touches the row's floats and its LRU node: random places in memory,
+        // fetched while this loop looks the next rows up.
+        __builtin_prefetch(it->second.data.data(), 1);
+        __builtin_prefetch(&*it->second.lru, 1);
       } else {
         missing.push_back(ids[i]);
       }
@@ -284,9 +288,10 @@ class SparseTableImpl final : public SparseTable {
     missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
     std::unordered_map<uint64_t, Row> loaded;
     EPS_RETURN_IF_ERROR(Load(missing, &loaded));
+    // A read leaves the LRU order as it is: it follows the steps (a pull of the rows a step
+    // changed would only move them again to where the step put them).
     for (size_t i = 0; i < num_ids; ++i) {
       auto it = cache_.find(ids[i]);
-      if (it != cache_.end()) lru_.splice(lru_.begin(), lru_, it->second.lru);  // now the newest
       const Row& row = it != cache_.end() ? it->second : loaded.at(ids[i]);
       std::memcpy(out + i * o_.dim, row.data.data(), o_.dim * sizeof(float));
     }
