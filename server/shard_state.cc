@@ -1,6 +1,7 @@
 #include "server/shard_state.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +18,15 @@ std::shared_ptr<std::vector<float>> CopyBytes(const void* data, size_t bytes) {
   auto v = std::make_shared<std::vector<float>>((bytes + 3) / 4);
   std::memcpy(v->data(), data, bytes);
   return v;
+}
+
+// Whether no snapshot holds `slot` any more (the checkpoint writer let go of it). The
+// fence orders the writer thread's reads of it, before it released its reference, before
+// the writes that follow here.
+bool HeldAlone(const std::shared_ptr<std::vector<float>>& slot) {
+  if (slot.use_count() != 1) return false;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return true;
 }
 
 // Checkpoint metadata: this header line, then the job config as an encoded
@@ -454,9 +464,36 @@ void ShardState::StepChunk(ChunkId id) {
   ChunkSlot& s = slots_[id.value()];
   // The tree's sum becomes the next version in place: no copy of w(t), no pass for sum / V.
   auto next = std::make_shared<std::vector<float>>(s.reducer->TakeResult());
+  // The slots are stepped in place unless a snapshot still holds them: then into new ones,
+  // read from the held ones (the same bits).
+  auto& held = s.optimizer_slots;
+  const bool shared = (held[0] && !HeldAlone(held[0])) || (held[1] && !HeldAlone(held[1]));
+  OptimizerState state;
+  state.initialized = s.optimizer_initialized;
+  SlotsBefore before;
+  for (int k = 0; k < 2; ++k) {
+    if (!held[k]) continue;
+    std::vector<float>& slot = k == 0 ? state.slot0 : state.slot1;
+    if (shared) {
+      (k == 0 ? before.slot0 : before.slot1) = held[k]->data();
+      slot.resize(held[k]->size());
+    } else {
+      slot = std::move(*held[k]);
+    }
+  }
   ApplyOptimizer(optimizer_, version_.value(), s.current->data(), next->data(),
-                 static_cast<float>(spec_->virtual_workers), next->data(), next->size(),
-                 &s.optimizer, parallel_);
+                 static_cast<float>(spec_->virtual_workers), next->data(), next->size(), &state,
+                 parallel_, shared ? &before : nullptr);
+  s.optimizer_initialized = state.initialized;
+  for (int k = 0; k < 2; ++k) {
+    std::vector<float>& slot = k == 0 ? state.slot0 : state.slot1;
+    if (slot.empty()) continue;
+    if (held[k] && !shared) {
+      *held[k] = std::move(slot);
+    } else {
+      held[k] = std::make_shared<std::vector<float>>(std::move(slot));
+    }
+  }
   s.next_wire = EncodeForPulls(id, *next);
   s.next = std::move(next);
 }
@@ -612,14 +649,11 @@ StatusOr<ShardSnapshot> ShardState::Snapshot() const {
     if (kind == TensorKind::kLoss) continue;
     const ChunkSlot& s = slots_[id.value()];
     out.blobs.push_back({ValueBlob(id), s.current->data(), BytesOf(id), s.current});
-    if (kind != TensorKind::kParameter || !s.optimizer.initialized) continue;
-    int slot = 0;
-    for (const std::vector<float>* v : {&s.optimizer.slot0, &s.optimizer.slot1}) {
-      if (!v->empty()) {
-        auto copy = std::make_shared<const std::vector<float>>(*v);
-        out.blobs.push_back({SlotBlob(slot, id), copy->data(), copy->size() * sizeof(float), copy});
-      }
-      ++slot;
+    if (kind != TensorKind::kParameter || !s.optimizer_initialized) continue;
+    for (int k = 0; k < 2; ++k) {
+      const std::shared_ptr<std::vector<float>>& v = s.optimizer_slots[k];
+      if (v && !v->empty())
+        out.blobs.push_back({SlotBlob(k, id), v->data(), v->size() * sizeof(float), v});
     }
   }
   return out;
@@ -676,15 +710,15 @@ StatusOr<std::unique_ptr<ShardState>> ShardState::Load(Checkpoint&& checkpoint) 
     // Released at once: the next copy can land on these pages, already faulted in.
     std::string().swap(value->bytes);
     if (kind != TensorKind::kParameter || next->Frozen(id)) continue;
-    s.optimizer.initialized = initialized;
+    s.optimizer_initialized = initialized;
     if (!initialized) continue;
     const size_t n = static_cast<size_t>(next->layout_->chunks[id.value()].numel);
-    std::vector<float>* dst[2] = {&s.optimizer.slot0, &s.optimizer.slot1};
     for (int k = 0; k < slots; ++k) {
       EPS_ASSIGN_OR_RETURN(Blob * slot, take(SlotBlob(k, id), n * sizeof(float)));
-      dst[k]->resize(n);
-      std::memcpy(dst[k]->data(), slot->bytes.data(), slot->bytes.size());
+      auto dst = std::make_shared<std::vector<float>>(n);
+      std::memcpy(dst->data(), slot->bytes.data(), slot->bytes.size());
       std::string().swap(slot->bytes);
+      s.optimizer_slots[k] = std::move(dst);
     }
   }
   if (used != checkpoint.blobs.size()) {

@@ -1527,6 +1527,56 @@ TEST(ShardStateDurable, ASnapshotStaysUnchangedWhileTheStateMovesOn) {
   EXPECT_NE(SnapshotOf(*state).blobs[0].bytes, before.blobs[0].bytes);  // the state did move on
 }
 
+// A snapshot copies nothing: it shares the optimizer slots as it shares the values, and a
+// step while it holds them writes new slots (the same bits as a state never snapshotted),
+// leaving the snapshot's as they were; once it is let go, the state steps them in place again.
+TEST(ShardStateDurable, ASnapshotSharesTheSlotsAndTheStateStepsOnToTheSameBits) {
+  for (const std::string optimizer : {"momentum", "adam"}) {
+    SCOPED_TRACE(optimizer);
+    Job job(64);
+    const ShardId s(0);
+    ASSERT_FALSE(job.Owned(s, TensorKind::kParameter).empty());
+    auto state = InitializedShardWith(job, s, ConfigWith(optimizer));
+    auto never = InitializedShardWith(job, s, ConfigWith(optimizer));  // never snapshotted
+    RunStep(*state, job, s, 0);
+    RunStep(*never, job, s, 0);
+    auto first = state->Snapshot(), second = state->Snapshot();
+    ASSERT_TRUE(first.ok() && second.ok());
+    ASSERT_EQ(first->blobs.size(), second->blobs.size());
+    int slots = 0;
+    for (size_t i = 0; i < first->blobs.size(); ++i) {
+      EXPECT_EQ(first->blobs[i].data, second->blobs[i].data) << first->blobs[i].name << " copied";
+      slots += first->blobs[i].name.rfind("slot", 0) == 0;
+    }
+    EXPECT_GT(slots, 0);
+    const Checkpoint held = AsCheckpoint(*first);
+    RunStep(*state, job, s, 1);  // while both snapshots hold the slots
+    RunStep(*never, job, s, 1);
+    ExpectSameState(*state, *never);
+    const Checkpoint after = AsCheckpoint(*first);
+    for (size_t i = 0; i < held.blobs.size(); ++i)
+      EXPECT_TRUE(held.blobs[i].bytes == after.blobs[i].bytes) << held.blobs[i].name;
+    first = Unavailable("let go");
+    second = Unavailable("let go");
+    // Held alone again: stepped in place, in the buffers the last snapshot saw.
+    auto third = state->Snapshot();
+    ASSERT_TRUE(third.ok());
+    std::vector<const void*> where;
+    for (const BlobRef& b : third->blobs) where.push_back(b.data);
+    third = Unavailable("let go");
+    RunStep(*state, job, s, 2);
+    RunStep(*never, job, s, 2);
+    ExpectSameState(*state, *never);
+    auto fourth = state->Snapshot();
+    ASSERT_TRUE(fourth.ok());
+    for (size_t i = 0; i < where.size(); ++i) {
+      if (fourth->blobs[i].name.rfind("slot", 0) == 0) {
+        EXPECT_EQ(fourth->blobs[i].data, where[i]) << fourth->blobs[i].name << " moved";
+      }
+    }
+  }
+}
+
 // Restore after reopening the store gives the same bits, version and optimizer
 // state, and the restored shard then trains on exactly as the original.
 TEST(ShardStateDurable, RestoreAfterReopeningGivesTheSameBitsAndTrainsOnIdentically) {
