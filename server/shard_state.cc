@@ -462,6 +462,7 @@ bool ShardState::BarrierComplete() const {
 
 void ShardState::StepChunk(ChunkId id) {
   ChunkSlot& s = slots_[id.value()];
+  loaded_ = Step(-1);  // the state leaves the checkpoint it was loaded from
   // The tree's sum becomes the next version in place: no copy of w(t), no pass for sum / V.
   auto next = std::make_shared<std::vector<float>>(s.reducer->TakeResult());
   // The slots are stepped in place unless a snapshot still holds them: then into new ones,
@@ -726,6 +727,7 @@ StatusOr<std::unique_ptr<ShardState>> ShardState::Load(Checkpoint&& checkpoint) 
                     " blobs this shard's layout has no place for");
   }
   next->version_ = checkpoint.step;
+  next->loaded_ = checkpoint.step;
   next->ResetBarrier();  // the frozen chunks' next values are the restored ones
   return next;
 }
@@ -738,6 +740,7 @@ void ShardState::TakeFrom(ShardState&& other) {
   frozen_ = std::move(other.frozen_);
   slots_ = std::move(other.slots_);
   version_ = other.version_;
+  loaded_ = other.loaded_;
 }
 
 Status ShardState::Restore(Checkpoint checkpoint) {
@@ -748,6 +751,7 @@ Status ShardState::Restore(Checkpoint checkpoint) {
 
 Status ShardState::Clear() {
   version_ = Step(-1);
+  loaded_ = Step(-1);
   slots_.clear();
   if (!layout_) return OkStatus();
   slots_.resize(layout_->chunks.size());
@@ -756,11 +760,21 @@ Status ShardState::Clear() {
 }
 
 Status ShardState::RollbackTo(StateStore& store, Step step) {
-  auto checkpoint = store.ReadCheckpoint(step);
-  if (checkpoint.status().code() == StatusCode::kNotFound) {
+  const auto not_held = [&] {
     return InvalidArgument("shard " + std::to_string(shard_.value()) +
                            " holds no checkpoint of step " + std::to_string(step.value()));
+  };
+  if (loaded_ == step && version_ == step) {
+    // The checkpoint's bits are the state's (no chunk stepped since it was loaded, no
+    // previous version kept): only the step in progress goes.
+    EPS_ASSIGN_OR_RETURN(std::vector<Step> held, store.ListCheckpoints());
+    if (!std::binary_search(held.begin(), held.end(), step)) return not_held();
+    EPS_RETURN_IF_ERROR(store.DropCheckpointsAfter(step));
+    ResetBarrier();
+    return SyncTables();
   }
+  auto checkpoint = store.ReadCheckpoint(step);
+  if (checkpoint.status().code() == StatusCode::kNotFound) return not_held();
   if (!checkpoint.ok()) return checkpoint.status();
   EPS_ASSIGN_OR_RETURN(std::unique_ptr<ShardState> next, Load(std::move(checkpoint).value()));
   EPS_RETURN_IF_ERROR(store.DropCheckpointsAfter(step));

@@ -179,7 +179,11 @@ class ShardState {
   // checkpoints newer than it: the job has abandoned that future, and a
   // restart must come back to `step`. InvalidArgument: the store holds no
   // checkpoint of `step`. All or nothing, as Restore (the store is changed
-  // only once the checkpoint has been read and validated).
+  // only once the checkpoint has been read and validated). A state loaded
+  // from the checkpoint of `step` (Restore, RollbackTo) that has stepped no
+  // chunk since holds its bits already: then only the step in progress goes,
+  // and nothing is read (a restarted shard restores its newest checkpoint and
+  // is then rolled back to it).
   Status RollbackTo(StateStore& store, Step step);
 
  private:
@@ -252,6 +256,9 @@ class ShardState {
   Step version_{-1};
   uint64_t duplicates_ = 0;
   bool open_tables_ = true;  // false in a state Load makes: the tables stay the loader's
+  // The checkpoint step the state was loaded from, until a chunk is stepped or the state
+  // cleared (-1 then): RollbackTo that step need not read it again.
+  Step loaded_{-1};
   // By table (Layout::sparse): opened by SyncTables; never moved by TakeFrom.
   std::vector<std::unique_ptr<SparseTable>> tables_;
   std::vector<std::vector<uint64_t>> touched_;  // by table: the rows the step in progress pushed
