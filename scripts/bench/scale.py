@@ -147,11 +147,11 @@ def checkpoints(b, steps, model, base_ms):
     b.csv_ms("scale", "step 108 M with checkpoints", step_ms, common.fmt_ratio(step_ms, base_ms), steps, load)
 
 
-def glog_time(line, year):
-    """The epoch seconds of a glog line ("I1205 18:05:01.123456 ...", the host's local time), or None."""
+def glog_time(line):
+    """The epoch seconds of a glog line ("I20261205 18:05:01.123456 ...", the host's local time), or None."""
     try:
-        t = time.strptime(f"{year} {line[1:5]} {line[6:14]}", "%Y %m%d %H:%M:%S")
-        return time.mktime(t) + float("0" + line[14:21])
+        t = time.strptime(f"{line[1:9]} {line[10:18]}", "%Y%m%d %H:%M:%S")
+        return time.mktime(t) + float("0" + line[18:25])
     except (ValueError, IndexError):
         return None
 
@@ -159,25 +159,31 @@ def glog_time(line, year):
 def recovery_phases(d, killed_at):
     """Where the recovery's seconds went: [(phase, seconds since the kill)] from the restarted shard's log and the
     events (those found)."""
-    day = time.strftime("%Y", time.localtime(killed_at))
     marks = []
     try:
         with open(os.path.join(d, "logs", "shard0.log"), errors="replace") as f:
-            lines = [(glog_time(x, day), x) for x in f if x[:1] in "IWE" and x[1:5].isdigit()]
+            lines = [(glog_time(x), x) for x in f if x[:1] in "IWE" and x[1:9].isdigit()]
     except OSError:
         lines = []
     later = [(t, x) for t, x in lines if t is not None and t > killed_at]
-    for label, needle in (("shard started", ""), ("store restored", "restored version"),
-                          ("rolled back", "rolled back to version")):
+    for label, needle in (("shard's first log line", ""), ("store restored (shard log)", "restored version"),
+                          ("rolled back (shard log)", "rolled back to version")):
         hit = next(((t, x) for t, x in later if needle in x), None)
         if hit:
             marks.append((label, hit[0] - killed_at))
+    try:  # RocksDB writes a new CURRENT at the end of every open (after replaying the log, if it had to)
+        opened = os.path.getmtime(os.path.join(d, "store", "shard0", "CURRENT"))
+        if opened > killed_at:
+            marks.append(("store opened (RocksDB's CURRENT written)", opened - killed_at))
+    except OSError:
+        pass
     events = [e for e in analysis.read_events(d) if e["t"] > killed_at]
     for label, kind in (("shard registered", "shard_registered"), ("rollback done", "rolled_back"),
                         ("first step completed", "step_completed")):
         e = next((e for e in events if e["event"] == kind), None)
         if e:
-            marks.append((f"{label} ({kind}" + (f" {e['step']})" if "step" in e else ")"), e["t"] - killed_at))
+            marks.append((f"{label} ({kind}" + (f" {e['step']})" if kind == "step_completed" else ")"),
+                          e["t"] - killed_at))
     return sorted(marks, key=lambda m: m[1])
 
 
