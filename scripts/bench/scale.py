@@ -133,8 +133,9 @@ def checkpoints(b, steps, model, base_ms):
     against = f" against {base_ms:.0f} ms without checkpoints" if base_ms else ""
     print(f"   {len(full)} checkpoints of 1.3 GB: blocking {blocking:.0f} ms (median; at most {most:.0f}), write "
           f"{write:.0f} ms (median); step {step_ms:.0f} ms{against} (medians)")
-    # The snapshot blocks the step after the checkpointed one; the write overlaps the steps after it.
-    after = {e["step"] + 1 for e in durable}
+    # Checkpoint `step` is taken as step - 1 completes (version `step`): the interval that ends with step `step`'s
+    # completion holds its snapshot (and the new optimizer slots written while the writer holds the old).
+    after = {e["step"] for e in durable}
     mean = mean_step_ms(common.run_dir(run))
     plain = mean_step_ms(common.run_dir(run), skip=after)
     print(f"   mean step {mean:.0f} ms with checkpoints ({plain:.0f} ms leaving out the steps right after one)"
