@@ -72,11 +72,13 @@ SgdConstants MakeSgdConstants(const OptimizerOptions& o, double lr) {
 //     d_p = nesterov ? d_p.add(buf, momentum) : buf;
 //   }
 //   p.add_(d_p, -1 * lr);
-// One parameter w with gradient d: the new value (buf[i] is the momentum buffer).
-inline float SgdElement(const SgdConstants& c, bool first, float w, float d, float* buf, size_t i) {
+// One parameter w with gradient d: the new value (buf_in[i] is the momentum buffer, buf[i]
+// receives its new value; the same buffer when stepped in place).
+inline float SgdElement(const SgdConstants& c, bool first, float w, float d, const float* buf_in,
+                        float* buf, size_t i) {
   if (c.weight_decay) d = std::fma(w, c.wd, d);
   if (c.momentum) {
-    const float b = first ? d : std::fma(d, c.one_minus_dampening, buf[i] * c.mom);
+    const float b = first ? d : std::fma(d, c.one_minus_dampening, buf_in[i] * c.mom);
     buf[i] = b;
     d = c.nesterov ? std::fma(b, c.mom, d) : b;
   }
@@ -88,23 +90,38 @@ inline float SgdElement(const SgdConstants& c, bool first, float w, float d, flo
 // come by value: read through a reference they might alias the buffers, and are loaded (and
 // branched on) every element, which kept the Adam loops scalar (3x slower). The gradient
 // is g[i] / div; div == 1 skips the division (x / 1 == x exactly), which costs as much again.
+// The slots are read from `*_in` when given (null: in place), a buffer of their own: the step
+// of a shard whose checkpoint still holds the slots writes new ones without copying the old
+// (SlotsBefore). Same element functions, same bits.
 EPS_OPTIMIZER_CLONES
 void SgdOverParams(const SgdConstants c, bool first, float* __restrict p, const float* __restrict g,
-                   float div, float* __restrict buf, size_t n) {
-  if (div == 1.0f) {
-    for (size_t i = 0; i < n; ++i) p[i] = SgdElement(c, first, p[i], g[i], buf, i);
+                   float div, const float* __restrict buf_in, float* __restrict buf, size_t n) {
+  if (buf_in == nullptr) {
+    if (div == 1.0f) {
+      for (size_t i = 0; i < n; ++i) p[i] = SgdElement(c, first, p[i], g[i], buf, buf, i);
+    } else {
+      for (size_t i = 0; i < n; ++i) p[i] = SgdElement(c, first, p[i], g[i] / div, buf, buf, i);
+    }
+  } else if (div == 1.0f) {
+    for (size_t i = 0; i < n; ++i) p[i] = SgdElement(c, first, p[i], g[i], buf_in, buf, i);
   } else {
-    for (size_t i = 0; i < n; ++i) p[i] = SgdElement(c, first, p[i], g[i] / div, buf, i);
+    for (size_t i = 0; i < n; ++i) p[i] = SgdElement(c, first, p[i], g[i] / div, buf_in, buf, i);
   }
 }
 
 EPS_OPTIMIZER_CLONES
 void SgdOverGrad(const SgdConstants c, bool first, const float* __restrict p, float* __restrict g,
-                 float div, float* __restrict buf, size_t n) {
-  if (div == 1.0f) {
-    for (size_t i = 0; i < n; ++i) g[i] = SgdElement(c, first, p[i], g[i], buf, i);
+                 float div, const float* __restrict buf_in, float* __restrict buf, size_t n) {
+  if (buf_in == nullptr) {
+    if (div == 1.0f) {
+      for (size_t i = 0; i < n; ++i) g[i] = SgdElement(c, first, p[i], g[i], buf, buf, i);
+    } else {
+      for (size_t i = 0; i < n; ++i) g[i] = SgdElement(c, first, p[i], g[i] / div, buf, buf, i);
+    }
+  } else if (div == 1.0f) {
+    for (size_t i = 0; i < n; ++i) g[i] = SgdElement(c, first, p[i], g[i], buf_in, buf, i);
   } else {
-    for (size_t i = 0; i < n; ++i) g[i] = SgdElement(c, first, p[i], g[i] / div, buf, i);
+    for (size_t i = 0; i < n; ++i) g[i] = SgdElement(c, first, p[i], g[i] / div, buf_in, buf, i);
   }
 }
 
@@ -129,14 +146,14 @@ struct AdamConstants {
 //   exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
 //   denom = (exp_avg_sq.sqrt() / sqrt(bias_correction2)).add_(eps);
 //   p.addcdiv_(exp_avg, denom, -(lr / bias_correction1));
-inline float AdamElement(const AdamConstants& c, float w, float grad, float* exp_avg,
-                         float* exp_avg_sq, size_t i) {
+inline float AdamElement(const AdamConstants& c, float w, float grad, const float* exp_avg_in,
+                         const float* exp_avg_sq_in, float* exp_avg, float* exp_avg_sq, size_t i) {
   // Selects, not branches: the loops vectorize only without control flow.
   w = c.decoupled ? w * c.decay : w;
   grad = c.l2 ? std::fma(w, c.wd, grad) : grad;
-  const float m = std::fma(grad, c.one_minus_beta1, exp_avg[i] * c.beta1);
+  const float m = std::fma(grad, c.one_minus_beta1, exp_avg_in[i] * c.beta1);
   const float scaled = c.one_minus_beta2 * grad;
-  const float v = std::fma(scaled, grad, exp_avg_sq[i] * c.beta2);
+  const float v = std::fma(scaled, grad, exp_avg_sq_in[i] * c.beta2);
   const float denom = std::sqrt(v) / c.sqrt_bias_correction2 + c.eps;
   const float update = (c.neg_step_size * m) / denom;
   exp_avg[i] = m;
@@ -146,21 +163,35 @@ inline float AdamElement(const AdamConstants& c, float w, float grad, float* exp
 
 EPS_OPTIMIZER_CLONES
 void AdamOverParams(const AdamConstants c, float* __restrict p, const float* __restrict g,
-                    float div, float* __restrict exp_avg, float* __restrict exp_avg_sq, size_t n) {
-  if (div == 1.0f) {
-    for (size_t i = 0; i < n; ++i) p[i] = AdamElement(c, p[i], g[i], exp_avg, exp_avg_sq, i);
+                    float div, const float* __restrict m_in, const float* __restrict v_in,
+                    float* __restrict m, float* __restrict v, size_t n) {
+  if (m_in == nullptr) {
+    if (div == 1.0f) {
+      for (size_t i = 0; i < n; ++i) p[i] = AdamElement(c, p[i], g[i], m, v, m, v, i);
+    } else {
+      for (size_t i = 0; i < n; ++i) p[i] = AdamElement(c, p[i], g[i] / div, m, v, m, v, i);
+    }
+  } else if (div == 1.0f) {
+    for (size_t i = 0; i < n; ++i) p[i] = AdamElement(c, p[i], g[i], m_in, v_in, m, v, i);
   } else {
-    for (size_t i = 0; i < n; ++i) p[i] = AdamElement(c, p[i], g[i] / div, exp_avg, exp_avg_sq, i);
+    for (size_t i = 0; i < n; ++i) p[i] = AdamElement(c, p[i], g[i] / div, m_in, v_in, m, v, i);
   }
 }
 
 EPS_OPTIMIZER_CLONES
 void AdamOverGrad(const AdamConstants c, const float* __restrict p, float* __restrict g, float div,
-                  float* __restrict exp_avg, float* __restrict exp_avg_sq, size_t n) {
-  if (div == 1.0f) {
-    for (size_t i = 0; i < n; ++i) g[i] = AdamElement(c, p[i], g[i], exp_avg, exp_avg_sq, i);
+                  const float* __restrict m_in, const float* __restrict v_in,
+                  float* __restrict m, float* __restrict v, size_t n) {
+  if (m_in == nullptr) {
+    if (div == 1.0f) {
+      for (size_t i = 0; i < n; ++i) g[i] = AdamElement(c, p[i], g[i], m, v, m, v, i);
+    } else {
+      for (size_t i = 0; i < n; ++i) g[i] = AdamElement(c, p[i], g[i] / div, m, v, m, v, i);
+    }
+  } else if (div == 1.0f) {
+    for (size_t i = 0; i < n; ++i) g[i] = AdamElement(c, p[i], g[i], m_in, v_in, m, v, i);
   } else {
-    for (size_t i = 0; i < n; ++i) g[i] = AdamElement(c, p[i], g[i] / div, exp_avg, exp_avg_sq, i);
+    for (size_t i = 0; i < n; ++i) g[i] = AdamElement(c, p[i], g[i] / div, m_in, v_in, m, v, i);
   }
 }
 
@@ -176,30 +207,44 @@ struct AdagradConstants {
   float neg_clr;
 };
 
-inline float AdagradElement(const AdagradConstants& c, float w, float grad, float* sum, size_t i) {
+inline float AdagradElement(const AdagradConstants& c, float w, float grad, const float* sum_in,
+                            float* sum, size_t i) {
   grad = c.l2 ? std::fma(w, c.wd, grad) : grad;
-  const float s = std::fma(grad, grad, sum[i]);  // 1.0f * grad is grad
+  const float s = std::fma(grad, grad, sum_in[i]);  // 1.0f * grad is grad
   sum[i] = s;
   return w + (c.neg_clr * grad) / (std::sqrt(s) + c.eps);
 }
 
 EPS_OPTIMIZER_CLONES
 void AdagradOverParams(const AdagradConstants c, float* __restrict p, const float* __restrict g,
-                       float div, float* __restrict sum, size_t n) {
-  if (div == 1.0f) {
-    for (size_t i = 0; i < n; ++i) p[i] = AdagradElement(c, p[i], g[i], sum, i);
+                       float div, const float* __restrict sum_in, float* __restrict sum,
+                       size_t n) {
+  if (sum_in == nullptr) {
+    if (div == 1.0f) {
+      for (size_t i = 0; i < n; ++i) p[i] = AdagradElement(c, p[i], g[i], sum, sum, i);
+    } else {
+      for (size_t i = 0; i < n; ++i) p[i] = AdagradElement(c, p[i], g[i] / div, sum, sum, i);
+    }
+  } else if (div == 1.0f) {
+    for (size_t i = 0; i < n; ++i) p[i] = AdagradElement(c, p[i], g[i], sum_in, sum, i);
   } else {
-    for (size_t i = 0; i < n; ++i) p[i] = AdagradElement(c, p[i], g[i] / div, sum, i);
+    for (size_t i = 0; i < n; ++i) p[i] = AdagradElement(c, p[i], g[i] / div, sum_in, sum, i);
   }
 }
 
 EPS_OPTIMIZER_CLONES
 void AdagradOverGrad(const AdagradConstants c, const float* __restrict p, float* __restrict g,
-                     float div, float* __restrict sum, size_t n) {
-  if (div == 1.0f) {
-    for (size_t i = 0; i < n; ++i) g[i] = AdagradElement(c, p[i], g[i], sum, i);
+                     float div, const float* __restrict sum_in, float* __restrict sum, size_t n) {
+  if (sum_in == nullptr) {
+    if (div == 1.0f) {
+      for (size_t i = 0; i < n; ++i) g[i] = AdagradElement(c, p[i], g[i], sum, sum, i);
+    } else {
+      for (size_t i = 0; i < n; ++i) g[i] = AdagradElement(c, p[i], g[i] / div, sum, sum, i);
+    }
+  } else if (div == 1.0f) {
+    for (size_t i = 0; i < n; ++i) g[i] = AdagradElement(c, p[i], g[i], sum_in, sum, i);
   } else {
-    for (size_t i = 0; i < n; ++i) g[i] = AdagradElement(c, p[i], g[i] / div, sum, i);
+    for (size_t i = 0; i < n; ++i) g[i] = AdagradElement(c, p[i], g[i] / div, sum_in, sum, i);
   }
 }
 
@@ -394,7 +439,7 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, float* params, cons
 
 void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params,
                     const float* grad_sum, float divisor, float* out, size_t n,
-                    OptimizerState* state, ParallelFor* parallel) {
+                    OptimizerState* state, ParallelFor* parallel, const SlotsBefore* before) {
   // Each range is one of the loops below over its own elements: the same bits for every cut.
   const auto over = [parallel, n](const ParallelFor::Range& fn) {
     if (parallel == nullptr) {
@@ -412,6 +457,7 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params
   const double lr = LearningRate(o, step);
   const int slots = NumOptimizerSlots(o);
   const bool first = !state->initialized;
+  assert(before == nullptr || !first);
   if (first) {
     // Adam and Adagrad start from zeros (torch::zeros_like, full_like(0)); SGD's buffer is
     // written on the first step.
@@ -423,6 +469,10 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params
   assert(state->slot1.size() == (slots >= 2 ? n : 0));
   float* const slot0 = state->slot0.data();
   float* const slot1 = state->slot1.data();
+  // Where the slots' old values are read from (null: in place); offset by a range's start.
+  const float* const in0 = before != nullptr && slots >= 1 ? before->slot0 : nullptr;
+  const float* const in1 = before != nullptr && slots >= 2 ? before->slot1 : nullptr;
+  const auto at = [](const float* in, size_t lo) { return in == nullptr ? nullptr : in + lo; };
 
   if (o.kind == OptimizerKind::kSgd) {
     const SgdConstants c = MakeSgdConstants(o, lr);
@@ -430,9 +480,9 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params
       float* const buf = slots >= 1 ? slot0 + lo : nullptr;
       if (copy_first) std::memcpy(out + lo, params + lo, (hi - lo) * sizeof(float));
       if (over_grad) {
-        SgdOverGrad(c, first, params + lo, out + lo, divisor, buf, hi - lo);
+        SgdOverGrad(c, first, params + lo, out + lo, divisor, at(in0, lo), buf, hi - lo);
       } else {
-        SgdOverParams(c, first, out + lo, grad_sum + lo, divisor, buf, hi - lo);
+        SgdOverParams(c, first, out + lo, grad_sum + lo, divisor, at(in0, lo), buf, hi - lo);
       }
     });
     return;
@@ -447,9 +497,9 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params
     over([&](size_t lo, size_t hi) {
       if (copy_first) std::memcpy(out + lo, params + lo, (hi - lo) * sizeof(float));
       if (over_grad) {
-        AdagradOverGrad(c, params + lo, out + lo, divisor, slot0 + lo, hi - lo);
+        AdagradOverGrad(c, params + lo, out + lo, divisor, at(in0, lo), slot0 + lo, hi - lo);
       } else {
-        AdagradOverParams(c, out + lo, grad_sum + lo, divisor, slot0 + lo, hi - lo);
+        AdagradOverParams(c, out + lo, grad_sum + lo, divisor, at(in0, lo), slot0 + lo, hi - lo);
       }
     });
     return;
@@ -474,9 +524,11 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params
   over([&](size_t lo, size_t hi) {
     if (copy_first) std::memcpy(out + lo, params + lo, (hi - lo) * sizeof(float));
     if (over_grad) {
-      AdamOverGrad(c, params + lo, out + lo, divisor, slot0 + lo, slot1 + lo, hi - lo);
+      AdamOverGrad(c, params + lo, out + lo, divisor, at(in0, lo), at(in1, lo), slot0 + lo,
+                   slot1 + lo, hi - lo);
     } else {
-      AdamOverParams(c, out + lo, grad_sum + lo, divisor, slot0 + lo, slot1 + lo, hi - lo);
+      AdamOverParams(c, out + lo, grad_sum + lo, divisor, at(in0, lo), at(in1, lo), slot0 + lo,
+                     slot1 + lo, hi - lo);
     }
   });
 }
@@ -485,7 +537,7 @@ void ApplySgdRow(const OptimizerOptions& o, double lr, bool first, float* params
                  const float* grad_sum, float divisor, float* buf, size_t n) {
   assert(o.kind == OptimizerKind::kSgd);
   const SgdConstants c = MakeSgdConstants(o, lr);
-  SgdOverParams(c, first, params, grad_sum, divisor, c.momentum ? buf : nullptr, n);
+  SgdOverParams(c, first, params, grad_sum, divisor, nullptr, c.momentum ? buf : nullptr, n);
 }
 
 }  // namespace eps

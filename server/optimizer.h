@@ -108,14 +108,26 @@ int NumOptimizerSlots(const OptimizerOptions& options);
 void ApplyOptimizer(const OptimizerOptions& options, int64_t step, float* params, const float* grad,
                     size_t n, OptimizerState* state);
 
+// Where a step reads the optimizer slots' values before it, when not from the state it
+// writes them to: n floats per slot the optimizer uses (null for the others).
+struct SlotsBefore {
+  const float* slot0 = nullptr;
+  const float* slot1 = nullptr;
+};
+
 // The same step with gradient grad_sum[i] / divisor (the float division a shard's mean of V
 // VWs is), written to `out`: the bits of dividing first and stepping in place, without
 // either pass. `out` may be `params`, `grad_sum` or a buffer overlapping neither; the
 // optimizer state must not overlap any of them. With `parallel`, the elements are cut
 // over its threads in ranges of at least kParallelGrain: the same bits.
+// With `before`, the slots' old values are read from there and the new ones written to
+// `state`'s slots (initialized, n floats each, overlapping nothing else): the bits of copying
+// `before` into `state` and stepping in place, without the copy's pass. What a shard steps
+// with while a checkpoint still holds its slots (server/shard_state.h, ShardSnapshot).
 void ApplyOptimizer(const OptimizerOptions& options, int64_t step, const float* params,
                     const float* grad_sum, float divisor, float* out, size_t n,
-                    OptimizerState* state, ParallelFor* parallel = nullptr);
+                    OptimizerState* state, ParallelFor* parallel = nullptr,
+                    const SlotsBefore* before = nullptr);
 
 // One row of a sparse table stepped by the SGD family (plain, momentum, dampening, Nesterov,
 // L2 weight decay; o.kind must be kSgd) at learning rate `lr`: the arithmetic of ApplyOptimizer

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -18,6 +19,15 @@ std::shared_ptr<std::vector<float>> CopyBytes(const void* data, size_t bytes) {
   auto v = std::make_shared<std::vector<float>>((bytes + 3) / 4);
   std::memcpy(v->data(), data, bytes);
   return v;
+}
+
+// Whether no snapshot holds `slot` any more (the checkpoint writer let go of it). The
+// fence orders the writer thread's reads of it, before it released its reference, before
+// the writes that follow here.
+bool HeldAlone(const std::shared_ptr<std::vector<float>>& slot) {
+  if (slot.use_count() != 1) return false;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return true;
 }
 
 // Checkpoint metadata: this header line, then the job config as an encoded
@@ -441,11 +451,39 @@ bool ShardState::BarrierComplete() const {
 
 void ShardState::StepChunk(ChunkId id) {
   ChunkSlot& s = slots_[id.value()];
+  loaded_ = Step(-1);  // the state leaves the checkpoint it was loaded from
   // The tree's sum becomes the next version in place: no copy of w(t), no pass for sum / V.
   auto next = std::make_shared<std::vector<float>>(s.reducer->TakeResult());
+  // The slots are stepped in place unless a snapshot still holds them: then into new ones,
+  // read from the held ones (the same bits).
+  auto& held = s.optimizer_slots;
+  const bool shared = (held[0] && !HeldAlone(held[0])) || (held[1] && !HeldAlone(held[1]));
+  OptimizerState state;
+  state.initialized = s.optimizer_initialized;
+  SlotsBefore before;
+  for (int k = 0; k < 2; ++k) {
+    if (!held[k]) continue;
+    std::vector<float>& slot = k == 0 ? state.slot0 : state.slot1;
+    if (shared) {
+      (k == 0 ? before.slot0 : before.slot1) = held[k]->data();
+      slot.resize(held[k]->size());
+    } else {
+      slot = std::move(*held[k]);
+    }
+  }
   ApplyOptimizer(optimizer_, version_.value(), s.current->data(), next->data(),
-                 static_cast<float>(spec_->virtual_workers), next->data(), next->size(),
-                 &s.optimizer, parallel_);
+                 static_cast<float>(spec_->virtual_workers), next->data(), next->size(), &state,
+                 parallel_, shared ? &before : nullptr);
+  s.optimizer_initialized = state.initialized;
+  for (int k = 0; k < 2; ++k) {
+    std::vector<float>& slot = k == 0 ? state.slot0 : state.slot1;
+    if (slot.empty()) continue;
+    if (held[k] && !shared) {
+      *held[k] = std::move(slot);
+    } else {
+      held[k] = std::make_shared<std::vector<float>>(std::move(slot));
+    }
+  }
   s.next_wire = EncodeForPulls(id, *next);
   s.next = std::move(next);
 }
@@ -641,14 +679,11 @@ StatusOr<ShardSnapshot> ShardState::Snapshot() const {
     if (kind == TensorKind::kLoss) continue;
     const ChunkSlot& s = slots_[id.value()];
     out.blobs.push_back({ValueBlob(id), s.current->data(), BytesOf(id), s.current});
-    if (kind != TensorKind::kParameter || !s.optimizer.initialized) continue;
-    int slot = 0;
-    for (const std::vector<float>* v : {&s.optimizer.slot0, &s.optimizer.slot1}) {
-      if (!v->empty()) {
-        auto copy = std::make_shared<const std::vector<float>>(*v);
-        out.blobs.push_back({SlotBlob(slot, id), copy->data(), copy->size() * sizeof(float), copy});
-      }
-      ++slot;
+    if (kind != TensorKind::kParameter || !s.optimizer_initialized) continue;
+    for (int k = 0; k < 2; ++k) {
+      const std::shared_ptr<std::vector<float>>& v = s.optimizer_slots[k];
+      if (v && !v->empty())
+        out.blobs.push_back({SlotBlob(k, id), v->data(), v->size() * sizeof(float), v});
     }
   }
   return out;
@@ -705,15 +740,15 @@ StatusOr<std::unique_ptr<ShardState>> ShardState::Load(Checkpoint&& checkpoint) 
     // Released at once: the next copy can land on these pages, already faulted in.
     std::string().swap(value->bytes);
     if (kind != TensorKind::kParameter || next->Frozen(id)) continue;
-    s.optimizer.initialized = initialized;
+    s.optimizer_initialized = initialized;
     if (!initialized) continue;
     const size_t n = static_cast<size_t>(next->layout_->chunks[id.value()].numel);
-    std::vector<float>* dst[2] = {&s.optimizer.slot0, &s.optimizer.slot1};
     for (int k = 0; k < slots; ++k) {
       EPS_ASSIGN_OR_RETURN(Blob * slot, take(SlotBlob(k, id), n * sizeof(float)));
-      dst[k]->resize(n);
-      std::memcpy(dst[k]->data(), slot->bytes.data(), slot->bytes.size());
+      auto dst = std::make_shared<std::vector<float>>(n);
+      std::memcpy(dst->data(), slot->bytes.data(), slot->bytes.size());
       std::string().swap(slot->bytes);
+      s.optimizer_slots[k] = std::move(dst);
     }
   }
   if (used != checkpoint.blobs.size()) {
@@ -721,6 +756,7 @@ StatusOr<std::unique_ptr<ShardState>> ShardState::Load(Checkpoint&& checkpoint) 
                     " blobs this shard's layout has no place for");
   }
   next->version_ = checkpoint.step;
+  next->loaded_ = checkpoint.step;
   next->ResetBarrier();  // the frozen chunks' next values are the restored ones
   return next;
 }
@@ -733,6 +769,7 @@ void ShardState::TakeFrom(ShardState&& other) {
   frozen_ = std::move(other.frozen_);
   slots_ = std::move(other.slots_);
   version_ = other.version_;
+  loaded_ = other.loaded_;
 }
 
 Status ShardState::Restore(Checkpoint checkpoint) {
@@ -743,6 +780,7 @@ Status ShardState::Restore(Checkpoint checkpoint) {
 
 Status ShardState::Clear() {
   version_ = Step(-1);
+  loaded_ = Step(-1);
   slots_.clear();
   if (!layout_) return OkStatus();
   slots_.resize(layout_->chunks.size());
@@ -751,11 +789,21 @@ Status ShardState::Clear() {
 }
 
 Status ShardState::RollbackTo(StateStore& store, Step step) {
-  auto checkpoint = store.ReadCheckpoint(step);
-  if (checkpoint.status().code() == StatusCode::kNotFound) {
+  const auto not_held = [&] {
     return InvalidArgument("shard " + std::to_string(shard_.value()) +
                            " holds no checkpoint of step " + std::to_string(step.value()));
+  };
+  if (loaded_ == step && version_ == step) {
+    // The checkpoint's bits are the state's (no chunk stepped since it was loaded, no
+    // previous version kept): only the step in progress goes.
+    EPS_ASSIGN_OR_RETURN(std::vector<Step> held, store.ListCheckpoints());
+    if (!std::binary_search(held.begin(), held.end(), step)) return not_held();
+    EPS_RETURN_IF_ERROR(store.DropCheckpointsAfter(step));
+    ResetBarrier();
+    return SyncTables();
   }
+  auto checkpoint = store.ReadCheckpoint(step);
+  if (checkpoint.status().code() == StatusCode::kNotFound) return not_held();
   if (!checkpoint.ok()) return checkpoint.status();
   EPS_ASSIGN_OR_RETURN(std::unique_ptr<ShardState> next, Load(std::move(checkpoint).value()));
   EPS_RETURN_IF_ERROR(store.DropCheckpointsAfter(step));

@@ -52,8 +52,11 @@ namespace eps {
 // job config (spec and tensors); blob "value/<chunk>" is every owned chunk's
 // value (parameters and buffers; the loss has none), "slot0/<chunk>" and
 // "slot1/<chunk>" the optimizer slots of parameter chunks once the optimizer
-// has run. Values are shared with the state (they never change), slots are
-// copies: the snapshot stays valid and unchanged however the state moves on.
+// has run. Values and slots are shared with the state, not copied: values never
+// change, and a step writes new slots instead of overwriting the ones a snapshot
+// still holds (copy-on-write, without the copy: ApplyOptimizer's SlotsBefore).
+// Taking one costs no pass over the state, and it stays valid and unchanged
+// however the state moves on.
 struct ShardSnapshot {
   Step version{-1};
   std::string metadata;
@@ -186,7 +189,11 @@ class ShardState {
   // checkpoints newer than it: the job has abandoned that future, and a
   // restart must come back to `step`. InvalidArgument: the store holds no
   // checkpoint of `step`. All or nothing, as Restore (the store is changed
-  // only once the checkpoint has been read and validated).
+  // only once the checkpoint has been read and validated). A state loaded
+  // from the checkpoint of `step` (Restore, RollbackTo) that has stepped no
+  // chunk since holds its bits already: then only the step in progress goes,
+  // and nothing is read (a restarted shard restores its newest checkpoint and
+  // is then rolled back to it).
   Status RollbackTo(StateStore& store, Step step);
 
  private:
@@ -196,7 +203,11 @@ class ShardState {
   struct ChunkSlot {
     Value current, previous;
     WireValue current_wire, previous_wire;  // parameter chunks, with a compressed weight wire dtype
-    OptimizerState optimizer;
+    // The optimizer's state (parameter chunks). Its slots are shared with the snapshots
+    // that hold them: StepChunk steps them in place when it holds them alone, and into
+    // new ones otherwise.
+    std::shared_ptr<std::vector<float>> optimizer_slots[2];  // null: not used (yet)
+    bool optimizer_initialized = false;
     std::unique_ptr<TreeReducer> reducer;  // parameter and loss chunks
     Value next;           // parameter chunks: the step's new value, once its sum was complete
     WireValue next_wire;  // the same in the weight wire dtype, if compressed
@@ -248,6 +259,9 @@ class ShardState {
   Step version_{-1};
   uint64_t duplicates_ = 0;
   bool open_tables_ = true;  // false in a state Load makes: the tables stay the loader's
+  // The checkpoint step the state was loaded from, until a chunk is stepped or the state
+  // cleared (-1 then): RollbackTo that step need not read it again.
+  Step loaded_{-1};
   // By table (Layout::sparse): opened by SyncTables; never moved by TakeFrom.
   std::vector<std::unique_ptr<SparseTable>> tables_;
   // By table: the rows the last step changed, at the previous version's weights.

@@ -24,4 +24,7 @@ Status EditManifestForTesting(StateStore* store, Step step,
 // Number of blob entries stored under checkpoint `step`, manifest or not.
 StatusOr<size_t> CountBlobsForTesting(const StateStore& store, Step step);
 
+// Bytes in the store's memtables: what a restart would replay from the log.
+StatusOr<uint64_t> MemtableBytesForTesting(const StateStore& store);
+
 }  // namespace eps

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/parallel_for.h"
 #include "server/optimizer.h"
 
 namespace eps {
@@ -253,6 +254,65 @@ TEST(ApplyOptimizer, OutOfPlaceWithADivisorGivesTheBitsOfDividingFirstAndSteppin
     EXPECT_EQ(in_place_state.slot0, shard_state.slot0);
     EXPECT_EQ(in_place_state.slot1, shard_state.slot1);
     EXPECT_EQ(in_place_state.slot0, elsewhere_state.slot0);
+  }
+}
+
+// A shard whose checkpoint still holds the slots steps into new ones (SlotsBefore): the bits
+// of copying the old slots in and stepping in place, for every optimizer, every `out` and cut
+// over threads or not, and the old slots are only read.
+TEST(ApplyOptimizer, SlotsReadFromElsewhereGiveTheBitsOfSteppingInPlace) {
+  auto parallel = ParallelFor::Start(2);
+  ASSERT_TRUE(parallel.ok());
+  const size_t n = 2 * kParallelGrain + 13;  // two ranges and a tail
+  std::vector<OptimizerOptions> configs(4);
+  configs[0].momentum = 0.9;
+  configs[0].nesterov = true;
+  configs[0].weight_decay = 0.01;
+  configs[1].kind = OptimizerKind::kAdam;
+  configs[1].weight_decay = 0.01;
+  configs[2].kind = OptimizerKind::kAdamW;
+  configs[2].weight_decay = 0.05;
+  configs[3].kind = OptimizerKind::kAdagrad;
+  configs[3].weight_decay = 0.01;
+  for (const OptimizerOptions& o : configs) {
+    ASSERT_TRUE(ValidateOptimizerOptions(o).ok());
+    for (ParallelFor* cut : {static_cast<ParallelFor*>(nullptr), parallel->get()}) {
+      for (int out_kind = 0; out_kind < 3; ++out_kind) {  // over the params, the gradient, apart
+        SCOPED_TRACE(std::string(OptimizerKindName(o.kind)) + ", out " + std::to_string(out_kind) +
+                     (cut ? ", threads" : ""));
+        std::vector<float> p1 = Values(n, 1), p2 = p1;
+        OptimizerState s1, s2;
+        for (int64_t t = 0; t < 3; ++t) {
+          std::vector<float> g1 = Values(n, 300 + static_cast<uint32_t>(t)), g2 = g1;
+          std::vector<float> o1(n), o2(n);
+          float* out1 = out_kind == 0 ? p1.data() : out_kind == 1 ? g1.data() : o1.data();
+          float* out2 = out_kind == 0 ? p2.data() : out_kind == 1 ? g2.data() : o2.data();
+          ApplyOptimizer(o, t, p1.data(), g1.data(), 8.0f, out1, n, &s1, cut);
+          if (t == 0) {
+            ApplyOptimizer(o, t, p2.data(), g2.data(), 8.0f, out2, n, &s2, cut);
+          } else {
+            // The old slots stay where they are; the state gets new ones (not yet written:
+            // NaN, so a slot read from them shows).
+            const OptimizerState held = s2;
+            s2.slot0.assign(held.slot0.size(), std::nanf(""));
+            s2.slot1.assign(held.slot1.size(), std::nanf(""));
+            SlotsBefore before;
+            before.slot0 = held.slot0.empty() ? nullptr : held.slot0.data();
+            before.slot1 = held.slot1.empty() ? nullptr : held.slot1.data();
+            const OptimizerState unchanged = held;
+            ApplyOptimizer(o, t, p2.data(), g2.data(), 8.0f, out2, n, &s2, cut, &before);
+            ASSERT_EQ(held.slot0, unchanged.slot0);
+            ASSERT_EQ(held.slot1, unchanged.slot1);
+          }
+          ASSERT_EQ(0, std::memcmp(out1, out2, n * sizeof(float))) << "step " << t;
+          ASSERT_EQ(0, std::memcmp(s1.slot0.data(), s2.slot0.data(), n * sizeof(float)));
+          ASSERT_EQ(s1.slot1.size(), s2.slot1.size());
+          ASSERT_EQ(0, std::memcmp(s1.slot1.data(), s2.slot1.data(), s1.slot1.size() * sizeof(float)));
+          std::memcpy(p1.data(), out1, n * sizeof(float));
+          std::memcpy(p2.data(), out2, n * sizeof(float));
+        }
+      }
+    }
   }
 }
 

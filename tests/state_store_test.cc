@@ -157,6 +157,34 @@ TEST(StateStore, ACheckpointRoundTripsBitForBitAfterReopening) {
   EXPECT_EQ(store->ReadCheckpoint(Step(-1)).status().code(), StatusCode::kNotFound);
 }
 
+// A checkpoint larger than a memtable is in a table file once the write returns, not only in
+// the log and the memtable: a restarted process reads it without replaying it from the log.
+// Small ones stay in the memtable (flushed later with others).
+TEST(StateStore, ACheckpointLargerThanAMemtableIsInATableFileWhenWritten) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  const Blobs small = MakeBlobs(1, {64 << 10});
+  const Blobs big = MakeBlobs(2, {40 << 20, 40 << 20});  // the memtable holds 64 MiB
+  {
+    auto store = OpenOrDie(Options(path));
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->WriteCheckpoint(Step(1), small.Refs(), "small").ok());
+    auto bytes = MemtableBytesForTesting(*store);
+    ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+    EXPECT_GE(*bytes, 64u << 10);
+    ASSERT_TRUE(store->WriteCheckpoint(Step(2), big.Refs(), "big").ok());
+    bytes = MemtableBytesForTesting(*store);
+    ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+    EXPECT_LT(*bytes, 1u << 20) << "the checkpoint is still in the memtable";
+  }
+  auto store = OpenOrDie(Options(path));
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(ListOrDie(*store), Steps({1, 2}));
+  auto c = store->ReadCheckpoint(Step(2));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ExpectCheckpoint(*c, 2, big, "big");
+}
+
 TEST(StateStore, ACheckpointWithoutBlobsRoundTrips) {
   TempDir dir;
   auto store = OpenOrDie(Options(dir.Sub("s")));

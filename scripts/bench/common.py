@@ -232,16 +232,19 @@ def stop(procs):
             p.wait()
 
 
-def main(run):
-    """A section's entry point: parses the command line scripts/bench.sh passes, runs run(bench), exits 1 when a
-    run failed."""
+def main(run, add_args=None):
+    """A section's entry point: parses the command line scripts/bench.sh passes (and the section's own options, which
+    add_args(parser) adds; bench.args holds them all), runs run(bench), exits 1 when a run failed."""
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--run-id", default=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     p.add_argument("--git", default="unknown")
     p.add_argument("--minutes", type=int, default=60, help="the soak's length")
+    if add_args is not None:
+        add_args(p)
     a = p.parse_args()
     bench = Bench(a.steps, a.run_id, a.git, a.minutes)
+    bench.args = a
     run(bench)
     sys.stdout.flush()
     sys.exit(1 if bench.failed else 0)

@@ -9,8 +9,8 @@
     --checkpoint-every K, the checkpoint_durable events' blocking_ms (the in-memory snapshot the step waits for) and
     write_ms (the background RocksDB write), the step time against (a)'s run without checkpoints, and the cost at
     every 100 steps (blocking / 100 steps).
-(c) Recovery: the same job under --supervise, shard 0 SIGKILLed after its first durable checkpoint: seconds from
-    the kill to the next completed step (restart, restore of 1.3 GB, rollback, the lost steps again).
+(c) Recovery: the same job under --supervise, shard 0 SIGKILLed after its first durable checkpoint of 1.3 GB: seconds
+    from the kill to the next completed step (restart, restore of 1.3 GB, rollback, the lost steps again).
 (d) Push + pull of 10 M / 100 M / 400 M floats through a real shard (build/bin/ps_transfer; the shard's SGD step on 1
     or 2 threads), against raw ZeroMQ moving the same frames out and back, and against a memcpy of the same bytes
     into warm pages.
@@ -22,7 +22,8 @@
 (f) Re-plans on an unchanged membership: the mlp job (1 shard, 3 identical workers, REPLAN_STEPS steps) with
     --replan_min_steps=0 (the planner before issue 35) and with the default 50: replans per 1000 steps, the smallest
     gap between two assignments, and the digests (which must agree).
-Steps per job: --steps, at most 20 (two cores take seconds per 108 M step); say so beside the figures.
+Steps per job: --steps, at most 20 (two cores take seconds per 108 M step); say so beside the figures. --parts picks
+parts (--parts bc: the checkpoints and the recovery alone; (b) then runs its own job without checkpoints first).
 """
 import os
 import shutil
@@ -52,9 +53,8 @@ def flags(name):
     return os.path.join(SCALE, f"{name}.flags")
 
 
-def make_models(b, out):
-    """examples/scale/make_models.py into `out`: {name: path}, or None when it failed."""
-    names = [name for _, name in MODELS]
+def make_models(b, out, names):
+    """examples/scale/make_models.py's models `names` into `out`: {name: path}, or None when it failed."""
     r = b.program("scale_models", [common.PY, os.path.join(SCALE, "make_models.py"), out, *names])
     return None if r is None else {name: os.path.join(out, f"{name}.pt") for name in names}
 
@@ -95,9 +95,24 @@ def share(b, steps, models):
     return base
 
 
+def mean_step_ms(run_dir, skip=()):
+    """The mean interval between consecutive completed steps (the steps in `skip` left out), in ms; None without."""
+    ms = [ms for step, ms in analysis.step_intervals(analysis.read_events(run_dir)) if step not in skip]
+    return sum(ms) / len(ms) if ms else None
+
+
 def checkpoints(b, steps, model, base_ms):
     print(f"-- (b) checkpoints of the 108 M model with AdamW (1.3 GB), --checkpoint-every {CHECKPOINT_EVERY}, "
           f"{steps} steps")
+    base_mean = None
+    if base_ms is None:  # (a) did not run: the same job without checkpoints first
+        load = common.load1()
+        run = "scale_mlp_110m_t1"
+        r = b.job(run, 1, flags("mlp_110m"), f"--model={model}", f"--steps={steps}", *JOB)
+        base_ms = analysis.median_step_ms(common.run_dir(run)) if r else None
+        b.csv_ms("scale", "step 108 M without checkpoints", base_ms, "", steps, load)
+    if base_ms is not None:
+        base_mean = mean_step_ms(common.run_dir("scale_mlp_110m_t1"))
     load = common.load1()
     run = "scale_checkpoints"
     r = b.job(run, 1, flags("mlp_110m"), f"--model={model}", f"--steps={steps}", *JOB,
@@ -108,19 +123,74 @@ def checkpoints(b, steps, model, base_ms):
         print("   failed")
         b.csv_ms("scale", "checkpoint blocking 108 M", None, "", steps, load)
         return
-    blocking = analysis.median([e["blocking_ms"] for e in durable])
-    write = analysis.median([e["write_ms"] for e in durable])
+    for e in durable:
+        print(f"   step {e['step']:>3}: blocking {e['blocking_ms']:.0f} ms, write {e['write_ms']:.0f} ms")
+    # Step 0's checkpoint holds the values alone (no optimizer state before the first step): 434 MB, not 1.3 GB.
+    full = [e for e in durable if e["step"] > 0] or durable
+    blocking = analysis.median([e["blocking_ms"] for e in full])
+    most = max(e["blocking_ms"] for e in full)
+    write = analysis.median([e["write_ms"] for e in full])
     against = f" against {base_ms:.0f} ms without checkpoints" if base_ms else ""
-    print(f"   {len(durable)} checkpoints: blocking {blocking:.0f} ms, write {write:.0f} ms (medians); step "
-          f"{step_ms:.0f} ms{against}")
+    print(f"   {len(full)} checkpoints of 1.3 GB: blocking {blocking:.0f} ms (median; at most {most:.0f}), write "
+          f"{write:.0f} ms (median); step {step_ms:.0f} ms{against} (medians)")
+    # Checkpoint `step` is taken as step - 1 completes (version `step`): the interval that ends with step `step`'s
+    # completion holds its snapshot (and the new optimizer slots written while the writer holds the old).
+    after = {e["step"] for e in durable}
+    mean = mean_step_ms(common.run_dir(run))
+    plain = mean_step_ms(common.run_dir(run), skip=after)
+    print(f"   mean step {mean:.0f} ms with checkpoints ({plain:.0f} ms leaving out the steps right after one)"
+          + (f", {base_mean:.0f} ms without" if base_mean else ""))
     print(f"   every 100 steps: {100 * blocking / (100 * step_ms):.2f} % of the steps' time blocked (goal: at most "
           "2 %); blocking goal: at most 1 s")
     b.csv_ms("scale", "checkpoint blocking 108 M", blocking, "", steps, load)
+    b.csv_ms("scale", "checkpoint blocking 108 M (most)", most, "", steps, load)
     b.csv_ms("scale", "checkpoint write 108 M", write, "", steps, load)
+    b.csv_ms("scale", "step 108 M with checkpoints", step_ms, common.fmt_ratio(step_ms, base_ms), steps, load)
+
+
+def glog_time(line):
+    """The epoch seconds of a glog line ("I20261205 18:05:01.123456 ...", the host's local time), or None."""
+    try:
+        t = time.strptime(f"{line[1:9]} {line[10:18]}", "%Y%m%d %H:%M:%S")
+        return time.mktime(t) + float("0" + line[18:25])
+    except (ValueError, IndexError):
+        return None
+
+
+def recovery_phases(d, killed_at):
+    """Where the recovery's seconds went: [(phase, seconds since the kill)] from the restarted shard's log and the
+    events (those found)."""
+    marks = []
+    try:
+        with open(os.path.join(d, "logs", "shard0.log"), errors="replace") as f:
+            lines = [(glog_time(x), x) for x in f if x[:1] in "IWE" and x[1:9].isdigit()]
+    except OSError:
+        lines = []
+    later = [(t, x) for t, x in lines if t is not None and t > killed_at]
+    for label, needle in (("shard's first log line", ""), ("store restored (shard log)", "restored version"),
+                          ("rolled back (shard log)", "rolled back to version")):
+        hit = next(((t, x) for t, x in later if needle in x), None)
+        if hit:
+            marks.append((label, hit[0] - killed_at))
+    try:  # RocksDB writes a new CURRENT at the end of every open (after replaying the log, if it had to)
+        opened = os.path.getmtime(os.path.join(d, "store", "shard0", "CURRENT"))
+        if opened > killed_at:
+            marks.append(("store opened (RocksDB's CURRENT written)", opened - killed_at))
+    except OSError:
+        pass
+    events = [e for e in analysis.read_events(d) if e["t"] > killed_at]
+    for label, kind in (("shard registered", "shard_registered"), ("rollback done", "rolled_back"),
+                        ("first step completed", "step_completed")):
+        e = next((e for e in events if e["event"] == kind), None)
+        if e:
+            marks.append((f"{label} ({kind}" + (f" {e['step']})" if kind == "step_completed" else ")"),
+                          e["t"] - killed_at))
+    return sorted(marks, key=lambda m: m[1])
 
 
 def recovery(b, steps, model):
-    print("-- (c) shard 0 SIGKILLed after its first durable checkpoint, 108 M with AdamW, --supervise")
+    print("-- (c) shard 0 SIGKILLed after its first durable checkpoint of 1.3 GB (values and AdamW's moments: "
+          "step > 0), 108 M, --supervise")
     load = common.load1()
     d = common.run_dir("scale_recovery")
     shutil.rmtree(d, ignore_errors=True)
@@ -128,16 +198,21 @@ def recovery(b, steps, model):
            "--checkpoint-every", str(CHECKPOINT_EVERY), "--", f"--model={model}", f"--steps={steps}", *JOB]
     with open(f"{d}.log", "w") as log:
         job = subprocess.Popen(cmd, env=common.ENV, stdout=log, stderr=subprocess.STDOUT)
-    seconds = None
+    seconds = redone = None
     try:
-        if common.wait_until(lambda: analysis.read_events(d, "checkpoint_durable"), 600, job):
+        full = lambda: [e for e in analysis.read_events(d, "checkpoint_durable") if e["step"] > 0]  # noqa: E731
+        if common.wait_until(full, 900, job):
             with open(os.path.join(d, "pids", "shard0.pid")) as f:
                 pid = int(f.read())
+            last = analysis.last_step(analysis.read_events(d))
             killed_at = time.time()
             os.kill(pid, signal.SIGKILL)
             after = lambda: [e for e in analysis.read_events(d, "step_completed") if e["t"] > killed_at]  # noqa: E731
             if common.wait_until(after, 600, job):
                 seconds = after()[0]["t"] - killed_at
+            past = lambda: [e for e in after() if e["step"] > last]  # noqa: E731
+            if common.wait_until(past, 600, job):
+                redone = past()[0]["t"] - killed_at
         job.wait(timeout=900)
     finally:
         common.stop([job])
@@ -145,8 +220,14 @@ def recovery(b, steps, model):
         print(f"   failed (log: {d}.log)")
         b.csv_ms("scale", "shard SIGKILL to next step 108 M", None, "", steps, load)
         return
-    print(f"   {seconds:.1f} s from the SIGKILL to the next completed step (goal: at most 15 s)")
+    print(f"   killed after step {last} completed; since the SIGKILL:")
+    for label, t in recovery_phases(d, killed_at):
+        print(f"   {t:7.1f} s  {label}")
+    print(f"   {seconds:.1f} s from the SIGKILL to the next completed step (goal: at most 15 s)"
+          + (f"; {redone:.1f} s to step {last + 1}, the first one not completed before the kill" if redone else ""))
     b.csv_ms("scale", "shard SIGKILL to next step 108 M", seconds * 1000, "", steps, load)
+    if redone:
+        b.csv_ms("scale", "shard SIGKILL to the first new step 108 M", redone * 1000, "", steps, load)
 
 
 def transfer(b):
@@ -243,22 +324,35 @@ def replans(b):
 
 def run(b):
     steps = max(10, min(b.steps, 20))
+    parts = b.args.parts
     print(f"== scale: models of 37 M and 108 M parameters on this host (load {common.load1()}, {os.cpu_count()} "
-          f"cores); {steps} steps per job (--steps, at most 20)")
-    b.need_bin("ps_transfer")
-    models = make_models(b, tempfile.mkdtemp(prefix="eps-bench-scale-"))
-    if models is None:
-        b.failed = True
-        return
-    base = share(b, steps, models)
-    checkpoints(b, steps, models["mlp_110m"], base.get("mlp_110m"))
-    recovery(b, steps, models["mlp_110m"])
-    transfer(b)
-    for path in models.values():
-        os.remove(path)
-    jobstate(b)
-    replans(b)
+          f"cores); {steps} steps per job (--steps, at most 20); parts {parts}")
+    if set(parts) & set("abc"):
+        names = [name for _, name in MODELS] if "a" in parts else ["mlp_110m"]
+        models = make_models(b, tempfile.mkdtemp(prefix="eps-bench-scale-"), names)
+        if models is None:
+            b.failed = True
+            return
+        base = share(b, steps, models) if "a" in parts else {}
+        if "b" in parts:
+            checkpoints(b, steps, models["mlp_110m"], base.get("mlp_110m"))
+        if "c" in parts:
+            recovery(b, steps, models["mlp_110m"])
+        for path in models.values():
+            os.remove(path)
+        os.rmdir(os.path.dirname(path))
+    if "d" in parts:
+        b.need_bin("ps_transfer")
+        transfer(b)
+    if "e" in parts:
+        jobstate(b)
+    if "f" in parts:
+        replans(b)
+
+
+def add_args(p):
+    p.add_argument("--parts", default="abcdef", help="the parts to run, e.g. bc (or b,c): (b) and (c) only")
 
 
 if __name__ == "__main__":
-    common.main(run)
+    common.main(run, add_args)
