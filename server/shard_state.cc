@@ -545,8 +545,12 @@ StatusOr<SetDigest> ShardState::OptimizerDigest() {
     const ChunkSlot& s = slots_[id.value()];
     if (s.next) return Unavailable("a step in progress has stepped chunks already");
     const Chunk& c = layout_->chunks[id.value()];
-    const std::array<int64_t, 4> head = {c.tensor, c.offset, c.numel, s.optimizer.initialized};
-    digest.AddItem({"chunk", bytes(head), bytes(s.optimizer.slot0), bytes(s.optimizer.slot1)});
+    const std::array<int64_t, 4> head = {c.tensor, c.offset, c.numel, s.optimizer_initialized};
+    const std::vector<float> none;
+    auto slot = [&](int k) -> const std::vector<float>& {
+      return s.optimizer_slots[k] ? *s.optimizer_slots[k] : none;
+    };
+    digest.AddItem({"chunk", bytes(head), bytes(slot(0)), bytes(slot(1))});
   }
   for (size_t t = 0; t < tables_.size(); ++t) {
     const SparseTableOptions o = ShardTableOptions(*spec_, optimizer_, *layout_, t, tables_options_);
