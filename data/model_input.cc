@@ -7,11 +7,13 @@
 #include <utility>
 #include <vector>
 
+#include "data/criteo.h"
+
 namespace eps {
 
 bool IsBuiltinModel(const std::string& model) {
   return model == "mlp" || model == "cnn" || model == "cnn_bn" || model == "resnet" ||
-         IsTextModel(model);
+         TakesIds(model);
 }
 
 namespace {
@@ -61,6 +63,8 @@ bool IsTextModel(const std::string& model) {
   return model == "text_transformer" || model == "text_hashed";
 }
 
+bool TakesIds(const std::string& model) { return IsTextModel(model) || model == "dlrm"; }
+
 Status CheckTextModelInput(const Dataset& data, const ZooSizes& sizes) {
   if (data.feature_dtype != DataType::kInt64 || data.sample_shape.size() != 1 ||
       data.sample_shape[0] != static_cast<int64_t>(sizes.seq_len)) {
@@ -90,8 +94,36 @@ Status CheckTextModelInput(const Dataset& data, const ZooSizes& sizes) {
   return OkStatus();
 }
 
+Status CheckCriteoModelInput(const Dataset& data, const ZooSizes& sizes) {
+  if (data.feature_dtype != DataType::kInt64 || data.sample_shape.size() != 1 ||
+      data.sample_shape[0] != kCriteoFeatures) {
+    return InvalidArgument("dlrm takes Criteo samples, int64 of [" +
+                           std::to_string(kCriteoFeatures) +
+                           "] (--data_format=criteo), the data set's are " +
+                           std::string(DataTypeName(data.feature_dtype)) + " of rank " +
+                           std::to_string(data.sample_shape.size()));
+  }
+  if (data.label_dtype != DataType::kInt64 || !data.label_shape.empty() || data.num_classes > 2)
+    return InvalidArgument("dlrm takes one class per sample, 0 or 1");
+  if (data.size < 0 || (data.size > 0 && (data.features == nullptr || data.labels == nullptr)))
+    return InvalidArgument("inconsistent data set");
+  const auto* x = static_cast<const int64_t*>(data.features);
+  for (int64_t s = 0; s < data.size; ++s) {
+    for (int c = kCriteoIntegers; c < kCriteoFeatures; ++c) {
+      const int64_t row = x[s * kCriteoFeatures + c];
+      if (row < 0 || row >= static_cast<int64_t>(sizes.vocab_size)) {
+        return InvalidArgument("category row " + std::to_string(row) + " of sample " +
+                               std::to_string(s) + " is outside [0, --hash_buckets=" +
+                               std::to_string(sizes.vocab_size) + ")");
+      }
+    }
+  }
+  return OkStatus();
+}
+
 Status CheckModelInputFor(const std::string& model, const ZooSizes& sizes, const Dataset& data) {
-  return IsTextModel(model) ? CheckTextModelInput(data, sizes) : CheckModelInput(data);
+  if (IsTextModel(model)) return CheckTextModelInput(data, sizes);
+  return model == "dlrm" ? CheckCriteoModelInput(data, sizes) : CheckModelInput(data);
 }
 
 Status CheckModelInput(const Dataset& data) {

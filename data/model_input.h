@@ -21,6 +21,9 @@ bool IsBuiltinModel(const std::string& model);
 // True for the built-in models that take token ids ("text_transformer",
 // "text_hashed").
 bool IsTextModel(const std::string& model);
+// True for the built-in models whose samples are int64 ids as the data gives
+// them (the text models, and "dlrm": a Criteo sample, data/criteo.h), not images.
+bool TakesIds(const std::string& model);
 
 // The sizes of the zoo's sized models, from the job spec's fields of the same
 // names (schema/messages.h); a model reads the ones it has and ignores the rest.
@@ -56,7 +59,13 @@ std::map<std::string, std::string> ZooSizesMetadata(const ZooSizes& sizes);
 // below vocab_size, one int64 class per sample below num_classes.
 [[nodiscard]] Status CheckTextModelInput(const Dataset& data, const ZooSizes& sizes);
 
-// CheckTextModelInput for a text model, CheckModelInput for the others.
+// OK if dlrm can train on `data`: Criteo samples (int64 [39], data/criteo.h)
+// whose categories are rows below vocab_size (--hash_buckets), one int64 class
+// per sample below 2.
+[[nodiscard]] Status CheckCriteoModelInput(const Dataset& data, const ZooSizes& sizes);
+
+// CheckTextModelInput for a text model, CheckCriteoModelInput for dlrm,
+// CheckModelInput for the others.
 [[nodiscard]] Status CheckModelInputFor(const std::string& model, const ZooSizes& sizes,
                                         const Dataset& data);
 

@@ -19,7 +19,9 @@
 
 // The job.
 DEFINE_string(job_id, "job", "Name of the job");
-DEFINE_string(model, "mlp", "Model: mlp, cnn or cnn_bn");
+DEFINE_string(model, "mlp",
+              "Model: a zoo model (mlp, cnn, cnn_bn, resnet, text_transformer, text_hashed, dlrm: "
+              "docs/models.md) or a TorchScript file (FILE.pt)");
 DEFINE_string(data_dir, "/usr/share/datasets/fashion-mnist",
               "Folder with the Fashion-MNIST IDX files (.gz)");
 DEFINE_uint32(virtual_workers, 8, "V: number of virtual workers (fixed for the job)");

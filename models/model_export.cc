@@ -131,24 +131,28 @@ std::map<std::string, std::string> ExportMetadata(const JobSpec& spec) {
   return m;
 }
 
-std::string ExportCpuKernels(const std::string& model) {
+std::optional<std::string> ExportMetadataValue(const std::string& model, const std::string& key) {
   const std::filesystem::path p(model);
   const std::filesystem::path file =
       p.extension() == ".safetensors" ? p : p.parent_path() / "model.safetensors";
   std::ifstream in(file, std::ios::binary);
   unsigned char size[8];
-  if (!in.read(reinterpret_cast<char*>(size), sizeof(size))) return kDefaultCpuKernels;
+  if (!in.read(reinterpret_cast<char*>(size), sizeof(size))) return std::nullopt;
   uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | size[i];     // little-endian
-  if (n > (uint64_t{1} << 20)) return kDefaultCpuKernels;  // not a header this writes
+  for (int i = 7; i >= 0; --i) n = (n << 8) | size[i];  // little-endian
+  if (n > (uint64_t{1} << 20)) return std::nullopt;     // not a header this writes
   std::string header(n, '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(n))) return kDefaultCpuKernels;
+  if (!in.read(header.data(), static_cast<std::streamsize>(n))) return std::nullopt;
   const nlohmann::json j = nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("__metadata__") || !j["__metadata__"].is_object())
-    return kDefaultCpuKernels;
+    return std::nullopt;
   const nlohmann::json& m = j["__metadata__"];
-  if (!m.contains("cpu_kernels") || !m["cpu_kernels"].is_string()) return kDefaultCpuKernels;
-  return m["cpu_kernels"].get<std::string>();
+  if (!m.contains(key) || !m[key].is_string()) return std::nullopt;
+  return m[key].get<std::string>();
+}
+
+std::string ExportCpuKernels(const std::string& model) {
+  return ExportMetadataValue(model, "cpu_kernels").value_or(kDefaultCpuKernels);
 }
 
 StatusOr<std::vector<ExportedTensor>> ModelTensors(const Layout& layout, const ModelChunks& chunks,

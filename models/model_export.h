@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,9 +58,10 @@ Status WriteSafetensors(const std::string& path, const Layout& layout, const Mod
 // rebuilds a sized built-in model from.
 std::map<std::string, std::string> ExportMetadata(const JobSpec& spec);
 
-// The CPU kernel set of the job that exported `model` (a model.safetensors, or
-// a file beside one: its metadata's "cpu_kernels"), read from the header
-// alone; kDefaultCpuKernels when there is none to read.
+// Metadata value `key` of the job that exported `model` (a model.safetensors,
+// or a file beside one), read from the header alone; nullopt when there is none.
+std::optional<std::string> ExportMetadataValue(const std::string& model, const std::string& key);
+// Its CPU kernel set ("cpu_kernels"); kDefaultCpuKernels when there is none to read.
 std::string ExportCpuKernels(const std::string& model);
 
 // The model's parameters then buffers (not the loss), each as one contiguous

@@ -5,6 +5,7 @@
 #include <exception>
 #include <mutex>
 
+#include "models/dlrm.h"
 #include "models/resnet.h"
 #include "models/text_models.h"
 
@@ -19,6 +20,7 @@ StatusOr<torch::nn::Sequential> MakeModel(const std::string& name, const ZooSize
   try {
     if (IsTextModel(name)) return MakeTextModel(name, sizes);
     if (name == "resnet") return MakeResnet(sizes);
+    if (name == "dlrm") return MakeDlrm(sizes);
     if (name == "mlp") {
       return nn::Sequential({{"flatten", nn::Flatten()},
                              {"fc1", nn::Linear(kImageSide * kImageSide, 128)},
@@ -63,7 +65,7 @@ StatusOr<torch::nn::Sequential> MakeModel(const std::string& name, const ZooSize
     return Internal("MakeModel(" + name + "): " + e.what());
   }
   return InvalidArgument("unknown model '" + name +
-                         "' (expected mlp, cnn, cnn_bn, resnet, text_transformer or text_hashed)");
+                         "' (expected mlp, cnn, cnn_bn, resnet, text_transformer, text_hashed or dlrm)");
 }
 
 StatusOr<torch::Device> ParseDevice(const std::string& name) {

@@ -36,7 +36,7 @@ class BuiltinNet final : public Net {
   }
   bool builtin() const override { return true; }
   torch::Tensor Input(const torch::Tensor& features) const override {
-    return IsTextModel(name_) ? features : AsImages(features);  // token ids as they are
+    return TakesIds(name_) ? features : AsImages(features);  // ids as they are
   }
   torch::Tensor Forward(const torch::Tensor& x) override { return model_->forward(x); }
   torch::Tensor Loss(const torch::Tensor& output, const torch::Tensor& target) override {

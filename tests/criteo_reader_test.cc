@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "data/criteo.h"
+#include "data/model_input.h"
 #include "tests/data_files.h"
 
 namespace eps {
@@ -53,6 +54,28 @@ TEST(CriteoReader, ReadsIntegersAsTheyAreAndHashesCategoriesWithTheirColumn) {
   EXPECT_EQ(x[2 * kCriteoFeatures + 13], CriteoCategoryRow(0, 0xabc, 1000));  // hex in either case
   // --limit keeps the first samples.
   EXPECT_EQ(ReadCriteoDataset(path, 1000, 2)->size, 2);
+}
+
+TEST(CriteoModelInput, DlrmTakesTheReadersSamplesWithRowsBelowItsTable) {
+  TempDir dir;
+  const std::string path = dir.File("day.txt");
+  WriteBytes(path, Line("1", {"3"}, {"68fd1e64", "77"}) + Line("0", {}, {"abc"}));
+  auto ds = ReadCriteoDataset(path, 1000, 0);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  ZooSizes sizes;
+  sizes.vocab_size = 1000;
+  EXPECT_TRUE(IsBuiltinModel("dlrm") && TakesIds("dlrm") && !IsTextModel("dlrm"));
+  EXPECT_TRUE(CheckModelInputFor("dlrm", sizes, *ds).ok());
+  // A table of fewer rows than the reader hashed into: refused, naming --hash_buckets.
+  sizes.vocab_size = 10;
+  const Status narrow = CheckModelInputFor("dlrm", sizes, *ds);
+  EXPECT_EQ(narrow.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(narrow.message().find("--hash_buckets"), std::string::npos) << narrow.ToString();
+  // Samples of another shape (here the first 38 features only) are not Criteo samples.
+  sizes.vocab_size = 1000;
+  Dataset other = *ds;
+  other.sample_shape = {kCriteoFeatures - 1};
+  EXPECT_EQ(CheckModelInputFor("dlrm", sizes, other).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(CriteoReader, BadLinesAreInvalidArgumentNamingFileLineAndColumn) {

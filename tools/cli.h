@@ -71,8 +71,9 @@ inline constexpr const char* kEvaluateUsage =
     "  --model FILE   model.script.pt (TorchScript), or model.safetensors / model.pt of a\n"
     "                 built-in model (--arch NAME; safetensors name theirs in their metadata)\n"
     "  --data, --labels, --data-format, --label-column  the data set (docs/data.md):\n"
-    "                 idx, npy, csv, or text (tsv, jsonl; --text-column, docs/text.md)\n"
+    "                 idx, npy, csv, criteo, or text (tsv, jsonl; --text-column, docs/text.md)\n"
     "  --vocab FILE   text: the job's run_dir/vocab.json (tokenizes as the job did)\n"
+    "  --hash-buckets N  criteo: the job's --hash_buckets (default: the export's)\n"
     "  --batch N      samples per forward pass (the job's --eval_batch; default 1000)\n"
     "  --threads N    libtorch threads (the job's --threads; default 1)\n"
     "Exit code: 0 done, 1 internal error, 2 bad input (the message names the flag).";

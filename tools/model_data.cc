@@ -37,7 +37,7 @@ StatusOr<Dataset> OpenModelData(const ModelDataOptions& options) {
   auto format = DataFormatOf(files);
   if (!format.ok()) {
     return InvalidArgument("--data " + options.data + " / --data_format '" + options.format +
-                           "': expected idx, npy, csv, tsv or jsonl, or an extension that says it "
+                           "': expected idx, npy, csv, tsv, jsonl or criteo, or an extension that says it "
                            "(.npy, .csv, .tsv, .jsonl, .gz, -ubyte)");
   }
   if (IsTextFormat(*format)) {
@@ -55,6 +55,18 @@ StatusOr<Dataset> OpenModelData(const ModelDataOptions& options) {
     if (!text.ok()) return Status(text.status().code(), "--data: " + text.status().message());
     return std::move(text->data);
   }
+  if (*format == "criteo") {  // labels inline, categories hashed as the job hashed them
+    if (!options.labels.empty()) {
+      return InvalidArgument("--labels " + options.labels +
+                             ": Criteo data holds its labels in its first column: leave --labels out");
+    }
+    if (options.hash_buckets < 2) {
+      return InvalidArgument(
+          "--hash_buckets: Criteo categories hash into the model's table rows, the job's "
+          "--hash_buckets (a job's export names them; give it for another model file)");
+    }
+    files.hash_buckets = options.hash_buckets;
+  }
   // Without labels, an NPY features file is read as its own (float32, uint8
   // or int64) targets too, which the mapping makes cheap; they are replaced
   // by class 0 below.
@@ -65,7 +77,7 @@ StatusOr<Dataset> OpenModelData(const ModelDataOptions& options) {
                            ": a CSV data set holds its labels in its --label_column ('" +
                            options.label_column + "'): leave --labels out");
   }
-  if (*format != "csv" && files.labels.empty()) {
+  if (*format != "csv" && *format != "criteo" && files.labels.empty()) {
     return InvalidArgument("--labels is required: " + *format + " data keeps its labels in a " +
                            "second file" +
                            (options.labels_optional ? std::string(" (only NPY data may go without)")

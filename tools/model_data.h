@@ -31,6 +31,9 @@ struct ModelDataOptions {
   // in --label_column, from the vocabulary's label set.
   std::shared_ptr<const Vocabulary> vocab;
   std::string text_column = "text";
+  // Criteo data (data/criteo.h, labels inline): the rows its categories hash
+  // into, the model's table (the job's --hash_buckets); at least 2.
+  uint64_t hash_buckets = 0;
 };
 
 // Opens the data set through OpenDataset (role "test"), or OpenTextDataset for

@@ -40,12 +40,16 @@ DEFINE_string(arch, "",
               "(default for safetensors: its metadata's)");
 DEFINE_string(data, "", "The data set's features file (CSV: the whole table)");
 DEFINE_string(labels, "", "The labels file (IDX, NPY; optional for predict on NPY)");
-DEFINE_string(data_format, "", "idx, npy, csv, tsv or jsonl (default: from --data's extension)");
+DEFINE_string(data_format, "",
+              "idx, npy, csv, tsv, jsonl or criteo (default: from --data's extension)");
 DEFINE_string(label_column, "label", "CSV, TSV, JSONL: the column holding the labels");
 DEFINE_string(text_column, "text", "TSV, JSONL: the column holding the texts");
 DEFINE_string(vocab, "",
               "Text data: the job's vocabulary (its run dir's vocab.json), which tokenizes as the "
               "job did and names the classes");
+DEFINE_uint64(hash_buckets, 0,
+              "Criteo data: the table rows its categories hash into, the job's --hash_buckets "
+              "(0: the export's, from the metadata of --model's, or beside it, model.safetensors)");
 DEFINE_int64(limit, 0, "Use the first N samples only (0: all)");
 DEFINE_int64(batch, 1000, "Samples per forward pass (a job's --eval_batch)");
 DEFINE_int32(threads, 1, "libtorch intra-op threads (a job's --threads: bits depend on it)");
@@ -62,8 +66,8 @@ namespace {
 
 constexpr const char* kUsage =
     "eps_predict evaluate|predict --model FILE --data F [--labels F] [--arch NAME] "
-    "[--data_format idx|npy|csv|tsv|jsonl] [--label_column C] [--text_column C] [--vocab "
-    "vocab.json] [--limit N] [--batch N] [--threads N] "
+    "[--data_format idx|npy|csv|tsv|jsonl|criteo] [--label_column C] [--text_column C] [--vocab "
+    "vocab.json] [--hash_buckets N] [--limit N] [--batch N] [--threads N] "
     "[--json] [--out predictions.csv] [--raw]";
 
 StatusOr<std::string> ReadAll(const std::string& path, const std::string& flag = "--model") {
@@ -185,6 +189,11 @@ int Run(const std::string& command) {
   d.limit = FLAGS_limit;
   d.labels_optional = command == "predict";
   d.text_column = FLAGS_text_column;
+  d.hash_buckets = FLAGS_hash_buckets;
+  if (d.hash_buckets == 0) {  // the table's rows, as the export's zoo sizes name them
+    const std::optional<std::string> rows = ExportMetadataValue(FLAGS_model, "vocab_size");
+    if (rows.has_value()) d.hash_buckets = std::strtoull(rows->c_str(), nullptr, 10);
+  }
   Status st = OkStatus();
   if (!FLAGS_vocab.empty()) {
     auto bytes = ReadAll(FLAGS_vocab, "--vocab");

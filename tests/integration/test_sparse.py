@@ -2,6 +2,7 @@
 sparse=True trains with the table on the shards as a sparse table: only the touched rows travel and are stepped, the
 rows beyond --shard_memory_mb spill to RocksDB, and the digest is the same for 1 x 1, 6 shards x 3 workers, a join
 plus a SIGKILL, and a shard SIGKILLed and rolled back."""
+import json
 import os
 import signal
 import subprocess
@@ -183,6 +184,28 @@ class Criteo(RunDirTest):
                                          expect_ok=False, timeout=120)
         self.assertNotEqual(code, 0)
         self.assertIsNone(result)
+
+    def test_b_the_built_in_dlrm_agrees_across_placements_with_rows_spilled(self):
+        """--model=dlrm: the same network built in, its table dlrm.emb.weight a sparse table; a join and a worker
+        SIGKILL with most rows in RocksDB end on the 1 x 1 bits, weights and Adam moments alike."""
+        flags = os.path.join(CRITEO, "dlrm_builtin.flags")
+        job = [*self.job[1:], "--steps=40", "--heartbeat_timeout_ms=1500"]  # not the TorchScript file
+        _, _, one = self.run_local("builtin-1x1", flags, extra=job)
+        # `elasticps evaluate` rebuilds the model from its export (the table's rows from the metadata) and hashes the
+        # categories as the job did: the job's own test accuracy.
+        p = subprocess.run([f"{BIN}/elasticps", "evaluate", "--model", f"{self.run_dir('builtin-1x1')}/model.safetensors",
+                            "--data", f"{self.tmp}/test.txt", "--data-format", "criteo", "--batch", "250", "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        self.assertEqual(json.loads(p.stdout.strip().splitlines()[-1])["accuracy"], one["test_accuracy"])
+        d = self.run_dir("builtin-join")
+        cmd = [LOCAL, "--job", flags, "--servers", "2", "--workers", "2", "--run-dir", d, "--", *job, *SPILL]
+        result = self.run_with_join_and_sigkill(d, cmd)
+        self.assertGreaterEqual(result["workers_seen"], 3)
+        self.assertEqual(result["params_sha256"], one["params_sha256"], logs(d))
+        self.assertEqual(result["optimizer_digest"], one["optimizer_digest"])
+        table = CRITEO_ROWS * 16 * 4  # --model_dim=16
+        self.assertLess((one["push_bytes"] + one["pull_bytes"]) / one["steps"], 0.5 * table, one)
 
 
 if __name__ == "__main__":
