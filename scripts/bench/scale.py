@@ -22,6 +22,9 @@
 (f) Re-plans on an unchanged membership: the mlp job (1 shard, 3 identical workers, REPLAN_STEPS steps) with
     --replan_min_steps=0 (the planner before issue 35) and with the default 50: replans per 1000 steps, the smallest
     gap between two assignments, and the digests (which must agree).
+(g) Against PyTorch DDP at 108 M: the 108.5 M MLP, 2 workers (1 shard) against scripts/ddp_baseline.py --script with 2
+    gloo ranks on the same global batch (8 VWs of 16, AdamW, a constant learning rate, gradient accumulation in each
+    rank as the VWs are): samples/s after the first steps, ElasticPS first, then DDP.
 Steps per job: --steps, at most 20 (two cores take seconds per 108 M step); say so beside the figures. --parts picks
 parts (--parts bc: the checkpoints and the recovery alone; (b) then runs its own job without checkpoints first).
 """
@@ -230,6 +233,27 @@ def recovery(b, steps, model):
         b.csv_ms("scale", "shard SIGKILL to the first new step 108 M", redone * 1000, "", steps, load)
 
 
+def against_ddp(b, steps, model):
+    print(f"-- (g) 2 workers against PyTorch DDP (gloo, 2 ranks), the 108.5 M MLP, 8 x 16, AdamW, {steps} steps")
+    load = common.load1()
+    r = b.job("scale_ddp_eps", 2, flags("mlp_110m"), f"--model={model}", f"--steps={steps}", *JOB)
+    eps = analysis.samples_per_s(r) if r is not None else None
+    out = b.program("scale_ddp_torch", [common.PY, os.path.join(common.ROOT, "scripts", "ddp_baseline.py"),
+                                        "--script", model, "--ranks", "2", "--steps", str(steps), "--vws", "8",
+                                        "--batch_per_vw", "16", "--optimizer", "adamw", "--lr", "0.0005",
+                                        "--weight_decay", "0.01", "--lr_schedule", "constant"])
+    ddp = analysis.find(out or [], program="ddp")
+    ddp_sps = ddp["samples_per_s"] if ddp is not None else None
+    print(f"{'config':<26s} | {'samples/s':>10s}")
+    for name, sps in (("ElasticPS, 2 workers", eps), ("PyTorch DDP, 2 ranks", ddp_sps)):
+        print(f"{name:<26s} | {sps:10.1f}" if sps else f"{name:<26s} | {'failed':>10s}")
+        b.csv("scale", f"ddp 108M {name}", f"{sps:.1f}" if sps else "", "", steps, load=load)
+    if eps and ddp_sps:
+        print(f"   ElasticPS / DDP: {eps / ddp_sps:.2f}x (goal: at least 1.2x)")
+    else:
+        b.failed = True
+
+
 def transfer(b):
     print("-- (d) push + pull through a real shard against raw ZeroMQ and memcpy (4 MiB frames, 1 shard, 1 client)")
     fmt = "{:<26s} | {:>9s} | {:>9s} | {:>9s} | {:>9s} | {:>9s} | {:>10s}"
@@ -327,7 +351,7 @@ def run(b):
     parts = b.args.parts
     print(f"== scale: models of 37 M and 108 M parameters on this host (load {common.load1()}, {os.cpu_count()} "
           f"cores); {steps} steps per job (--steps, at most 20); parts {parts}")
-    if set(parts) & set("abc"):
+    if set(parts) & set("abcg"):
         names = [name for _, name in MODELS] if "a" in parts else ["mlp_110m"]
         models = make_models(b, tempfile.mkdtemp(prefix="eps-bench-scale-"), names)
         if models is None:
@@ -338,6 +362,8 @@ def run(b):
             checkpoints(b, steps, models["mlp_110m"], base.get("mlp_110m"))
         if "c" in parts:
             recovery(b, steps, models["mlp_110m"])
+        if "g" in parts:
+            against_ddp(b, steps, models["mlp_110m"])
         for path in models.values():
             os.remove(path)
         os.rmdir(os.path.dirname(path))
@@ -351,7 +377,7 @@ def run(b):
 
 
 def add_args(p):
-    p.add_argument("--parts", default="abcdef", help="the parts to run, e.g. bc (or b,c): (b) and (c) only")
+    p.add_argument("--parts", default="abcdefg", help="the parts to run, e.g. bc (or b,c): (b) and (c) only")
 
 
 if __name__ == "__main__":
