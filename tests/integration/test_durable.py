@@ -14,7 +14,7 @@ import unittest
 from harness import (BIN, ENV, LOCAL, MLP, RunDirTest, logs, poll_until, read_events, read_result, wait_for_event,
                      wait_for_file)
 
-STEPS = 80
+STEPS = 100  # past the MLP's learning-rate step at 80: the replays cross it
 KILL = 30  # the kills land after this step is done ...
 HOLD = 60  # ... and before this one starts (the job waits at it until released)
 CHECKPOINT_EVERY = 10
@@ -134,9 +134,13 @@ class StopAndResume(DurableRun):
         self.assertEqual(rc, 1, out)
         self.assertIn("holds steps", out)
 
-        # Resumed, the job is held again at HOLD (the hold is in the coordinator's store) until released.
+        # Resumed, the job is held again at HOLD (the hold is in the coordinator's store) until released: once the
+        # coordinator read its store (coordinator_resuming; with the shards more than a step apart it rolls back
+        # instead of emitting coordinator_resumed) and serves (its address file, removed by local.sh before it
+        # starts, is there again).
         resume = self.start([LOCAL, "--resume", "--run-dir", d], os.path.join(self.tmp, "resume.out"))
-        wait_for_event(d, "coordinator_resumed", timeout=180, proc=resume)
+        wait_for_event(d, "coordinator_resuming", timeout=180, proc=resume)
+        wait_for_file(os.path.join(d, "coordinator.addr"), proc=resume)
         self.control(d, "release")
         self.assertEqual(resume.wait(timeout=600), 0, logs(d))
         result = read_result(d)
