@@ -46,8 +46,9 @@ void ApplyCurve(zmq::socket_t& s, const CurveOptions& c, bool server) {
 // The handshake failures a DEALER watches: each is only possible when an end
 // uses CURVE, so a job without CURVE never sees one (and a connection reset in
 // a handshake, ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL, is not watched: it is retried).
+// And the loss of its connection (Disconnects).
 constexpr int kWatchedEvents =
-    ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL;
+    ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_DISCONNECTED;
 
 // Names the inproc endpoints of the monitors: unique in the process.
 std::atomic<uint64_t> monitors_started{0};
@@ -224,9 +225,18 @@ Status Channel::HandshakeStatus() {
     uint32_t value;
     std::memcpy(&id, event.data(), sizeof id);
     std::memcpy(&value, static_cast<const char*>(event.data()) + 2, sizeof value);
+    if (id == ZMQ_EVENT_DISCONNECTED) {
+      ++disconnects_;
+      continue;
+    }
     handshake_ = HandshakeFailure(id, value, endpoint_);
   }
   return handshake_;
+}
+
+uint64_t Channel::Disconnects() {
+  (void)HandshakeStatus();  // reads the events that came
+  return disconnects_;
 }
 
 StatusOr<Channel::Incoming> Channel::Receive(std::chrono::milliseconds timeout) {

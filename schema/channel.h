@@ -115,6 +115,11 @@ class Channel {
   Status HandshakeStatus();
   // The socket of the handshake events (DEALER), or null.
   zmq::socket_t* monitor() { return monitor_ ? &monitor_ : nullptr; }
+  // DEALER: how often the connection to the server was lost since this channel
+  // was made (its process ended, or the connection broke). ZeroMQ connects
+  // again by itself, but what the server owed on the lost connection never
+  // comes. Reads the monitor's events that came; 0 on a ROUTER.
+  uint64_t Disconnects();
 
   // ROUTER with a registry: reads the connection events that came (Receive
   // does too) and counts them. Call it each turn of a loop that polls the
@@ -133,6 +138,7 @@ class Channel {
   Counter* accepted_ = nullptr;
   Counter* closed_ = nullptr;
   Status handshake_;  // the first handshake failure
+  uint64_t disconnects_ = 0;  // DEALER: ZMQ_EVENT_DISCONNECTED events read
   const std::string endpoint_;
   const bool router_;
   const Options options_;

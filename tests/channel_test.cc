@@ -247,6 +247,34 @@ TEST(Channel, AwaitReadableNamesTheChannelWithAMessageAndLeavesItThere) {
             StatusCode::kDeadlineExceeded);
 }
 
+TEST(Channel, ADealerCountsTheLossOfItsConnectionAndReachesTheServersSuccessor) {
+  zmq::context_t ctx;
+  auto server = BindOrDie(&ctx, "tcp://127.0.0.1:0");
+  ASSERT_NE(server, nullptr);
+  const std::string endpoint = server->endpoint();
+  auto client = ConnectOrDie(&ctx, endpoint);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send(Envelope{"t", Shutdown{"to the first"}}).ok());
+  auto in = server->Receive(kWait);
+  ASSERT_TRUE(in.ok() && in->envelope.ok());
+  EXPECT_EQ(client->Disconnects(), 0u);
+  server.reset();  // as its process ending: what it owed the client never comes
+  // The event comes from ZeroMQ's I/O thread: waited for on the monitor, bounded.
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (client->Disconnects() == 0 && std::chrono::steady_clock::now() < deadline) {
+    (void)AwaitReadable({client.get()}, milliseconds(10));
+  }
+  EXPECT_EQ(client->Disconnects(), 1u);
+  // A successor bound at the same endpoint (a restarted shard) gets what is sent from now on.
+  auto successor = BindOrDie(&ctx, endpoint);
+  ASSERT_NE(successor, nullptr);
+  ASSERT_TRUE(client->Send(Envelope{"t", Shutdown{"to the successor"}}).ok());
+  auto again = successor->Receive(kWait);
+  ASSERT_TRUE(again.ok() && again->envelope.ok());
+  EXPECT_EQ(std::get<Shutdown>(again->envelope->body).reason, "to the successor");
+  EXPECT_EQ(client->Disconnects(), 1u);
+}
+
 TEST(Channel, GarbageFromAPeerIsAnIncomingWithAnErrorAndTheRouterKeepsServing) {
   zmq::context_t ctx;
   auto server = BindOrDie(&ctx, "tcp://127.0.0.1:0");

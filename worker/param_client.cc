@@ -180,8 +180,23 @@ Status ParameterClient::SendPush(size_t s, Push push) {
   for (const ShmChunk& c : push.shm_chunks) counts_.push_bytes += static_cast<int64_t>(c.size);
   for (const SparseRowBytes& r : push.sparse)
     counts_.push_bytes += static_cast<int64_t>(r.ids.size + r.values.size);
+  if (links_[s].outstanding == 0) links_[s].push_disconnects = links_[s].pushes->Disconnects();
   EPS_RETURN_IF_ERROR(links_[s].pushes->Send(Envelope{options_.token, std::move(push)}));
   ++links_[s].outstanding;
+  return OkStatus();
+}
+
+Status ParameterClient::RepliesCanCome() {
+  for (ShardLink& link : links_) {
+    const bool pushes_owed =
+        link.outstanding > 0 && link.pushes->Disconnects() > link.push_disconnects;
+    const bool pulls_owed = pulling_.has_value() && pulling_->answers[link.index] > 0 &&
+                            link.pulls->Disconnects() > link.pull_disconnects;
+    if (pushes_owed || pulls_owed) {
+      return Unavailable("the connection to shard " + std::to_string(link.index) +
+                         " was lost while it owed replies (it ended or restarted)");
+    }
+  }
   return OkStatus();
 }
 
@@ -206,7 +221,8 @@ Status ParameterClient::AwaitPushes() {
       watched.emplace_back(false, s);
     }
     // Each message may wait rpc_timeout, as each reply did when they were awaited one by one.
-    EPS_ASSIGN_OR_RETURN(const size_t ready, AwaitAny(watch, options_.rpc_timeout, *stop_));
+    EPS_ASSIGN_OR_RETURN(const size_t ready, AwaitAny(watch, options_.rpc_timeout, *stop_,
+                                                      [this] { return RepliesCanCome(); }));
     EPS_ASSIGN_OR_RETURN(Channel::Incoming in, watch[ready]->TryReceive());
     const auto [push, s] = watched[ready];
     if (!push) {
@@ -258,6 +274,7 @@ Status ParameterClient::StartPull(Step version, bool prefetch) {
   }
   pulling_->rows_pulled.assign(n, rows ? 0 : 1);
   for (size_t s = 0; s < n; ++s) {
+    links_[s].pull_disconnects = links_[s].pulls->Disconnects();
     for (const std::vector<ChunkId>& group : pull_groups_[s]) {
       EPS_RETURN_IF_ERROR(
           links_[s].pulls->Send(Envelope{options_.token, MakePull(s, version, group)}));
@@ -274,6 +291,7 @@ StatusOr<Channel::Incoming> ParameterClient::ReceivePulled(size_t s, Coordinator
   Channel* shard = links_[s].pulls.get();
   while (session != nullptr && session->running_ahead()) {
     if (stop_->load()) return Stopped();
+    EPS_RETURN_IF_ERROR(RepliesCanCome());
     StatusOr<size_t> ready = AwaitReadable({shard, session->channel()}, kStopCheck);
     if (ready.ok() && *ready == 0) break;
     const StatusCode code = ready.status().code();
@@ -282,7 +300,7 @@ StatusOr<Channel::Incoming> ParameterClient::ReceivePulled(size_t s, Coordinator
     }
     EPS_RETURN_IF_ERROR(session->ConfirmPlan(/*wait=*/false));
   }
-  return ReceiveOrStop(shard, options_.rpc_timeout, *stop_);
+  return ReceiveOrStop(shard, options_.rpc_timeout, *stop_, [this] { return RepliesCanCome(); });
 }
 
 Status ParameterClient::PullInto(Step version, CoordinatorSession* session) {
@@ -337,6 +355,7 @@ Status ParameterClient::TakePullReply(size_t s, Channel::Incoming in) {
     p.pulled_again[s] = 1;
     ++counts_.prefetches_pulled_again;
     const std::vector<ChunkId> missing = NotPulled(s);
+    links_[s].pull_disconnects = links_[s].pulls->Disconnects();  // nothing owed until now
     if (!missing.empty()) {
       EPS_RETURN_IF_ERROR(
           links_[s].pulls->Send(Envelope{options_.token, MakePull(s, p.version, missing)}));

@@ -149,6 +149,13 @@ class ParameterClient {
   size_t PulledBytes(const Chunk& c) const;
   std::vector<std::vector<std::vector<ChunkId>>> PullGroups() const;
   Status StartPull(Step version, bool prefetch);
+  // Unavailable once the connection to a shard was lost after a request still
+  // owed a reply was sent (a shard that ended never answers, nor does its
+  // restarted successor answer what it was not asked): the plan is given up at
+  // once, not after rpc_timeout. A loss before the requests (a shard restarted
+  // while the job was held) is not one: they went to the successor. Checked
+  // every kStopCheck while replies are awaited.
+  Status RepliesCanCome();
   StatusOr<Channel::Incoming> ReceivePulled(size_t s, CoordinatorSession* session);
   Status TakePullReply(size_t s, Channel::Incoming in);
   std::vector<ChunkId> NotPulled(size_t s) const;

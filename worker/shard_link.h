@@ -41,6 +41,10 @@ struct ShardLink {
   std::unique_ptr<Channel> pushes;         // pushes and their replies
   std::unique_ptr<Channel> pulls;          // pulls and their replies
   int outstanding = 0;                     // push replies not yet collected
+  // pushes->Disconnects() (pulls->) when the oldest push (pull) still owed a
+  // reply was sent: a disconnect since then lost a reply.
+  uint64_t push_disconnects = 0;
+  uint64_t pull_disconnects = 0;
   std::unique_ptr<ShmRegion> pull_region;  // where the shard may write pull replies (or null)
   // It answered a pull through shared memory on the current sockets, so it can
   // map this worker's regions: block partials are pushed to it from regions.

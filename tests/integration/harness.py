@@ -142,8 +142,10 @@ class RunDirTest(unittest.TestCase):
         """Runs the job `cmd` (launcher/local.sh with `workers` workers and the run dir d) through a join and a
         SIGKILL placed by holds (`elasticps hold`), so that no timing decides where they land: held after its first
         step, one more worker attached; on its readiness the hold moves one step on, so that exactly one step runs
-        with it; local.sh's worker1 is SIGKILLed while held and the job released at once. Waits for its end
-        (exit 0) and the dead worker's event; returns result.json's dict."""
+        with it; local.sh's worker1 is SIGKILLed while held and the hold moved one step on again: one step runs
+        after the kill, planned before the coordinator knows of it (a part of the dead worker's is recomputed once
+        it is declared dead), and the job, however short, cannot end before the dead worker's event, on which it is
+        released. Waits for its end (exit 0); returns result.json's dict."""
         log = open(os.path.join(self.tmp, "local.out"), "w")
         job = subprocess.Popen(cmd, env=ENV, stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -170,9 +172,12 @@ class RunDirTest(unittest.TestCase):
         with open(os.path.join(d, "pids", "worker1.pid")) as f:
             pid = int(f.read())
         ids = worker_ids_of_pid(d, pid)
+        steps = read_events(d, "model_accepted")[0]["steps"]
+        self.assertLess(held["step"] + 2, steps, "the job is too short for a step after the kill and a hold")
         os.kill(pid, signal.SIGKILL)
-        self.control(d, "release")
+        self.control(d, "hold", f"--from-step={held['step'] + 2}")
         wait_for_event(d, "worker_dead", lambda e: e["worker"] in ids, timeout=60, proc=job)
+        self.control(d, "release")
         self.assertEqual(job.wait(timeout=timeout), 0, logs(d))
         return read_result(d)
 

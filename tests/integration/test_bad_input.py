@@ -143,7 +143,7 @@ def line_count(path):
 
 
 class GarbageOnTheWire(RunDirTest):
-    STEPS = "--steps=1500"
+    STEPS = "--steps=400"
     # The job is held (elasticps hold) from this step until the barrage is over, so that however fast the host runs
     # the steps, every server still answers when the test reads its counters; released, it trains on to STEPS.
     HOLD_AT = 300

@@ -4,7 +4,9 @@ nothing is pushed for them; the bits stay independent of the placement; bad tran
 clearly, before training or as a failed job."""
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import unittest
 
 from harness import ENV, ROOT, RunDirTest, logs, read_events, read_report, read_safetensors, requires
@@ -15,10 +17,26 @@ STEPS = 8
 
 
 class Transfer(RunDirTest):
-    def source(self):
-        """The model every fine-tuning job starts from: the CNN after a few steps (run once per test)."""
-        _, _, r = self.run_local("source", CNN, workers=1, extra=[*SMALL, "--steps=6"])
-        return os.path.join(self.run_dir("source"), "model.safetensors"), r
+    @classmethod
+    def setUpClass(cls):
+        cls.sources = None  # the source job's exports, kept in a folder of the class's
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.sources is not None:
+            shutil.rmtree(cls.sources, ignore_errors=True)
+
+    def source(self, name="model.safetensors"):
+        """The model every fine-tuning job starts from: the CNN after a few steps (run once for the class; its
+        exports are copied out of the run dir of the test that ran it). Returns the path of its export `name`."""
+        cls = type(self)
+        if cls.sources is None:
+            self.run_local("source", CNN, workers=1, extra=[*SMALL, "--steps=6"])
+            sources = tempfile.mkdtemp(prefix="eps-transfer-source-")
+            for export in ("model.safetensors", "model.pt"):
+                shutil.copy(os.path.join(self.run_dir("source"), export), sources)
+            cls.sources = sources
+        return os.path.join(cls.sources, name)
 
     def finetune(self, name, init, workers=1, extra=()):
         return self.run_local(name, CNN, workers=workers,
@@ -26,7 +44,7 @@ class Transfer(RunDirTest):
                                      "--seed=5", *extra])
 
     def test_a_frozen_tensors_keep_the_loaded_bits_and_push_nothing(self):
-        init, _ = self.source()
+        init = self.source()
         _, loaded = read_safetensors(init)
         _, _, frozen = self.finetune("frozen", init, extra=["--freeze=^conv"])
         _, _, whole = self.finetune("whole", init)
@@ -58,17 +76,17 @@ class Transfer(RunDirTest):
             self.assertEqual(fewer % conv, 0)
 
     def test_b_the_bits_do_not_depend_on_the_placement(self):
-        init, _ = self.source()
+        init = self.source()
         _, _, one = self.finetune("one", init, workers=1, extra=["--freeze=^conv"])
         _, _, two = self.finetune("two", init, workers=2, extra=["--freeze=^conv"])
         self.assertEqual(two["params_sha256"], one["params_sha256"], logs(self.run_dir("two")))
         # And a model.pt works as a model.safetensors does.
-        pt = os.path.join(self.run_dir("source"), "model.pt")
+        pt = self.source("model.pt")
         _, _, from_pt = self.finetune("pt", pt, workers=1, extra=["--freeze=^conv"])
         self.assertEqual(from_pt["params_sha256"], one["params_sha256"])
 
     def test_c_bad_transfer_input_fails_clearly(self):
-        init, _ = self.source()
+        init = self.source()
         garbage = os.path.join(self.tmp, "garbage.pt")
         with open(garbage, "wb") as f:
             f.write(b"not a model at all")
