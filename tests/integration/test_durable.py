@@ -27,6 +27,7 @@ class DurableRun(RunDirTest):
         if "digest" not in _reference:
             _, _, r = self.run_local("reference", MLP, servers=1, workers=1, extra=EXTRA)
             _reference["digest"] = r["params_sha256"]
+            _reference["optimizer"] = r["optimizer_digest"]  # the momentum buffers
         return _reference["digest"]
 
     def start_held(self, checkpoint_every, supervise=True):
@@ -80,6 +81,8 @@ class ShardCrash(DurableRun):
             self.assertEqual(back[0]["step"], -1, back)
         self.assertEqual(result["steps"], STEPS)
         self.assertEqual(result["params_sha256"], ref)
+        # The restored and rolled-back shards brought their momentum back with the weights.
+        self.assertEqual(result["optimizer_digest"], _reference["optimizer"])
 
     def test_coordinator_killed_mid_run_is_restarted_and_resumes_with_the_same_digest(self):
         ref = self.reference()
