@@ -20,7 +20,7 @@ import common
 ATTACHED = 64
 V = 128
 FLAGS = [f"--virtual_workers={V}", "--batch_per_vw=4", "--steps=1000000", "--test_limit=-1", "--planner=equal",
-         "--heartbeat_timeout_ms=60000"]
+         "--heartbeat_timeout_ms=60000", "--max_workers_per_host=0"]
 
 
 def events(d):
