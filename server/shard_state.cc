@@ -520,50 +520,6 @@ StepDone ShardState::ApplyStep() {
   return done;
 }
 
-StatusOr<PullReply> ShardState::Answer(const Pull& pull) {
-  StatusOr<PullReply> reply = pull.sparse.empty() ? HandlePull(pull) : HandleSparsePull(pull);
-  if (!reply.ok() || !pull.optimizer_digest) return reply;
-  if (pull.version != version_) {
-    return FailedPrecondition("the optimizer digest is of the current version (" +
-                              std::to_string(version_.value()) + "), not of " +
-                              std::to_string(pull.version.value()));
-  }
-  EPS_ASSIGN_OR_RETURN(SetDigest digest, OptimizerDigest());
-  reply->optimizer_digest = digest.Bytes();
-  return reply;
-}
-
-StatusOr<SetDigest> ShardState::OptimizerDigest() {
-  if (!layout_ || version_.value() < 0) return FailedPrecondition("the shard holds no state yet");
-  auto bytes = [](const auto& v) {
-    return std::string_view(reinterpret_cast<const char*>(std::data(v)),
-                            std::size(v) * sizeof(*std::data(v)));
-  };
-  SetDigest digest;
-  for (ChunkId id : mine_) {
-    if (KindOf(id) != TensorKind::kParameter || Frozen(id)) continue;
-    const ChunkSlot& s = slots_[id.value()];
-    if (s.next) return Unavailable("a step in progress has stepped chunks already");
-    const Chunk& c = layout_->chunks[id.value()];
-    const std::array<int64_t, 4> head = {c.tensor, c.offset, c.numel, s.optimizer_initialized};
-    const std::vector<float> none;
-    auto slot = [&](int k) -> const std::vector<float>& {
-      return s.optimizer_slots[k] ? *s.optimizer_slots[k] : none;
-    };
-    digest.AddItem({"chunk", bytes(head), bytes(slot(0)), bytes(slot(1))});
-  }
-  for (size_t t = 0; t < tables_.size(); ++t) {
-    const SparseTableOptions o = ShardTableOptions(*spec_, optimizer_, *layout_, t, tables_options_);
-    const size_t floats = o.dim * (1 + SparseOptimizerSlots(o.optimizer));
-    EPS_RETURN_IF_ERROR(tables_[t]->ScanRows([&](uint64_t row, Step, const float* f) {
-      const std::array<uint64_t, 2> head = {t, row};
-      digest.AddItem({"row", bytes(head),
-                      std::string_view(reinterpret_cast<const char*>(f), floats * sizeof(float))});
-    }));
-  }
-  return digest;
-}
-
 StatusOr<PullReply> ShardState::HandlePull(const Pull& pull) const {
   if (!layout_ || version_.value() < 0 || pull.version.value() > version_.value() + 1) {
     return Unavailable("version " + std::to_string(pull.version.value()) + " is not ready");
@@ -813,49 +769,6 @@ Status ShardState::RollbackTo(StateStore& store, Step step) {
   EPS_RETURN_IF_ERROR(store.DropCheckpointsAfter(step));
   TakeFrom(std::move(*next));
   return SyncTables();
-}
-
-Status MoveIntoShm(const Pull& pull, ShmMappings* maps, PullReply* reply) {
-  if (!pull.shm.has_value()) return FailedPrecondition("the pull names no shared memory");
-  // HandlePull answers the chunks a pull names in the order it names them: the i-th goes to the
-  // i-th offset.
-  if (pull.shm_offsets.size() != reply->chunks.size())
-    return InvalidArgument("one shared-memory offset per chunk");
-  for (size_t i = 0; i < reply->chunks.size(); ++i) {
-    const ChunkBytes& cb = reply->chunks[i];
-    if (!pull.shm->Holds(pull.shm_offsets[i], cb.size)) {
-      return InvalidArgument("chunk " + std::to_string(cb.chunk.value()) +
-                             " does not fit in the shared-memory region");
-    }
-  }
-  EPS_ASSIGN_OR_RETURN(uint8_t * region, maps->Map(*pull.shm));
-  reply->shm_chunks.clear();
-  for (size_t i = 0; i < reply->chunks.size(); ++i) {
-    const ChunkBytes& cb = reply->chunks[i];
-    std::memcpy(region + pull.shm_offsets[i], cb.data, cb.size);
-    reply->shm_chunks.push_back({cb.chunk, pull.shm_offsets[i], cb.size});
-  }
-  reply->chunks.clear();
-  return OkStatus();
-}
-
-Status ResolveShmChunks(ShmMappings* maps, Push* push) {
-  if (push->shm_chunks.empty()) return OkStatus();
-  if (!push->shm.has_value())
-    return InvalidArgument("shared-memory chunks in a push without a region");
-  for (const ShmChunk& c : push->shm_chunks) {
-    if (!push->shm->Holds(c.offset, c.size)) {
-      return InvalidArgument("chunk " + std::to_string(c.chunk.value()) +
-                             " lies outside the shared-memory region");
-    }
-  }
-  // A region this shard cannot map is no fault of the push: the worker pushes another way.
-  StatusOr<uint8_t*> region = maps->Map(*push->shm);
-  if (!region.ok()) return Unimplemented(region.status().message());
-  for (const ShmChunk& c : push->shm_chunks)
-    push->chunks.push_back({c.chunk, *region + c.offset, c.size, nullptr});
-  push->shm_chunks.clear();
-  return OkStatus();
 }
 
 }  // namespace eps

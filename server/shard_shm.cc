@@ -1,0 +1,52 @@
+// The shard's side of shared memory: pull replies moved into a worker's region and pushes read
+// from one (MoveIntoShm, ResolveShmChunks: server/shard_state.h).
+#include <cstring>
+
+#include "server/shard_state.h"
+
+namespace eps {
+
+Status MoveIntoShm(const Pull& pull, ShmMappings* maps, PullReply* reply) {
+  if (!pull.shm.has_value()) return FailedPrecondition("the pull names no shared memory");
+  // HandlePull answers the chunks a pull names in the order it names them: the i-th goes to the
+  // i-th offset.
+  if (pull.shm_offsets.size() != reply->chunks.size())
+    return InvalidArgument("one shared-memory offset per chunk");
+  for (size_t i = 0; i < reply->chunks.size(); ++i) {
+    const ChunkBytes& cb = reply->chunks[i];
+    if (!pull.shm->Holds(pull.shm_offsets[i], cb.size)) {
+      return InvalidArgument("chunk " + std::to_string(cb.chunk.value()) +
+                             " does not fit in the shared-memory region");
+    }
+  }
+  EPS_ASSIGN_OR_RETURN(uint8_t * region, maps->Map(*pull.shm));
+  reply->shm_chunks.clear();
+  for (size_t i = 0; i < reply->chunks.size(); ++i) {
+    const ChunkBytes& cb = reply->chunks[i];
+    std::memcpy(region + pull.shm_offsets[i], cb.data, cb.size);
+    reply->shm_chunks.push_back({cb.chunk, pull.shm_offsets[i], cb.size});
+  }
+  reply->chunks.clear();
+  return OkStatus();
+}
+
+Status ResolveShmChunks(ShmMappings* maps, Push* push) {
+  if (push->shm_chunks.empty()) return OkStatus();
+  if (!push->shm.has_value())
+    return InvalidArgument("shared-memory chunks in a push without a region");
+  for (const ShmChunk& c : push->shm_chunks) {
+    if (!push->shm->Holds(c.offset, c.size)) {
+      return InvalidArgument("chunk " + std::to_string(c.chunk.value()) +
+                             " lies outside the shared-memory region");
+    }
+  }
+  // A region this shard cannot map is no fault of the push: the worker pushes another way.
+  StatusOr<uint8_t*> region = maps->Map(*push->shm);
+  if (!region.ok()) return Unimplemented(region.status().message());
+  for (const ShmChunk& c : push->shm_chunks)
+    push->chunks.push_back({c.chunk, *region + c.offset, c.size, nullptr});
+  push->shm_chunks.clear();
+  return OkStatus();
+}
+
+}  // namespace eps
