@@ -63,6 +63,8 @@ StatusOr<JobState::Resumed> ReadResumed(const StateStore& store, const std::stri
     r.test_samples = j.at("test").get<int64_t>();
     auto next_worker = store.Get("next_worker");
     if (next_worker.ok()) r.next_worker = static_cast<uint32_t>(std::stoul(*next_worker));
+    auto timeline = store.Get("timeline");
+    if (timeline.ok()) r.timeline = std::stoull(*timeline);
     auto hold_from = store.Get("hold_from");
     if (hold_from.ok()) {
       const int64_t from = std::stoll(*hold_from);
@@ -114,6 +116,7 @@ class CoordinatorImpl final : public Coordinator {
       persisted_epoch_ = resumed->epoch;
       persisted_next_worker_ = resumed->next_worker;
       persisted_hold_ = resumed->hold_from;
+      persisted_timeline_ = resumed->timeline;
     }
   }
 
@@ -332,6 +335,11 @@ class CoordinatorImpl final : public Coordinator {
       st = store_->Put("next_worker", std::to_string(state_.next_worker()));
       if (st.ok()) persisted_next_worker_ = state_.next_worker();
     }
+    // A restarted coordinator must not hand out plans of an abandoned timeline.
+    if (st.ok() && state_.timeline() != persisted_timeline_) {
+      st = store_->Put("timeline", std::to_string(state_.timeline()));
+      if (st.ok()) persisted_timeline_ = state_.timeline();
+    }
     // A hold outlives a restart of the coordinator.
     if (st.ok() && state_.hold_from() != persisted_hold_) {
       const std::optional<Step> hold = state_.hold_from();
@@ -517,6 +525,7 @@ class CoordinatorImpl final : public Coordinator {
   bool persisted_job_ = false;
   Epoch persisted_epoch_{0};
   uint32_t persisted_next_worker_ = 0;
+  uint64_t persisted_timeline_ = 1;
   std::optional<Step> persisted_hold_;
   CoordinatorPeers peers_;
   std::unique_ptr<ModelFileServer> files_;  // the model files the workers fetch

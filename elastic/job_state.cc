@@ -231,7 +231,7 @@ Status JobState::AcceptModel(const StepRequest& r) {
        CurrentStep());
   for (uint32_t s = 0; s < spec_.num_shards; ++s) {
     if (shard_registered_[s])
-      out_.push_back({Outgoing::To::kShard, s, ShardConfig{spec_, tensors_}});
+      out_.push_back({Outgoing::To::kShard, s, ShardConfig{spec_, tensors_, timeline_}});
   }
   return OkStatus();
 }
@@ -377,8 +377,9 @@ std::string JobState::AssignmentString() const {
 
 // ---- the step clock ---------------------------------------------------------
 
-void JobState::Plan(WorkerId id, const StepPlan& plan) {
+void JobState::Plan(WorkerId id, StepPlan plan) {
   workers_[id].pending = false;
+  plan.timeline = timeline_;
   Send(id, plan);
 }
 

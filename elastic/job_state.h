@@ -171,6 +171,7 @@ class JobState {
     std::vector<std::pair<uint32_t, uint32_t>> ranges;  // the last assignment's VW ranges
     uint32_t next_worker = 0;                           // the first worker id not handed out
     std::optional<Step> hold_from;                      // an operator's hold (Hold)
+    uint64_t timeline = 1;                              // the job's timeline (timeline())
   };
   // Before any event: the job resumes where the shards are once they all
   // registered again. The step in flight is recomputed in the ranges of the last
@@ -253,6 +254,10 @@ class JobState {
   // The current assignment's non-empty ranges, in worker order.
   std::vector<std::pair<uint32_t, uint32_t>> AssignmentRanges() const;
   uint32_t next_worker() const { return next_worker_; }
+  // The job's timeline (docs/design.md, "Timelines"): 1, plus one per rollback.
+  // Every plan, ShardConfig and Rollback carries it; a restart must not go back
+  // to an earlier one (the shell persists it before anything that names it leaves).
+  uint64_t timeline() const { return timeline_; }
   int64_t train_samples() const { return train_samples_; }
   int64_t test_samples() const { return test_samples_; }
   const std::vector<TensorSpec>& tensors() const { return tensors_; }
@@ -316,7 +321,7 @@ class JobState {
   void Send(WorkerId w, Body body) {
     out_.push_back({Outgoing::To::kWorker, w.value(), std::move(body)});
   }
-  void Plan(WorkerId w, const StepPlan& plan);
+  void Plan(WorkerId w, StepPlan plan);  // stamped with the timeline
   void Fail(Status status);
   // Back-off of bad hosts (JobStateOptions).
   struct HostRecord {
@@ -384,6 +389,7 @@ class JobState {
   static constexpr size_t kRateWindow = 20;
   std::vector<std::pair<uint32_t, uint32_t>> resume_ranges_;
   Step rollback_step_{-1};
+  uint64_t timeline_ = 1;
   std::vector<bool> rollback_acked_;
   std::map<WorkerId, WorkerInfo> workers_;
   std::vector<WorkerId> unanswered_registrations_;

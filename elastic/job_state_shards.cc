@@ -38,7 +38,7 @@ Status JobState::OnShardRegistered(ShardId shard, const std::string& address, St
   shard_addresses_[s] = address;
   shard_durable_[s] = durable_step;
   Emit(JobEvent::ShardRegistered{shard, address, durable_step, restarted}, CurrentStep());
-  if (!tensors_.empty()) out_.push_back({Outgoing::To::kShard, s, ShardConfig{spec_, tensors_}});
+  if (!tensors_.empty()) out_.push_back({Outgoing::To::kShard, s, ShardConfig{spec_, tensors_, timeline_}});
   if (moved) {
     // Workers learn shard addresses when they register: make them register again.
     for (auto& [id, w] : workers_) {
@@ -82,6 +82,7 @@ void JobState::Resume(const Resumed& r) {
       r.next_worker;  // ids are never reused: a new worker must not inherit an old one's beats
   resume_ranges_ = r.ranges;
   hold_from_ = r.hold_from;  // the step in flight is recomputed; a step the hold covers waits
+  timeline_ = r.timeline;
   phase_ = Phase::kResuming;
   Emit(JobEvent::CoordinatorResuming{spec_.job_id, spec_.steps, epoch_}, std::nullopt);
 }
@@ -153,11 +154,12 @@ void JobState::StartRollback(ShardId restarted, Step durable_step) {
   }
   phase_ = Phase::kRollingBack;
   rollback_step_ = target;
+  ++timeline_;  // every pull of the plans before it is of an abandoned future
   rollback_acked_.assign(spec_.num_shards, false);
   work_.clear();
   eval_slices_.clear();
   for (uint32_t s = 0; s < spec_.num_shards; ++s)
-    out_.push_back({Outgoing::To::kShard, s, Rollback{target}});
+    out_.push_back({Outgoing::To::kShard, s, Rollback{target, timeline_}});
   Progress();
 }
 

@@ -192,6 +192,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       auto in = b.getShardConfig();
       EPS_RETURN_IF_ERROR(r.Spec(in.getSpec(), &m.spec));
       EPS_RETURN_IF_ERROR(r.Tensors(in.getTensors(), &m.tensors));
+      m.timeline = in.getTimeline();
       *body = std::move(m);
       return OkStatus();
     }
@@ -223,6 +224,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       m.vw_hi = in.getVwHi();
       m.eval_lo = in.getEvalLo();
       m.eval_hi = in.getEvalHi();
+      m.timeline = in.getTimeline();
       if (m.vw_lo > m.vw_hi || m.eval_lo > m.eval_hi)
         return ProtocolError("plan with an inverted range");
       *body = m;
@@ -295,6 +297,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       if (!m.sparse.empty() && (!m.chunks.empty() || m.shm.has_value()))
         return ProtocolError("a pull of sparse rows names chunks or a region");
       m.optimizer_digest = in.getOptimizerDigest();
+      m.timeline = in.getTimeline();
       *body = std::move(m);
       return OkStatus();
     }
@@ -345,7 +348,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       return OkStatus();
     }
     case W::ROLLBACK: {
-      *body = Rollback{Step(b.getRollback().getStep())};
+      *body = Rollback{Step(b.getRollback().getStep()), b.getRollback().getTimeline()};
       return OkStatus();
     }
     case W::ROLLBACK_DONE: {
@@ -522,6 +525,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    auto o = b.initShardConfig();
                    SetSpec(o.initSpec(), m.spec);
                    SetTensors(o.initTensors(m.tensors.size()), m.tensors);
+                   o.setTimeline(m.timeline);
                  },
                  [&](const StepRequest& m) {
                    auto o = b.initStepRequest();
@@ -543,6 +547,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    o.setVwHi(m.vw_hi);
                    o.setEvalLo(m.eval_lo);
                    o.setEvalHi(m.eval_hi);
+                   o.setTimeline(m.timeline);
                  },
                  [&](const StepDone& m) {
                    auto o = b.initStepDone();
@@ -593,6 +598,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                      sparse[i].setSince(m.sparse[i].since.value());
                    }
                    o.setOptimizerDigest(m.optimizer_digest);
+                   o.setTimeline(m.timeline);
                  },
                  [&](const PullReply& m) {
                    auto o = b.initPullReply();
@@ -623,7 +629,11 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    o.setReason(m.reason);
                    o.setHostFault(m.host_fault);
                  },
-                 [&](const Rollback& m) { b.initRollback().setStep(m.step.value()); },
+                 [&](const Rollback& m) {
+                   auto o = b.initRollback();
+                   o.setStep(m.step.value());
+                   o.setTimeline(m.timeline);
+                 },
                  [&](const RollbackDone& m) {
                    auto o = b.initRollbackDone();
                    o.setShard(m.shard.value());

@@ -160,6 +160,7 @@ struct RegisterShard {
 struct ShardConfig {
   spec @0 :JobSpec;
   tensors @1 :List(TensorSpec);   # the chunk map follows from these by MakeLayout
+  timeline @2 :UInt64;            # the job's timeline now (see StepPlan.timeline)
 }
 
 struct StepRequest {
@@ -182,6 +183,10 @@ struct StepPlan {
   vwHi @4 :UInt32;
   evalLo @5 :Int64;               # eval: test samples [evalLo, evalHi) at version `step`
   evalHi @6 :Int64;
+  timeline @7 :UInt64;            # the job's timeline: 1, plus one per rollback. The pulls made for
+                                  # the plan carry it, and a shard on a later timeline refuses them at
+                                  # once (Aborted) instead of holding them for a version that the
+                                  # abandoned future would have reached
   enum Kind {
     wait @0;                      # nothing to do yet; ask again
     init @1;                      # push the initial parameters and buffers as version 0
@@ -262,6 +267,8 @@ struct Pull {
   shmOffsets @4 :List(UInt64);    # where each of `chunks` goes in it (same length as chunks)
   sparse @5 :List(SparseRead);    # sparse tables' rows; a pull naming these names no chunk
   optimizerDigest @6 :Bool;       # also the digest of the shard's optimizer state (the current version only)
+  timeline @7 :UInt64;            # the timeline of the plan it serves (StepPlan.timeline); 0: a reader
+                                  # outside any plan (the coordinator's final pull), never refused for it
 }
 
 struct ShmRegionRef {
@@ -313,7 +320,9 @@ struct Rollback {
   step @0 :Int64;                 # coordinator -> shard: load your checkpoint of this step and serve
                                   # version `step`; checkpoints newer than it are deleted (the job
                                   # abandons that future). Waiting pulls for versions the shard no
-                                  # longer holds get an error; pushes for other steps are refused.
+                                  # longer holds, and of an earlier timeline, get an error; pushes
+                                  # for other steps are refused.
+  timeline @1 :UInt64;            # the timeline this rollback starts (StepPlan.timeline)
 }
 
 struct RollbackDone {

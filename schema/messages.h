@@ -223,6 +223,7 @@ struct RegisterShard {
 struct ShardConfig {
   JobSpec spec;
   std::vector<TensorSpec> tensors;  // empty until the first worker reported its model
+  uint64_t timeline = 0;            // the job's timeline now (StepPlan::timeline)
 };
 
 struct StepRequest {
@@ -244,10 +245,14 @@ struct StepPlan {
   Epoch epoch{0};
   uint32_t vw_lo = 0, vw_hi = 0;     // train: VWs [vw_lo, vw_hi)
   int64_t eval_lo = 0, eval_hi = 0;  // eval: test samples [eval_lo, eval_hi) at version `step`
+  // The job's timeline: 1, plus one per rollback (docs/design.md, "Timelines").
+  // The plan's pulls carry it; a shard on a later one refuses them at once.
+  uint64_t timeline = 0;
 
   friend bool operator==(const StepPlan& a, const StepPlan& b) {
     return a.kind == b.kind && a.step == b.step && a.epoch == b.epoch && a.vw_lo == b.vw_lo &&
-           a.vw_hi == b.vw_hi && a.eval_lo == b.eval_lo && a.eval_hi == b.eval_hi;
+           a.vw_hi == b.vw_hi && a.eval_lo == b.eval_lo && a.eval_hi == b.eval_hi &&
+           a.timeline == b.timeline;
   }
 };
 
@@ -323,6 +328,9 @@ struct Pull {
   // Also the digest of the shard's optimizer state (ShardState::OptimizerDigest),
   // of the current version only.
   bool optimizer_digest = false;
+  // The timeline of the plan the pull serves (StepPlan::timeline); 0: a reader
+  // outside any plan, which no timeline refuses.
+  uint64_t timeline = 0;
 };
 
 struct PullReply {
@@ -358,6 +366,7 @@ struct Leave {
 // Coordinator -> shard: load the checkpoint of `step` and serve version `step`.
 struct Rollback {
   Step step{-1};
+  uint64_t timeline = 0;  // the timeline it starts
 };
 
 // Shard -> coordinator: the outcome of a Rollback (see elasticps.capnp).

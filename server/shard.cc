@@ -345,11 +345,14 @@ class ShardImpl final : public Shard {
       }
       if (!st.ok()) {
         Refuse(st);
-      } else if (state_.has_layout()) {
-        LOG(INFO) << "configured: " << state_.chunks().size() << " chunks on this shard";
+      } else {
+        if (state_.has_layout())
+          LOG(INFO) << "configured: " << state_.chunks().size() << " chunks on this shard";
+        state_.EnterTimeline(config->timeline);
+        AnswerWaitingPulls();  // those of an abandoned timeline are refused now
       }
     } else if (auto* rollback = std::get_if<Rollback>(&body)) {
-      OnRollback(rollback->step);
+      OnRollback(*rollback);
     } else if (auto* retain = std::get_if<Retain>(&body)) {
       if (store_ != nullptr) store_->RetainFrom(retain->from_step);
       state_.RetainTablesFrom(retain->from_step);
@@ -604,7 +607,9 @@ class ShardImpl final : public Shard {
     if (!st.ok()) LOG(WARNING) << "could not report the durable step: " << st.ToString();
   }
 
-  void OnRollback(Step step) {
+  void OnRollback(const Rollback& rollback) {
+    const Step step = rollback.step;
+    state_.EnterTimeline(rollback.timeline);  // the pulls waiting now are refused below
     const Status st = RollBack(step);
     if (st.ok()) {
       LOG(INFO) << "rolled back to version " << state_.version()

@@ -105,6 +105,10 @@ class ShardState {
   bool has_layout() const { return layout_.has_value(); }
   // Current version: -1 until the initial values arrived.
   Step version() const { return version_; }
+  // The job's timeline as the coordinator last named it (ShardConfig, Rollback;
+  // docs/design.md, "Timelines"); it only grows. 0: not named yet.
+  void EnterTimeline(uint64_t timeline) { timeline_ = std::max(timeline_, timeline); }
+  uint64_t timeline() const { return timeline_; }
 
   struct PushOutcome {
     PushReply reply;
@@ -129,7 +133,12 @@ class ShardState {
   // are of the current version or the previous one; Unavailable for the next.
   StatusOr<PullReply> HandleSparsePull(const Pull& pull);
   // Either of the two, as the pull asks, with the optimizer digest when it asks
-  // (FailedPrecondition for another version than the current one).
+  // (FailedPrecondition for another version than the current one). Aborted for
+  // a pull of an earlier timeline than the shard's, and for a version past the
+  // step in progress (past 0 before the initial values), which no pull of the
+  // present timeline can ask for: the pull is of a future that a rollback or
+  // this shard's restart abandoned, and its worker must give its plan back now
+  // rather than wait out --pull_wait_ms.
   StatusOr<PullReply> Answer(const Pull& pull);
 
   // The digest of the optimizer state at the current version: one item per
@@ -257,6 +266,7 @@ class ShardState {
   std::vector<char> frozen_;      // by chunk: of a parameter --freeze selects (common/transfer.h)
   std::vector<ChunkSlot> slots_;  // by chunk id; only ours are filled
   Step version_{-1};
+  uint64_t timeline_ = 0;
   uint64_t duplicates_ = 0;
   bool open_tables_ = true;  // false in a state Load makes: the tables stay the loader's
   // The checkpoint step the state was loaded from, until a chunk is stepped or the state

@@ -9,6 +9,16 @@
 namespace eps {
 
 StatusOr<PullReply> ShardState::Answer(const Pull& pull) {
+  if (pull.timeline != 0 && pull.timeline < timeline_) {
+    return Aborted("a pull of timeline " + std::to_string(pull.timeline) +
+                   ": the job rolled back, and is on timeline " + std::to_string(timeline_));
+  }
+  const int64_t next = layout_ && version_.value() >= 0 ? version_.value() + 1 : 0;
+  if (pull.version.value() > next) {
+    return Aborted("version " + std::to_string(pull.version.value()) +
+                   " is of an abandoned timeline: the shard serves " +
+                   std::to_string(version_.value()));
+  }
   StatusOr<PullReply> reply = pull.sparse.empty() ? HandlePull(pull) : HandleSparsePull(pull);
   if (!reply.ok() || !pull.optimizer_digest) return reply;
   if (pull.version != version_) {

@@ -159,6 +159,7 @@ void ExpectSameBody(const Body& sent, const Body& got) {
         } else if constexpr (std::is_same_v<T, ShardConfig>) {
           ExpectSameSpec(a.spec, b.spec);
           EXPECT_EQ(a.tensors, b.tensors);
+          EXPECT_EQ(a.timeline, b.timeline);
         } else if constexpr (std::is_same_v<T, StepRequest>) {
           EXPECT_EQ(a.worker, b.worker);
           EXPECT_EQ(a.done_step, b.done_step);
@@ -172,6 +173,7 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.kind, b.kind);
           EXPECT_EQ(a.step, b.step);
           EXPECT_EQ(a.epoch, b.epoch);
+          EXPECT_EQ(a.timeline, b.timeline);
           EXPECT_EQ(a.vw_lo, b.vw_lo);
           EXPECT_EQ(a.vw_hi, b.vw_hi);
           EXPECT_EQ(a.eval_lo, b.eval_lo);
@@ -206,6 +208,7 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.shm, b.shm);
           EXPECT_EQ(a.shm_offsets, b.shm_offsets);
           EXPECT_EQ(a.optimizer_digest, b.optimizer_digest);
+          EXPECT_EQ(a.timeline, b.timeline);
         } else if constexpr (std::is_same_v<T, PullReply>) {
           EXPECT_EQ(a.version, b.version);
           ExpectSameChunks(a.chunks, b.chunks);
@@ -228,6 +231,7 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.host_fault, b.host_fault);
         } else if constexpr (std::is_same_v<T, Rollback>) {
           EXPECT_EQ(a.step, b.step);
+          EXPECT_EQ(a.timeline, b.timeline);
         } else if constexpr (std::is_same_v<T, RollbackDone>) {
           EXPECT_EQ(a.shard, b.shard);
           EXPECT_EQ(a.step, b.step);

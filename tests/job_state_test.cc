@@ -173,6 +173,12 @@ class Driver {
   }
   std::vector<Step> Rollbacks(uint32_t s) {
     Collect();
+    std::vector<Step> steps;
+    for (const Rollback& r : std::exchange(rollbacks_[s], {})) steps.push_back(r.step);
+    return steps;
+  }
+  std::vector<Rollback> RollbackMessages(uint32_t s) {
+    Collect();
     return std::exchange(rollbacks_[s], {});
   }
   // The events since the last call.
@@ -199,7 +205,7 @@ class Driver {
         } else if (auto* r = std::get_if<Retain>(&o.body)) {
           retains_[o.id].push_back(r->from_step);
         } else if (auto* r = std::get_if<Rollback>(&o.body)) {
-          rollbacks_[o.id].push_back(r->step);
+          rollbacks_[o.id].push_back(*r);
         } else {
           ADD_FAILURE() << "unexpected " << BodyName(o.body) << " to shard " << o.id;
         }
@@ -214,7 +220,7 @@ class Driver {
   std::map<uint32_t, std::vector<ShardConfig>> configs_;
   std::map<uint32_t, std::vector<Shutdown>> shutdowns_;
   std::map<uint32_t, std::vector<Step>> retains_;
-  std::map<uint32_t, std::vector<Step>> rollbacks_;
+  std::map<uint32_t, std::vector<Rollback>> rollbacks_;
 };
 
 Range RangeOf(const StepPlan& p) { return {p.vw_lo, p.vw_hi}; }
@@ -1993,6 +1999,42 @@ TEST(JobStateDurable, ShardsRetainTheNewestStepEveryShardHoldsAndARestartRollsBa
   d.ShardDone(1, 1, 1);
   for (uint32_t s = 0; s < kShards; ++s)
     EXPECT_EQ(d.Retains(s), std::vector<Step>{Step(1)}) << "shard " << s;
+}
+
+// Each rollback starts a timeline (docs/design.md, "Timelines"): the Rollback
+// names it, and every plan after it carries it, so that shards can refuse the
+// pulls of the plans before it at once.
+TEST(JobStateDurable, ARollbackStartsATimelineThatTheShardsAndThePlansAfterItCarry) {
+  Driver d;
+  const std::vector<WorkerId> ws = d.Start(1);
+  EXPECT_EQ(d.state.timeline(), 1u);
+  for (uint32_t s = 0; s < kShards; ++s) {
+    for (const ShardConfig& c : d.Configs(s)) EXPECT_EQ(c.timeline, 1u) << "shard " << s;
+  }
+  EXPECT_TRUE(d.Confirm(ws[0], 0).ok());
+  const StepPlan before = d.OnePlan(ws[0], PlanKind::kTrain);
+  EXPECT_EQ(before.timeline, 1u);
+  d.ShardDone(0, 0, 0);
+  d.ShardDone(1, 0, 0);
+  ASSERT_TRUE(d.state.OnShardRegistered(ShardId(1), "ipc:///tmp/shard1", Step(0), Step(0)).ok());
+  EXPECT_EQ(d.state.timeline(), 2u);
+  for (uint32_t s = 0; s < kShards; ++s) {
+    const std::vector<Rollback> rollbacks = d.RollbackMessages(s);
+    ASSERT_EQ(rollbacks.size(), 1u) << "shard " << s;
+    EXPECT_EQ(rollbacks[0].step, Step(0));
+    EXPECT_EQ(rollbacks[0].timeline, 2u) << "shard " << s;
+  }
+  for (uint32_t s = 0; s < kShards; ++s) {
+    ASSERT_TRUE(
+        d.state.OnRollbackDone(RollbackDone{ShardId(s), Step(0), Step(0), Step(0), StatusCode::kOk, ""})
+            .ok());
+  }
+  EXPECT_TRUE(d.Confirm(ws[0], -1).ok());
+  const std::vector<StepPlan> after = d.Plans(ws[0]);
+  ASSERT_FALSE(after.empty());
+  EXPECT_EQ(after.back().kind, PlanKind::kTrain);
+  EXPECT_EQ(after.back().step, Step(0));
+  EXPECT_EQ(after.back().timeline, 2u);
 }
 
 // A shard that comes back without state before every shard holds a

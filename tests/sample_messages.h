@@ -71,7 +71,7 @@ inline std::vector<Envelope> EveryMessageKind() {
                                 std::string("PK\x03\x04\0model", 10), std::string("init\0bytes", 10),
                                 "<pad>\n<unk>\nmail\n", uint64_t{5} << 30, 12345, 4 << 20}});
   out.push_back({"tok-rs", RegisterShard{ShardId(3), "tcp://10.0.0.2:6000", Step(40), Step(41), "10.0.0.2:9101"}});
-  out.push_back({"tok-sc", ShardConfig{FullSpec(), FullTensors()}});
+  out.push_back({"tok-sc", ShardConfig{FullSpec(), FullTensors(), 6}});
   StepRequest request{WorkerId(5), Step(-1), FullTensors()};
   request.data_fingerprint = "npy:60000:9f86d081884c7d65";
   out.push_back({"tok-sr", request});
@@ -83,6 +83,7 @@ inline std::vector<Envelope> EveryMessageKind() {
   plan.vw_hi = 11;
   plan.eval_lo = 100;
   plan.eval_hi = 20000;
+  plan.timeline = 0x1234567890abULL;
   out.push_back({"tok-plan", plan});
   out.push_back(
       {"tok-done", StepDone{ShardId(2), Step(17), true, 2.71828f, Step(15), "disk full", 0.0125,
@@ -102,7 +103,10 @@ inline std::vector<Envelope> EveryMessageKind() {
                                   {ChunkId(1), ChunkId(5), ChunkId(4000000000u)},
                                   WireDType::kBF16,
                                   ShmRegionRef{4242, 17, 0xfeedULL << 40, 1 << 20},
-                                  {64, 4096, 1 << 19}}});
+                                  {64, 4096, 1 << 19},
+                                  {},
+                                  false,
+                                  77}});
   out.push_back({"tok-pullr", PullReply{Step(8),
                                         {MakeChunk(1, 300, 5), MakeChunk(5, 70000, 6)},
                                         {{ChunkId(2), 64, 4000}, {ChunkId(7), 4096, 12}}}});
@@ -110,7 +114,7 @@ inline std::vector<Envelope> EveryMessageKind() {
   out.push_back({"", Shutdown{"job finished"}});
   out.push_back({"tok-hb", Heartbeat{WorkerId(17)}});
   out.push_back({"tok-leave", Leave{WorkerId(9), "SIGTERM", true}});
-  out.push_back({"tok-rb", Rollback{Step(120)}});
+  out.push_back({"tok-rb", Rollback{Step(120), 9}});
   out.push_back(
       {"tok-rbd", RollbackDone{ShardId(4), Step(120), Step(130), Step(130),
                                StatusCode::kInvalidArgument, "no checkpoint of step 120"}});

@@ -1340,6 +1340,50 @@ TEST(ShardStatePull, AFutureVersionIsUnavailable) {
   ExpectVersion(*state, job, s, 1);
 }
 
+// What the shard answers (ShardState::Answer): a version past the step in
+// progress can only be asked for by a worker of a timeline a rollback or a
+// restart abandoned, which must give its plan back at once, not wait.
+TEST(ShardStatePull, APullPastTheStepInProgressIsAborted) {
+  Job job(52);
+  const ShardId s(0);
+  auto state = ConfiguredShard(s);
+  EXPECT_EQ(state->Answer(MakePull(0)).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(state->Answer(MakePull(1)).status().code(), StatusCode::kAborted);
+  ASSERT_TRUE(state->HandlePush(job.Init(s)).ok());
+  EXPECT_EQ(state->Answer(MakePull(1)).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(state->Answer(MakePull(2)).status().code(), StatusCode::kAborted);
+  RunStep(*state, job, s, 0);
+  EXPECT_EQ(state->Answer(MakePull(2)).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(state->Answer(MakePull(3)).status().code(), StatusCode::kAborted);
+  EXPECT_EQ(state->Answer(MakePull(1000)).status().code(), StatusCode::kAborted);
+  EXPECT_TRUE(state->Answer(MakePull(1)).ok());
+}
+
+// A pull of a plan from before the shard's newest timeline (a rollback since)
+// is refused at once; one outside any plan (timeline 0) never is.
+TEST(ShardStatePull, APullOfAnEarlierTimelineIsAborted) {
+  Job job(54);
+  const ShardId s(0);
+  auto state = ConfiguredShard(s);
+  ASSERT_TRUE(state->HandlePush(job.Init(s)).ok());
+  RunStep(*state, job, s, 0);
+  state->EnterTimeline(3);
+  state->EnterTimeline(2);  // a timeline only grows
+  EXPECT_EQ(state->timeline(), 3u);
+  Pull pull = MakePull(1);
+  for (uint64_t timeline : {0, 3, 4}) {
+    pull.timeline = timeline;
+    EXPECT_TRUE(state->Answer(pull).ok()) << "timeline " << timeline;
+  }
+  pull.timeline = 2;
+  EXPECT_EQ(state->Answer(pull).status().code(), StatusCode::kAborted);
+  Pull next = MakePull(2);  // the step in progress: it would wait
+  next.timeline = 3;
+  EXPECT_EQ(state->Answer(next).status().code(), StatusCode::kUnavailable);
+  next.timeline = 1;
+  EXPECT_EQ(state->Answer(next).status().code(), StatusCode::kAborted);
+}
+
 TEST(ShardStatePull, AChunkNotOnThisShardIsInvalid) {
   Job job(53);
   for (ShardId s : AllShards()) {
@@ -1914,6 +1958,12 @@ class FakeWorker {
   StatusOr<Envelope> Send(Body body) {
     return Call(channel_.get(), Envelope{"", std::move(body)}, kWait);
   }
+  // A request whose answer Await takes later.
+  void Post(Body body) { ASSERT_TRUE(channel_->Send(Envelope{"", std::move(body)}).ok()); }
+  StatusOr<Envelope> Await(std::chrono::milliseconds timeout) {
+    EPS_ASSIGN_OR_RETURN(Channel::Incoming in, channel_->Receive(timeout));
+    return std::move(in.envelope);
+  }
   void Push(const eps::Push& push) {
     auto reply = Send(push);
     ASSERT_TRUE(reply.ok()) << reply.status().ToString();
@@ -2070,6 +2120,56 @@ TEST(ShardService, CheckpointsEveryStepRestoresAfterARestartAndRollsBackOnReques
   RunningShard wrong_shard(&context, StoreShardOptions(coordinator, dir.Sub("store"), ShardId(1)));
   EXPECT_EQ(wrong_shard.open_status().code(), StatusCode::kFailedPrecondition)
       << wrong_shard.open_status().ToString();
+}
+
+// A pull waiting for the step in progress when the job rolls back waits for a
+// future the rollback abandoned: the shard refuses it at once (Aborted), and
+// its worker takes the new timeline's plan, instead of holding it until
+// --pull_wait_ms (a minute here) runs out while no worker can make that step.
+TEST(ShardService, ARollbackRefusesThePullsWaitingForTheAbandonedFutureAtOnce) {
+  zmq::context_t context(1);
+  TempDir dir;
+  Job job(72);
+  const ShardId s(0);
+  FakeCoordinator coordinator(&context);
+  ShardOptions o = StoreShardOptions(coordinator, dir.Sub("store"), s);
+  o.pull_wait = std::chrono::milliseconds(60000);
+  RunningShard running(&context, o);
+  ASSERT_TRUE(running.open_status().ok()) << running.open_status().ToString();
+  auto reg = coordinator.Next<RegisterShard>();
+  ASSERT_TRUE(reg.has_value());
+  ShardConfig config = Config();
+  config.timeline = 1;
+  coordinator.Send(config);
+  FakeWorker worker(&context, reg->address);
+  worker.Push(job.Init(s));
+  for (int64_t t = 0; t < 2; ++t) worker.Step(job, s, t);
+  ASSERT_TRUE(coordinator.Next<StepDone>(DurableAt(2)).has_value());
+
+  FakeWorker waiting(&context, reg->address);
+  Pull next = MakePull(3);  // step 2 is in progress: it waits for the step's pushes
+  next.timeline = 1;
+  waiting.Post(next);
+  EXPECT_EQ(waiting.Await(std::chrono::milliseconds(300)).status().code(),
+            StatusCode::kDeadlineExceeded)
+      << "the pull of the step in progress waits";
+  coordinator.Send(Rollback{Step(1), 2});
+  auto done = coordinator.Next<RollbackDone>();
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->code, StatusCode::kOk) << done->message;
+  auto refused = waiting.Await(std::chrono::milliseconds(10000));
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+  auto* err = std::get_if<ErrorReply>(&refused->body);
+  ASSERT_NE(err, nullptr) << BodyName(refused->body);
+  EXPECT_EQ(err->code, StatusCode::kAborted) << err->message;
+
+  // A pull of the old timeline that arrives later is refused as well; the new one is served.
+  Pull late = MakePull(2);
+  late.timeline = 1;
+  EXPECT_EQ(worker.Send(late).status().code(), StatusCode::kAborted);
+  worker.ExpectVersion(job, s, 1);
+  coordinator.Send(Shutdown{"done"});
+  EXPECT_TRUE(running.Join().ok());
 }
 
 TEST(ShardService, AShardWithoutAStoreRefusesARollbackAndServesOn) {

@@ -103,6 +103,7 @@ Status ParameterClient::WriteInitialRows() {
 
 Pull ParameterClient::MakeRowsPull(Step version) const {
   Pull pull{version, {}, WireDType::kFP32, std::nullopt, {}};
+  pull.timeline = pulling_->timeline;
   for (size_t t = 0; t < held_.size(); ++t) {
     pull.sparse.push_back({static_cast<uint32_t>(t), pulling_->reset_tables ? Step(0) : held_[t]});
   }
@@ -257,6 +258,7 @@ Status ParameterClient::AwaitPushes() {
 Status ParameterClient::StartPull(Step version, bool prefetch) {
   const size_t n = links_.size();
   pulling_ = PullInFlight{version,
+                          timeline_,
                           prefetch,
                           std::vector<size_t>(n),
                           std::vector<char>(n, 0),
@@ -304,7 +306,8 @@ StatusOr<Channel::Incoming> ParameterClient::ReceivePulled(size_t s, Coordinator
 }
 
 Status ParameterClient::PullInto(Step version, CoordinatorSession* session) {
-  if (pulling_.has_value() && pulling_->version != version) EPS_RETURN_IF_ERROR(Reconnect());
+  if (pulling_.has_value() && (pulling_->version != version || pulling_->timeline != timeline_))
+    EPS_RETURN_IF_ERROR(Reconnect());
   if (!pulling_.has_value()) EPS_RETURN_IF_ERROR(StartPull(version, /*prefetch=*/false));
   EPS_RETURN_IF_ERROR(pulling_->failed);
   for (size_t s = 0; s < links_.size(); ++s) {
@@ -383,6 +386,7 @@ std::vector<ChunkId> ParameterClient::NotPulled(size_t s) const {
 // any, and each chunk's place in it.
 Pull ParameterClient::MakePull(size_t s, Step version, std::vector<ChunkId> chunks) const {
   Pull pull{version, std::move(chunks), options_.weight_wire, std::nullopt, {}};
+  pull.timeline = pulling_->timeline;
   if (const ShmRegion* region = links_[s].pull_region.get()) {
     pull.shm = region->ref();
     for (ChunkId c : pull.chunks) pull.shm_offsets.push_back(pull_regions_.offset[c.value()]);

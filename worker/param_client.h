@@ -93,6 +93,11 @@ class ParameterClient {
   [[nodiscard]] Status SetModel(ModelRunner* model);
   bool model_holds_initial_values() const { return model_initial_; }
 
+  // The timeline of the plan the next pulls serve (StepPlan::timeline): every
+  // pull carries it, and a pull in flight of another timeline is dropped, not
+  // taken (docs/design.md, "Timelines").
+  void SetTimeline(uint64_t timeline) { timeline_ = timeline; }
+
   // Asks every shard for `version` now, before it is due: a shard answers each
   // pull group as soon as its chunks are stepped, so most bytes of w(t+1)
   // travel during the last VW's backward, and are in the model by the time
@@ -135,6 +140,7 @@ class ParameterClient {
   // A pull of one version sent to every shard, its replies being taken.
   struct PullInFlight {
     Step version;
+    uint64_t timeline;
     bool prefetch;                   // sent before it was due (Prefetch)
     std::vector<size_t> answers;     // by shard: replies not yet taken
     std::vector<char> expired;       // by shard: a prefetched group waited too long at the shard
@@ -182,6 +188,7 @@ class ParameterClient {
   ModelRunner* model_ = nullptr;
   bool model_initial_ = true;
   std::optional<PullInFlight> pulling_;
+  uint64_t timeline_ = 0;       // SetTimeline
   std::vector<char> pulled_;    // by chunk: came in the pull in flight
   std::vector<Step> held_;      // by sparse table: the version the model's rows are at
   std::vector<float> decoded_;  // a pulled chunk decoded from the weight wire dtype

@@ -551,7 +551,8 @@ class WorkerImpl final : public Worker {
                              plan->vw_lo,
                              plan->vw_hi,
                              0,
-                             0};
+                             0,
+                             plan->timeline};
           }
           break;
         case PlanKind::kEval:
@@ -687,6 +688,7 @@ class WorkerImpl final : public Worker {
   Status Train(const StepPlan& plan) {
     if (plan.vw_hi > spec_.virtual_workers) return InvalidArgument("plan names VWs beyond V");
     metrics_.PlanVws(plan.vw_hi - plan.vw_lo);
+    client_->SetTimeline(plan.timeline);
     Laps lap;
     const auto pull_start = std::chrono::steady_clock::now();
     EPS_RETURN_IF_ERROR(client_->PullInto(plan.step, session_.get()));
@@ -725,6 +727,7 @@ class WorkerImpl final : public Worker {
   }
 
   Status Evaluate(const StepPlan& plan) {
+    client_->SetTimeline(plan.timeline);
     EPS_RETURN_IF_ERROR(client_->PullInto(plan.step, nullptr));
     const int64_t lo = std::min(plan.eval_lo, test_.size), hi = std::min(plan.eval_hi, test_.size);
     EPS_ASSIGN_OR_RETURN(EvalStats stats, model_->Evaluate(test_, lo, hi, spec_.eval_batch));
