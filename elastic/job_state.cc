@@ -517,7 +517,9 @@ void JobState::StartStep(Step t) {
   step_ranges_.clear();
   if (HeldAt(t)) return EnterHold();
   phase_ = Phase::kTraining;
-  if (MembershipChanged() || lacks_capacity_) {
+  // No assignment at all (a coordinator that rolled back before any worker came back): assign,
+  // which pauses the step until workers can hold every VW, rather than start it with no work.
+  if (MembershipChanged() || lacks_capacity_ || assignment_.empty()) {
     if (!Assign()) return;  // paused until workers can hold every VW
   } else {
     MaybeReplan();

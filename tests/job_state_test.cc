@@ -2037,6 +2037,43 @@ TEST(JobStateDurable, ARollbackStartsATimelineThatTheShardsAndThePlansAfterItCar
   EXPECT_EQ(after.back().timeline, 2u);
 }
 
+// A restarted coordinator whose shards are more than a step apart (one
+// restarted from an older checkpoint meanwhile) rolls back before any worker
+// re-registered: the step it starts has no assignment yet, and the first ready
+// worker must get it (the job used to wait, with no work planned, until
+// --step_timeout_s failed it).
+TEST(JobStateDurable, ARollbackOnResumeBeforeAnyWorkerIsBackPlansTheFirstReadyWorker) {
+  Driver d;
+  JobState::Resumed r;
+  r.tensors = Model();
+  r.tensors.push_back(LossTensor());
+  r.steps = kSteps;
+  r.train_samples = kSamples;
+  r.test_samples = kSamples;
+  r.epoch = Epoch(1);
+  r.ranges = {{0, 4}, {4, 8}};
+  r.next_worker = 2;
+  r.timeline = 5;
+  d.state.Resume(r);
+  ASSERT_TRUE(d.state.OnShardRegistered(ShardId(0), "ipc:///s0", Step(4), Step(6)).ok());
+  ASSERT_TRUE(d.state.OnShardRegistered(ShardId(1), "ipc:///s1", Step(4), Step(4)).ok());
+  ASSERT_EQ(d.state.phase(), JobState::Phase::kRollingBack);
+  EXPECT_EQ(d.state.timeline(), 6u) << "the stored timeline, and one more for the rollback";
+  for (uint32_t s = 0; s < kShards; ++s) {
+    ASSERT_EQ(d.Rollbacks(s), std::vector<Step>{Step(4)});
+    ASSERT_TRUE(
+        d.state.OnRollbackDone(RollbackDone{ShardId(s), Step(4), Step(4), Step(4), StatusCode::kOk, ""})
+            .ok());
+  }
+  EXPECT_EQ(d.state.step(), Step(4));
+  const WorkerId w = d.AddWorker();
+  ASSERT_TRUE(d.Report(w).ok());
+  const StepPlan p = d.OnePlan(w, PlanKind::kTrain);
+  EXPECT_EQ(p.step, Step(4));
+  EXPECT_EQ(RangeOf(p), Range(0, kV));
+  EXPECT_EQ(p.timeline, 6u);
+}
+
 // A shard that comes back without state before every shard holds a
 // checkpoint leaves no step to roll back to: the job starts over from the
 // initial values (a worker pushes them again) and replays from step 0.

@@ -30,8 +30,8 @@ class DurableRun(RunDirTest):
             _reference["optimizer"] = r["optimizer_digest"]  # the momentum buffers
         return _reference["digest"]
 
-    def start_held(self, checkpoint_every, supervise=True):
-        """Starts the 2 x 2 job (local.sh, run dir self.dir) and holds it from step HOLD on; returns the job."""
+    def start_held(self, checkpoint_every, supervise=True, hold=HOLD):
+        """Starts the 2 x 2 job (local.sh, run dir self.dir) and holds it from step `hold` on; returns the job."""
         self.dir = self.run_dir("job")
         self.out = open(os.path.join(self.tmp, "local.out"), "w")
         job = subprocess.Popen([LOCAL, "--job", MLP, "--servers", "2", "--workers", "2", "--run-dir", self.dir,
@@ -39,7 +39,7 @@ class DurableRun(RunDirTest):
                                 "--"] + EXTRA, env=ENV, stdout=self.out, stderr=subprocess.STDOUT)
         self.procs.append(job)
         wait_for_file(os.path.join(self.dir, "coordinator.addr"), proc=job)
-        self.control(self.dir, "hold", f"--from-step={HOLD}")
+        self.control(self.dir, "hold", f"--from-step={hold}")
         return job
 
     def wait_for_kill_point(self, job, checkpoint_every):
@@ -102,6 +102,26 @@ class ShardCrash(DurableRun):
         result = read_result(self.dir)
         self.assertEqual(result["steps"], STEPS)
         self.assertEqual(result["params_sha256"], ref)
+
+    def test_coordinator_and_a_shard_killed_together_roll_back_on_resume_with_the_same_digest(self):
+        # Held at a step past a checkpoint: the restarted shard comes back from an older one than the other shard
+        # serves, so the restarted coordinator rolls back, before the idle workers are back.
+        ref = self.reference()
+        hold = HOLD + CHECKPOINT_EVERY // 2
+        job = self.start_held(CHECKPOINT_EVERY, hold=hold)
+        wait_for_event(self.dir, "step_completed", lambda e: e["step"] == hold - 1, timeout=180, proc=job)
+        os.kill(self.pid("coordinator"), signal.SIGKILL)
+        os.kill(self.pid("shard1"), signal.SIGKILL)
+        back = wait_for_event(self.dir, "rolling_back", timeout=180, proc=job)
+        self.assertLess(back["step"], hold)
+        self.control(self.dir, "release")
+        self.assertEqual(job.wait(timeout=300), 0, logs(self.dir))
+        self.out.close()
+        self.assertEqual(len(read_events(self.dir, "coordinator_resuming")), 1)
+        result = read_result(self.dir)
+        self.assertEqual(result["steps"], STEPS)
+        self.assertEqual(result["params_sha256"], ref)
+        self.assertEqual(result["optimizer_digest"], _reference["optimizer"])
 
     def test_shard_killed_mid_step_restarts_rolls_back_and_gives_the_same_digest(self):
         self.run_and_kill_shard(checkpoint_every=CHECKPOINT_EVERY)
