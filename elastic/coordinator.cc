@@ -438,7 +438,8 @@ class CoordinatorImpl final : public Coordinator {
       optimizer.Merge(*shard_digest);
       if (layout.sparse.empty()) continue;
       Pull rows{Step(summary.steps), {}};
-      for (uint32_t t = 0; t < layout.sparse.size(); ++t) rows.sparse.push_back({t, Step(0)});
+      // Since -1: every stored row, the ones --init_from seeded too.
+      for (uint32_t t = 0; t < layout.sparse.size(); ++t) rows.sparse.push_back({t, Step(-1)});
       EPS_ASSIGN_OR_RETURN(Envelope rows_reply, Call(ch.get(), Envelope{options_.token, rows},
                                                      std::chrono::milliseconds(30000)));
       auto* pulled_rows = std::get_if<PullReply>(&rows_reply.body);
