@@ -426,7 +426,7 @@ class CoordinatorImpl final : public Coordinator {
     const Layout& layout = state_.layout();
     const JobSummary summary = state_.Summary();
     ModelChunks chunks;
-    ModelTables tables;  // the sparse tables whole, from every shard's changed rows
+    ModelTables tables;  // the sparse tables whole, from every shard's stored rows
     SetDigest optimizer;  // the shards' optimizer state digests, added up
     for (uint32_t s = 0; s < spec.num_shards; ++s) {
       Channel::Options co;
@@ -446,7 +446,8 @@ class CoordinatorImpl final : public Coordinator {
       optimizer.Merge(*shard_digest);
       if (layout.sparse.empty()) continue;
       Pull rows{Step(summary.steps), {}};
-      for (uint32_t t = 0; t < layout.sparse.size(); ++t) rows.sparse.push_back({t, Step(0)});
+      // Since -1: every stored row, the ones --init_from seeded too.
+      for (uint32_t t = 0; t < layout.sparse.size(); ++t) rows.sparse.push_back({t, Step(-1)});
       EPS_ASSIGN_OR_RETURN(Envelope rows_reply, Call(ch.get(), Envelope{options_.token, rows},
                                                      std::chrono::milliseconds(30000)));
       auto* pulled_rows = std::get_if<PullReply>(&rows_reply.body);

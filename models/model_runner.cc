@@ -187,15 +187,7 @@ class TorchModelRunner final : public ModelRunner {
                                          "--init_from"));
     for (const InitDecision& d : decisions) {
       if (d.action != InitDecision::Action::kLoad) continue;
-      if (specs_[d.model_index].sparse) {
-        // A table's rows start from InitialRow on the shards (common/row_init.h), not from the
-        // model: a loaded value would be dropped without a word.
-        return Unimplemented(
-            "--init_from holds " + specs_[d.model_index].name +
-            ", a sparse table here: a sparse table cannot start from a file yet; "
-            "--sparse_optimizer=exact trains it as a dense tensor, which can, or --reinit='" +
-            specs_[d.model_index].name + "' starts it afresh");
-      }
+      // A sparse table too: the worker's parameter client seeds the shards with its rows.
       const std::string& bytes = file[d.file_index].bytes;
       EPS_RETURN_IF_ERROR(Write(d.model_index, 0, bytes.data(), bytes.size()));
     }

@@ -246,7 +246,8 @@ struct SparseRowsRef {
 
 # A pull's request for a sparse table's rows at the pull's version: those
 # changed by the steps after version `since` (a worker holding the table at
-# `since`; 0: every stored row).
+# `since`; 0: every row a step changed; -1: every stored row, the rows
+# --init_from seeded at version 0 too).
 struct SparseRead {
   table @0 :UInt32;
   since @1 :Int64;

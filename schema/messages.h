@@ -288,7 +288,8 @@ struct SparseRowBytes {
 };
 
 // A pull's request for a sparse table's rows at the pull's version: those
-// changed by the steps after version `since` (0: every row a step has changed).
+// changed by the steps after version `since` (0: every row a step has changed;
+// -1: every stored row, the ones --init_from seeded at version 0 too).
 struct SparseRead {
   uint32_t table = 0;
   Step since{0};

@@ -184,8 +184,9 @@ Status ShardState::SyncTables() {
       tables_.push_back(std::move(table).value());
     }
   }
-  // Before the initial values the tables are empty: version 0, as after them.
-  const Step want(std::max<int64_t>(version_.value(), 0));
+  // Before the initial values the tables are empty (-1: every checkpoint dropped, step 0's seeded
+  // rows too; the initial values seed them again).
+  const Step want = version_.value() < 0 ? Step(-1) : version_;
   for (size_t t = 0; t < tables_.size(); ++t) {
     Status st = tables_[t]->RollbackTo(want);  // also drops pushes of a step in progress
     if (st.code() == StatusCode::kNotFound) {
@@ -201,7 +202,6 @@ Status ShardState::SyncTables() {
 
 Status ShardState::ValidateSparse(const Push& push) const {
   if (push.sparse.empty()) return OkStatus();
-  if (push.step.value() < 0) return InvalidArgument("the initial values carry no sparse rows");
   std::vector<char> seen(tables_.size(), 0);
   for (const SparseRowBytes& r : push.sparse) {
     if (r.table >= tables_.size()) {
@@ -404,6 +404,19 @@ StatusOr<ShardState::PushOutcome> ShardState::HandlePush(const Push& push) {
 StatusOr<ShardState::PushOutcome> ShardState::HandleInit(const Push& push) {
   PushOutcome out;
   out.reply.step = push.step;
+  for (const SparseRowBytes& r : push.sparse) {  // rows seeded by --init_from
+    if (version_.value() >= 0) {
+      ++out.reply.duplicates;
+      continue;
+    }
+    std::vector<uint64_t> ids(r.rows);
+    if (r.rows > 0) std::memcpy(ids.data(), r.ids.data, r.ids.size);
+    EPS_RETURN_IF_ERROR(tables_[r.table]
+                            ->Seed(ids.data(), ids.size(), static_cast<const float*>(r.values.data),
+                                   r.values.size / sizeof(float))
+                            .WithContext(layout_->tensors[layout_->sparse[r.table]].name));
+    ++out.reply.accepted;
+  }
   for (const ChunkBytes& c : push.chunks) {
     ChunkSlot& s = slots_[c.chunk.value()];
     if (version_.value() >= 0 || s.current || KindOf(c.chunk) == TensorKind::kLoss) {
@@ -414,7 +427,9 @@ StatusOr<ShardState::PushOutcome> ShardState::HandleInit(const Push& push) {
     ++out.reply.accepted;
   }
   duplicates_ += out.reply.duplicates;
-  if (version_.value() >= 0) return out;
+  // A worker sends its seeded rows before its chunks, each push acknowledged: only a push
+  // without rows completes the initial values, so that they hold every seeded row.
+  if (version_.value() >= 0 || !push.sparse.empty()) return out;
   for (ChunkId id : mine_) {
     if (KindOf(id) != TensorKind::kLoss && !slots_[id.value()].current) return out;
   }
@@ -581,7 +596,7 @@ StatusOr<PullReply> ShardState::HandleSparsePull(const Pull& pull) {
   for (const SparseRead& read : pull.sparse) {
     if (read.table >= tables_.size())
       return InvalidArgument("sparse table " + std::to_string(read.table) + " does not exist");
-    if (read.since.value() < 0) return InvalidArgument("a sparse read since a negative version");
+    if (read.since.value() < -1) return InvalidArgument("a sparse read since a version below -1");
     SparseTable& table = *tables_[read.table];
     const size_t dim = static_cast<size_t>(layout_->tensors[layout_->sparse[read.table]].shape[1]);
     std::vector<uint64_t> ids;

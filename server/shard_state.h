@@ -86,7 +86,8 @@ SparseTableOptions ShardTableOptions(const JobSpec& spec, const OptimizerOptions
 // dense chunks' barrier and every table's are, and the tables are stepped
 // with it (lazy: only the touched rows). A pull of sparse rows (Pull::sparse)
 // names no chunk: it asks, per table, for the rows changed since a version the
-// worker holds, at the current version or the previous one (the rows the last
+// worker holds (since -1: every stored row, the seeded ones too), at the
+// current version or the previous one (the rows the last
 // step changed are kept at their old values for that), and waits for the step
 // in progress. The tables checkpoint with the state (CheckpointTables, before
 // the state's Snapshot of the same version) and follow its Restore, RollbackTo
@@ -119,7 +120,10 @@ class ShardState {
   };
   // Validates the whole push before it touches any state. Pushes for a step
   // already applied are dropped and counted as duplicates, as are blocks that
-  // overlap leaves already counted.
+  // overlap leaves already counted. The initial values (step -1) may carry
+  // rows of the tables that --init_from seeds (SparseTable::Seed): a worker
+  // sends them first, in pushes of their own, and then its chunks; only an
+  // initial push without rows completes version 0.
   StatusOr<PushOutcome> HandlePush(const Push& push);
 
   // Serves the current and the previous version, and of the step in

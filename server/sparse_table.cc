@@ -197,7 +197,49 @@ class SparseTableImpl final : public SparseTable {
       return AlreadyExists("sparse push for step " + std::to_string(step.value()) +
                            ", whose rows are already reduced");
     }
-    return reducer_.Add(block, ids, num_ids, values, num_values);
+    EPS_RETURN_IF_ERROR(reducer_.Add(block, ids, num_ids, values, num_values));
+    pushed_ = true;
+    return OkStatus();
+  }
+
+  Status Seed(const uint64_t* ids, size_t num_ids, const float* weights,
+              size_t num_values) override {
+    EPS_RETURN_IF_ERROR(Usable());
+    const std::string table = "sparse table " + std::to_string(o_.table_id);
+    if (version_.value() != 0 || pushed_ || pending_.has_value()) {
+      return FailedPrecondition(table + " takes seeded rows only at version 0 before any push (at " +
+                                std::to_string(version_.value()) + ")");
+    }
+    EPS_RETURN_IF_ERROR(ValidateSparseRows(ids, num_ids, num_values, o_.dim));
+    size_t added = 0;
+    for (size_t i = 0; i < num_ids; ++i) added += cache_.count(ids[i]) == 0 ? 1 : 0;
+    if (store_ == nullptr && cache_.size() + added > capacity_) {
+      return ResourceExhausted(table + " would hold " + std::to_string(cache_.size() + added) +
+                               " seeded rows, its memory budget of " +
+                               std::to_string(o_.memory_bytes) + " bytes (--shard_memory_mb) holds " +
+                               std::to_string(capacity_) + " and it has no store to spill to");
+    }
+    SpillBatch spill;
+    for (size_t i = 0; i < num_ids; ++i) {
+      auto it = cache_.find(ids[i]);
+      Row* row = nullptr;
+      std::unordered_map<uint64_t, Row> one;
+      if (it != cache_.end()) {
+        row = &it->second;
+        lru_.splice(lru_.begin(), lru_, row->lru);
+      } else {
+        row = &one[ids[i]];
+        row->data.assign(floats_, 0.0f);
+      }
+      std::memcpy(row->data.data(), weights + i * o_.dim, o_.dim * sizeof(float));
+      std::fill(row->data.begin() + static_cast<std::ptrdiff_t>(o_.dim), row->data.end(), 0.0f);
+      row->version = 0;
+      row->initialized = false;
+      row->dirty = true;
+      row->fresh = false;
+      if (it == cache_.end()) Admit(one.extract(ids[i]), &spill);  // also leaves the spill tier
+    }
+    return WriteSpill(spill);
   }
 
   bool StepComplete() const override { return pending_.has_value() || reducer_.complete(); }
@@ -275,6 +317,7 @@ class SparseTableImpl final : public SparseTable {
     version_ = Step(new_version);
     Log(std::move(pending_->ids));
     pending_.reset();
+    pushed_ = false;
     return WriteSpill(spill);
   }
 
@@ -422,11 +465,11 @@ class SparseTableImpl final : public SparseTable {
   Status RollbackTo(Step step) override {
     if (store_ != nullptr) {
       EPS_RETURN_IF_ERROR(store_->RollbackTo(step));
-    } else if (step.value() != 0) {
+    } else if (step.value() > 0) {
       return NotFound("a memory-only sparse table holds no checkpoint " +
                       std::to_string(step.value()));
     }
-    Reset(step);
+    Reset(Step(std::max<int64_t>(step.value(), 0)));
     return OkStatus();
   }
 
@@ -456,6 +499,7 @@ class SparseTableImpl final : public SparseTable {
     version_ = version;
     log_base_ = version;
     broken_ = false;
+    pushed_ = false;
   }
 
   // The rows `ids` (ascending, none cached) from the spill tier, the newest
@@ -630,6 +674,7 @@ class SparseTableImpl final : public SparseTable {
   std::deque<std::pair<Step, std::vector<uint64_t>>> log_;  // (version made, rows changed)
   Step log_base_{0};  // ChangedSince answers for versions >= this
   bool broken_ = false;
+  bool pushed_ = false;  // a push of the step in progress came (Seed is refused then)
   Stats stats_;
 };
 

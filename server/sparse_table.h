@@ -7,7 +7,9 @@
 // SparseRowStore (storage/sparse_store.h: RocksDB, a database of its own under
 // the shard's store directory), as ONE record holding the row's weights, its
 // optimizer moments and the version that last changed it. A row no step has
-// touched is stored nowhere: its value is InitialRow(init, seed, table, row).
+// touched is stored nowhere: its value is InitialRow(init, seed, table, row),
+// unless Seed gave it other weights at version 0 (--init_from): a seeded row is
+// stored, at version 0, with the moments of an untouched one.
 // The newest checkpoint's record of a row that has not changed since is its
 // value too (the cache drops such a row without writing it).
 //
@@ -47,8 +49,8 @@
 // checkpoint (incremental) with the manifest in one synced batch; reopening a
 // table, or RollbackTo(step), restores a held checkpoint's bits.
 //
-// Not yet wired into the shard, the protocol or the worker (docs/design.md,
-// "Sparse tables"). Not thread-safe: one owner (the shard's thread that steps
+// The shard's tables (server/shard_state.h; docs/design.md, "Sparse tables").
+// Not thread-safe: one owner (the shard's thread that steps
 // it) calls every method.
 #pragma once
 
@@ -147,6 +149,18 @@ class SparseTable {
   virtual Status ApplyStep(double lr, Rows* before) = 0;
   Status ApplyStep(double lr) { return ApplyStep(lr, nullptr); }
 
+  // Rows that start from other weights than the initializer's (an --init_from
+  // file's table; docs/models.md): at version 0, before any push, `ids`
+  // strictly ascending, weights[i*dim, (i+1)*dim) the row ids[i] starts from.
+  // Each becomes a stored row of version 0 (a later checkpoint of step 0 holds
+  // it; ChangedSince(v >= 0) does not name it) whose optimizer slots are an
+  // untouched row's; seeding a row again overwrites it. InvalidArgument: ids
+  // not ascending, a wrong number of values; FailedPrecondition: the table is
+  // past version 0 or has pushes; ResourceExhausted: a memory-only table whose
+  // budget does not hold the rows; store errors as ApplyStep's.
+  virtual Status Seed(const uint64_t* ids, size_t num_ids, const float* weights,
+                      size_t num_values) = 0;
+
   // ---- reads ----
 
   // Rows `ids` (any order, repeats allowed) at version(), to out[i*dim, (i+1)*dim).
@@ -156,7 +170,7 @@ class SparseTable {
   // (empty when since >= version()): from a log of the last changelog_versions
   // steps, or, for an older `since` (or one before the version the table was
   // opened or rolled back at), from every stored row's last-changed version
-  // (ScanRows: O(stored rows)).
+  // (ScanRows: O(stored rows)). Step(-1): every stored row, the seeded ones too.
   virtual StatusOr<std::vector<uint64_t>> ChangedSince(Step since) = 0;
 
   // Calls fn(row, version, floats) for every stored row (every row a step has
@@ -177,8 +191,10 @@ class SparseTable {
   virtual std::vector<Step> Checkpoints() const = 0;
   // As SparseRowStore::RetainFrom.
   virtual void RetainFrom(Step step) = 0;
-  // Replaces the state with checkpoint `step` (Step(0): the empty table) and
-  // deletes the newer ones; pushes in progress are dropped. NotFound: not held.
+  // Replaces the state with checkpoint `step` (Step(0) not held: the empty
+  // table) and deletes the newer ones; pushes in progress are dropped.
+  // Step(-1): the empty table before the job's initial values, every
+  // checkpoint deleted (step 0's seeded rows too). NotFound: not held.
   virtual Status RollbackTo(Step step) = 0;
 
   // ---- statistics ----

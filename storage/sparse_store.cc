@@ -272,7 +272,7 @@ class RocksSparseRowStore final : public SparseRowStore {
 
   Status RollbackTo(Step step) override {
     const bool held = std::find(steps_.begin(), steps_.end(), step) != steps_.end();
-    if (!held && step.value() != 0) {
+    if (!held && step.value() > 0) {
       return NotFound("sparse checkpoint " + std::to_string(step.value()) + " is not held in " +
                       path_);
     }
@@ -280,7 +280,7 @@ class RocksSparseRowStore final : public SparseRowStore {
     EPS_RETURN_IF_ERROR(Rocks(batch.DeleteRange(RangeBegin('S', table_), RangeEnd('S', table_)),
                               "dropping spilled rows"));
     std::vector<Step> kept;
-    if (!held) {  // step 0, before any checkpoint: nothing is stored at all
+    if (!held) {  // step 0 before any checkpoint, or -1: nothing is stored at all
       for (char kind : {'C', 'K'}) {
         EPS_RETURN_IF_ERROR(
             Rocks(batch.DeleteRange(RangeBegin(kind, table_), RangeEnd(kind, table_)),
@@ -315,8 +315,9 @@ class RocksSparseRowStore final : public SparseRowStore {
   Status ScanCheckpoint(
       Step step,
       const std::function<Status(uint64_t row, std::string_view record)>& fn) const override {
-    if (step == Step(0)) return OkStatus();  // the empty table
-    if (std::find(steps_.begin(), steps_.end(), step) == steps_.end()) {
+    const bool held = std::find(steps_.begin(), steps_.end(), step) != steps_.end();
+    if (step == Step(0) && !held) return OkStatus();  // the empty table
+    if (!held) {
       return NotFound("sparse checkpoint " + std::to_string(step.value()) + " is not held in " +
                       path_);
     }

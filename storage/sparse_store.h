@@ -107,7 +107,8 @@ class SparseRowStore {
   // Deletes every checkpoint newer than `step` and its records, and every
   // spilled record (one synced batch): the store then holds checkpoint `step`
   // as its newest. NotFound: `step` is not held (step 0 always is: the table
-  // before its first step, where no row is stored).
+  // before its first step, where no row is stored unless a checkpoint of step 0
+  // holds rows seeded then). Step(-1) deletes every record.
   virtual Status RollbackTo(Step step) = 0;
 
   // Calls fn(row, record) for every row the newest held checkpoint holds, in
@@ -115,7 +116,8 @@ class SparseRowStore {
   virtual Status ScanCheckpointed(
       const std::function<Status(uint64_t row, std::string_view record)>& fn) const = 0;
   // The same for held checkpoint `step` (each row's newest record at a step <=
-  // `step`); NotFound when `step` is not held (step 0 always is: no row).
+  // `step`); NotFound when `step` is not held (step 0 always is: no row, or the
+  // seeded rows a checkpoint of step 0 holds).
   virtual Status ScanCheckpoint(
       Step step, const std::function<Status(uint64_t row, std::string_view record)>& fn) const = 0;
 

@@ -256,10 +256,11 @@ TEST(ShardSparse, BadSparsePushesAreRefusedWholeAndChangeNothing) {
       {"a row short", MakePush(0, Block{0, 1}, dense, {Rows({2, 4}, two)})},
       {"no such table", MakePush(0, Block{0, 1}, dense, {Rows({2}, two, /*table=*/1)})},
       {"a table twice", MakePush(0, Block{0, 1}, dense, {Rows({2}, two), Rows({4}, two)})},
-      {"rows with the initial values", MakePush(-1, Block{0, 1}, {}, {Rows({2}, two)})},
+      // The initial values' rows (--init_from's, tests/shard_seed_test.cc) are checked alike.
+      {"a seeded row of shard 1", MakePush(-1, Block{0, 1}, {}, {Rows({3}, two)})},
   };
   const std::vector<std::string> reasons{"shard 1",     "beyond",         "ascending", "ascending",
-                                         "do not hold", "does not exist", "twice",     "initial"};
+                                         "do not hold", "does not exist", "twice",     "shard 1"};
   for (size_t k = 0; k < bad.size(); ++k) {
     auto out = state.HandlePush(bad[k].second);
     EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument) << bad[k].first;

@@ -76,13 +76,22 @@ size_t ParameterClient::PulledBytes(const Chunk& c) const {
 Status ParameterClient::SetModel(ModelRunner* model) {
   model_ = model;
   model_initial_ = true;
-  return WriteInitialRows();
+  // A table --init_from loaded holds the file's rows, which are its version 0 (the shards get
+  // them with the initial values): they stay.
+  seeded_.assign(layout_->sparse.size(), 0);
+  const std::vector<std::string>& loaded = model->init_report().loaded;
+  for (size_t t = 0; t < layout_->sparse.size(); ++t) {
+    const std::string& name = layout_->tensors[layout_->sparse[t]].name;
+    seeded_[t] = std::find(loaded.begin(), loaded.end(), name) != loaded.end();
+  }
+  return WriteInitialRows(/*seeded_too=*/false);
 }
 
-Status ParameterClient::WriteInitialRows() {
+Status ParameterClient::WriteInitialRows(bool seeded_too) {
   held_.assign(layout_->sparse.size(), Step(0));
   std::vector<float> rows;
   for (size_t t = 0; t < layout_->sparse.size(); ++t) {
+    if (seeded_[t] && !seeded_too) continue;
     const uint32_t i = layout_->sparse[t];
     const TensorSpec& spec = layout_->tensors[i];
     const size_t n = static_cast<size_t>(spec.shape[0]), dim = static_cast<size_t>(spec.shape[1]);
@@ -105,7 +114,9 @@ Pull ParameterClient::MakeRowsPull(Step version) const {
   Pull pull{version, {}, WireDType::kFP32, std::nullopt, {}};
   pull.timeline = pulling_->timeline;
   for (size_t t = 0; t < held_.size(); ++t) {
-    pull.sparse.push_back({static_cast<uint32_t>(t), pulling_->reset_tables ? Step(0) : held_[t]});
+    // From scratch: every stored row (since -1), the seeded ones too.
+    const Step from_scratch(seeded_[t] ? -1 : 0);
+    pull.sparse.push_back({static_cast<uint32_t>(t), pulling_->reset_tables ? from_scratch : held_[t]});
   }
   return pull;
 }
@@ -117,7 +128,7 @@ Status ParameterClient::WritePulledRows(size_t s, const std::vector<SparseRowByt
   if (p.rows_pulled[s] || rows.size() != held_.size())
     return ProtocolError("sparse rows that no pull asked for");
   if (p.reset_tables) {  // the first rows of a pull from scratch: the initial rows under them
-    EPS_RETURN_IF_ERROR(WriteInitialRows());
+    EPS_RETURN_IF_ERROR(WriteInitialRows(/*seeded_too=*/true));
     p.reset_tables = false;
   }
   p.rows_pulled[s] = 1;
@@ -448,6 +459,7 @@ Status ParameterClient::PushInitialValues() {
   // A prefetch (of a step >= 1) is of no use once the job starts over, and
   // its replies must not be written into the model the pushes below read.
   if (pulling_.has_value()) EPS_RETURN_IF_ERROR(Reconnect());
+  EPS_RETURN_IF_ERROR(PushSeededRows());
   for (size_t s = 0; s < links_.size(); ++s) {
     Push push{Epoch(0), Step(-1), Block{0, 1}, {}};
     for (const Chunk& c : layout_->chunks) {
@@ -462,6 +474,66 @@ Status ParameterClient::PushInitialValues() {
   // The chunks point into the model: wait for the replies before it changes.
   EPS_RETURN_IF_ERROR(AwaitPushes());
   LOG(INFO) << "pushed the initial parameters";
+  return OkStatus();
+}
+
+Status ParameterClient::PushSeededRows() {
+  // Pages whose frames stay within what every shard takes: a dense chunk's bytes (4 an element)
+  // plus 64 KiB (LargestLegitFrame), and at most 4 MiB.
+  size_t page_bytes = 0;
+  for (const Chunk& c : layout_->chunks) page_bytes = std::max(page_bytes, c.numel * sizeof(float));
+  page_bytes = std::clamp<size_t>(page_bytes, 64 << 10, 4 << 20);
+  constexpr size_t kPagesInFlight = 16;
+  size_t in_flight = 0;
+  size_t rows_sent = 0;
+  std::vector<float> initial;
+  for (size_t t = 0; t < layout_->sparse.size(); ++t) {
+    if (!seeded_[t]) continue;
+    const uint32_t i = layout_->sparse[t];
+    const TensorSpec& spec = layout_->tensors[i];
+    const size_t n = static_cast<size_t>(spec.shape[0]), dim = static_cast<size_t>(spec.shape[1]);
+    const size_t page_rows = std::max<size_t>(1, page_bytes / std::max(dim * sizeof(float), sizeof(uint64_t)));
+    const auto* model = static_cast<const float*>(model_->Data(i));
+    std::vector<std::vector<uint64_t>> ids(links_.size());
+    std::vector<std::vector<float>> values(links_.size());
+    auto send = [&](size_t s) -> Status {
+      Push page{Epoch(0), Step(-1), Block{0, 1}, {}};
+      SparseRowBytes rows;
+      rows.table = static_cast<uint32_t>(t);
+      rows.rows = static_cast<uint32_t>(ids[s].size());
+      auto held_ids = std::make_shared<std::vector<uint64_t>>(std::move(ids[s]));
+      auto held_values = std::make_shared<std::vector<float>>(std::move(values[s]));
+      rows.ids = {ChunkId(0), held_ids->data(), held_ids->size() * sizeof(uint64_t), held_ids};
+      rows.values = {ChunkId(0), held_values->data(), held_values->size() * sizeof(float),
+                     held_values};
+      ids[s].clear();
+      values[s].clear();
+      page.sparse.push_back(std::move(rows));
+      EPS_RETURN_IF_ERROR(SendPush(s, std::move(page)));
+      if (++in_flight < kPagesInFlight) return OkStatus();
+      in_flight = 0;
+      return AwaitPushes();
+    };
+    // Only the rows that are not their initializer's: the others need no storing.
+    initial.resize(dim);
+    for (size_t r = 0; r < n; ++r) {
+      InitialRow(RowInitializer{}, options_.seed, static_cast<uint32_t>(t), r, initial.data(), dim);
+      const float* row = model + r * dim;
+      if (std::memcmp(row, initial.data(), dim * sizeof(float)) == 0) continue;
+      const size_t s = ShardOfRow(r, layout_->num_shards).value();
+      ids[s].push_back(r);
+      values[s].insert(values[s].end(), row, row + dim);
+      ++rows_sent;
+      if (ids[s].size() == page_rows) EPS_RETURN_IF_ERROR(send(s));
+    }
+    for (size_t s = 0; s < links_.size(); ++s) {
+      if (!ids[s].empty()) EPS_RETURN_IF_ERROR(send(s));
+    }
+  }
+  // Every page acknowledged before any chunk: the push that completes a shard's initial values
+  // comes after its rows.
+  EPS_RETURN_IF_ERROR(AwaitPushes());
+  if (rows_sent > 0) LOG(INFO) << "pushed " << rows_sent << " rows --init_from seeds";
   return OkStatus();
 }
 

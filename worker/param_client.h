@@ -60,6 +60,10 @@ struct ParameterClientOptions {
 // for the rows changed since the version held (at t; the changed rows only),
 // writing them into the model. A pull of a version older than the one held (a
 // rollback) writes the initial rows again and asks for every changed row.
+// A table the model loaded from --init_from (its init_report) is seeded: its
+// version 0 is the file's rows, which SetModel leaves in the model, the
+// initial push sends to the shards (those not bit-equal to InitialRow, which
+// the shards then store), and a pull from scratch asks for again (since -1).
 //
 // Pushes: SendPush() counts a push as outstanding on its link, AwaitPushes()
 // collects every acknowledgement (taking the replies of a prefetch that come
@@ -168,8 +172,12 @@ class ParameterClient {
   Pull MakePull(size_t s, Step version, std::vector<ChunkId> chunks) const;
   // The pull of the sparse tables' rows changed since the versions held.
   Pull MakeRowsPull(Step version) const;
-  // Writes every sparse table's initial rows into the model (held_: 0).
-  Status WriteInitialRows();
+  // Writes the sparse tables' initial rows into the model (held_: 0): of every
+  // table, or of those --init_from did not seed (their rows are the file's).
+  Status WriteInitialRows(bool seeded_too);
+  // Pushes the rows of the seeded tables that are not their initializer's to
+  // their shards (step -1, pages of rows alone) and waits for the replies.
+  Status PushSeededRows();
   Status WritePulledRows(size_t s, const std::vector<SparseRowBytes>& rows);
   Status WritePulled(size_t s, const PullReply& reply);
   Status WritePulledChunk(size_t s, ChunkId id, const void* data, size_t size);
@@ -191,6 +199,7 @@ class ParameterClient {
   uint64_t timeline_ = 0;       // SetTimeline
   std::vector<char> pulled_;    // by chunk: came in the pull in flight
   std::vector<Step> held_;      // by sparse table: the version the model's rows are at
+  std::vector<char> seeded_;    // by sparse table: --init_from loaded it (SetModel)
   std::vector<float> decoded_;  // a pulled chunk decoded from the weight wire dtype
   // Regions of block partials: named by pushes not all acknowledged yet, and free for the next
   // blocks.

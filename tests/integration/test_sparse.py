@@ -1,7 +1,7 @@
 """Sparse tables (docs/design.md, "Sparse tables"): a TorchScript module whose nn.EmbeddingBag is created with
 sparse=True trains with the table on the shards as a sparse table: only the touched rows travel and are stepped, the
 rows beyond --shard_memory_mb spill to RocksDB, and the digest is the same for 1 x 1, 6 shards x 3 workers, a join
-plus a SIGKILL, and a shard SIGKILLed and rolled back."""
+plus a SIGKILL, and a shard SIGKILLed and rolled back; --init_from seeds a table with a file's rows."""
 import json
 import os
 import signal
@@ -9,8 +9,8 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import (BIN, ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_result, skip_or_fail,
-                     wait_for_event, wait_for_file)
+from harness import (BIN, ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_result, read_safetensors,
+                     skip_or_fail, wait_for_event, wait_for_file)
 
 TORCH_PY = os.environ.get("EPS_TORCH_PYTHON", "/usr/bin/python3")  # Debian's python3-torch
 ROWS, DIM = 1 << 16, 16
@@ -147,6 +147,68 @@ class SparseTables(RunDirTest):
         self.assertEqual(p.returncode, 0, p.stdout)
         with open(final, "rb") as a, open(older, "rb") as b:
             self.assertNotEqual(a.read(), b.read())
+
+    def test_d_init_from_seeds_the_table_and_the_bits_survive_a_join_a_kill_and_a_rollback(self):
+        """--init_from a trained job's export: the table starts from the file's rows (on the shards, spilled to
+        RocksDB), not from its initializer's; 1 x 1, 2 x 2 through a join and a worker SIGKILL, and 2 x 2 through a
+        shard SIGKILL and its rollback end on the same bits; --freeze keeps the table at the file's bits."""
+        self.train("source", 1, 1, ["--steps=10"])
+        source = os.path.join(self.tmp, "source.safetensors")
+        os.replace(os.path.join(self.run_dir("source"), "model.safetensors"), source)
+        # Another seed: every row of the file differs from the new job's initializer, so all 65,536 are seeded.
+        tune = ["--steps=20", "--seed=5", "--heartbeat_timeout_ms=1500"]
+        one = self.train("tune-1x1", 1, 1, [*tune, f"--init_from={source}"])
+        scratch = self.train("scratch", 1, 1, tune)
+        self.assertNotEqual(one["params_sha256"], scratch["params_sha256"])
+
+        def table(path):  # the table's bytes (the interpreter running the tests may have no numpy)
+            shape, raw = read_safetensors(path)[1]["emb.weight"]
+            self.assertEqual(shape, [ROWS, DIM])
+            return raw
+        loaded = table(source)
+        row = DIM * 4
+        # The rows fine-tuning did not touch are the file's, bit for bit; from scratch none is.
+        for name, want_most in (("tune-1x1", True), ("scratch", False)):
+            got = table(os.path.join(self.run_dir(name), "model.safetensors"))
+            same = sum(got[r * row:(r + 1) * row] == loaded[r * row:(r + 1) * row] for r in range(ROWS))
+            if want_most:
+                self.assertGreater(same, ROWS // 2, name)
+                self.assertLess(same, ROWS, f"{name}: no row trained")
+            else:
+                self.assertEqual(same, 0, name)
+
+        d = self.run_dir("tune-join")
+        cmd = [LOCAL, "--job", MLP, "--servers", "2", "--workers", "2", "--run-dir", d, "--", *self.job, *SPILL,
+               *tune, f"--init_from={source}"]
+        joined = self.run_with_join_and_sigkill(d, cmd)
+        self.assertGreaterEqual(joined["workers_seen"], 3)
+        self.assertEqual(joined["params_sha256"], one["params_sha256"], logs(d))
+        self.assertEqual(joined["optimizer_digest"], one["optimizer_digest"])
+
+        # A shard SIGKILLed after the checkpoint of step 10: the job rolls back to it, the workers pull the tables
+        # from scratch (the seeded rows from the shards' stores again).
+        d = self.run_dir("tune-rollback")
+        out = open(os.path.join(self.tmp, "rollback.out"), "w")
+        job = subprocess.Popen([LOCAL, "--job", MLP, "--servers", "2", "--workers", "2", "--run-dir", d,
+                                "--checkpoint-every", "5", "--supervise", "--", *self.job, *SPILL, *tune,
+                                f"--init_from={source}"], env=ENV, stdout=out, stderr=subprocess.STDOUT)
+        self.procs.append(job)
+        wait_for_file(os.path.join(d, "coordinator.addr"), proc=job)
+        self.control(d, "hold", "--from-step=12")
+        wait_for_event(d, "paused", lambda e: e["cause"] == "hold", proc=job)
+        with open(os.path.join(d, "pids", "shard1.pid")) as f:
+            os.kill(int(f.read()), signal.SIGKILL)
+        self.control(d, "release")
+        self.assertEqual(job.wait(timeout=600), 0, logs(d))
+        out.close()
+        self.assertEqual([e["step"] for e in read_events(d, "rolling_back")], [10], logs(d))
+        self.assertEqual(read_result(d)["params_sha256"], one["params_sha256"], logs(d))
+        self.assertEqual(read_result(d)["optimizer_digest"], one["optimizer_digest"])
+
+        # Frozen, the table is a dense tensor that takes no gradient: the file's bits at the end.
+        self.train("frozen", 1, 1, ["--steps=5", f"--init_from={source}", "--freeze=^emb"])
+        frozen = table(os.path.join(self.run_dir("frozen"), "model.safetensors"))
+        self.assertEqual(frozen, loaded)
 
 
 CRITEO = os.path.join(ROOT, "examples", "criteo")
