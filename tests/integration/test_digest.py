@@ -48,10 +48,15 @@ class DigestAcrossPlacements(RunDirTest):
         two = read_result(os.path.join(self.tmp, f"s2-w{PLACEMENTS[-1]}"))
         self.assertEqual(two["optimizer_digest"], ref["optimizer_digest"])
 
+    def short_job(self):
+        """The MLP job (its seed 7) for 20 steps on 2 workers, run once for the class (run_shared, in
+        self.shared_dir("steps20")): (returncode, output, result.json's dict)."""
+        return self.run_shared("steps20", job=MLP, workers=2, extra=["--steps=20"])
+
     def test_mlp_digest_depends_on_the_seed(self):
         # Guards the test itself: a digest that ignores training would make the tests above vacuous.
-        _, _, a = self.run_local("seed7", MLP, workers=1, extra=["--steps=20"])
-        _, _, b = self.run_local("seed8", MLP, workers=1, extra=["--steps=20", "--seed=8"])
+        _, _, a = self.short_job()
+        _, _, b = self.run_local("seed8", MLP, workers=2, extra=["--steps=20", "--seed=8"])
         self.assertNotEqual(a["params_sha256"], b["params_sha256"])
 
     def test_adagrad_same_digest_1x1_and_2_shards_x_3_workers(self):
@@ -65,8 +70,8 @@ class DigestAcrossPlacements(RunDirTest):
         self.assertNotEqual(sgd["params_sha256"], one["params_sha256"])
 
     def test_exported_model_holds_the_digested_parameters(self):
-        _, _, r = self.run_local("export", MLP, workers=2, extra=["--steps=20"])
-        with open(os.path.join(self.tmp, "export", "model.safetensors"), "rb") as f:
+        _, _, r = self.short_job()
+        with open(os.path.join(self.shared_dir("steps20"), "model.safetensors"), "rb") as f:
             blob = f.read()
         n = struct.unpack("<Q", blob[:8])[0]
         header, data = json.loads(blob[8:8 + n]), blob[8 + n:]
