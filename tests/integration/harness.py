@@ -26,7 +26,31 @@ BIN = os.environ.get("EPS_BIN", os.path.join(ROOT, "build", "bin"))
 LOCAL = os.path.join(ROOT, "launcher", "local.sh")
 MLP = os.path.join(ROOT, "examples", "fashion_mnist_mlp.flags")
 
-ENV = dict(os.environ, OMP_WAIT_POLICY="passive", EPS_BIN=BIN)
+# The environment of the job's processes as a user's shell would give it (test_cpu_kernels starts from this one).
+BARE_ENV = dict(os.environ, OMP_WAIT_POLICY="passive", EPS_BIN=BIN)
+DEFAULT_CPU_KERNELS = "x86-64-v3"  # common/cpu_kernels.h, kDefaultCpuKernels
+
+
+def cpu_kernels_environment(kernel_set=DEFAULT_CPU_KERNELS):
+    """The variables that select the CPU kernel set `kernel_set` as ApplyCpuKernels (common/cpu_kernels.h) leaves them
+    when it executes a program again: `elasticps kernels`' and EPS_CPU_KERNELS, its kCpuKernelsEnv. {} where
+    elasticps is not built (every test then fails on the missing binaries anyway)."""
+    try:
+        p = subprocess.run([os.path.join(BIN, "elasticps"), "kernels", f"--set={kernel_set}"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, timeout=60)
+    except OSError:
+        return {}
+    if p.returncode != 0:
+        return {}
+    return dict(dict(line.split("=", 1) for line in p.stdout.split()), EPS_CPU_KERNELS=kernel_set)
+
+
+# What the tests give the job's processes: BARE_ENV with the default CPU kernel set already selected, as a worker's
+# second run (after it executed itself again to apply the set) has it. A worker, eps_predict or eps_serve then applies
+# the set without executing itself again, which spares a second load of libtorch (about 1 s of CPU) per process: the
+# suite starts hundreds. The bits are the same (the same variables select the same kernels); test_cpu_kernels tests the
+# execution again, from BARE_ENV.
+ENV = dict(BARE_ENV, **cpu_kernels_environment())
 # CI (.ci/run with CI=true) runs every test: there a test that would skip fails, naming what is missing.
 IN_CI = os.environ.get("CI") == "true"
 
@@ -65,7 +89,40 @@ def requires(condition, why):
 
 
 class RunDirTest(unittest.TestCase):
-    """A test case with a temporary folder, removed at the end unless the test failed."""
+    """A test case with a temporary folder, removed at the end unless the test failed; and a folder of its class's for
+    the jobs several of its tests read (run_shared), removed after the class's last test unless one failed."""
+    _shared = None  # per class (set by run_shared): {"dir": its folder, "runs": {name: run_local's tuple}, "failed"}
+
+    @classmethod
+    def tearDownClass(cls):
+        shared = cls.__dict__.get("_shared")
+        if shared is None:
+            return
+        if shared["failed"] or os.environ.get("EPS_KEEP"):
+            print("shared run dirs kept in", shared["dir"])
+        else:
+            shutil.rmtree(shared["dir"], ignore_errors=True)
+        cls._shared = None
+
+    def run_shared(self, name, **kwargs):
+        """run_local(name, **kwargs) once for this test class: the first test that asks runs the job in the class's
+        folder, the others get the same (returncode, output, result dict or None) and read its run dir,
+        self.shared_dir(name), without writing to it. Only for jobs whose every argument is the same for each test
+        that asks (a failed job fails each of them)."""
+        shared = self._shared_runs()
+        if name not in shared["runs"]:
+            shared["runs"][name] = self._run_local_in(os.path.join(shared["dir"], name), name, **kwargs)
+        return shared["runs"][name]
+
+    def shared_dir(self, name):
+        """The run dir of run_shared's job `name`."""
+        return os.path.join(self._shared_runs()["dir"], name)
+
+    def _shared_runs(self):
+        cls = type(self)
+        if cls.__dict__.get("_shared") is None:
+            cls._shared = {"dir": tempfile.mkdtemp(prefix=f"eps-it-{cls.__name__}-"), "runs": {}, "failed": False}
+        return cls._shared
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="eps-it-")
@@ -83,6 +140,8 @@ class RunDirTest(unittest.TestCase):
                 p.kill()
                 p.wait(timeout=20)
         failed = self._failed()
+        if failed and type(self).__dict__.get("_shared") is not None:
+            type(self)._shared["failed"] = True
         if not failed and not os.environ.get("EPS_KEEP"):
             shutil.rmtree(self.tmp, ignore_errors=True)
         else:
@@ -112,17 +171,22 @@ class RunDirTest(unittest.TestCase):
         return d
 
     def run_local(self, name, job=MLP, servers=1, workers=1, extra=(), timeout=600, expect_ok=True, slowdowns=None,
-                  launcher=()):
-        """Runs launcher/local.sh (with the options `launcher`) to the end; returns (returncode, output, result
-        dict or None)."""
-        d = self.run_dir(name)
+                  launcher=(), env=ENV):
+        """Runs launcher/local.sh (with the options `launcher`, in the environment `env`) to the end, in the run dir
+        self.run_dir(name); returns (returncode, output, result dict or None)."""
+        return self._run_local_in(self.run_dir(name), name, job, servers, workers, extra, timeout, expect_ok,
+                                  slowdowns, launcher, env)
+
+    def _run_local_in(self, d, name, job=MLP, servers=1, workers=1, extra=(), timeout=600, expect_ok=True,
+                      slowdowns=None, launcher=(), env=ENV):
+        os.makedirs(d, exist_ok=True)
         cmd = [LOCAL, "--job", job, "--servers", str(servers), "--workers", str(workers), "--run-dir", d,
                *launcher]
         if slowdowns:
             cmd += ["--slowdowns", slowdowns]
         if extra:
             cmd += ["--"] + list(extra)
-        p = subprocess.run(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            timeout=timeout)
         result = read_result(d)
         if expect_ok:

@@ -7,15 +7,16 @@ run on any x86-64 host with AVX2, so the test runs on every host the default set
 import os
 import subprocess
 
-from harness import (BIN, ENV, LOCAL, MLP, RunDirTest, read_events, read_report, read_result, read_text,
+from harness import (BARE_ENV, BIN, LOCAL, MLP, RunDirTest, read_events, read_report, read_result, read_text,
                      wait_for_event, wait_for_file, worker_ids_of_pid)
 
 STEPS = 100
 
 
 def env_with(**values):
-    """The tests' environment with these variables set (None: removed)."""
-    env = dict(ENV)
+    """The environment of a user's shell (BARE_ENV: no kernel set selected yet, unlike the other tests' ENV) with
+    these variables set (None: removed)."""
+    env = dict(BARE_ENV)
     for k, v in values.items():
         if v is None:
             env.pop(k, None)
@@ -51,7 +52,7 @@ class CpuKernels(RunDirTest):
         return p
 
     def test_workers_whose_environments_ask_for_other_kernels_end_on_the_one_worker_digest(self):
-        _, _, ref = self.run_local("ref", MLP, workers=1, extra=[f"--steps={STEPS}"])
+        _, _, ref = self.run_local("ref", MLP, workers=1, extra=[f"--steps={STEPS}"], env=BARE_ENV)
         self.assertEqual(ref["cpu_kernels"], "x86-64-v3")
         # Without the pin these two would compute with OpenBLAS's Nehalem and Haswell kernels: other bits.
         d, job = self.start_held("mixed", env_with(OPENBLAS_CORETYPE="Nehalem", ATEN_CPU_CAPABILITY="default"))
@@ -74,8 +75,8 @@ class CpuKernels(RunDirTest):
         self.assertEqual(r["params_sha256"], ref["params_sha256"])
 
     def test_a_worker_that_cannot_apply_the_kernels_is_refused_and_the_job_goes_on(self):
-        _, _, ref = self.run_local("ref", MLP, workers=1, extra=[f"--steps={STEPS}"])
-        d, job = self.start_held("refused", ENV)
+        _, _, ref = self.run_local("ref", MLP, workers=1, extra=[f"--steps={STEPS}"], env=BARE_ENV)
+        d, job = self.start_held("refused", BARE_ENV)
         # As on a host whose CPU cannot run the job's set: the worker applies none and says what it runs.
         p = self.attach(d, env_with(OPENBLAS_CORETYPE="Nehalem"), "--testing_skip_cpu_kernels")
         self.assertEqual(p.wait(timeout=120), 5, read_text(f"{d}/attached.log"))
@@ -92,8 +93,8 @@ class CpuKernels(RunDirTest):
 
     def test_a_job_of_another_set_runs_its_workers_again_with_it_and_keeps_one_digest(self):
         flags = [f"--steps={STEPS}", "--cpu_kernels=x86-64-v2"]
-        _, _, one = self.run_local("v2x1", MLP, workers=1, extra=flags)
-        _, _, two = self.run_local("v2x2", MLP, workers=2, extra=flags)
+        _, _, one = self.run_local("v2x1", MLP, workers=1, extra=flags, env=BARE_ENV)
+        _, _, two = self.run_local("v2x2", MLP, workers=2, extra=flags, env=BARE_ENV)
         self.assertEqual((one["cpu_kernels"], two["cpu_kernels"]), ("x86-64-v2", "x86-64-v2"))
         self.assertEqual(one["params_sha256"], two["params_sha256"])
         d = os.path.join(self.tmp, "v2x2")

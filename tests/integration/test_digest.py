@@ -9,13 +9,18 @@ from harness import MLP, RunDirTest, read_metrics, read_result
 
 # (workers) placements of V = 8 virtual workers: 1x8, 2x4, 4x2, 8x1 and an uneven 3-way split (3, 3, 2).
 PLACEMENTS = [1, 2, 4, 8, 3]
+# On two shards, the kinds docs/design.md names (1xV, Vx1, an uneven split): the (3, 3, 2) workers push partials of
+# aligned blocks of 1 and 2 VWs, through the TreeReducer whose blocks of 2 and 4 the even splits 4x2 and 2x4 push; those
+# two run on one shard above.
+TWO_SHARD_PLACEMENTS = [1, 8, 3]
 
 
 class DigestAcrossPlacements(RunDirTest):
-    def digests(self, servers, steps=200):
-        """Runs every placement; returns their digests once their metrics.csv training curves are checked equal."""
+    def digests(self, servers, steps=200, placements=PLACEMENTS):
+        """Runs each placement (the first is the reference of the others' curves; the last, the uneven split); returns
+        their digests once their metrics.csv training curves are checked equal."""
         out, curves = {}, {}
-        for w in PLACEMENTS:
+        for w in placements:
             _, _, r = self.run_local(f"s{servers}-w{w}", MLP, servers=servers, workers=w, extra=[f"--steps={steps}"])
             self.assertEqual(r["steps"], steps)
             self.assertEqual(r["virtual_workers"], 8)
@@ -25,8 +30,8 @@ class DigestAcrossPlacements(RunDirTest):
             self.assertAlmostEqual(rows[-1]["test_accuracy"], r["test_accuracy"], places=6)  # at the end only
             self.assertEqual([row["step"] for row in rows if row["test_accuracy"] is not None], [steps])
             curves[w] = rows
-        for w in PLACEMENTS[1:]:
-            self.assertSameTrainingCurve(curves[w], curves[PLACEMENTS[0]], f"{w} workers against {PLACEMENTS[0]}:")
+        for w in placements[1:]:
+            self.assertSameTrainingCurve(curves[w], curves[placements[0]], f"{w} workers against {placements[0]}:")
         return out
 
     def test_mlp_one_shard_every_placement_same_digest(self):
@@ -39,19 +44,24 @@ class DigestAcrossPlacements(RunDirTest):
                 self.assertIn("computing on CPUs 0", f.read())
         self.assertEqual(len(set(d.values())), 1, d)
 
-    def test_mlp_two_shards_every_placement_same_digest_as_one_shard(self):
-        d = self.digests(2, steps=100)  # the one-shard test runs the whole 200
+    def test_mlp_two_shards_placements_same_digest_as_one_shard(self):
+        d = self.digests(2, steps=100, placements=TWO_SHARD_PLACEMENTS)  # the one-shard test runs the whole 200
         _, _, ref = self.run_local("s1-w1-ref", MLP, servers=1, workers=1, extra=["--steps=100"])
         d["1 shard"] = ref["params_sha256"]
         self.assertEqual(len(set(d.values())), 1, d)
         # The optimizer state too (momentum), summed over shards holding other chunks.
-        two = read_result(os.path.join(self.tmp, f"s2-w{PLACEMENTS[-1]}"))
+        two = read_result(os.path.join(self.tmp, f"s2-w{TWO_SHARD_PLACEMENTS[-1]}"))
         self.assertEqual(two["optimizer_digest"], ref["optimizer_digest"])
+
+    def short_job(self):
+        """The MLP job (its seed 7) for 20 steps on 2 workers, run once for the class (run_shared, in
+        self.shared_dir("steps20")): (returncode, output, result.json's dict)."""
+        return self.run_shared("steps20", job=MLP, workers=2, extra=["--steps=20"])
 
     def test_mlp_digest_depends_on_the_seed(self):
         # Guards the test itself: a digest that ignores training would make the tests above vacuous.
-        _, _, a = self.run_local("seed7", MLP, workers=1, extra=["--steps=20"])
-        _, _, b = self.run_local("seed8", MLP, workers=1, extra=["--steps=20", "--seed=8"])
+        _, _, a = self.short_job()
+        _, _, b = self.run_local("seed8", MLP, workers=2, extra=["--steps=20", "--seed=8"])
         self.assertNotEqual(a["params_sha256"], b["params_sha256"])
 
     def test_adagrad_same_digest_1x1_and_2_shards_x_3_workers(self):
@@ -65,8 +75,8 @@ class DigestAcrossPlacements(RunDirTest):
         self.assertNotEqual(sgd["params_sha256"], one["params_sha256"])
 
     def test_exported_model_holds_the_digested_parameters(self):
-        _, _, r = self.run_local("export", MLP, workers=2, extra=["--steps=20"])
-        with open(os.path.join(self.tmp, "export", "model.safetensors"), "rb") as f:
+        _, _, r = self.short_job()
+        with open(os.path.join(self.shared_dir("steps20"), "model.safetensors"), "rb") as f:
             blob = f.read()
         n = struct.unpack("<Q", blob[:8])[0]
         header, data = json.loads(blob[8:8 + n]), blob[8 + n:]

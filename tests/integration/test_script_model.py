@@ -50,14 +50,18 @@ class ScriptModels(RunDirTest):
         return self.run_local(name, MLP, servers=2, workers=workers,
                               extra=[f"--model={self.model(model)}", *JOB, *extra], **kw)
 
+    def net(self, workers):
+        """The user's Net on 2 shards x `workers` workers (JOB), run once for the class (run_shared): (returncode,
+        output, result.json's dict); its run dir is self.shared_dir(f"net-w{workers}")."""
+        return self.run_shared(f"net-w{workers}", job=MLP, servers=2, workers=workers,
+                               extra=[f"--model={self.model('net')}", *JOB])
+
     def reference(self):
-        """The user's Net on 2 shards x 1 worker (JOB): its result.json's dict, run once per module."""
-        if "net-w1" not in _models:
-            _models["net-w1"] = self.run_model("net-w1", "net", 1)[2]
-        return _models["net-w1"]
+        """The user's Net on 2 shards x 1 worker (JOB): its result.json's dict, run once for the class."""
+        return self.net(1)[2]
 
     def test_a_user_module_gives_the_same_digest_over_1x8_2x4_and_3_uneven_workers(self):
-        results = {w: self.run_model(f"net-w{w}", "net", w)[2] for w in (2, 3)}
+        results = {w: self.net(w)[2] for w in (2, 3)}
         results[1] = self.reference()
         for w, r in results.items():
             self.assertEqual(r["steps"], 24, w)
@@ -123,8 +127,8 @@ np.save("{d}/parity.npy", rng.integers(0, 2, n).astype(np.int64))
         self.assertNotEqual(a["buffers_sha256"], EMPTY_SHA256)
 
     def test_d_the_exports_load_in_python_and_give_the_jobs_evaluation(self):
-        _, _, r = self.run_model("export", "net", 2)
-        d = os.path.join(self.tmp, "export")
+        _, _, r = self.net(2)  # test_a's job on 2 workers
+        d = self.shared_dir("net-w2")
         for name in ("model.safetensors", "model.pt", "model.script.pt"):
             self.assertTrue(os.path.exists(os.path.join(d, name)), name)
         # In Python: torch.load(model.pt) into the original module, torch.jit.load(model.script.pt) as it is.
@@ -192,8 +196,9 @@ np.save("{d}/parity.npy", rng.integers(0, 2, n).astype(np.int64))
         self.assertIsNotNone(r)
         report = read_report(os.path.join(self.tmp, "nondet", "logs", "worker0.json"))
         self.assertTrue(any(w.startswith("nondeterministic module") for w in report["warnings"]), report)
-        _, _, ok = self.run_model("det", "net", 1, ["--steps=2"])
-        report = read_report(os.path.join(self.tmp, "det", "logs", "worker0.json"))
+        # The deterministic Net (the reference's job) is warned of nothing.
+        self.reference()
+        report = read_report(os.path.join(self.shared_dir("net-w1"), "logs", "worker0.json"))
         self.assertEqual(report["warnings"], [])
 
 

@@ -4,6 +4,7 @@ rows beyond --shard_memory_mb spill to RocksDB, and the digest is the same for 1
 plus a SIGKILL, and a shard SIGKILLed and rolled back; --init_from seeds a table with a file's rows."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -79,6 +80,11 @@ class SparseTables(RunDirTest):
         _, _, r = self.run_local(name, MLP, servers=servers, workers=workers, extra=[*self.job, *extra])
         return r
 
+    def reference80(self):
+        """The job for 80 steps on 1 x 1, the reference of test_b and test_c: run once for the class (run_shared);
+        returns its result.json's dict."""
+        return self.run_shared("reference80", job=MLP, servers=1, workers=1, extra=[*self.job, "--steps=80"])[2]
+
     def test_a_the_bits_are_the_same_for_every_placement_with_rows_spilled(self):
         reference = self.train("1x1", 1, 1)
         # 6 shards for the model's 5 dense chunks (the loss among them): a shard holds only table rows.
@@ -99,10 +105,10 @@ class SparseTables(RunDirTest):
         self.assertGreater((exact["push_bytes"] + exact["pull_bytes"]) / exact["steps"], 1.9 * table)
 
     def test_b_a_join_and_a_worker_sigkill_change_no_bit(self):
-        reference = self.train("reference", 1, 1, ["--steps=60", "--heartbeat_timeout_ms=1500"])
+        reference = self.reference80()  # test_c's (the heartbeat timeout is timing only, never bits)
         d = self.run_dir("job")
         cmd = [LOCAL, "--job", MLP, "--servers", "2", "--workers", "2", "--run-dir", d, "--", *self.job, *SPILL,
-               "--steps=60", "--heartbeat_timeout_ms=1500"]
+               "--steps=80", "--heartbeat_timeout_ms=1500"]
         result = self.run_with_join_and_sigkill(d, cmd)
         self.assertGreaterEqual(result["workers_seen"], 3)
         self.assertEqual(result["params_sha256"], reference["params_sha256"], logs(d))
@@ -110,7 +116,7 @@ class SparseTables(RunDirTest):
 
     def test_c_a_shard_sigkilled_with_rows_spilled_rolls_back_to_the_same_bits(self):
         steps = ["--steps=80"]
-        reference = self.train("reference", 1, 1, steps)
+        reference = self.reference80()
         d = self.run_dir("job")
         out = open(os.path.join(self.tmp, "local.out"), "w")
         job = subprocess.Popen([LOCAL, "--job", MLP, "--servers", "2", "--workers", "2", "--run-dir", d,
@@ -219,16 +225,32 @@ class Criteo(RunDirTest):
     """examples/criteo: the DLRM-style model on synthetic Criteo-format logs (--data_format=criteo): the categories
     hashed into its sparse=True table, the same bits on 1 x 1 and on 2 shards x 3 workers with rows spilled."""
 
-    def setUp(self):
-        super().setUp()
-        d = self.tmp
+    @classmethod
+    def setUpClass(cls):
+        """The model and the data files, written once for the class into a folder of its own (their scripts are
+        deterministic): cls.data, or cls.failed, the command that failed and its output."""
+        cls.data = tempfile.mkdtemp(prefix="eps-criteo-")
+        cls.failed = None
+        d = cls.data
         steps = [[TORCH_PY, os.path.join(CRITEO, "dlrm.py"), f"{d}/dlrm.pt", "--rows", str(CRITEO_ROWS)],
                  [TORCH_PY, os.path.join(CRITEO, "synth.py"), "--rows", "3000", "--out", f"{d}/train.txt"],
                  [TORCH_PY, os.path.join(CRITEO, "synth.py"), "--rows", "500", "--seed", "2", "--out", f"{d}/test.txt"]]
         for cmd in steps:
             p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
             if p.returncode != 0:
-                skip_or_fail(self, f"{cmd[1]} failed: {p.stdout[-2000:]}")
+                cls.failed = f"{cmd[1]} failed: {p.stdout[-2000:]}"
+                break
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.data, ignore_errors=True)
+        super().tearDownClass()
+
+    def setUp(self):
+        super().setUp()
+        if self.failed:
+            skip_or_fail(self, self.failed)
+        d = self.data
         self.job = [f"--model={d}/dlrm.pt", f"--train_data={d}/train.txt", f"--test_data={d}/test.txt",
                     f"--hash_buckets={CRITEO_ROWS}", "--steps=30", "--batch_per_vw=16", "--eval_batch=250"]
 
@@ -256,7 +278,7 @@ class Criteo(RunDirTest):
         # `elasticps evaluate` rebuilds the model from its export (the table's rows from the metadata) and hashes the
         # categories as the job did: the job's own test accuracy.
         p = subprocess.run([f"{BIN}/elasticps", "evaluate", "--model", f"{self.run_dir('builtin-1x1')}/model.safetensors",
-                            "--data", f"{self.tmp}/test.txt", "--data-format", "criteo", "--batch", "250", "--json"],
+                            "--data", f"{self.data}/test.txt", "--data-format", "criteo", "--batch", "250", "--json"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr[-2000:])
         self.assertEqual(json.loads(p.stdout.strip().splitlines()[-1])["accuracy"], one["test_accuracy"])

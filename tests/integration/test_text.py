@@ -29,6 +29,11 @@ class TextTransformer(RunDirTest):
     def run_text(self, name, workers, extra=(), **kw):
         return self.run_local(name, JOB_FILE, servers=1, workers=workers, extra=[*JOB, *extra], **kw)
 
+    def reference60(self):
+        """The job for 60 steps on 2 workers, the reference of test_b and test_e: run once for the class (run_shared,
+        in self.shared_dir("ref")); returns its result.json's dict."""
+        return self.run_shared("ref", job=JOB_FILE, servers=1, workers=2, extra=[*JOB, "--steps=60"])[2]
+
     def test_a_two_placements_train_the_same_bits_with_the_same_vocabulary(self):
         _, _, one = self.run_text("w1", 1)
         _, _, two = self.run_text("w2", 2)
@@ -57,14 +62,14 @@ class TextTransformer(RunDirTest):
         self.assertNotEqual(other["params_sha256"], one["params_sha256"])
 
     def test_b_a_join_and_a_sigkill_keep_the_bits(self):
-        _, _, reference = self.run_text("ref", 2, extra=["--steps=60"])
+        reference = self.reference60()
         d = self.run_dir("job")
         cmd = [LOCAL, "--job", JOB_FILE, "--servers", "1", "--workers", "2", "--run-dir", d, "--", *JOB,
                "--steps=60"]
         result = self.run_with_join_and_sigkill(d, cmd, timeout=300)
         self.assertGreaterEqual(result["workers_seen"], 3)
         self.assertEqual(result["params_sha256"], reference["params_sha256"], logs(d))
-        self.assertEqual(read_vocab(d), read_vocab(os.path.join(self.tmp, "ref")))
+        self.assertEqual(read_vocab(d), read_vocab(self.shared_dir("ref")))
 
     def test_c_a_test_label_outside_the_training_set_fails_at_start(self):
         d = self.run_dir("data")
@@ -122,7 +127,7 @@ class TextTransformer(RunDirTest):
 
 
     def test_e_a_restarted_coordinator_tokenizes_with_the_stored_vocabulary(self):
-        _, _, reference = self.run_text("ref", 2, extra=["--steps=60"])
+        reference = self.reference60()
         d = self.run_dir("job")
         job = subprocess.Popen([LOCAL, "--job", JOB_FILE, "--servers", "1", "--workers", "2", "--run-dir", d,
                                 "--checkpoint-every", "10", "--supervise", "--", *JOB, "--steps=60"],

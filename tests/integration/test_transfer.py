@@ -4,9 +4,7 @@ nothing is pushed for them; the bits stay independent of the placement; bad tran
 clearly, before training or as a failed job."""
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 import unittest
 
 from harness import ENV, ROOT, RunDirTest, logs, read_events, read_report, read_safetensors, requires
@@ -17,38 +15,28 @@ STEPS = 8
 
 
 class Transfer(RunDirTest):
-    @classmethod
-    def setUpClass(cls):
-        cls.sources = None  # the source job's exports, kept in a folder of the class's
-
-    @classmethod
-    def tearDownClass(cls):
-        if cls.sources is not None:
-            shutil.rmtree(cls.sources, ignore_errors=True)
-
     def source(self, name="model.safetensors"):
-        """The model every fine-tuning job starts from: the CNN after a few steps (run once for the class; its
-        exports are copied out of the run dir of the test that ran it). Returns the path of its export `name`."""
-        cls = type(self)
-        if cls.sources is None:
-            self.run_local("source", CNN, workers=1, extra=[*SMALL, "--steps=6"])
-            sources = tempfile.mkdtemp(prefix="eps-transfer-source-")
-            for export in ("model.safetensors", "model.pt"):
-                shutil.copy(os.path.join(self.run_dir("source"), export), sources)
-            cls.sources = sources
-        return os.path.join(cls.sources, name)
+        """The model every fine-tuning job starts from: the CNN after a few steps (run once for the class:
+        run_shared). Returns the path of its export `name`."""
+        self.run_shared("source", job=CNN, workers=1, extra=[*SMALL, "--steps=6"])
+        return os.path.join(self.shared_dir("source"), name)
 
-    def finetune(self, name, init, workers=1, extra=()):
-        return self.run_local(name, CNN, workers=workers,
-                              extra=[*SMALL, f"--steps={STEPS}", f"--init_from={init}", "--reinit=^fc2\\.",
-                                     "--seed=5", *extra])
+    def finetune(self, name, init, workers=1, extra=(), shared=False):
+        """The fine-tuning job from `init`; shared: run once for the class (run_shared), in self.shared_dir(name)."""
+        run = self.run_shared if shared else self.run_local
+        return run(name, job=CNN, workers=workers,
+                   extra=[*SMALL, f"--steps={STEPS}", f"--init_from={init}", "--reinit=^fc2\\.", "--seed=5", *extra])
+
+    def frozen(self):
+        """finetune() from source() on 1 worker with the convolutions frozen, for test_a and test_b: run once."""
+        return self.finetune("frozen", self.source(), extra=["--freeze=^conv"], shared=True)
 
     def test_a_frozen_tensors_keep_the_loaded_bits_and_push_nothing(self):
         init = self.source()
         _, loaded = read_safetensors(init)
-        _, _, frozen = self.finetune("frozen", init, extra=["--freeze=^conv"])
+        _, _, frozen = self.frozen()
         _, _, whole = self.finetune("whole", init)
-        _, got = read_safetensors(os.path.join(self.run_dir("frozen"), "model.safetensors"))
+        _, got = read_safetensors(os.path.join(self.shared_dir("frozen"), "model.safetensors"))
         _, trained = read_safetensors(os.path.join(self.run_dir("whole"), "model.safetensors"))
         for name in ("conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias"):
             self.assertEqual(got[name], loaded[name], f"{name} changed though frozen")
@@ -56,7 +44,7 @@ class Transfer(RunDirTest):
         for name in ("fc1.weight", "fc2.weight"):
             self.assertNotEqual(got[name], loaded[name], f"{name} did not train")
         # What the report says the model took: all but the head, which started afresh.
-        report = read_report(os.path.join(self.run_dir("frozen"), "logs", "worker0.json"))
+        report = read_report(os.path.join(self.shared_dir("frozen"), "logs", "worker0.json"))
         self.assertEqual(report["init"]["loaded"],
                          ["conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "fc1.weight", "fc1.bias"])
         self.assertEqual(report["init"]["reinit"], ["fc2.weight", "fc2.bias"])
@@ -68,8 +56,8 @@ class Transfer(RunDirTest):
         self.assertEqual(whole["push_bytes"] - frozen["push_bytes"], STEPS * conv)
         # Nor pulled: every pull (one a step, and the evaluation's) leaves them out. (A prefetch that waited too
         # long at a loaded shard is pulled again, in part: then the bytes say nothing exact.)
-        again = sum(read_report(os.path.join(self.run_dir(n), "logs", "worker0.json"))["prefetches_pulled_again"]
-                    for n in ("frozen", "whole"))
+        again = sum(read_report(os.path.join(d, "logs", "worker0.json"))["prefetches_pulled_again"]
+                    for d in (self.shared_dir("frozen"), self.run_dir("whole")))
         fewer = whole["pull_bytes"] - frozen["pull_bytes"]
         if again == 0:
             self.assertGreaterEqual(fewer, STEPS * conv)
@@ -77,7 +65,7 @@ class Transfer(RunDirTest):
 
     def test_b_the_bits_do_not_depend_on_the_placement(self):
         init = self.source()
-        _, _, one = self.finetune("one", init, workers=1, extra=["--freeze=^conv"])
+        _, _, one = self.frozen()  # test_a's job
         _, _, two = self.finetune("two", init, workers=2, extra=["--freeze=^conv"])
         self.assertEqual(two["params_sha256"], one["params_sha256"], logs(self.run_dir("two")))
         # And a model.pt works as a model.safetensors does.
