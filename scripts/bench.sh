@@ -40,7 +40,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # A new section: scripts/bench/NAME.py (ending with common.main(run)) and NAME here.
-all_sections=(vw elastic transfer wire ps_share ddp scaling hetero durable observe limits network usermodel freeze zoo kernels scale sparse python harvest)
+all_sections=(vw elastic transfer wire ps_share ddp scaling hetero durable observe limits network usermodel freeze zoo kernels scale sparse python harvest recovery)
 named_only=(soak storm)
 only="" steps=300 minutes=60 setup=1
 while [ $# -gt 0 ]; do
