@@ -201,9 +201,10 @@ Push MakePush(int64_t step, std::vector<ChunkBytes> chunks, std::vector<SparseRo
   return p;
 }
 
+// The push owns its values (the shard reads them after this returns).
 Push ChunkPush(int64_t step) {
-  const Values& head = step < 0 ? kHead : Values{1, 1, 1, 1};
-  return MakePush(step, {{ChunkId(0), head.data(), head.size() * sizeof(float), nullptr}}, {});
+  auto head = std::make_shared<Values>(step < 0 ? kHead : Values{1, 1, 1, 1});
+  return MakePush(step, {{ChunkId(0), head->data(), head->size() * sizeof(float), head}}, {});
 }
 
 StatusOr<std::pair<Ids, Values>> PullRows(ShardState& state, int64_t version, int64_t since) {
