@@ -25,10 +25,16 @@ JOB = ["--virtual_workers=8", "--batch_per_vw=8", "--steps=24", "--train_limit=1
 _models = {}
 
 
+def tearDownModule():
+    """The folder models_dir() made goes with the module's tests."""
+    shutil.rmtree(_models.get("tmp", ""), ignore_errors=True)
+
+
 def models_dir():
     """The test modules, scripted once per run into a temporary folder (None without python3-torch)."""
     if "dir" not in _models:
         d = tempfile.mkdtemp(prefix="eps-script-models-")
+        _models["tmp"] = d  # removed by tearDownModule
         p = subprocess.run([TORCH_PY, SCRIPT_MODELS, d], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            timeout=300)
         _models["dir"] = d if p.returncode == 0 else None

@@ -53,10 +53,16 @@ np.save(d + "/labels.npy", labels)
 _made = {}
 
 
+def tearDownModule():
+    """The folder made() made goes with the module's tests."""
+    shutil.rmtree(_made.get("tmp", ""), ignore_errors=True)
+
+
 def made():
     """The module and the data, made once per run (None without python3-torch)."""
     if "dir" not in _made:
         d = tempfile.mkdtemp(prefix="eps-sparse-")
+        _made["tmp"] = d  # removed by tearDownModule
         script = os.path.join(d, "make.py")  # TorchScript reads the module's source from its file
         with open(script, "w") as f:
             f.write(MAKE)
