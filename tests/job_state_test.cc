@@ -1469,18 +1469,26 @@ TEST(JobStateHold, AHoldFromALaterStepLetsTheJobRunToItAndMovingItOnGoesOn) {
   EXPECT_EQ(Kinds(d.Events()), (std::vector<std::string>{"resumed", "paused"}));
 }
 
-TEST(JobStateHold,
-     ARestartedCoordinatorStaysHeldAndTheReleaseRecomputesTheStepInFlightInItsRanges) {
-  Driver d;
+// What a restarted coordinator read from its store: the test's model and data,
+// an assignment of two workers in `ranges` (epoch 1), the next worker id 2.
+JobState::Resumed ResumedJob(std::vector<std::pair<uint32_t, uint32_t>> ranges) {
   JobState::Resumed r;
   r.tensors = Model();
   r.tensors.push_back(LossTensor());
   r.steps = kSteps;
   r.train_samples = kSamples;
   r.test_samples = kSamples;
-  r.epoch = Epoch(3);
-  r.ranges = {{0, 5}, {5, 8}};
+  r.epoch = Epoch(1);
+  r.ranges = std::move(ranges);
   r.next_worker = 2;
+  return r;
+}
+
+TEST(JobStateHold,
+     ARestartedCoordinatorStaysHeldAndTheReleaseRecomputesTheStepInFlightInItsRanges) {
+  Driver d;
+  JobState::Resumed r = ResumedJob({{0, 5}, {5, 8}});
+  r.epoch = Epoch(3);
   r.hold_from = Step(0);
   d.state.Resume(r);
   for (uint32_t s = 0; s < kShards; ++s) {
@@ -2044,15 +2052,7 @@ TEST(JobStateDurable, ARollbackStartsATimelineThatTheShardsAndThePlansAfterItCar
 // --step_timeout_s failed it).
 TEST(JobStateDurable, ARollbackOnResumeBeforeAnyWorkerIsBackPlansTheFirstReadyWorker) {
   Driver d;
-  JobState::Resumed r;
-  r.tensors = Model();
-  r.tensors.push_back(LossTensor());
-  r.steps = kSteps;
-  r.train_samples = kSamples;
-  r.test_samples = kSamples;
-  r.epoch = Epoch(1);
-  r.ranges = {{0, 4}, {4, 8}};
-  r.next_worker = 2;
+  JobState::Resumed r = ResumedJob({{0, 4}, {4, 8}});
   r.timeline = 5;
   d.state.Resume(r);
   ASSERT_TRUE(d.state.OnShardRegistered(ShardId(0), "ipc:///s0", Step(4), Step(6)).ok());

@@ -15,28 +15,11 @@
 #include <vector>
 
 #include "server/shard_state.h"
+#include "tests/temp_dir.h"
 #include "tests/sparse_steps.h"
 
 namespace eps {
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/shard_seed_test.XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    EXPECT_NE(p, nullptr);
-    path_ = p != nullptr ? p : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 using Values = std::vector<float>;
 using Ids = std::vector<uint64_t>;

@@ -14,28 +14,10 @@
 #include <vector>
 
 #include "server/shard_state.h"
+#include "tests/temp_dir.h"
 
 namespace eps {
 namespace {
-
-// A temporary directory removed with everything in it at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/shard_sparse_test.XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    EXPECT_NE(p, nullptr);
-    path_ = p != nullptr ? p : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 using Values = std::vector<float>;
 using Ids = std::vector<uint64_t>;
