@@ -15,9 +15,12 @@
 //   --oversized=M     M frames of 80 MiB (over every server's frame limit), each
 //                     on a connection of its own, which the server must close
 //                     without a reply (the test reads the closes from metrics);
-//   --parked_pulls=P  P pulls for a version far ahead (they would wait at a
-//                     shard) on one socket: all but the shard's per-peer
-//                     allowance must be refused at once (ResourceExhausted);
+//   --parked_pulls=P  P pulls on one socket of --parked_version=V (default: far
+//                     ahead). Of the step in progress (a held shard's version
+//                     + 1) they would wait at a shard: all but the shard's
+//                     per-peer allowance are refused at once
+//                     (ResourceExhausted). Past it, every one is refused at
+//                     once (Aborted: no plan can ask for it);
 //   --multipart_mib=N one message of N frames of 1 MiB after a small envelope
 //                     with no token (each frame under every frame limit): it
 //                     must be answered with an error. ZeroMQ hands a message
@@ -178,21 +181,25 @@ bool Multipart(zmq::context_t* ctx, const std::string& endpoint, long n) {
   return answered;
 }
 
-// P pulls for a version far ahead on one socket: those over the allowance are refused now.
+// P pulls of `version` on one socket: the answers that came at once, by kind.
 bool ParkedPulls(zmq::context_t* ctx, const std::string& endpoint, const std::string& token,
-                 long p) {
+                 long p, long version) {
   eps::Channel::Options o;
   o.linger_ms = 0;
   auto ch = eps::Channel::Connect(ctx, endpoint, o);
   if (!ch.ok()) return false;
   for (long i = 0; i < p; ++i)
-    SendFrames((*ch)->socket(), Encoded(Envelope{token, eps::Pull{eps::Step(1 << 30), {}}}));
-  long exhausted = 0;
+    SendFrames((*ch)->socket(), Encoded(Envelope{token, eps::Pull{eps::Step(version), {}}}));
+  long exhausted = 0, aborted = 0;
   eps::StatusCode code;
-  while (ErrorReplyCame(ch->get(), std::chrono::milliseconds(2000), &code))
+  while (ErrorReplyCame(ch->get(), std::chrono::milliseconds(2000), &code)) {
     exhausted += code == eps::StatusCode::kResourceExhausted;
-  std::printf("parked pulls: %ld sent, %ld refused at once\n", p, exhausted);
-  std::printf("{\"parked_pulls\": %ld, \"refused\": %ld}\n", p, exhausted);
+    aborted += code == eps::StatusCode::kAborted;
+  }
+  std::printf("parked pulls of version %ld: %ld sent, %ld refused at once, %ld aborted\n", version,
+              p, exhausted, aborted);
+  std::printf("{\"parked_pulls\": %ld, \"refused\": %ld, \"aborted\": %ld}\n", p, exhausted,
+              aborted);
   return true;
 }
 
@@ -247,6 +254,7 @@ int main(int argc, char** argv) {
   }
   const std::string endpoint = argv[1];
   long barrage = 0, connections = 0, oversized = 0, parked = 0, multipart = 0;
+  long parked_version = 1L << 30;
   for (bool flag = true; flag && argc > 2;) {
     const char* a = argv[argc - 1];
     flag = false;
@@ -254,6 +262,7 @@ int main(int argc, char** argv) {
                               {"--connections=", &connections},
                               {"--oversized=", &oversized},
                               {"--parked_pulls=", &parked},
+                              {"--parked_version=", &parked_version},
                               {"--multipart_mib=", &multipart}}) {
       if (std::strncmp(a, name, std::strlen(name)) == 0) {
         *into = std::strtol(a + std::strlen(name), nullptr, 10);
@@ -278,7 +287,7 @@ int main(int argc, char** argv) {
     if (barrage > 0) ok &= Barrage(&ctx, endpoint, token, barrage);
     if (connections > 0) ok &= Connections(&ctx, endpoint, token, connections);
     if (oversized > 0) ok &= Oversized(&ctx, endpoint, oversized);
-    if (parked > 0) ok &= ParkedPulls(&ctx, endpoint, token, parked);
+    if (parked > 0) ok &= ParkedPulls(&ctx, endpoint, token, parked, parked_version);
     if (multipart > 0) ok &= Multipart(&ctx, endpoint, multipart);
     return ok ? 0 : 1;
   }

@@ -213,11 +213,18 @@ class GarbageOnTheWire(RunDirTest):
         counts = self.rejected(shard0)
         self.assertGreaterEqual(counts["bad_envelope"], 2 * self.BAD_ENVELOPES, counts)
         self.assertGreaterEqual(counts["wrong_token"], 2, counts)
-        # A shard holds at most 64 pulls of one peer waiting for a later version; the rest are refused at once.
-        parked = subprocess.run([os.path.join(BIN, "garbage_peer"), shards[0], token, "--parked_pulls=200"], env=ENV,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
-        self.assertEqual(parked.returncode, 0, parked.stdout)
-        self.assertEqual(json.loads(parked.stdout.splitlines()[-1])["refused"], 200 - 64, parked.stdout)
+        # A shard holds at most 64 pulls of one peer waiting for the step in progress (held: version HOLD_AT + 1);
+        # the rest are refused at once. A pull past that step waits for nothing: every one is refused (Aborted).
+        def parked_pulls(version):
+            p = subprocess.run([os.path.join(BIN, "garbage_peer"), shards[0], token, "--parked_pulls=200",
+                                f"--parked_version={version}"], env=ENV, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stdout)
+            return json.loads(p.stdout.splitlines()[-1])
+        waiting = parked_pulls(self.HOLD_AT + 1)
+        self.assertEqual(waiting["refused"], 200 - 64, waiting)
+        self.assertEqual(waiting["aborted"], 0, waiting)
+        self.assertEqual(parked_pulls(1 << 30)["aborted"], 200)
         # A barrage: every message answered and counted, the log lines bounded by the rate
         # (common/rejections.h: 5 a second after a burst of 20, plus a summary every 10 s); a burst of
         # short-lived connections, each answered; frames over the limit, whose connections are closed
