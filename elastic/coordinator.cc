@@ -426,7 +426,7 @@ class CoordinatorImpl final : public Coordinator {
     const Layout& layout = state_.layout();
     const JobSummary summary = state_.Summary();
     ModelChunks chunks;
-    ModelTables tables;  // the sparse tables whole, from every shard's stored rows
+    ModelTables tables;   // the sparse tables whole, from every shard's stored rows
     SetDigest optimizer;  // the shards' optimizer state digests, added up
     for (uint32_t s = 0; s < spec.num_shards; ++s) {
       Channel::Options co;

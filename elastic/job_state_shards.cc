@@ -38,7 +38,8 @@ Status JobState::OnShardRegistered(ShardId shard, const std::string& address, St
   shard_addresses_[s] = address;
   shard_durable_[s] = durable_step;
   Emit(JobEvent::ShardRegistered{shard, address, durable_step, restarted}, CurrentStep());
-  if (!tensors_.empty()) out_.push_back({Outgoing::To::kShard, s, ShardConfig{spec_, tensors_, timeline_}});
+  if (!tensors_.empty())
+    out_.push_back({Outgoing::To::kShard, s, ShardConfig{spec_, tensors_, timeline_}});
   if (moved) {
     // Workers learn shard addresses when they register: make them register again.
     for (auto& [id, w] : workers_) {

@@ -1,4 +1,5 @@
-// ShardState's optimizer digest and the pulls that ask for it (server/shard_state.h).
+// ShardState's answer to a pull (server/shard_state.h): the timeline and version
+// fences, then the chunks or rows, and the optimizer digest when it is asked for.
 #include <array>
 #include <iterator>
 #include <string_view>

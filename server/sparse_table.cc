@@ -207,7 +207,8 @@ class SparseTableImpl final : public SparseTable {
     EPS_RETURN_IF_ERROR(Usable());
     const std::string table = "sparse table " + std::to_string(o_.table_id);
     if (version_.value() != 0 || pushed_ || pending_.has_value()) {
-      return FailedPrecondition(table + " takes seeded rows only at version 0 before any push (at " +
+      return FailedPrecondition(table +
+                                " takes seeded rows only at version 0 before any push (at " +
                                 std::to_string(version_.value()) + ")");
     }
     EPS_RETURN_IF_ERROR(ValidateSparseRows(ids, num_ids, num_values, o_.dim));
@@ -216,8 +217,9 @@ class SparseTableImpl final : public SparseTable {
     if (store_ == nullptr && cache_.size() + added > capacity_) {
       return ResourceExhausted(table + " would hold " + std::to_string(cache_.size() + added) +
                                " seeded rows, its memory budget of " +
-                               std::to_string(o_.memory_bytes) + " bytes (--shard_memory_mb) holds " +
-                               std::to_string(capacity_) + " and it has no store to spill to");
+                               std::to_string(o_.memory_bytes) +
+                               " bytes (--shard_memory_mb) holds " + std::to_string(capacity_) +
+                               " and it has no store to spill to");
     }
     SpillBatch spill;
     for (size_t i = 0; i < num_ids; ++i) {

@@ -182,8 +182,8 @@ bool Multipart(zmq::context_t* ctx, const std::string& endpoint, long n) {
 }
 
 // P pulls of `version` on one socket: the answers that came at once, by kind.
-bool ParkedPulls(zmq::context_t* ctx, const std::string& endpoint, const std::string& token,
-                 long p, long version) {
+bool ParkedPulls(zmq::context_t* ctx, const std::string& endpoint, const std::string& token, long p,
+                 long version) {
   eps::Channel::Options o;
   o.linger_ms = 0;
   auto ch = eps::Channel::Connect(ctx, endpoint, o);

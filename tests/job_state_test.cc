@@ -2033,9 +2033,10 @@ TEST(JobStateDurable, ARollbackStartsATimelineThatTheShardsAndThePlansAfterItCar
     EXPECT_EQ(rollbacks[0].timeline, 2u) << "shard " << s;
   }
   for (uint32_t s = 0; s < kShards; ++s) {
-    ASSERT_TRUE(
-        d.state.OnRollbackDone(RollbackDone{ShardId(s), Step(0), Step(0), Step(0), StatusCode::kOk, ""})
-            .ok());
+    ASSERT_TRUE(d.state
+                    .OnRollbackDone(
+                        RollbackDone{ShardId(s), Step(0), Step(0), Step(0), StatusCode::kOk, ""})
+                    .ok());
   }
   EXPECT_TRUE(d.Confirm(ws[0], -1).ok());
   const std::vector<StepPlan> after = d.Plans(ws[0]);
@@ -2061,9 +2062,10 @@ TEST(JobStateDurable, ARollbackOnResumeBeforeAnyWorkerIsBackPlansTheFirstReadyWo
   EXPECT_EQ(d.state.timeline(), 6u) << "the stored timeline, and one more for the rollback";
   for (uint32_t s = 0; s < kShards; ++s) {
     ASSERT_EQ(d.Rollbacks(s), std::vector<Step>{Step(4)});
-    ASSERT_TRUE(
-        d.state.OnRollbackDone(RollbackDone{ShardId(s), Step(4), Step(4), Step(4), StatusCode::kOk, ""})
-            .ok());
+    ASSERT_TRUE(d.state
+                    .OnRollbackDone(
+                        RollbackDone{ShardId(s), Step(4), Step(4), Step(4), StatusCode::kOk, ""})
+                    .ok());
   }
   EXPECT_EQ(d.state.step(), Step(4));
   const WorkerId w = d.AddWorker();

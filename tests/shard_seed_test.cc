@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "server/shard_state.h"
-#include "tests/temp_dir.h"
 #include "tests/sparse_steps.h"
+#include "tests/temp_dir.h"
 
 namespace eps {
 namespace {

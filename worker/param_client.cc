@@ -116,7 +116,8 @@ Pull ParameterClient::MakeRowsPull(Step version) const {
   for (size_t t = 0; t < held_.size(); ++t) {
     // From scratch: every stored row (since -1), the seeded ones too.
     const Step from_scratch(seeded_[t] ? -1 : 0);
-    pull.sparse.push_back({static_cast<uint32_t>(t), pulling_->reset_tables ? from_scratch : held_[t]});
+    pull.sparse.push_back(
+        {static_cast<uint32_t>(t), pulling_->reset_tables ? from_scratch : held_[t]});
   }
   return pull;
 }
@@ -492,7 +493,8 @@ Status ParameterClient::PushSeededRows() {
     const uint32_t i = layout_->sparse[t];
     const TensorSpec& spec = layout_->tensors[i];
     const size_t n = static_cast<size_t>(spec.shape[0]), dim = static_cast<size_t>(spec.shape[1]);
-    const size_t page_rows = std::max<size_t>(1, page_bytes / std::max(dim * sizeof(float), sizeof(uint64_t)));
+    const size_t page_rows =
+        std::max<size_t>(1, page_bytes / std::max(dim * sizeof(float), sizeof(uint64_t)));
     const auto* model = static_cast<const float*>(model_->Data(i));
     std::vector<std::vector<uint64_t>> ids(links_.size());
     std::vector<std::vector<float>> values(links_.size());
