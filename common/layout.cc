@@ -34,6 +34,21 @@ std::vector<ChunkId> Layout::ChunksOf(ShardId shard) const {
   return out;
 }
 
+std::vector<uint64_t> Layout::ChunkSizes() const {
+  std::vector<uint64_t> out;
+  out.reserve(chunks.size());
+  for (const Chunk& c : chunks) out.push_back(ChunkBytes(c));
+  return out;
+}
+
+Status Layout::SetShardMap(ShardMap m) {
+  EPS_RETURN_IF_ERROR(m.Validate(chunks.size()));
+  for (Chunk& c : chunks) c.shard = m.chunk_owner[c.id.value()];
+  num_shards = m.IdBound();
+  map = std::move(m);
+  return OkStatus();
+}
+
 int64_t Layout::NumParameters() const {
   int64_t n = 0;
   for (const TensorSpec& t : tensors) {
@@ -88,8 +103,6 @@ StatusOr<Layout> MakeLayout(std::vector<TensorSpec> tensors, uint32_t num_shards
   }
   Layout layout;
   layout.tensors = std::move(tensors);
-  layout.num_shards = num_shards;
-  std::vector<uint64_t> load(num_shards, 0);
   for (uint32_t ti = 0; ti < layout.tensors.size(); ++ti) {
     const TensorSpec& t = layout.tensors[ti];
     if (t.sparse) {
@@ -103,15 +116,14 @@ StatusOr<Layout> MakeLayout(std::vector<TensorSpec> tensors, uint32_t num_shards
       c.tensor = ti;
       c.offset = off;
       c.numel = std::min(chunk_elems, n - off);
-      uint32_t best = 0;
-      for (uint32_t s = 1; s < num_shards; ++s) {
-        if (load[s] < load[best]) best = s;
-      }
-      c.shard = ShardId(best);
-      load[best] += layout.ChunkBytes(c);
       layout.chunks.push_back(c);
     }
   }
+  if (num_shards > kMaxShardId) {
+    return InvalidArgument("a layout of " + std::to_string(num_shards) + " shards: at most " +
+                           std::to_string(kMaxShardId));
+  }
+  EPS_RETURN_IF_ERROR(layout.SetShardMap(InitialShardMap(layout.ChunkSizes(), num_shards)));
   return layout;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/ids.h"
+#include "common/shard_map.h"
 #include "common/status.h"
 #include "common/wire.h"
 
@@ -31,7 +32,7 @@ struct TensorSpec {
   std::vector<int64_t> shape;
   // A sparse table (docs/design.md, "Sparse tables"): a float32 parameter of
   // shape [rows, dim] whose gradient names the rows a step touched. It has no
-  // chunks: its rows are spread over the shards by ShardOfRow, and only the
+  // chunks: its rows are spread over the shards by Layout::ShardOfRow, and only the
   // rows a step touches are pushed and stepped.
   bool sparse = false;
 
@@ -56,7 +57,9 @@ struct Chunk {
 struct Layout {
   std::vector<TensorSpec> tensors;  // parameters in model order, then buffers, then the loss
   std::vector<Chunk> chunks;        // by id: chunks[i].id == i
-  uint32_t num_shards = 0;
+  // Who holds what (common/shard_map.h); every chunk's `shard` is its owner there.
+  ShardMap map;
+  uint32_t num_shards = 0;  // map.IdBound(): a vector indexed by shard id has this size
   // The sparse tables' tensor indices, in model order: a table's id is its
   // position here.
   std::vector<uint32_t> sparse;
@@ -69,24 +72,24 @@ struct Layout {
                : ChunkBytes(c);
   }
   std::vector<ChunkId> ChunksOf(ShardId shard) const;
+  // The shard that holds row `row` of every sparse table.
+  ShardId ShardOfRow(uint64_t row) const { return map.OwnerOfRow(row); }
+  // Every chunk's bytes, by chunk id (what Rebalance weighs).
+  std::vector<uint64_t> ChunkSizes() const;
+  // Makes `m` the layout's map (InvalidArgument: not a map of this layout's chunks).
+  Status SetShardMap(ShardMap m);
   int64_t NumParameters() const;  // elements of all kParameter tensors
 };
 
 // Validates the tensor list (names unique and non-empty, shapes positive, fp32
 // parameters, at most one loss tensor of one element) and cuts every tensor into
 // chunks of at most `chunk_elems` elements (but the sparse tables, which must
-// be float32 parameters of two dimensions); each chunk goes to the shard with the
-// fewest bytes so far (lowest id on ties).
+// be float32 parameters of two dimensions), spread over shards
+// 0..num_shards-1 by InitialShardMap.
 // At most kMaxChunks chunks (InvalidArgument beyond: chunk_elems is too small for the model).
 constexpr uint64_t kMaxChunks = uint64_t{1} << 20;
 StatusOr<Layout> MakeLayout(std::vector<TensorSpec> tensors, uint32_t num_shards,
                             int64_t chunk_elems);
-
-// The shard that holds row `row` of every sparse table. Fixed by the row id
-// alone, so that a row's bits never depend on the number of shards.
-inline ShardId ShardOfRow(uint64_t row, uint32_t num_shards) {
-  return ShardId(static_cast<uint32_t>(row % num_shards));
-}
 
 // The loss pseudo-tensor every job carries: one float per VW.
 TensorSpec LossTensor();

@@ -28,6 +28,16 @@ Overloaded(Ts...) -> Overloaded<Ts...>;
 
 // ---- encoding -------------------------------------------------------------
 
+void SetMap(wire::ShardMap::Builder out, const ShardMap& map) {
+  out.setGeneration(map.generation);
+  auto chunks = out.initChunkOwners(map.chunk_owner.size());
+  for (size_t i = 0; i < map.chunk_owner.size(); ++i)
+    chunks.set(i, static_cast<uint16_t>(map.chunk_owner[i].value()));
+  auto partitions = out.initPartitionOwners(map.partition_owner.size());
+  for (size_t i = 0; i < map.partition_owner.size(); ++i)
+    partitions.set(i, static_cast<uint16_t>(map.partition_owner[i].value()));
+}
+
 void SetTensors(capnp::List<wire::TensorSpec>::Builder out,
                 const std::vector<TensorSpec>& tensors) {
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -193,6 +203,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       EPS_RETURN_IF_ERROR(r.Spec(in.getSpec(), &m.spec));
       EPS_RETURN_IF_ERROR(r.Tensors(in.getTensors(), &m.tensors));
       m.timeline = in.getTimeline();
+      if (in.hasMap()) EPS_RETURN_IF_ERROR(r.Map(in.getMap(), &m.map.emplace()));
       *body = std::move(m);
       return OkStatus();
     }
@@ -526,6 +537,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    SetSpec(o.initSpec(), m.spec);
                    SetTensors(o.initTensors(m.tensors.size()), m.tensors);
                    o.setTimeline(m.timeline);
+                   if (m.map) SetMap(o.initMap(), *m.map);
                  },
                  [&](const StepRequest& m) {
                    auto o = b.initStepRequest();

@@ -46,6 +46,18 @@ class Reader {
     return OkStatus();
   }
 
+  // The map's owners as they are; ShardMap::Validate checks them against a layout.
+  Status Map(wire::ShardMap::Reader in, ShardMap* out) {
+    EPS_RETURN_IF_ERROR(ListSize(in.getChunkOwners(), "chunk owners"));
+    EPS_RETURN_IF_ERROR(ListSize(in.getPartitionOwners(), "partition owners"));
+    out->generation = in.getGeneration();
+    out->chunk_owner.clear();
+    out->partition_owner.clear();
+    for (uint16_t s : in.getChunkOwners()) out->chunk_owner.push_back(ShardId(s));
+    for (uint16_t s : in.getPartitionOwners()) out->partition_owner.push_back(ShardId(s));
+    return OkStatus();
+  }
+
   Status Tensors(capnp::List<wire::TensorSpec>::Reader in, std::vector<TensorSpec>* out) {
     EPS_RETURN_IF_ERROR(ListSize(in, "tensors"));
     out->clear();

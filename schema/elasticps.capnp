@@ -159,8 +159,17 @@ struct RegisterShard {
 
 struct ShardConfig {
   spec @0 :JobSpec;
-  tensors @1 :List(TensorSpec);   # the chunk map follows from these by MakeLayout
+  tensors @1 :List(TensorSpec);   # the chunks follow from these by MakeLayout
   timeline @2 :UInt64;            # the job's timeline now (see StepPlan.timeline)
+  map @3 :ShardMap;               # who holds what; absent: the first map of spec.numShards shards
+}
+
+# Who holds what (common/shard_map.h): each chunk's shard, and the shard of each
+# of the 4096 row partitions of the sparse tables (row r lies in r % 4096).
+struct ShardMap {
+  generation @0 :UInt64;
+  chunkOwners @1 :List(UInt16);   # by chunk id
+  partitionOwners @2 :List(UInt16);
 }
 
 struct StepRequest {

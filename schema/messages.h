@@ -224,6 +224,8 @@ struct ShardConfig {
   JobSpec spec;
   std::vector<TensorSpec> tensors;  // empty until the first worker reported its model
   uint64_t timeline = 0;            // the job's timeline now (StepPlan::timeline)
+  // Who holds what; none: InitialShardMap of spec.num_shards shards.
+  std::optional<ShardMap> map{};
 };
 
 struct StepRequest {

@@ -15,12 +15,6 @@
 namespace eps {
 namespace {
 
-std::shared_ptr<std::vector<float>> CopyBytes(const void* data, size_t bytes) {
-  auto v = std::make_shared<std::vector<float>>((bytes + 3) / 4);
-  std::memcpy(v->data(), data, bytes);
-  return v;
-}
-
 // Whether no snapshot holds `slot` any more (the checkpoint writer let go of it). The
 // fence orders the writer thread's reads of it, before it released its reference, before
 // the writes that follow here.
@@ -28,47 +22,6 @@ bool HeldAlone(const std::shared_ptr<std::vector<float>>& slot) {
   if (slot.use_count() != 1) return false;
   std::atomic_thread_fence(std::memory_order_acquire);
   return true;
-}
-
-// Checkpoint metadata: this header line, then the job config as an encoded
-// ShardConfig envelope (the wire codec, so no second serializer to maintain).
-constexpr char kMetadataFormat[] = "eps-shard-checkpoint 1 shard=%" SCNu32 "\n";
-
-std::string ValueBlob(ChunkId id) { return "value/" + std::to_string(id.value()); }
-std::string SlotBlob(int slot, ChunkId id) {
-  return "slot" + std::to_string(slot) + "/" + std::to_string(id.value());
-}
-
-StatusOr<std::string> EncodeMetadata(ShardId shard, const ShardConfig& config) {
-  char header[64];
-  std::snprintf(header, sizeof header, kMetadataFormat, shard.value());
-  EPS_ASSIGN_OR_RETURN(std::vector<Frame> frames, Encode(Envelope{"", config}));
-  std::string out = header;
-  out.append(static_cast<const char*>(frames[0].data), frames[0].size);
-  return out;
-}
-
-Status DecodeMetadata(const std::string& metadata, ShardId* shard, ShardConfig* config) {
-  const size_t eol = metadata.find('\n');
-  uint32_t id = 0;
-  char check[64];
-  if (eol == std::string::npos || eol >= 48 ||
-      std::sscanf(metadata.substr(0, eol + 1).c_str(), kMetadataFormat, &id) != 1) {
-    return DataLoss("checkpoint metadata has no shard header");
-  }
-  std::snprintf(check, sizeof check, kMetadataFormat, id);
-  if (metadata.compare(0, eol + 1, check) != 0)
-    return DataLoss("checkpoint metadata has a malformed shard header");
-  auto frame = std::make_shared<std::string>(metadata.substr(eol + 1));
-  auto envelope = Decode({Frame{frame->data(), frame->size(), frame}});
-  if (!envelope.ok())
-    return DataLoss("checkpoint metadata holds no job config: " + envelope.status().message());
-  auto* c = std::get_if<ShardConfig>(&envelope->body);
-  if (c == nullptr)
-    return DataLoss("checkpoint metadata holds a " + std::string(BodyName(envelope->body)));
-  *shard = ShardId(id);
-  *config = std::move(*c);
-  return OkStatus();
 }
 
 // The bytes of `v` in a message, owned by the message.
@@ -82,12 +35,19 @@ constexpr uint64_t kDefaultShardMemoryMb = 256;
 
 }  // namespace
 
+ShardState::Value ShardState::CopyOf(const void* data, size_t bytes) {
+  auto v = std::make_shared<std::vector<float>>((bytes + 3) / 4);
+  std::memcpy(v->data(), data, bytes);
+  return v;
+}
+
 Status ShardState::Configure(const ShardConfig& config) {
   if (spec_ && !(*spec_ == config.spec))
     return FailedPrecondition("shard already serves another job spec");
   if (config.spec.virtual_workers == 0)
     return InvalidArgument("virtual_workers must be at least 1");
-  if (shard_.value() >= config.spec.num_shards) {
+  // A shard outside the map holds nothing yet (a shard added, before its move).
+  if (!config.map && shard_.value() >= config.spec.num_shards) {
     return InvalidArgument("shard id " + std::to_string(shard_.value()) + " but the job has " +
                            std::to_string(config.spec.num_shards) + " shards");
   }
@@ -102,9 +62,16 @@ Status ShardState::Configure(const ShardConfig& config) {
   }
   EPS_ASSIGN_OR_RETURN(Layout layout,
                        MakeLayout(config.tensors, config.spec.num_shards, config.spec.chunk_elems));
+  if (config.map) {
+    EPS_RETURN_IF_ERROR(
+        layout.SetShardMap(*config.map).WithContext("the shard map of the job config"));
+  }
   if (layout_) {
-    if (layout_->tensors == layout.tensors) return OkStatus();
-    return FailedPrecondition("shard already holds a different model layout");
+    if (layout_->tensors != layout.tensors)
+      return FailedPrecondition("shard already holds a different model layout");
+    if (!(layout_->map == layout.map))
+      return FailedPrecondition("shard already holds another shard map");
+    return OkStatus();
   }
   EPS_ASSIGN_OR_RETURN(TensorSelection freeze,
                        TensorSelection::Compile(config.spec.freeze, "--freeze"));
@@ -232,10 +199,10 @@ Status ShardState::ValidateSparse(const Push& push) const {
         return InvalidArgument("row " + std::to_string(id) + " is beyond table " + t.name + "'s " +
                                std::to_string(t.shape[0]) + " rows");
       }
-      if (ShardOfRow(id, layout_->num_shards) != shard_) {
+      if (layout_->ShardOfRow(id) != shard_) {
         return InvalidArgument("row " + std::to_string(id) + " of table " + t.name +
                                " belongs to shard " +
-                               std::to_string(ShardOfRow(id, layout_->num_shards).value()));
+                               std::to_string(layout_->ShardOfRow(id).value()));
       }
       prev = id;
     }
@@ -355,7 +322,7 @@ StatusOr<ShardState::PushOutcome> ShardState::HandlePush(const Push& push) {
       if (s.vw0_buffer) {
         ++out.reply.duplicates;
       } else {
-        s.vw0_buffer = CopyBytes(c.data, c.size);
+        s.vw0_buffer = CopyOf(c.data, c.size);
         ++out.reply.accepted;
         out.finalized = true;
       }
@@ -423,7 +390,7 @@ StatusOr<ShardState::PushOutcome> ShardState::HandleInit(const Push& push) {
       ++out.reply.duplicates;
       continue;
     }
-    s.current = CopyBytes(c.data, c.size);
+    s.current = CopyOf(c.data, c.size);
     ++out.reply.accepted;
   }
   duplicates_ += out.reply.duplicates;
@@ -641,149 +608,6 @@ std::vector<SparseTable::Stats> ShardState::TableStats() const {
   std::vector<SparseTable::Stats> out;
   for (const auto& table : tables_) out.push_back(table->stats());
   return out;
-}
-
-StatusOr<ShardSnapshot> ShardState::Snapshot() const {
-  if (!layout_ || version_.value() < 0)
-    return FailedPrecondition("no version to snapshot before the initial values");
-  ShardSnapshot out;
-  out.version = version_;
-  EPS_ASSIGN_OR_RETURN(out.metadata, EncodeMetadata(shard_, ShardConfig{*spec_, layout_->tensors}));
-  for (ChunkId id : mine_) {
-    const TensorKind kind = KindOf(id);
-    if (kind == TensorKind::kLoss) continue;
-    const ChunkSlot& s = slots_[id.value()];
-    out.blobs.push_back({ValueBlob(id), s.current->data(), BytesOf(id), s.current});
-    if (kind != TensorKind::kParameter || !s.optimizer_initialized) continue;
-    for (int k = 0; k < 2; ++k) {
-      const std::shared_ptr<std::vector<float>>& v = s.optimizer_slots[k];
-      if (v && !v->empty())
-        out.blobs.push_back({SlotBlob(k, id), v->data(), v->size() * sizeof(float), v});
-    }
-  }
-  return out;
-}
-
-StatusOr<std::unique_ptr<ShardState>> ShardState::Load(Checkpoint&& checkpoint) const {
-  const std::string what = "checkpoint of step " + std::to_string(checkpoint.step.value());
-  if (checkpoint.step.value() < 0) return DataLoss(what + " has a negative step");
-  ShardId shard;
-  ShardConfig config;
-  EPS_RETURN_IF_ERROR(DecodeMetadata(checkpoint.metadata, &shard, &config).WithContext(what));
-  if (shard != shard_) {
-    return FailedPrecondition(what + " belongs to shard " + std::to_string(shard.value()) +
-                              ", this is shard " + std::to_string(shard_.value()));
-  }
-  if (config.tensors.empty()) return DataLoss(what + " has no model");
-  if (spec_ && !(*spec_ == config.spec))
-    return FailedPrecondition(what + " is of another job spec than this shard's");
-  if (layout_ && layout_->tensors != config.tensors) {
-    return FailedPrecondition(what + " holds another model layout than this shard's");
-  }
-  auto next = std::make_unique<ShardState>(shard_, parallel_);
-  next->open_tables_ = false;  // this state's tables follow once it is taken (SyncTables)
-  Status st = next->Configure(config);
-  if (!st.ok()) return DataLoss(what + " holds a job config this shard refuses: " + st.message());
-
-  std::unordered_map<std::string, Blob*> blobs;
-  for (Blob& b : checkpoint.blobs) {
-    if (!blobs.emplace(b.name, &b).second)
-      return DataLoss(what + " holds blob '" + b.name + "' twice");
-  }
-  size_t used = 0;
-  auto take = [&](const std::string& name, size_t bytes) -> StatusOr<Blob*> {
-    auto it = blobs.find(name);
-    if (it == blobs.end()) return DataLoss(what + " lacks blob '" + name + "'");
-    if (it->second->bytes.size() != bytes) {
-      return DataLoss("blob '" + name + "' of " + what + " has " +
-                      std::to_string(it->second->bytes.size()) + " bytes, the layout says " +
-                      std::to_string(bytes));
-    }
-    ++used;
-    return it->second;
-  };
-  // The optimizer runs on every parameter chunk not frozen at every step: its state exists
-  // exactly after step 0.
-  const bool initialized = checkpoint.step.value() > 0;
-  const int slots = NumOptimizerSlots(next->optimizer_);
-  for (ChunkId id : next->mine_) {
-    const TensorKind kind = next->KindOf(id);
-    if (kind == TensorKind::kLoss) continue;
-    ChunkSlot& s = next->slots_[id.value()];
-    EPS_ASSIGN_OR_RETURN(Blob * value, take(ValueBlob(id), next->BytesOf(id)));
-    next->Publish(id, CopyBytes(value->bytes.data(), value->bytes.size()));
-    // Released at once: the next copy can land on these pages, already faulted in.
-    std::string().swap(value->bytes);
-    if (kind != TensorKind::kParameter || next->Frozen(id)) continue;
-    s.optimizer_initialized = initialized;
-    if (!initialized) continue;
-    const size_t n = static_cast<size_t>(next->layout_->chunks[id.value()].numel);
-    for (int k = 0; k < slots; ++k) {
-      EPS_ASSIGN_OR_RETURN(Blob * slot, take(SlotBlob(k, id), n * sizeof(float)));
-      auto dst = std::make_shared<std::vector<float>>(n);
-      std::memcpy(dst->data(), slot->bytes.data(), slot->bytes.size());
-      std::string().swap(slot->bytes);
-      s.optimizer_slots[k] = std::move(dst);
-    }
-  }
-  if (used != checkpoint.blobs.size()) {
-    return DataLoss(what + " holds " + std::to_string(checkpoint.blobs.size() - used) +
-                    " blobs this shard's layout has no place for");
-  }
-  next->version_ = checkpoint.step;
-  next->loaded_ = checkpoint.step;
-  next->ResetBarrier();  // the frozen chunks' next values are the restored ones
-  return next;
-}
-
-void ShardState::TakeFrom(ShardState&& other) {
-  spec_ = std::move(other.spec_);
-  layout_ = std::move(other.layout_);
-  optimizer_ = other.optimizer_;
-  mine_ = std::move(other.mine_);
-  frozen_ = std::move(other.frozen_);
-  slots_ = std::move(other.slots_);
-  version_ = other.version_;
-  loaded_ = other.loaded_;
-}
-
-Status ShardState::Restore(Checkpoint checkpoint) {
-  EPS_ASSIGN_OR_RETURN(std::unique_ptr<ShardState> next, Load(std::move(checkpoint)));
-  TakeFrom(std::move(*next));
-  return SyncTables();
-}
-
-Status ShardState::Clear() {
-  version_ = Step(-1);
-  loaded_ = Step(-1);
-  slots_.clear();
-  if (!layout_) return OkStatus();
-  slots_.resize(layout_->chunks.size());
-  ResetBarrier();
-  return SyncTables();
-}
-
-Status ShardState::RollbackTo(StateStore& store, Step step) {
-  const auto not_held = [&] {
-    return InvalidArgument("shard " + std::to_string(shard_.value()) +
-                           " holds no checkpoint of step " + std::to_string(step.value()));
-  };
-  if (loaded_ == step && version_ == step) {
-    // The checkpoint's bits are the state's (no chunk stepped since it was loaded, no
-    // previous version kept): only the step in progress goes.
-    EPS_ASSIGN_OR_RETURN(std::vector<Step> held, store.ListCheckpoints());
-    if (!std::binary_search(held.begin(), held.end(), step)) return not_held();
-    EPS_RETURN_IF_ERROR(store.DropCheckpointsAfter(step));
-    ResetBarrier();
-    return SyncTables();
-  }
-  auto checkpoint = store.ReadCheckpoint(step);
-  if (checkpoint.status().code() == StatusCode::kNotFound) return not_held();
-  if (!checkpoint.ok()) return checkpoint.status();
-  EPS_ASSIGN_OR_RETURN(std::unique_ptr<ShardState> next, Load(std::move(checkpoint).value()));
-  EPS_RETURN_IF_ERROR(store.DropCheckpointsAfter(step));
-  TakeFrom(std::move(*next));
-  return SyncTables();
 }
 
 }  // namespace eps

@@ -80,7 +80,7 @@ SparseTableOptions ShardTableOptions(const JobSpec& spec, const OptimizerOptions
                                      const ShardTablesOptions& tables);
 
 // Sparse tables (docs/design.md, "Sparse tables"): the shard holds, of each
-// table of the layout, the rows ShardOfRow gives it, in a SparseTable opened
+// table of the layout, the rows Layout::ShardOfRow gives it, in a SparseTable opened
 // once the layout is known. A block's push names each table's touched rows of
 // this shard (every table, also with none); the step completes once the
 // dense chunks' barrier and every table's are, and the tables are stepped
@@ -193,6 +193,22 @@ class ShardState {
   // the state). What export_model reads a checkpoint's chunks with.
   StatusOr<std::unique_ptr<ShardState>> Load(Checkpoint&& checkpoint) const;
 
+  // ---- moves between shards (docs/design.md, "Elastic shards") ----
+
+  // The current version of `chunks`, all this shard's, with their optimizer
+  // state, as the blobs a checkpoint holds them in (shared with the state, not
+  // copied): what a shard that gains them adopts. InvalidArgument: a chunk is
+  // not this shard's; FailedPrecondition before the initial values.
+  StatusOr<std::vector<BlobRef>> ExportChunks(const std::vector<ChunkId>& chunks) const;
+  // Takes `map`, newer than the layout's: the chunks it gives this shard and the
+  // current map does not come from `gained` (ExportChunks' blobs, of version
+  // `version`), the ones it gives another shard are dropped. Call it between
+  // steps, at `version` (a shard that held nothing yet starts serving it). All
+  // or nothing: DataLoss when `gained` lacks a blob, has one too many or of the
+  // wrong size; FailedPrecondition for an older map or another version;
+  // Unimplemented when the map moves row partitions of sparse tables.
+  Status AdoptMap(const ShardMap& map, Step version, std::vector<Blob> gained);
+
   // Drops every version and the optimizer state, keeping the job config: the
   // shard waits for the initial values again (a job that starts over). The
   // sparse tables become empty (their store's codes on error).
@@ -228,6 +244,13 @@ class ShardState {
     bool counted_for_buffer = false;
   };
 
+  class BlobSet;
+  static Value CopyOf(const void* data, size_t bytes);
+  // Appends chunk `id`'s current value and optimizer slots (none for the loss).
+  void AppendChunkBlobs(ChunkId id, std::vector<BlobRef>* out) const;
+  // Reads chunk `id` (ours or not) from `blobs` into `slot`: its value, and its
+  // optimizer slots when `initialized`.
+  Status LoadChunk(ChunkId id, BlobSet& blobs, bool initialized, ChunkSlot* slot) const;
   void TakeFrom(ShardState&& other);
   // Opens the layout's tables if not yet, and brings them to version_ (the
   // empty table before the initial values). DataLoss: a table holds no

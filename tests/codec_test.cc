@@ -160,6 +160,10 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           ExpectSameSpec(a.spec, b.spec);
           EXPECT_EQ(a.tensors, b.tensors);
           EXPECT_EQ(a.timeline, b.timeline);
+          EXPECT_EQ(a.map.has_value(), b.map.has_value());
+          if (a.map && b.map) {
+            EXPECT_TRUE(*a.map == *b.map);
+          }
         } else if constexpr (std::is_same_v<T, StepRequest>) {
           EXPECT_EQ(a.worker, b.worker);
           EXPECT_EQ(a.done_step, b.done_step);

@@ -71,7 +71,12 @@ inline std::vector<Envelope> EveryMessageKind() {
                                 std::string("PK\x03\x04\0model", 10), std::string("init\0bytes", 10),
                                 "<pad>\n<unk>\nmail\n", uint64_t{5} << 30, 12345, 4 << 20}});
   out.push_back({"tok-rs", RegisterShard{ShardId(3), "tcp://10.0.0.2:6000", Step(40), Step(41), "10.0.0.2:9101"}});
-  out.push_back({"tok-sc", ShardConfig{FullSpec(), FullTensors(), 6}});
+  {
+    ShardMap map = InitialShardMap({40, 8, 8}, 2);
+    map.generation = 3;
+    map.chunk_owner[2] = ShardId(1000);  // codecs carry owners as they are; layouts check them
+    out.push_back({"tok-sc", ShardConfig{FullSpec(), FullTensors(), 6, map}});
+  }
   StepRequest request{WorkerId(5), Step(-1), FullTensors()};
   request.data_fingerprint = "npy:60000:9f86d081884c7d65";
   out.push_back({"tok-sr", request});

@@ -102,7 +102,7 @@ StatusOr<std::vector<std::vector<SparseRowBytes>>> BlockPusher::TakeRows() {
     std::vector<std::vector<uint64_t>> ids(shards);
     std::vector<std::vector<float>> values(shards);
     for (size_t r = 0; r < rows.ids.size(); ++r) {
-      const uint32_t s = ShardOfRow(rows.ids[r], shards).value();
+      const uint32_t s = job_.layout->ShardOfRow(rows.ids[r]).value();
       ids[s].push_back(rows.ids[r]);
       values[s].insert(values[s].end(), rows.values.begin() + r * dim,
                        rows.values.begin() + (r + 1) * dim);

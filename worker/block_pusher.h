@@ -46,7 +46,7 @@ using BufferCopies = std::vector<std::shared_ptr<std::vector<uint8_t>>>;
 //
 // A sparse table's rows (TensorSpec::sparse) go their own way: each VW's
 // touched rows into a SparseTreeReducer of the block, and the block's rows,
-// split by ShardOfRow, with the block's last push to each shard (one entry a
+// split by Layout::ShardOfRow, with the block's last push to each shard (one entry a
 // table, also with no row, so that the shard counts the block).
 //
 // Threads: constructed and set_eager() on the main thread; everything else

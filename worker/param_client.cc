@@ -145,8 +145,7 @@ Status ParameterClient::WritePulledRows(size_t s, const std::vector<SparseRowByt
     for (uint32_t k = 0; k < r.rows; ++k) {
       uint64_t id;
       std::memcpy(&id, ids + k * sizeof(uint64_t), sizeof id);
-      if (id >= static_cast<uint64_t>(spec.shape[0]) ||
-          ShardOfRow(id, layout_->num_shards).value() != s) {
+      if (id >= static_cast<uint64_t>(spec.shape[0]) || layout_->ShardOfRow(id).value() != s) {
         return ProtocolError("pulled row " + std::to_string(id) + " of table " + spec.name +
                              " is not shard " + std::to_string(s) + "'s");
       }
@@ -522,7 +521,7 @@ Status ParameterClient::PushSeededRows() {
       InitialRow(RowInitializer{}, options_.seed, static_cast<uint32_t>(t), r, initial.data(), dim);
       const float* row = model + r * dim;
       if (std::memcmp(row, initial.data(), dim * sizeof(float)) == 0) continue;
-      const size_t s = ShardOfRow(r, layout_->num_shards).value();
+      const size_t s = layout_->ShardOfRow(r).value();
       ids[s].push_back(r);
       values[s].insert(values[s].end(), row, row + dim);
       ++rows_sent;
