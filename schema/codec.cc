@@ -16,8 +16,11 @@ namespace eps {
 namespace {
 
 using codec_internal::DecodeJobStatus;
+using codec_internal::DecodeMoveBody;
+using codec_internal::EncodeMoveBody;
 using codec_internal::Reader;
 using codec_internal::SetJobStatus;
+using codec_internal::SetMap;
 
 template <class... Ts>
 struct Overloaded : Ts... {
@@ -27,16 +30,6 @@ template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
 // ---- encoding -------------------------------------------------------------
-
-void SetMap(wire::ShardMap::Builder out, const ShardMap& map) {
-  out.setGeneration(map.generation);
-  auto chunks = out.initChunkOwners(map.chunk_owner.size());
-  for (size_t i = 0; i < map.chunk_owner.size(); ++i)
-    chunks.set(i, static_cast<uint16_t>(map.chunk_owner[i].value()));
-  auto partitions = out.initPartitionOwners(map.partition_owner.size());
-  for (size_t i = 0; i < map.partition_owner.size(); ++i)
-    partitions.set(i, static_cast<uint16_t>(map.partition_owner[i].value()));
-}
 
 void SetTensors(capnp::List<wire::TensorSpec>::Builder out,
                 const std::vector<TensorSpec>& tensors) {
@@ -465,6 +458,11 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       *body = std::move(m);
       return OkStatus();
     }
+    case W::RESHARD:
+    case W::RESHARD_READY:
+    case W::MOVE_REQUEST:
+    case W::MOVE_REPLY:
+      return DecodeMoveBody(b, r, body);
   }
   return ProtocolError("unknown message kind " + std::to_string(static_cast<int>(b.which())));
 }
@@ -472,16 +470,17 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
 }  // namespace
 
 const char* BodyName(const Body& body) {
-  static const char* const kNames[] = {"error",          "registerWorker", "registerWorkerReply",
-                                       "registerShard",  "shardConfig",    "stepRequest",
-                                       "stepPlan",       "stepDone",       "push",
-                                       "pushReply",      "pull",           "pullReply",
-                                       "evalResult",     "shutdown",       "heartbeat",
-                                       "leave",          "rollback",       "rollbackDone",
-                                       "retain",         "poolRequest",    "poolAssign",
-                                       "jobInfo",        "jobInfoReply",   "jobStatusRequest",
-                                       "jobStatusReply", "jobControl",     "fetchModel",
-                                       "fetchModelReply"};
+  static const char* const kNames[] = {"error",           "registerWorker", "registerWorkerReply",
+                                       "registerShard",   "shardConfig",    "stepRequest",
+                                       "stepPlan",        "stepDone",       "push",
+                                       "pushReply",       "pull",           "pullReply",
+                                       "evalResult",      "shutdown",       "heartbeat",
+                                       "leave",           "rollback",       "rollbackDone",
+                                       "retain",          "poolRequest",    "poolAssign",
+                                       "jobInfo",         "jobInfoReply",   "jobStatusRequest",
+                                       "jobStatusReply",  "jobControl",     "fetchModel",
+                                       "fetchModelReply", "reshard",        "reshardReady",
+                                       "moveRequest",     "moveReply"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }
@@ -710,6 +709,10 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    o.setFrame(static_cast<uint32_t>(frames.size() - 1));
                    frames.push_back({m.data, m.size, m.owner});
                  },
+                 [&](const Reshard& m) { EncodeMoveBody(m, b, &frames); },
+                 [&](const ReshardReady& m) { EncodeMoveBody(m, b, &frames); },
+                 [&](const MoveRequest& m) { EncodeMoveBody(m, b, &frames); },
+                 [&](const MoveReply& m) { EncodeMoveBody(m, b, &frames); },
              },
              envelope.body);
   auto flat = std::make_shared<kj::Array<capnp::word>>(capnp::messageToFlatArray(*message));

@@ -189,5 +189,19 @@ class Reader {
 Status DecodeJobStatus(wire::JobStatusReply::Reader in, Reader& r, JobStatusReply* m);
 void SetJobStatus(wire::JobStatusReply::Builder o, const JobStatusReply& m);
 
+void SetMap(wire::ShardMap::Builder out, const ShardMap& map);
+
+// The move messages both ways (codec_move.cc): Reshard, ReshardReady,
+// MoveRequest, MoveReply. Byte frames go after `frames`' last.
+Status DecodeMoveBody(wire::Envelope::Body::Reader in, Reader& r, Body* body);
+void EncodeMoveBody(const Reshard& m, wire::Envelope::Body::Builder out,
+                    std::vector<Frame>* frames);
+void EncodeMoveBody(const ReshardReady& m, wire::Envelope::Body::Builder out,
+                    std::vector<Frame>* frames);
+void EncodeMoveBody(const MoveRequest& m, wire::Envelope::Body::Builder out,
+                    std::vector<Frame>* frames);
+void EncodeMoveBody(const MoveReply& m, wire::Envelope::Body::Builder out,
+                    std::vector<Frame>* frames);
+
 }  // namespace codec_internal
 }  // namespace eps

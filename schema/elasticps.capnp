@@ -42,6 +42,10 @@ struct Envelope {
     jobControl @27 :JobControl;
     fetchModel @28 :FetchModel;
     fetchModelReply @29 :FetchModelReply;
+    reshard @30 :Reshard;
+    reshardReady @31 :ReshardReady;
+    moveRequest @32 :MoveRequest;
+    moveReply @33 :MoveReply;
   }
 }
 
@@ -481,4 +485,46 @@ struct FetchModelReply {
   offset @1 :UInt64;
   frame @2 :UInt32;               # index of the byte frame after the envelope (0 = first)
   fileSize @3 :UInt64;            # the whole file's size
+}
+
+# Moving chunks between shards (docs/design.md, "Elastic shards").
+# Coordinator -> every shard of the current map and of the new one, at a step
+# boundary where every shard serves `step` and no plan runs: stage your part of
+# `map` (the chunks it gives you that the current map gives another, asked of
+# their holders with MoveRequest), hold `step` durably, and answer ReshardReady.
+# A ShardConfig naming the new map commits the move; one naming the current map,
+# or a Rollback, abandons it.
+struct Reshard {
+  map @0 :ShardMap;               # generation: the current one's + 1
+  step @1 :Int64;
+  addresses @2 :List(Text);       # index = shard id: where each shard of both maps serves
+}
+
+struct ReshardReady {
+  shard @0 :UInt32;               # shard -> coordinator
+  generation @1 :UInt64;          # the map of the Reshard it answers
+  code @2 :UInt16;                # 0: staged, and `step` held durably (with a store);
+                                  # otherwise an eps::StatusCode and the move cannot go on
+  message @3 :Text;
+  bytesIn @4 :UInt64;             # the bytes of the chunks the move brought it
+  committed @5 :Bool;             # the answer to the ShardConfig that committed the move: the
+                                  # shard serves under the new map now (code 0), or could not
+}
+
+struct MoveRequest {
+  generation @0 :UInt64;          # shard -> shard: these chunks of yours at version `step`,
+  step @1 :Int64;                 # for the move to map `generation`
+  chunks @2 :List(UInt32);
+}
+
+struct MoveReply {
+  generation @0 :UInt64;
+  step @1 :Int64;
+  blobs @2 :List(MoveBlob);       # each chunk's value and optimizer slots, named as in a checkpoint
+}
+
+struct MoveBlob {
+  name @0 :Text;
+  frame @1 :UInt32;               # index of the byte frame after the envelope
+  crc32 @2 :UInt32;               # zlib's CRC-32 of the frame's bytes
 }

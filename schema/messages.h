@@ -516,11 +516,58 @@ struct FetchModelReply {
   std::shared_ptr<const void> owner;  // keeps `data` alive (see ChunkBytes)
 };
 
-using Body = std::variant<ErrorReply, RegisterWorker, RegisterWorkerReply, RegisterShard,
-                          ShardConfig, StepRequest, StepPlan, StepDone, Push, PushReply, Pull,
-                          PullReply, EvalResult, Shutdown, Heartbeat, Leave, Rollback, RollbackDone,
-                          Retain, PoolRequest, PoolAssign, JobInfo, JobInfoReply, JobStatusRequest,
-                          JobStatusReply, JobControl, FetchModel, FetchModelReply>;
+// ---- Moving chunks between shards (docs/design.md, "Elastic shards"; elasticps.capnp) ----
+
+// Coordinator -> every shard of the current map and of `map`: stage your part
+// of `map`, hold `step` durably, answer ReshardReady.
+struct Reshard {
+  ShardMap map;
+  Step step{0};
+  std::vector<std::string> addresses;  // index = shard id: every shard of both maps
+};
+
+// Shard -> coordinator: the answer to Reshard.
+struct ReshardReady {
+  ShardId shard;
+  uint64_t generation = 0;
+  StatusCode code = StatusCode::kOk;
+  std::string message;
+  uint64_t bytes_in = 0;  // the bytes of the chunks the move brought it
+  // The answer to the ShardConfig that committed the move (not to Reshard): the shard
+  // serves under the new map now. The coordinator plans the next step only once every
+  // shard said so, as after a rollback.
+  bool committed = false;
+  Status ToStatus() const { return Status(code, message); }
+};
+
+// Shard -> shard: `chunks` at version `step`, for the move to map `generation`.
+struct MoveRequest {
+  uint64_t generation = 0;
+  Step step{0};
+  std::vector<ChunkId> chunks;
+};
+
+// One checkpoint blob in a MoveReply, in a frame of its own.
+struct MoveBlob {
+  std::string name;
+  const void* data = nullptr;
+  size_t size = 0;
+  std::shared_ptr<const void> owner;  // keeps `data` alive (see ChunkBytes)
+  uint32_t crc32 = 0;                 // zlib's CRC-32 of the bytes, as the sender computed it
+};
+
+struct MoveReply {
+  uint64_t generation = 0;
+  Step step{0};
+  std::vector<MoveBlob> blobs;
+};
+
+using Body =
+    std::variant<ErrorReply, RegisterWorker, RegisterWorkerReply, RegisterShard, ShardConfig,
+                 StepRequest, StepPlan, StepDone, Push, PushReply, Pull, PullReply, EvalResult,
+                 Shutdown, Heartbeat, Leave, Rollback, RollbackDone, Retain, PoolRequest,
+                 PoolAssign, JobInfo, JobInfoReply, JobStatusRequest, JobStatusReply, JobControl,
+                 FetchModel, FetchModelReply, Reshard, ReshardReady, MoveRequest, MoveReply>;
 
 struct Envelope {
   std::string token;

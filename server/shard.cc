@@ -21,6 +21,8 @@
 #include "schema/allowed_keys_watch.h"
 #include "schema/channel.h"
 #include "server/checkpoint_writer.h"
+#include "server/shard_metrics.h"
+#include "server/shard_mover.h"
 #include "server/shard_state.h"
 #include "storage/state_store.h"
 
@@ -55,70 +57,19 @@ ShardTablesOptions TablesOptions(const ShardOptions& o) {
   return t;
 }
 
-// The shard's series (docs/metrics.md, "Shards"), looked up once: an update is
-// one atomic operation. Without a registry in the options they live in one of
-// the shard's own that nobody serves.
-struct ShardMetrics {
-  ShardMetrics(Metrics* m, ShardId shard)
-      : labels{{"shard", std::to_string(shard.value())}},
-        version(m->GetGauge("eps_shard_version", "The version the shard serves (-1: none yet).",
-                            labels)),
-        durable_step(m->GetGauge("eps_shard_durable_step",
-                                 "The newest step the shard holds in a durable checkpoint "
-                                 "(-1: none).",
-                                 labels)),
-        push_bytes(m->GetCounter("eps_shard_push_bytes_total",
-                                 "Bytes of the pushes the shard read, inline or in shared memory.",
-                                 labels)),
-        pull_bytes(m->GetCounter("eps_shard_pull_bytes_total",
-                                 "Parameter bytes the shard sent in pull replies, inline or in "
-                                 "shared memory.",
-                                 labels)),
-        pushes_accepted(m->GetCounter("eps_shard_pushes_total", kPushesHelp,
-                                      With("result", "accepted"))),
-        pushes_duplicate(m->GetCounter("eps_shard_pushes_total", kPushesHelp,
-                                       With("result", "duplicate"))),
-        pushes_refused(m->GetCounter("eps_shard_pushes_total", kPushesHelp,
-                                     With("result", "refused"))),
-        pulls(m->GetCounter("eps_shard_pulls_total", "Pulls the shard answered with parameters.",
-                            labels)),
-        step_seconds(m->GetHistogram("eps_shard_step_seconds",
-                                     "Seconds from a step's first push to the step applied.",
-                                     ExponentialBuckets(0.001, 2, 16), labels)),
-        checkpoint_seconds(m->GetHistogram("eps_checkpoint_duration_seconds",
-                                           "Seconds the shard took to write a checkpoint.",
-                                           ExponentialBuckets(0.01, 2, 14), labels)),
-        checkpoint_failures(m->GetCounter("eps_checkpoint_failures_total",
-                                          "Checkpoints the shard could not take or write.",
-                                          labels)) {}
-
-  static constexpr const char* kPushesHelp =
-      "Blocks pushed to the shard: accepted (a contribution counted), duplicate (all of them "
-      "counted before) or refused (answered with an error).";
-  Labels With(const std::string& name, const std::string& value) const {
-    Labels l = labels;
-    l[name] = value;
-    return l;
-  }
-
-  const Labels labels;
-  Gauge& version;
-  Gauge& durable_step;
-  Counter& push_bytes;
-  Counter& pull_bytes;
-  Counter& pushes_accepted;
-  Counter& pushes_duplicate;
-  Counter& pushes_refused;
-  Counter& pulls;
-  Histogram& step_seconds;
-  Histogram& checkpoint_seconds;
-  Counter& checkpoint_failures;
-};
+ShardMover::Options MoverOptions(const ShardOptions& options) {
+  ShardMover::Options o;
+  o.shard = options.shard;
+  o.token = options.token;
+  o.channel.curve = options.curve;  // every server of the job serves with the same key pair
+  return o;
+}
 
 class ShardImpl final : public Shard {
  public:
   ShardImpl(ShardOptions options, std::unique_ptr<Channel> workers,
-            std::unique_ptr<Channel> coordinator, std::unique_ptr<ParallelFor> parallel)
+            std::unique_ptr<Channel> coordinator, std::unique_ptr<ParallelFor> parallel,
+            zmq::context_t* context)
       : options_(std::move(options)),
         workers_(std::move(workers)),
         coordinator_(std::move(coordinator)),
@@ -127,7 +78,8 @@ class ShardImpl final : public Shard {
         own_metrics_(options_.metrics == nullptr ? std::make_unique<Metrics>() : nullptr),
         metrics_(options_.metrics != nullptr ? options_.metrics : own_metrics_.get(),
                  options_.shard),
-        rejections_(RejectionsOptions(), &clock_) {
+        rejections_(RejectionsOptions(), &clock_),
+        mover_(MoverOptions(options_), context) {
     metrics_.version.Set(-1);
     metrics_.durable_step.Set(-1);
   }
@@ -166,11 +118,14 @@ class ShardImpl final : public Shard {
     LOG(INFO) << "shard " << options_.shard << " serving on " << endpoint() << ", coordinator "
               << coordinator_->endpoint();
     while (!*stop && !done_) {
-      zmq::pollitem_t items[] = {{static_cast<void*>(workers_->socket()), 0, ZMQ_POLLIN, 0},
-                                 {static_cast<void*>(coordinator_->socket()), 0, ZMQ_POLLIN, 0},
-                                 {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
+      std::vector<zmq::pollitem_t> items = {
+          {static_cast<void*>(workers_->socket()), 0, ZMQ_POLLIN, 0},
+          {static_cast<void*>(coordinator_->socket()), 0, ZMQ_POLLIN, 0},
+          {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
+      if (wake_fd_ < 0) items.pop_back();
+      mover_.AppendPollItems(&items);  // the holders' replies of a move in progress
       try {
-        zmq::poll(items, wake_fd_ >= 0 ? 3 : 2, NextTimeout());
+        zmq::poll(items.data(), items.size(), std::min(NextTimeout(), mover_.NextTimeout()));
       } catch (const zmq::error_t& e) {
         if (e.num() == EINTR) continue;
         return Internal(std::string("poll failed: ") + e.what());
@@ -178,6 +133,8 @@ class ShardImpl final : public Shard {
       if (items[1].revents & ZMQ_POLLIN) EPS_RETURN_IF_ERROR(OnCoordinatorMessage());
       if (items[0].revents & ZMQ_POLLIN) OnWorkerMessage();
       if (wake_fd_ >= 0 && (items[2].revents & ZMQ_POLLIN)) OnCheckpointsWritten(/*report=*/true);
+      mover_.Poll();
+      MaybeReportMove();
       ExpirePulls();
       workers_->CountConnections();
       if (auto summary = rejections_.TakeSummary()) LOG(WARNING) << *summary;
@@ -335,6 +292,7 @@ class ShardImpl final : public Shard {
     Body& body = in.envelope->body;
     if (auto* config = std::get_if<ShardConfig>(&body)) {
       Status st = CheckFrameLimit(*config);
+      if (st.ok()) st = CommitOrDropMove(*config);
       if (st.ok()) st = CheckStoreFor(*config);
       if (st.ok()) {
         st = state_.Configure(*config);
@@ -351,7 +309,10 @@ class ShardImpl final : public Shard {
         state_.EnterTimeline(config->timeline);
         AnswerWaitingPulls();  // those of an abandoned timeline are refused now
       }
+    } else if (auto* reshard = std::get_if<Reshard>(&body)) {
+      OnReshard(*reshard);
     } else if (auto* rollback = std::get_if<Rollback>(&body)) {
+      mover_.Drop();  // a move in progress is abandoned
       OnRollback(*rollback);
     } else if (auto* retain = std::get_if<Retain>(&body)) {
       if (store_ != nullptr) store_->RetainFrom(retain->from_step);
@@ -451,6 +412,13 @@ class ShardImpl final : public Shard {
       } else {
         ReplyError(in.peer, reply.status());
       }
+    } else if (auto* move = std::get_if<MoveRequest>(&body)) {
+      auto reply = AnswerMoveRequest(state_, *move);
+      if (reply.ok()) {
+        Reply(in.peer, std::move(reply).value());
+      } else {
+        ReplyError(in.peer, reply.status());
+      }
     } else {
       const Status st = InvalidArgument(std::string("a shard does not serve ") + BodyName(body));
       if (rejections_.Record(in.peer, RejectReason::kUnserved))
@@ -507,51 +475,14 @@ class ShardImpl final : public Shard {
     if (!st.ok()) LOG(WARNING) << "could not report a step: " << st.ToString();
   }
 
-  // The sparse tables' statistics as series labelled by table index (docs/metrics.md).
-  void PublishTableStats() {
-    const std::vector<SparseTable::Stats> stats = state_.TableStats();
-    Metrics* m = options_.metrics != nullptr ? options_.metrics : own_metrics_.get();
-    while (table_series_.size() < stats.size()) {  // the series of a table, looked up once
-      const Labels l = metrics_.With("table", std::to_string(table_series_.size()));
-      auto tier = [&](const char* name) {
-        Labels tl = l;
-        tl["tier"] = name;
-        return &m->GetGauge("eps_shard_table_rows",
-                            "Rows of a sparse table: in memory (cached), or changed and evicted to "
-                            "the store since the last checkpoint (spilled).",
-                            tl);
-      };
-      table_series_.push_back(TableSeries{
-          {},
-          tier("cached"),
-          tier("spilled"),
-          &m->GetCounter("eps_shard_table_rows_stepped_total",
-                         "Rows of a sparse table the shard stepped.", l),
-          &m->GetCounter("eps_shard_table_evictions_total",
-                         "Rows evicted from a sparse table's memory.", l),
-          &m->GetCounter("eps_shard_table_store_reads_total",
-                         "Rows of a sparse table looked up in its RocksDB store (found or not).", l)});
-    }
-    for (size_t t = 0; t < stats.size(); ++t) {
-      const SparseTable::Stats& now = stats[t];
-      TableSeries& series = table_series_[t];
-      series.cached->Set(static_cast<double>(now.cached_rows));
-      series.spilled->Set(static_cast<double>(now.spilled_rows));
-      // The table's counts are since its Open: a rollback reopens none, so they only grow.
-      auto grow = [](Counter* c, uint64_t was, uint64_t is) {
-        if (is > was) c->Add(static_cast<double>(is - was));
-      };
-      grow(series.stepped, series.before.rows_stepped, now.rows_stepped);
-      grow(series.evictions, series.before.evictions, now.evictions);
-      grow(series.store_reads, series.before.store_reads, now.store_reads);
-      series.before = now;
-    }
-  }
+  void PublishTableStats() { metrics_.PublishTables(state_.TableStats()); }
 
-  // Hands a snapshot of the version just reached to the writer when it is due.
-  void MaybeCheckpoint() {
-    if (writer_ == nullptr || options_.checkpoint_every <= 0) return;
-    if (state_.version().value() % options_.checkpoint_every != 0) return;
+  // Hands a snapshot of the version served to the writer when one is due (or `force`d).
+  void MaybeCheckpoint(bool force = false) {
+    if (writer_ == nullptr) return;
+    if (!force && (options_.checkpoint_every <= 0 ||
+                   state_.version().value() % options_.checkpoint_every != 0))
+      return;
     const Clock::time_point start = Clock::now();
     // The tables' checkpoint first (synced, on this thread: only the rows changed since the last
     // one), so that the state's checkpoint of this step, once durable, always finds it.
@@ -626,6 +557,68 @@ class ShardImpl final : public Shard {
     Status sent = SendToCoordinator(std::move(done));
     if (!sent.ok()) LOG(WARNING) << "could not answer the rollback: " << sent.ToString();
     AnswerWaitingPulls();
+  }
+
+  // ---- moves between shard maps (docs/design.md, "Elastic shards") ----
+
+  // Stages this shard's part of the move (server/shard_mover.h) and holds the
+  // step durably; MaybeReportMove answers once both are done.
+  void OnReshard(const Reshard& reshard) {
+    mover_.Drop();
+    move_reported_ = false;
+    // A shard that holds nothing yet (one added) takes the move at any version.
+    const bool holds = !state_.chunks().empty() || state_.version().value() >= 0;
+    Status st =
+        !state_.has_layout() ? FailedPrecondition("a move before the job's model is known")
+        : holds && state_.version() != reshard.step
+            ? FailedPrecondition("a move at version " + std::to_string(reshard.step.value()) +
+                                 ", this shard serves " + std::to_string(state_.version().value()))
+            : mover_.Start(reshard, state_.layout());
+    if (!st.ok()) {
+      (void)SendToCoordinator(
+          ReshardReady{options_.shard, reshard.map.generation, st.code(), st.message(), 0});
+      move_reported_ = true;
+      return;
+    }
+    if (holds && durable_step_ < reshard.step) MaybeCheckpoint(/*force=*/true);
+    MaybeReportMove();
+  }
+
+  void MaybeReportMove() {
+    if (!mover_.active() || move_reported_) return;
+    const Reshard& r = mover_.reshard();
+    Status st = mover_.failure().value_or(OkStatus());
+    const bool undurable =
+        writer_ != nullptr && state_.version().value() >= 0 && durable_step_ < r.step;
+    if (st.ok() && (!mover_.staged() || undurable)) return;
+    Status sent = SendToCoordinator(
+        ReshardReady{options_.shard, r.map.generation, st.code(), st.message(), mover_.bytes_in()});
+    if (!sent.ok()) LOG(WARNING) << "could not answer the move: " << sent.ToString();
+    move_reported_ = true;
+  }
+
+  // A config naming the map of the move staged commits it (the shard takes
+  // the map, checkpoints the version under it, and says so); one naming another
+  // map while a move is staged abandons it.
+  Status CommitOrDropMove(const ShardConfig& config) {
+    if (!mover_.active()) return OkStatus();
+    if (!config.map || config.map->generation != mover_.reshard().map.generation) {
+      mover_.Drop();
+      return OkStatus();
+    }
+    const uint64_t bytes = mover_.bytes_in();
+    const Step step = mover_.reshard().step;
+    Status st = mover_.staged() ? state_.AdoptMap(*config.map, step, mover_.Take())
+                                : FailedPrecondition("a move committed before it was staged");
+    if (st.ok()) {
+      LOG(INFO) << "took shard map generation " << config.map->generation << " at version " << step
+                << ": " << state_.chunks().size() << " chunks, " << bytes << " bytes moved in";
+      metrics_.version.Set(step.value());
+      MaybeCheckpoint(/*force=*/true);
+    }
+    (void)SendToCoordinator(ReshardReady{options_.shard, config.map->generation, st.code(),
+                                         st.message(), bytes, /*committed=*/true});
+    return st;
   }
 
   // To a step's checkpoint; to step -1 (no step every shard holds), back to
@@ -714,16 +707,6 @@ class ShardImpl final : public Shard {
 
   const std::unique_ptr<Metrics> own_metrics_;  // when the options name no registry
   ShardMetrics metrics_;
-  // A sparse table's series (PublishTableStats), and its statistics as last published.
-  struct TableSeries {
-    SparseTable::Stats before;
-    Gauge* cached;
-    Gauge* spilled;
-    Counter* stepped;
-    Counter* evictions;
-    Counter* store_reads;
-  };
-  std::vector<TableSeries> table_series_;
   uint64_t bytes_in_ = 0;   // of the pushes read (eps_shard_push_bytes_total)
   uint64_t bytes_out_ = 0;  // of the pull replies sent (eps_shard_pull_bytes_total)
   Step step_started_of_{-1};         // the step whose first contribution came at step_started_
@@ -731,6 +714,8 @@ class ShardImpl final : public Shard {
   SteadyClock clock_;       // the rejections'
   Rejections rejections_;  // of worker messages; after metrics_ and clock_
   std::optional<AllowedKeysWatch> keys_;  // with CURVE: revocation of open connections
+  ShardMover mover_;                      // a move between shard maps in progress
+  bool move_reported_ = false;            // its ReshardReady went out
 };
 
 }  // namespace
@@ -760,7 +745,7 @@ StatusOr<std::unique_ptr<Shard>> Shard::Open(const ShardOptions& options, zmq::c
   EPS_ASSIGN_OR_RETURN(auto coordinator, Channel::Connect(context, options.coordinator, co));
   EPS_ASSIGN_OR_RETURN(auto parallel, ParallelFor::Start(options.threads));
   auto shard = std::make_unique<ShardImpl>(options, std::move(workers), std::move(coordinator),
-                                           std::move(parallel));
+                                           std::move(parallel), context);
   EPS_RETURN_IF_ERROR(shard->OpenStore());
   EPS_RETURN_IF_ERROR(shard->OpenKeys());
   return std::unique_ptr<Shard>(std::move(shard));

@@ -104,6 +104,7 @@ class ShardState {
   // worker has reported it. A second config must agree with the first.
   Status Configure(const ShardConfig& config);
   bool has_layout() const { return layout_.has_value(); }
+  const Layout& layout() const { return *layout_; }  // has_layout() first
   // Current version: -1 until the initial values arrived.
   Step version() const { return version_; }
   // The job's timeline as the coordinator last named it (ShardConfig, Rollback;

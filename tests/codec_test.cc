@@ -287,6 +287,31 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.file_size, b.file_size);
           ASSERT_EQ(a.size, b.size);
           EXPECT_EQ(0, std::memcmp(a.data, b.data, a.size));
+        } else if constexpr (std::is_same_v<T, Reshard>) {
+          EXPECT_TRUE(a.map == b.map);
+          EXPECT_EQ(a.step, b.step);
+          EXPECT_EQ(a.addresses, b.addresses);
+        } else if constexpr (std::is_same_v<T, ReshardReady>) {
+          EXPECT_EQ(a.shard, b.shard);
+          EXPECT_EQ(a.generation, b.generation);
+          EXPECT_EQ(a.code, b.code);
+          EXPECT_EQ(a.message, b.message);
+          EXPECT_EQ(a.bytes_in, b.bytes_in);
+          EXPECT_EQ(a.committed, b.committed);
+        } else if constexpr (std::is_same_v<T, MoveRequest>) {
+          EXPECT_EQ(a.generation, b.generation);
+          EXPECT_EQ(a.step, b.step);
+          EXPECT_EQ(a.chunks, b.chunks);
+        } else if constexpr (std::is_same_v<T, MoveReply>) {
+          EXPECT_EQ(a.generation, b.generation);
+          EXPECT_EQ(a.step, b.step);
+          ASSERT_EQ(a.blobs.size(), b.blobs.size());
+          for (size_t i = 0; i < a.blobs.size(); ++i) {
+            EXPECT_EQ(a.blobs[i].name, b.blobs[i].name);
+            EXPECT_EQ(a.blobs[i].crc32, b.blobs[i].crc32);
+            ASSERT_EQ(a.blobs[i].size, b.blobs[i].size);
+            EXPECT_EQ(0, std::memcmp(a.blobs[i].data, b.blobs[i].data, a.blobs[i].size));
+          }
         } else {
           static_assert(!sizeof(T), "a Body alternative has no comparison");
         }
@@ -383,7 +408,9 @@ TEST(Codec, EveryMessageKindRoundTripsWithAllFields) {
     ASSERT_FALSE(frames.empty());
     const auto* chunks = ChunksOf(sent.body);
     const bool file_bytes = std::holds_alternative<FetchModelReply>(sent.body);
-    EXPECT_EQ(frames.size(), 1 + (chunks ? chunks->size() : 0) + (file_bytes ? 1 : 0));
+    const auto* moved = std::get_if<MoveReply>(&sent.body);
+    EXPECT_EQ(frames.size(), 1 + (chunks ? chunks->size() : 0) + (file_bytes ? 1 : 0) +
+                                 (moved ? moved->blobs.size() : 0));
 
     // As encoded, and as a peer delivers it: fresh buffers, the header unaligned.
     for (size_t misalign : {0, 1, 3, 4, 7}) {
@@ -401,6 +428,10 @@ TEST(Codec, EveryMessageKindRoundTripsWithAllFields) {
       }
       if (const auto* got_file = std::get_if<FetchModelReply>(&got->body)) {
         EXPECT_EQ(got_file->data, wire[1].data) << "file bytes are never copied";
+      }
+      if (const auto* got_moved = std::get_if<MoveReply>(&got->body)) {
+        for (size_t i = 0; i < got_moved->blobs.size(); ++i)
+          EXPECT_EQ(got_moved->blobs[i].data, wire[i + 1].data) << "moved bytes are never copied";
       }
     }
   }

@@ -152,6 +152,17 @@ inline std::vector<Envelope> EveryMessageKind() {
   const ChunkBytes file = MakeChunk(0, 70000, 9);
   out.push_back({"tok-fmr", FetchModelReply{std::string(64, 'b'), uint64_t{4} << 30,
                                             uint64_t{5} << 30, file.data, file.size, file.owner}});
+  ShardMap map = InitialShardMap({40, 8, 8}, 3);
+  map.generation = 9;
+  out.push_back({"tok-rs", Reshard{map, Step(46), {"tcp://a:1", "", "tcp://c:3"}}});
+  out.push_back(
+      {"tok-rr", ReshardReady{ShardId(2), 9, StatusCode::kDataLoss, "crc", 1ull << 33, true}});
+  out.push_back({"tok-mq", MoveRequest{9, Step(46), {ChunkId(0), ChunkId(70000)}}});
+  const ChunkBytes value = MakeChunk(1, 300, 10), slot = MakeChunk(1, 300, 11);
+  out.push_back({"tok-mr", MoveReply{9,
+                                     Step(46),
+                                     {{"value/1", value.data, value.size, value.owner, 0xdeadbeef},
+                                      {"slot0/1", slot.data, slot.size, slot.owner, 7}}}});
   return out;
 }
 

@@ -1,12 +1,19 @@
-// A shard under a shard map other than the first one (common/shard_map.h,
-// docs/design.md "Elastic shards"): it holds what the map gives it, refuses
-// what the map gives another, and its checkpoints keep the map.
+// Shards under a shard map other than the first one, and chunks moving
+// between shards (common/shard_map.h, docs/design.md "Elastic shards"): a
+// shard holds what its map gives it and refuses the rest, its checkpoints keep
+// the map; chunks moved between steps, by ShardState alone or by running
+// shards handing them over (server/shard_mover.h), give the bits of the
+// unmoved job.
 #include <gtest/gtest.h>
 
 #include <map>
+#include <thread>
 #include <vector>
 
+#include "server/shard_mover.h"
 #include "server/shard_state.h"
+#include "tests/shard_service_harness.h"
+#include "tests/temp_dir.h"
 
 namespace eps {
 namespace {
@@ -137,6 +144,30 @@ std::vector<Blob> Copied(const std::vector<BlobRef>& refs) {
   return out;
 }
 
+// Chunk `id`'s initial value (step -1) or gradient at `step` in a 1-VW job:
+// floats whose sums round.
+ChunkBytes Data(const Layout& layout, ChunkId id, int step) {
+  auto v =
+      std::make_shared<std::vector<float>>(static_cast<size_t>(layout.chunks[id.value()].numel));
+  for (size_t i = 0; i < v->size(); ++i)
+    (*v)[i] = static_cast<float>(((step + 2) * 31 + id.value() * 7 + i * 3) % 17) * 0.37f - 2.9f;
+  return {id, v->data(), v->size() * sizeof(float), v};
+}
+
+// The pushes of step `step` (-1: the initial values) to a shard holding `chunks`.
+Push StepPush(const Layout& layout, const std::vector<ChunkId>& chunks, int step) {
+  Push p;
+  p.epoch = Epoch(1);
+  p.step = Step(step);
+  p.block = Block{0, 1};
+  for (ChunkId id : chunks) {
+    if (step < 0 && layout.tensors[layout.chunks[id.value()].tensor].kind == TensorKind::kLoss)
+      continue;
+    p.chunks.push_back(Data(layout, id, step));
+  }
+  return p;
+}
+
 // Shards of a 1-VW job: pushes deterministic gradients for steps [from, to) to
 // whichever shard holds each chunk now.
 class Shards {
@@ -152,16 +183,7 @@ class Shards {
           states_.back()->Configure(ShardConfig{AdamSpec(), DenseTensors(), 1, layout_.map}).ok());
     }
     for (uint32_t s = 0; s < n; ++s) {
-      std::vector<ChunkBytes> init;
-      for (ChunkId id : states_[s]->chunks()) {
-        if (layout_.tensors[layout_.chunks[id.value()].tensor].kind == TensorKind::kLoss) continue;
-        init.push_back(Data(id, -1));
-      }
-      Push p;
-      p.step = Step(-1);
-      p.block = Block{0, 1};
-      p.chunks = std::move(init);
-      EXPECT_TRUE(states_[s]->HandlePush(p).ok());
+      EXPECT_TRUE(states_[s]->HandlePush(StepPush(layout_, states_[s]->chunks(), -1)).ok());
     }
   }
   ShardState& operator[](uint32_t s) { return *states_[s]; }
@@ -171,12 +193,8 @@ class Shards {
     for (int step = from; step < to; ++step) {
       for (auto& state : states_) {
         if (state->chunks().empty()) continue;
-        Push p;
-        p.epoch = Epoch(1);
-        p.step = Step(step);
-        p.block = Block{0, 1};
-        for (ChunkId id : state->chunks()) p.chunks.push_back(Data(id, step));
-        StatusOr<ShardState::PushOutcome> out = state->HandlePush(p);
+        StatusOr<ShardState::PushOutcome> out =
+            state->HandlePush(StepPush(layout_, state->chunks(), step));
         ASSERT_TRUE(out.ok()) << out.status().ToString();
         ASSERT_TRUE(out->completed.has_value()) << "step " << step;
       }
@@ -202,15 +220,6 @@ class Shards {
   const Layout& layout() const { return layout_; }
 
  private:
-  // Chunk `id`'s initial value (step -1) or gradient at `step`: floats whose sums round.
-  ChunkBytes Data(ChunkId id, int step) {
-    auto v =
-        std::make_shared<std::vector<float>>(static_cast<size_t>(layout_.chunks[id.value()].numel));
-    for (size_t i = 0; i < v->size(); ++i)
-      (*v)[i] = static_cast<float>(((step + 2) * 31 + id.value() * 7 + i * 3) % 17) * 0.37f - 2.9f;
-    return {id, v->data(), v->size() * sizeof(float), v};
-  }
-
   Layout layout_;
   std::vector<std::unique_ptr<ShardState>> states_;
 };
@@ -317,6 +326,204 @@ TEST(ShardStateMove, RowPartitionsOfSparseTablesDoNotMoveYet) {
       Rebalance(layout->map, layout->ChunkSizes(), {ShardId(0), ShardId(1), ShardId(2)});
   ASSERT_TRUE(three.ok());
   EXPECT_EQ(state.AdoptMap(*three, Step(0), {}).code(), StatusCode::kUnimplemented);
+}
+
+// ---- running shards handing chunks over ----
+
+struct ServedShard {
+  ServedShard(zmq::context_t* context, const TempDir& dir, uint32_t id) : coordinator(context) {
+    ShardOptions o;
+    o.shard = ShardId(id);
+    o.coordinator = coordinator.endpoint();
+    o.store_path = dir.Sub("shard" + std::to_string(id));
+    o.checkpoint_every = 2;
+    o.store_wait = std::chrono::milliseconds(20000);
+    running = std::make_unique<RunningShard>(context, o);
+    EXPECT_TRUE(running->open_status().ok()) << running->open_status().ToString();
+    auto reg = coordinator.Next<RegisterShard>();
+    EXPECT_TRUE(reg.has_value());
+    if (reg) address = reg->address;
+    client = std::make_unique<ShardClient>(context, address);
+  }
+  // Pushes and waits for the shard's acknowledgement; a shard that has not read its config
+  // yet answers Unavailable, as it does to a worker, which retries (bounded).
+  void Push(const eps::Push& push) {
+    auto reply = client->Send(push);
+    for (int i = 0; i < 500 && reply.status().code() == StatusCode::kUnavailable; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      reply = client->Send(push);
+    }
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    ASSERT_TRUE(std::holds_alternative<PushReply>(reply->body)) << BodyName(reply->body);
+  }
+
+  FakeCoordinator coordinator;  // each shard its own: the test is the coordinator of all
+  std::unique_ptr<RunningShard> running;
+  std::string address;
+  std::unique_ptr<ShardClient> client;
+};
+
+TEST(ShardService, RunningShardsHandChunksOverAndTheJobGoesOnWithTheSameBits) {
+  Shards fixed(2, 2);
+  fixed.Train(0, 6);
+
+  zmq::context_t context(1);
+  TempDir dir;
+  std::vector<std::unique_ptr<ServedShard>> shards;
+  for (uint32_t s = 0; s < 3; ++s)
+    shards.push_back(std::make_unique<ServedShard>(&context, dir, s));
+  const Layout& two = fixed.layout();
+  for (auto& s : shards) s->coordinator.Send(ShardConfig{AdamSpec(), DenseTensors(), 1, two.map});
+  for (uint32_t s = 0; s < 2; ++s) shards[s]->Push(StepPush(two, two.ChunksOf(ShardId(s)), -1));
+  for (int step = 0; step < 3; ++step) {
+    for (uint32_t s = 0; s < 2; ++s) shards[s]->Push(StepPush(two, two.ChunksOf(ShardId(s)), step));
+  }
+  for (uint32_t s = 0; s < 2; ++s) {
+    ASSERT_TRUE(
+        shards[s]->coordinator.Next<StepDone>([](const StepDone& d) { return d.step == Step(2); }));
+  }
+
+  // The move at version 3 (not a checkpoint step: each shard takes one for the move).
+  StatusOr<ShardMap> map =
+      Rebalance(two.map, two.ChunkSizes(), {ShardId(0), ShardId(1), ShardId(2)});
+  ASSERT_TRUE(map.ok());
+  Layout three = two;
+  ASSERT_TRUE(three.SetShardMap(*map).ok());
+  const Reshard reshard{
+      *map, Step(3), {shards[0]->address, shards[1]->address, shards[2]->address}};
+  for (auto& s : shards) s->coordinator.Send(reshard);
+  uint64_t moved = 0;
+  for (uint32_t s = 0; s < 3; ++s) {
+    auto ready = shards[s]->coordinator.Next<ReshardReady>();
+    ASSERT_TRUE(ready.has_value());
+    EXPECT_EQ(ready->code, StatusCode::kOk) << s << ": " << ready->message;
+    EXPECT_EQ(ready->generation, map->generation);
+    moved += ready->bytes_in;
+  }
+  // What moved, values and two Adam slots each (the loss chunk holds nothing), and nothing else.
+  uint64_t want = 0;
+  for (ChunkId c : MovesBetween(two.map, *map, two.ChunkSizes()).chunks) {
+    if (two.tensors[two.chunks[c.value()].tensor].kind != TensorKind::kLoss)
+      want += 3 * two.ChunkBytes(two.chunks[c.value()]);
+  }
+  EXPECT_GT(want, 0u);
+  EXPECT_EQ(moved, want);
+  // Until the commit, the holders still serve what they hand over.
+  auto before = shards[0]->client->Send(Pull{Step(3), two.ChunksOf(ShardId(0))});
+  ASSERT_TRUE(before.ok() && std::holds_alternative<PullReply>(before->body));
+
+  for (auto& s : shards) s->coordinator.Send(ShardConfig{AdamSpec(), DenseTensors(), 2, *map});
+  // As after a rollback, the next step's pushes come only once every shard took the map.
+  for (auto& s : shards) {
+    auto took =
+        s->coordinator.Next<ReshardReady>([](const ReshardReady& r) { return r.committed; });
+    ASSERT_TRUE(took.has_value());
+    EXPECT_EQ(took->code, StatusCode::kOk) << took->message;
+  }
+  for (int step = 3; step < 6; ++step) {
+    for (uint32_t s = 0; s < 3; ++s)
+      shards[s]->Push(StepPush(three, three.ChunksOf(ShardId(s)), step));
+  }
+  std::map<uint32_t, std::string> values;
+  for (uint32_t s = 0; s < 3; ++s) {
+    auto reply = shards[s]->client->Send(Pull{Step(6), {}});
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    auto* pulled = std::get_if<PullReply>(&reply->body);
+    ASSERT_NE(pulled, nullptr) << BodyName(reply->body);
+    for (const ChunkBytes& c : pulled->chunks)
+      values[c.chunk.value()] = std::string(static_cast<const char*>(c.data), c.size);
+  }
+  EXPECT_EQ(values, fixed.Values());
+  // A chunk handed over is refused by its old holder now.
+  const ChunkId gone = MovesBetween(two.map, *map, two.ChunkSizes()).chunks.front();
+  auto refused =
+      shards[two.chunks[gone.value()].shard.value()]->client->Send(Pull{Step(6), {gone}});
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  for (auto& s : shards) {
+    s->coordinator.Send(Shutdown{"done"});
+    EXPECT_TRUE(s->running->Join().ok());
+  }
+}
+
+TEST(ShardService, AMoveAtAnotherVersionOrAbandonedChangesNothing) {
+  zmq::context_t context(1);
+  TempDir dir;
+  std::vector<std::unique_ptr<ServedShard>> shards;
+  for (uint32_t s = 0; s < 3; ++s)
+    shards.push_back(std::make_unique<ServedShard>(&context, dir, s));
+  StatusOr<Layout> two = MakeLayout(DenseTensors(), 2, 4);
+  ASSERT_TRUE(two.ok());
+  for (auto& s : shards) s->coordinator.Send(ShardConfig{AdamSpec(), DenseTensors(), 1, two->map});
+  for (uint32_t s = 0; s < 2; ++s) shards[s]->Push(StepPush(*two, two->ChunksOf(ShardId(s)), -1));
+  StatusOr<ShardMap> map =
+      Rebalance(two->map, two->ChunkSizes(), {ShardId(0), ShardId(1), ShardId(2)});
+  ASSERT_TRUE(map.ok());
+  const std::vector<std::string> addresses = {shards[0]->address, shards[1]->address,
+                                              shards[2]->address};
+  // The shards serve version 0: a move at version 1 is refused by each.
+  for (auto& s : shards) s->coordinator.Send(Reshard{*map, Step(1), addresses});
+  for (auto& s : shards) {
+    auto ready = s->coordinator.Next<ReshardReady>();
+    ASSERT_TRUE(ready.has_value());
+    EXPECT_EQ(ready->code, StatusCode::kFailedPrecondition) << ready->message;
+  }
+  // Staged at version 0, then abandoned (a config naming the old map): every shard keeps
+  // what it held.
+  for (auto& s : shards) s->coordinator.Send(Reshard{*map, Step(0), addresses});
+  for (auto& s : shards) {
+    auto ready = s->coordinator.Next<ReshardReady>();
+    ASSERT_TRUE(ready.has_value());
+    EXPECT_EQ(ready->code, StatusCode::kOk) << ready->message;
+  }
+  for (auto& s : shards) s->coordinator.Send(ShardConfig{AdamSpec(), DenseTensors(), 2, two->map});
+  for (uint32_t s = 0; s < 2; ++s) {
+    auto reply = shards[s]->client->Send(Pull{Step(0), two->ChunksOf(ShardId(s))});
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  }
+  for (auto& s : shards) {
+    s->coordinator.Send(Shutdown{"done"});
+    EXPECT_TRUE(s->running->Join().ok());
+  }
+}
+
+// A holder whose bytes do not match their CRC-32 fails the move (DataLoss), never stages them.
+TEST(ShardMover, ABlobFailingItsCrcFailsTheMove) {
+  zmq::context_t context(1);
+  auto holder = Channel::Bind(&context, "tcp://127.0.0.1:0");
+  ASSERT_TRUE(holder.ok());
+  StatusOr<Layout> two = MakeLayout(DenseTensors(), 2, 4);
+  ASSERT_TRUE(two.ok());
+  StatusOr<ShardMap> map =
+      Rebalance(two->map, two->ChunkSizes(), {ShardId(0), ShardId(1), ShardId(2)});
+  ASSERT_TRUE(map.ok());
+  ShardMover::Options o;
+  o.shard = ShardId(2);
+  ShardMover mover(o, &context);
+  // Both holders are the fake one.
+  ASSERT_TRUE(
+      mover.Start(Reshard{*map, Step(0), {(*holder)->endpoint(), (*holder)->endpoint()}}, *two)
+          .ok());
+  EXPECT_FALSE(mover.staged());
+  auto in = (*holder)->Receive(std::chrono::milliseconds(10000));
+  ASSERT_TRUE(in.ok() && in->envelope.ok());
+  auto* request = std::get_if<MoveRequest>(&in->envelope->body);
+  ASSERT_NE(request, nullptr);
+  EXPECT_EQ(request->generation, map->generation);
+  const std::string bytes(16, 'x');
+  MoveReply reply{request->generation, request->step, {}};
+  reply.blobs.push_back({"value/" + std::to_string(request->chunks.front().value()), bytes.data(),
+                         bytes.size(), nullptr, MoveCrc32(bytes.data(), bytes.size()) ^ 1});
+  ASSERT_TRUE((*holder)->SendTo(in->peer, Envelope{"", reply}).ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!mover.failure() && std::chrono::steady_clock::now() < deadline) {
+    std::vector<zmq::pollitem_t> items;
+    mover.AppendPollItems(&items);
+    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(100));
+    mover.Poll();
+  }
+  ASSERT_TRUE(mover.failure().has_value());
+  EXPECT_EQ(mover.failure()->code(), StatusCode::kDataLoss) << mover.failure()->ToString();
+  EXPECT_FALSE(mover.staged());
 }
 
 }  // namespace

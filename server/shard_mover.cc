@@ -1,0 +1,194 @@
+#include "server/shard_mover.h"
+
+#include <glog/logging.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace eps {
+
+uint32_t MoveCrc32(const void* data, size_t size) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const auto* p = static_cast<const Bytef*>(data);
+  while (size > 0) {
+    const uInt part = static_cast<uInt>(std::min<size_t>(size, 1u << 30));
+    crc = crc32(crc, p, part);
+    p += part;
+    size -= part;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+StatusOr<MoveReply> AnswerMoveRequest(const ShardState& state, const MoveRequest& request) {
+  if (request.step != state.version()) {
+    return FailedPrecondition("chunks of version " + std::to_string(request.step.value()) +
+                              " asked for; this shard serves " +
+                              std::to_string(state.version().value()));
+  }
+  EPS_ASSIGN_OR_RETURN(std::vector<BlobRef> blobs, state.ExportChunks(request.chunks));
+  MoveReply reply{request.generation, request.step, {}};
+  for (BlobRef& b : blobs) {
+    const uint32_t crc = MoveCrc32(b.data, b.size);
+    reply.blobs.push_back({std::move(b.name), b.data, b.size, std::move(b.owner), crc});
+  }
+  return reply;
+}
+
+Status ShardMover::Start(const Reshard& reshard, const Layout& current) {
+  Drop();
+  if (reshard.map.generation <= current.map.generation) {
+    return InvalidArgument("a move to shard map generation " +
+                           std::to_string(reshard.map.generation) + ", which is not newer than " +
+                           std::to_string(current.map.generation));
+  }
+  EPS_RETURN_IF_ERROR(
+      reshard.map.Validate(current.chunks.size()).WithContext("the map of the move"));
+  // What this shard gains, by holder, in chunk order, cut into pages.
+  std::map<ShardId, std::vector<ChunkId>> gains;
+  for (const Chunk& c : current.chunks) {
+    if (reshard.map.chunk_owner[c.id.value()] == options_.shard && c.shard != options_.shard)
+      gains[c.shard].push_back(c.id);
+  }
+  std::vector<Holder> holders;
+  for (auto& [shard, chunks] : gains) {
+    if (shard.value() >= reshard.addresses.size() || reshard.addresses[shard.value()].empty()) {
+      return InvalidArgument("the move names no address of shard " + std::to_string(shard.value()));
+    }
+    Holder h;
+    h.shard = shard;
+    uint64_t bytes = 0;
+    for (ChunkId id : chunks) {
+      const uint64_t b = current.ChunkBytes(current.chunks[id.value()]);
+      if (h.pages.empty() || bytes + b > options_.page_bytes) {
+        h.pages.emplace_back();
+        bytes = 0;
+      }
+      h.pages.back().push_back(id);
+      bytes += b;
+    }
+    EPS_ASSIGN_OR_RETURN(
+        h.channel, Channel::Connect(context_, reshard.addresses[shard.value()], options_.channel));
+    holders.push_back(std::move(h));
+  }
+  reshard_ = reshard;
+  holders_ = std::move(holders);
+  pending_ = holders_.size();
+  for (Holder& h : holders_) {
+    Status st = Ask(h);
+    if (!st.ok()) {
+      Fail(st);
+      break;
+    }
+  }
+  return OkStatus();
+}
+
+Status ShardMover::Ask(Holder& h) {
+  MoveRequest request{reshard_->map.generation, reshard_->step, h.pages[h.next]};
+  EPS_RETURN_IF_ERROR(h.channel->Send(Envelope{options_.token, std::move(request)})
+                          .WithContext("asking shard " + std::to_string(h.shard.value())));
+  ++h.next;
+  h.waiting = true;
+  h.deadline = std::chrono::steady_clock::now() + options_.reply_wait;
+  return OkStatus();
+}
+
+Status ShardMover::OnReply(Holder& h, const Envelope& reply) {
+  const std::string from = "shard " + std::to_string(h.shard.value());
+  if (const auto* err = std::get_if<ErrorReply>(&reply.body))
+    return err->ToStatus().WithContext(from + " refused to hand its chunks over");
+  const auto* moved = std::get_if<MoveReply>(&reply.body);
+  if (moved == nullptr)
+    return ProtocolError(from + " answered a MoveRequest with a " + BodyName(reply.body));
+  if (moved->generation != reshard_->map.generation || moved->step != reshard_->step)
+    return ProtocolError(from + " answered for another move");
+  const std::vector<ChunkId>& page = h.pages[h.next - 1];
+  const std::set<ChunkId> asked(page.begin(), page.end());
+  for (const MoveBlob& b : moved->blobs) {
+    const size_t slash = b.name.find('/');
+    char* end = nullptr;
+    const unsigned long id =
+        slash == std::string::npos ? 0 : std::strtoul(b.name.c_str() + slash + 1, &end, 10);
+    if (slash == std::string::npos || end == nullptr || *end != '\0' ||
+        asked.count(ChunkId(static_cast<uint32_t>(id))) == 0) {
+      return ProtocolError(from + " sent blob '" + b.name + "', of no chunk asked for");
+    }
+    if (MoveCrc32(b.data, b.size) != b.crc32)
+      return DataLoss("blob '" + b.name + "' from " + from + " fails its CRC-32");
+    staged_.push_back({b.name, std::string(static_cast<const char*>(b.data), b.size)});
+    bytes_in_ += b.size;
+  }
+  h.waiting = false;
+  if (h.next < h.pages.size()) return Ask(h);
+  h.channel.reset();  // done with this holder
+  --pending_;
+  return OkStatus();
+}
+
+void ShardMover::AppendPollItems(std::vector<zmq::pollitem_t>* items) {
+  if (!active() || failure_) return;
+  for (Holder& h : holders_) {
+    if (h.waiting) items->push_back({static_cast<void*>(h.channel->socket()), 0, ZMQ_POLLIN, 0});
+  }
+}
+
+void ShardMover::Poll() {
+  if (!active() || failure_) return;
+  const auto now = std::chrono::steady_clock::now();
+  for (Holder& h : holders_) {
+    while (h.waiting && !failure_) {
+      StatusOr<Channel::Incoming> in = h.channel->TryReceive();
+      if (in.status().code() == StatusCode::kDeadlineExceeded) {
+        if (now >= h.deadline) {
+          Fail(DeadlineExceeded("shard " + std::to_string(h.shard.value()) +
+                                " did not hand its chunks over within " +
+                                std::to_string(options_.reply_wait.count()) + " ms"));
+        }
+        break;
+      }
+      Status st = in.ok() ? (in->envelope.ok() ? OnReply(h, *in->envelope) : in->envelope.status())
+                          : in.status();
+      if (!st.ok()) Fail(st);
+    }
+  }
+}
+
+std::chrono::milliseconds ShardMover::NextTimeout() const {
+  auto next = std::chrono::steady_clock::time_point::max();
+  if (active() && !failure_) {
+    for (const Holder& h : holders_) {
+      if (h.waiting) next = std::min(next, h.deadline);
+    }
+  }
+  if (next == std::chrono::steady_clock::time_point::max()) return std::chrono::milliseconds::max();
+  return std::max(std::chrono::milliseconds(0),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(
+                      next - std::chrono::steady_clock::now()));
+}
+
+void ShardMover::Fail(const Status& st) {
+  LOG(WARNING) << "the move to shard map generation " << reshard_->map.generation
+               << " failed: " << st.ToString();
+  failure_ = st;
+  holders_.clear();
+  staged_.clear();
+}
+
+std::vector<Blob> ShardMover::Take() {
+  std::vector<Blob> out = std::move(staged_);
+  Drop();
+  return out;
+}
+
+void ShardMover::Drop() {
+  reshard_.reset();
+  holders_.clear();
+  staged_.clear();
+  pending_ = 0;
+  bytes_in_ = 0;
+  failure_.reset();
+}
+
+}  // namespace eps

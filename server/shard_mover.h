@@ -1,0 +1,101 @@
+// A shard's side of a move between shard maps (docs/design.md, "Elastic
+// shards"): the chunks a Reshard gives this shard and the map it serves gives
+// another are asked of their holders, directly (MoveRequest, one page of at
+// most `page_bytes` of values at a time per holder), each blob checked against
+// the CRC-32 its holder computed, and staged until the shard commits the move
+// (ShardState::AdoptMap with Take()) or drops it.
+//
+// Owned by the shard's event loop, which polls its sockets: not thread-safe.
+// It opens one DEALER per holder, with the shard's own CURVE options (every
+// server of a job serves with the same key pair, so each admits the others).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/layout.h"
+#include "schema/channel.h"
+#include "schema/messages.h"
+#include "server/shard_state.h"
+#include "storage/state_store.h"
+
+namespace eps {
+
+// zlib's CRC-32 of `size` bytes: what a MoveBlob carries.
+uint32_t MoveCrc32(const void* data, size_t size);
+
+// A holder's answer to a MoveRequest: the chunks' blobs at the version `state`
+// serves (ShardState::ExportChunks, shared, not copied), each with its CRC-32.
+// FailedPrecondition: the request is of another version; InvalidArgument: a
+// chunk is not this shard's.
+StatusOr<MoveReply> AnswerMoveRequest(const ShardState& state, const MoveRequest& request);
+
+class ShardMover {
+ public:
+  struct Options {
+    ShardId shard;
+    std::string token;               // the job's, on every request
+    Channel::Options channel;        // how to reach the other shards
+    uint64_t page_bytes = 32 << 20;  // chunk values per MoveRequest (their slots come too)
+    std::chrono::milliseconds reply_wait{60000};  // per request
+  };
+  ShardMover(Options options, zmq::context_t* context)
+      : options_(std::move(options)), context_(context) {}
+
+  // Starts the move `reshard` describes from `current`, the layout this shard
+  // serves at version reshard.step: asks each holder for its first page. Any
+  // move begun before is dropped. InvalidArgument: the map is not newer than
+  // current's or not one of its chunks, or names a holder without an address.
+  // A move that gains nothing is staged at once.
+  Status Start(const Reshard& reshard, const Layout& current);
+
+  bool active() const { return reshard_.has_value(); }
+  // Every chunk gained is here, checked.
+  bool staged() const { return active() && !failure_ && pending_ == 0; }
+  // Why the move cannot go on (a holder's error, a bad CRC, a reply past its wait).
+  const std::optional<Status>& failure() const { return failure_; }
+  const Reshard& reshard() const { return *reshard_; }
+  uint64_t bytes_in() const { return bytes_in_; }
+
+  // The sockets it waits on, for the loop's poll (pointers valid until the next call that
+  // changes the move).
+  void AppendPollItems(std::vector<zmq::pollitem_t>* items);
+  // Reads every reply that arrived, asks for the next pages, and fails the move on a
+  // reply past its wait.
+  void Poll();
+  // Until the first reply's deadline (max() when none is awaited).
+  std::chrono::milliseconds NextTimeout() const;
+
+  // The staged blobs (checkpoint blobs of the gained chunks), for AdoptMap; the move ends.
+  std::vector<Blob> Take();
+  void Drop();
+
+ private:
+  struct Holder {
+    ShardId shard;
+    std::unique_ptr<Channel> channel;
+    std::vector<std::vector<ChunkId>> pages;
+    size_t next = 0;  // the page to ask for next; pages[next - 1] is awaited while waiting
+    bool waiting = false;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  Status Ask(Holder& h);
+  Status OnReply(Holder& h, const Envelope& reply);
+  void Fail(const Status& st);
+
+  const Options options_;
+  zmq::context_t* const context_;
+  std::optional<Reshard> reshard_;
+  std::vector<Holder> holders_;
+  size_t pending_ = 0;  // holders not done
+  std::vector<Blob> staged_;
+  uint64_t bytes_in_ = 0;
+  std::optional<Status> failure_;
+};
+
+}  // namespace eps
