@@ -42,7 +42,7 @@ class TextTransformer(RunDirTest):
 
     def test_a_two_placements_train_the_same_bits_with_the_same_vocabulary(self):
         _, _, one = self.run_text("w1", 1)
-        # 2 shards: the table's rows are spread over them (row % 2), the same bits.
+        # 2 shards: the table's rows are spread over them, the same bits.
         _, _, two = self.run_text("w2", 2, servers=2)
         self.assertEqual(one["steps"], 30)
         self.assertEqual(one["model"], "text_transformer")
