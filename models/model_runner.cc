@@ -119,7 +119,7 @@ class TorchModelRunner final : public ModelRunner {
     for (const auto& [name, sparse] : net_->EmbeddingWeights()) {
       if (sparse && sparse_tables && !on_gpu()) {
         sparse_names.insert(name);
-      } else if (!sparse) {
+      } else if (!sparse && !net_->builtin()) {  // a user's module: theirs to change
         LOG(INFO) << name << " is an embedding created with sparse=False: every row is pulled, "
                   << "pushed and stepped every step; with sparse=True it would be a sparse table "
                   << "(only the rows a step touches travel)";

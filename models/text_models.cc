@@ -11,7 +11,10 @@ class TextTransformerImpl : public nn::Module {
  public:
   explicit TextTransformerImpl(const ZooSizes& s) {
     const int64_t dim = s.dim;
-    tok_ = register_module("tok", nn::Embedding(s.vocab_size, dim));
+    // sparse=True: a sparse table (each step moves only the rows its batch touched); the
+    // position embedding, every row of which every step touches, stays dense.
+    const auto tok = nn::EmbeddingOptions(s.vocab_size, dim).sparse(true);
+    tok_ = register_module("tok", nn::Embedding(tok));
     pos_ = register_module("pos", nn::Embedding(s.seq_len, dim));
     layers_ = register_module("layers", nn::ModuleList());
     for (uint32_t i = 0; i < s.layers; ++i) {

@@ -16,7 +16,10 @@ namespace eps {
 // positions (id 0: data/text.h), the mean of the non-padding positions, and
 // Linear(dim, num_classes). Takes int64 token ids [b, seq_len]; one module
 // "text" inside the Sequential, so tensors read "text.tok.weight",
-// "text.layers.0.self_attn.in_proj_weight", "text.head.weight".
+// "text.layers.0.self_attn.in_proj_weight", "text.head.weight". The token
+// embedding is built sparse=True: "text.tok.weight" is a sparse table
+// (docs/design.md, "Sparse tables"; dense with --sparse_optimizer=exact);
+// "text.pos.weight" is dense.
 // text_hashed (fastText-style): EmbeddingBag(rows, dim, mean, sparse=True,
 // padding <pad>) over a sample's hashed words and word bigrams
 // (--hash_buckets: data/text.h), then Linear(dim, num_classes): "text.bag.weight"

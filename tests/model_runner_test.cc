@@ -127,6 +127,39 @@ TEST(ModelRunner, ListsParametersThenBuffersOfTheCnn) {
   EXPECT_TRUE(MakeLayout(t, 2, 4096).ok());
 }
 
+// text_transformer's token embedding is a sparse table whose gradient is the
+// rows the step's ids touched (padding's row 0 too), the position embedding a
+// dense tensor; with sparse tables off (--sparse_optimizer=exact) both are dense.
+TEST(ModelRunner, TheTextTransformersTokenEmbeddingIsASparseTableUnlessExact) {
+  std::vector<int64_t> ids = {2, 7, 5, 0, 2, 5, 9, 9};  // two samples of 4: <cls> first, 0 <pad>
+  std::vector<int64_t> labels = {0, 1};
+  Dataset data;
+  data.size = 2;
+  data.sample_shape = {4};
+  data.feature_dtype = DataType::kInt64;
+  data.features = ids.data();
+  data.labels = labels.data();
+  data.num_classes = 2;
+  for (bool tables : {true, false}) {
+    ModelOptions o{"text_transformer", 1, 1, "cpu"};  // a table on a GPU trains dense
+    o.sizes = {8, 1, 2, 20, 4, 20, 2};  // dim, layers, heads, depth, seq, rows, classes
+    o.sparse_tables = tables;
+    StatusOr<std::unique_ptr<ModelRunner>> r = ModelRunner::Create(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    const std::vector<TensorSpec>& t = (*r)->Tensors();
+    ASSERT_EQ(t[0].name, "text.tok.weight");
+    ASSERT_EQ(t[1].name, "text.pos.weight");
+    EXPECT_EQ(t[0].sparse, tables);
+    EXPECT_FALSE(t[1].sparse);
+    for (size_t i = 2; i < t.size(); ++i) EXPECT_FALSE(t[i].sparse) << t[i].name;
+    ASSERT_TRUE((*r)->TrainStep(data, {0, 1}, 3).ok());
+    const SparseGradient g = (*r)->SparseGrad(0);
+    const std::vector<int64_t> rows =
+        tables ? std::vector<int64_t>{0, 2, 5, 7, 9} : std::vector<int64_t>{};
+    EXPECT_EQ(std::vector<int64_t>(g.ids, g.ids + g.rows), rows);
+  }
+}
+
 TEST(ModelRunner, TheResnetIsTheCifarResnetOfItsDepth) {
   ModelOptions o{"resnet", 1, 1, TestDevice()};
   auto r20 = ModelRunner::Create(o);

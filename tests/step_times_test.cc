@@ -66,6 +66,20 @@ TEST(WorkerReport, CountsTheModelBytesFetchedOverEveryModelFile) {
   EXPECT_EQ(j["model_files"][1]["fetched_bytes"], 0);
 }
 
+TEST(WorkerReport, ListsTheSparseTablesInTheModelsOrder) {
+  std::vector<TensorSpec> tensors = {
+      {"text.tok.weight", TensorKind::kParameter, DType::kFloat32, {1000, 16}},
+      {"text.pos.weight", TensorKind::kParameter, DType::kFloat32, {48, 16}},
+      {"emb.weight", TensorKind::kParameter, DType::kFloat32, {64, 8}}};
+  tensors[0].sparse = true;
+  tensors[2].sparse = true;
+  WorkerReport r = SomeReport();
+  EXPECT_EQ(nlohmann::json::parse(ReportJson(r))["sparse_tables"], nlohmann::json::array());
+  r.sparse_tables = SparseTableNames(tensors);
+  EXPECT_EQ(nlohmann::json::parse(ReportJson(r))["sparse_tables"],
+            nlohmann::json::array({"text.tok.weight", "emb.weight"}));
+}
+
 TEST(WorkerReport, AFailureCarriesItsStatus) {
   WorkerReport r = SomeReport();
   r.outcome = "failed";

@@ -58,6 +58,7 @@ std::string ReportJson(const WorkerReport& r) {
       {"prefetches_pulled_again", r.counts.prefetches_pulled_again},
       {"shm_push_refusals", r.counts.shm_push_refusals},
       {"warnings", r.warnings},
+      {"sparse_tables", r.sparse_tables},
   };
   uint64_t fetched = 0;
   nlohmann::json files = nlohmann::json::array();
@@ -83,6 +84,14 @@ std::string ReportJson(const WorkerReport& r) {
                  {"unused", r.init.unused}};
   }
   return j.dump();
+}
+
+std::vector<std::string> SparseTableNames(const std::vector<TensorSpec>& tensors) {
+  std::vector<std::string> names;
+  for (const TensorSpec& t : tensors) {
+    if (t.sparse) names.push_back(t.name);
+  }
+  return names;
 }
 
 Status WriteReport(const std::string& path, const WorkerReport& report) {

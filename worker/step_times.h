@@ -74,7 +74,11 @@ struct WorkerReport {
   InitReport init{};                    // what the model took from --init_from
   std::string cpu_kernels{};            // as reported to the coordinator (CpuKernelsReport)
   std::vector<ModelFileReport> model_files{};  // the model files it got, in order
+  std::vector<std::string> sparse_tables{};    // the tensors it trains as sparse tables
 };
+
+// The names of the tensors that are sparse tables (TensorSpec::sparse), in order.
+std::vector<std::string> SparseTableNames(const std::vector<TensorSpec>& tensors);
 
 // One line for the log: milliseconds per train plan, and the counts.
 std::string Summary(const StepTimes& times, const TransferCounts& counts);

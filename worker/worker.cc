@@ -104,6 +104,7 @@ class WorkerImpl final : public Worker {
                           init_report_};
       report.cpu_kernels = options_.cpu_kernels;
       report.model_files = model_files_;
+      if (model_ != nullptr) report.sparse_tables = SparseTableNames(model_->Tensors());
       if (client_ != nullptr) report.counts = client_->counts();
       Status written = WriteReport(options_.report_file, report);
       if (!written.ok()) LOG(WARNING) << written.ToString();

@@ -1,6 +1,7 @@
 """The text app (docs/text.md): text_transformer on a few hundred real SpamAssassin mails (JSONL, the fixed split
-scripts/setup.sh writes) trains to the same bits over two placements and across a join and a SIGKILL; the
-coordinator's vocabulary (run_dir/vocab.json) is the same in every run; bad text data fails the job at start."""
+scripts/setup.sh writes) trains to the same bits over two placements and across a join and a SIGKILL, its token
+embedding a sparse table (dense with --sparse_optimizer=exact); the coordinator's vocabulary (run_dir/vocab.json) is
+the same in every run; bad text data fails the job at start."""
 import csv
 import json
 import os
@@ -26,8 +27,13 @@ def read_vocab(d):
 
 @requires(os.path.exists(f"{SPAM}/test.jsonl"), "no SpamAssassin corpus (scripts/setup.sh)")
 class TextTransformer(RunDirTest):
-    def run_text(self, name, workers, extra=(), **kw):
-        return self.run_local(name, JOB_FILE, servers=1, workers=workers, extra=[*JOB, *extra], **kw)
+    def run_text(self, name, workers, extra=(), servers=1, **kw):
+        return self.run_local(name, JOB_FILE, servers=servers, workers=workers, extra=[*JOB, *extra], **kw)
+
+    def sparse_tables(self, name, workers):
+        """What each worker of run `name` reported it trained as sparse tables (its report's sparse_tables)."""
+        return [read_report(os.path.join(self.run_dir(name), "logs", f"worker{i}.json"))["sparse_tables"]
+                for i in range(workers)]
 
     def reference60(self):
         """The job for 60 steps on 2 workers, the reference of test_b and test_e: run once for the class (run_shared,
@@ -36,11 +42,24 @@ class TextTransformer(RunDirTest):
 
     def test_a_two_placements_train_the_same_bits_with_the_same_vocabulary(self):
         _, _, one = self.run_text("w1", 1)
-        _, _, two = self.run_text("w2", 2)
+        # 2 shards: the table's rows are spread over them, the same bits.
+        _, _, two = self.run_text("w2", 2, servers=2)
         self.assertEqual(one["steps"], 30)
         self.assertEqual(one["model"], "text_transformer")
         self.assertEqual(two["params_sha256"], one["params_sha256"])
+        self.assertEqual(two["optimizer_digest"], one["optimizer_digest"])
         self.assertEqual(two["test_accuracy"], one["test_accuracy"])
+        # The token embedding is a sparse table on every worker; the position embedding stays dense.
+        self.assertEqual(self.sparse_tables("w1", 1), [["text.tok.weight"]])
+        self.assertEqual(self.sparse_tables("w2", 2), [["text.tok.weight"]] * 2)
+        # --sparse_optimizer=exact: the table a dense tensor again (every row pulled, pushed and stepped every
+        # step), other bits (lazy Adam moves only the touched rows); the sparse table saves more than the table's
+        # own bytes (1000 x 16 floats) a step.
+        _, _, exact = self.run_text("exact", 1, extra=["--sparse_optimizer=exact"])
+        self.assertEqual(self.sparse_tables("exact", 1), [[]])
+        self.assertNotEqual(exact["params_sha256"], one["params_sha256"])
+        per_step = {k: (r["push_bytes"] + r["pull_bytes"]) / r["steps"] for k, r in (("lazy", one), ("exact", exact))}
+        self.assertGreater(per_step["exact"] - per_step["lazy"], 1000 * 16 * 4, per_step)
         v1, v2 = read_vocab(os.path.join(self.tmp, "w1")), read_vocab(os.path.join(self.tmp, "w2"))
         self.assertEqual(v1, v2)
         self.assertEqual(v1["labels"], ["ham", "spam"])
@@ -182,23 +201,25 @@ class TextHashed(RunDirTest):
         table_bytes = 65536 * 16 * 4
         self.assertLess((one["push_bytes"] + one["pull_bytes"]) / one["steps"], 0.5 * table_bytes)
         d = self.run_dir("w1")
+        self.assertEqual(read_report(os.path.join(d, "logs", "worker0.json"))["sparse_tables"], ["text.bag.weight"])
         p = subprocess.run([os.path.join(BIN, "elasticps"), "evaluate", "--model", f"{d}/model.safetensors",
                             "--vocab", f"{d}/vocab.json", "--data", f"{SPAM}/test.jsonl", "--limit", "200", "--json"],
                            env=ENV, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
         self.assertEqual(p.returncode, 0, p.stdout)
         self.assertEqual(json.loads(p.stdout.strip().splitlines()[-1])["accuracy"], one["test_accuracy"])
 
-    def test_b_text_hashed_without_buckets_or_from_a_file_fails_at_start(self):
+    def test_b_text_hashed_without_buckets_fails_at_start_and_from_a_file_seeds_its_table(self):
         code, _, result = self.run_hashed("nobuckets", 1, 1, extra=["--hash_buckets=0"], expect_ok=False,
                                           timeout=120)
         self.assertNotEqual(code, 0)
         self.assertIsNone(result)
-        # A sparse table starts from its initializer: --init_from holding it is refused, not silently dropped.
+        # --init_from holding the table seeds it (docs/design.md, "Seeded tables"): loaded, still a sparse table,
+        # and the run ends elsewhere than the same job from scratch.
         self.run_hashed("pre", 1, 1, extra=["--steps=2"])
         pre = self.run_dir("pre")
-        code, _, result = self.run_hashed("init", 1, 1, extra=[f"--init_from={pre}/model.safetensors"],
-                                          expect_ok=False, timeout=120)
-        self.assertNotEqual(code, 0)
-        self.assertIsNone(result)
+        _, _, tuned = self.run_hashed("init", 1, 1, extra=["--steps=3", f"--init_from={pre}/model.safetensors"])
+        _, _, scratch = self.run_hashed("scratch", 1, 1, extra=["--steps=3"])
         report = read_report(os.path.join(self.run_dir("init"), "logs", "worker0.json"))
-        self.assertTrue(report["error"].startswith("UNIMPLEMENTED"), report)
+        self.assertIn("text.bag.weight", report["init"]["loaded"])
+        self.assertEqual(report["sparse_tables"], ["text.bag.weight"])
+        self.assertNotEqual(tuned["params_sha256"], scratch["params_sha256"])

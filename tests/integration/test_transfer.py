@@ -139,6 +139,8 @@ class Transfer(RunDirTest):
         self.assertNotEqual(vocab["b_scratch"]["words"], vocab["a"]["words"])
         report = read_report(os.path.join(out, "b_finetuned", "logs", "worker0.json"))
         self.assertIn("text.tok.weight", report["init"]["loaded"])
+        # The token embedding a sparse table, seeded with task A's rows (docs/design.md, "Seeded tables").
+        self.assertEqual(report["sparse_tables"], ["text.tok.weight"])
         self.assertEqual((report["init"]["skipped"], report["init"]["unused"]), ([], []))
 
 
