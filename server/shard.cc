@@ -190,6 +190,12 @@ class ShardImpl final : public Shard {
                 << "' from store " << store_->path() << " (" << state_.chunks().size()
                 << " chunks)";
     }
+    // A move staged before a restart: the coordinator commits or abandons it.
+    EPS_ASSIGN_OR_RETURN(move_reported_, mover_.Recover(*store_));
+    if (move_reported_) {
+      LOG(INFO) << "a staged move to shard map generation " << mover_.reshard().map.generation
+                << " is held in the store";
+    }
     wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0) return Internal(std::string("eventfd: ") + std::strerror(errno));
     writer_ = std::make_unique<CheckpointWriter>(store_.get(), wake_fd_);
@@ -313,6 +319,10 @@ class ShardImpl final : public Shard {
       OnReshard(*reshard);
     } else if (auto* rollback = std::get_if<Rollback>(&body)) {
       mover_.Drop();  // a move in progress is abandoned
+      if (store_ != nullptr) {
+        Status forgot = ShardMover::Forget(store_.get());
+        if (!forgot.ok()) LOG(WARNING) << "a staged move stays in the store: " << forgot.ToString();
+      }
       OnRollback(*rollback);
     } else if (auto* retain = std::get_if<Retain>(&body)) {
       if (store_ != nullptr) store_->RetainFrom(retain->from_step);
@@ -591,6 +601,7 @@ class ShardImpl final : public Shard {
     const bool undurable =
         writer_ != nullptr && state_.version().value() >= 0 && durable_step_ < r.step;
     if (st.ok() && (!mover_.staged() || undurable)) return;
+    if (st.ok() && store_ != nullptr) st = mover_.Persist(store_.get());  // before it says ready
     Status sent = SendToCoordinator(
         ReshardReady{options_.shard, r.map.generation, st.code(), st.message(), mover_.bytes_in()});
     if (!sent.ok()) LOG(WARNING) << "could not answer the move: " << sent.ToString();
@@ -604,18 +615,36 @@ class ShardImpl final : public Shard {
     if (!mover_.active()) return OkStatus();
     if (!config.map || config.map->generation != mover_.reshard().map.generation) {
       mover_.Drop();
-      return OkStatus();
+      return store_ != nullptr ? ShardMover::Forget(store_.get()) : OkStatus();
     }
     const uint64_t bytes = mover_.bytes_in();
     const Step step = mover_.reshard().step;
-    Status st = mover_.staged() ? state_.AdoptMap(*config.map, step, mover_.Take())
-                                : FailedPrecondition("a move committed before it was staged");
-    if (st.ok()) {
+    // A shard restarted holding nothing but the staged move: the map it leaves first.
+    if (!state_.has_layout()) {
+      EPS_RETURN_IF_ERROR(CheckStoreFor(config));
+      EPS_RETURN_IF_ERROR(state_.Configure(
+          ShardConfig{config.spec, config.tensors, config.timeline, mover_.from()}));
+    }
+    // Restored from the move's own checkpoint (a restart after it landed): taken already.
+    const bool taken = state_.layout().map == *config.map;
+    Status st = taken             ? OkStatus()
+                : mover_.staged() ? state_.AdoptMap(*config.map, step, mover_.Take())
+                                  : FailedPrecondition("a move committed before it was staged");
+    mover_.Drop();
+    if (st.ok() && !taken) {
       LOG(INFO) << "took shard map generation " << config.map->generation << " at version " << step
                 << ": " << state_.chunks().size() << " chunks, " << bytes << " bytes moved in";
       metrics_.version.Set(step.value());
+      // The move's checkpoint, durable before the staged move goes: a restart finds one or the
+      // other.
       MaybeCheckpoint(/*force=*/true);
+      if (writer_ != nullptr) {
+        st = writer_->Flush(options_.store_wait);
+        OnCheckpointsWritten(/*report=*/true);
+        if (st.ok() && durable_step_ < step) st = Unavailable(checkpoint_error_);
+      }
     }
+    if (st.ok() && store_ != nullptr) st = ShardMover::Forget(store_.get());
     (void)SendToCoordinator(ReshardReady{options_.shard, config.map->generation, st.code(),
                                          st.message(), bytes, /*committed=*/true});
     return st;

@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 
+#include "schema/codec.h"
+
 namespace eps {
 
 uint32_t MoveCrc32(const void* data, size_t size) {
@@ -73,6 +75,7 @@ Status ShardMover::Start(const Reshard& reshard, const Layout& current) {
     holders.push_back(std::move(h));
   }
   reshard_ = reshard;
+  from_ = current.map;
   holders_ = std::move(holders);
   pending_ = holders_.size();
   for (Holder& h : holders_) {
@@ -180,6 +183,86 @@ std::vector<Blob> ShardMover::Take() {
   std::vector<Blob> out = std::move(staged_);
   Drop();
   return out;
+}
+
+namespace {
+constexpr char kMoveKey[] = "move";
+constexpr char kNamesKey[] = "move/names";
+constexpr char kFromKey[] = "move/from";  // the map the move leaves, as a Reshard's
+
+StatusOr<std::string> EncodeReshard(const Reshard& r) {
+  EPS_ASSIGN_OR_RETURN(std::vector<Frame> frames, Encode(Envelope{"", r}));
+  return std::string(static_cast<const char*>(frames[0].data), frames[0].size);
+}
+
+StatusOr<Reshard> DecodeReshard(const StateStore& store, const char* key) {
+  EPS_ASSIGN_OR_RETURN(std::string record, store.Get(key));
+  auto frame = std::make_shared<std::string>(std::move(record));
+  StatusOr<Envelope> envelope = Decode({Frame{frame->data(), frame->size(), frame}});
+  const auto* reshard = envelope.ok() ? std::get_if<Reshard>(&envelope->body) : nullptr;
+  if (reshard == nullptr) return DataLoss("the staged move in " + store.path() + " is damaged");
+  return *reshard;
+}
+std::string BlobKey(const std::string& name) { return "move/blob/" + name; }
+
+std::vector<std::string> SplitLines(const std::string& s) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < s.size()) {
+    const size_t eol = s.find('\n', at);
+    out.push_back(s.substr(at, eol - at));
+    if (eol == std::string::npos) break;
+    at = eol + 1;
+  }
+  return out;
+}
+}  // namespace
+
+Status ShardMover::Persist(StateStore* store) const {
+  if (!staged()) return FailedPrecondition("no staged move to persist");
+  EPS_ASSIGN_OR_RETURN(std::string record, EncodeReshard(*reshard_));
+  EPS_ASSIGN_OR_RETURN(std::string from, EncodeReshard(Reshard{from_, reshard_->step, {}}));
+  std::vector<std::pair<std::string, std::string>> entries;
+  std::string names;
+  for (const Blob& b : staged_) {
+    entries.emplace_back(BlobKey(b.name), b.bytes);
+    names += b.name + "\n";
+  }
+  entries.emplace_back(kNamesKey, names);
+  entries.emplace_back(kFromKey, from);
+  entries.emplace_back(kMoveKey, record);
+  return store->PutAll(entries);
+}
+
+StatusOr<bool> ShardMover::Recover(const StateStore& store) {
+  StatusOr<Reshard> reshard = DecodeReshard(store, kMoveKey);
+  if (reshard.status().code() == StatusCode::kNotFound) return false;
+  EPS_RETURN_IF_ERROR(reshard.status());
+  EPS_ASSIGN_OR_RETURN(Reshard from, DecodeReshard(store, kFromKey));
+  EPS_ASSIGN_OR_RETURN(std::string names, store.Get(kNamesKey));
+  std::vector<Blob> blobs;
+  for (const std::string& name : SplitLines(names)) {
+    EPS_ASSIGN_OR_RETURN(std::string bytes, store.Get(BlobKey(name)));
+    blobs.push_back({name, std::move(bytes)});
+  }
+  Drop();
+  reshard_ = std::move(reshard).value();
+  from_ = std::move(from.map);
+  staged_ = std::move(blobs);
+  for (const Blob& b : staged_) bytes_in_ += b.bytes.size();
+  return true;
+}
+
+Status ShardMover::Forget(StateStore* store) {
+  StatusOr<std::string> names = store->Get(kNamesKey);
+  if (names.status().code() == StatusCode::kNotFound) return store->Delete(kMoveKey);
+  EPS_RETURN_IF_ERROR(names.status());
+  // The record first: a store holding blobs without it holds no staged move.
+  EPS_RETURN_IF_ERROR(store->Delete(kMoveKey));
+  for (const std::string& name : SplitLines(*names))
+    EPS_RETURN_IF_ERROR(store->Delete(BlobKey(name)));
+  EPS_RETURN_IF_ERROR(store->Delete(kFromKey));
+  return store->Delete(kNamesKey);
 }
 
 void ShardMover::Drop() {

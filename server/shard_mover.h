@@ -60,6 +60,8 @@ class ShardMover {
   // Why the move cannot go on (a holder's error, a bad CRC, a reply past its wait).
   const std::optional<Status>& failure() const { return failure_; }
   const Reshard& reshard() const { return *reshard_; }
+  // The map the move leaves (the layout's at Start).
+  const ShardMap& from() const { return from_; }
   uint64_t bytes_in() const { return bytes_in_; }
 
   // The sockets it waits on, for the loop's poll (pointers valid until the next call that
@@ -74,6 +76,19 @@ class ShardMover {
   // The staged blobs (checkpoint blobs of the gained chunks), for AdoptMap; the move ends.
   std::vector<Blob> Take();
   void Drop();
+
+  // ---- durably staged (with a store) ----
+  // A staged move is written to the shard's store (keys "move", "move/names",
+  // "move/blob/<name>", one synced batch) before the shard says it is ready, so
+  // that a shard restarted after the coordinator committed the move can still
+  // take its part without its holders (who may have dropped theirs).
+  Status Persist(StateStore* store) const;
+  // The move a store holds staged, restaged here (active and staged, no holder
+  // asked). False when the store holds none; DataLoss for a damaged one.
+  StatusOr<bool> Recover(const StateStore& store);
+  // Removes the staged move from the store (after the move's checkpoint landed,
+  // or when the move is abandoned). OK when there is none.
+  static Status Forget(StateStore* store);
 
  private:
   struct Holder {
@@ -91,6 +106,7 @@ class ShardMover {
   const Options options_;
   zmq::context_t* const context_;
   std::optional<Reshard> reshard_;
+  ShardMap from_;
   std::vector<Holder> holders_;
   size_t pending_ = 0;  // holders not done
   std::vector<Blob> staged_;

@@ -200,6 +200,15 @@ Status ShardState::AdoptMap(const ShardMap& map, Step version, std::vector<Blob>
     return FailedPrecondition("the move is of version " + std::to_string(version.value()) +
                               ", the shard serves " + std::to_string(version_.value()));
   }
+  // Between steps only: a contribution to the step in progress would be dropped with its
+  // barrier, acknowledged and lost.
+  for (ChunkId id : mine_) {
+    const ChunkSlot& s = slots_[id.value()];
+    const bool stepped_early = s.next != nullptr && !Frozen(id);
+    if ((s.reducer && s.reducer->counted() > 0) || stepped_early || s.vw0_buffer)
+      return FailedPrecondition("a move while step " + std::to_string(version_.value()) +
+                                " has pushes counted");
+  }
   Layout next = *layout_;
   EPS_RETURN_IF_ERROR(next.SetShardMap(map));
   if (!layout_->sparse.empty() && next.map.partition_owner != layout_->map.partition_owner)

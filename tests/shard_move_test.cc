@@ -310,6 +310,12 @@ TEST(ShardStateMove, AMoveMissingABlobOrOfAnotherVersionChangesNothing) {
   // A chunk another shard holds cannot be exported.
   EXPECT_EQ(moving[0].ExportChunks({moving[1].chunks().front()}).status().code(),
             StatusCode::kInvalidArgument);
+  // Nor while a step has pushes counted: they would be lost with the barrier.
+  StatusOr<ShardState::PushOutcome> counted =
+      moving[1].HandlePush(StepPush(moving.layout(), {moving[1].chunks().front()}, 2));
+  ASSERT_TRUE(counted.ok()) << counted.status().ToString();
+  EXPECT_FALSE(counted->completed.has_value());  // one chunk of several: the step goes on
+  EXPECT_EQ(moving[1].AdoptMap(*three, Step(2), {}).code(), StatusCode::kFailedPrecondition);
   // The same map again (no newer generation) is refused.
   ShardMap same = moving.layout().map;
   EXPECT_EQ(moving[1].AdoptMap(same, Step(2), {}).code(), StatusCode::kFailedPrecondition);
@@ -483,6 +489,74 @@ TEST(ShardService, AMoveAtAnotherVersionOrAbandonedChangesNothing) {
   for (auto& s : shards) {
     s->coordinator.Send(Shutdown{"done"});
     EXPECT_TRUE(s->running->Join().ok());
+  }
+}
+
+// Staged moves are durable: shards restarted after the coordinator committed the move take
+// their part from their stores, though every holder is gone.
+TEST(ShardService, ShardsRestartedAfterTheCommitTakeTheirPartFromTheirStores) {
+  Shards fixed(2, 2);
+  fixed.Train(0, 3);
+
+  zmq::context_t context(1);
+  TempDir dir;
+  std::vector<std::unique_ptr<ServedShard>> shards;
+  for (uint32_t s = 0; s < 3; ++s)
+    shards.push_back(std::make_unique<ServedShard>(&context, dir, s));
+  const Layout& two = fixed.layout();
+  for (auto& s : shards) s->coordinator.Send(ShardConfig{AdamSpec(), DenseTensors(), 1, two.map});
+  for (uint32_t s = 0; s < 2; ++s) shards[s]->Push(StepPush(two, two.ChunksOf(ShardId(s)), -1));
+  for (int step = 0; step < 3; ++step) {
+    for (uint32_t s = 0; s < 2; ++s) shards[s]->Push(StepPush(two, two.ChunksOf(ShardId(s)), step));
+  }
+  StatusOr<ShardMap> map =
+      Rebalance(two.map, two.ChunkSizes(), {ShardId(0), ShardId(1), ShardId(2)});
+  ASSERT_TRUE(map.ok());
+  Layout three = two;
+  ASSERT_TRUE(three.SetShardMap(*map).ok());
+  for (auto& s : shards) {
+    s->coordinator.Send(
+        Reshard{*map, Step(3), {shards[0]->address, shards[1]->address, shards[2]->address}});
+  }
+  for (auto& s : shards) {
+    auto ready = s->coordinator.Next<ReshardReady>();
+    ASSERT_TRUE(ready.has_value());
+    ASSERT_EQ(ready->code, StatusCode::kOk) << ready->message;
+  }
+  // Every shard stops before the commit reaches it: the holders keep nothing in memory.
+  for (auto& s : shards) {
+    s->coordinator.Send(Shutdown{"crash stand-in"});
+    ASSERT_TRUE(s->running->Join().ok());
+  }
+  shards.clear();
+
+  const std::map<uint32_t, std::string> want = fixed.Values();
+  for (uint32_t id : {2u, 0u}) {  // the shard that gained, and one that lost
+    SCOPED_TRACE("shard " + std::to_string(id));
+    ServedShard restarted(&context, dir, id);
+    restarted.coordinator.Send(ShardConfig{AdamSpec(), DenseTensors(), 2, *map});
+    auto took =
+        restarted.coordinator.Next<ReshardReady>([](const ReshardReady& r) { return r.committed; });
+    ASSERT_TRUE(took.has_value());
+    EXPECT_EQ(took->code, StatusCode::kOk) << took->message;
+    auto reply = restarted.client->Send(Pull{Step(3), {}});
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    auto* pulled = std::get_if<PullReply>(&reply->body);
+    ASSERT_NE(pulled, nullptr);
+    std::vector<ChunkId> held;
+    for (const ChunkBytes& c : pulled->chunks) {
+      held.push_back(c.chunk);
+      EXPECT_EQ(std::string(static_cast<const char*>(c.data), c.size), want.at(c.chunk.value()))
+          << "chunk " << c.chunk;
+    }
+    std::vector<ChunkId> expected;
+    for (ChunkId c : three.ChunksOf(ShardId(id))) {
+      if (three.tensors[three.chunks[c.value()].tensor].kind != TensorKind::kLoss)
+        expected.push_back(c);
+    }
+    EXPECT_EQ(held, expected);
+    restarted.coordinator.Send(Shutdown{"done"});
+    EXPECT_TRUE(restarted.running->Join().ok());
   }
 }
 
