@@ -50,7 +50,8 @@ class ShardMover {
   // Starts the move `reshard` describes from `current`, the layout this shard
   // serves at version reshard.step: asks each holder for its first page. Any
   // move begun before is dropped. InvalidArgument: the map is not newer than
-  // current's or not one of its chunks, or names a holder without an address.
+  // current's or not one of its chunks, or names a holder without an address;
+  // Unimplemented: it moves row partitions of sparse tables.
   // A move that gains nothing is staged at once.
   Status Start(const Reshard& reshard, const Layout& current);
 

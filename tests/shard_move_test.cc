@@ -332,6 +332,14 @@ TEST(ShardStateMove, RowPartitionsOfSparseTablesDoNotMoveYet) {
       Rebalance(layout->map, layout->ChunkSizes(), {ShardId(0), ShardId(1), ShardId(2)});
   ASSERT_TRUE(three.ok());
   EXPECT_EQ(state.AdoptMap(*three, Step(0), {}).code(), StatusCode::kUnimplemented);
+  // A running shard says so at once, before asking anyone for anything.
+  zmq::context_t context(1);
+  ShardMover mover(ShardMover::Options{}, &context);
+  EXPECT_EQ(
+      mover.Start(Reshard{*three, Step(0), {"tcp://127.0.0.1:1", "tcp://127.0.0.1:1"}}, *layout)
+          .code(),
+      StatusCode::kUnimplemented);
+  EXPECT_FALSE(mover.active());
 }
 
 // ---- running shards handing chunks over ----
