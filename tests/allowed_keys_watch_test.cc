@@ -13,24 +13,12 @@
 #include <string>
 
 #include "schema/curve.h"
+#include "tests/temp_dir.h"
 
 namespace eps {
 namespace {
 
 using std::chrono::milliseconds;
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/eps-watch-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 std::string NewPublicKey() {
   auto keys = GenerateCurveKeyPair();

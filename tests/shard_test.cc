@@ -30,6 +30,7 @@
 #include "server/shard_state.h"
 #include "storage/state_store.h"
 #include "tests/shard_service_harness.h"
+#include "tests/temp_dir.h"
 
 namespace eps {
 namespace {
@@ -1438,24 +1439,6 @@ TEST(ShardStatePull, PulledBytesStayValidAndUnchangedAfterLaterSteps) {
 
 // ---------------------------------------------------------------------------
 // Durable state: snapshots, restore, rollback (docs/design.md, "Durable state")
-
-// A fresh directory, removed with everything in it at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "eps_shard_test_XXXXXX").string();
-    EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 // The job's config with another optimizer: "sgd" (the job's plain SGD, whose
 // expected values the Job computes), "momentum" (one slot) or "adam" (two).

@@ -18,6 +18,7 @@
 
 #include "schema/channel.h"
 #include "schema/curve.h"
+#include "tests/temp_dir.h"
 
 namespace eps {
 namespace {
@@ -25,19 +26,6 @@ namespace {
 using std::chrono::milliseconds;
 
 constexpr milliseconds kWait(20000);  // generous: sanitizer builds on a busy machine
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/eps-zap-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 CurveKeyPair NewKeys() {
   auto keys = GenerateCurveKeyPair();
