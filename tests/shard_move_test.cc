@@ -377,21 +377,27 @@ struct ServedShard {
   std::unique_ptr<ShardClient> client;
 };
 
+// Shards 0..2 running, configured with `two` (shard 2 holding nothing), and the job's
+// initial values and steps 0..2 pushed to shards 0 and 1.
+std::vector<std::unique_ptr<ServedShard>> TrainedToThree(zmq::context_t* context,
+                                                         const TempDir& dir, const Layout& two) {
+  std::vector<std::unique_ptr<ServedShard>> shards;
+  for (uint32_t s = 0; s < 3; ++s) shards.push_back(std::make_unique<ServedShard>(context, dir, s));
+  for (auto& s : shards) s->coordinator.Send(ShardConfig{AdamSpec(), DenseTensors(), 1, two.map});
+  for (int step = -1; step < 3; ++step) {
+    for (uint32_t s = 0; s < 2; ++s) shards[s]->Push(StepPush(two, two.ChunksOf(ShardId(s)), step));
+  }
+  return shards;
+}
+
 TEST(ShardService, RunningShardsHandChunksOverAndTheJobGoesOnWithTheSameBits) {
   Shards fixed(2, 2);
   fixed.Train(0, 6);
 
   zmq::context_t context(1);
   TempDir dir;
-  std::vector<std::unique_ptr<ServedShard>> shards;
-  for (uint32_t s = 0; s < 3; ++s)
-    shards.push_back(std::make_unique<ServedShard>(&context, dir, s));
   const Layout& two = fixed.layout();
-  for (auto& s : shards) s->coordinator.Send(ShardConfig{AdamSpec(), DenseTensors(), 1, two.map});
-  for (uint32_t s = 0; s < 2; ++s) shards[s]->Push(StepPush(two, two.ChunksOf(ShardId(s)), -1));
-  for (int step = 0; step < 3; ++step) {
-    for (uint32_t s = 0; s < 2; ++s) shards[s]->Push(StepPush(two, two.ChunksOf(ShardId(s)), step));
-  }
+  std::vector<std::unique_ptr<ServedShard>> shards = TrainedToThree(&context, dir, two);
   for (uint32_t s = 0; s < 2; ++s) {
     ASSERT_TRUE(
         shards[s]->coordinator.Next<StepDone>([](const StepDone& d) { return d.step == Step(2); }));
@@ -508,15 +514,8 @@ TEST(ShardService, ShardsRestartedAfterTheCommitTakeTheirPartFromTheirStores) {
 
   zmq::context_t context(1);
   TempDir dir;
-  std::vector<std::unique_ptr<ServedShard>> shards;
-  for (uint32_t s = 0; s < 3; ++s)
-    shards.push_back(std::make_unique<ServedShard>(&context, dir, s));
   const Layout& two = fixed.layout();
-  for (auto& s : shards) s->coordinator.Send(ShardConfig{AdamSpec(), DenseTensors(), 1, two.map});
-  for (uint32_t s = 0; s < 2; ++s) shards[s]->Push(StepPush(two, two.ChunksOf(ShardId(s)), -1));
-  for (int step = 0; step < 3; ++step) {
-    for (uint32_t s = 0; s < 2; ++s) shards[s]->Push(StepPush(two, two.ChunksOf(ShardId(s)), step));
-  }
+  std::vector<std::unique_ptr<ServedShard>> shards = TrainedToThree(&context, dir, two);
   StatusOr<ShardMap> map =
       Rebalance(two.map, two.ChunkSizes(), {ShardId(0), ShardId(1), ShardId(2)});
   ASSERT_TRUE(map.ok());
