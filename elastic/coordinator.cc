@@ -56,6 +56,7 @@ StatusOr<JobState::Resumed> ReadResumed(const StateStore& store, const std::stri
   JobState::Resumed r;
   r.tensors = config.tensors;
   r.steps = stored.steps;
+  r.map = config.map;
   try {
     EPS_ASSIGN_OR_RETURN(std::string samples, store.Get("samples"));
     auto j = nlohmann::json::parse(samples);
@@ -69,6 +70,11 @@ StatusOr<JobState::Resumed> ReadResumed(const StateStore& store, const std::stri
     if (hold_from.ok()) {
       const int64_t from = std::stoll(*hold_from);
       if (from >= 0) r.hold_from = Step(from);
+    }
+    auto removed = store.Get("removed_shards");
+    if (removed.ok()) {
+      for (uint32_t s : nlohmann::json::parse(*removed).get<std::vector<uint32_t>>())
+        r.removed_shards.push_back(ShardId(s));
     }
     auto assignment = store.Get("assignment");
     if (assignment.ok()) {
@@ -99,7 +105,6 @@ class CoordinatorImpl final : public Coordinator {
         events_(std::move(events)),
         csv_(std::move(csv)),
         state_(options_.spec, StateOptions(options_), &clock_),
-        peers_(options_.spec.num_shards),
         rejections_(RejectionsOptions(options_), &clock_) {
     if (options_.metrics) job_metrics_.emplace(options_.metrics);
     // Open checked max_message_bytes: the chunk is at least 64 KiB.
@@ -117,6 +122,7 @@ class CoordinatorImpl final : public Coordinator {
       persisted_next_worker_ = resumed->next_worker;
       persisted_hold_ = resumed->hold_from;
       persisted_timeline_ = resumed->timeline;
+      if (resumed->map) persisted_map_ = resumed->map->generation;
     }
   }
 
@@ -346,6 +352,17 @@ class CoordinatorImpl final : public Coordinator {
       st = store_->Put("hold_from", std::to_string(hold ? hold->value() : -1));
       if (st.ok()) persisted_hold_ = hold;
     }
+    // A new shard map is the commit point of a move (JobState, "Elastic
+    // shards"): stored, with the shards it removed, before the configs that
+    // name it leave.
+    if (st.ok() && persisted_job_ && state_.layout().map.generation != persisted_map_) {
+      const std::vector<uint32_t> removed(state_.removed_shards().begin(),
+                                          state_.removed_shards().end());
+      st = store_->PutAll(
+          {{kJobKey, EncodeStoredJob(state_.spec(), state_.tensors(), state_.layout().map)},
+           {"removed_shards", nlohmann::json(removed).dump()}});
+      if (st.ok()) persisted_map_ = state_.layout().map.generation;
+    }
     if (!st.ok()) state_.OnJobError("the coordinator's store: " + st.ToString());
   }
 
@@ -428,7 +445,7 @@ class CoordinatorImpl final : public Coordinator {
     ModelChunks chunks;
     ModelTables tables;   // the sparse tables whole, from every shard's stored rows
     SetDigest optimizer;  // the shards' optimizer state digests, added up
-    for (uint32_t s = 0; s < spec.num_shards; ++s) {
+    for (uint32_t s : state_.shard_members()) {
       Channel::Options co;
       co.curve = options_.curve;
       EPS_ASSIGN_OR_RETURN(auto ch, Channel::Connect(context_, state_.shard_addresses()[s], co));
@@ -527,6 +544,7 @@ class CoordinatorImpl final : public Coordinator {
   Epoch persisted_epoch_{0};
   uint32_t persisted_next_worker_ = 0;
   uint64_t persisted_timeline_ = 1;
+  uint64_t persisted_map_ = 0;  // the generation of the shard map in the job record
   std::optional<Step> persisted_hold_;
   CoordinatorPeers peers_;
   std::unique_ptr<ModelFileServer> files_;  // the model files the workers fetch

@@ -22,7 +22,9 @@ Dispatched DispatchMessage(const std::string& peer, const Body& body, JobState* 
   } else if (std::get_if<JobStatusRequest>(&body)) {
     d.status_report = true;
   } else if (auto* m = std::get_if<JobControl>(&body)) {
-    st = m->hold ? state->Hold(Step(m->from_step)) : state->Release();
+    st = m->remove_shard ? state->RemoveShard(*m->remove_shard)
+         : m->hold       ? state->Hold(Step(m->from_step))
+                         : state->Release();
     d.status_report = st.ok();  // the status after the change
   } else if (std::get_if<JobInfo>(&body)) {
     d.reply = state->Info();  // for the inter-job scheduler
@@ -49,6 +51,12 @@ Dispatched DispatchMessage(const std::string& peer, const Body& body, JobState* 
       st = state->OnRollbackDone(*m);
     } else {
       st = NotFound("rollback report from an unknown shard: register again");
+    }
+  } else if (auto* m = std::get_if<ReshardReady>(&body)) {
+    if (peers->IsShard(m->shard, peer)) {
+      st = state->OnReshardReady(*m);
+    } else {
+      st = NotFound("reshard report from an unknown shard: register again");
     }
   } else if (auto* m = std::get_if<EvalResult>(&body)) {
     // Never answered: the worker's next message is a step request awaiting its plan.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/ids.h"
+#include "common/shard_map.h"
 #include "common/status.h"
 #include "elastic/job_state.h"
 #include "schema/messages.h"
@@ -21,7 +22,7 @@ namespace eps {
 // The routing ids (ZeroMQ ROUTER identities) the coordinator knows its shards
 // and workers by, and the metrics addresses they registered with.
 struct CoordinatorPeers {
-  explicit CoordinatorPeers(uint32_t num_shards) : shards(num_shards), shard_metrics(num_shards) {}
+  CoordinatorPeers() : shards(kMaxShardId), shard_metrics(kMaxShardId) {}
 
   bool IsShard(ShardId shard, const std::string& peer) const {
     return shard.value() < shards.size() && shards[shard.value()] == peer;

@@ -49,7 +49,28 @@ std::string MovedText(const std::vector<WorkerRange>& moved, std::optional<Step>
 }
 
 const char* DeadCauseName(E::WorkerDead::Cause c) {
-  return c == E::WorkerDead::Cause::kMissedHeartbeats ? "missed_heartbeats" : "shard_moved";
+  switch (c) {
+    case E::WorkerDead::Cause::kMissedHeartbeats:
+      return "missed_heartbeats";
+    case E::WorkerDead::Cause::kShardMoved:
+      return "shard_moved";
+    case E::WorkerDead::Cause::kResharded:
+      break;
+  }
+  return "resharded";
+}
+
+Json ShardIds(const std::vector<ShardId>& shards) {
+  Json out = Json::array();
+  for (ShardId s : shards) out.push_back(s.value());
+  return out;
+}
+
+std::string ShardList(const std::vector<ShardId>& shards) {
+  std::string out = "{";
+  for (size_t i = 0; i < shards.size(); ++i)
+    out += (i ? "," : "") + std::to_string(shards[i].value());
+  return out + "}";
 }
 
 long long StepOf(const JobEvent& e) {
@@ -88,6 +109,9 @@ const char* EventKind(const JobEvent& event) {
                         [](const E::RolledBack&) { return "rolled_back"; },
                         [](const E::CoordinatorResuming&) { return "coordinator_resuming"; },
                         [](const E::CoordinatorResumed&) { return "coordinator_resumed"; },
+                        [](const E::Resharding&) { return "resharding"; },
+                        [](const E::Resharded&) { return "resharded"; },
+                        [](const E::ReshardAbandoned&) { return "reshard_abandoned"; },
                         [](const E::JobFinished&) { return "job_finished"; },
                         [](const E::JobFailed&) { return "job_failed"; },
                     },
@@ -146,7 +170,7 @@ std::string EventJson(const JobEvent& event, double wall_seconds) {
                    j["cause"] = DeadCauseName(e.cause);
                    if (e.cause == E::WorkerDead::Cause::kMissedHeartbeats) {
                      j["silent_ms"] = e.silent_ms;
-                   } else {
+                   } else if (e.cause == E::WorkerDead::Cause::kShardMoved) {
                      j["shard"] = e.shard.value();
                    }
                    j["moved"] = Ranges(e.moved);
@@ -244,6 +268,26 @@ std::string EventJson(const JobEvent& event, double wall_seconds) {
                    j["epoch"] = e.epoch.value();
                  },
                  [&](const E::CoordinatorResumed&) {},
+                 [&](const E::Resharding& e) {
+                   j["generation"] = e.generation;
+                   j["from"] = ShardIds(e.from);
+                   j["to"] = ShardIds(e.to);
+                   j["chunks"] = e.chunks;
+                   j["partitions"] = e.partitions;
+                   j["bytes"] = e.bytes;
+                 },
+                 [&](const E::Resharded& e) {
+                   j["generation"] = e.generation;
+                   j["shards"] = ShardIds(e.shards);
+                   j["removed"] = ShardIds(e.removed);
+                   j["bytes_in"] = e.bytes_in;
+                   j["seconds"] = e.seconds;
+                 },
+                 [&](const E::ReshardAbandoned& e) {
+                   j["generation"] = e.generation;
+                   j["reason"] = e.reason;
+                   j["retry"] = e.retry;
+                 },
                  [&](const E::JobFinished& e) {
                    j["final_loss"] = e.final_loss;
                    if (e.evaluated) {
@@ -301,10 +345,18 @@ EventLine EventText(const JobEvent& event) {
                         " (last: " + e.reason + ")"};
           },
           [&](const E::WorkerDead& e) -> EventLine {
-            const std::string why =
-                e.cause == E::WorkerDead::Cause::kMissedHeartbeats
-                    ? "missed heartbeats for " + std::to_string(e.silent_ms) + " ms"
-                    : "must register again: shard " + std::to_string(e.shard.value()) + " moved";
+            std::string why;
+            switch (e.cause) {
+              case E::WorkerDead::Cause::kMissedHeartbeats:
+                why = "missed heartbeats for " + std::to_string(e.silent_ms) + " ms";
+                break;
+              case E::WorkerDead::Cause::kShardMoved:
+                why = "must register again: shard " + std::to_string(e.shard.value()) + " moved";
+                break;
+              case E::WorkerDead::Cause::kResharded:
+                return {Sink::kInfo, "worker " + std::to_string(e.worker.value()) +
+                                         " registers again to learn the new shard map"};
+            }
             return {Sink::kWarning, "worker " + std::to_string(e.worker.value()) + " " + why +
                                         "; " + MovedText(e.moved, event.step)};
           },
@@ -402,6 +454,27 @@ EventLine EventText(const JobEvent& event) {
           [&](const E::CoordinatorResumed&) -> EventLine {
             return {Sink::kStdout,
                     StrFormat("resumed at step %lld after a coordinator restart", step)};
+          },
+          [&](const E::Resharding& e) -> EventLine {
+            return {
+                Sink::kStdout,
+                StrFormat("resharding at step %lld: shards %s -> %s (map %llu): %zu chunks "
+                          "(%.1f MB) and %zu row partitions move",
+                          step, ShardList(e.from).c_str(), ShardList(e.to).c_str(),
+                          (unsigned long long)e.generation, e.chunks, e.bytes / 1e6, e.partitions)};
+          },
+          [&](const E::Resharded& e) -> EventLine {
+            return {Sink::kStdout,
+                    StrFormat("resharded at step %lld: shards %s (map %llu), %.1f MB moved in "
+                              "%.2f s",
+                              step, ShardList(e.shards).c_str(), (unsigned long long)e.generation,
+                              e.bytes_in / 1e6, e.seconds)};
+          },
+          [&](const E::ReshardAbandoned& e) -> EventLine {
+            return {Sink::kWarning,
+                    StrFormat("reshard to map %llu abandoned%s: ", (unsigned long long)e.generation,
+                              e.retry ? " (tried again at the next step)" : "") +
+                        e.reason};
           },
           [&](const E::JobFinished& e) -> EventLine {
             return {

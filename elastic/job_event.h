@@ -81,7 +81,8 @@ struct JobEvent {
     std::string reason;    // the last failure's
   };
   struct WorkerDead {  // declared dead; it must register again to come back
-    enum class Cause { kMissedHeartbeats, kShardMoved };
+    // kResharded: the shard map changed; it registers again to learn the new one.
+    enum class Cause { kMissedHeartbeats, kShardMoved, kResharded };
     WorkerId worker;
     Cause cause = Cause::kMissedHeartbeats;
     int64_t silent_ms = 0;  // kMissedHeartbeats: since its last message
@@ -178,6 +179,26 @@ struct JobEvent {
     Epoch epoch;
   };
   struct CoordinatorResumed {};  // ... and the job goes on at step `step`
+  // ---- elastic shards (docs/design.md, "Elastic shards") ----
+  struct Resharding {         // at step `step`, the state moves from shards `from` to shards `to`
+    uint64_t generation = 0;  // of the new map
+    std::vector<ShardId> from, to;
+    size_t chunks = 0;      // chunks whose owner changes
+    size_t partitions = 0;  // row partitions whose owner changes
+    uint64_t bytes = 0;     // the moving chunks' values (their optimizer slots move too)
+  };
+  struct Resharded {  // every shard serves the new map (committed when the map was persisted)
+    uint64_t generation = 0;
+    std::vector<ShardId> shards;   // the map's shards now
+    std::vector<ShardId> removed;  // shards told to exit: their state moved away
+    uint64_t bytes_in = 0;         // what the receivers staged (values and slots)
+    double seconds = 0;            // from `resharding` to every shard committed
+  };
+  struct ReshardAbandoned {  // the old map stays; `retry`: tried again at the next step boundary
+    uint64_t generation = 0;
+    std::string reason;
+    bool retry = false;
+  };
   // ---- the end ----
   struct JobFinished {  // result.json is written; step: steps done
     float final_loss = 0;
@@ -190,13 +211,13 @@ struct JobEvent {
     std::string error;
   };
 
-  using What =
-      std::variant<ShardRegistered, WorkerJoined, WorkerReregistered, WorkerRefused, WorkerReady,
-                   WorkerLeft, WorkerDead, HostBackedOff, ModelAccepted, Initializing, Assignment,
-                   Replan, SpeedForgotten, SpeedRefused, RangeRecomputed, RangeConfirmed,
-                   StepCompleted, Paused, Resumed, Evaluated, Progress, CheckpointDurable,
-                   CheckpointFailed, RollingBack, StartingOver, RolledBack, CoordinatorResuming,
-                   CoordinatorResumed, JobFinished, JobFailed>;
+  using What = std::variant<ShardRegistered, WorkerJoined, WorkerReregistered, WorkerRefused,
+                            WorkerReady, WorkerLeft, WorkerDead, HostBackedOff, ModelAccepted,
+                            Initializing, Assignment, Replan, SpeedForgotten, SpeedRefused,
+                            RangeRecomputed, RangeConfirmed, StepCompleted, Paused, Resumed,
+                            Evaluated, Progress, CheckpointDurable, CheckpointFailed, RollingBack,
+                            StartingOver, RolledBack, CoordinatorResuming, CoordinatorResumed,
+                            Resharding, Resharded, ReshardAbandoned, JobFinished, JobFailed>;
 
   Clock::time_point at;  // from the JobState's Clock
   // The step the event is about (docs/events.md says which, per kind); nullopt

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "common/transfer.h"
@@ -14,14 +15,15 @@ JobState::JobState(JobSpec spec, JobStateOptions options, const Clock* clock)
       options_(options),
       clock_(clock),
       data_fingerprint_(options_.data_fingerprint),
-      shard_addresses_(spec_.num_shards),
-      shard_done_(spec_.num_shards, Step(-2)),
-      shard_registered_(spec_.num_shards, false),
-      shard_durable_(spec_.num_shards, Step(-1)),
-      shard_version_(spec_.num_shards, Step(-1)),
-      shard_durable_at_(spec_.num_shards),
-      shard_bytes_in_(spec_.num_shards, 0),
-      shard_bytes_out_(spec_.num_shards, 0) {
+      shard_addresses_(kMaxShardId),
+      shard_done_(kMaxShardId, Step(-2)),
+      shard_registered_(kMaxShardId, false),
+      shard_durable_(kMaxShardId, Step(-1)),
+      shard_version_(kMaxShardId, Step(-1)),
+      shard_durable_at_(kMaxShardId),
+      shard_bytes_in_(kMaxShardId, 0),
+      shard_bytes_out_(kMaxShardId, 0) {
+  for (uint32_t s = 0; s < spec_.num_shards && s < kMaxShardId; ++s) members_.push_back(s);
   started_ = clock_->Now();
   progress_deadline_ = started_ + options_.startup_timeout;
   auto speeds = SpeedEstimator::Create(SpeedEstimatorOptions());
@@ -85,7 +87,7 @@ Status JobState::OnStepRequest(const StepRequest& r) {
 }
 
 Status JobState::OnStepDone(ShardId shard, const StepDone& done) {
-  if (shard.value() >= spec_.num_shards || !shard_registered_[shard.value()]) {
+  if (shard.value() >= kMaxShardId || !shard_registered_[shard.value()]) {
     return NotFound("step report from an unknown shard: register again");
   }
   shard_bytes_in_[shard.value()] = done.bytes_in;
@@ -160,7 +162,8 @@ void JobState::Tick() {
   // Watchdog: while shards are missing, or workers are alive, something must move.
   const bool waiting_for_shards = !AllShardsRegistered();
   const bool working = phase_ == Phase::kTraining || phase_ == Phase::kEvaluating ||
-                       phase_ == Phase::kRollingBack || phase_ == Phase::kResuming;
+                       phase_ == Phase::kRollingBack || phase_ == Phase::kResuming ||
+                       phase_ == Phase::kResharding;
   if ((waiting_for_shards || (working && HasLiveReadyWorker())) && now > progress_deadline_) {
     Fail(DeadlineExceeded(waiting_for_shards ? "the shards did not all register in time"
                                              : "no progress within the step timeout (step " +
@@ -229,9 +232,9 @@ Status JobState::AcceptModel(const StepRequest& r) {
   Emit(JobEvent::ModelAccepted{static_cast<int64_t>(layout_.NumParameters()), layout_.chunks.size(),
                                spec_.steps, train_samples_, test_samples_},
        CurrentStep());
-  for (uint32_t s = 0; s < spec_.num_shards; ++s) {
-    if (shard_registered_[s])
-      out_.push_back({Outgoing::To::kShard, s, ShardConfig{spec_, tensors_, timeline_}});
+  const ShardConfig config = Config();
+  for (uint32_t s = 0; s < kMaxShardId; ++s) {
+    if (shard_registered_[s]) out_.push_back({Outgoing::To::kShard, s, config});
   }
   return OkStatus();
 }
@@ -270,11 +273,14 @@ Status JobState::AcceptCpuKernels(WorkerId id) {
 }
 
 bool JobState::AllShardsRegistered() const {
-  return std::all_of(shard_registered_.begin(), shard_registered_.end(), [](bool b) { return b; });
+  return std::all_of(members_.begin(), members_.end(),
+                     [&](uint32_t s) { return bool(shard_registered_[s]); });
 }
 
 Step JobState::MinShardDone() const {
-  return *std::min_element(shard_done_.begin(), shard_done_.end());
+  Step min(std::numeric_limits<int64_t>::max());
+  for (uint32_t s : members_) min = std::min(min, shard_done_[s]);
+  return min;
 }
 
 bool JobState::MembershipChanged() const {
@@ -473,7 +479,8 @@ void JobState::Advance() {
         DispatchTrain();
       }
       break;
-    case Phase::kHeld:  // MaybeGoOn goes on
+    case Phase::kHeld:        // MaybeGoOn goes on
+    case Phase::kResharding:  // OnReshardReady goes on
       break;
     case Phase::kEvaluating:
       DispatchEval();
@@ -515,6 +522,7 @@ void JobState::StartStep(Step t) {
   step_ = t;
   work_.clear();
   step_ranges_.clear();
+  if (MaybeStartReshard(t)) return;
   if (HeldAt(t)) return EnterHold();
   phase_ = Phase::kTraining;
   // No assignment at all (a coordinator that rolled back before any worker came back): assign,
@@ -661,7 +669,7 @@ void JobState::StopWorkers() {
     Send(id, ErrorReply{StatusCode::kAborted, "the job is over"});
   unanswered_registrations_.clear();
   if (live_workers() == 0 && phase_ != Phase::kDone) {
-    for (uint32_t s = 0; s < spec_.num_shards; ++s) {
+    for (uint32_t s = 0; s < kMaxShardId; ++s) {
       if (shard_registered_[s]) {
         out_.push_back(
             {Outgoing::To::kShard, s, Shutdown{fatal_.ok() ? "job finished" : fatal_.ToString()}});

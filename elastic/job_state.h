@@ -29,6 +29,20 @@
 // comes out as typed JobEvents (job_event.h), drained with TakeEvents(); the
 // coordinator prints and records them. The state machine itself does no I/O.
 //
+// Shards (docs/design.md, "Elastic shards"). The shards of the current shard
+// map are its *members*; a shard registering with an id outside the map is a
+// *spare*, and one an operator removed is *leaving*. At a step boundary where
+// the members are not the wanted set (members less leaving, plus spares) the
+// job enters kResharding: every shard of both maps gets Reshard, the gaining
+// ones fetch their part from the holders and stage it; once all are ready the
+// new map becomes the layout's (the shell persists it before anything leaves:
+// the commit point) and every shard gets ShardConfig with it; once all have
+// committed, leaving shards get Shutdown, every worker registers again (its
+// registration reply carries the map) and the step starts. A refusal before the
+// commit abandons the move (the old map stays; ShardConfig with it drops what
+// was staged) and it is not tried again until the wanted set changes; a shard
+// restarting abandons it too, and it is tried again after the rollback.
+//
 // Not thread-safe: the coordinator's event loop owns it.
 #pragma once
 
@@ -36,6 +50,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -153,7 +168,8 @@ class JobState {
     kStarting,
     kInitializing,
     kTraining,
-    kHeld,  // an operator's hold: waits at step step() (Hold)
+    kHeld,        // an operator's hold: waits at step step() (Hold)
+    kResharding,  // shard state moves at step step() (the class comment)
     kEvaluating,
     kRollingBack,
     kResuming,
@@ -172,6 +188,8 @@ class JobState {
     uint32_t next_worker = 0;                           // the first worker id not handed out
     std::optional<Step> hold_from;                      // an operator's hold (Hold)
     uint64_t timeline = 1;                              // the job's timeline (timeline())
+    std::optional<ShardMap> map;          // the committed shard map; none: the first map
+    std::vector<ShardId> removed_shards;  // removed by an operator (removed_shards())
   };
   // Before any event: the job resumes where the shards are once they all
   // registered again. The step in flight is recomputed in the ranges of the last
@@ -189,6 +207,14 @@ class JobState {
   Status OnShardRegistered(ShardId shard, const std::string& address, Step durable_step = Step(-1),
                            Step version = Step(-1), bool new_peer = true);
   Status OnRollbackDone(const RollbackDone& done);
+  // A shard's answer to Reshard (staged) or to the ShardConfig that committed
+  // the new map (`committed`). Stale answers are ignored.
+  Status OnReshardReady(const ReshardReady& ready);
+  // An operator removes a shard of the map (JobControl, `elasticps shards
+  // --remove`): its state moves to the other members at the next step
+  // boundary, then it gets Shutdown. NotFound: no such member;
+  // FailedPrecondition: it is the last one, or the job is over.
+  Status RemoveShard(ShardId shard);
   // A worker whose device kind CheckDeviceKind refuses, or whose machine is
   // backed off (JobStateOptions), gets the error (FailedPrecondition) in reply
   // at once and never becomes a member; the id is spent. The same process
@@ -246,7 +272,13 @@ class JobState {
   bool done() const { return phase_ == Phase::kDone; }
   const JobSpec& spec() const { return spec_; }
   const Layout& layout() const { return layout_; }
+  // Indexed by shard id: every shard that registered ("" for an id that did not).
   const std::vector<std::string>& shard_addresses() const { return shard_addresses_; }
+  // The shard map's shards, ascending.
+  const std::vector<uint32_t>& shard_members() const { return members_; }
+  // Shards removed by an operator whose state moved away: a registration from
+  // one is answered with Shutdown (the shell persists them).
+  const std::set<uint32_t>& removed_shards() const { return removed_; }
   JobSummary Summary() const;
   // Ready live workers and their current ranges, e.g. "w0:[0,4) w2:[4,8)".
   std::string AssignmentString() const;
@@ -366,6 +398,24 @@ class JobState {
   bool HasLiveReadyWorker() const;
   void Progress() { progress_deadline_ = clock_->Now() + options_.step_timeout; }
   void StartRollback(ShardId restarted, Step durable_step);
+  // ---- elastic shards (job_state_reshard.cc) ----
+  bool IsMember(uint32_t s) const {
+    return std::binary_search(members_.begin(), members_.end(), s);
+  }
+  // Members less leaving shards, plus spares, ascending.
+  std::vector<uint32_t> WantedMembers() const;
+  // At step boundary `t`: starts a move when the members are not the wanted
+  // set (true: the step waits for it).
+  bool MaybeStartReshard(Step t);
+  void CommitReshard();
+  // The committed move is over (every member took the map, or a rollback
+  // took over): the workers register again to learn it.
+  void EndCommittedMove();
+  // Before the commit: every involved shard drops what it staged (ShardConfig
+  // with the current map). `retry` false: not tried again for this wanted set.
+  void AbandonReshard(const std::string& reason, bool retry);
+  ShardConfig Config() const;               // the job as the shards get it, with the current map
+  std::string ShardRole(uint32_t s) const;  // ShardStatus::role
   void FinishResume();
   void UpdateRetention();
 
@@ -373,6 +423,8 @@ class JobState {
   const JobStateOptions options_;
   const Clock* const clock_;
   std::string data_fingerprint_;  // the job's data files (options_, or the first worker's)
+  // Per shard, indexed by id (kMaxShardId entries); only members count in
+  // the barrier, the retention floor, rollbacks and resumes.
   std::vector<std::string> shard_addresses_;
   std::vector<Step> shard_done_;
   std::vector<bool> shard_registered_;
@@ -391,6 +443,21 @@ class JobState {
   Step rollback_step_{-1};
   uint64_t timeline_ = 1;
   std::vector<bool> rollback_acked_;
+  std::vector<uint32_t> members_;  // the shard map's shards, ascending
+  std::set<uint32_t> leaving_;     // removed by an operator: members until the move commits
+  std::set<uint32_t> removed_;     // removed, and their state moved away
+  struct Move {
+    ShardMap map;                    // the new one
+    std::vector<uint32_t> wanted;    // its shards
+    std::vector<uint32_t> involved;  // of both maps, ascending
+    std::set<uint32_t> ready, committed;
+    bool committing = false;  // the map is the layout's: the shards adopt it
+    uint64_t bytes_in = 0;
+    Clock::time_point started;
+  };
+  std::optional<Move> move_;
+  uint64_t last_generation_ = 0;   // of the newest move tried
+  std::vector<uint32_t> refused_;  // the wanted set of the last refused move: not tried again
   std::map<WorkerId, WorkerInfo> workers_;
   std::vector<WorkerId> unanswered_registrations_;
   std::map<std::string, HostRecord> hosts_;  // by machine, those with a host fault

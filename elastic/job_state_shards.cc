@@ -4,6 +4,7 @@
 // restart. The rest of the state machine is in job_state.cc; the class and
 // its contract are in job_state.h.
 #include <algorithm>
+#include <limits>
 
 #include "elastic/job_state.h"
 
@@ -11,11 +12,15 @@ namespace eps {
 
 Status JobState::OnShardRegistered(ShardId shard, const std::string& address, Step durable_step,
                                    Step version, bool new_peer) {
-  if (shard.value() >= spec_.num_shards) {
-    return InvalidArgument("shard id " + std::to_string(shard.value()) + " but the job has " +
-                           std::to_string(spec_.num_shards) + " shards");
+  if (shard.value() >= kMaxShardId) {
+    return InvalidArgument("shard id " + std::to_string(shard.value()) + " is not below " +
+                           std::to_string(kMaxShardId));
   }
   const uint32_t s = shard.value();
+  if (removed_.count(s)) {  // its state moved away: it has nothing to do
+    out_.push_back({Outgoing::To::kShard, s, Shutdown{"removed from the job: its state moved"}});
+    return OkStatus();
+  }
   if (shard_registered_[s] && !new_peer && shard_addresses_[s] == address) {
     // A beacon. It also stands in for a step report lost while no coordinator listened.
     if (durable_step > shard_durable_[s]) {
@@ -31,16 +36,20 @@ Status JobState::OnShardRegistered(ShardId shard, const std::string& address, St
   }
   // A shard restored from its store serves its newest checkpoint, even if it does not say so.
   shard_version_[s] = std::max(version, durable_step);
-  const bool restarted = shard_registered_[s] && phase_ != Phase::kStarting &&
+  const bool restarted = IsMember(s) && shard_registered_[s] && phase_ != Phase::kStarting &&
                          phase_ != Phase::kResuming && phase_ < Phase::kFinalizing;
-  const bool moved = shard_registered_[s] && shard_addresses_[s] != address;
+  const bool again = shard_registered_[s];
+  const bool moved = again && shard_addresses_[s] != address;
   shard_registered_[s] = true;
   shard_addresses_[s] = address;
   shard_durable_[s] = durable_step;
   Emit(JobEvent::ShardRegistered{shard, address, durable_step, restarted}, CurrentStep());
-  if (!tensors_.empty())
-    out_.push_back({Outgoing::To::kShard, s, ShardConfig{spec_, tensors_, timeline_}});
-  if (moved) {
+  if (!tensors_.empty()) out_.push_back({Outgoing::To::kShard, s, Config()});
+  if (again && !IsMember(s)) {
+    // A spare or a leaving shard restarted: a move it takes part in starts again.
+    AbandonReshard("shard " + std::to_string(s) + " restarted", /*retry=*/true);
+    if (phase_ == Phase::kResharding) StartStep(step_);
+  } else if (moved) {
     // Workers learn shard addresses when they register: make them register again.
     for (auto& [id, w] : workers_) {
       if (!w.alive) continue;
@@ -52,6 +61,8 @@ Status JobState::OnShardRegistered(ShardId shard, const std::string& address, St
   if (restarted) StartRollback(shard, durable_step);
   retain_sent_ = Step(-2);  // the new peer learns the floor
   UpdateRetention();
+  // A spare waits for the next step boundary, or is taken in now while the job is held.
+  if (phase_ == Phase::kHeld && !resumed_step_held_) MaybeStartReshard(step_);
   Advance();
   return OkStatus();
 }
@@ -61,13 +72,12 @@ Status JobState::OnShardRegistered(ShardId shard, const std::string& address, St
 // checkpoints still in their writers, so "the newest N" alone could leave the
 // shards without a common step.
 void JobState::UpdateRetention() {
-  if (!std::all_of(shard_registered_.begin(), shard_registered_.end(), [](bool b) { return b; }))
-    return;
-  const Step floor = *std::min_element(shard_durable_.begin(), shard_durable_.end());
+  if (!AllShardsRegistered()) return;
+  Step floor(std::numeric_limits<int64_t>::max());
+  for (uint32_t s : members_) floor = std::min(floor, shard_durable_[s]);
   if (floor.value() < 0 || floor == retain_sent_) return;  // none yet: the shards keep everything
   retain_sent_ = floor;
-  for (uint32_t s = 0; s < spec_.num_shards; ++s)
-    out_.push_back({Outgoing::To::kShard, s, Retain{floor}});
+  for (uint32_t s : members_) out_.push_back({Outgoing::To::kShard, s, Retain{floor}});
 }
 
 void JobState::Resume(const Resumed& r) {
@@ -75,6 +85,14 @@ void JobState::Resume(const Resumed& r) {
   auto layout = MakeLayout(tensors_, spec_.num_shards, spec_.chunk_elems);
   if (!layout.ok()) return Fail(layout.status().WithContext("the stored model"));
   layout_ = std::move(layout).value();
+  if (r.map) {
+    if (Status st = layout_.SetShardMap(*r.map); !st.ok())
+      return Fail(st.WithContext("the stored shard map"));
+    members_.clear();
+    for (ShardId s : layout_.map.Shards()) members_.push_back(s.value());
+  }
+  removed_.clear();
+  for (ShardId s : r.removed_shards) removed_.insert(s.value());
   spec_.steps = r.steps;
   train_samples_ = r.train_samples;
   test_samples_ = r.test_samples;
@@ -90,22 +108,26 @@ void JobState::Resume(const Resumed& r) {
 
 // Every shard registered again: the job goes on at the oldest version a shard serves.
 void JobState::FinishResume() {
-  const auto [lowest, highest] = std::minmax_element(shard_version_.begin(), shard_version_.end());
-  Step t = *lowest;
-  if (t.value() >= 0 && highest->value() - t.value() > 1) {
+  uint32_t lowest = members_.front();
+  Step highest = shard_version_[lowest];
+  for (uint32_t s : members_) {
+    if (shard_version_[s] < shard_version_[lowest]) lowest = s;
+    highest = std::max(highest, shard_version_[s]);
+  }
+  Step t = shard_version_[lowest];
+  if (t.value() >= 0 && highest.value() - t.value() > 1) {
     // A shard restarted from an older checkpoint while no coordinator ran: the
     // shards are more than one step apart, so the job rolls back as for any restart.
     resume_ranges_.clear();
     phase_ = Phase::kTraining;  // StartRollback leaves it for kRollingBack
-    return StartRollback(ShardId(static_cast<uint32_t>(lowest - shard_version_.begin())), t);
+    return StartRollback(ShardId(lowest), t);
   }
   if (t.value() < 0) {
     Emit(JobEvent::StartingOver{std::nullopt, false}, std::nullopt);
     phase_ = Phase::kStarting;
     return;
   }
-  for (uint32_t s = 0; s < spec_.num_shards; ++s)
-    shard_done_[s] = Step(shard_version_[s].value() - 1);
+  for (uint32_t s : members_) shard_done_[s] = Step(shard_version_[s].value() - 1);
   steps_done_ = t.value();
   train_started_ = clock_->Now();
   Emit(JobEvent::CoordinatorResumed{}, t);
@@ -143,8 +165,13 @@ std::vector<std::pair<uint32_t, uint32_t>> JobState::AssignmentRanges() const {
 }
 
 void JobState::StartRollback(ShardId restarted, Step durable_step) {
+  if (move_ && move_->committing) {
+    EndCommittedMove();  // the restarted shard got the new map as it registered
+  } else {
+    AbandonReshard("shard " + std::to_string(restarted.value()) + " restarted", /*retry=*/true);
+  }
   Step target = durable_step;
-  for (Step d : shard_durable_) target = std::min(target, d);
+  for (uint32_t s : members_) target = std::min(target, shard_durable_[s]);
   if (target.value() < 0) {
     // No step every shard holds: back to the initial values, which a worker
     // pushes again (they depend only on the seed), and the job replays from step 0.
@@ -156,17 +183,18 @@ void JobState::StartRollback(ShardId restarted, Step durable_step) {
   phase_ = Phase::kRollingBack;
   rollback_step_ = target;
   ++timeline_;  // every pull of the plans before it is of an abandoned future
-  rollback_acked_.assign(spec_.num_shards, false);
+  rollback_acked_.assign(kMaxShardId, true);
+  for (uint32_t s : members_) rollback_acked_[s] = false;
   work_.clear();
   eval_slices_.clear();
-  for (uint32_t s = 0; s < spec_.num_shards; ++s)
+  for (uint32_t s : members_)
     out_.push_back({Outgoing::To::kShard, s, Rollback{target, timeline_}});
   Progress();
 }
 
 Status JobState::OnRollbackDone(const RollbackDone& done) {
   const uint32_t s = done.shard.value();
-  if (s >= spec_.num_shards || !shard_registered_[s])
+  if (s >= kMaxShardId || !shard_registered_[s])
     return NotFound("rollback report from an unknown shard");
   if (phase_ != Phase::kRollingBack || done.step != rollback_step_) return OkStatus();  // stale
   if (done.code != StatusCode::kOk) {
@@ -182,7 +210,7 @@ Status JobState::OnRollbackDone(const RollbackDone& done) {
     // Every shard serves version R: the job goes on from step R (from its
     // initialization for R = -1: the shards hold nothing).
     const Step r = rollback_step_;
-    std::fill(shard_done_.begin(), shard_done_.end(), Step(r.value() - 1));
+    for (uint32_t s : members_) shard_done_[s] = Step(r.value() - 1);
     losses_.erase(losses_.lower_bound(r.value()), losses_.end());
     steps_done_ = std::max<int64_t>(r.value(), 0);
     for (auto& [id, w] : workers_) w.done_step = std::min(w.done_step, Step(r.value() - 1));

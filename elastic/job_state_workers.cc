@@ -241,12 +241,17 @@ std::vector<WorkerId> JobState::ReadyWorkers() const {
 }
 
 void JobState::AnswerRegistrations() {
-  if (!AllShardsRegistered()) return;
+  // During a move the map is about to change: the reply names the one after it.
+  if (unanswered_registrations_.empty() || !AllShardsRegistered() || move_) return;
+  // The members' addresses by id ("" for a gap), and the map once the model is known.
+  std::vector<std::string> addresses(members_.back() + 1);
+  for (uint32_t s : members_) addresses[s] = shard_addresses_[s];
   for (WorkerId id : unanswered_registrations_) {
     WorkerInfo& w = workers_[id];
     if (!w.alive) continue;
     w.last_seen = clock_->Now();  // its heartbeats start now
-    RegisterWorkerReply reply{id, spec_, shard_addresses_};
+    RegisterWorkerReply reply{id, spec_, addresses};
+    if (!tensors_.empty()) reply.map = layout_.map;
     reply.vocab = options_.vocab;
     reply.model_size = options_.model_size;
     reply.init_size = options_.init_size;

@@ -16,6 +16,8 @@ const char* PhaseName(JobState::Phase phase) {
       return "training";
     case JobState::Phase::kHeld:
       return "held";
+    case JobState::Phase::kResharding:
+      return "resharding";
     case JobState::Phase::kEvaluating:
       return "evaluating";
     case JobState::Phase::kRollingBack:
@@ -90,8 +92,12 @@ JobStatusReply JobState::StatusReport() const {
     o.steps_contributed = w.steps_contributed;
     r.workers.push_back(std::move(o));
   }
-  for (uint32_t s = 0; s < spec_.num_shards; ++s) {
+  r.map_generation = layout_.map.generation;
+  r.resharding = move_.has_value();
+  for (uint32_t s = 0; s < kMaxShardId; ++s) {
+    if (!IsMember(s) && !shard_registered_[s]) continue;
     ShardStatus o;
+    o.role = ShardRole(s);
     o.shard = ShardId(s);
     o.address = shard_addresses_[s];
     o.registered = shard_registered_[s];

@@ -23,7 +23,7 @@ using namespace eps;
 
 class Coordinator {
  public:
-  Coordinator() : state_(fuzz::FuzzSpec(), Options(), &clock_), peers_(1) {}
+  Coordinator() : state_(fuzz::FuzzSpec(), Options(), &clock_) {}
 
   static JobStateOptions Options() {
     JobStateOptions o;

@@ -177,8 +177,9 @@ StatusOr<std::vector<ExportedTensor>> ReadSafetensors(
   return ParseSafetensors(blob, path, metadata);
 }
 
-std::string EncodeStoredJob(const JobSpec& spec, const std::vector<TensorSpec>& tensors) {
-  auto frames = Encode(Envelope{"", ShardConfig{spec, tensors}});
+std::string EncodeStoredJob(const JobSpec& spec, const std::vector<TensorSpec>& tensors,
+                            std::optional<ShardMap> map) {
+  auto frames = Encode(Envelope{"", ShardConfig{spec, tensors, 0, std::move(map)}});
   return std::string(static_cast<const char*>((*frames)[0].data), (*frames)[0].size);
 }
 

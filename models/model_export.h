@@ -79,7 +79,9 @@ StatusOr<std::vector<ExportedTensor>> ReadSafetensors(const std::string& path,
 inline constexpr const char* kJobKey = "job";
 // The job's TorchScript model file (when it has one), stored with the job record.
 inline constexpr const char* kModelScriptKey = "model_script";
-std::string EncodeStoredJob(const JobSpec& spec, const std::vector<TensorSpec>& tensors);
+// `map`: the job's shard map once it changed (none: the first map).
+std::string EncodeStoredJob(const JobSpec& spec, const std::vector<TensorSpec>& tensors,
+                            std::optional<ShardMap> map = std::nullopt);
 StatusOr<ShardConfig> DecodeStoredJob(const std::string& bytes);
 
 }  // namespace eps

@@ -173,6 +173,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       m.vocab = bytes(in.getVocab());
       m.model_size = in.getModelSize();
       m.init_size = in.getInitSize();
+      if (in.hasMap()) EPS_RETURN_IF_ERROR(r.Map(in.getMap(), &m.map.emplace()));
       m.fetch_chunk_bytes = in.getFetchChunkBytes();
       if (m.model_size > kMaxModelBytes || m.init_size > kMaxModelBytes)
         return ProtocolError("model file size over the limit");
@@ -430,9 +431,17 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       *body = std::move(m);
       return OkStatus();
     }
-    case W::JOB_CONTROL:
-      *body = JobControl{b.getJobControl().getHold(), b.getJobControl().getFromStep()};
+    case W::JOB_CONTROL: {
+      auto in = b.getJobControl();
+      JobControl m{in.getHold(), in.getFromStep()};
+      if (in.getRemoveShard() >= 0) {
+        if (static_cast<uint32_t>(in.getRemoveShard()) >= kMaxShardId)
+          return ProtocolError("jobControl: shard id out of range");
+        m.remove_shard = ShardId(static_cast<uint32_t>(in.getRemoveShard()));
+      }
+      *body = m;
       return OkStatus();
+    }
     case W::FETCH_MODEL: {
       FetchModel m;
       auto in = b.getFetchModel();
@@ -522,6 +531,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    o.setModelSize(m.model_size);
                    o.setInitSize(m.init_size);
                    o.setFetchChunkBytes(m.fetch_chunk_bytes);
+                   if (m.map) SetMap(o.initMap(), *m.map);
                  },
                  [&](const RegisterShard& m) {
                    auto o = b.initRegisterShard();
@@ -694,6 +704,8 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    auto o = b.initJobControl();
                    o.setHold(m.hold);
                    o.setFromStep(m.from_step);
+                   if (m.remove_shard)
+                     o.setRemoveShard(static_cast<int32_t>(m.remove_shard->value()));
                  },
                  [&](const FetchModel& m) {
                    auto o = b.initFetchModel();

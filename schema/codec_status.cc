@@ -27,6 +27,8 @@ Status DecodeJobStatus(wire::JobStatusReply::Reader in, Reader& r, JobStatusRepl
   m->rejected_messages = in.getRejectedMessages();
   m->hold_from = in.getHoldFrom();
   EPS_RETURN_IF_ERROR(r.Text(in.getCpuKernels(), &m->cpu_kernels));
+  m->map_generation = in.getMapGeneration();
+  m->resharding = in.getResharding();
   EPS_RETURN_IF_ERROR(r.ListSize(in.getWorkers(), "workers"));
   for (auto w : in.getWorkers()) {
     WorkerStatus o;
@@ -57,6 +59,7 @@ Status DecodeJobStatus(wire::JobStatusReply::Reader in, Reader& r, JobStatusRepl
     o.bytes_in = s.getBytesIn();
     o.bytes_out = s.getBytesOut();
     EPS_RETURN_IF_ERROR(r.Text(s.getMetricsAddress(), &o.metrics_address));
+    EPS_RETURN_IF_ERROR(r.Text(s.getRole(), &o.role));
     m->shards.push_back(std::move(o));
   }
   EPS_RETURN_IF_ERROR(r.ListSize(in.getEvents(), "events"));
@@ -90,6 +93,8 @@ void SetJobStatus(wire::JobStatusReply::Builder o, const JobStatusReply& m) {
   o.setRejectedMessages(m.rejected_messages);
   o.setHoldFrom(m.hold_from);
   o.setCpuKernels(m.cpu_kernels);
+  o.setMapGeneration(m.map_generation);
+  o.setResharding(m.resharding);
   auto ws = o.initWorkers(static_cast<unsigned>(m.workers.size()));
   for (size_t i = 0; i < m.workers.size(); ++i) {
     const WorkerStatus& w = m.workers[i];
@@ -118,6 +123,7 @@ void SetJobStatus(wire::JobStatusReply::Builder o, const JobStatusReply& m) {
     ss[i].setBytesIn(s.bytes_in);
     ss[i].setBytesOut(s.bytes_out);
     ss[i].setMetricsAddress(s.metrics_address);
+    ss[i].setRole(s.role);
   }
   auto es = o.initEvents(static_cast<unsigned>(m.events.size()));
   for (size_t i = 0; i < m.events.size(); ++i) es.set(i, m.events[i]);

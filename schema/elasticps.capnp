@@ -146,6 +146,9 @@ struct RegisterWorkerReply {
   modelSize @6 :UInt64;           # bytes of the TorchScript model file (0: built-in model)
   initSize @7 :UInt64;            # bytes of the --init_from file (0: none)
   fetchChunkBytes @8 :UInt64;     # the largest `length` a FetchModel may ask
+  map @9 :ShardMap;               # who holds what (absent: the first map of spec.numShards shards);
+                                  # shardAddresses then has map's id bound entries, "" for an id
+                                  # that is not in it
 }
 
 struct RegisterShard {
@@ -428,6 +431,9 @@ struct ShardStatus {
   bytesIn @6 :UInt64;
   bytesOut @7 :UInt64;
   metricsAddress @8 :Text;
+  role @9 :Text;                  # "member" (in the shard map), "spare" (registered, holding
+                                  # nothing: the next reshard takes it in) or "leaving" (removed
+                                  # by an operator: it hands its state over, then exits)
 }
 
 struct JobStatusReply {
@@ -456,6 +462,8 @@ struct JobStatusReply {
   holdFrom @22 :Int64 = -1;       # an operator's hold (JobControl): no step >= this starts
                                   # (-1: none); phase is "held" while it keeps the job waiting
   cpuKernels @23 :Text;           # the CPU kernels of its CPU workers (the set, or native's first)
+  mapGeneration @24 :UInt64;      # the shard map's generation (0: the job's first map)
+  resharding @25 :Bool;           # a move of shard state is in progress
 }
 
 struct JobControl {
@@ -464,6 +472,9 @@ struct JobControl {
   # or release it (hold false). Answered with the JobStatusReply after the change.
   hold @0 :Bool;
   fromStep @1 :Int64;
+  # >= 0: neither hold nor release, but remove shard `removeShard` from the job:
+  # at the next step boundary its state moves to the other shards, then it exits.
+  removeShard @2 :Int32 = -1;
 }
 
 # worker -> coordinator: bytes [offset, offset + length) of a file the job's

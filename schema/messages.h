@@ -209,6 +209,9 @@ struct RegisterWorkerReply {
   uint64_t model_size = 0;
   uint64_t init_size = 0;
   uint64_t fetch_chunk_bytes = 0;
+  // Who holds what; none: InitialShardMap of spec.num_shards shards. With a
+  // map, shard_addresses has map->IdBound() entries, "" for an id not in it.
+  std::optional<ShardMap> map{};
 };
 
 struct RegisterShard {
@@ -450,12 +453,16 @@ struct ShardStatus {
   double since_checkpoint_s = -1; // since the durable step last advanced (-1: never)
   uint64_t bytes_in = 0, bytes_out = 0;  // as its last StepDone reported
   std::string metrics_address;
+  // "member" (in the shard map), "spare" (registered, holding nothing: the
+  // next reshard takes it in) or "leaving" (removed: it hands its state over,
+  // then exits).
+  std::string role = "member";
 };
 
 struct JobStatusReply {
   std::string job_id;
   std::string model;
-  std::string phase;  // "starting", "initializing", "training", "held", "evaluating",
+  std::string phase;  // "starting", "initializing", "training", "held", "resharding", "evaluating",
                       // "rolling back", "resuming", "finalizing", "stopping", "done"
   bool paused = false;
   int64_t step = 0;   // steps done
@@ -484,6 +491,8 @@ struct JobStatusReply {
   // The CPU kernels of the job's CPU workers: its set's name, or with `native`
   // the first CPU worker's (empty: none registered yet).
   std::string cpu_kernels{};
+  uint64_t map_generation = 0;  // the shard map's (0: the job's first map)
+  bool resharding = false;      // a move of shard state is in progress
 };
 
 // Anyone with the job's token -> coordinator: hold the job, so that no step
@@ -493,6 +502,9 @@ struct JobStatusReply {
 struct JobControl {
   bool hold = false;
   int64_t from_step = 0;
+  // Set: neither hold nor release, but remove this shard from the job (its
+  // state moves to the others at the next step boundary, then it exits).
+  std::optional<ShardId> remove_shard{};
 };
 
 // Worker -> coordinator: bytes [offset, offset + length) of the job's model

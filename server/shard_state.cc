@@ -46,19 +46,19 @@ Status ShardState::Configure(const ShardConfig& config) {
     return FailedPrecondition("shard already serves another job spec");
   if (config.spec.virtual_workers == 0)
     return InvalidArgument("virtual_workers must be at least 1");
-  // A shard outside the map holds nothing yet (a shard added, before its move).
-  if (!config.map && shard_.value() >= config.spec.num_shards) {
-    return InvalidArgument("shard id " + std::to_string(shard_.value()) + " but the job has " +
-                           std::to_string(config.spec.num_shards) + " shards");
-  }
   EPS_ASSIGN_OR_RETURN(OptimizerOptions opts,
                        OptimizerOptionsFromSpec(config.spec.optimizer, config.spec.steps));
-  if (config.tensors.empty()) {
+  if (config.tensors.empty()) {  // a spare shard may register before the job's model is known
     if (!spec_) {
       spec_ = config.spec;
       optimizer_ = opts;
     }
     return OkStatus();
+  }
+  // A shard outside the map holds nothing yet (a shard added, before its move).
+  if (!config.map && shard_.value() >= config.spec.num_shards) {
+    return InvalidArgument("shard id " + std::to_string(shard_.value()) + " but the job has " +
+                           std::to_string(config.spec.num_shards) + " shards");
   }
   EPS_ASSIGN_OR_RETURN(Layout layout,
                        MakeLayout(config.tensors, config.spec.num_shards, config.spec.chunk_elems));

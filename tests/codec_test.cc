@@ -78,11 +78,11 @@ void ExpectSameStatus(const JobStatusReply& a, const JobStatusReply& b) {
   EXPECT_EQ(std::tie(a.job_id, a.model, a.phase, a.paused, a.step, a.steps, a.epoch, a.has_loss,
                      a.loss, a.lr, a.samples_per_s, a.eta_s, a.elapsed_s, a.virtual_workers,
                      a.batch_per_vw, a.assignment_epoch, a.evaluated, a.test_accuracy, a.events,
-                     a.rejected_messages, a.hold_from),
+                     a.rejected_messages, a.hold_from, a.map_generation, a.resharding),
             std::tie(b.job_id, b.model, b.phase, b.paused, b.step, b.steps, b.epoch, b.has_loss,
                      b.loss, b.lr, b.samples_per_s, b.eta_s, b.elapsed_s, b.virtual_workers,
                      b.batch_per_vw, b.assignment_epoch, b.evaluated, b.test_accuracy, b.events,
-                     b.rejected_messages, b.hold_from));
+                     b.rejected_messages, b.hold_from, b.map_generation, b.resharding));
   ASSERT_EQ(a.workers.size(), b.workers.size());
   for (size_t i = 0; i < a.workers.size(); ++i) {
     const WorkerStatus& p = a.workers[i];
@@ -99,9 +99,9 @@ void ExpectSameStatus(const JobStatusReply& a, const JobStatusReply& b) {
     const ShardStatus& p = a.shards[i];
     const ShardStatus& q = b.shards[i];
     EXPECT_EQ(std::tie(p.shard, p.address, p.registered, p.version, p.durable_step,
-                       p.since_checkpoint_s, p.bytes_in, p.bytes_out, p.metrics_address),
+                       p.since_checkpoint_s, p.bytes_in, p.bytes_out, p.metrics_address, p.role),
               std::tie(q.shard, q.address, q.registered, q.version, q.durable_step,
-                       q.since_checkpoint_s, q.bytes_in, q.bytes_out, q.metrics_address));
+                       q.since_checkpoint_s, q.bytes_in, q.bytes_out, q.metrics_address, q.role));
   }
 }
 
@@ -150,6 +150,7 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.model_size, b.model_size);
           EXPECT_EQ(a.init_size, b.init_size);
           EXPECT_EQ(a.fetch_chunk_bytes, b.fetch_chunk_bytes);
+          EXPECT_EQ(a.map, b.map);
         } else if constexpr (std::is_same_v<T, RegisterShard>) {
           EXPECT_EQ(a.shard, b.shard);
           EXPECT_EQ(a.address, b.address);
@@ -277,6 +278,7 @@ void ExpectSameBody(const Body& sent, const Body& got) {
         } else if constexpr (std::is_same_v<T, JobControl>) {
           EXPECT_EQ(a.hold, b.hold);
           EXPECT_EQ(a.from_step, b.from_step);
+          EXPECT_EQ(a.remove_shard, b.remove_shard);
         } else if constexpr (std::is_same_v<T, FetchModel>) {
           EXPECT_EQ(a.sha256, b.sha256);
           EXPECT_EQ(a.offset, b.offset);

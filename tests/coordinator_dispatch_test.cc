@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 
@@ -22,7 +23,7 @@ JobSpec Spec() {
 }
 
 struct Job {
-  Job() : state(Spec(), JobStateOptions(), &clock), peers(1) {}
+  Job() : state(Spec(), JobStateOptions(), &clock) {}
   Dispatched From(const std::string& peer, const Body& body) {
     return DispatchMessage(peer, body, &state, &peers);
   }
@@ -45,12 +46,28 @@ TEST(CoordinatorDispatch, RegistrationsRecordThePeersAndTheirMetricsAddresses) {
   EXPECT_EQ(job.peers.worker_metrics[id], "w:9");
 }
 
-TEST(CoordinatorDispatch, AShardOutOfRangeIsRefusedAndNotRecorded) {
+TEST(CoordinatorDispatch, AShardIdOverTheLimitIsRefusedAndNotRecordedAndAnotherIsASpare) {
   Job job;
-  Dispatched d = job.From("s9", RegisterShard{ShardId(9), "tcp://s9", Step(-1), Step(-1), ""});
+  Dispatched d =
+      job.From("s", RegisterShard{ShardId(kMaxShardId), "tcp://s", Step(-1), Step(-1), ""});
   EXPECT_FALSE(d.error.ok());
-  EXPECT_EQ(job.peers.shards.size(), 1u);
-  EXPECT_TRUE(job.peers.shards[0].empty());
+  EXPECT_TRUE(std::all_of(job.peers.shards.begin(), job.peers.shards.end(),
+                          [](const std::string& p) { return p.empty(); }));
+  // An id outside the job's shards is a spare: the next reshard takes it in.
+  d = job.From("s9", RegisterShard{ShardId(9), "tcp://s9", Step(-1), Step(-1), ""});
+  EXPECT_TRUE(d.error.ok());
+  EXPECT_EQ(job.peers.shards[9], "s9");
+  const JobStatusReply status = job.state.StatusReport();
+  ASSERT_EQ(status.shards.size(), 2u);
+  EXPECT_EQ(status.shards[1].role, "spare");
+}
+
+TEST(CoordinatorDispatch, AJobControlRemovingAShardAnswersWithTheStatusOrTheError) {
+  Job job;
+  Dispatched d = job.From("cli", JobControl{false, 0, ShardId(0)});
+  EXPECT_EQ(d.error.code(), StatusCode::kFailedPrecondition);  // the job's only shard
+  d = job.From("cli", JobControl{false, 0, ShardId(3)});
+  EXPECT_EQ(d.error.code(), StatusCode::kNotFound);
 }
 
 TEST(CoordinatorDispatch, MessagesNamingAWorkerOrShardAreTakenOnlyFromItsPeer) {

@@ -66,10 +66,16 @@ inline std::vector<Envelope> EveryMessageKind() {
   std::vector<Envelope> out;
   out.push_back({"tok-error", ErrorReply{StatusCode::kFailedPrecondition, "step 7 is over"}});
   out.push_back({"tok-rw", RegisterWorker{"host-a.example", 4242, "cuda:NVIDIA H200", "host-a:9100"}});
-  out.push_back({"tok-rwr", RegisterWorkerReply{
-                                WorkerId(9), FullSpec(), {"tcp://10.0.0.1:5000", "", "ipc:///x"},
-                                std::string("PK\x03\x04\0model", 10), std::string("init\0bytes", 10),
-                                "<pad>\n<unk>\nmail\n", uint64_t{5} << 30, 12345, 4 << 20}});
+  out.push_back({"tok-rwr", RegisterWorkerReply{WorkerId(9),
+                                                FullSpec(),
+                                                {"tcp://10.0.0.1:5000", "", "ipc:///x"},
+                                                std::string("PK\x03\x04\0model", 10),
+                                                std::string("init\0bytes", 10),
+                                                "<pad>\n<unk>\nmail\n",
+                                                uint64_t{5} << 30,
+                                                12345,
+                                                4 << 20,
+                                                InitialShardMap({40, 8, 8}, 3)}});
   out.push_back({"tok-rs", RegisterShard{ShardId(3), "tcp://10.0.0.2:6000", Step(40), Step(41), "10.0.0.2:9101"}});
   {
     ShardMap map = InitialShardMap({40, 8, 8}, 2);
@@ -146,8 +152,11 @@ inline std::vector<Envelope> EveryMessageKind() {
   status.events = {R"({"kind":"worker_joined"})", ""};
   status.rejected_messages = uint64_t{1} << 33;
   status.hold_from = 44;
+  status.map_generation = 5;
+  status.resharding = true;
+  status.shards[1].role = "spare";
   out.push_back({"tok-jst", status});
-  out.push_back({"tok-jc", JobControl{true, 45}});
+  out.push_back({"tok-jc", JobControl{true, 45, ShardId(kMaxShardId - 1)}});
   out.push_back({"tok-fm", FetchModel{std::string(64, 'a'), uint64_t{4} << 30, 4 << 20}});
   const ChunkBytes file = MakeChunk(0, 70000, 9);
   out.push_back({"tok-fmr", FetchModelReply{std::string(64, 'b'), uint64_t{4} << 30,

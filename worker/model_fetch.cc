@@ -309,4 +309,16 @@ StatusOr<FetchedFile> FetchModelFile(Channel* coordinator, const std::string& wh
   return out;
 }
 
+Status CheckPinned(const std::string& bytes, const std::string& sha256, const std::string& what,
+                   const std::string& pin) {
+  if (sha256.empty() && bytes.empty()) return OkStatus();
+  Sha256 sha;
+  sha.Update(bytes.data(), bytes.size());
+  const std::string got = sha.HexDigest();
+  if (got == sha256) return OkStatus();
+  return InvalidArgument("the " + what + " the coordinator sent (" + std::to_string(bytes.size()) +
+                         " bytes) has SHA-256 " + got + ", the job's " + pin + " is '" + sha256 +
+                         "'");
+}
+
 }  // namespace eps

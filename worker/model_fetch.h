@@ -124,4 +124,10 @@ struct FetchedFile {
                                                    const FetchOptions& options,
                                                    const std::atomic<bool>& stop);
 
+// OK when `bytes` (a file the coordinator sent inline) are the file `sha256`
+// pins (both empty: none); InvalidArgument naming `what` and the spec's field
+// `pin` otherwise.
+[[nodiscard]] Status CheckPinned(const std::string& bytes, const std::string& sha256,
+                                 const std::string& what, const std::string& pin);
+
 }  // namespace eps

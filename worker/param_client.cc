@@ -69,6 +69,19 @@ ParameterClient::ParameterClient(ParameterClientOptions options, zmq::context_t*
   for (size_t s = 0; s < shard_addresses.size(); ++s) links_.emplace_back(s, shard_addresses[s]);
 }
 
+Status ParameterClient::Remap(const std::vector<std::string>& shard_addresses) {
+  if (shard_addresses.size() != layout_->num_shards)
+    return ProtocolError("the shard address list does not match the shard map");
+  pulling_.reset();
+  for (ShardLink& link : links_) link.outstanding = 0;  // no plan is in flight
+  ReleasePushRegions();
+  pull_regions_ = PullRegionsOf(*layout_, options_.weight_wire);
+  pull_groups_ = PullGroupsOf(*layout_, options_.weight_wire, options_.frozen);
+  links_.clear();
+  for (size_t s = 0; s < shard_addresses.size(); ++s) links_.emplace_back(s, shard_addresses[s]);
+  return Reconnect();
+}
+
 size_t ParameterClient::PulledBytes(const Chunk& c) const {
   return PulledBytesIn(*layout_, options_.weight_wire, c);
 }
@@ -184,8 +197,8 @@ Status ParameterClient::Reconnect() {
 Status ParameterClient::SendPush(size_t s, Push push) {
   // The initial values go to every shard, also one that holds none of them (only the loss, or
   // only sparse rows): its empty push gives it version 0 all the same.
-  if (push.chunks.empty() && push.shm_chunks.empty() && push.sparse.empty() &&
-      push.step.value() >= 0)
+  if (!links_[s].member() || (push.chunks.empty() && push.shm_chunks.empty() &&
+                              push.sparse.empty() && push.step.value() >= 0))
     return OkStatus();
   ++(push.shm_chunks.empty() ? counts_.inline_pushes : counts_.shm_pushes);
   for (const ChunkBytes& c : push.chunks) counts_.push_bytes += static_cast<int64_t>(c.size);
@@ -287,6 +300,10 @@ Status ParameterClient::StartPull(Step version, bool prefetch) {
   }
   pulling_->rows_pulled.assign(n, rows ? 0 : 1);
   for (size_t s = 0; s < n; ++s) {
+    if (!links_[s].member()) {  // a gap in the shard map: it holds nothing
+      pulling_->rows_pulled[s] = 1;
+      continue;
+    }
     links_[s].pull_disconnects = links_[s].pulls->Disconnects();
     for (const std::vector<ChunkId>& group : pull_groups_[s]) {
       EPS_RETURN_IF_ERROR(

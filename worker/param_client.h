@@ -90,6 +90,11 @@ class ParameterClient {
   [[nodiscard]] Status Reconnect();
   // After a re-registration: shard s now serves at `address` (Reconnect() to use it).
   void MoveShard(size_t s, std::string address) { links_[s].address = std::move(address); }
+  // After the layout's shard map changed (a re-registration named a new one):
+  // links to the new map's shards (`shard_addresses` by id, "" for a gap),
+  // pulls grouped by the new owners, fresh sockets. The model, the rows held
+  // and the counts stay. ProtocolError: not one address per id of the map.
+  [[nodiscard]] Status Remap(const std::vector<std::string>& shard_addresses);
 
   // The model pulls write into and the initial push reads (not owned). A new
   // model holds its initial values until a pull writes into it; its sparse
@@ -188,9 +193,9 @@ class ParameterClient {
   zmq::context_t* const context_;
   const std::atomic<bool>* const stop_;
   const Layout* const layout_;
-  const PullRegions pull_regions_;
-  const std::vector<std::vector<std::vector<ChunkId>>>
-      pull_groups_;  // by shard: each pull's chunks
+  // From the layout's shard map (Remap makes them again).
+  PullRegions pull_regions_;
+  std::vector<std::vector<std::vector<ChunkId>>> pull_groups_;  // by shard: each pull's chunks
 
   std::vector<ShardLink> links_;  // by shard
   ModelRunner* model_ = nullptr;

@@ -37,6 +37,9 @@ struct ShardLink {
   // Constant after construction.
   const size_t index;   // the shard's id
   std::string address;  // changes only when a re-registration says the shard moved
+  // Empty: the id is not in the shard map (a gap a removed shard left): no
+  // sockets, nothing sent to it.
+  bool member() const { return !address.empty(); }
 
   std::unique_ptr<Channel> pushes;         // pushes and their replies
   std::unique_ptr<Channel> pulls;          // pulls and their replies

@@ -190,7 +190,7 @@ class WorkerImpl final : public Worker {
     // leaves, and the job goes on without it.
     bool jobs_fault = false;
     try {
-      st = Setup(registered->shard_addresses, &jobs_fault);
+      st = Setup(*registered, &jobs_fault);
     } catch (const std::bad_alloc&) {  // the data set or the buffers do not fit on this host
       st = ResourceExhausted("out of memory while setting up the model and the data");
     }
@@ -277,19 +277,6 @@ class WorkerImpl final : public Worker {
     return OkStatus();
   }
 
-  // OK when `bytes` are the file `sha256` pins (both empty: none).
-  static Status CheckPinned(const std::string& bytes, const std::string& sha256,
-                            const std::string& what, const std::string& pin) {
-    if (sha256.empty() && bytes.empty()) return OkStatus();
-    Sha256 sha;
-    sha.Update(bytes.data(), bytes.size());
-    const std::string got = sha.HexDigest();
-    if (got == sha256) return OkStatus();
-    return InvalidArgument("the " + what + " the coordinator sent (" +
-                           std::to_string(bytes.size()) + " bytes) has SHA-256 " + got +
-                           ", the job's " + pin + " is '" + sha256 + "'");
-  }
-
   // The job's model with its initial values (a function of the seed and the
   // --init_from file), handed to the client.
   Status NewModel() {
@@ -342,7 +329,7 @@ class WorkerImpl final : public Worker {
   }
 
   // `*jobs_fault` (on an error): the job is at fault, not this host.
-  Status Setup(const std::vector<std::string>& shard_addresses, bool* jobs_fault) {
+  Status Setup(const RegisterWorkerReply& registered, bool* jobs_fault) {
     sizes_ = ZooSizesOf(spec_);
     for (auto [selection, pattern, flag] :
          {std::tuple{&freeze_, &spec_.freeze, "--freeze"}, {&reinit_, &spec_.reinit, "--reinit"}}) {
@@ -394,12 +381,14 @@ class WorkerImpl final : public Worker {
     std::vector<TensorSpec> tensors = model_->Tensors();
     tensors.push_back(LossTensor());
     StatusOr<Layout> layout = MakeLayout(tensors, spec_.num_shards, spec_.chunk_elems);
-    if (!layout.ok()) {
+    Status mapped =
+        layout.ok() && registered.map ? layout->SetShardMap(*registered.map) : OkStatus();
+    if (!layout.ok() || !mapped.ok()) {
       *jobs_fault = true;
-      return layout.status();
+      return layout.ok() ? mapped : layout.status();
     }
     layout_ = std::move(layout).value();
-    if (shard_addresses.size() != layout_.num_shards) {
+    if (registered.shard_addresses.size() != layout_.num_shards) {
       return ProtocolError("shard address list does not match the job");
     }
     std::vector<char> frozen = FrozenTensors(layout_.tensors, freeze_);
@@ -413,7 +402,8 @@ class WorkerImpl final : public Worker {
     po.push_region_bytes = BlockPusher::RegionBytes(flat_->size, spec_.grad_wire_dtype);
     po.frozen = std::move(frozen);
     po.seed = spec_.seed;
-    client_ = std::make_unique<ParameterClient>(po, context_, stop_, &layout_, shard_addresses);
+    client_ = std::make_unique<ParameterClient>(po, context_, stop_, &layout_,
+                                                registered.shard_addresses);
     EPS_RETURN_IF_ERROR(client_->SetModel(model_.get()));
     EPS_RETURN_IF_ERROR(client_->Reconnect());
     EPS_ASSIGN_OR_RETURN(reducing_, TaskThread::Start("eps-reduce"));
@@ -426,16 +416,23 @@ class WorkerImpl final : public Worker {
     EPS_ASSIGN_OR_RETURN(RegisterWorkerReply r, session_->Register());
     ++times_.reregistrations;
     metrics_.SetWorker(session_->id());
-    if (!SameComputation(r.spec, spec_) || r.shard_addresses.size() != client_->num_shards()) {
+    if (!SameComputation(r.spec, spec_)) {
       return FailedPrecondition("registered again, but the coordinator now runs another job ('" +
                                 r.spec.job_id + "', model " + r.spec.model + ")");
     }
+    spec_ = r.spec;
+    if (r.map && !(*r.map == layout_.map)) {  // the shards moved state (docs/design.md)
+      LOG(INFO) << "shard map " << r.map->generation << ": " << r.map->Shards().size() << " shards";
+      EPS_RETURN_IF_ERROR(layout_.SetShardMap(*r.map));
+      return client_->Remap(r.shard_addresses);
+    }
+    if (r.shard_addresses.size() != client_->num_shards())
+      return ProtocolError("shard address list does not match the job");
     for (size_t s = 0; s < client_->num_shards(); ++s) {
       if (r.shard_addresses[s] == client_->address(s)) continue;
       LOG(INFO) << "shard " << s << " moved to " << r.shard_addresses[s];
       client_->MoveShard(s, r.shard_addresses[s]);
     }
-    spec_ = r.spec;
     return client_->Reconnect();
   }
 
