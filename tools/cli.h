@@ -39,6 +39,17 @@ inline constexpr const char* kHoldUsage =
     "release: the job goes on, on the same bits as if it had never been held.\n"
     "Prints the job's status after the change (docs/operations.md, \"Holding a job\").";
 
+inline constexpr const char* kShardsUsage =
+    "elasticps shards [--remove ID] (--run-dir DIR | --coordinator ADDR --token-file FILE)\n"
+    "                 [--json] [--timeout-s S] [--curve-secret-key FILE --curve-server-key FILE]\n"
+    "\n"
+    "The job's shards: each one's role (member of the shard map, spare, leaving), version,\n"
+    "durable step and bytes, and the map's generation. --remove ID: at the next step boundary\n"
+    "shard ID hands its state over to the other shards, then exits; the bits do not change.\n"
+    "A shard started with the job's coordinator and token and a new --shard_id (launcher/\n"
+    "attach.sh --shard) is a spare: the next step boundary moves part of the state to it\n"
+    "(docs/operations.md, \"Adding and removing shards\").";
+
 struct StatusCommandOptions {
   std::string run_dir;      // a job's run folder: its coordinator.addr, token (and keys/)
   std::string coordinator;  // or the coordinator's endpoint ...
@@ -52,6 +63,10 @@ struct StatusCommandOptions {
   // releases; the reply is the status after the change.
   std::optional<bool> hold;
   int64_t from_step = 0;
+  // `elasticps shards`: the shards' table only; with remove_shard, a
+  // JobControl removing it first (the reply is the status after the change).
+  bool shards = false;
+  std::optional<uint32_t> remove_shard;
 };
 
 // Prints the job's status on stdout. Returns the process's exit code: 0

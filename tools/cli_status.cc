@@ -80,7 +80,9 @@ Json ToJson(const JobStatusReply& s) {
             {"batch_per_vw", s.batch_per_vw},
             {"assignment_epoch", s.assignment_epoch.value()},
             {"test_accuracy", s.evaluated ? Json(s.test_accuracy) : Json(nullptr)},
-            {"rejected_messages", s.rejected_messages}};
+            {"rejected_messages", s.rejected_messages},
+            {"map_generation", s.map_generation},
+            {"resharding", s.resharding}};
   j["workers"] = Json::array();
   for (const WorkerStatus& w : s.workers) {
     j["workers"].push_back({{"worker", w.worker.value()},
@@ -100,6 +102,7 @@ Json ToJson(const JobStatusReply& s) {
   for (const ShardStatus& sh : s.shards) {
     j["shards"].push_back(
         {{"shard", sh.shard.value()},
+         {"role", sh.role},
          {"address", sh.address},
          {"registered", sh.registered},
          {"version", sh.version.value()},
@@ -113,6 +116,24 @@ Json ToJson(const JobStatusReply& s) {
   j["events"] = Json::array();
   for (const std::string& e : s.events) j["events"].push_back(EventOf(e));
   return j;
+}
+
+// The shards' table, headed by the shard map's generation.
+void PrintShards(const JobStatusReply& s) {
+  std::printf("shard map generation %llu%s\n", static_cast<unsigned long long>(s.map_generation),
+              s.resharding ? ", a move in progress" : "");
+  std::vector<std::vector<std::string>> rows = {{"SHARD", "ROLE", "VERSION", "DURABLE",
+                                                 "CHECKPOINT", "BYTES IN", "BYTES OUT", "ADDRESS",
+                                                 "METRICS"}};
+  for (const ShardStatus& sh : s.shards) {
+    rows.push_back({"s" + std::to_string(sh.shard.value()), sh.role,
+                    sh.registered ? std::to_string(sh.version.value()) : "not registered",
+                    sh.durable_step.value() >= 0 ? std::to_string(sh.durable_step.value()) : "-",
+                    sh.since_checkpoint_s >= 0 ? Duration(sh.since_checkpoint_s) + " ago" : "-",
+                    Bytes(sh.bytes_in), Bytes(sh.bytes_out), sh.address,
+                    sh.metrics_address.empty() ? "-" : sh.metrics_address});
+  }
+  PrintTable(rows);
 }
 
 void PrintTables(const JobStatusReply& s) {
@@ -149,17 +170,7 @@ void PrintTables(const JobStatusReply& s) {
   }
   PrintTable(rows);
   std::printf("\n");
-  rows = {{"SHARD", "VERSION", "DURABLE", "CHECKPOINT", "BYTES IN", "BYTES OUT", "ADDRESS",
-           "METRICS"}};
-  for (const ShardStatus& sh : s.shards) {
-    rows.push_back({"s" + std::to_string(sh.shard.value()),
-                    sh.registered ? std::to_string(sh.version.value()) : "not registered",
-                    sh.durable_step.value() >= 0 ? std::to_string(sh.durable_step.value()) : "-",
-                    sh.since_checkpoint_s >= 0 ? Duration(sh.since_checkpoint_s) + " ago" : "-",
-                    Bytes(sh.bytes_in), Bytes(sh.bytes_out), sh.address,
-                    sh.metrics_address.empty() ? "-" : sh.metrics_address});
-  }
-  PrintTable(rows);
+  PrintShards(s);
   if (s.events.empty()) return;
   std::printf("\nRECENT EVENTS\n");
   rows.clear();
@@ -199,6 +210,7 @@ StatusOr<std::string> ReadFirstLine(const std::string& path) {
 int RunStatusCommand(const StatusCommandOptions& o) {
   std::string name = "elasticps status";
   if (o.hold) name = *o.hold ? "elasticps hold" : "elasticps release";
+  if (o.shards) name = "elasticps shards";
   zmq::context_t context(1);
   zmq::context_t* ctx = &context;
   std::string endpoint = o.coordinator, token_file = o.token_file;
@@ -220,7 +232,7 @@ int RunStatusCommand(const StatusCommandOptions& o) {
   }
   if (endpoint.empty()) {
     std::fprintf(stderr, "%s: --run-dir or --coordinator is required\n%s\n", name.c_str(),
-                 o.hold ? kHoldUsage : kStatusUsage);
+                 o.shards ? kShardsUsage : o.hold ? kHoldUsage : kStatusUsage);
     return 2;
   }
   if (!secret_key.empty() && server_key.empty()) {
@@ -241,6 +253,7 @@ int RunStatusCommand(const StatusCommandOptions& o) {
   }
   Body request = JobStatusRequest{o.events};
   if (o.hold) request = JobControl{*o.hold, o.from_step};
+  if (o.remove_shard) request = JobControl{false, 0, ShardId(*o.remove_shard)};
   auto reply = Call(channel->get(), Envelope{credentials->token, std::move(request)},
                     std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000)));
   if (!reply.ok()) {
@@ -266,6 +279,8 @@ int RunStatusCommand(const StatusCommandOptions& o) {
   }
   if (o.json) {
     std::printf("%s\n", ToJson(*status).dump(2).c_str());
+  } else if (o.shards) {
+    PrintShards(*status);
   } else {
     PrintTables(*status);
   }

@@ -8,6 +8,7 @@
 //   elasticps status   (--run-dir DIR | --coordinator ADDR --token-file FILE) [--json] [--events N]
 //   elasticps hold     [--from-step N] (--run-dir DIR | --coordinator ADDR --token-file FILE)
 //   elasticps release  (the same)
+//   elasticps shards   [--remove ID] (--run-dir DIR | --coordinator ADDR --token-file FILE)
 //   elasticps keygen   --out DIR [--name NAME]
 //   elasticps kernels  [--set NAME]
 //   elasticps COMMAND --help
@@ -20,7 +21,7 @@
 // eps_serve); `status`
 // and `keygen` run here (tools/cli.h).
 //
-// `status`, `hold` and `release` exit codes: 0 answered, 1 no answer or
+// `status`, `hold`, `release` and `shards` exit codes: 0 answered, 1 no answer or
 // refused, 2 bad flags. With --run-dir of a job started with `local.sh
 // --secure`, they use the run dir's keys (keys/status.key, keys/server.pub).
 //
@@ -58,6 +59,7 @@ DEFINE_double(timeout_s, 5, "status: how long to wait for the coordinator's answ
 DEFINE_string(curve_secret_key, "", "status: this client's CURVE secret key file (a CURVE job)");
 DEFINE_string(curve_server_key, "", "status: the job's servers' CURVE public key file");
 DEFINE_int64(from_step, 0, "hold: no step >= this starts (0: from the next step boundary)");
+DEFINE_int32(remove, -1, "shards: remove this shard from the job (its state moves to the others)");
 DEFINE_string(out, "", "keygen: the folder to write the key pair to");
 DEFINE_string(name, "key", "keygen: the key pair's name (NAME.key, NAME.pub)");
 DEFINE_string(set, eps::kDefaultCpuKernels, "kernels: the CPU kernel set");
@@ -109,6 +111,7 @@ constexpr Command kCommands[] = {
     {"status", "a running job's step, workers, shards and events", kStatusUsage},
     {"hold", "hold a running job at its next step boundary", kHoldUsage},
     {"release", "let a held job go on", kHoldUsage},
+    {"shards", "a running job's shards; remove one (its state moves)", kShardsUsage},
     {"keygen", "write a CURVE key pair (docs/security.md)", kKeygenUsage},
     {"kernels", "the environment that selects a CPU kernel set", kKernelsUsage},
 };
@@ -304,5 +307,11 @@ int main(int argc, char** argv) {
   o.curve_server_key = FLAGS_curve_server_key;
   if (command == "hold" || command == "release") o.hold = command == "hold";
   o.from_step = FLAGS_from_step;
+  o.shards = command == "shards";
+  if (FLAGS_remove >= 0) o.remove_shard = static_cast<uint32_t>(FLAGS_remove);
+  if (o.remove_shard && !o.shards) {
+    std::fprintf(stderr, "elasticps %s: --remove is a flag of `elasticps shards`\n", command.c_str());
+    return 2;
+  }
   return eps::RunStatusCommand(o);
 }

@@ -1,0 +1,94 @@
+"""Elastic shards (issue #39, docs/design.md "Elastic shards", docs/operations.md "Adding and removing shards"):
+shards added and removed while a job runs, with workers joining and one SIGKILLed meanwhile, end on the digest of
+the job that never changed its shards. Holds (`elasticps hold`) place every change at a known step, so no timing
+decides where it lands."""
+import os
+import signal
+import subprocess
+import unittest
+
+from harness import (BIN, ENV, LOCAL, MLP, RunDirTest, logs, poll_until, read_events, read_result, wait_for_event,
+                     wait_for_file)
+
+STEPS = 40
+# Chunks of 8192 elements: enough of them for every shard to hold some.
+EXTRA = [f"--steps={STEPS}", "--test_limit=-1", "--chunk_elems=8192"]
+
+
+def resharded(d, generation_at_least):
+    return [e for e in read_events(d, "resharded") if e["generation"] >= generation_at_least]
+
+
+class Reshard(RunDirTest):
+    def shard_flags(self, d, s):
+        return [f"--store={d}/store/shard{s}", "--checkpoint_every=5"]
+
+    def wait_exit(self, pid, what):
+        def gone():
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return True
+            return None
+        poll_until(gone, 60, what)
+
+    def test_a_shards_added_and_removed_mid_run_with_a_join_and_a_kill_keep_the_digest(self):
+        _, _, reference = self.run_local("reference", MLP, servers=2, workers=2, extra=EXTRA)
+        d = self.run_dir("job")
+        job = self.start([LOCAL, "--job", MLP, "--servers", "2", "--workers", "2", "--run-dir", d,
+                          "--checkpoint-every", "5", "--", *EXTRA], os.path.join(self.tmp, "local.out"))
+        addr = wait_for_file(os.path.join(d, "coordinator.addr"), proc=job)
+        token = os.path.join(d, "token")
+        self.control(d, "hold", "--from-step=8")
+        wait_for_event(d, "paused", lambda e: e["cause"] == "hold", timeout=180, proc=job)
+
+        # Two shards more while held: each is taken in at once, one move each (or one for both).
+        for s in (2, 3):
+            self.start_shard(d, addr, token, s, *self.shard_flags(d, s))
+        poll_until(lambda: True if any(e["shards"] == [0, 1, 2, 3] for e in read_events(d, "resharded")) else None,
+                   120, "shards 2 and 3 were not taken in")
+        moves = read_events(d, "resharding")
+        self.assertTrue(all(e["step"] == 8 for e in moves), moves)
+        self.assertTrue(all(e["bytes"] > 0 for e in moves), moves)
+        status = self.control(d, "shards")
+        self.assertEqual([(s["shard"], s["role"]) for s in status["shards"]],
+                         [(0, "member"), (1, "member"), (2, "member"), (3, "member")])
+        generation = status["map_generation"]
+        self.assertGreaterEqual(generation, 1)
+
+        # One step on the four shards, then one removed while held at step 9: it hands its state over and exits.
+        self.control(d, "hold", "--from-step=9")
+        wait_for_event(d, "paused", lambda e: e["cause"] == "hold" and e["step"] == 9, timeout=120, proc=job)
+        with open(os.path.join(d, "pids", "shard0.pid")) as f:
+            shard0 = int(f.read())
+        status = self.control(d, "shards", "--remove=0")
+        poll_until(lambda: resharded(d, generation + 1) or None, 120, "shard 0 was not removed")
+        done = resharded(d, generation + 1)[0]
+        self.assertEqual((done["step"], done["shards"], done["removed"]), (9, [1, 2, 3], [0]))
+        self.wait_exit(shard0, "the removed shard did not exit")
+        refused = subprocess.run([os.path.join(BIN, "elasticps"), "shards", "--run-dir", d, "--remove=0"], env=ENV,
+                                 capture_output=True, text=True, timeout=60)
+        self.assertEqual(refused.returncode, 1, refused.stderr)  # no longer a member
+
+        # A worker joins and one is SIGKILLed while held at step 12; the job ends on three shards.
+        self.control(d, "hold", "--from-step=12")
+        wait_for_event(d, "paused", lambda e: e["cause"] == "hold" and e["step"] == 12, timeout=120, proc=job)
+        ready = len(read_events(d, "worker_ready"))
+        self.start([os.path.join(ROOT_LAUNCHER, "attach.sh"), "--coordinator", addr, "--token-file", token],
+                   os.path.join(d, "logs", "attached.log"))
+        poll_until(lambda: True if len(read_events(d, "worker_ready")) > ready else None, 120,
+                   "the attached worker is not ready")
+        with open(os.path.join(d, "pids", "worker1.pid")) as f:
+            os.kill(int(f.read()), signal.SIGKILL)
+        self.control(d, "release")
+        self.assertEqual(job.wait(timeout=600), 0, logs(d))
+        result = read_result(d)
+        self.assertEqual(result["steps"], STEPS)
+        self.assertEqual(result["params_sha256"], reference["params_sha256"])
+        self.assertEqual({e["step"] for e in read_events(d, "step_completed")}, set(range(STEPS)))
+
+
+ROOT_LAUNCHER = os.path.join(os.path.dirname(LOCAL))
+
+if __name__ == "__main__":
+    unittest.main()
