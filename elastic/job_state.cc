@@ -158,6 +158,12 @@ void JobState::Tick() {
       Emit(std::move(dead), CurrentStep());
     }
   }
+  if (move_ && !move_->committing && now - move_->started > options_.move_timeout) {
+    AbandonReshard("not staged by every shard within " +
+                       std::to_string(options_.move_timeout.count() / 1000) + " s",
+                   /*retry=*/false);
+    StartStep(step_);
+  }
   Advance();
   // Watchdog: while shards are missing, or workers are alive, something must move.
   const bool waiting_for_shards = !AllShardsRegistered();

@@ -40,8 +40,10 @@
 // committed, leaving shards get Shutdown, every worker registers again (its
 // registration reply carries the map) and the step starts. A refusal before the
 // commit abandons the move (the old map stays; ShardConfig with it drops what
-// was staged) and it is not tried again until the wanted set changes; a shard
-// restarting abandons it too, and it is tried again after the rollback.
+// was staged) and it is not tried again until the wanted set changes or a
+// shard registers anew; so does a move not staged within `move_timeout`. A
+// shard restarting abandons it too, and it is tried again at once (after the
+// rollback, for a member).
 //
 // Not thread-safe: the coordinator's event loop owns it.
 #pragma once
@@ -69,6 +71,9 @@ struct JobStateOptions {
   std::chrono::milliseconds heartbeat_timeout{3000};
   std::chrono::milliseconds startup_timeout{120000};  // for the shards to register
   std::chrono::milliseconds step_timeout{300000};     // progress while workers are alive
+  // A move of shard state that is not staged everywhere by then is abandoned
+  // (a shard of it died and did not come back): the job goes on on its map.
+  std::chrono::milliseconds move_timeout{120000};
   PlannerOptions planner;          // how VW counts follow measured speeds (planner.h)
   // The fingerprint of the job's data files (data/fingerprint.h), as the
   // coordinator read them; empty: the first worker's stands for the job's.

@@ -39,6 +39,7 @@ Status JobState::OnShardRegistered(ShardId shard, const std::string& address, St
   const bool restarted = IsMember(s) && shard_registered_[s] && phase_ != Phase::kStarting &&
                          phase_ != Phase::kResuming && phase_ < Phase::kFinalizing;
   const bool again = shard_registered_[s];
+  refused_.clear();  // a shard registered anew: a move refused before may go now
   const bool moved = again && shard_addresses_[s] != address;
   shard_registered_[s] = true;
   shard_addresses_[s] = address;

@@ -575,7 +575,8 @@ class ShardImpl final : public Shard {
   // step durably; MaybeReportMove answers once both are done.
   void OnReshard(const Reshard& reshard) {
     mover_.Drop();
-    move_reported_ = false;
+    move_reported_ = move_persisted_ = false;
+    ready_after_ = Clock::now() + options_.move_stall;
     // A shard that holds nothing yet (one added) takes the move at any version.
     const bool holds = !state_.chunks().empty() || state_.version().value() >= 0;
     Status st =
@@ -601,7 +602,11 @@ class ShardImpl final : public Shard {
     const bool undurable =
         writer_ != nullptr && state_.version().value() >= 0 && durable_step_ < r.step;
     if (st.ok() && (!mover_.staged() || undurable)) return;
-    if (st.ok() && store_ != nullptr) st = mover_.Persist(store_.get());  // before it says ready
+    if (st.ok() && store_ != nullptr && !move_persisted_) {
+      st = mover_.Persist(store_.get());  // before it says ready
+      move_persisted_ = true;
+    }
+    if (st.ok() && Clock::now() < ready_after_) return;  // options_.move_stall
     Status sent = SendToCoordinator(
         ReshardReady{options_.shard, r.map.generation, st.code(), st.message(), mover_.bytes_in()});
     if (!sent.ok()) LOG(WARNING) << "could not answer the move: " << sent.ToString();
@@ -745,6 +750,8 @@ class ShardImpl final : public Shard {
   std::optional<AllowedKeysWatch> keys_;  // with CURVE: revocation of open connections
   ShardMover mover_;                      // a move between shard maps in progress
   bool move_reported_ = false;            // its ReshardReady went out
+  bool move_persisted_ = false;           // ... and its staged part is in the store
+  Clock::time_point ready_after_;         // ... not before (options_.move_stall)
 };
 
 }  // namespace

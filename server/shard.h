@@ -76,6 +76,10 @@ struct ShardOptions {
   // worker then pushes to it through the socket). Pull replies through shared
   // memory are unchanged.
   bool refuse_shm_pushes = false;
+  // A testing aid: a shard that staged its part of a move (durably, with a
+  // store) waits this long before it says so (ReshardReady): a window in which
+  // a test kills a process mid-move. 0: none.
+  std::chrono::milliseconds move_stall{0};
   // Threads the optimizer's elements are cut over (the event loop's and threads - 1 helpers):
   // the cores the shard is given. Never changes a bit (common/parallel_for.h). >= 1.
   int threads = 1;

@@ -2,6 +2,7 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <optional>
@@ -30,6 +31,9 @@ DEFINE_string(
     "folder of *.pub; re-read at every handshake and, for open connections, at most once a "
     "second: removing a key revokes it");
 DEFINE_int32(pull_wait_ms, 30000, "How long a pull may wait for its version");
+DEFINE_int32(move_stall_ms, 0,
+             "A testing aid: having staged its part of a move of shard state, wait this long "
+             "before saying so (a window for fault-injection tests); 0: none");
 DEFINE_int64(max_message_mb, 64,
              "The largest frame the workers' socket accepts, in MiB (a peer sending a larger one "
              "is disconnected); a job whose chunks need more is refused. 0: no limit");
@@ -99,6 +103,7 @@ int main(int argc, char** argv) {
   options.max_message_bytes = FLAGS_max_message_mb == 0 ? -1 : FLAGS_max_message_mb << 20;
   options.socket_hwm = FLAGS_socket_hwm;
   options.pull_wait = std::chrono::milliseconds(FLAGS_pull_wait_ms);
+  options.move_stall = std::chrono::milliseconds(std::max(0, FLAGS_move_stall_ms));
   options.refuse_shm_pushes = FLAGS_refuse_shm_pushes;
   options.threads = FLAGS_threads;
   options.store_path = FLAGS_store;

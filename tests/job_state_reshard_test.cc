@@ -31,7 +31,7 @@ struct Job {
   Driver d;
   std::vector<WorkerId> ws;
 
-  Job() {
+  explicit Job(JobStateOptions options = Options()) : d(Spec(), options) {
     d.RegisterShards();
     ws = {d.AddWorker(), d.AddWorker()};
     for (WorkerId w : ws) EXPECT_TRUE(d.Report(w, SixTensors()).ok());
@@ -246,6 +246,34 @@ TEST(JobStateReshard,
   EXPECT_EQ(d.state.layout().map.generation, 0u);
   job.Ready({0, 1, 2}, 2, false);
   EXPECT_EQ(d.state.layout().map.generation, 2u);
+}
+
+TEST(JobStateReshard, AMoveNotStagedInTimeIsAbandonedAndTriedAgainWhenTheShardRegistersAnew) {
+  JobStateOptions options = Options();
+  options.move_timeout = seconds(5);  // within the step timeout
+  Job job(options);
+  Driver& d = job.d;
+  ASSERT_TRUE(d.state.OnShardRegistered(ShardId(2), Address(2)).ok());
+  job.Step(0, {0, 1});
+  ASSERT_EQ(d.state.phase(), JobState::Phase::kResharding);
+  job.Ready({0, 1}, 1, false);  // shard 2 died before it staged its part
+  d.Pass(seconds(4), job.ws);
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kResharding);
+  d.Pass(seconds(2), job.ws);
+  const auto abandoned = Of<JobEvent::ReshardAbandoned>(d.Events());
+  ASSERT_EQ(abandoned.size(), 1u);
+  EXPECT_FALSE(abandoned[0].second.retry);
+  EXPECT_TRUE(d.state.fatal().ok());
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kTraining);  // step 1 on the old map
+  for (WorkerId w : job.ws) EXPECT_EQ(d.OnePlan(w, PlanKind::kTrain).step, Step(1));
+  // It comes back: the next boundary takes it in.
+  ASSERT_TRUE(d.state.OnShardRegistered(ShardId(2), "ipc:///tmp/shard2-again").ok());
+  job.Step(1, {0, 1});
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kResharding);
+  const std::vector<Reshard> again = d.Reshards(2);
+  ASSERT_FALSE(again.empty());
+  EXPECT_EQ(again.back().map.generation, 2u);
+  EXPECT_EQ(again.back().addresses[2], "ipc:///tmp/shard2-again");
 }
 
 TEST(JobStateReshard, ARestartedCoordinatorServesTheStoredMapAndTurnsRemovedShardsAway) {

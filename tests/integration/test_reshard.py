@@ -87,6 +87,62 @@ class Reshard(RunDirTest):
         self.assertEqual(result["params_sha256"], reference["params_sha256"])
         self.assertEqual({e["step"] for e in read_events(d, "step_completed")}, set(range(STEPS)))
 
+    def held_job_with_a_stalled_spare(self, name):
+        """A supervised job of 2 shards held at step 8, and a spare shard 2 that stages its part of the move and then
+        stalls 3 s before it says so (shard --move_stall_ms): the move cannot commit before a kill the test makes
+        once the coordinator announced it. Returns (job process, run dir, coordinator address, token)."""
+        d = self.run_dir(name)
+        job = self.start([LOCAL, "--job", MLP, "--servers", "2", "--workers", "2", "--run-dir", d,
+                          "--checkpoint-every", "5", "--supervise", "--", *EXTRA], os.path.join(self.tmp, name + ".out"))
+        addr = wait_for_file(os.path.join(d, "coordinator.addr"), proc=job)
+        token = os.path.join(d, "token")
+        self.control(d, "hold", "--from-step=8")
+        wait_for_event(d, "paused", lambda e: e["cause"] == "hold", timeout=180, proc=job)
+        self.spare = self.start([os.path.join(BIN, "shard"), f"--coordinator={addr}", "--shard_id=2",
+                                 f"--token_file={token}", *self.shard_flags(d, 2), "--move_stall_ms=3000"],
+                                f"{d}/shard2.log")
+        wait_for_event(d, "resharding", timeout=60, proc=job)
+        self.assertEqual(read_events(d, "resharded"), [])
+        return job, d, addr, token
+
+    def finish(self, job, d, reference):
+        poll_until(lambda: True if any(e["shards"] == [0, 1, 2] for e in read_events(d, "resharded")) else None,
+                   120, "the move did not complete")
+        self.control(d, "release")
+        self.assertEqual(job.wait(timeout=600), 0, logs(d))
+        result = read_result(d)
+        self.assertEqual(result["steps"], STEPS)
+        self.assertEqual(result["params_sha256"], reference["params_sha256"])
+
+    def test_b_the_receiving_shard_or_the_coordinator_killed_mid_move_keep_the_digest(self):
+        _, _, reference = self.run_local("reference", MLP, servers=2, workers=2, extra=EXTRA)
+
+        # The receiver, SIGKILLed while its part is staged: started again on its store, it registers anew; the move
+        # is abandoned and made again.
+        job, d, addr, token = self.held_job_with_a_stalled_spare("receiver")
+        self.spare.send_signal(signal.SIGKILL)
+        self.spare.wait(timeout=30)
+        self.start_shard(d, addr, token, 2, *self.shard_flags(d, 2))
+        wait_for_event(d, "reshard_abandoned", timeout=60, proc=job)
+        self.finish(job, d, reference)
+
+        # The coordinator, SIGKILLed mid-move: restarted on its store (the old map: the move had not committed), it
+        # holds the job again at step 8, which it recomputes when released (it cannot know whether pushes of it
+        # reached the shards); the move is made at the next step boundary.
+        job, d, addr, token = self.held_job_with_a_stalled_spare("coordinator")
+        with open(os.path.join(d, "pids", "coordinator.pid")) as f:
+            os.kill(int(f.read()), signal.SIGKILL)
+        wait_for_event(d, "coordinator_resumed", timeout=120, proc=job)
+        poll_until(lambda: True if [(s["shard"], s["role"]) for s in self.control(d, "shards")["shards"]][2:] ==
+                   [(2, "spare")] else None, 60, "the spare did not register with the restarted coordinator")
+        self.control(d, "release")
+        self.assertEqual(job.wait(timeout=600), 0, logs(d))
+        done = [e for e in read_events(d, "resharded") if e["shards"] == [0, 1, 2]]
+        self.assertEqual([e["step"] for e in done], [9])
+        result = read_result(d)
+        self.assertEqual(result["steps"], STEPS)
+        self.assertEqual(result["params_sha256"], reference["params_sha256"])
+
 
 ROOT_LAUNCHER = os.path.join(os.path.dirname(LOCAL))
 
