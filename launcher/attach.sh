@@ -9,6 +9,14 @@
 #                      [--register-timeout S] [--metrics] [--metrics-host HOST]
 #                      [--secure-dir RUN_DIR | --curve-secret-key FILE --curve-server-key FILE]
 #   launcher/attach.sh --scheduler tcp://HOST:PORT [--token-file POOL_TOKEN] [...]
+#   launcher/attach.sh --shard ID --coordinator tcp://HOST:PORT --token-file FILE [--store DIR]
+#                      [--checkpoint-every K] [--log FILE] [--metrics] [--secure-dir RUN_DIR]
+#
+# --shard ID    attach a parameter shard instead of a worker (ID: an id the job has not used,
+#               below 1024): a spare, to which the next step boundary moves part of the state
+#               (docs/operations.md, "Adding and removing shards"). --store DIR keeps its state
+#               in RocksDB there, checkpointed every --checkpoint-every K steps (the job's
+#               other shards' K); --secure-dir RUN_DIR serves with the job's server keys.
 #
 # --token-file  the job's token (local.sh writes it to RUN_DIR/token); with
 #               --scheduler, the pool's token (optional).
@@ -51,16 +59,17 @@
 # directory of the binaries (default build/bin).
 set -euo pipefail
 
-usage() { sed -n '2,47p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,55p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "attach.sh: $*" >&2; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
 coordinator="" scheduler="" token_file="" device=cpu threads=0 slowdown=1 log="" compute_cpus="" report_file="" model_cache_dir=""
 register_timeout=120 metrics=0 metrics_host="" secure_dir="" curve_secret_key="" curve_server_key=""
+shard="" store="" checkpoint_every=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --coordinator|--scheduler|--token-file|--device|--threads|--compute-cpus|--slowdown|--log|--report-file|--model-cache-dir|--register-timeout|--metrics-host|--secure-dir|--curve-secret-key|--curve-server-key)
+    --coordinator|--scheduler|--token-file|--device|--threads|--compute-cpus|--slowdown|--log|--report-file|--model-cache-dir|--register-timeout|--metrics-host|--secure-dir|--curve-secret-key|--curve-server-key|--shard|--store|--checkpoint-every)
       [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"
       case "$1" in
         --coordinator) coordinator=$2 ;;
@@ -78,6 +87,9 @@ while [ $# -gt 0 ]; do
         --secure-dir) secure_dir=$2 ;;
         --curve-secret-key) curve_secret_key=$2 ;;
         --curve-server-key) curve_server_key=$2 ;;
+        --shard) shard=$2 ;;
+        --store) store=$2 ;;
+        --checkpoint-every) checkpoint_every=$2 ;;
       esac
       shift 2 ;;
     --metrics) metrics=1; shift ;;
@@ -85,6 +97,12 @@ while [ $# -gt 0 ]; do
     *) echo "attach.sh: unknown argument '$1'" >&2; usage ;;
   esac
 done
+if [ -n "$shard" ]; then
+  [[ "$shard" =~ ^[0-9]+$ ]] && [ "$shard" -lt 1024 ] || die "--shard must be a shard id below 1024"
+  [ -z "$scheduler" ] || die "a shard attaches to one job's --coordinator, not to a --scheduler"
+  [[ "$checkpoint_every" =~ ^[0-9]+$ ]] || die "--checkpoint-every must be a number of steps >= 0"
+  [ "$checkpoint_every" = 0 ] || [ -n "$store" ] || die "--checkpoint-every needs --store"
+fi
 if [ -n "$scheduler" ]; then
   [ -z "$coordinator" ] || die "give --coordinator (one job) or --scheduler (a pool), not both"
   [[ "$scheduler" =~ ^[a-z]+:// ]] || die "--scheduler '$scheduler' is not an endpoint like tcp://HOST:PORT"
@@ -118,6 +136,12 @@ if [ $metrics = 1 ]; then
 fi
 [ -x "$bin/worker" ] || die "$bin/worker is missing: run scripts/setup.sh"
 curve=()
+if [ -n "$shard" ] && [ -n "$secure_dir" ]; then  # a server of the job: the job's server keys
+  [ -s "$secure_dir/keys/server.key" ] && [ -d "$secure_dir/allowed_keys" ] ||
+    die "'$secure_dir' is not the run dir of a job started with local.sh --secure"
+  curve=(--curve_secret_key="$secure_dir/keys/server.key" --allowed_keys="$secure_dir/allowed_keys")
+  secure_dir=""
+fi
 if [ -n "$secure_dir" ]; then
   [ -z "$curve_secret_key$curve_server_key" ] || die "give --secure-dir or --curve-secret-key/--curve-server-key, not both"
   [ -s "$secure_dir/keys/server.pub" ] && [ -d "$secure_dir/allowed_keys" ] ||
@@ -137,6 +161,13 @@ fi
 if [ -n "$log" ]; then
   { : >> "$log"; } 2>/dev/null || die "cannot write the log file '$log'"
   exec >> "$log" 2>&1
+fi
+
+if [ -n "$shard" ]; then
+  stored=()
+  [ -z "$store" ] || stored=(--store="$store" --checkpoint_every="$checkpoint_every")
+  # exec, as for a worker: signals reach the shard, and its exit code is this script's.
+  exec "$bin/shard" "${target[@]}" --shard_id="$shard" "${stored[@]}" "${metrics_flags[@]}" "${curve[@]}"
 fi
 
 # Other libtorch processes may share this host: no OpenMP spinning.

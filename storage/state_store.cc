@@ -626,6 +626,8 @@ StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const StoreOptions& o) {
     if (!it->status().ok()) return FromRocks(it->status(), o.path, "opening");
     if (it->Valid())
       return FailedPrecondition(o.path + " is a RocksDB database but not an ElasticPS store");
+    // Created, and its process killed before it was named: as good as no store.
+    if (!o.create_if_missing) return NotFound("the store at " + o.path + " holds nothing yet");
     if (o.job_id.empty()) return InvalidArgument("creating store " + o.path + " needs a job id");
     identity = Identity{o.job_id, o.owner};
     rocksdb::WriteOptions sync;

@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <rocksdb/db.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
@@ -417,6 +418,25 @@ TEST(StateStore, CreatingNeedsAJobIdAndAnOwnerAndOpeningOnlyAMissingStoreIsNotFo
   o.create_if_missing = false;
   EXPECT_EQ(StateStore::Open(o).status().code(), StatusCode::kNotFound);
   EXPECT_FALSE(fs::exists(dir.Sub("b")));
+}
+
+// A shard killed between creating its store and writing the store's identity
+// (a spare of a move, killed at once) starts again on it as on no store.
+TEST(StateStore, AStoreCreatedButNeverNamedIsNotFoundUntilItsJobIsNamed) {
+  TempDir dir;
+  {
+    rocksdb::Options options;
+    options.create_if_missing = true;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(options, dir.Sub("s"), &raw).ok());
+    delete raw;
+  }
+  StoreOptions o = Options(dir.Sub("s"), "", "shard/2");
+  o.create_if_missing = false;
+  EXPECT_EQ(StateStore::Open(o).status().code(), StatusCode::kNotFound);
+  o.job_id = "job";
+  o.create_if_missing = true;
+  EXPECT_TRUE(StateStore::Open(o).ok());
 }
 
 // An exporter reads a running shard's store: no lock, what was durable at open

@@ -103,7 +103,8 @@ StatusOr<ModelTables> TablesAt(const std::string& stores, const JobSpec& spec, c
   if (layout.sparse.empty()) return tables;
   EPS_ASSIGN_OR_RETURN(OptimizerOptions optimizer,
                        OptimizerOptionsFromSpec(spec.optimizer, spec.steps));
-  for (uint32_t s = 0; s < spec.num_shards; ++s) {
+  for (const ShardId id : layout.map.Shards()) {
+    const uint32_t s = id.value();
     ShardTablesOptions dir;
     dir.dir = stores + "/shard" + std::to_string(s) + ".sparse";  // shard_main's, beside its store
     std::vector<SparseRowBytes> rows;
@@ -133,14 +134,20 @@ StatusOr<ModelTables> TablesAt(const std::string& stores, const JobSpec& spec, c
 
 // The model's tensors at checkpoint `wanted` of the stores (-1: the newest
 // every shard holds); writes `out` (safetensors) when not empty.
+// The shards are those of the job's newest shard map (the job record's,
+// docs/design.md "Elastic shards"): a step from before its last change of
+// shards is not whole in their stores, and is refused (a chunk is missing).
 StatusOr<std::vector<ExportedTensor>> FromCheckpoints(const std::string& stores,
-                                                      const JobSpec& spec,
-                                                      const std::vector<TensorSpec>& specs,
+                                                      const ShardConfig& job,
                                                       const std::string& out, Step wanted) {
-  EPS_ASSIGN_OR_RETURN(Layout layout, MakeLayout(specs, spec.num_shards, spec.chunk_elems));
+  const JobSpec& spec = job.spec;
+  EPS_ASSIGN_OR_RETURN(Layout layout, MakeLayout(job.tensors, spec.num_shards, spec.chunk_elems));
+  if (job.map) EPS_RETURN_IF_ERROR(layout.SetShardMap(*job.map).WithContext("the job record"));
+  std::vector<uint32_t> ids;
+  for (const ShardId s : layout.map.Shards()) ids.push_back(s.value());
   std::vector<std::unique_ptr<StateStore>> shards;
   std::vector<std::vector<Step>> held;
-  for (uint32_t s = 0; s < spec.num_shards; ++s) {
+  for (const uint32_t s : ids) {
     const std::string path = stores + "/shard" + std::to_string(s);
     EPS_ASSIGN_OR_RETURN(auto store, OpenReadOnly(path, spec.job_id, "shard/" + std::to_string(s)));
     EPS_ASSIGN_OR_RETURN(std::vector<Step> steps, store->ListCheckpoints());
@@ -159,19 +166,20 @@ StatusOr<std::vector<ExportedTensor>> FromCheckpoints(const std::string& stores,
     }
     if (common.empty()) {
       std::string what;
-      for (size_t s = 0; s < held.size(); ++s)
-        what += "; shard " + std::to_string(s) + " holds " + Join(held[s]);
+      for (size_t i = 0; i < held.size(); ++i)
+        what += "; shard " + std::to_string(ids[i]) + " holds " + Join(held[i]);
       return NotFound("no checkpoint is held by every shard" + what);
     }
     step = *common.rbegin();
   }
 
   ModelChunks chunks;
-  for (uint32_t s = 0; s < spec.num_shards; ++s) {
-    auto checkpoint = shards[s]->ReadCheckpoint(step);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const uint32_t s = ids[i];
+    auto checkpoint = shards[i]->ReadCheckpoint(step);
     if (!checkpoint.ok()) {
       return checkpoint.status().WithContext("shard " + std::to_string(s) + " holds steps " +
-                                             Join(held[s]));
+                                             Join(held[i]));
     }
     const ShardState loader{ShardId(s)};
     auto state = loader.Load(std::move(checkpoint).value());
@@ -202,8 +210,7 @@ Status Export(const std::string& stores, Step wanted) {
   if (!FLAGS_safetensors.empty()) {
     EPS_ASSIGN_OR_RETURN(tensors, ReadSafetensors(FLAGS_safetensors, nullptr));
   } else {
-    EPS_ASSIGN_OR_RETURN(
-        tensors, FromCheckpoints(stores, stored->job.spec, stored->job.tensors, FLAGS_out, wanted));
+    EPS_ASSIGN_OR_RETURN(tensors, FromCheckpoints(stores, stored->job, FLAGS_out, wanted));
   }
   if (!FLAGS_pt_out.empty()) {
     EPS_RETURN_IF_ERROR(WriteStateDictPt(FLAGS_pt_out, tensors));

@@ -42,9 +42,10 @@ class Reshard(RunDirTest):
         self.control(d, "hold", "--from-step=8")
         wait_for_event(d, "paused", lambda e: e["cause"] == "hold", timeout=180, proc=job)
 
-        # Two shards more while held: each is taken in at once, one move each (or one for both).
-        for s in (2, 3):
-            self.start_shard(d, addr, token, s, *self.shard_flags(d, s))
+        # Two shards more while held (the second by launcher/attach.sh): each is taken in at once.
+        self.start_shard(d, addr, token, 2, *self.shard_flags(d, 2))
+        self.start([os.path.join(ROOT_LAUNCHER, "attach.sh"), "--shard", "3", "--coordinator", addr, "--token-file",
+                    token, "--store", f"{d}/store/shard3", "--checkpoint-every", "5"], f"{d}/shard3.log")
         poll_until(lambda: True if any(e["shards"] == [0, 1, 2, 3] for e in read_events(d, "resharded")) else None,
                    120, "shards 2 and 3 were not taken in")
         moves = read_events(d, "resharding")
@@ -86,6 +87,12 @@ class Reshard(RunDirTest):
         self.assertEqual(result["steps"], STEPS)
         self.assertEqual(result["params_sha256"], reference["params_sha256"])
         self.assertEqual({e["step"] for e in read_events(d, "step_completed")}, set(range(STEPS)))
+        # export_model reads the final step from the stores of the shards of the newest map.
+        exported = subprocess.run([os.path.join(BIN, "export_model"), f"--stores={d}/store",
+                                   f"--out={self.tmp}/exported.safetensors"], env=ENV, capture_output=True, text=True,
+                                  timeout=120)
+        self.assertEqual(exported.returncode, 0, exported.stderr)
+        self.assertIn(f"params_sha256 {reference['params_sha256']}", exported.stdout)
 
     def held_job_with_a_stalled_spare(self, name):
         """A supervised job of 2 shards held at step 8, and a spare shard 2 that stages its part of the move and then
