@@ -19,7 +19,9 @@
 # sparse (a 2^20-row sparse=True EmbeddingBag model against plain PyTorch with SparseAdam: samples/s, bytes a step,
 # 2 workers, the spill tier, the exact path) python (the Python package's Trainer.fit against elasticps train on the demo's job: samples/s, time to the first step)
 # harvest (a serving node lent by its load, lend.sh --serve-metrics, over a diurnal trace: latency against serving
-# alone, the node's busy CPU, samples/s harvested, the leave after a burst; the plot build/bench/harvest.png).
+# alone, the node's busy CPU, samples/s harvested, the leave after a burst; the plot build/bench/harvest.png)
+# reshard (a shard attached to and one removed from a running 37 M job: MB moved, the move's seconds, the step that
+# took it; samples/s of the mlp with 4 workers on 1 to 4 shards).
 # Run only when named: soak (an hour of training under periodic joins, leaves, kills and barrages: the long-lived
 # processes' RSS and descriptors, the digest), storm (64 workers attaching at once to a running job: registration,
 # readiness, all contributing, the coordinator's CPU per step with 1 and 65 workers; 65 worker processes).
@@ -40,7 +42,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 # A new section: scripts/bench/NAME.py (ending with common.main(run)) and NAME here.
-all_sections=(vw elastic transfer wire ps_share ddp scaling hetero durable observe limits network usermodel freeze zoo kernels scale sparse python harvest recovery)
+all_sections=(vw elastic transfer wire ps_share ddp scaling hetero durable observe limits network usermodel freeze zoo kernels scale sparse python harvest recovery reshard)
 named_only=(soak storm)
 only="" steps=300 minutes=60 setup=1
 while [ $# -gt 0 ]; do
