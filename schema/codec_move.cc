@@ -54,6 +54,11 @@ Status DecodeMoveBody(wire::Envelope::Body::Reader b, Reader& r, Body* body) {
       m.step = Step(in.getStep());
       EPS_RETURN_IF_ERROR(r.ListSize(in.getChunks(), "move chunks"));
       for (uint32_t c : in.getChunks()) m.chunks.push_back(ChunkId(c));
+      EPS_RETURN_IF_ERROR(r.ListSize(in.getPartitions(), "move partitions"));
+      for (uint16_t p : in.getPartitions()) {
+        if (p >= kRowPartitions) return ProtocolError("moveRequest: a row partition out of range");
+        m.partitions.push_back(p);
+      }
       *body = std::move(m);
       return OkStatus();
     }
@@ -105,6 +110,8 @@ void EncodeMoveBody(const MoveRequest& m, wire::Envelope::Body::Builder b, std::
   o.setStep(m.step.value());
   auto c = o.initChunks(m.chunks.size());
   for (size_t i = 0; i < m.chunks.size(); ++i) c.set(i, m.chunks[i].value());
+  auto p = o.initPartitions(m.partitions.size());
+  for (size_t i = 0; i < m.partitions.size(); ++i) p.set(i, static_cast<uint16_t>(m.partitions[i]));
 }
 
 void EncodeMoveBody(const MoveReply& m, wire::Envelope::Body::Builder b,

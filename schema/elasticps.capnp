@@ -526,6 +526,8 @@ struct MoveRequest {
   generation @0 :UInt64;          # shard -> shard: these chunks of yours at version `step`,
   step @1 :Int64;                 # for the move to map `generation`
   chunks @2 :List(UInt32);
+  partitions @3 :List(UInt16);    # and the stored rows of these row partitions of every sparse
+                                  # table, with their versions and optimizer slots
 }
 
 struct MoveReply {

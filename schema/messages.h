@@ -552,11 +552,13 @@ struct ReshardReady {
   Status ToStatus() const { return Status(code, message); }
 };
 
-// Shard -> shard: `chunks` at version `step`, for the move to map `generation`.
+// Shard -> shard: `chunks` at version `step`, for the move to map `generation`,
+// and the stored rows of every sparse table in row `partitions`.
 struct MoveRequest {
   uint64_t generation = 0;
   Step step{0};
   std::vector<ChunkId> chunks;
+  std::vector<uint32_t> partitions{};
 };
 
 // One checkpoint blob in a MoveReply, in a frame of its own.

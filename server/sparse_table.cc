@@ -12,7 +12,7 @@
 #include <unordered_set>
 #include <utility>
 
-#include "server/optimizer.h"
+#include "server/sparse_row_step.h"
 #include "server/sparse_table_testing.h"
 #include "storage/sparse_store.h"
 
@@ -66,93 +66,7 @@ bool Decode(const std::string& r, size_t floats, Row* row) {
   return true;
 }
 
-// ---- row-wise optimizers ----------------------------------------------------------
-
-// Constants as torch hands them to its float kernels: computed in double, rounded to float.
-struct RowConstants {
-  float wd = 0;
-  bool l2 = false;
-  float decay = 1;  // AdamW: 1 - lr * wd
-  bool decoupled = false;
-  float one_minus_beta1 = 0, one_minus_beta2 = 0, eps = 0;
-  float neg_step = 0;  // Adagrad: -lr; SparseAdam: -(lr * sqrt(bc2) / bc1)
-};
-
-// torch.optim.Adagrad, sparse gradient (lr_decay 0):
-//   state_sum.add_(g.pow(2)); std = state_sum.sparse_mask(g).sqrt_().add_(eps)
-//   param.add_(g / std, alpha=-lr)       (dense += alpha * sparse: an axpy, fused)
-void AdagradRow(const RowConstants& c, float* p, const float* g_sum, float div, float* sum,
-                size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    float g = div == 1.0f ? g_sum[i] : g_sum[i] / div;
-    if (c.l2) g = std::fma(p[i], c.wd, g);
-    const float s = sum[i] + g * g;
-    sum[i] = s;
-    const float std_dev = std::sqrt(s) + c.eps;
-    p[i] = std::fma(g / std_dev, c.neg_step, p[i]);
-  }
-}
-
-// torch.optim.SparseAdam (torch/optim/_functional.py sparse_adam), per element:
-//   u1 = (g - m) * (1 - beta1); m += u1;  u2 = (g*g - v) * (1 - beta2); v += u2
-//   numer = u1 + m_old; denom = sqrt(u2 + v_old) + eps
-//   param += -step_size * (numer / denom)   (alpha 1: a plain add)
-// AdamW first scales the row: p *= 1 - lr * wd.
-void SparseAdamRow(const RowConstants& c, float* p, const float* g_sum, float div, float* m,
-                   float* v, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    float g = div == 1.0f ? g_sum[i] : g_sum[i] / div;
-    float w = c.decoupled ? p[i] * c.decay : p[i];
-    if (c.l2) g = std::fma(w, c.wd, g);
-    const float m_old = m[i], v_old = v[i];
-    const float u1 = (g - m_old) * c.one_minus_beta1;
-    const float u2 = (g * g - v_old) * c.one_minus_beta2;
-    m[i] = m_old + u1;
-    v[i] = v_old + u2;
-    const float numer = u1 + m_old;
-    const float denom = std::sqrt(u2 + v_old) + c.eps;
-    p[i] = w + (numer / denom) * c.neg_step;
-  }
-}
-
 bool Finite(double x) { return std::isfinite(x); }
-
-Status ValidateOptimizer(const SparseOptimizerOptions& o) {
-  using K = SparseOptimizerOptions::Kind;
-  if (o.kind != K::kSgd && o.kind != K::kAdagrad && o.kind != K::kAdam && o.kind != K::kAdamW) {
-    return InvalidArgument("unknown sparse optimizer");
-  }
-  if (!Finite(o.weight_decay) || o.weight_decay < 0) {
-    return InvalidArgument("sparse optimizer weight_decay must be finite and >= 0");
-  }
-  if (o.kind == K::kSgd) {
-    if (!Finite(o.momentum) || o.momentum < 0) {
-      return InvalidArgument("sparse optimizer momentum must be finite and >= 0");
-    }
-    if (!Finite(o.dampening) || o.dampening < 0 || o.dampening > 1) {
-      return InvalidArgument("sparse optimizer dampening must be in [0, 1]");
-    }
-    if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) {
-      return InvalidArgument("sparse optimizer nesterov needs momentum > 0 and no dampening");
-    }
-    return OkStatus();
-  }
-  if (o.momentum != 0 || o.dampening != 0 || o.nesterov) {
-    return InvalidArgument("momentum, dampening and nesterov apply to sgd only");
-  }
-  if (!Finite(o.eps) || o.eps <= 0) return InvalidArgument("sparse optimizer eps must be > 0");
-  if (o.kind == K::kAdagrad) {
-    if (!Finite(o.initial_accumulator_value) || o.initial_accumulator_value < 0) {
-      return InvalidArgument("adagrad initial_accumulator_value must be finite and >= 0");
-    }
-    return OkStatus();
-  }
-  if (!Finite(o.beta1) || o.beta1 < 0 || o.beta1 >= 1 || !Finite(o.beta2) || o.beta2 < 0 ||
-      o.beta2 >= 1) {
-    return InvalidArgument("sparse optimizer betas must be in [0, 1)");
-  }
-  return OkStatus();
-}
 
 std::string Identity(const SparseTableOptions& o) {
   char buf[256];
@@ -288,8 +202,7 @@ class SparseTableImpl final : public SparseTable {
     // ones in the cache (becoming the most recently used, in id order), the loaded ones before
     // they are admitted; rows are evicted only once every row of the step is stepped.
     const double count = static_cast<double>(version_.value() + 1);
-    const RowConstants c = Constants(lr, count);
-    const OptimizerOptions sgd = SgdOptions();
+    const SparseRowStepper stepper(o_.optimizer, o_.dim, lr, count);
     const float divisor = static_cast<float>(o_.num_vws);
     const int64_t new_version = version_.value() + 1;
     SpillBatch spill;
@@ -308,7 +221,9 @@ class SparseTableImpl final : public SparseTable {
         std::memcpy(before->weights.data() + i * o_.dim, row->data.data(),
                     o_.dim * sizeof(float));
       }
-      StepRow(c, sgd, lr, pending_->values.data() + i * o_.dim, divisor, row);
+      stepper.Step(row->data.data(), pending_->values.data() + i * o_.dim, divisor,
+                   row->initialized);
+      row->initialized = true;
       row->version = new_version;
       row->dirty = true;
       row->fresh = false;
@@ -369,6 +284,104 @@ class SparseTableImpl final : public SparseTable {
 
   Status ScanRows(
       const std::function<void(uint64_t row, Step version, const float* floats)>& fn) override {
+    return ScanStored([&](uint64_t id, const Row& r) { fn(id, Step(r.version), r.data.data()); });
+  }
+
+  size_t RecordBytes() const override { return kHeader + floats_ * sizeof(float); }
+
+  Status ExportRows(const std::function<bool(uint64_t row)>& want, std::string* out) override {
+    return ScanStored([&](uint64_t id, const Row& r) {
+      if (!want(id)) return;
+      out->append(reinterpret_cast<const char*>(&id), sizeof id);
+      out->append(Encode(r));
+    });
+  }
+
+  Status Move(Step version, const std::function<bool(uint64_t row)>& lost,
+              std::string_view records) override {
+    EPS_RETURN_IF_ERROR(Usable());
+    const std::string table = "sparse table " + std::to_string(o_.table_id);
+    if (pushed_ || pending_.has_value())
+      return FailedPrecondition(table + ": a move while a step's pushes are in progress");
+    const bool holds_nothing = cache_.empty() && spilled_.empty() &&
+                               (store_ == nullptr || store_->Checkpoints().empty());
+    if (version != version_ && !holds_nothing) {
+      return FailedPrecondition(table + ": a move at version " + std::to_string(version.value()) +
+                                ", the table is at " + std::to_string(version_.value()));
+    }
+    // Everything that can fail first: the records, whole.
+    const size_t each = sizeof(uint64_t) + RecordBytes();
+    if (records.size() % each != 0)
+      return InvalidArgument(table + ": moved rows are not whole records");
+    std::unordered_map<uint64_t, Row> came;
+    came.reserve(records.size() / each);
+    for (size_t at = 0; at < records.size(); at += each) {
+      uint64_t id;
+      std::memcpy(&id, records.data() + at, sizeof id);
+      Row row;
+      if (!Decode(std::string(records.substr(at + sizeof id, RecordBytes())), floats_, &row) ||
+          row.version > version.value())
+        return InvalidArgument(table + ": moved row " + std::to_string(id) + " is malformed");
+      if (lost(id)) return InvalidArgument(table + ": moved row " + std::to_string(id) + " is one it loses");
+      row.dirty = true;
+      if (!came.emplace(id, std::move(row)).second)
+        return InvalidArgument(table + ": moved row " + std::to_string(id) + " comes twice");
+    }
+    size_t kept = 0;
+    for (const auto& [id, row] : cache_) kept += lost(id) ? 0 : 1;
+    if (store_ == nullptr && kept + came.size() > capacity_) {
+      return ResourceExhausted(table + " would hold " + std::to_string(kept + came.size()) +
+                               " rows after the move, its memory budget of " +
+                               std::to_string(o_.memory_bytes) + " bytes holds " +
+                               std::to_string(capacity_) + " and it has no store to spill to");
+    }
+    std::vector<uint64_t> checkpointed;  // lost rows a checkpoint holds: tombstones to come
+    if (store_ != nullptr) {
+      EPS_RETURN_IF_ERROR(store_->ScanCheckpointed([&](uint64_t id, std::string_view) {
+        if (lost(id)) checkpointed.push_back(id);
+        return OkStatus();
+      }));
+    }
+    // Now the rows that leave go, and those that came come.
+    SpillBatch spill;
+    for (auto it = cache_.begin(); it != cache_.end();) {
+      if (!lost(it->first)) {
+        ++it;
+        continue;
+      }
+      lru_.erase(it->second.lru);
+      it = cache_.erase(it);
+    }
+    for (auto it = spilled_.begin(); it != spilled_.end();) {
+      if (!lost(*it)) {
+        ++it;
+        continue;
+      }
+      spill.deletes.push_back(*it);
+      it = spilled_.erase(it);
+    }
+    dropped_.insert(checkpointed.begin(), checkpointed.end());
+    std::vector<uint64_t> ids;
+    ids.reserve(came.size());
+    for (const auto& [id, row] : came) ids.push_back(id);
+    std::sort(ids.begin(), ids.end());
+    for (uint64_t id : ids) {
+      dropped_.erase(id);
+      if (auto it = cache_.find(id); it != cache_.end()) {  // a stale copy read earlier
+        lru_.erase(it->second.lru);
+        cache_.erase(it);
+      }
+      Insert(came.extract(id), &spill);
+    }
+    Evict(&spill);
+    version_ = version;
+    log_.clear();
+    log_base_ = version;  // the log does not know the rows that came: their versions say
+    return WriteSpill(spill);
+  }
+
+  // Calls fn(row, its state) for every stored row, ascending (ScanRows).
+  Status ScanStored(const std::function<void(uint64_t row, const Row& state)>& fn) {
     EPS_RETURN_IF_ERROR(Usable());
     // Three sorted streams, disjoint but for the checkpoint's: the cache's rows, the spilled
     // ones, the newest checkpoint's; a cached or spilled row is newer than its checkpoint record.
@@ -380,16 +393,16 @@ class SparseTableImpl final : public SparseTable {
     size_t ci = 0, si = 0;
     Row row;
     auto emit_cached = [&] {
-      const Row& r = cache_.at(cached[ci]);
-      fn(cached[ci++], Step(r.version), r.data.data());
+      const uint64_t id = cached[ci++];
+      fn(id, cache_.at(id));
     };
     auto emit_spilled = [&]() -> Status {
       std::vector<std::optional<std::string>> record;
       EPS_RETURN_IF_ERROR(store_->ReadSpilled({spilled[si]}, &record));
       std::unordered_map<uint64_t, Row> one;
       EPS_RETURN_IF_ERROR(DecodeInto(spilled[si], record[0], "spilled", &one));
-      const Row& r = one.begin()->second;
-      fn(spilled[si++], Step(r.version), r.data.data());
+      fn(spilled[si], one.begin()->second);
+      ++si;
       return OkStatus();
     };
     // Emits the cached and spilled rows below `bound` (all of them without one).
@@ -414,11 +427,12 @@ class SparseTableImpl final : public SparseTable {
               return OkStatus();
             }
             if (si < spilled.size() && spilled[si] == id) return emit_spilled();
+            if (dropped_.count(id) > 0) return OkStatus();  // moved away
             if (!Decode(std::string(record), floats_, &row)) {
               return DataLoss("checkpointed row " + std::to_string(id) + " of sparse table " +
                               std::to_string(o_.table_id) + " is malformed in " + store_->path());
             }
-            fn(id, Step(row.version), row.data.data());
+            fn(id, row);
             return OkStatus();
           }));
     }
@@ -432,12 +446,15 @@ class SparseTableImpl final : public SparseTable {
                                 " has no store to checkpoint to");
     }
     const std::vector<Step> held = store_->Checkpoints();
-    if (!held.empty() && held.back() == version_) return OkStatus();  // nothing changed since
     std::vector<std::pair<uint64_t, std::string>> rows;
     for (const auto& [id, row] : cache_) {
       if (row.dirty) rows.emplace_back(id, Encode(row));
     }
+    for (uint64_t id : dropped_) rows.emplace_back(id, std::string());  // tombstones
     std::vector<uint64_t> moved(spilled_.begin(), spilled_.end());
+    // Nothing changed since the newest checkpoint (rows a move brought or took amend it).
+    if (!held.empty() && held.back() == version_ && rows.empty() && moved.empty())
+      return OkStatus();
     std::sort(moved.begin(), moved.end());
     std::vector<std::optional<std::string>> records;
     EPS_RETURN_IF_ERROR(store_->ReadSpilled(moved, &records));
@@ -452,6 +469,7 @@ class SparseTableImpl final : public SparseTable {
     EPS_RETURN_IF_ERROR(store_->WriteCheckpoint(version_, rows, moved));
     for (auto& [id, row] : cache_) row.dirty = false;
     spilled_.clear();
+    dropped_.clear();
     stats_.last_checkpoint_rows = rows.size();
     return OkStatus();
   }
@@ -495,6 +513,7 @@ class SparseTableImpl final : public SparseTable {
     cache_.clear();
     lru_.clear();
     spilled_.clear();
+    dropped_.clear();
     reducer_.Clear();
     pending_.reset();
     log_.clear();
@@ -520,7 +539,7 @@ class SparseTableImpl final : public SparseTable {
       EPS_RETURN_IF_ERROR(DecodeInto(spilled[i], s_records[i], "spilled", out));
     }
     for (size_t i = 0; i < rest.size(); ++i) {
-      if (store_ != nullptr && c_records[i].has_value()) {
+      if (store_ != nullptr && c_records[i].has_value() && dropped_.count(rest[i]) == 0) {
         EPS_RETURN_IF_ERROR(DecodeInto(rest[i], c_records[i], "checkpointed", out));
         continue;
       }
@@ -598,60 +617,6 @@ class SparseTableImpl final : public SparseTable {
     return OkStatus();
   }
 
-  RowConstants Constants(double lr, double count) const {
-    const SparseOptimizerOptions& o = o_.optimizer;
-    using K = SparseOptimizerOptions::Kind;
-    RowConstants c;
-    c.wd = static_cast<float>(o.weight_decay);
-    c.eps = static_cast<float>(o.eps);
-    if (o.kind == K::kAdagrad) {
-      c.l2 = o.weight_decay != 0;
-      c.neg_step = static_cast<float>(-lr);
-    } else if (o.kind == K::kAdam || o.kind == K::kAdamW) {
-      c.l2 = o.kind == K::kAdam && o.weight_decay != 0;
-      c.decoupled = o.kind == K::kAdamW && o.weight_decay != 0;
-      c.decay = static_cast<float>(1 - lr * o.weight_decay);
-      c.one_minus_beta1 = static_cast<float>(1 - o.beta1);
-      c.one_minus_beta2 = static_cast<float>(1 - o.beta2);
-      const double bias_correction1 = 1 - std::pow(o.beta1, count);
-      const double bias_correction2 = 1 - std::pow(o.beta2, count);
-      c.neg_step = static_cast<float>(-(lr * std::sqrt(bias_correction2) / bias_correction1));
-    }
-    return c;
-  }
-
-  OptimizerOptions SgdOptions() const {
-    OptimizerOptions sgd;
-    sgd.kind = OptimizerKind::kSgd;
-    sgd.momentum = o_.optimizer.momentum;
-    sgd.dampening = o_.optimizer.dampening;
-    sgd.nesterov = o_.optimizer.nesterov;
-    sgd.weight_decay = o_.optimizer.weight_decay;
-    return sgd;
-  }
-
-  void StepRow(const RowConstants& c, const OptimizerOptions& sgd, double lr, const float* grad,
-               float divisor, Row* row) const {
-    const size_t d = o_.dim;
-    float* p = row->data.data();
-    switch (o_.optimizer.kind) {
-      case SparseOptimizerOptions::Kind::kSgd:
-        ApplySgdRow(sgd, lr, !row->initialized, p, grad, divisor, slots_ >= 1 ? p + d : nullptr, d);
-        break;
-      case SparseOptimizerOptions::Kind::kAdagrad:
-        if (!row->initialized) {
-          std::fill(p + d, p + 2 * d, static_cast<float>(o_.optimizer.initial_accumulator_value));
-        }
-        AdagradRow(c, p, grad, divisor, p + d, d);
-        break;
-      case SparseOptimizerOptions::Kind::kAdam:
-      case SparseOptimizerOptions::Kind::kAdamW:
-        SparseAdamRow(c, p, grad, divisor, p + d, p + 2 * d, d);  // slots start at zero
-        break;
-    }
-    row->initialized = true;
-  }
-
   void Log(std::vector<uint64_t> ids) {
     log_.emplace_back(version_, std::move(ids));
     while (log_.size() > o_.changelog_versions) {
@@ -672,6 +637,8 @@ class SparseTableImpl final : public SparseTable {
   std::unordered_map<uint64_t, Row> cache_;
   std::list<uint64_t> lru_;               // most recently stepped first
   std::unordered_set<uint64_t> spilled_;  // rows whose record is in the spill tier
+  // Rows a move took away that a checkpoint holds: the next one writes their tombstones.
+  std::unordered_set<uint64_t> dropped_;
   Step version_{0};
   std::deque<std::pair<Step, std::vector<uint64_t>>> log_;  // (version made, rows changed)
   Step log_base_{0};  // ChangedSince answers for versions >= this
@@ -703,7 +670,7 @@ StatusOr<std::unique_ptr<SparseTable>> SparseTable::Open(const SparseTableOption
   if (o.dim == 0) return InvalidArgument("a sparse table needs rows of width >= 1");
   if (o.num_vws == 0) return InvalidArgument("a sparse table needs V >= 1 virtual workers");
   if (o.dim > (size_t{1} << 24)) return InvalidArgument("sparse table rows wider than 2^24 floats");
-  EPS_RETURN_IF_ERROR(ValidateOptimizer(o.optimizer));
+  EPS_RETURN_IF_ERROR(ValidateSparseOptimizer(o.optimizer));
   if (o.init.kind == RowInitializer::Kind::kNormal &&
       (!Finite(o.init.mean) || !Finite(o.init.stddev) || o.init.stddev < 0)) {
     return InvalidArgument("a normal row initializer needs a finite mean and stddev >= 0");

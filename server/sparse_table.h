@@ -59,6 +59,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/ids.h"
@@ -182,11 +183,35 @@ class SparseTable {
   virtual Status ScanRows(
       const std::function<void(uint64_t row, Step version, const float* floats)>& fn) = 0;
 
+  // ---- moves of shard state (docs/design.md, "Elastic shards") ----
+
+  // Bytes of one row's record in ExportRows' output, after its 8-byte id.
+  virtual size_t RecordBytes() const = 0;
+  // Appends every stored row `want` selects, in ascending row order, as its id
+  // (8 bytes, host order) and its record: the version that last changed it,
+  // whether the optimizer stepped it, its weights and optimizer slots, as the
+  // table stores it. O(stored rows), as ScanRows.
+  virtual Status ExportRows(const std::function<bool(uint64_t row)>& want, std::string* out) = 0;
+  // The table after a move of shard state at version `version`: the rows
+  // `lost` selects leave it (the next checkpoint writes that they are gone, so
+  // a restore of it does not find them), and `records` (ExportRows' output of
+  // other shards, concatenated in any order; no row `lost` selects) become
+  // stored rows, changed since the last checkpoint. The table must be at
+  // `version` between steps, or hold no row and no checkpoint at all (a shard
+  // added: it moves to `version`). ChangedSince(v < version) then scans the
+  // rows' versions. Validated whole before anything changes: InvalidArgument
+  // for a malformed record, a repeated row or one `lost` selects;
+  // FailedPrecondition for another version or pushes in progress;
+  // ResourceExhausted as Seed's; store errors as ApplyStep's.
+  virtual Status Move(Step version, const std::function<bool(uint64_t row)>& lost,
+                      std::string_view records) = 0;
+
   // ---- checkpoints ----
 
   // Writes checkpoint version(): the rows changed since the last one, in one
-  // synced batch. FailedPrecondition: a memory-only table, or a step's pushes
-  // are in progress (take it between steps).
+  // synced batch (after a Move at the version of the newest checkpoint, that
+  // checkpoint amended). FailedPrecondition: a memory-only table, or a step's
+  // pushes are in progress (take it between steps).
   virtual Status Checkpoint() = 0;
   virtual std::vector<Step> Checkpoints() const = 0;
   // As SparseRowStore::RetainFrom.

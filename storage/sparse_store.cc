@@ -191,8 +191,9 @@ class RocksSparseRowStore final : public SparseRowStore {
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
     for (size_t i = 0; i < ids.size(); ++i) {
       const std::string row = RowKey('C', table_, ids[i]);
-      it->Seek(row);  // the newest record of the row comes first
-      if (it->Valid() && it->key().starts_with(row)) (*out)[i] = it->value().ToString();
+      it->Seek(row);  // the newest record of the row comes first; empty: a tombstone
+      if (it->Valid() && it->key().starts_with(row) && !it->value().empty())
+        (*out)[i] = it->value().ToString();
       EPS_RETURN_IF_ERROR(Rocks(it->status(), "reading checkpointed rows"));
     }
     return OkStatus();
@@ -200,9 +201,10 @@ class RocksSparseRowStore final : public SparseRowStore {
 
   Status WriteCheckpoint(Step step, const std::vector<std::pair<uint64_t, std::string>>& rows,
                          const std::vector<uint64_t>& moved) override {
-    if (step.value() < 0 || (!steps_.empty() && step <= steps_.back())) {
+    const bool amend = !steps_.empty() && step == steps_.back();
+    if (step.value() < 0 || (!steps_.empty() && step < steps_.back())) {
       return FailedPrecondition("sparse checkpoint " + std::to_string(step.value()) +
-                                " is not newer than the newest held one in " + path_);
+                                " is older than the newest held one in " + path_);
     }
     rocksdb::WriteBatch batch;
     std::vector<uint64_t> ids;
@@ -212,6 +214,20 @@ class RocksSparseRowStore final : public SparseRowStore {
       ids.push_back(id);
     }
     for (uint64_t id : moved) batch.Delete(RowKey('S', table_, id));
+    if (amend) {
+      // The same step again (rows a move of shard state brought or took at it): its records
+      // are replaced or added, its manifest lists both.
+      std::vector<uint64_t> listed;
+      EPS_RETURN_IF_ERROR(ReadManifest(step, &listed));
+      listed.insert(listed.end(), ids.begin(), ids.end());
+      std::sort(listed.begin(), listed.end());
+      listed.erase(std::unique(listed.begin(), listed.end()), listed.end());
+      batch.Put(ManifestKey(table_, step), EncodeManifest(step, listed));
+      rocksdb::WriteOptions wo;
+      wo.sync = true;
+      return Rocks(db_->Write(wo, &batch),
+                   "amending sparse checkpoint " + std::to_string(step.value()));
+    }
 
     // Retention: the held steps are always the newest ones (the newest keep_ and every one from
     // retain_from_), so the oldest kept, h0, splits them. A row needs every record newer than
@@ -336,6 +352,7 @@ class RocksSparseRowStore final : public SparseRowStore {
       if (static_cast<int64_t>(~GetBE64(it->key().data() + kPrefixLen)) > step.value()) continue;
       have_last = true;
       last = row;
+      if (it->value().empty()) continue;  // a tombstone: the row is not this store's at `step`
       EPS_RETURN_IF_ERROR(fn(row, std::string_view(it->value().data(), it->value().size())));
     }
     return Rocks(it->status(), "scanning checkpointed rows");

@@ -22,7 +22,9 @@
 //    it wrote) in ONE synced WriteBatch, which also deletes the spilled records
 //    it moved: a crash leaves the whole checkpoint or none of it. A row's state
 //    at checkpoint k is its newest record at a step <= k; a row with no such
-//    record was never touched (its initializer's value).
+//    record was never touched (its initializer's value). An empty record is a
+//    tombstone: the row left this store at that step (a move of shard state
+//    gave its partition to another shard), and reads as no record.
 //
 // Retention mirrors StateStore: the newest `keep_checkpoints` and every one from
 // RetainFrom's step survive; the others are dropped with the records no
@@ -89,10 +91,12 @@ class SparseRowStore {
                                   std::vector<std::optional<std::string>>* out) const = 0;
 
   // Writes checkpoint `step` (greater than every held one): `rows` are the
-  // records of the rows changed since the previous checkpoint (ids unique),
-  // `moved` the spilled rows among them, whose spilled records are deleted. One
-  // synced batch, with retention applied. FailedPrecondition: `step` is not
-  // newer than the newest held checkpoint.
+  // records of the rows changed since the previous checkpoint (ids unique; an
+  // empty record is a tombstone), `moved` the spilled rows among them, whose
+  // spilled records are deleted. One synced batch, with retention applied.
+  // `step` equal to the newest held checkpoint amends it: `rows` replace or
+  // join its records (a move of shard state at that step). FailedPrecondition:
+  // `step` is older than the newest held checkpoint.
   virtual Status WriteCheckpoint(Step step,
                                  const std::vector<std::pair<uint64_t, std::string>>& rows,
                                  const std::vector<uint64_t>& moved) = 0;

@@ -304,6 +304,7 @@ void ExpectSameBody(const Body& sent, const Body& got) {
           EXPECT_EQ(a.generation, b.generation);
           EXPECT_EQ(a.step, b.step);
           EXPECT_EQ(a.chunks, b.chunks);
+          EXPECT_EQ(a.partitions, b.partitions);
         } else if constexpr (std::is_same_v<T, MoveReply>) {
           EXPECT_EQ(a.generation, b.generation);
           EXPECT_EQ(a.step, b.step);

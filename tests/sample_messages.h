@@ -166,7 +166,7 @@ inline std::vector<Envelope> EveryMessageKind() {
   out.push_back({"tok-rs", Reshard{map, Step(46), {"tcp://a:1", "", "tcp://c:3"}}});
   out.push_back(
       {"tok-rr", ReshardReady{ShardId(2), 9, StatusCode::kDataLoss, "crc", 1ull << 33, true}});
-  out.push_back({"tok-mq", MoveRequest{9, Step(46), {ChunkId(0), ChunkId(70000)}}});
+  out.push_back({"tok-mq", MoveRequest{9, Step(46), {ChunkId(0), ChunkId(70000)}, {0, 4095}}});
   const ChunkBytes value = MakeChunk(1, 300, 10), slot = MakeChunk(1, 300, 11);
   out.push_back({"tok-mr", MoveReply{9,
                                      Step(46),

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace eps {
@@ -72,7 +73,44 @@ TEST(SparseRowStore, ACheckpointMovesTheSpilledRowsItWritesInOneBatch) {
   ASSERT_TRUE(s->WriteCheckpoint(Step(3), {{5, "cached"}, {7, "spilled"}}, {7}).ok());
   EXPECT_EQ(s->CountRecords()->spilled, 0u);
   EXPECT_EQ(Newest(s.get(), {5, 6, 7}), std::vector<std::string>({"cached", "", "spilled"}));
-  EXPECT_EQ(s->WriteCheckpoint(Step(3), {}, {}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s->WriteCheckpoint(Step(2), {}, {}).code(), StatusCode::kFailedPrecondition);
+}
+
+// The rows a checkpoint of `step` holds, ascending.
+std::vector<uint64_t> RowsAt(SparseRowStore* s, Step step) {
+  std::vector<uint64_t> rows;
+  EXPECT_TRUE(s->ScanCheckpoint(step, [&](uint64_t row, std::string_view) {
+                 rows.push_back(row);
+                 return OkStatus();
+               }).ok());
+  return rows;
+}
+
+// A move of shard state at step 3 (docs/design.md, "Elastic shards"): checkpoint 3
+// amended with a row that came and a tombstone for one that left.
+TEST(SparseRowStore, AnAmendedCheckpointHoldsTheRowsThatCameAndNotThoseThatLeft) {
+  TempDir dir;
+  auto s = Open(dir.path(), /*keep=*/3);
+  ASSERT_TRUE(s->WriteCheckpoint(Step(1), {{1, "1@1"}, {2, "2@1"}}, {}).ok());
+  ASSERT_TRUE(s->WriteCheckpoint(Step(3), {{1, "1@3"}}, {}).ok());
+  ASSERT_TRUE(s->WriteSpill({{5, "5 spilled"}}, {}).ok());
+  ASSERT_TRUE(s->WriteCheckpoint(Step(3), {{2, ""}, {5, "5@3"}, {9, "9@3"}}, {5}).ok());
+  EXPECT_EQ(s->Checkpoints(), (std::vector<Step>{Step(1), Step(3)}));
+  EXPECT_EQ(s->CountRecords()->spilled, 0u);
+  EXPECT_EQ(Newest(s.get(), {1, 2, 5, 9}), (std::vector<std::string>{"1@3", "", "5@3", "9@3"}));
+  EXPECT_EQ(RowsAt(s.get(), Step(3)), (std::vector<uint64_t>{1, 5, 9}));
+  EXPECT_EQ(RowsAt(s.get(), Step(1)), (std::vector<uint64_t>{1, 2}));  // before the move
+  s.reset();
+  s = Open(dir.path(), 3);
+  EXPECT_EQ(RowsAt(s.get(), Step(3)), (std::vector<uint64_t>{1, 5, 9}));
+  ASSERT_TRUE(s->WriteCheckpoint(Step(4), {{1, "1@4"}}, {}).ok());
+  EXPECT_EQ(RowsAt(s.get(), Step(4)), (std::vector<uint64_t>{1, 5, 9}));
+  // Retention keeps a tombstone as the newest record of its row, and drops what is older.
+  ASSERT_TRUE(s->WriteCheckpoint(Step(5), {}, {}).ok());
+  ASSERT_TRUE(s->WriteCheckpoint(Step(6), {}, {}).ok());
+  EXPECT_EQ(s->Checkpoints(), (std::vector<Step>{Step(4), Step(5), Step(6)}));
+  EXPECT_EQ(RowsAt(s.get(), Step(4)), (std::vector<uint64_t>{1, 5, 9}));
+  EXPECT_EQ(Newest(s.get(), {2}), std::vector<std::string>{""});
 }
 
 TEST(SparseRowStore, RetentionKeepsOnlyTheRecordsHeldCheckpointsRead) {
