@@ -126,6 +126,107 @@ TEST(SparseTable, UntouchedRowsAreNotStoredAndReadAsTheirInitializer) {
   EXPECT_FALSE(SameBits(ReadRows(t.get(), {4}, 3), want));
 }
 
+// The rows of the VWs' gradients that `keep` selects.
+std::vector<VwGrad> RowsOf(const std::vector<VwGrad>& vws, size_t dim, bool (*keep)(uint64_t)) {
+  std::vector<VwGrad> out(vws.size());
+  for (size_t v = 0; v < vws.size(); ++v) {
+    for (size_t i = 0; i < vws[v].ids.size(); ++i) {
+      if (!keep(vws[v].ids[i])) continue;
+      out[v].ids.push_back(vws[v].ids[i]);
+      out[v].values.insert(out[v].values.end(), vws[v].values.begin() + i * dim,
+                           vws[v].values.begin() + (i + 1) * dim);
+    }
+  }
+  return out;
+}
+
+// Every stored row: id -> (version, weights and slots).
+std::map<uint64_t, std::pair<int64_t, std::vector<float>>> Stored(SparseTable* t, size_t floats) {
+  std::map<uint64_t, std::pair<int64_t, std::vector<float>>> out;
+  EXPECT_TRUE(t->ScanRows([&](uint64_t id, Step version, const float* f) {
+                 out[id] = {version.value(), std::vector<float>(f, f + floats)};
+               }).ok());
+  return out;
+}
+
+bool Odd(uint64_t row) { return row % 2 == 1; }
+bool Even(uint64_t row) { return row % 2 == 0; }
+
+// A move of shard state (docs/design.md, "Elastic shards"): table `a` hands its odd rows
+// to a table `b` that holds nothing; together they hold what one table that never moved
+// holds, checkpoint and restore it, and go on stepping to the same bits.
+TEST(SparseTable, RowsMovedToAnotherTableKeepTheirBitsAndBothGoOnAsOne) {
+  TempDir dir_a, dir_b;
+  const uint32_t num_vws = 4;
+  const size_t dim = 4, floats = 3 * dim;  // Adam: weights and two moments
+  const uint64_t rows = 60;
+  const SparseTableOptions whole_o = TableOptions(num_vws, dim);
+  auto whole = OpenTable(whole_o);
+  SparseTableOptions a_o = whole_o, b_o = whole_o;
+  a_o.path = dir_a.path();
+  a_o.memory_bytes = 6 * whole->RowBytes();  // most rows spilled or checkpointed
+  b_o.path = dir_b.path();
+  auto a = OpenTable(a_o);
+  auto b = OpenTable(b_o);
+  std::mt19937_64 rng(5);
+  for (int step = 0; step < 10; ++step) {
+    const std::vector<VwGrad> vws = RandomStep(rng, num_vws, dim, rows);
+    RunStep(whole.get(), vws, AlignedBlocks(0, num_vws), dim, 0.02);
+    RunStep(a.get(), vws, AlignedBlocks(0, num_vws), dim, 0.02);
+    if (step == 4 || step == 9) ASSERT_TRUE(a->Checkpoint().ok());
+  }
+  std::string records;
+  ASSERT_TRUE(a->ExportRows(Odd, &records).ok());
+  EXPECT_EQ(records.size() % (8 + a->RecordBytes()), 0u);
+  EXPECT_EQ(b->Move(Step(9), Even, records).code(), StatusCode::kInvalidArgument);  // not at 9
+  EXPECT_EQ(b->Move(Step(10), Odd, records).code(), StatusCode::kInvalidArgument);  // lost ones
+  ASSERT_TRUE(b->Move(Step(10), Even, records).ok());
+  ASSERT_TRUE(a->Move(Step(10), Odd, "").ok());
+  EXPECT_EQ(b->version(), Step(10));
+
+  const auto check = [&](const char* when) {
+    SCOPED_TRACE(when);
+    auto want = Stored(whole.get(), floats);
+    auto got = Stored(a.get(), floats);
+    for (const auto& [id, row] : got) EXPECT_TRUE(Even(id)) << id;
+    for (auto& [id, row] : Stored(b.get(), floats)) {
+      EXPECT_TRUE(Odd(id)) << id;
+      got[id] = row;
+    }
+    ASSERT_EQ(got.size(), want.size());
+    for (const auto& [id, row] : want) {
+      ASSERT_EQ(got.count(id), 1u) << id;
+      EXPECT_EQ(got[id].first, row.first) << id;
+      EXPECT_TRUE(SameBits(got[id].second, row.second)) << id;
+    }
+  };
+  check("moved");
+  // What changed since version 8, from the rows' versions (b's log does not know them).
+  std::vector<uint64_t> since, odd_since;
+  ASSERT_TRUE(b->ChangedSince(Step(8)).ok());
+  since = *whole->ChangedSince(Step(8));
+  for (uint64_t id : since)
+    if (Odd(id)) odd_since.push_back(id);
+  EXPECT_EQ(*b->ChangedSince(Step(8)), odd_since);
+
+  // Checkpointed (a amends its checkpoint of 10 with tombstones) and opened again.
+  ASSERT_TRUE(a->Checkpoint().ok());
+  ASSERT_TRUE(b->Checkpoint().ok());
+  EXPECT_EQ(a->Checkpoints().back(), Step(10));
+  a.reset();
+  b.reset();
+  a = OpenTable(a_o);
+  b = OpenTable(b_o);
+  check("restored");
+  for (int step = 10; step < 16; ++step) {
+    const std::vector<VwGrad> vws = RandomStep(rng, num_vws, dim, rows);
+    RunStep(whole.get(), vws, AlignedBlocks(0, num_vws), dim, 0.02);
+    RunStep(a.get(), RowsOf(vws, dim, Even), AlignedBlocks(0, num_vws), dim, 0.02);
+    RunStep(b.get(), RowsOf(vws, dim, Odd), AlignedBlocks(0, num_vws), dim, 0.02);
+  }
+  check("stepped on");
+}
+
 TEST(SparseTable, RowsSpilledToRocksDbGiveTheSameBitsAsATableInMemory) {
   TempDir dir;
   const uint32_t num_vws = 4;
