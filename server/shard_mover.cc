@@ -23,13 +23,15 @@ uint32_t MoveCrc32(const void* data, size_t size) {
   return static_cast<uint32_t>(crc);
 }
 
-StatusOr<MoveReply> AnswerMoveRequest(const ShardState& state, const MoveRequest& request) {
+StatusOr<MoveReply> AnswerMoveRequest(ShardState& state, const MoveRequest& request) {
   if (request.step != state.version()) {
     return FailedPrecondition("chunks of version " + std::to_string(request.step.value()) +
                               " asked for; this shard serves " +
                               std::to_string(state.version().value()));
   }
   EPS_ASSIGN_OR_RETURN(std::vector<BlobRef> blobs, state.ExportChunks(request.chunks));
+  EPS_ASSIGN_OR_RETURN(std::vector<BlobRef> rows, state.ExportPartitions(request.partitions));
+  for (BlobRef& b : rows) blobs.push_back(std::move(b));
   MoveReply reply{request.generation, request.step, {}};
   for (BlobRef& b : blobs) {
     const uint32_t crc = MoveCrc32(b.data, b.size);
@@ -47,30 +49,38 @@ Status ShardMover::Start(const Reshard& reshard, const Layout& current) {
   }
   EPS_RETURN_IF_ERROR(
       reshard.map.Validate(current.chunks.size()).WithContext("the map of the move"));
-  if (!current.sparse.empty() && reshard.map.partition_owner != current.map.partition_owner)
-    return Unimplemented("moving the rows of sparse tables is not built yet");
-  // What this shard gains, by holder, in chunk order, cut into pages.
-  std::map<ShardId, std::vector<ChunkId>> gains;
+  // What this shard gains, by holder, in chunk order, cut into pages; then the row partitions
+  // of the sparse tables (none without tables: their owners change nothing then).
+  std::map<ShardId, Holder::Page> gains;
   for (const Chunk& c : current.chunks) {
     if (reshard.map.chunk_owner[c.id.value()] == options_.shard && c.shard != options_.shard)
-      gains[c.shard].push_back(c.id);
+      gains[c.shard].chunks.push_back(c.id);
+  }
+  for (uint32_t p = 0; p < kRowPartitions && !current.sparse.empty(); ++p) {
+    const ShardId holder = current.map.partition_owner[p];
+    if (reshard.map.partition_owner[p] == options_.shard && holder != options_.shard)
+      gains[holder].partitions.push_back(p);
   }
   std::vector<Holder> holders;
-  for (auto& [shard, chunks] : gains) {
+  for (auto& [shard, gained] : gains) {
     if (shard.value() >= reshard.addresses.size() || reshard.addresses[shard.value()].empty()) {
       return InvalidArgument("the move names no address of shard " + std::to_string(shard.value()));
     }
     Holder h;
     h.shard = shard;
     uint64_t bytes = 0;
-    for (ChunkId id : chunks) {
+    for (ChunkId id : gained.chunks) {
       const uint64_t b = current.ChunkBytes(current.chunks[id.value()]);
       if (h.pages.empty() || bytes + b > options_.page_bytes) {
         h.pages.emplace_back();
         bytes = 0;
       }
-      h.pages.back().push_back(id);
+      h.pages.back().chunks.push_back(id);
       bytes += b;
+    }
+    for (size_t i = 0; i < gained.partitions.size(); ++i) {
+      if (i % std::max<uint32_t>(1, options_.page_partitions) == 0) h.pages.emplace_back();
+      h.pages.back().partitions.push_back(gained.partitions[i]);
     }
     EPS_ASSIGN_OR_RETURN(
         h.channel, Channel::Connect(context_, reshard.addresses[shard.value()], options_.channel));
@@ -78,6 +88,7 @@ Status ShardMover::Start(const Reshard& reshard, const Layout& current) {
   }
   reshard_ = reshard;
   from_ = current.map;
+  tables_ = current.sparse.size();
   holders_ = std::move(holders);
   pending_ = holders_.size();
   for (Holder& h : holders_) {
@@ -91,7 +102,8 @@ Status ShardMover::Start(const Reshard& reshard, const Layout& current) {
 }
 
 Status ShardMover::Ask(Holder& h) {
-  MoveRequest request{reshard_->map.generation, reshard_->step, h.pages[h.next]};
+  MoveRequest request{reshard_->map.generation, reshard_->step, h.pages[h.next].chunks,
+                      h.pages[h.next].partitions};
   EPS_RETURN_IF_ERROR(h.channel->Send(Envelope{options_.token, std::move(request)})
                           .WithContext("asking shard " + std::to_string(h.shard.value())));
   ++h.next;
@@ -109,16 +121,21 @@ Status ShardMover::OnReply(Holder& h, const Envelope& reply) {
     return ProtocolError(from + " answered a MoveRequest with a " + BodyName(reply.body));
   if (moved->generation != reshard_->map.generation || moved->step != reshard_->step)
     return ProtocolError(from + " answered for another move");
-  const std::vector<ChunkId>& page = h.pages[h.next - 1];
-  const std::set<ChunkId> asked(page.begin(), page.end());
+  const Holder::Page& page = h.pages[h.next - 1];
+  const std::set<ChunkId> asked(page.chunks.begin(), page.chunks.end());
+  // A page's rows: one blob per table, "rows/<table>/<the page's first partition>".
+  const std::string rows_suffix =
+      page.partitions.empty() ? "" : "/" + std::to_string(page.partitions.front());
   for (const MoveBlob& b : moved->blobs) {
     const size_t slash = b.name.find('/');
     char* end = nullptr;
     const unsigned long id =
         slash == std::string::npos ? 0 : std::strtoul(b.name.c_str() + slash + 1, &end, 10);
-    if (slash == std::string::npos || end == nullptr || *end != '\0' ||
-        asked.count(ChunkId(static_cast<uint32_t>(id))) == 0) {
-      return ProtocolError(from + " sent blob '" + b.name + "', of no chunk asked for");
+    const bool rows = !rows_suffix.empty() && b.name.rfind("rows/", 0) == 0 && end != nullptr &&
+                      id < tables_ && std::string(end) == rows_suffix;
+    if (!rows && (slash == std::string::npos || end == nullptr || *end != '\0' ||
+                  asked.count(ChunkId(static_cast<uint32_t>(id))) == 0)) {
+      return ProtocolError(from + " sent blob '" + b.name + "', of nothing asked for");
     }
     if (MoveCrc32(b.data, b.size) != b.crc32)
       return DataLoss("blob '" + b.name + "' from " + from + " fails its CRC-32");

@@ -1,7 +1,8 @@
 // A shard's side of a move between shard maps (docs/design.md, "Elastic
-// shards"): the chunks a Reshard gives this shard and the map it serves gives
-// another are asked of their holders, directly (MoveRequest, one page of at
-// most `page_bytes` of values at a time per holder), each blob checked against
+// shards"): the chunks and the row partitions of the sparse tables a Reshard
+// gives this shard and the map it serves gives another are asked of their
+// holders, directly (MoveRequest, one page of at most `page_bytes` of values or
+// `page_partitions` partitions at a time per holder), each blob checked against
 // the CRC-32 its holder computed, and staged until the shard commits the move
 // (ShardState::AdoptMap with Take()) or drops it.
 //
@@ -30,10 +31,11 @@ namespace eps {
 uint32_t MoveCrc32(const void* data, size_t size);
 
 // A holder's answer to a MoveRequest: the chunks' blobs at the version `state`
-// serves (ShardState::ExportChunks, shared, not copied), each with its CRC-32.
-// FailedPrecondition: the request is of another version; InvalidArgument: a
-// chunk is not this shard's.
-StatusOr<MoveReply> AnswerMoveRequest(const ShardState& state, const MoveRequest& request);
+// serves (ShardState::ExportChunks, shared, not copied) and the sparse tables'
+// rows of the partitions asked (ShardState::ExportPartitions), each blob with
+// its CRC-32. FailedPrecondition: the request is of another version;
+// InvalidArgument: a chunk or a partition is not this shard's.
+StatusOr<MoveReply> AnswerMoveRequest(ShardState& state, const MoveRequest& request);
 
 class ShardMover {
  public:
@@ -42,6 +44,8 @@ class ShardMover {
     std::string token;               // the job's, on every request
     Channel::Options channel;        // how to reach the other shards
     uint64_t page_bytes = 32 << 20;  // chunk values per MoveRequest (their slots come too)
+    uint32_t page_partitions = 64;   // row partitions per MoveRequest (their rows' sizes are
+                                     // not known beforehand)
     std::chrono::milliseconds reply_wait{60000};  // per request
   };
   ShardMover(Options options, zmq::context_t* context)
@@ -50,8 +54,7 @@ class ShardMover {
   // Starts the move `reshard` describes from `current`, the layout this shard
   // serves at version reshard.step: asks each holder for its first page. Any
   // move begun before is dropped. InvalidArgument: the map is not newer than
-  // current's or not one of its chunks, or names a holder without an address;
-  // Unimplemented: it moves row partitions of sparse tables.
+  // current's or not one of its chunks, or names a holder without an address.
   // A move that gains nothing is staged at once.
   Status Start(const Reshard& reshard, const Layout& current);
 
@@ -95,7 +98,11 @@ class ShardMover {
   struct Holder {
     ShardId shard;
     std::unique_ptr<Channel> channel;
-    std::vector<std::vector<ChunkId>> pages;
+    struct Page {
+      std::vector<ChunkId> chunks;
+      std::vector<uint32_t> partitions;  // rows of every sparse table in them
+    };
+    std::vector<Page> pages;
     size_t next = 0;  // the page to ask for next; pages[next - 1] is awaited while waiting
     bool waiting = false;
     std::chrono::steady_clock::time_point deadline;
@@ -107,6 +114,7 @@ class ShardMover {
   const Options options_;
   zmq::context_t* const context_;
   std::optional<Reshard> reshard_;
+  size_t tables_ = 0;  // the layout's sparse tables
   ShardMap from_;
   std::vector<Holder> holders_;
   size_t pending_ = 0;  // holders not done

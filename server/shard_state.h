@@ -105,6 +105,7 @@ class ShardState {
   Status Configure(const ShardConfig& config);
   bool has_layout() const { return layout_.has_value(); }
   const Layout& layout() const { return *layout_; }  // has_layout() first
+  ShardId shard() const { return shard_; }
   // Current version: -1 until the initial values arrived.
   Step version() const { return version_; }
   // The job's timeline as the coordinator last named it (ShardConfig, Rollback;
@@ -201,13 +202,20 @@ class ShardState {
   // copied): what a shard that gains them adopts. InvalidArgument: a chunk is
   // not this shard's; FailedPrecondition before the initial values.
   StatusOr<std::vector<BlobRef>> ExportChunks(const std::vector<ChunkId>& chunks) const;
+  // The stored rows of every sparse table in row `partitions` (this shard's, of
+  // the current version; SparseTable::ExportRows), one blob per table named
+  // "rows/<table>/<first partition>". InvalidArgument: a partition is not this
+  // shard's; FailedPrecondition before the initial values; store errors.
+  StatusOr<std::vector<BlobRef>> ExportPartitions(const std::vector<uint32_t>& partitions);
   // Takes `map`, newer than the layout's: the chunks it gives this shard and the
   // current map does not come from `gained` (ExportChunks' blobs, of version
   // `version`), the ones it gives another shard are dropped. Call it between
   // steps, at `version` (a shard that held nothing yet starts serving it). All
   // or nothing: DataLoss when `gained` lacks a blob, has one too many or of the
-  // wrong size; FailedPrecondition for an older map or another version;
-  // Unimplemented when the map moves row partitions of sparse tables.
+  // wrong size; FailedPrecondition for an older map or another version. The
+  // sparse tables' rows of the partitions it gives another shard leave them,
+  // those of the partitions it gives this shard come from `gained`'s
+  // "rows/<table>/..." blobs (ExportPartitions'; SparseTable::Move).
   Status AdoptMap(const ShardMap& map, Step version, std::vector<Blob> gained);
 
   // Drops every version and the optimizer state, keeping the job config: the

@@ -81,6 +81,17 @@ class ShardState::BlobSet {
     ++used_;
     return it->second;
   }
+  // Every blob whose name starts with `prefix`, in name order.
+  std::vector<Blob*> TakePrefix(const std::string& prefix) {
+    std::vector<Blob*> out;
+    for (auto& [name, blob] : by_name_) {
+      if (name.compare(0, prefix.size(), prefix) == 0) out.push_back(blob);
+    }
+    std::sort(out.begin(), out.end(),
+              [](const Blob* a, const Blob* b) { return a->name < b->name; });
+    used_ += out.size();
+    return out;
+  }
   // DataLoss when a blob was not taken.
   Status AllTaken() const {
     if (used_ == by_name_.size()) return OkStatus();
@@ -189,6 +200,30 @@ StatusOr<std::vector<BlobRef>> ShardState::ExportChunks(const std::vector<ChunkI
   return out;
 }
 
+StatusOr<std::vector<BlobRef>> ShardState::ExportPartitions(
+    const std::vector<uint32_t>& partitions) {
+  std::vector<BlobRef> out;
+  if (partitions.empty()) return out;
+  if (!layout_ || version_.value() < 0)
+    return FailedPrecondition("no version to move before the initial values");
+  std::vector<char> asked(kRowPartitions, 0);
+  for (uint32_t p : partitions) {
+    if (p >= kRowPartitions || layout_->map.partition_owner[p] != shard_) {
+      return InvalidArgument("row partition " + std::to_string(p) + " is not shard " +
+                             std::to_string(shard_.value()) + "'s");
+    }
+    asked[p] = 1;
+  }
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    auto rows = std::make_shared<std::string>();
+    EPS_RETURN_IF_ERROR(tables_[t]->ExportRows(
+        [&](uint64_t row) { return asked[RowPartition(row)] != 0; }, rows.get()));
+    out.push_back({"rows/" + std::to_string(t) + "/" + std::to_string(partitions.front()),
+                   rows->data(), rows->size(), rows});
+  }
+  return out;
+}
+
 Status ShardState::AdoptMap(const ShardMap& map, Step version, std::vector<Blob> gained) {
   if (!layout_) return FailedPrecondition("no layout to move chunks of");
   if (map.generation <= layout_->map.generation) {
@@ -211,8 +246,6 @@ Status ShardState::AdoptMap(const ShardMap& map, Step version, std::vector<Blob>
   }
   Layout next = *layout_;
   EPS_RETURN_IF_ERROR(next.SetShardMap(map));
-  if (!layout_->sparse.empty() && next.map.partition_owner != layout_->map.partition_owner)
-    return Unimplemented("moving the rows of sparse tables is not built yet");
   // The gained chunks' state is loaded beside the state, which changes only once all of it
   // is there: all or nothing.
   EPS_ASSIGN_OR_RETURN(BlobSet blobs, BlobSet::Of(gained, "the move to generation " +
@@ -223,7 +256,22 @@ Status ShardState::AdoptMap(const ShardMap& map, Step version, std::vector<Blob>
     adopted.emplace_back(c.id, ChunkSlot{});
     EPS_RETURN_IF_ERROR(LoadChunk(c.id, blobs, version.value() > 0, &adopted.back().second));
   }
+  std::vector<std::string> rows(tables_.size());
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    for (const Blob* b : blobs.TakePrefix("rows/" + std::to_string(t) + "/")) rows[t] += b->bytes;
+  }
   EPS_RETURN_IF_ERROR(blobs.AllTaken());
+  // The tables' rows: each validates its whole part before it changes.
+  const ShardId me = shard_;
+  const bool rows_move = next.map.partition_owner != layout_->map.partition_owner;
+  for (size_t t = 0; rows_move && t < tables_.size(); ++t) {
+    EPS_RETURN_IF_ERROR(
+        tables_[t]
+            ->Move(
+                version, [&](uint64_t row) { return next.map.OwnerOfRow(row) != me; }, rows[t])
+            .WithContext("sparse table " + layout_->tensors[layout_->sparse[t]].name));
+  }
+  previous_rows_.clear();  // no pull of the version before the move comes after it
   for (ChunkId id : mine_) {
     if (next.chunks[id.value()].shard != shard_) slots_[id.value()] = ChunkSlot{};
   }

@@ -124,10 +124,13 @@ TEST(ShardStateMap, ACheckpointKeepsItsMap) {
 
 // ---- chunks moving between shards ----
 
-std::vector<TensorSpec> DenseTensors() {
-  return {{"w", TensorKind::kParameter, DType::kFloat32, {6, 5}},
-          {"b", TensorKind::kParameter, DType::kFloat32, {9}},
-          LossTensor()};
+// With `sparse`, a table of 64 rows of 2 too (Layout::sparse's table 0).
+std::vector<TensorSpec> DenseTensors(bool sparse = false) {
+  std::vector<TensorSpec> t = {{"w", TensorKind::kParameter, DType::kFloat32, {6, 5}},
+                               {"b", TensorKind::kParameter, DType::kFloat32, {9}}};
+  if (sparse) t.push_back({"e", TensorKind::kParameter, DType::kFloat32, {64, 2}, true});
+  t.push_back(LossTensor());
+  return t;
 }
 
 JobSpec AdamSpec() {
@@ -154,8 +157,10 @@ ChunkBytes Data(const Layout& layout, ChunkId id, int step) {
   return {id, v->data(), v->size() * sizeof(float), v};
 }
 
-// The pushes of step `step` (-1: the initial values) to a shard holding `chunks`.
-Push StepPush(const Layout& layout, const std::vector<ChunkId>& chunks, int step) {
+// The pushes of step `step` (-1: the initial values) to shard `shard` holding
+// `chunks`; with a sparse table, its rows the step touches that `shard` holds.
+Push StepPush(const Layout& layout, const std::vector<ChunkId>& chunks, int step,
+              ShardId shard = ShardId(0)) {
   Push p;
   p.epoch = Epoch(1);
   p.step = Step(step);
@@ -165,6 +170,21 @@ Push StepPush(const Layout& layout, const std::vector<ChunkId>& chunks, int step
       continue;
     p.chunks.push_back(Data(layout, id, step));
   }
+  if (step < 0 || layout.sparse.empty()) return p;
+  auto ids = std::make_shared<std::vector<uint64_t>>();
+  auto values = std::make_shared<std::vector<float>>();
+  for (uint64_t row = static_cast<uint64_t>(step) % 5; row < 64; row += 3 + step % 4) {
+    if (layout.ShardOfRow(row) != shard) continue;
+    ids->push_back(row);
+    values->push_back(static_cast<float>((row * 13 + step * 7) % 11) * 0.25f - 1.3f);
+    values->push_back(static_cast<float>((row * 5 + step) % 9) * 0.5f - 2.1f);
+  }
+  SparseRowBytes rows;
+  rows.table = 0;
+  rows.rows = static_cast<uint32_t>(ids->size());
+  rows.ids = {ChunkId(0), ids->data(), ids->size() * sizeof(uint64_t), ids};
+  rows.values = {ChunkId(0), values->data(), values->size() * sizeof(float), values};
+  p.sparse.push_back(std::move(rows));
   return p;
 }
 
@@ -172,15 +192,17 @@ Push StepPush(const Layout& layout, const std::vector<ChunkId>& chunks, int step
 // whichever shard holds each chunk now.
 class Shards {
  public:
-  // `n` shards, and `configured - n` more that hold nothing yet.
-  Shards(uint32_t n, uint32_t configured) {
-    StatusOr<Layout> layout = MakeLayout(DenseTensors(), n, 4);
+  // `n` shards, and `configured - n` more that hold nothing yet; `sparse`: with
+  // a sparse table (in memory).
+  Shards(uint32_t n, uint32_t configured, bool sparse = false) : sparse_(sparse) {
+    StatusOr<Layout> layout = MakeLayout(DenseTensors(sparse), n, 4);
     EXPECT_TRUE(layout.ok());
     layout_ = *layout;
     for (uint32_t s = 0; s < configured; ++s) {
       states_.push_back(std::make_unique<ShardState>(ShardId(s)));
-      EXPECT_TRUE(
-          states_.back()->Configure(ShardConfig{AdamSpec(), DenseTensors(), 1, layout_.map}).ok());
+      EXPECT_TRUE(states_.back()
+                      ->Configure(ShardConfig{AdamSpec(), DenseTensors(sparse), 1, layout_.map})
+                      .ok());
     }
     for (uint32_t s = 0; s < n; ++s) {
       EXPECT_TRUE(states_[s]->HandlePush(StepPush(layout_, states_[s]->chunks(), -1)).ok());
@@ -194,16 +216,17 @@ class Shards {
       for (auto& state : states_) {
         if (state->chunks().empty()) continue;
         StatusOr<ShardState::PushOutcome> out =
-            state->HandlePush(StepPush(layout_, state->chunks(), step));
+            state->HandlePush(StepPush(state->layout(), state->chunks(), step, state->shard()));
         ASSERT_TRUE(out.ok()) << out.status().ToString();
         ASSERT_TRUE(out->completed.has_value()) << "step " << step;
       }
     }
   }
 
-  // Every chunk's bits at the current version, whichever shard holds it.
-  std::map<uint32_t, std::string> Values() {
-    std::map<uint32_t, std::string> out;
+  // Every chunk's bits at the current version, whichever shard holds it (keys:
+  // chunk ids), and every stored row's of the table (keys: "row" and its id).
+  std::map<std::string, std::string> Values() {
+    std::map<std::string, std::string> out;
     for (auto& state : states_) {
       if (state->chunks().empty()) continue;
       Pull pull;
@@ -212,7 +235,22 @@ class Shards {
       EXPECT_TRUE(reply.ok()) << reply.status().ToString();
       if (!reply.ok()) continue;
       for (const ChunkBytes& c : reply->chunks)
-        out[c.chunk.value()] = std::string(static_cast<const char*>(c.data), c.size);
+        out[std::to_string(c.chunk.value())] =
+            std::string(static_cast<const char*>(c.data), c.size);
+      if (!sparse_) continue;
+      pull.sparse = {SparseRead{0, Step(-1)}};
+      reply = state->Answer(pull);
+      EXPECT_TRUE(reply.ok()) << reply.status().ToString();
+      if (!reply.ok()) continue;
+      for (const SparseRowBytes& r : reply->sparse) {
+        for (uint32_t i = 0; i < r.rows; ++i) {
+          uint64_t id;
+          std::memcpy(&id, static_cast<const char*>(r.ids.data) + i * sizeof id, sizeof id);
+          EXPECT_EQ(out.count("row" + std::to_string(id)), 0u) << "row " << id << " twice";
+          out["row" + std::to_string(id)] = std::string(
+              static_cast<const char*>(r.values.data) + i * 2 * sizeof(float), 2 * sizeof(float));
+        }
+      }
     }
     return out;
   }
@@ -220,13 +258,14 @@ class Shards {
   const Layout& layout() const { return layout_; }
 
  private:
-  Layout layout_;
+  const bool sparse_;
+  Layout layout_;  // the first map's
   std::vector<std::unique_ptr<ShardState>> states_;
 };
 
-// Moves chunks as the shards would: every export before any adoption.
-void Move(Shards& shards, const ShardMap& to, Step version) {
-  const ShardMap from = shards.layout().map;
+// Moves chunks and row partitions from map `from` to `to` as the shards would:
+// every export before any adoption.
+void Move(Shards& shards, const ShardMap& from, const ShardMap& to, Step version) {
   std::vector<std::vector<Blob>> gained(shards.size());
   for (ChunkId c : MovesBetween(from, to, shards.layout().ChunkSizes()).chunks) {
     StatusOr<std::vector<BlobRef>> blobs =
@@ -234,47 +273,63 @@ void Move(Shards& shards, const ShardMap& to, Step version) {
     ASSERT_TRUE(blobs.ok()) << blobs.status().ToString();
     for (Blob& b : Copied(*blobs)) gained[to.chunk_owner[c.value()].value()].push_back(b);
   }
+  for (uint32_t holder = 0; holder < shards.size(); ++holder) {
+    for (uint32_t taker = 0; taker < shards.size(); ++taker) {
+      std::vector<uint32_t> partitions;
+      for (uint32_t p = 0; p < kRowPartitions; ++p) {
+        if (from.partition_owner[p] == ShardId(holder) && to.partition_owner[p] == ShardId(taker) &&
+            holder != taker)
+          partitions.push_back(p);
+      }
+      StatusOr<std::vector<BlobRef>> rows = shards[holder].ExportPartitions(partitions);
+      ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+      for (Blob& b : Copied(*rows)) gained[taker].push_back(b);
+    }
+  }
   for (uint32_t s = 0; s < shards.size(); ++s) {
     Status st = shards[s].AdoptMap(to, version, std::move(gained[s]));
     ASSERT_TRUE(st.ok()) << s << ": " << st.ToString();
   }
 }
 
-TEST(ShardStateMove, ChunksMovedBetweenStepsGiveTheBitsOfTheUnmovedJob) {
-  Shards fixed(2, 2);
-  fixed.Train(0, 6);
+// Without and with a sparse table (its rows and their moments move with their partitions).
+TEST(ShardStateMove, ChunksAndRowsMovedBetweenStepsGiveTheBitsOfTheUnmovedJob) {
+  for (bool sparse : {false, true}) {
+    SCOPED_TRACE(sparse ? "with a sparse table" : "dense");
+    Shards fixed(2, 2, sparse);
+    fixed.Train(0, 6);
 
-  Shards moving(2, 3);  // shard 2 configured, holding nothing
-  EXPECT_TRUE(moving[2].chunks().empty());
-  moving.Train(0, 3);
-  const std::vector<uint64_t> sizes = moving.layout().ChunkSizes();
-  StatusOr<ShardMap> three =
-      Rebalance(moving.layout().map, sizes, {ShardId(0), ShardId(1), ShardId(2)});
-  ASSERT_TRUE(three.ok());
-  ASSERT_FALSE(MovesBetween(moving.layout().map, *three, sizes).chunks.empty());
-  Move(moving, *three, Step(3));
-  EXPECT_FALSE(moving[2].chunks().empty());
-  EXPECT_EQ(moving[2].version(), Step(3));
-  moving.Train(3, 5);
-  // And back to two, shard 0 leaving: its chunks and their optimizer state move again.
-  StatusOr<ShardMap> two = Rebalance(*three, sizes, {ShardId(1), ShardId(2)});
-  ASSERT_TRUE(two.ok());
-  StatusOr<Layout> at_three = MakeLayout(DenseTensors(), 2, 4);
-  ASSERT_TRUE(at_three.ok() && at_three->SetShardMap(*three).ok());
-  std::vector<std::vector<Blob>> gained(3);
-  for (ChunkId c : MovesBetween(*three, *two, sizes).chunks) {
-    StatusOr<std::vector<BlobRef>> blobs =
-        moving[three->chunk_owner[c.value()].value()].ExportChunks({c});
-    ASSERT_TRUE(blobs.ok());
-    for (Blob& b : Copied(*blobs)) gained[two->chunk_owner[c.value()].value()].push_back(b);
+    Shards moving(2, 3, sparse);  // shard 2 configured, holding nothing
+    EXPECT_TRUE(moving[2].chunks().empty());
+    moving.Train(0, 3);
+    const std::vector<uint64_t> sizes = moving.layout().ChunkSizes();
+    StatusOr<ShardMap> three =
+        Rebalance(moving.layout().map, sizes, {ShardId(0), ShardId(1), ShardId(2)});
+    ASSERT_TRUE(three.ok());
+    ASSERT_FALSE(MovesBetween(moving.layout().map, *three, sizes).chunks.empty());
+    Move(moving, moving.layout().map, *three, Step(3));
+    EXPECT_FALSE(moving[2].chunks().empty());
+    EXPECT_EQ(moving[2].version(), Step(3));
+    EXPECT_EQ(moving.Values(), [&] {
+      Shards at3(2, 2, sparse);
+      at3.Train(0, 3);
+      return at3.Values();
+    }());
+    moving.Train(3, 5);
+    // And back to two, shard 0 leaving: its chunks, rows and optimizer state move again.
+    StatusOr<ShardMap> two = Rebalance(*three, sizes, {ShardId(1), ShardId(2)});
+    ASSERT_TRUE(two.ok());
+    Move(moving, *three, *two, Step(5));
+    EXPECT_TRUE(moving[0].chunks().empty());
+    moving.Train(5, 6);
+
+    const auto values = moving.Values();
+    EXPECT_EQ(values, fixed.Values());
+    size_t chunks = 0;
+    for (const auto& [key, bytes] : values) chunks += key.rfind("row", 0) != 0 ? 1 : 0;
+    EXPECT_EQ(chunks, fixed.layout().chunks.size() - 1);  // all but the loss's
+    if (sparse) EXPECT_GT(values.size() - chunks, 20u);   // rows stepped and stored
   }
-  for (uint32_t s = 0; s < 3; ++s)
-    ASSERT_TRUE(moving[s].AdoptMap(*two, Step(5), gained[s]).ok()) << s;
-  EXPECT_TRUE(moving[0].chunks().empty());
-  moving.Train(5, 6);
-
-  EXPECT_EQ(moving.Values(), fixed.Values());
-  EXPECT_EQ(moving.Values().size(), fixed.layout().chunks.size() - 1);  // all but the loss's
 }
 
 TEST(ShardStateMove, AMoveMissingABlobOrOfAnotherVersionChangesNothing) {
@@ -319,27 +374,6 @@ TEST(ShardStateMove, AMoveMissingABlobOrOfAnotherVersionChangesNothing) {
   // The same map again (no newer generation) is refused.
   ShardMap same = moving.layout().map;
   EXPECT_EQ(moving[1].AdoptMap(same, Step(2), {}).code(), StatusCode::kFailedPrecondition);
-}
-
-TEST(ShardStateMove, RowPartitionsOfSparseTablesDoNotMoveYet) {
-  ShardState state(ShardId(0));
-  ASSERT_TRUE(state.Configure(ShardConfig{Spec(), Tensors(), 1}).ok());
-  StatusOr<Layout> layout = MakeLayout(Tensors(), 2, 4);
-  ASSERT_TRUE(layout.ok());
-  std::vector<std::vector<float>> values;
-  ASSERT_TRUE(state.HandlePush(InitPush(*layout, ShardId(0), &values)).ok());
-  StatusOr<ShardMap> three =
-      Rebalance(layout->map, layout->ChunkSizes(), {ShardId(0), ShardId(1), ShardId(2)});
-  ASSERT_TRUE(three.ok());
-  EXPECT_EQ(state.AdoptMap(*three, Step(0), {}).code(), StatusCode::kUnimplemented);
-  // A running shard says so at once, before asking anyone for anything.
-  zmq::context_t context(1);
-  ShardMover mover(ShardMover::Options{}, &context);
-  EXPECT_EQ(
-      mover.Start(Reshard{*three, Step(0), {"tcp://127.0.0.1:1", "tcp://127.0.0.1:1"}}, *layout)
-          .code(),
-      StatusCode::kUnimplemented);
-  EXPECT_FALSE(mover.active());
 }
 
 // ---- running shards handing chunks over ----
@@ -444,14 +478,15 @@ TEST(ShardService, RunningShardsHandChunksOverAndTheJobGoesOnWithTheSameBits) {
     for (uint32_t s = 0; s < 3; ++s)
       shards[s]->Push(StepPush(three, three.ChunksOf(ShardId(s)), step));
   }
-  std::map<uint32_t, std::string> values;
+  std::map<std::string, std::string> values;
   for (uint32_t s = 0; s < 3; ++s) {
     auto reply = shards[s]->client->Send(Pull{Step(6), {}});
     ASSERT_TRUE(reply.ok()) << reply.status().ToString();
     auto* pulled = std::get_if<PullReply>(&reply->body);
     ASSERT_NE(pulled, nullptr) << BodyName(reply->body);
     for (const ChunkBytes& c : pulled->chunks)
-      values[c.chunk.value()] = std::string(static_cast<const char*>(c.data), c.size);
+      values[std::to_string(c.chunk.value())] =
+          std::string(static_cast<const char*>(c.data), c.size);
   }
   EXPECT_EQ(values, fixed.Values());
   // A chunk handed over is refused by its old holder now.
@@ -537,7 +572,7 @@ TEST(ShardService, ShardsRestartedAfterTheCommitTakeTheirPartFromTheirStores) {
   }
   shards.clear();
 
-  const std::map<uint32_t, std::string> want = fixed.Values();
+  const std::map<std::string, std::string> want = fixed.Values();
   for (uint32_t id : {2u, 0u}) {  // the shard that gained, and one that lost
     SCOPED_TRACE("shard " + std::to_string(id));
     ServedShard restarted(&context, dir, id);
@@ -553,7 +588,8 @@ TEST(ShardService, ShardsRestartedAfterTheCommitTakeTheirPartFromTheirStores) {
     std::vector<ChunkId> held;
     for (const ChunkBytes& c : pulled->chunks) {
       held.push_back(c.chunk);
-      EXPECT_EQ(std::string(static_cast<const char*>(c.data), c.size), want.at(c.chunk.value()))
+      EXPECT_EQ(std::string(static_cast<const char*>(c.data), c.size),
+                want.at(std::to_string(c.chunk.value())))
           << "chunk " << c.chunk;
     }
     std::vector<ChunkId> expected;
