@@ -135,10 +135,13 @@ void JobState::CommitReshard() {
   move_->committing = true;
   for (uint32_t s : members_) shard_done_[s] = Step(step_.value() - 1);  // it serves step()
   // The shell persists the layout's map and removed_shards() before these
-  // leave: the commit point. A shard leaving is done: its state is staged.
+  // leave: the commit point. A shard leaving is done: its state is staged. A
+  // spare that registered meanwhile learns the map it will move from.
   const ShardConfig config = Config();
-  for (uint32_t s : move_->involved) {
-    if (IsMember(s)) {
+  for (uint32_t s = 0; s < kMaxShardId; ++s) {
+    if (!shard_registered_[s]) continue;
+    const bool involved = std::binary_search(move_->involved.begin(), move_->involved.end(), s);
+    if (IsMember(s) || !involved) {
       out_.push_back({Outgoing::To::kShard, s, config});
       continue;
     }

@@ -69,8 +69,17 @@ Status ShardState::Configure(const ShardConfig& config) {
   if (layout_) {
     if (layout_->tensors != layout.tensors)
       return FailedPrecondition("shard already holds a different model layout");
-    if (!(layout_->map == layout.map))
+    if (layout_->map == layout.map) return OkStatus();
+    // A spare (docs/design.md, "Elastic shards") holds nothing under either map: it follows
+    // the job's map as moves between other shards change it.
+    const auto holds_in = [&](const ShardMap& m) {
+      return std::find(m.chunk_owner.begin(), m.chunk_owner.end(), shard_) != m.chunk_owner.end() ||
+             std::find(m.partition_owner.begin(), m.partition_owner.end(), shard_) !=
+                 m.partition_owner.end();
+    };
+    if (holds_in(layout_->map) || holds_in(layout.map))
       return FailedPrecondition("shard already holds another shard map");
+    layout_->map = layout.map;
     return OkStatus();
   }
   EPS_ASSIGN_OR_RETURN(TensorSelection freeze,

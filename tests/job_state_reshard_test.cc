@@ -101,7 +101,7 @@ TEST(JobStateReshard, ASpareShardIsTakenInAtTheNextStepBoundaryAndTheWorkersLear
     ASSERT_TRUE(configs[0].map.has_value());
     EXPECT_EQ(configs[0].map->generation, 1u);
   }
-  EXPECT_EQ(d.state.phase(), JobState::Phase::kResharding);  // until every shard took it
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kResharding);  // until every member took it
 
   // Every shard took it: the workers register again to learn it.
   d.Events();
@@ -137,6 +137,28 @@ TEST(JobStateReshard, ASpareShardIsTakenInAtTheNextStepBoundaryAndTheWorkersLear
   EXPECT_EQ(d.state.step(), Step(1));
   d.ShardDone(2, 1);
   EXPECT_EQ(d.state.step(), Step(2));
+}
+
+TEST(JobStateReshard, ASpareRegisteringDuringAMoveLearnsItsMapAndIsTakenInByTheNext) {
+  Job job;
+  Driver& d = job.d;
+  ASSERT_TRUE(d.state.OnShardRegistered(ShardId(2), Address(2)).ok());
+  job.Step(0, {0, 1});
+  ASSERT_EQ(d.Reshards(2).size(), 1u);
+  ASSERT_TRUE(d.state.OnShardRegistered(ShardId(3), Address(3)).ok());
+  EXPECT_TRUE(d.Reshards(3).empty());  // not in this move
+  d.Configs(3);
+  job.Ready({0, 1, 2}, 1, false);
+  const std::vector<ShardConfig> configs = d.Configs(3);
+  ASSERT_EQ(configs.size(), 1u);  // the committed map: the one the next move leaves
+  EXPECT_EQ(configs[0].map->generation, 1u);
+  job.Ready({0, 1, 2}, 1, true);
+  // The next move starts at once, from that map.
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kResharding);
+  const std::vector<Reshard> next = d.Reshards(3);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].map.generation, 2u);
+  EXPECT_EQ(next[0].map.Shards().size(), 4u);
 }
 
 TEST(JobStateReshard, ARemovedShardHandsItsStateOverAndIsToldToExitAtTheCommit) {

@@ -100,6 +100,24 @@ TEST(ShardStateMap, AConfigWithAMapNotOfItsChunksOrAnotherMapIsRefused) {
   EXPECT_TRUE(state.Configure(ShardConfig{Spec(), Tensors(), 1, map}).ok());
 }
 
+// A spare, holding nothing under either map, follows the job's map as moves between
+// other shards change it.
+TEST(ShardStateMap, ASpareTakesAnotherMapInWhichItHoldsNothing) {
+  ShardState spare(ShardId(5));
+  StatusOr<Layout> two = MakeLayout(Tensors(), 2, 4);
+  ASSERT_TRUE(two.ok());
+  ASSERT_TRUE(spare.Configure(ShardConfig{Spec(), Tensors(), 1, two->map}).ok());
+  const ShardMap three = ThreeShards();
+  ASSERT_TRUE(spare.Configure(ShardConfig{Spec(), Tensors(), 1, three}).ok());
+  EXPECT_EQ(spare.layout().map, three);
+  EXPECT_TRUE(spare.chunks().empty());
+  // Shard 2 holds chunks under `three`: no config changes its map.
+  ShardState member(ShardId(2));
+  ASSERT_TRUE(member.Configure(ShardConfig{Spec(), Tensors(), 1, three}).ok());
+  EXPECT_EQ(member.Configure(ShardConfig{Spec(), Tensors(), 1, two->map}).code(),
+            StatusCode::kFailedPrecondition);
+}
+
 TEST(ShardStateMap, ACheckpointKeepsItsMap) {
   const ShardMap map = ThreeShards();
   StatusOr<Layout> layout = MakeLayout(Tensors(), 2, 4);

@@ -1,14 +1,16 @@
 """Elastic shards (issue #39, docs/design.md "Elastic shards", docs/operations.md "Adding and removing shards"):
-shards added and removed while a job runs, with workers joining and one SIGKILLed meanwhile, end on the digest of
-the job that never changed its shards. Holds (`elasticps hold`) place every change at a known step, so no timing
+shards added and removed while a job runs (an mlp job, and one whose sparse table spills to RocksDB), with workers
+joining and one SIGKILLed meanwhile, or with the receiving shard or the coordinator SIGKILLed mid-move, end on the
+digest of the job that never changed its shards. Holds (`elasticps hold`) place every change at a known step, so no timing
 decides where it lands."""
 import os
 import signal
 import subprocess
 import unittest
 
-from harness import (BIN, ENV, LOCAL, MLP, RunDirTest, logs, poll_until, read_events, read_result, wait_for_event,
-                     wait_for_file)
+import test_sparse
+from harness import (BIN, ENV, LOCAL, MLP, RunDirTest, logs, poll_until, read_events, read_result, skip_or_fail,
+                     wait_for_event, wait_for_file)
 
 STEPS = 40
 # Chunks of 8192 elements: enough of them for every shard to hold some.
@@ -33,10 +35,26 @@ class Reshard(RunDirTest):
         poll_until(gone, 60, what)
 
     def test_a_shards_added_and_removed_mid_run_with_a_join_and_a_kill_keep_the_digest(self):
-        _, _, reference = self.run_local("reference", MLP, servers=2, workers=2, extra=EXTRA)
-        d = self.run_dir("job")
+        self.scale_2_4_3("mlp", EXTRA)
+
+    def test_c_a_sparse_table_job_scaled_2_4_3_with_a_join_and_a_kill_keeps_the_digest(self):
+        """test_sparse's hashed EmbeddingBag model (a sparse=True table of 2^16 rows, Adam), its rows beyond 1 MB
+        spilled to RocksDB: the rows, their moments and versions move with their partitions."""
+        if test_sparse.made() is None:
+            skip_or_fail(self, "cannot script the module: " + test_sparse._made["log"][-2000:])
+        d = test_sparse.made()
+        job = [f"--model={d}/hashed.pt", f"--train_data={d}/ids.npy", f"--train_labels={d}/labels.npy",
+               *test_sparse.JOB, *test_sparse.SPILL, f"--steps={STEPS}", "--test_limit=-1", "--chunk_elems=128"]
+        self.scale_2_4_3("sparse", job)
+
+    def scale_2_4_3(self, name, extra):
+        """The job `extra` (coordinator flags after the mlp's job file) on 2 shards and 2 workers, scaled to 4 shards
+        at step 8 and to 3 at step 9, a worker joining and one SIGKILLed at step 12: the digests (parameters and
+        optimizer state) of the same job on 2 fixed shards, and export_model reads them from the stores."""
+        _, _, reference = self.run_local(name + "-reference", MLP, servers=2, workers=2, extra=extra)
+        d = self.run_dir(name)
         job = self.start([LOCAL, "--job", MLP, "--servers", "2", "--workers", "2", "--run-dir", d,
-                          "--checkpoint-every", "5", "--", *EXTRA], os.path.join(self.tmp, "local.out"))
+                          "--checkpoint-every", "5", "--", *extra], os.path.join(self.tmp, name + ".out"))
         addr = wait_for_file(os.path.join(d, "coordinator.addr"), proc=job)
         token = os.path.join(d, "token")
         self.control(d, "hold", "--from-step=8")
@@ -50,7 +68,7 @@ class Reshard(RunDirTest):
                    120, "shards 2 and 3 were not taken in")
         moves = read_events(d, "resharding")
         self.assertTrue(all(e["step"] == 8 for e in moves), moves)
-        self.assertTrue(all(e["bytes"] > 0 for e in moves), moves)
+        self.assertTrue(all(e["bytes"] > 0 or e["partitions"] > 0 for e in moves), moves)
         status = self.control(d, "shards")
         self.assertEqual([(s["shard"], s["role"]) for s in status["shards"]],
                          [(0, "member"), (1, "member"), (2, "member"), (3, "member")])
@@ -86,10 +104,11 @@ class Reshard(RunDirTest):
         result = read_result(d)
         self.assertEqual(result["steps"], STEPS)
         self.assertEqual(result["params_sha256"], reference["params_sha256"])
+        self.assertEqual(result["optimizer_digest"], reference["optimizer_digest"])
         self.assertEqual({e["step"] for e in read_events(d, "step_completed")}, set(range(STEPS)))
         # export_model reads the final step from the stores of the shards of the newest map.
         exported = subprocess.run([os.path.join(BIN, "export_model"), f"--stores={d}/store",
-                                   f"--out={self.tmp}/exported.safetensors"], env=ENV, capture_output=True, text=True,
+                                   f"--out={self.tmp}/{name}.safetensors"], env=ENV, capture_output=True, text=True,
                                   timeout=120)
         self.assertEqual(exported.returncode, 0, exported.stderr)
         self.assertIn(f"params_sha256 {reference['params_sha256']}", exported.stdout)
@@ -152,6 +171,10 @@ class Reshard(RunDirTest):
 
 
 ROOT_LAUNCHER = os.path.join(os.path.dirname(LOCAL))
+
+
+def tearDownModule():
+    test_sparse.tearDownModule()  # the hashed model test_c made
 
 if __name__ == "__main__":
     unittest.main()
