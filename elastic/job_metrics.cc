@@ -1,5 +1,6 @@
 #include "elastic/job_metrics.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 namespace eps {
@@ -13,7 +14,10 @@ const char* MembershipKind(const JobEvent& event) {
   using E = JobEvent;
   if (std::holds_alternative<E::WorkerJoined>(event.what)) return "join";
   if (std::holds_alternative<E::WorkerLeft>(event.what)) return "leave";
-  if (std::holds_alternative<E::WorkerDead>(event.what)) return "death";
+  if (const auto* dead = std::get_if<E::WorkerDead>(&event.what)) {
+    // A worker that registers again to learn a new shard map did not die.
+    return dead->cause == E::WorkerDead::Cause::kResharded ? nullptr : "death";
+  }
   if (std::holds_alternative<E::WorkerRefused>(event.what)) return "refused";
   return nullptr;
 }
@@ -39,8 +43,17 @@ JobMetrics::JobMetrics(Metrics* m)
           m->GetGauge("eps_test_accuracy", "Test accuracy of the newest evaluation (0: none).")),
       assignment_epoch_(
           m->GetGauge("eps_assignment_epoch", "The VW assignment's epoch (changes on replans).")),
+      shards_(m->GetGauge("eps_shards", "Shards in the job's shard map.")),
+      map_generation_(
+          m->GetGauge("eps_shard_map_generation",
+                      "The shard map's generation (one more at each change of shards).")),
+      resharding_(m->GetGauge("eps_resharding", "1 while shard state moves between shards.")),
       rollbacks_(m->GetCounter("eps_rollbacks_total",
                                "Rollbacks to a durable step after a shard restarted.")),
+      reshards_(m->GetCounter("eps_reshards_total",
+                              "Moves of shard state committed (shards added or removed).")),
+      reshard_bytes_(m->GetCounter("eps_reshard_bytes_total",
+                                   "Bytes of shard state moved (values and optimizer slots).")),
       step_seconds_(m->GetHistogram("eps_step_duration_seconds",
                                     "Seconds from one step's completion to the next's.",
                                     ExponentialBuckets(0.005, 2, 14))) {
@@ -62,6 +75,10 @@ void JobMetrics::Publish(const JobStatusReply& s) {
   held_.Set(s.phase == "held" ? 1 : 0);
   if (s.evaluated) test_accuracy_.Set(s.test_accuracy);
   assignment_epoch_.Set(double(s.assignment_epoch.value()));
+  map_generation_.Set(double(s.map_generation));
+  resharding_.Set(s.resharding ? 1 : 0);
+  shards_.Set(double(std::count_if(s.shards.begin(), s.shards.end(),
+                                   [](const ShardStatus& sh) { return sh.role != "spare"; })));
   std::vector<Labels> live;
   double holding = 0;
   for (const WorkerStatus& w : s.workers) {
@@ -93,6 +110,10 @@ void JobMetrics::OnEvent(const JobEvent& event) {
     if (last_step_at_)
       step_seconds_.Observe(std::chrono::duration<double>(event.at - *last_step_at_).count());
     last_step_at_ = event.at;
+  } else if (const auto* moved = std::get_if<JobEvent::Resharded>(&event.what)) {
+    reshards_.Add();
+    reshard_bytes_.Add(double(moved->bytes_in));
+    last_step_at_.reset();  // the move is not a step's time
   } else if (std::holds_alternative<JobEvent::RollingBack>(event.what) ||
              std::holds_alternative<JobEvent::StartingOver>(event.what)) {
     rollbacks_.Add();

@@ -27,8 +27,9 @@ class JobMetrics {
  private:
   Metrics* const metrics_;
   Gauge &step_, &steps_, &epoch_, &loss_, &lr_, &samples_per_s_, &eta_, &workers_, &paused_, &held_,
-      &test_accuracy_, &assignment_epoch_;
+      &test_accuracy_, &assignment_epoch_, &shards_, &map_generation_, &resharding_;
   Counter& rollbacks_;
+  Counter &reshards_, &reshard_bytes_;
   Histogram& step_seconds_;
   std::optional<Clock::time_point> last_step_at_;
 };

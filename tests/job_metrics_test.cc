@@ -90,6 +90,33 @@ TEST(JobMetrics, MembershipChangesAreCountedByKindAndStepsTimed) {
   EXPECT_DOUBLE_EQ(h.sum(), 0.75);
 }
 
+TEST(JobMetrics, MovesOfShardStateAreCountedAndTheMapFollowsTheStatus) {
+  Metrics m;
+  JobMetrics metrics(&m);
+  JobStatusReply s = Status();
+  s.map_generation = 3;
+  s.resharding = true;
+  s.shards[1].role = "spare";
+  metrics.Publish(s);
+  EXPECT_EQ(m.GetGauge("eps_shard_map_generation", "").value(), 3);
+  EXPECT_EQ(m.GetGauge("eps_resharding", "").value(), 1);
+  EXPECT_EQ(m.GetGauge("eps_shards", "").value(), 1) << "a spare is not in the map";
+  const Clock::time_point t0{};
+  JobEvent::Resharded done;
+  done.bytes_in = 4096;
+  metrics.OnEvent({t0, Step(8), done});
+  done.bytes_in = 1024;
+  metrics.OnEvent({t0, Step(9), done});
+  JobEvent::WorkerDead again{
+      WorkerId(2), JobEvent::WorkerDead::Cause::kResharded, 0, ShardId(0), {}};
+  metrics.OnEvent({t0, Step(9), again});
+  const std::string text = m.Render();
+  EXPECT_NE(text.find("eps_reshards_total 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("eps_reshard_bytes_total 5120"), std::string::npos);
+  EXPECT_NE(text.find(R"(eps_membership_changes_total{kind="death"} 0)"), std::string::npos)
+      << "a worker registering again for a new map did not die";
+}
+
 TEST(JobMetrics, TheTargetsAreTheProcessesThatServeMetrics) {
   const auto targets = nlohmann::json::parse(PrometheusTargets(Status(), "c:1"));
   ASSERT_TRUE(targets.is_array());
