@@ -6,18 +6,7 @@
 #include <cstring>
 #include <string>
 
-// Bit-exactness needs every rounding spelled out in the source. With -ffp-contract=fast (GCC's
-// default outside ISO C) and FMA available (-march=native, or the "fma" clone below) GCC may fuse
-// a multiply into a later add even across statements, e.g. AdamW's p * (1 - lr * wd) into the
-// addcdiv that follows, where libtorch rounds the product first. The loops as written happen not
-// to expose such a pair to GCC 12 (checked: the tests pass without this pragma, even with
-// -march=native), but that rests on optimizer internals, so contraction is switched off here
-// (verified to take effect) and every fused multiply-add is an explicit std::fma.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "server/no_fp_contract.h"  // last: every rounding as written
 
 namespace eps {
 namespace {

@@ -4,13 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-// Every rounding is spelled out (see server/optimizer.cc): no contraction into fused
-// multiply-adds except the explicit std::fma calls.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "server/no_fp_contract.h"  // last: every rounding as written
 
 namespace eps {
 namespace {
@@ -94,7 +88,6 @@ Status ValidateSparseOptimizer(const SparseOptimizerOptions& o) {
   }
   return OkStatus();
 }
-
 
 SparseRowStepper::SparseRowStepper(const SparseOptimizerOptions& o, size_t dim, double lr,
                                    double count)

@@ -16,14 +16,6 @@
 #include "server/sparse_table_testing.h"
 #include "storage/sparse_store.h"
 
-// Every rounding is spelled out (see server/optimizer.cc): no contraction into fused
-// multiply-adds except the explicit std::fma calls.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
-
 namespace eps {
 namespace {
 

@@ -258,8 +258,8 @@ std::vector<std::pair<std::optional<Step>, T>> Of(const std::vector<JobEvent>& e
 
 inline std::vector<WorkerRange> Ranges(std::initializer_list<WorkerRange> r) { return r; }
 
-// The ranges, sorted, tile [0, kV) without gap or overlap.
-inline ::testing::AssertionResult CoverAllVws(std::vector<Range> ranges) {
+// The ranges, sorted, tile [0, v) without gap or overlap.
+inline ::testing::AssertionResult CoverVws(std::vector<Range> ranges, uint32_t v) {
   std::sort(ranges.begin(), ranges.end());
   uint32_t next = 0;
   for (const Range& r : ranges) {
@@ -269,8 +269,11 @@ inline ::testing::AssertionResult CoverAllVws(std::vector<Range> ranges) {
     }
     next = r.second;
   }
-  if (next != kV) return ::testing::AssertionFailure() << "ranges end at " << next;
+  if (next != v) return ::testing::AssertionFailure() << "ranges end at " << next << " of " << v;
   return ::testing::AssertionSuccess();
+}
+inline ::testing::AssertionResult CoverAllVws(std::vector<Range> ranges) {
+  return CoverVws(std::move(ranges), kV);
 }
 
 }  // namespace test_job

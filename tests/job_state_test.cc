@@ -882,21 +882,6 @@ TEST(JobStateReplan, AJoinAndALeaveReassignAtOnceEvenRightAfterAReplan) {
 
 // ---- at size ----------------------------------------------------------------------
 
-// The ranges, sorted, tile [0, v) without gap or overlap.
-::testing::AssertionResult CoverVws(std::vector<Range> ranges, uint32_t v) {
-  std::sort(ranges.begin(), ranges.end());
-  uint32_t next = 0;
-  for (const Range& r : ranges) {
-    if (r.first != next || r.second <= r.first) {
-      return ::testing::AssertionFailure()
-             << "range [" << r.first << "," << r.second << ") after " << next;
-    }
-    next = r.second;
-  }
-  if (next != v) return ::testing::AssertionFailure() << "ranges end at " << next << " of " << v;
-  return ::testing::AssertionSuccess();
-}
-
 TEST(JobStateAtSize,
      TwoHundredFiftySixWorkersShareFourThousandNinetySixVwsThroughStepsBeatsAndALeave) {
   constexpr uint32_t kWorkers = 256, kVws = 4096;
