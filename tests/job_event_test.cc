@@ -86,6 +86,37 @@ TEST(JobEvent, ADeadWorkerSaysWhyAndWhatMoves) {
   EXPECT_EQ(nlohmann::json::parse(EventJson(left, 0))["moved"], nlohmann::json::array());
 }
 
+TEST(JobEvent, AMoveOfShardStateSaysBetweenWhichShardsWhatMovedAndWhyOneWasAbandoned) {
+  auto j = nlohmann::json::parse(EventJson(
+      At(Step(8),
+         JobEvent::Resharding{
+             1, {ShardId(0), ShardId(1)}, {ShardId(0), ShardId(1), ShardId(2)}, 7, 1365, 131628}),
+      0));
+  EXPECT_EQ(j["event"], "resharding");
+  EXPECT_EQ(j["from"], nlohmann::json::array({0, 1}));
+  EXPECT_EQ(j["to"], nlohmann::json::array({0, 1, 2}));
+  EXPECT_EQ(j["partitions"], 1365);
+  EXPECT_EQ(j["bytes"], 131628);
+  const JobEvent done =
+      At(Step(9), JobEvent::Resharded{3, {ShardId(1), ShardId(2)}, {ShardId(0)}, 212992, 0.25});
+  j = nlohmann::json::parse(EventJson(done, 0));
+  EXPECT_EQ(j["removed"], nlohmann::json::array({0}));
+  EXPECT_EQ(j["bytes_in"], 212992);
+  EXPECT_EQ(EventText(done).text,
+            "resharded at step 9: shards {1,2} (map 3), 0.2 MB moved in 0.25 s");
+  j = nlohmann::json::parse(
+      EventJson(At(Step(8), JobEvent::ReshardAbandoned{2, "shard 2 restarted", true}), 0));
+  EXPECT_EQ(j["reason"], "shard 2 restarted");
+  EXPECT_TRUE(j["retry"].get<bool>());
+  j = nlohmann::json::parse(
+      EventJson(At(Step(8),
+                   JobEvent::WorkerDead{
+                       WorkerId(4), JobEvent::WorkerDead::Cause::kResharded, 0, ShardId(0), {}}),
+                0));
+  EXPECT_EQ(j["cause"], "resharded");
+  EXPECT_FALSE(j.contains("shard"));
+}
+
 TEST(JobEvent, ADurableCheckpointSaysHowLongItBlockedAndWroteWhenKnown) {
   const auto j = nlohmann::json::parse(
       EventJson(At(Step(50), JobEvent::CheckpointDurable{ShardId(1), 310.5, 4200.25}), 0));
