@@ -78,10 +78,8 @@ Status ShardMover::Start(const Reshard& reshard, const Layout& current) {
       h.pages.back().chunks.push_back(id);
       bytes += b;
     }
-    for (size_t i = 0; i < gained.partitions.size(); ++i) {
-      if (i % std::max<uint32_t>(1, options_.page_partitions) == 0) h.pages.emplace_back();
-      h.pages.back().partitions.push_back(gained.partitions[i]);
-    }
+    h.partitions = std::move(gained.partitions);
+    h.page_partitions = std::max<uint32_t>(1, options_.page_partitions);
     EPS_ASSIGN_OR_RETURN(
         h.channel, Channel::Connect(context_, reshard.addresses[shard.value()], options_.channel));
     holders.push_back(std::move(h));
@@ -102,11 +100,18 @@ Status ShardMover::Start(const Reshard& reshard, const Layout& current) {
 }
 
 Status ShardMover::Ask(Holder& h) {
-  MoveRequest request{reshard_->map.generation, reshard_->step, h.pages[h.next].chunks,
-                      h.pages[h.next].partitions};
+  if (h.next < h.pages.size()) {
+    h.asked = h.pages[h.next++];
+  } else {
+    const size_t n = std::min(h.page_partitions, h.partitions.size() - h.partitions_asked);
+    const auto first = h.partitions.begin() + static_cast<std::ptrdiff_t>(h.partitions_asked);
+    h.asked =
+        Holder::Page{{}, std::vector<uint32_t>(first, first + static_cast<std::ptrdiff_t>(n))};
+    h.partitions_asked += n;
+  }
+  MoveRequest request{reshard_->map.generation, reshard_->step, h.asked.chunks, h.asked.partitions};
   EPS_RETURN_IF_ERROR(h.channel->Send(Envelope{options_.token, std::move(request)})
                           .WithContext("asking shard " + std::to_string(h.shard.value())));
-  ++h.next;
   h.waiting = true;
   h.deadline = std::chrono::steady_clock::now() + options_.reply_wait;
   return OkStatus();
@@ -121,7 +126,8 @@ Status ShardMover::OnReply(Holder& h, const Envelope& reply) {
     return ProtocolError(from + " answered a MoveRequest with a " + BodyName(reply.body));
   if (moved->generation != reshard_->map.generation || moved->step != reshard_->step)
     return ProtocolError(from + " answered for another move");
-  const Holder::Page& page = h.pages[h.next - 1];
+  const Holder::Page& page = h.asked;
+  uint64_t row_bytes = 0;
   const std::set<ChunkId> asked(page.chunks.begin(), page.chunks.end());
   // A page's rows: one blob per table, "rows/<table>/<the page's first partition>".
   const std::string rows_suffix =
@@ -141,9 +147,16 @@ Status ShardMover::OnReply(Holder& h, const Envelope& reply) {
       return DataLoss("blob '" + b.name + "' from " + from + " fails its CRC-32");
     staged_.push_back({b.name, std::string(static_cast<const char*>(b.data), b.size)});
     bytes_in_ += b.size;
+    if (rows) row_bytes += b.size;
   }
   h.waiting = false;
-  if (h.next < h.pages.size()) return Ask(h);
+  if (!page.partitions.empty()) {  // as many partitions next as would take page_bytes
+    const double per = static_cast<double>(row_bytes) / static_cast<double>(page.partitions.size());
+    const double fit = per > 0 ? static_cast<double>(options_.page_bytes) / per : kRowPartitions;
+    h.page_partitions = static_cast<size_t>(
+        std::clamp(fit, 1.0, 8.0 * static_cast<double>(page.partitions.size())));
+  }
+  if (h.next < h.pages.size() || h.partitions_asked < h.partitions.size()) return Ask(h);
   h.channel.reset();  // done with this holder
   --pending_;
   return OkStatus();

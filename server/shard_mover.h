@@ -1,8 +1,8 @@
 // A shard's side of a move between shard maps (docs/design.md, "Elastic
 // shards"): the chunks and the row partitions of the sparse tables a Reshard
 // gives this shard and the map it serves gives another are asked of their
-// holders, directly (MoveRequest, one page of at most `page_bytes` of values or
-// `page_partitions` partitions at a time per holder), each blob checked against
+// holders, directly (MoveRequest, one page of about `page_bytes` of values or
+// rows at a time per holder), each blob checked against
 // the CRC-32 its holder computed, and staged until the shard commits the move
 // (ShardState::AdoptMap with Take()) or drops it.
 //
@@ -44,8 +44,9 @@ class ShardMover {
     std::string token;               // the job's, on every request
     Channel::Options channel;        // how to reach the other shards
     uint64_t page_bytes = 32 << 20;  // chunk values per MoveRequest (their slots come too)
-    uint32_t page_partitions = 64;   // row partitions per MoveRequest (their rows' sizes are
-                                     // not known beforehand)
+    // Row partitions in the first MoveRequest of rows; the next ones ask for as
+    // many as the rows of the previous took page_bytes (at most 8 times more).
+    uint32_t page_partitions = 64;
     std::chrono::milliseconds reply_wait{60000};  // per request
   };
   ShardMover(Options options, zmq::context_t* context)
@@ -102,8 +103,15 @@ class ShardMover {
       std::vector<ChunkId> chunks;
       std::vector<uint32_t> partitions;  // rows of every sparse table in them
     };
-    std::vector<Page> pages;
-    size_t next = 0;  // the page to ask for next; pages[next - 1] is awaited while waiting
+    std::vector<Page> pages;  // of chunks
+    size_t next = 0;          // the page of chunks to ask for next
+    // The row partitions gained from this holder, asked for after the chunks,
+    // `page_partitions` at a time: a number that follows the bytes the rows
+    // of the previous page took (their sizes are not known beforehand).
+    std::vector<uint32_t> partitions;
+    size_t partitions_asked = 0;
+    size_t page_partitions = 0;
+    Page asked;  // awaited while waiting
     bool waiting = false;
     std::chrono::steady_clock::time_point deadline;
   };

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -659,6 +660,68 @@ TEST(ShardMover, ABlobFailingItsCrcFailsTheMove) {
   ASSERT_TRUE(mover.failure().has_value());
   EXPECT_EQ(mover.failure()->code(), StatusCode::kDataLoss) << mover.failure()->ToString();
   EXPECT_FALSE(mover.staged());
+}
+
+// The rows of a page of partitions are of sizes no one knows beforehand: the next page asks for as
+// many partitions as the previous page's rows say fit page_bytes (at most 8 times more).
+TEST(ShardMover, PagesOfRowsFollowTheBytesThePreviousPageTook) {
+  zmq::context_t context(1);
+  auto holder = Channel::Bind(&context, "tcp://127.0.0.1:0");
+  ASSERT_TRUE(holder.ok());
+  StatusOr<Layout> one = MakeLayout(DenseTensors(/*sparse=*/true), 1, 4);
+  ASSERT_TRUE(one.ok());
+  StatusOr<ShardMap> map = Rebalance(one->map, one->ChunkSizes(), {ShardId(0), ShardId(1)});
+  ASSERT_TRUE(map.ok());
+  std::set<uint32_t> gained;
+  for (uint32_t p = 0; p < kRowPartitions; ++p) {
+    if (map->partition_owner[p] == ShardId(1)) gained.insert(p);
+  }
+  ASSERT_EQ(gained.size(), kRowPartitions / 2);
+  ShardMover::Options o;
+  o.shard = ShardId(1);
+  o.page_bytes = 1000;
+  o.page_partitions = 4;
+  ShardMover mover(o, &context);
+  ASSERT_TRUE(mover.Start(Reshard{*map, Step(0), {(*holder)->endpoint(), ""}}, *one).ok());
+  // Rows of 100 bytes a partition for the first page of rows, of 10 after it.
+  std::vector<size_t> row_pages;
+  std::set<uint32_t> asked;
+  const std::string chunk(16, 'c');
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!mover.staged() && !mover.failure() && std::chrono::steady_clock::now() < deadline) {
+    auto in = (*holder)->Receive(std::chrono::milliseconds(100));
+    if (in.ok() && in->envelope.ok()) {
+      auto* request = std::get_if<MoveRequest>(&in->envelope->body);
+      ASSERT_NE(request, nullptr);
+      auto rows = std::make_shared<std::string>();
+      MoveReply reply{request->generation, request->step, {}};
+      for (ChunkId c : request->chunks) {
+        reply.blobs.push_back({"value/" + std::to_string(c.value()), chunk.data(), chunk.size(),
+                               nullptr, MoveCrc32(chunk.data(), chunk.size())});
+      }
+      if (!request->partitions.empty()) {
+        row_pages.push_back(request->partitions.size());
+        for (uint32_t p : request->partitions) EXPECT_TRUE(asked.insert(p).second) << p;
+        rows->assign(request->partitions.size() * (row_pages.size() == 1 ? 100 : 10), 'r');
+        reply.blobs.push_back({"rows/0/" + std::to_string(request->partitions.front()),
+                               rows->data(), rows->size(), rows,
+                               MoveCrc32(rows->data(), rows->size())});
+      }
+      ASSERT_TRUE((*holder)->SendTo(in->peer, Envelope{"", reply}).ok());
+    }
+    std::vector<zmq::pollitem_t> items;
+    mover.AppendPollItems(&items);
+    if (!items.empty()) zmq::poll(items.data(), items.size(), std::chrono::milliseconds(10));
+    mover.Poll();
+  }
+  ASSERT_FALSE(mover.failure().has_value()) << mover.failure()->ToString();
+  ASSERT_TRUE(mover.staged());
+  EXPECT_EQ(asked, gained);  // every partition gained, once
+  ASSERT_GE(row_pages.size(), 3u);
+  EXPECT_EQ(row_pages[0], 4u);
+  EXPECT_EQ(row_pages[1], 10u);   // 1000 bytes / 100 a partition
+  EXPECT_EQ(row_pages[2], 80u);   // 1000 / 10 = 100, but at most 8 x 10
+  EXPECT_EQ(row_pages[3], 100u);  // 1000 / 10
 }
 
 }  // namespace
