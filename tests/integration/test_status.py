@@ -15,11 +15,11 @@ from harness import BIN, ENV, LOCAL, MLP, RunDirTest, logs, poll_until, read_res
 ELASTICPS = os.path.join(BIN, "elasticps")
 JOB_KEYS = {"job_id", "model", "phase", "paused", "step", "steps", "epoch", "loss", "lr", "samples_per_s", "eta_s",
             "elapsed_s", "virtual_workers", "batch_per_vw", "assignment_epoch", "test_accuracy", "workers", "shards",
-            "events", "rejected_messages", "hold_from", "cpu_kernels"}
+            "events", "rejected_messages", "hold_from", "cpu_kernels", "map_generation", "resharding"}
 WORKER_KEYS = {"worker", "host", "pid", "device", "state", "vw_lo", "vw_hi", "seconds_per_vw", "since_heartbeat_s",
                "steps_contributed", "metrics_address", "cpu_kernels"}
 SHARD_KEYS = {"shard", "address", "registered", "version", "durable_step", "since_checkpoint_s", "bytes_in",
-              "bytes_out", "metrics_address"}
+              "bytes_out", "metrics_address", "role"}
 
 
 def status(*args, timeout=20):
@@ -49,6 +49,8 @@ class StatusTest(RunDirTest):
         self.assertEqual(first["phase"], "training")
         self.assertEqual(len(first["workers"]), 2)
         self.assertEqual(len(first["shards"]), 2)
+        self.assertEqual((first["map_generation"], first["resharding"]), (0, False))
+        self.assertEqual([s["role"] for s in first["shards"]], ["member", "member"])
         pids = set()
         for name in os.listdir(f"{d}/pids"):
             if name.startswith("worker"):
