@@ -20,6 +20,7 @@ JobState::JobState(JobSpec spec, JobStateOptions options, const Clock* clock)
       shard_registered_(kMaxShardId, false),
       shard_durable_(kMaxShardId, Step(-1)),
       shard_version_(kMaxShardId, Step(-1)),
+      shard_seen_(kMaxShardId),
       shard_durable_at_(kMaxShardId),
       shard_bytes_in_(kMaxShardId, 0),
       shard_bytes_out_(kMaxShardId, 0) {
@@ -158,6 +159,7 @@ void JobState::Tick() {
       Emit(std::move(dead), CurrentStep());
     }
   }
+  ForgetSilentSpares();
   if (move_ && !move_->committing && now - move_->started > options_.move_timeout) {
     AbandonReshard("not staged by every shard within " +
                        std::to_string(options_.move_timeout.count() / 1000) + " s",

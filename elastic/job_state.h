@@ -74,6 +74,10 @@ struct JobStateOptions {
   // A move of shard state that is not staged everywhere by then is abandoned
   // (a shard of it died and did not come back): the job goes on on its map.
   std::chrono::milliseconds move_timeout{120000};
+  // A spare shard (no member of the map) silent this long (no beacon: shards
+  // send one every second) is forgotten, and a move it takes part in is
+  // abandoned: a spare that died costs the job this, not the move timeout.
+  std::chrono::milliseconds spare_timeout{10000};
   PlannerOptions planner;          // how VW counts follow measured speeds (planner.h)
   // The fingerprint of the job's data files (data/fingerprint.h), as the
   // coordinator read them; empty: the first worker's stands for the job's.
@@ -420,6 +424,7 @@ class JobState {
   // with the current map). `retry` false: not tried again for this wanted set.
   void AbandonReshard(const std::string& reason, bool retry);
   ShardConfig Config() const;               // the job as the shards get it, with the current map
+  void ForgetSilentSpares();                // those silent past options_.spare_timeout (Tick)
   std::string ShardRole(uint32_t s) const;  // ShardStatus::role
   void FinishResume();
   void UpdateRetention();
@@ -436,6 +441,7 @@ class JobState {
   std::vector<Step> shard_durable_;  // newest checkpoint each shard reported
   Step retain_sent_{-2};             // the retention floor last sent to the shards (-2: none)
   std::vector<Step> shard_version_;  // version each shard served when it registered
+  std::vector<Clock::time_point> shard_seen_;  // each shard's newest registration or beacon
   std::vector<std::optional<Clock::time_point>> shard_durable_at_;  // when each durable step
                                                                     // last advanced
   std::vector<uint64_t> shard_bytes_in_, shard_bytes_out_;  // as each shard last reported

@@ -175,6 +175,21 @@ void JobState::EndCommittedMove() {
   }
 }
 
+void JobState::ForgetSilentSpares() {
+  const auto now = clock_->Now();
+  for (uint32_t s = 0; s < kMaxShardId; ++s) {
+    if (!shard_registered_[s] || IsMember(s) || now - shard_seen_[s] <= options_.spare_timeout)
+      continue;
+    const bool in_move = move_ && !move_->committing &&
+                         std::binary_search(move_->involved.begin(), move_->involved.end(), s);
+    shard_registered_[s] = false;  // a beacon registers it again
+    shard_addresses_[s].clear();
+    if (!in_move) continue;
+    AbandonReshard("spare shard " + std::to_string(s) + " went silent", /*retry=*/true);
+    StartStep(step_);  // without it
+  }
+}
+
 void JobState::AbandonReshard(const std::string& reason, bool retry) {
   if (!move_ || move_->committing) return;
   Emit(JobEvent::ReshardAbandoned{move_->map.generation, reason, retry}, step_);

@@ -17,6 +17,7 @@ Status JobState::OnShardRegistered(ShardId shard, const std::string& address, St
                            std::to_string(kMaxShardId));
   }
   const uint32_t s = shard.value();
+  shard_seen_[s] = clock_->Now();
   if (removed_.count(s)) {  // its state moved away: it has nothing to do
     out_.push_back({Outgoing::To::kShard, s, Shutdown{"removed from the job: its state moved"}});
     return OkStatus();

@@ -298,6 +298,28 @@ TEST(JobStateReshard, AMoveNotStagedInTimeIsAbandonedAndTriedAgainWhenTheShardRe
   EXPECT_EQ(again.back().addresses[2], "ipc:///tmp/shard2-again");
 }
 
+TEST(JobStateReshard, ASpareThatGoesSilentIsForgottenAndItsMoveAbandonedUntilItBeaconsAgain) {
+  Job job;  // the spare timeout (10 s) is within the step timeout (10 s of no progress)
+  Driver& d = job.d;
+  ASSERT_TRUE(d.state.OnShardRegistered(ShardId(2), Address(2)).ok());
+  job.Step(0, {0, 1});
+  ASSERT_EQ(d.state.phase(), JobState::Phase::kResharding);
+  job.Ready({0, 1}, 1, false);  // shard 2 died: no answer, no beacon
+  d.Pass(seconds(11), job.ws);
+  const auto abandoned = Of<JobEvent::ReshardAbandoned>(d.Events());
+  ASSERT_EQ(abandoned.size(), 1u);
+  EXPECT_TRUE(abandoned[0].second.retry);
+  EXPECT_TRUE(d.state.fatal().ok());
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kTraining);
+  EXPECT_EQ(d.state.StatusReport().shards.size(), 2u) << "the silent spare is forgotten";
+  for (WorkerId w : job.ws) EXPECT_EQ(d.OnePlan(w, PlanKind::kTrain).step, Step(1));
+  // Its beacon (the same peer, the same address) makes it a spare again.
+  ASSERT_TRUE(d.state.OnShardRegistered(ShardId(2), Address(2), Step(-1), Step(-1), false).ok());
+  EXPECT_EQ(d.state.StatusReport().shards.size(), 3u);
+  job.Step(1, {0, 1});
+  EXPECT_EQ(d.state.phase(), JobState::Phase::kResharding);
+}
+
 TEST(JobStateReshard, ARestartedCoordinatorServesTheStoredMapAndTurnsRemovedShardsAway) {
   Driver first;
   first.RegisterShards();
