@@ -10,13 +10,16 @@
 #                      [--secure-dir RUN_DIR | --curve-secret-key FILE --curve-server-key FILE]
 #   launcher/attach.sh --scheduler tcp://HOST:PORT [--token-file POOL_TOKEN] [...]
 #   launcher/attach.sh --shard ID --coordinator tcp://HOST:PORT --token-file FILE [--store DIR]
-#                      [--checkpoint-every K] [--log FILE] [--metrics] [--secure-dir RUN_DIR]
+#                      [--checkpoint-every K] [--bind-host ADDR] [--log FILE] [--metrics]
+#                      [--secure-dir RUN_DIR]
 #
 # --shard ID    attach a parameter shard instead of a worker (ID: an id the job has not used,
 #               below 1024): a spare, to which the next step boundary moves part of the state
 #               (docs/operations.md, "Adding and removing shards"). --store DIR keeps its state
 #               in RocksDB there, checkpointed every --checkpoint-every K steps (the job's
-#               other shards' K); --secure-dir RUN_DIR serves with the job's server keys.
+#               other shards' K); --bind-host ADDR: the address workers and the other shards
+#               reach it at (default 127.0.0.1: this host only); --secure-dir RUN_DIR serves
+#               with the job's server keys.
 #
 # --token-file  the job's token (local.sh writes it to RUN_DIR/token); with
 #               --scheduler, the pool's token (optional).
@@ -59,17 +62,17 @@
 # directory of the binaries (default build/bin).
 set -euo pipefail
 
-usage() { sed -n '2,55p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,58p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "attach.sh: $*" >&2; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
 coordinator="" scheduler="" token_file="" device=cpu threads=0 slowdown=1 log="" compute_cpus="" report_file="" model_cache_dir=""
 register_timeout=120 metrics=0 metrics_host="" secure_dir="" curve_secret_key="" curve_server_key=""
-shard="" store="" checkpoint_every=0
+shard="" store="" checkpoint_every=0 bind_host=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --coordinator|--scheduler|--token-file|--device|--threads|--compute-cpus|--slowdown|--log|--report-file|--model-cache-dir|--register-timeout|--metrics-host|--secure-dir|--curve-secret-key|--curve-server-key|--shard|--store|--checkpoint-every)
+    --coordinator|--scheduler|--token-file|--device|--threads|--compute-cpus|--slowdown|--log|--report-file|--model-cache-dir|--register-timeout|--metrics-host|--secure-dir|--curve-secret-key|--curve-server-key|--shard|--store|--checkpoint-every|--bind-host)
       [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"
       case "$1" in
         --coordinator) coordinator=$2 ;;
@@ -90,6 +93,7 @@ while [ $# -gt 0 ]; do
         --shard) shard=$2 ;;
         --store) store=$2 ;;
         --checkpoint-every) checkpoint_every=$2 ;;
+        --bind-host) bind_host=$2 ;;
       esac
       shift 2 ;;
     --metrics) metrics=1; shift ;;
@@ -102,6 +106,9 @@ if [ -n "$shard" ]; then
   [ -z "$scheduler" ] || die "a shard attaches to one job's --coordinator, not to a --scheduler"
   [[ "$checkpoint_every" =~ ^[0-9]+$ ]] || die "--checkpoint-every must be a number of steps >= 0"
   [ "$checkpoint_every" = 0 ] || [ -n "$store" ] || die "--checkpoint-every needs --store"
+  [[ "$bind_host" =~ ^[A-Za-z0-9.:_-]*$ ]] || die "--bind-host must be an address or an interface name"
+elif [ -n "$bind_host" ]; then
+  die "--bind-host is for a shard (--shard ID): a worker binds nothing"
 fi
 if [ -n "$scheduler" ]; then
   [ -z "$coordinator" ] || die "give --coordinator (one job) or --scheduler (a pool), not both"
@@ -166,6 +173,7 @@ fi
 if [ -n "$shard" ]; then
   stored=()
   [ -z "$store" ] || stored=(--store="$store" --checkpoint_every="$checkpoint_every")
+  [ -z "$bind_host" ] || stored+=(--bind="tcp://$bind_host:0")
   # exec, as for a worker: signals reach the shard, and its exit code is this script's.
   exec "$bin/shard" "${target[@]}" --shard_id="$shard" "${stored[@]}" "${metrics_flags[@]}" "${curve[@]}"
 fi

@@ -63,7 +63,8 @@ class Reshard(RunDirTest):
         # Two shards more while held (the second by launcher/attach.sh): each is taken in at once.
         self.start_shard(d, addr, token, 2, *self.shard_flags(d, 2))
         self.start([os.path.join(ROOT_LAUNCHER, "attach.sh"), "--shard", "3", "--coordinator", addr, "--token-file",
-                    token, "--store", f"{d}/store/shard3", "--checkpoint-every", "5"], f"{d}/shard3.log")
+                    token, "--store", f"{d}/store/shard3", "--checkpoint-every", "5", "--bind-host", "127.0.0.1"],
+                   f"{d}/shard3.log")
         poll_until(lambda: True if any(e["shards"] == [0, 1, 2, 3] for e in read_events(d, "resharded")) else None,
                    120, "shards 2 and 3 were not taken in")
         moves = read_events(d, "resharding")
