@@ -25,6 +25,7 @@ JobState::JobState(JobSpec spec, JobStateOptions options, const Clock* clock)
       shard_bytes_in_(kMaxShardId, 0),
       shard_bytes_out_(kMaxShardId, 0) {
   for (uint32_t s = 0; s < spec_.num_shards && s < kMaxShardId; ++s) members_.push_back(s);
+  shard_bound_ = static_cast<uint32_t>(members_.size());
   started_ = clock_->Now();
   progress_deadline_ = started_ + options_.startup_timeout;
   auto speeds = SpeedEstimator::Create(SpeedEstimatorOptions());
@@ -161,10 +162,9 @@ void JobState::Tick() {
   }
   ForgetSilentSpares();
   if (move_ && !move_->committing && now - move_->started > options_.move_timeout) {
-    AbandonReshard("not staged by every shard within " +
-                       std::to_string(options_.move_timeout.count() / 1000) + " s",
-                   /*retry=*/false);
-    StartStep(step_);
+    GiveUpReshard("not staged by every shard within " +
+                      std::to_string(options_.move_timeout.count() / 1000) + " s",
+                  /*retry=*/false);
   }
   Advance();
   // Watchdog: while shards are missing, or workers are alive, something must move.
@@ -241,7 +241,7 @@ Status JobState::AcceptModel(const StepRequest& r) {
                                spec_.steps, train_samples_, test_samples_},
        CurrentStep());
   const ShardConfig config = Config();
-  for (uint32_t s = 0; s < kMaxShardId; ++s) {
+  for (uint32_t s = 0; s < shard_bound_; ++s) {
     if (shard_registered_[s]) out_.push_back({Outgoing::To::kShard, s, config});
   }
   return OkStatus();
@@ -677,7 +677,7 @@ void JobState::StopWorkers() {
     Send(id, ErrorReply{StatusCode::kAborted, "the job is over"});
   unanswered_registrations_.clear();
   if (live_workers() == 0 && phase_ != Phase::kDone) {
-    for (uint32_t s = 0; s < kMaxShardId; ++s) {
+    for (uint32_t s = 0; s < shard_bound_; ++s) {
       if (shard_registered_[s]) {
         out_.push_back(
             {Outgoing::To::kShard, s, Shutdown{fatal_.ok() ? "job finished" : fatal_.ToString()}});

@@ -423,6 +423,9 @@ class JobState {
   // Before the commit: every involved shard drops what it staged (ShardConfig
   // with the current map). `retry` false: not tried again for this wanted set.
   void AbandonReshard(const std::string& reason, bool retry);
+  // Abandons the move (AbandonReshard) and goes on at its step boundary without
+  // it; nothing once the move committed.
+  void GiveUpReshard(const std::string& reason, bool retry);
   ShardConfig Config() const;               // the job as the shards get it, with the current map
   void ForgetSilentSpares();                // those silent past options_.spare_timeout (Tick)
   std::string ShardRole(uint32_t s) const;  // ShardStatus::role
@@ -455,6 +458,7 @@ class JobState {
   uint64_t timeline_ = 1;
   std::vector<bool> rollback_acked_;
   std::vector<uint32_t> members_;  // the shard map's shards, ascending
+  uint32_t shard_bound_ = 0;       // one more than any shard id known: loops over ids stop here
   std::set<uint32_t> leaving_;     // removed by an operator: members until the move commits
   std::set<uint32_t> removed_;     // removed, and their state moved away
   struct Move {

@@ -33,7 +33,7 @@ std::vector<uint32_t> JobState::WantedMembers() const {
   for (uint32_t s : members_) {
     if (!leaving_.count(s)) want.push_back(s);
   }
-  for (uint32_t s = 0; s < kMaxShardId; ++s) {
+  for (uint32_t s = 0; s < shard_bound_; ++s) {
     if (shard_registered_[s] && !IsMember(s) && !removed_.count(s) && !leaving_.count(s))
       want.push_back(s);
   }
@@ -106,8 +106,7 @@ Status JobState::OnReshardReady(const ReshardReady& r) {
     if (move_->committing) {
       Fail(st.WithContext("adopting shard map " + std::to_string(r.generation)));
     } else {
-      AbandonReshard(st.ToString(), /*retry=*/false);
-      StartStep(step_);  // on the old map
+      GiveUpReshard(st.ToString(), /*retry=*/false);  // on the old map
     }
     return OkStatus();
   }
@@ -138,7 +137,7 @@ void JobState::CommitReshard() {
   // leave: the commit point. A shard leaving is done: its state is staged. A
   // spare that registered meanwhile learns the map it will move from.
   const ShardConfig config = Config();
-  for (uint32_t s = 0; s < kMaxShardId; ++s) {
+  for (uint32_t s = 0; s < shard_bound_; ++s) {
     if (!shard_registered_[s]) continue;
     const bool involved = std::binary_search(move_->involved.begin(), move_->involved.end(), s);
     if (IsMember(s) || !involved) {
@@ -177,17 +176,21 @@ void JobState::EndCommittedMove() {
 
 void JobState::ForgetSilentSpares() {
   const auto now = clock_->Now();
-  for (uint32_t s = 0; s < kMaxShardId; ++s) {
+  for (uint32_t s = 0; s < shard_bound_; ++s) {
     if (!shard_registered_[s] || IsMember(s) || now - shard_seen_[s] <= options_.spare_timeout)
       continue;
-    const bool in_move = move_ && !move_->committing &&
-                         std::binary_search(move_->involved.begin(), move_->involved.end(), s);
+    const bool in_move =
+        move_ && std::binary_search(move_->involved.begin(), move_->involved.end(), s);
     shard_registered_[s] = false;  // a beacon registers it again
     shard_addresses_[s].clear();
-    if (!in_move) continue;
-    AbandonReshard("spare shard " + std::to_string(s) + " went silent", /*retry=*/true);
-    StartStep(step_);  // without it
+    if (in_move) GiveUpReshard("spare shard " + std::to_string(s) + " went silent", /*retry=*/true);
   }
+}
+
+void JobState::GiveUpReshard(const std::string& reason, bool retry) {
+  if (!move_ || move_->committing) return;
+  AbandonReshard(reason, retry);
+  StartStep(step_);
 }
 
 void JobState::AbandonReshard(const std::string& reason, bool retry) {

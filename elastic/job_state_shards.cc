@@ -17,6 +17,7 @@ Status JobState::OnShardRegistered(ShardId shard, const std::string& address, St
                            std::to_string(kMaxShardId));
   }
   const uint32_t s = shard.value();
+  shard_bound_ = std::max(shard_bound_, s + 1);
   shard_seen_[s] = clock_->Now();
   if (removed_.count(s)) {  // its state moved away: it has nothing to do
     out_.push_back({Outgoing::To::kShard, s, Shutdown{"removed from the job: its state moved"}});
@@ -49,8 +50,7 @@ Status JobState::OnShardRegistered(ShardId shard, const std::string& address, St
   if (!tensors_.empty()) out_.push_back({Outgoing::To::kShard, s, Config()});
   if (again && !IsMember(s)) {
     // A spare or a leaving shard restarted: a move it takes part in starts again.
-    AbandonReshard("shard " + std::to_string(s) + " restarted", /*retry=*/true);
-    if (phase_ == Phase::kResharding) StartStep(step_);
+    GiveUpReshard("shard " + std::to_string(s) + " restarted", /*retry=*/true);
   } else if (moved) {
     // Workers learn shard addresses when they register: make them register again.
     for (auto& [id, w] : workers_) {
@@ -92,6 +92,7 @@ void JobState::Resume(const Resumed& r) {
       return Fail(st.WithContext("the stored shard map"));
     members_.clear();
     for (ShardId s : layout_.map.Shards()) members_.push_back(s.value());
+    shard_bound_ = std::max(shard_bound_, layout_.map.IdBound());
   }
   removed_.clear();
   for (ShardId s : r.removed_shards) removed_.insert(s.value());

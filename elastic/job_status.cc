@@ -94,7 +94,7 @@ JobStatusReply JobState::StatusReport() const {
   }
   r.map_generation = layout_.map.generation;
   r.resharding = move_.has_value();
-  for (uint32_t s = 0; s < kMaxShardId; ++s) {
+  for (uint32_t s = 0; s < shard_bound_; ++s) {
     if (!IsMember(s) && !shard_registered_[s]) continue;
     ShardStatus o;
     o.role = ShardRole(s);

@@ -60,12 +60,14 @@ std::vector<std::vector<std::vector<ChunkId>>> PullGroupsOf(const Layout& layout
 ParameterClient::ParameterClient(ParameterClientOptions options, zmq::context_t* context,
                                  const std::atomic<bool>* stop, const Layout* layout,
                                  const std::vector<std::string>& shard_addresses)
-    : options_(std::move(options)),
-      context_(context),
-      stop_(stop),
-      layout_(layout),
-      pull_regions_(PullRegionsOf(*layout, options_.weight_wire)),
-      pull_groups_(PullGroupsOf(*layout, options_.weight_wire, options_.frozen)) {
+    : options_(std::move(options)), context_(context), stop_(stop), layout_(layout) {
+  SetLinks(shard_addresses);
+}
+
+void ParameterClient::SetLinks(const std::vector<std::string>& shard_addresses) {
+  pull_regions_ = PullRegionsOf(*layout_, options_.weight_wire);
+  pull_groups_ = PullGroupsOf(*layout_, options_.weight_wire, options_.frozen);
+  links_.clear();
   for (size_t s = 0; s < shard_addresses.size(); ++s) links_.emplace_back(s, shard_addresses[s]);
 }
 
@@ -75,10 +77,7 @@ Status ParameterClient::Remap(const std::vector<std::string>& shard_addresses) {
   pulling_.reset();
   for (ShardLink& link : links_) link.outstanding = 0;  // no plan is in flight
   ReleasePushRegions();
-  pull_regions_ = PullRegionsOf(*layout_, options_.weight_wire);
-  pull_groups_ = PullGroupsOf(*layout_, options_.weight_wire, options_.frozen);
-  links_.clear();
-  for (size_t s = 0; s < shard_addresses.size(); ++s) links_.emplace_back(s, shard_addresses[s]);
+  SetLinks(shard_addresses);
   return Reconnect();
 }
 

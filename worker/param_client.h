@@ -193,6 +193,10 @@ class ParameterClient {
   zmq::context_t* const context_;
   const std::atomic<bool>* const stop_;
   const Layout* const layout_;
+  // Links to the shards (`shard_addresses` by id) and the pull regions and
+  // groups of the layout's shard map (the constructor's, and Remap's).
+  void SetLinks(const std::vector<std::string>& shard_addresses);
+
   // From the layout's shard map (Remap makes them again).
   PullRegions pull_regions_;
   std::vector<std::vector<std::vector<ChunkId>>> pull_groups_;  // by shard: each pull's chunks
