@@ -582,6 +582,8 @@ Status ValidateJobSpec(const JobSpec& spec) {
                            spec.sparse_optimizer + "'");
   if (spec.shard_memory_mb > (uint64_t{1} << 30))
     return InvalidArgument("--shard_memory_mb is beyond any host's memory");
+  if (spec.worker_table_mb > (uint64_t{1} << 30))
+    return InvalidArgument("--worker_table_mb is beyond any host's memory");
   EPS_RETURN_IF_ERROR(CheckZooSizes(spec.model, ZooSizesOf(spec)));
   EPS_RETURN_IF_ERROR(TensorSelection::Compile(spec.reinit, "--reinit").status());
   EPS_RETURN_IF_ERROR(TensorSelection::Compile(spec.freeze, "--freeze").status());

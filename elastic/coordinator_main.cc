@@ -91,6 +91,9 @@ DEFINE_string(sparse_optimizer, "lazy",
 DEFINE_uint64(shard_memory_mb, 0,
               "Memory of each shard for its sparse tables' rows (MiB); beyond it the least "
               "recently used rows spill to the shard's store (0: 256)");
+DEFINE_uint64(worker_table_mb, 0,
+              "A sparse table of more MiB is not held whole by the workers: each looks up the "
+              "rows its batches read (0: 1024)");
 // The optimizer.
 DEFINE_string(optimizer, "sgd", "sgd, adam, adamw or adagrad (sgd covers momentum and Nesterov)");
 DEFINE_double(lr, 0.01, "Learning rate");

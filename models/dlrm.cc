@@ -12,10 +12,14 @@ constexpr int64_t kVectors = 1 + kCriteoCategories;  // the dense vector and one
 
 class DlrmImpl : public nn::Module {
  public:
-  explicit DlrmImpl(const ZooSizes& s) : dim_(s.dim) {
+  DlrmImpl(const ZooSizes& s,
+           const TableWeight& table)
+      : dim_(s.dim) {
     bottom1_ = register_module("bottom1", nn::Linear(kCriteoIntegers, kBottomHidden));
     bottom2_ = register_module("bottom2", nn::Linear(kBottomHidden, dim_));
-    emb_ = register_module("emb", nn::Embedding(nn::EmbeddingOptions(s.vocab_size, dim_).sparse(true)));
+    auto emb = nn::EmbeddingOptions(s.vocab_size, dim_).sparse(true);
+    if (table) emb._weight(table("dlrm.emb.weight", s.vocab_size, dim_));
+    emb_ = register_module("emb", nn::Embedding(emb));
     const int64_t pairs = kVectors * (kVectors - 1) / 2;
     top1_ = register_module("top1", nn::Linear(pairs + dim_, kTopHidden));
     top2_ = register_module("top2", nn::Linear(kTopHidden, kClasses));
@@ -31,7 +35,7 @@ class DlrmImpl : public nn::Module {
     const torch::Tensor ints = x.narrow(1, 0, kCriteoIntegers).clamp_min(0).to(torch::kFloat32);
     torch::Tensor dense = torch::relu(bottom1_(torch::log1p(ints)));
     dense = torch::relu(bottom2_(dense));                                          // [b, dim]
-    const torch::Tensor cats = emb_(x.narrow(1, kCriteoIntegers, kCriteoCategories));  // [b, 26, dim]
+    const torch::Tensor cats = emb_(DlrmTableIds(x));                              // [b, 26, dim]
     const torch::Tensor t = torch::cat({dense.unsqueeze(1), cats}, 1);              // [b, 27, dim]
     const torch::Tensor z = torch::bmm(t, t.transpose(1, 2)).flatten(1);           // [b, 27 * 27]
     const torch::Tensor features = torch::cat({dense, z.index_select(1, upper_.to(z.device()))}, 1);
@@ -48,13 +52,19 @@ TORCH_MODULE(Dlrm);
 
 }  // namespace
 
-StatusOr<torch::nn::Sequential> MakeDlrm(const ZooSizes& sizes) {
+torch::Tensor DlrmTableIds(const torch::Tensor& x) {
+  return x.narrow(1, kCriteoIntegers, kCriteoCategories);
+}
+
+StatusOr<torch::nn::Sequential> MakeDlrm(
+    const ZooSizes& sizes,
+    const TableWeight& table) {
   if (sizes.dim == 0 || sizes.vocab_size < 2) {
     return InvalidArgument("dlrm: --model_dim " + std::to_string(sizes.dim) + " and " +
                            std::to_string(sizes.vocab_size) +
                            " table rows (--hash_buckets): too small");
   }
-  return nn::Sequential({{"dlrm", Dlrm(sizes)}});
+  return nn::Sequential({{"dlrm", Dlrm(sizes, table)}});
 }
 
 }  // namespace eps

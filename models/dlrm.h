@@ -6,6 +6,7 @@
 
 #include "common/status.h"
 #include "data/model_input.h"
+#include "models/models.h"  // TableWeight
 
 namespace eps {
 
@@ -19,6 +20,12 @@ namespace eps {
 // vectors (dense and 26 embeddings: 351) with the dense vector go through a top
 // MLP 64 (ReLU) to 2 classes (click or not). Tensors read "dlrm.bottom1.weight",
 // "dlrm.emb.weight", "dlrm.top2.bias". InvalidArgument for sizes it cannot have.
-[[nodiscard]] StatusOr<torch::nn::Sequential> MakeDlrm(const ZooSizes& sizes);
+// The table's weight is `table`'s when set (MakeModel's TableWeight).
+[[nodiscard]] StatusOr<torch::nn::Sequential> MakeDlrm(
+    const ZooSizes& sizes,
+    const TableWeight& table = nullptr);
+
+// The table's rows a batch `x` of dlrm's input reads: its 26 categories.
+torch::Tensor DlrmTableIds(const torch::Tensor& x);
 
 }  // namespace eps

@@ -4,14 +4,10 @@
 #include <torch/torch.h>
 
 #include "models/net.h"
+#include "models/torch_status.h"
 
 namespace eps {
 namespace {
-
-std::string WhatOf(const std::exception& e) {
-  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
-  return e.what();
-}
 
 StatusOr<ExportedTensor> Exported(const std::string& name, const torch::Tensor& value,
                                   const std::string& what) {

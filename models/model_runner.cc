@@ -6,24 +6,21 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstring>
-#include <set>
 #include <mutex>
 #include <new>
 #include <optional>
+#include <set>
 #include <utility>
-
-#ifdef EPS_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
 
 #include "models/init_file.h"
 #include "models/models.h"
 #include "models/net.h"
+#include "models/table_memory.h"
+#include "models/torch_status.h"
+#ifdef EPS_WITH_CUDA
+#include "models/cuda_copies.h"
+#endif
 
 namespace eps {
 namespace {
@@ -39,82 +36,17 @@ Status CheckLabel(const Dataset& data, int64_t i) {
   return OkStatus();
 }
 
-std::string ShapeOf(const torch::Tensor& t) {
-  std::string out = "[";
-  for (int64_t d = 0; d < t.dim(); ++d) out += (d ? ", " : "") + std::to_string(t.size(d));
-  return out + "]";
-}
-
-std::string WhatOf(const std::exception& e) {
-  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
-  return e.what();
-}
-
 // The seed of the dry run's two steps (any fixed value: they are compared with each other).
 constexpr uint64_t kDryRunSeed = 0x5eed;
 
-Status FromTorch(const char* what, const std::exception& e) {
-  // Out of memory is this host's limit, not a bug: ResourceExhausted (the
-  // worker leaves with a host fault, worker.cc).
-  if (const auto* oom = dynamic_cast<const c10::OutOfMemoryError*>(&e)) {
-    return ResourceExhausted(std::string(what) +
-                             ": out of device memory: " + oom->what_without_backtrace());
-  }
-  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr)
-    return ResourceExhausted(std::string(what) + ": out of memory");
-  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) {
-    return Internal(std::string(what) + ": libtorch: " + c10->what_without_backtrace());
-  }
-  return Internal(std::string(what) + ": " + e.what());
-}
-
-#ifdef EPS_WITH_CUDA
-// The side stream of a runner on a GPU, and what is in flight on it.
-struct CudaCopies {
-  explicit CudaCopies(c10::DeviceIndex device)
-      : compute(c10::cuda::getCurrentCUDAStream(device)),
-        side(c10::cuda::getStreamFromPool(false, device)) {}
-
-  // Host byte ranges an upload on `side` may still read, by tensor: a Write
-  // into one of them first waits for the side stream.
-  struct Range {
-    size_t tensor, lo, hi;
-  };
-
-  bool UploadOverlaps(size_t tensor, size_t lo, size_t hi) const {
-    for (const Range& r : uploads) {
-      if (r.tensor == tensor && r.lo < hi && lo < r.hi) return true;
-    }
-    return false;
-  }
-
-  // The compute stream waits for every upload started so far.
-  void ComputeAfterUploads() {
-    if (uploads.empty()) return;
-    uploaded.record(side);
-    uploaded.block(compute);
-  }
-
-  // Blocks until the side stream is idle; its host ranges are free again.
-  void Drain() {
-    side.synchronize();
-    uploads.clear();
-  }
-
-  c10::cuda::CUDAStream compute;  // where the model runs (the device's current stream)
-  c10::cuda::CUDAStream side;     // host <-> device copies
-  at::cuda::CUDAEvent uploaded, computed;
-  std::vector<Range> uploads;
-};
-#endif
-
 class TorchModelRunner final : public ModelRunner {
  public:
-  TorchModelRunner(std::unique_ptr<Net> net, torch::Device device)
-      : net_(std::move(net)), device_(device) {}
+  TorchModelRunner(std::unique_ptr<Net> net, torch::Device device,
+                   std::unique_ptr<TableMemory> tables)
+      : net_(std::move(net)), device_(device), tables_(std::move(tables)) {}
 
   // Call after the model was moved to the device.
-  Status Init(const TensorSelection& freeze, bool sparse_tables) {
+  Status Init(const TensorSelection& freeze, bool sparse_tables, uint64_t lookup_bytes) {
     std::set<std::string> sparse_names;
     for (const auto& [name, sparse] : net_->EmbeddingWeights()) {
       if (sparse && sparse_tables && !on_gpu()) {
@@ -143,10 +75,20 @@ class TorchModelRunner final : public ModelRunner {
       if (frozen_.back()) value.requires_grad_(false);
       spec.sparse = !frozen_.back() && value.dim() == 2 && sparse_names.count(name) > 0;
       sparse_.push_back(spec.sparse);
+      lookup_.push_back(spec.sparse && lookup_bytes > 0 && net_->HasTableIds() &&
+                        static_cast<uint64_t>(value.nbytes()) > lookup_bytes);
+      if (lookup_.back()) {
+        // A module's own table (the zoo's came from tables_ already): the rows pulled go to
+        // memory of its own, the file's values are dropped (the table starts from InitialRow).
+        if (!net_->builtin()) value.set_data(tables_->New(value.size(0), value.size(1)));
+        LOG(INFO) << name << " (" << value.nbytes() / (1 << 20)
+                  << " MiB) is looked up by the batches' rows, not held whole";
+      }
       EPS_RETURN_IF_ERROR(Add(std::move(spec), value));
       grads_.push_back(sparse_.back() ? torch::zeros({0, value.size(1)}) : HostZeros(value));
       sparse_ids_.push_back(torch::zeros({0}, torch::kInt64));
     }
+    batch_rows_.resize(num_parameters_);
     num_parameters_ = tensors_.size();
     reported_.assign(num_parameters_, false);
     warned_sparse_.assign(num_parameters_, false);
@@ -246,6 +188,7 @@ class TorchModelRunner final : public ModelRunner {
                            {static_cast<int64_t>(indices.size())}, torch::kInt64);
       const torch::Tensor x = net_->Input(FeatureRows(data, idx)).to(device_);
       const torch::Tensor y = LabelRows(data, idx).to(device_);
+      EPS_RETURN_IF_ERROR(LookupRows(x, &batch_rows_));
       if (on_gpu()) ComputeAfterUploads();
       torch::Tensor loss = net_->Loss(net_->Forward(x), y);
       if (loss.dim() != 0) {
@@ -297,6 +240,36 @@ class TorchModelRunner final : public ModelRunner {
             static_cast<size_t>(sparse_ids_[i].numel())};
   }
 
+  bool Lookup(size_t i) const override { return i < lookup_.size() && lookup_[i]; }
+
+  StatusOr<std::vector<std::vector<uint64_t>>> TableRows(
+      const Dataset& data, const std::vector<int64_t>& indices) override {
+    std::vector<std::vector<uint64_t>> rows;
+    EPS_RETURN_IF_ERROR(net_->CheckData(data));
+    for (int64_t i : indices) {
+      if (i < 0 || i >= data.size)
+        return InvalidArgument("sample index " + std::to_string(i) + " outside the data set");
+    }
+    try {
+      const torch::Tensor idx =
+          torch::from_blob(const_cast<int64_t*>(indices.data()),
+                           {static_cast<int64_t>(indices.size())}, torch::kInt64);
+      EPS_RETURN_IF_ERROR(LookupRows(net_->Input(FeatureRows(data, idx)), &rows));
+    } catch (const std::exception& e) {
+      return FromTorch("TableRows", e);
+    }
+    return rows;
+  }
+
+  Status DropTableRows(size_t i) override {
+    if (!Lookup(i)) return OkStatus();
+    return tables_->Drop(tensors_[i]);
+  }
+
+  size_t TableResidentBytes(size_t i) const override {
+    return Lookup(i) ? tables_->ResidentBytes(tensors_[i]) : 0;
+  }
+
   StatusOr<std::string> DryRun(const Dataset& data) override {
     EPS_RETURN_IF_ERROR(net_->CheckData(data));
     if (data.size < 1) return InvalidArgument("the training set is empty");
@@ -304,7 +277,9 @@ class TorchModelRunner final : public ModelRunner {
     std::vector<torch::Tensor> saved;
     try {
       torch::NoGradGuard no_grad;
-      for (const torch::Tensor& t : host_) saved.push_back(t.clone());
+      // A lookup table's rows are only ever written by pulls, and a step does not write them.
+      for (size_t i = 0; i < host_.size(); ++i)
+        saved.push_back(i < lookup_.size() && lookup_[i] ? torch::Tensor() : host_[i].clone());
     } catch (const std::exception& e) {
       return FromTorch("DryRun", e);
     }
@@ -539,6 +514,7 @@ class TorchModelRunner final : public ModelRunner {
       torch::NoGradGuard no_grad;
       if (on_gpu()) DrainCopies();
       for (size_t i = 0; i < tensors_.size() && i < saved.size(); ++i) {
+        if (!saved[i].defined()) continue;
         tensors_[i].copy_(saved[i]);
         if (on_gpu()) host_[i].copy_(saved[i]);
       }
@@ -600,6 +576,38 @@ class TorchModelRunner final : public ModelRunner {
       sparse_ids_[i] = c.indices().select(0, 0).contiguous();
       grads_[i] = c.values().reshape({-1, dim}).contiguous();
     }
+    // A lookup table holds the rows its batch reads: a gradient of any other row means the
+    // forward read a row that was not pulled (a module's table_ids(x) that leaves one out).
+    if (!lookup_[i]) return;
+    const int64_t* ids = sparse_ids_[i].data_ptr<int64_t>();
+    const std::vector<uint64_t>& rows = batch_rows_[i];
+    for (int64_t k = 0, n = sparse_ids_[i].numel(); k < n; ++k) {
+      if (!std::binary_search(rows.begin(), rows.end(), static_cast<uint64_t>(ids[k]))) {
+        throw std::invalid_argument("the forward read row " + std::to_string(ids[k]) +
+                                    " of lookup table " + specs_[i].name +
+                                    ", which its table ids for the batch do not name");
+      }
+    }
+  }
+
+  // By parameter: the rows of each lookup table that forward reads for the batch x.
+  Status LookupRows(const torch::Tensor& x, std::vector<std::vector<uint64_t>>* out) {
+    out->assign(num_parameters_, {});
+    if (std::find(lookup_.begin(), lookup_.end(), true) == lookup_.end()) return OkStatus();
+    std::vector<char> named(num_parameters_, 0);
+    for (const auto& [name, ids] : net_->TableIds(x)) {
+      for (size_t i = 0; i < num_parameters_; ++i) {
+        if (!lookup_[i] || specs_[i].name != name) continue;
+        EPS_ASSIGN_OR_RETURN((*out)[i], DistinctRows(ids, specs_[i].shape[0], name));
+        named[i] = 1;
+      }
+    }
+    for (size_t i = 0; i < num_parameters_; ++i) {
+      if (lookup_[i] && !named[i])
+        return InvalidArgument("the module's table ids for a batch leave table " + specs_[i].name +
+                               " out");
+    }
+    return OkStatus();
   }
 
   // Host memory of `t`'s shape and dtype, zeroed: pinned when `t` lives on a GPU.
@@ -689,7 +697,10 @@ class TorchModelRunner final : public ModelRunner {
   std::vector<bool> reported_;        // by parameter: given to ready_ in this TrainStep
   std::vector<bool> warned_sparse_;
   std::vector<char> sparse_;                // by parameter: a sparse table
-  std::vector<torch::Tensor> sparse_ids_;   // by parameter: a sparse table's touched rows   // by parameter: its sparse gradient was said
+  std::vector<torch::Tensor> sparse_ids_;   // by parameter: a sparse table's touched rows
+  std::vector<char> lookup_;                // by parameter: a sparse table looked up by rows
+  std::vector<std::vector<uint64_t>> batch_rows_;  // by lookup table: the last step's rows
+  const std::unique_ptr<TableMemory> tables_;      // the sparse tables' memory
 #ifdef EPS_WITH_CUDA
   std::optional<CudaCopies> copies_;  // on a GPU only
   torch::Tensor loss_host_;           // pinned
@@ -698,90 +709,34 @@ class TorchModelRunner final : public ModelRunner {
 
 }  // namespace
 
-bool BuildHasCuda() {
-#ifdef EPS_WITH_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
-
-CpuKernelsInEffect ReadCpuKernels() {
-  CpuKernelsInEffect k = ReadBlasAndDnnKernels();
-  // libtorch exports no getter of ATen's capability; its build summary states the one in use.
-  try {
-    const std::string config = at::show_config();
-    const std::string key = "CPU capability usage: ";
-    const size_t at = config.find(key);
-    if (at != std::string::npos) {
-      std::string v = config.substr(at + key.size());
-      v = v.substr(0, v.find('\n'));
-      for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      k.aten = v == "no avx" ? "default" : v;
-    }
-  } catch (const std::exception& e) {
-    LOG(WARNING) << "libtorch's build summary: " << e.what();
-  }
-  return k;
-}
-
-StatusOr<std::string> UseCpuKernels(const std::string& name, const std::vector<std::string>& argv,
-                                    bool apply) {
-  EPS_ASSIGN_OR_RETURN(CpuKernelSet set, FindCpuKernelSet(name));
-  std::string why_not;
-  if (!apply) {
-    why_not = "--testing_skip_cpu_kernels";
-  } else if (Status st = ApplyCpuKernels(set, argv); !st.ok()) {
-    if (st.code() != StatusCode::kFailedPrecondition) return st;  // exec failed
-    why_not = st.message();
-  }
-  const CpuKernelsInEffect in_effect = ReadCpuKernels();
-  std::string report = CpuKernelsReport(set, in_effect, why_not);
-  if (report == set.name) {
-    LOG(INFO) << "CPU kernels " << set.name << " (" << in_effect.Describe() << ")";
-  } else {
-    LOG(WARNING) << "CPU kernels: " << report;
-  }
-  return report;
-}
-
-StatusOr<std::string> DeviceKind(const std::string& device) {
-  EPS_ASSIGN_OR_RETURN(torch::Device d, ParseDevice(device));
-  if (!d.is_cuda()) return std::string("cpu");
-#ifdef EPS_WITH_CUDA
-  try {
-    const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
-    if (d.index() >= count) {
-      return FailedPrecondition("device '" + device + "': this process sees " +
-                                std::to_string(count) + " CUDA device(s)");
-    }
-    return "cuda:" + std::string(at::cuda::getDeviceProperties(d.index())->name);
-  } catch (const std::exception& e) {
-    return FromTorch("DeviceKind", e);
-  }
-#else
-  return Internal("ParseDevice accepted a CUDA device in a build without CUDA");
-#endif
-}
-
 StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelOptions& options) {
   if (options.threads < 1) return InvalidArgument("threads must be at least 1");
   EPS_ASSIGN_OR_RETURN(torch::Device device, ParseDevice(options.device));
   try {
     SetCpuThreads(options.threads);
     EPS_RETURN_IF_ERROR(PrepareDevice(device));
+    auto tables = std::make_unique<TableMemory>();
     std::unique_ptr<Net> net;
     if (!options.script.empty()) {
       EPS_ASSIGN_OR_RETURN(net, LoadScriptNet(options.script));  // its weights are the file's
     } else {
-      // Initialized on the CPU from the CPU generator: the same weights on every device.
+      // Initialized on the CPU from the CPU generator: the same weights on every device. The
+      // sparse tables (not frozen, on the CPU) draw nothing: their rows are InitialRow's.
       torch::manual_seed(options.init_seed);
-      EPS_ASSIGN_OR_RETURN(torch::nn::Sequential model, MakeModel(options.model, options.sizes));
+      TableWeight table;
+      if (options.sparse_tables && !device.is_cuda()) {
+        table = [&](const std::string& name, int64_t rows, int64_t dim) {
+          return options.freeze.Matches(name) ? torch::Tensor() : tables->New(rows, dim);
+        };
+      }
+      EPS_ASSIGN_OR_RETURN(torch::nn::Sequential model,
+                           MakeModel(options.model, options.sizes, table));
       net = SequentialNet(std::move(model), options.model, options.sizes);
     }
     net->To(device);
-    auto runner = std::make_unique<TorchModelRunner>(std::move(net), device);
-    EPS_RETURN_IF_ERROR(runner->Init(options.freeze, options.sparse_tables));
+    auto runner = std::make_unique<TorchModelRunner>(std::move(net), device, std::move(tables));
+    EPS_RETURN_IF_ERROR(
+        runner->Init(options.freeze, options.sparse_tables, options.lookup_table_bytes));
     if (!options.init_file.empty()) EPS_RETURN_IF_ERROR(runner->LoadInit(options));
     return std::unique_ptr<ModelRunner>(std::move(runner));
   } catch (const std::exception& e) {

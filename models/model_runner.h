@@ -110,6 +110,11 @@ struct ModelOptions {
   // touched (SparseGradient). False (--sparse_optimizer=exact): their sparse
   // gradients are made dense and they train as dense tensors.
   bool sparse_tables = true;
+  // Sparse tables of more bytes than this (0: none) are looked up by the
+  // batches' rows, where the model can say which rows a batch reads (the
+  // zoo's models; a TorchScript module with table_ids(x)): the model holds
+  // only the rows written into it (Lookup, TableRows, DropTableRows).
+  uint64_t lookup_table_bytes = 0;
 };
 
 // A sparse table's gradient of one step: `rows` row ids, ascending and
@@ -252,6 +257,36 @@ class ModelRunner {
                                                   int64_t batch) {
     (void)data, (void)lo, (void)hi, (void)batch;
     return Unimplemented("this model runner does not predict");
+  }
+
+  // Whether sparse table i is looked up by the batches' rows
+  // (ModelOptions::lookup_table_bytes): its memory holds only what was written
+  // into it, and a step reads only the rows TableRows names for its samples,
+  // which the caller must have written first. Such a table's Data() is not
+  // its values: write rows, read gradients.
+  virtual bool Lookup(size_t i) const {
+    (void)i;
+    return false;
+  }
+  // By parameter: the rows of each lookup table that training on samples
+  // `indices` of `data` (or predicting them) reads, ascending and distinct;
+  // empty for every other tensor. InvalidArgument for indices out of range,
+  // ids outside a table, a module whose table_ids(x) leaves a lookup table out.
+  [[nodiscard]] virtual StatusOr<std::vector<std::vector<uint64_t>>> TableRows(
+      const Dataset& data, const std::vector<int64_t>& indices) {
+    (void)data, (void)indices;
+    return std::vector<std::vector<uint64_t>>{};
+  }
+  // Gives the memory of lookup table i's rows back to the host: they read
+  // zeros until written again.
+  [[nodiscard]] virtual Status DropTableRows(size_t i) {
+    (void)i;
+    return OkStatus();
+  }
+  // Bytes of lookup table i that are memory now (for reports and tests).
+  virtual size_t TableResidentBytes(size_t i) const {
+    (void)i;
+    return 0;
   }
 
   // What ModelOptions::init_file did (empty without one).

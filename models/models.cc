@@ -15,12 +15,13 @@
 
 namespace eps {
 
-StatusOr<torch::nn::Sequential> MakeModel(const std::string& name, const ZooSizes& sizes) {
+StatusOr<torch::nn::Sequential> MakeModel(const std::string& name, const ZooSizes& sizes,
+                                          const TableWeight& table) {
   namespace nn = torch::nn;
   try {
-    if (IsTextModel(name)) return MakeTextModel(name, sizes);
+    if (IsTextModel(name)) return MakeTextModel(name, sizes, table);
     if (name == "resnet") return MakeResnet(sizes);
-    if (name == "dlrm") return MakeDlrm(sizes);
+    if (name == "dlrm") return MakeDlrm(sizes, table);
     if (name == "mlp") {
       return nn::Sequential({{"flatten", nn::Flatten()},
                              {"fc1", nn::Linear(kImageSide * kImageSide, 128)},
@@ -66,6 +67,14 @@ StatusOr<torch::nn::Sequential> MakeModel(const std::string& name, const ZooSize
   }
   return InvalidArgument("unknown model '" + name +
                          "' (expected mlp, cnn, cnn_bn, resnet, text_transformer, text_hashed or dlrm)");
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> ZooTableIds(const std::string& name,
+                                                               const torch::Tensor& x) {
+  if (name == "dlrm") return {{"dlrm.emb.weight", DlrmTableIds(x)}};
+  if (name == "text_hashed") return {{"text.bag.weight", x}};
+  if (name == "text_transformer") return {{"text.tok.weight", x}};
+  return {};
 }
 
 StatusOr<torch::Device> ParseDevice(const std::string& name) {

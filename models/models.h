@@ -11,7 +11,10 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 #include "data/dataset.h"
@@ -33,8 +36,23 @@ namespace eps {
 //           0.27 M parameters at depth 20.
 //   text_transformer  a Transformer encoder over token ids (models/text_models.h).
 // InvalidArgument for an unknown name; Internal if libtorch fails.
+// `table`, when set, may give each sparse=True embedding (dlrm's,
+// text_hashed's and text_transformer's) its weight [rows, dim], by the
+// weight's tensor name, instead of a drawn one (an undefined tensor: drawn):
+// the runner trains those as sparse tables, whose values it writes itself
+// (their initial rows, or pulled ones), so nothing need be drawn for them
+// (and the layers after them then draw other values than without).
+using TableWeight =
+    std::function<torch::Tensor(const std::string& name, int64_t rows, int64_t dim)>;
 [[nodiscard]] StatusOr<torch::nn::Sequential> MakeModel(const std::string& name,
-                                                        const ZooSizes& sizes = {});
+                                                        const ZooSizes& sizes = {},
+                                                        const TableWeight& table = nullptr);
+
+// The rows of each sparse=True embedding weight of zoo model `name` (by its
+// tensor name) that forward reads for the batch `x` (its input): dlrm's 26
+// categories, the text models' token ids. Empty for the models without one.
+std::vector<std::pair<std::string, torch::Tensor>> ZooTableIds(const std::string& name,
+                                                               const torch::Tensor& x);
 
 // The device a --device flag names: "cpu", or "cuda:N" ("cuda" is "cuda:0")
 // in a build against a CUDA libtorch (EPS_WITH_CUDA). InvalidArgument for

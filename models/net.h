@@ -36,6 +36,17 @@ class Net {
   // was created with sparse=True (its gradient then names the rows a step
   // touched).
   virtual std::vector<std::pair<std::string, bool>> EmbeddingWeights() { return {}; }
+  // The rows of each sparse=True embedding weight (by its name as
+  // NamedParameters gives it) that forward reads for the batch `x` (Input's),
+  // as int64 tensors of any shape, where the net can say: the zoo's models
+  // (ZooTableIds, models/models.h), and a TorchScript module that defines
+  // table_ids(x) -> Dict[str, Tensor]. A net that cannot (HasTableIds false)
+  // has its tables held whole by the worker.
+  virtual bool HasTableIds() const { return false; }
+  virtual std::vector<std::pair<std::string, torch::Tensor>> TableIds(const torch::Tensor& x) {
+    (void)x;
+    return {};
+  }
   // What the data set's samples must be for this net: the built-in models'
   // images (CheckModelInput, data/model_input.h), anything for a module the
   // dry run has checked against them. InvalidArgument saying what differs.

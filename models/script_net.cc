@@ -49,6 +49,7 @@ class ScriptNet final : public Net {
  public:
   explicit ScriptNet(torch::jit::Module module) : module_(std::move(module)) {
     has_loss_ = module_.find_method("loss").has_value();
+    has_table_ids_ = module_.find_method("table_ids").has_value();
   }
 
   NamedTensors NamedParameters() override { return Collect(module_.named_parameters()); }
@@ -71,6 +72,20 @@ class ScriptNet final : public Net {
                        sparse.isBool() && sparse.toBool());
     }
     return out;
+  }
+
+  bool HasTableIds() const override { return has_table_ids_; }
+  std::vector<std::pair<std::string, torch::Tensor>> TableIds(const torch::Tensor& x) override {
+    const torch::jit::IValue out = module_.get_method("table_ids")({x});
+    if (!out.isGenericDict())
+      throw std::runtime_error("table_ids(x) returned a " + out.tagKind() + ", not a dict");
+    std::vector<std::pair<std::string, torch::Tensor>> ids;
+    for (const auto& item : out.toGenericDict()) {
+      if (!item.key().isString() || !item.value().isTensor())
+        throw std::runtime_error("table_ids(x) must map weight names to tensors of row ids");
+      ids.emplace_back(item.key().toStringRef(), item.value().toTensor());
+    }
+    return ids;
   }
 
   Status CheckData(const Dataset& data) const override {
@@ -103,6 +118,7 @@ class ScriptNet final : public Net {
  private:
   torch::jit::Module module_;
   bool has_loss_ = false;
+  bool has_table_ids_ = false;
 };
 
 }  // namespace

@@ -9,11 +9,12 @@ namespace nn = torch::nn;
 
 class TextTransformerImpl : public nn::Module {
  public:
-  explicit TextTransformerImpl(const ZooSizes& s) {
+  TextTransformerImpl(const ZooSizes& s, const TableWeight& table) {
     const int64_t dim = s.dim;
     // sparse=True: a sparse table (each step moves only the rows its batch touched); the
     // position embedding, every row of which every step touches, stays dense.
-    const auto tok = nn::EmbeddingOptions(s.vocab_size, dim).sparse(true);
+    auto tok = nn::EmbeddingOptions(s.vocab_size, dim).sparse(true);
+    if (table) tok._weight(table("text.tok.weight", s.vocab_size, dim));
     tok_ = register_module("tok", nn::Embedding(tok));
     pos_ = register_module("pos", nn::Embedding(s.seq_len, dim));
     layers_ = register_module("layers", nn::ModuleList());
@@ -48,11 +49,13 @@ TORCH_MODULE(TextTransformer);
 
 class TextHashedImpl : public nn::Module {
  public:
-  explicit TextHashedImpl(const ZooSizes& s) {
-    bag_ = register_module("bag", nn::EmbeddingBag(nn::EmbeddingBagOptions(s.vocab_size, s.dim)
-                                                       .mode(torch::kMean)
-                                                       .sparse(true)
-                                                       .padding_idx(kPadId)));
+  TextHashedImpl(const ZooSizes& s, const TableWeight& table) {
+    auto bag = nn::EmbeddingBagOptions(s.vocab_size, s.dim)
+                   .mode(torch::kMean)
+                   .sparse(true)
+                   .padding_idx(kPadId);
+    if (table) bag._weight(table("text.bag.weight", s.vocab_size, s.dim));
+    bag_ = register_module("bag", nn::EmbeddingBag(bag));
     head_ = register_module("head", nn::Linear(s.dim, s.num_classes));
   }
 
@@ -67,14 +70,15 @@ TORCH_MODULE(TextHashed);
 
 }  // namespace
 
-StatusOr<torch::nn::Sequential> MakeTextModel(const std::string& name, const ZooSizes& sizes) {
+StatusOr<torch::nn::Sequential> MakeTextModel(const std::string& name, const ZooSizes& sizes,
+                                              const TableWeight& table) {
   if (name == "text_hashed") {
     if (sizes.dim == 0 || sizes.vocab_size <= kNumSpecials || sizes.num_classes < 1) {
       return InvalidArgument("text_hashed: --model_dim " + std::to_string(sizes.dim) + ", " +
                              std::to_string(sizes.vocab_size) + " rows and " +
                              std::to_string(sizes.num_classes) + " classes: too small");
     }
-    return nn::Sequential({{"text", TextHashed(sizes)}});
+    return nn::Sequential({{"text", TextHashed(sizes, table)}});
   }
   if (name != "text_transformer") return InvalidArgument("unknown text model '" + name + "'");
   if (sizes.dim == 0 || sizes.heads == 0 || sizes.dim % sizes.heads != 0) {
@@ -88,7 +92,7 @@ StatusOr<torch::nn::Sequential> MakeTextModel(const std::string& name, const Zoo
                            ", --seq_len " + std::to_string(sizes.seq_len) + " and " +
                            std::to_string(sizes.num_classes) + " classes: too small");
   }
-  return nn::Sequential({{"text", TextTransformer(sizes)}});
+  return nn::Sequential({{"text", TextTransformer(sizes, table)}});
 }
 
 }  // namespace eps

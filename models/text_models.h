@@ -7,6 +7,7 @@
 
 #include "common/status.h"
 #include "data/model_input.h"
+#include "models/models.h"  // TableWeight
 
 namespace eps {
 
@@ -25,7 +26,9 @@ namespace eps {
 // (--hash_buckets: data/text.h), then Linear(dim, num_classes): "text.bag.weight"
 // is a sparse table (docs/design.md, "Sparse tables"), "text.head.weight".
 // InvalidArgument for sizes it cannot have (dim not a multiple of heads, a zero).
-[[nodiscard]] StatusOr<torch::nn::Sequential> MakeTextModel(const std::string& name,
-                                                            const ZooSizes& sizes);
+// The sparse tables' weights are `table`'s when set (MakeModel's TableWeight).
+[[nodiscard]] StatusOr<torch::nn::Sequential> MakeTextModel(
+    const std::string& name, const ZooSizes& sizes,
+    const TableWeight& table = nullptr);
 
 }  // namespace eps

@@ -21,6 +21,8 @@ using codec_internal::EncodeMoveBody;
 using codec_internal::Reader;
 using codec_internal::SetJobStatus;
 using codec_internal::SetMap;
+using codec_internal::SetSparseReads;
+using codec_internal::SetSparseRows;
 
 template <class... Ts>
 struct Overloaded : Ts... {
@@ -89,18 +91,6 @@ void SetChunks(capnp::List<wire::ChunkRef>::Builder out, const std::vector<Chunk
     out[i].setChunk(chunks[i].chunk.value());
     out[i].setFrame(static_cast<uint32_t>(frames->size() - 1));
     frames->push_back({chunks[i].data, chunks[i].size, chunks[i].owner});
-  }
-}
-
-void SetSparseRows(capnp::List<wire::SparseRowsRef>::Builder out,
-                   const std::vector<SparseRowBytes>& rows, std::vector<Frame>* frames) {
-  for (size_t i = 0; i < rows.size(); ++i) {
-    out[i].setTable(rows[i].table);
-    out[i].setRows(rows[i].rows);
-    out[i].setIdsFrame(static_cast<uint32_t>(frames->size() - 1));
-    frames->push_back({rows[i].ids.data, rows[i].ids.size, rows[i].ids.owner});
-    out[i].setValuesFrame(static_cast<uint32_t>(frames->size() - 1));
-    frames->push_back({rows[i].values.data, rows[i].values.size, rows[i].values.owner});
   }
 }
 
@@ -297,8 +287,7 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
       } else if (in.getShmOffsets().size() != 0) {
         return ProtocolError("shared-memory offsets in a pull without a region");
       }
-      EPS_RETURN_IF_ERROR(r.ListSize(in.getSparse(), "sparse reads"));
-      for (auto read : in.getSparse()) m.sparse.push_back({read.getTable(), Step(read.getSince())});
+      EPS_RETURN_IF_ERROR(r.SparseReads(in.getSparse(), &m.sparse));
       if (!m.sparse.empty() && (!m.chunks.empty() || m.shm.has_value()))
         return ProtocolError("a pull of sparse rows names chunks or a region");
       m.optimizer_digest = in.getOptimizerDigest();
@@ -613,11 +602,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                      for (size_t i = 0; i < m.shm_offsets.size(); ++i)
                        offsets.set(i, m.shm_offsets[i]);
                    }
-                   auto sparse = o.initSparse(m.sparse.size());
-                   for (size_t i = 0; i < m.sparse.size(); ++i) {
-                     sparse[i].setTable(m.sparse[i].table);
-                     sparse[i].setSince(m.sparse[i].since.value());
-                   }
+                   SetSparseReads(o.initSparse(m.sparse.size()), m.sparse, &frames);
                    o.setOptimizerDigest(m.optimizer_digest);
                    o.setTimeline(m.timeline);
                  },

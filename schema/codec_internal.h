@@ -159,6 +159,29 @@ class Reader {
     return OkStatus();
   }
 
+  // Sparse reads: one of a table looked up by rows names a frame of its ids
+  // (8 bytes a row; their order and range are checked by the receiver).
+  Status SparseReads(capnp::List<wire::SparseRead>::Reader in, std::vector<SparseRead>* out) {
+    EPS_RETURN_IF_ERROR(ListSize(in, "sparse reads"));
+    out->clear();
+    for (auto ref : in) {
+      SparseRead read{ref.getTable(), Step(ref.getSince())};
+      read.lookup = ref.getLookup();
+      if (read.lookup) {
+        read.rows = ref.getRows();
+        Frame ids;
+        EPS_RETURN_IF_ERROR(ByteFrame(ref.getIdsFrame(), &ids));
+        if (ids.size != uint64_t{read.rows} * sizeof(uint64_t))
+          return ProtocolError("a sparse lookup whose ids frame does not hold one id a row");
+        read.ids = {ChunkId(0), ids.data, ids.size, ids.owner};
+      } else if (ref.getRows() != 0) {
+        return ProtocolError("a sparse read by version names rows");
+      }
+      out->push_back(std::move(read));
+    }
+    return OkStatus();
+  }
+
   // The byte frame `frame` (0 = the first after the envelope), taken once.
   Status ByteFrame(uint32_t frame, Frame* out) {
     const size_t i = size_t{frame} + 1;  // frame 0 is the envelope
@@ -190,6 +213,12 @@ Status DecodeJobStatus(wire::JobStatusReply::Reader in, Reader& r, JobStatusRepl
 void SetJobStatus(wire::JobStatusReply::Builder o, const JobStatusReply& m);
 
 void SetMap(wire::ShardMap::Builder out, const ShardMap& map);
+
+// Sparse rows and reads (codec_rows.cc): their byte frames go after `frames`' last.
+void SetSparseRows(capnp::List<wire::SparseRowsRef>::Builder out,
+                   const std::vector<SparseRowBytes>& rows, std::vector<Frame>* frames);
+void SetSparseReads(capnp::List<wire::SparseRead>::Builder out,
+                    const std::vector<SparseRead>& reads, std::vector<Frame>* frames);
 
 // The move messages both ways (codec_move.cc): Reshard, ReshardReady,
 // MoveRequest, MoveReply. Byte frames go after `frames`' last.

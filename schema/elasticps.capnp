@@ -122,6 +122,7 @@ struct JobSpec {
   sparseOptimizer @36 :Text = "lazy";  # sparse=True tables: lazy (row-wise) or exact (dense tensors)
   shardMemoryMb @37 :UInt64;           # each shard's memory for its sparse tables' rows (0: 256 MiB)
   hashBuckets @38 :UInt32;             # text models: words hashed into this many table rows (0: a vocabulary)
+  workerTableMb @39 :UInt64;           # a sparse table of more MiB is looked up by batch on workers (0: 1024)
 }
 
 struct RegisterWorker {
@@ -267,6 +268,14 @@ struct SparseRowsRef {
 struct SparseRead {
   table @0 :UInt32;
   since @1 :Int64;
+  # A worker looking the table up by its batches' rows (docs/design.md, "Sparse
+  # tables"): instead of the rows changed since `since`, exactly these `rows`
+  # ids, strictly ascending, of this shard, as little-endian uint64 in frame
+  # idsFrame; the reply holds every one of them (untouched rows at their
+  # initial values).
+  lookup @2 :Bool;
+  rows @3 :UInt32;
+  idsFrame @4 :UInt32;
 }
 
 struct PushReply {

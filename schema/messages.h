@@ -136,7 +136,9 @@ enum class SpecFieldRole { kComputation, kJob };
   /* sparse=True tables (docs/design.md, "Sparse tables"): lazy (row-wise) or exact (as dense tensors) */      \
   X(std::string,   sparse_optimizer,    "lazy",           SparseOptimizer,   sparse_optimizer,    kComputation) \
   /* each shard's memory for its sparse tables' rows, beyond which they spill to its store (0: 256 MiB) */   \
-  X(uint64_t,      shard_memory_mb,     0,                ShardMemoryMb,     shard_memory_mb,     kJob)
+  X(uint64_t,      shard_memory_mb,     0,                ShardMemoryMb,     shard_memory_mb,     kJob)         \
+  /* a worker looks a sparse table of more MiB up by its batches' rows instead of holding it (0: 1024) */  \
+  X(uint64_t,      worker_table_mb,     0,                WorkerTableMb,     worker_table_mb,     kJob)
 // clang-format on
 
 #define EPS_SPEC_MEMBER(type, name, default_value, Capnp, flag, role) type name = default_value;
@@ -298,6 +300,11 @@ struct SparseRowBytes {
 struct SparseRead {
   uint32_t table = 0;
   Step since{0};
+  // Looked up by rows (a worker that does not hold the table): `rows` ids,
+  // strictly ascending, as uint64 in `ids`, instead of those changed since.
+  bool lookup = false;
+  uint32_t rows = 0;
+  ChunkBytes ids{};  // `chunk` unused
 };
 
 struct Push {

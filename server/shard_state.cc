@@ -176,6 +176,28 @@ Status ShardState::SyncTables() {
   return OkStatus();
 }
 
+Status ShardState::CheckRowIds(const TensorSpec& t, const void* bytes, uint32_t rows) const {
+  const auto* ids = static_cast<const uint8_t*>(bytes);
+  uint64_t prev = 0;
+  for (uint32_t i = 0; i < rows; ++i) {
+    uint64_t id;
+    std::memcpy(&id, ids + i * sizeof(uint64_t), sizeof id);
+    if (i > 0 && id <= prev)
+      return InvalidArgument("sparse rows of table " + t.name + " are not strictly ascending");
+    if (id >= static_cast<uint64_t>(t.shape[0])) {
+      return InvalidArgument("row " + std::to_string(id) + " is beyond table " + t.name + "'s " +
+                             std::to_string(t.shape[0]) + " rows");
+    }
+    if (layout_->ShardOfRow(id) != shard_) {
+      return InvalidArgument("row " + std::to_string(id) + " of table " + t.name +
+                             " belongs to shard " +
+                             std::to_string(layout_->ShardOfRow(id).value()));
+    }
+    prev = id;
+  }
+  return OkStatus();
+}
+
 Status ShardState::ValidateSparse(const Push& push) const {
   if (push.sparse.empty()) return OkStatus();
   std::vector<char> seen(tables_.size(), 0);
@@ -197,24 +219,7 @@ Status ShardState::ValidateSparse(const Push& push) const {
       return InvalidArgument("sparse rows of table " + t.name + " do not hold " +
                              std::to_string(r.rows) + " ids and rows of " + std::to_string(dim));
     }
-    const auto* ids = static_cast<const uint8_t*>(r.ids.data);
-    uint64_t prev = 0;
-    for (uint32_t i = 0; i < r.rows; ++i) {
-      uint64_t id;
-      std::memcpy(&id, ids + i * sizeof(uint64_t), sizeof id);
-      if (i > 0 && id <= prev)
-        return InvalidArgument("sparse rows of table " + t.name + " are not strictly ascending");
-      if (id >= static_cast<uint64_t>(t.shape[0])) {
-        return InvalidArgument("row " + std::to_string(id) + " is beyond table " + t.name + "'s " +
-                               std::to_string(t.shape[0]) + " rows");
-      }
-      if (layout_->ShardOfRow(id) != shard_) {
-        return InvalidArgument("row " + std::to_string(id) + " of table " + t.name +
-                               " belongs to shard " +
-                               std::to_string(layout_->ShardOfRow(id).value()));
-      }
-      prev = id;
-    }
+    EPS_RETURN_IF_ERROR(CheckRowIds(t, r.ids.data, r.rows));
   }
   return OkStatus();
 }
@@ -576,7 +581,14 @@ StatusOr<PullReply> ShardState::HandleSparsePull(const Pull& pull) {
     SparseTable& table = *tables_[read.table];
     const size_t dim = static_cast<size_t>(layout_->tensors[layout_->sparse[read.table]].shape[1]);
     std::vector<uint64_t> ids;
-    if (read.since < pull.version) {
+    if (read.lookup) {  // the rows a worker's batches read (untouched ones at their initial values)
+      const TensorSpec& t = layout_->tensors[layout_->sparse[read.table]];
+      if (read.ids.size != uint64_t{read.rows} * sizeof(uint64_t))
+        return InvalidArgument("a sparse lookup's ids do not hold " + std::to_string(read.rows));
+      EPS_RETURN_IF_ERROR(CheckRowIds(t, read.ids.data, read.rows));
+      ids.resize(read.rows);
+      if (read.rows > 0) std::memcpy(ids.data(), read.ids.data, read.ids.size);
+    } else if (read.since < pull.version) {
       // Of the previous version too: rows the last step changed come back at their old
       // values, and any other row is the same in both versions.
       EPS_ASSIGN_OR_RETURN(ids, table.ChangedSince(read.since));

@@ -266,6 +266,9 @@ class ShardState {
   // checkpoint of version_.
   Status SyncTables();
   Status ValidateSparse(const Push& push) const;
+  // `rows` row ids of table t (uint64, host order) strictly ascending, within the table, this
+  // shard's: InvalidArgument naming the first that is not.
+  Status CheckRowIds(const TensorSpec& t, const void* ids, uint32_t rows) const;
   // Steps the tables (the step's barrier is complete), keeping the old values
   // of the rows it changes in previous_rows_ (as the tables hand them over).
   Status StepTables();

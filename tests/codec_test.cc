@@ -996,6 +996,29 @@ TEST(Codec, SparseRowsRoundTripAndMalformedOnesAreProtocolErrors) {
   ExpectInvalid(EncodeOrDie({"t", push}), "whole rows");
 }
 
+TEST(Codec, ALookupByRowsRoundTripsItsIdsAndAWrongFrameIsAProtocolError) {
+  auto ids = std::make_shared<std::vector<uint64_t>>(std::vector<uint64_t>{3, 70, 1ull << 33});
+  Pull pull{Step(5), {}};
+  SparseRead lookup{1, Step(0)};
+  lookup.lookup = true;
+  lookup.rows = 3;
+  lookup.ids = {ChunkId(0), ids->data(), 24, ids};
+  pull.sparse = {{0, Step(4)}, lookup};
+  auto got = Decode(EncodeOrDie({"t", pull}));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  const Pull& back = std::get<Pull>(got->body);
+  ASSERT_EQ(back.sparse.size(), 2u);
+  EXPECT_FALSE(back.sparse[0].lookup);
+  EXPECT_EQ(back.sparse[0].since, Step(4));
+  EXPECT_TRUE(back.sparse[1].lookup);
+  EXPECT_EQ(back.sparse[1].table, 1u);
+  ASSERT_EQ(back.sparse[1].rows, 3u);
+  ASSERT_EQ(back.sparse[1].ids.size, 24u);
+  EXPECT_EQ(std::memcmp(back.sparse[1].ids.data, ids->data(), 24), 0);
+  pull.sparse[1].rows = 2;  // three ids in the frame
+  ExpectInvalid(EncodeOrDie({"t", pull}), "one id a row");
+}
+
 TEST(Codec, AnOptimizerDigestRoundTripsAndOneOfAnotherSizeIsAProtocolError) {
   Pull pull{Step(7), {}};
   pull.optimizer_digest = true;

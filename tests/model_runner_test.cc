@@ -160,6 +160,109 @@ TEST(ModelRunner, TheTextTransformersTokenEmbeddingIsASparseTableUnlessExact) {
   }
 }
 
+// A table of 2^26 rows (2 GiB) looked up by the batches' rows: the model takes the memory
+// of the rows written, names the rows a batch reads, and computes the bits of the same
+// model holding the table with the same rows in it.
+TEST(ModelRunner, ALookupTableHoldsTheRowsWrittenAndComputesTheHeldTablesBits) {
+  std::vector<int64_t> ids = {2, 7, 5, 0, 2, 5, 9, 1 << 25};  // two samples of 4
+  std::vector<int64_t> labels = {0, 1};
+  Dataset data;
+  data.size = 2;
+  data.sample_shape = {4};
+  data.feature_dtype = DataType::kInt64;
+  data.features = ids.data();
+  data.labels = labels.data();
+  data.num_classes = 2;
+  const uint32_t rows = 1 << 26;
+  std::unique_ptr<ModelRunner> runners[2];
+  for (int lookup : {0, 1}) {
+    ModelOptions o{"text_transformer", 1, 1, "cpu"};
+    o.sizes = {8, 1, 2, 20, 4, rows, 2};  // dim, layers, heads, depth, seq, rows, classes
+    o.lookup_table_bytes = lookup ? 1 << 20 : 0;
+    StatusOr<std::unique_ptr<ModelRunner>> r = ModelRunner::Create(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    runners[lookup] = std::move(r).value();
+    EXPECT_EQ(runners[lookup]->Lookup(0), lookup == 1);
+    EXPECT_FALSE(runners[lookup]->Lookup(1));  // the position embedding: dense
+  }
+  ModelRunner& held = *runners[0];
+  ModelRunner& looked = *runners[1];
+  auto read = looked.TableRows(data, {0, 1});
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  const std::vector<uint64_t> want = {0, 2, 5, 7, 9, 1 << 25};
+  EXPECT_EQ((*read)[0], want);
+  EXPECT_TRUE((*read)[1].empty());
+  auto one = looked.TableRows(data, {1});
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ((*one)[0], (std::vector<uint64_t>{2, 5, 9, 1 << 25}));
+  // The same rows into both, and the same dense values (the seed's: no table drew any).
+  for (uint64_t r : want) {
+    const float row[8] = {0.5f * r, -1, 2, 0.25f, 1e-3f * r, 3, -2, 1};
+    for (ModelRunner* m : {&held, &looked})
+      ASSERT_TRUE(m->Write(0, r * sizeof row, row, sizeof row).ok());
+  }
+  EXPECT_LT(looked.TableResidentBytes(0), size_t{1} << 20);
+  for (size_t i = 1; i < held.Tensors().size(); ++i) {
+    const size_t n = Bytes(held.Tensors()[i]);
+    EXPECT_EQ(std::memcmp(held.Data(i), looked.Data(i), n), 0) << held.Tensors()[i].name;
+  }
+  auto a = held.TrainStep(data, {0, 1}, 5);
+  auto b = looked.TrainStep(data, {0, 1}, 5);
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+  EXPECT_EQ(std::memcmp(&*a, &*b, sizeof(float)), 0);
+  const SparseGradient ga = held.SparseGrad(0), gb = looked.SparseGrad(0);
+  ASSERT_EQ(ga.rows, want.size());
+  ASSERT_EQ(gb.rows, want.size());
+  EXPECT_EQ(std::memcmp(ga.ids, gb.ids, ga.rows * sizeof(int64_t)), 0);
+  EXPECT_EQ(std::memcmp(ga.values, gb.values, ga.rows * 8 * sizeof(float)), 0);
+  for (size_t i = 1; i < held.NumParameters(); ++i) {
+    EXPECT_EQ(std::memcmp(held.GradData(i), looked.GradData(i), Bytes(held.Tensors()[i])), 0)
+        << held.Tensors()[i].name;
+  }
+  // The pages go back: the rows read zeros.
+  ASSERT_TRUE(looked.DropTableRows(0).ok());
+  EXPECT_EQ(looked.TableResidentBytes(0), 0u);
+  EXPECT_EQ(static_cast<const float*>(looked.Data(0))[5 * 8], 0.0f);
+}
+
+// dlrm's table rows of a batch are its 26 categories, distinct and ascending; an id
+// outside the table is the data's error, not a crash.
+TEST(ModelRunner, DlrmLooksUpTheCategoriesOfItsBatch) {
+  std::vector<int64_t> samples(2 * 39, 1);
+  for (int64_t c = 0; c < 26; ++c) {
+    samples[13 + c] = (c * 7) % 20;      // sample 0: 20 distinct rows
+    samples[39 + 13 + c] = 100 + c % 3;  // sample 1: 100, 101, 102
+  }
+  std::vector<int64_t> labels = {0, 1};
+  Dataset data;
+  data.size = 2;
+  data.sample_shape = {39};
+  data.feature_dtype = DataType::kInt64;
+  data.features = samples.data();
+  data.labels = labels.data();
+  data.num_classes = 2;
+  ModelOptions o{"dlrm", 1, 1, "cpu"};
+  o.sizes.dim = 4;
+  o.sizes.vocab_size = 1 << 20;
+  o.lookup_table_bytes = 1 << 10;
+  StatusOr<std::unique_ptr<ModelRunner>> r = ModelRunner::Create(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  size_t emb = 0;
+  while ((*r)->Tensors()[emb].name != "dlrm.emb.weight") ++emb;
+  ASSERT_TRUE((*r)->Lookup(emb));
+  auto rows = (*r)->TableRows(data, {1, 0});
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  std::vector<uint64_t> want;
+  for (uint64_t v = 0; v < 20; ++v) want.push_back(v);
+  for (uint64_t v : {100, 101, 102}) want.push_back(v);
+  EXPECT_EQ((*rows)[emb], want);
+  ASSERT_TRUE((*r)->TrainStep(data, {0, 1}, 1).ok());
+  const SparseGradient g = (*r)->SparseGrad(emb);
+  EXPECT_EQ(g.rows, want.size());
+  samples[13] = int64_t{1} << 20;  // beyond the table
+  EXPECT_EQ((*r)->TableRows(data, {0}).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(ModelRunner, TheResnetIsTheCifarResnetOfItsDepth) {
   ModelOptions o{"resnet", 1, 1, TestDevice()};
   auto r20 = ModelRunner::Create(o);

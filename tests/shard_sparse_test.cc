@@ -118,6 +118,28 @@ StatusOr<Pulled> PullRows(ShardState& state, int64_t version, int64_t since) {
   return out;
 }
 
+// A lookup of rows `ids` (a worker that does not hold the table) at `version`.
+StatusOr<Pulled> LookUp(ShardState& state, int64_t version, const Ids& ids) {
+  auto held = std::make_shared<Ids>(ids);
+  Pull p;
+  p.version = Step(version);
+  SparseRead read{0, Step(0)};
+  read.lookup = true;
+  read.rows = static_cast<uint32_t>(ids.size());
+  read.ids = {ChunkId(0), held->data(), held->size() * sizeof(uint64_t), held};
+  p.sparse = {read};
+  EPS_ASSIGN_OR_RETURN(PullReply reply, state.Answer(p));
+  if (reply.sparse.size() != 1) return Internal("one table asked, another number answered");
+  const SparseRowBytes& r = reply.sparse[0];
+  Pulled out;
+  out.ids.resize(r.rows);
+  out.values.resize(r.values.size / sizeof(float));
+  if (r.rows == 0) return out;
+  std::memcpy(out.ids.data(), r.ids.data, r.ids.size);
+  std::memcpy(out.values.data(), r.values.data, r.values.size);
+  return out;
+}
+
 bool SameBits(const Values& a, const Values& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -223,6 +245,46 @@ TEST(ShardSparse, ThePreviousVersionGivesTheRowsAtTheirOldValues) {
   want.insert(want.end(), five.begin(), five.end());
   EXPECT_TRUE(SameBits(previous->values, want));
   EXPECT_EQ(PullRows(state, 0, 0).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(ShardSparse, ALookupGivesEveryRowAskedForAtTheVersionAskedFor) {
+  ShardState state = Initialized({}, /*shards=*/2);  // shard 0: the even rows
+  auto step = [&](int64_t t, const Ids& ids, const Values& g) {
+    auto out = state.HandlePush(MakePush(t, Block{0, kVws}, {Bytes(0, kHeadGrad)}, {Rows(ids, g)}));
+    ASSERT_TRUE(out.ok() && out->completed.has_value()) << out.status().ToString();
+  };
+  step(0, {4}, {2, 2});
+  step(1, {4, 6}, {4, 4, 6, 6});
+  // Stored rows (4, 6) and an untouched one (2, at its initial value): exactly the rows asked.
+  auto now = LookUp(state, 2, {2, 4, 6});
+  ASSERT_TRUE(now.ok()) << now.status().ToString();
+  EXPECT_EQ(now->ids, (Ids{2, 4, 6}));
+  const Values four1 = Stepped(Initial(4), {2, 2});
+  Values want = Initial(2);
+  for (const Values& v : {Stepped(four1, {4, 4}), Stepped(Initial(6), {6, 6})})
+    want.insert(want.end(), v.begin(), v.end());
+  EXPECT_TRUE(SameBits(now->values, want));
+  // The previous version: the rows the last step changed at their old values.
+  auto before = LookUp(state, 1, {4, 6});
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  want = four1;
+  const Values six = Initial(6);
+  want.insert(want.end(), six.begin(), six.end());
+  EXPECT_TRUE(SameBits(before->values, want));
+  // Nothing asked, nothing answered; the next version waits.
+  auto none = LookUp(state, 2, {});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->ids.empty());
+  EXPECT_EQ(LookUp(state, 3, {2}).status().code(), StatusCode::kUnavailable);
+  // Rows the shard does not hold, or not in order, or beyond the table: refused, and it serves on.
+  const std::vector<std::pair<Ids, std::string>> bad{
+      {{3}, "shard 1"}, {{6, 4}, "ascending"}, {{4, 4}, "ascending"}, {{18}, "beyond"}};
+  for (const auto& [ids, reason] : bad) {
+    auto out = LookUp(state, 2, ids);
+    EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument) << reason;
+    EXPECT_NE(out.status().message().find(reason), std::string::npos) << out.status().ToString();
+  }
+  EXPECT_TRUE(LookUp(state, 2, {4}).ok());
 }
 
 TEST(ShardSparse, BadSparsePushesAreRefusedWholeAndChangeNothing) {

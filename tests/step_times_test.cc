@@ -66,18 +66,43 @@ TEST(WorkerReport, CountsTheModelBytesFetchedOverEveryModelFile) {
   EXPECT_EQ(j["model_files"][1]["fetched_bytes"], 0);
 }
 
-TEST(WorkerReport, ListsTheSparseTablesInTheModelsOrder) {
-  std::vector<TensorSpec> tensors = {
-      {"text.tok.weight", TensorKind::kParameter, DType::kFloat32, {1000, 16}},
-      {"text.pos.weight", TensorKind::kParameter, DType::kFloat32, {48, 16}},
-      {"emb.weight", TensorKind::kParameter, DType::kFloat32, {64, 8}}};
-  tensors[0].sparse = true;
-  tensors[2].sparse = true;
+// A model of three tables, the last one looked up by rows.
+class TablesModel final : public ModelRunner {
+ public:
+  TablesModel() {
+    tensors_ = {{"text.tok.weight", TensorKind::kParameter, DType::kFloat32, {1000, 16}},
+                {"text.pos.weight", TensorKind::kParameter, DType::kFloat32, {48, 16}},
+                {"emb.weight", TensorKind::kParameter, DType::kFloat32, {64, 8}}};
+    tensors_[0].sparse = true;
+    tensors_[2].sparse = true;
+  }
+  const std::vector<TensorSpec>& Tensors() const override { return tensors_; }
+  const void* Data(size_t) const override { return nullptr; }
+  Status Write(size_t, size_t, const void*, size_t) override { return OkStatus(); }
+  StatusOr<float> TrainStep(const Dataset&, const std::vector<int64_t>&, uint64_t,
+                            const GradReady&) override {
+    return 0.0f;
+  }
+  const float* GradData(size_t) const override { return nullptr; }
+  StatusOr<Gradients> TakeGradients() override { return Gradients{}; }
+  StatusOr<EvalStats> Evaluate(const Dataset&, int64_t, int64_t, int64_t) override {
+    return EvalStats{};
+  }
+  bool Lookup(size_t i) const override { return i == 2; }
+
+ private:
+  std::vector<TensorSpec> tensors_;
+};
+
+TEST(WorkerReport, ListsTheSparseTablesAndTheLookedUpOnesInTheModelsOrder) {
   WorkerReport r = SomeReport();
   EXPECT_EQ(nlohmann::json::parse(ReportJson(r))["sparse_tables"], nlohmann::json::array());
-  r.sparse_tables = SparseTableNames(tensors);
-  EXPECT_EQ(nlohmann::json::parse(ReportJson(r))["sparse_tables"],
-            nlohmann::json::array({"text.tok.weight", "emb.weight"}));
+  NameSparseTables(TablesModel(), &r);
+  r.counts.lookup_rows = 1234;
+  const nlohmann::json j = nlohmann::json::parse(ReportJson(r));
+  EXPECT_EQ(j["sparse_tables"], nlohmann::json::array({"text.tok.weight", "emb.weight"}));
+  EXPECT_EQ(j["lookup_tables"], nlohmann::json::array({"emb.weight"}));
+  EXPECT_EQ(j["lookup_rows"], 1234);
 }
 
 TEST(WorkerReport, AFailureCarriesItsStatus) {

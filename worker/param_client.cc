@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 
 #include "common/row_init.h"
 #include "worker/wait.h"
@@ -91,11 +92,15 @@ Status ParameterClient::SetModel(ModelRunner* model) {
   // A table --init_from loaded holds the file's rows, which are its version 0 (the shards get
   // them with the initial values): they stay.
   seeded_.assign(layout_->sparse.size(), 0);
+  lookup_.assign(layout_->sparse.size(), 0);
   const std::vector<std::string>& loaded = model->init_report().loaded;
   for (size_t t = 0; t < layout_->sparse.size(); ++t) {
     const std::string& name = layout_->tensors[layout_->sparse[t]].name;
     seeded_[t] = std::find(loaded.begin(), loaded.end(), name) != loaded.end();
+    lookup_[t] = model->Lookup(layout_->sparse[t]);
   }
+  present_.assign(layout_->sparse.size(), {});
+  present_version_ = Step(-1);
   return WriteInitialRows(/*seeded_too=*/false);
 }
 
@@ -103,7 +108,7 @@ Status ParameterClient::WriteInitialRows(bool seeded_too) {
   held_.assign(layout_->sparse.size(), Step(0));
   std::vector<float> rows;
   for (size_t t = 0; t < layout_->sparse.size(); ++t) {
-    if (seeded_[t] && !seeded_too) continue;
+    if ((seeded_[t] && !seeded_too) || lookup_[t]) continue;  // a lookup table's rows: pulled
     const uint32_t i = layout_->sparse[t];
     const TensorSpec& spec = layout_->tensors[i];
     const size_t n = static_cast<size_t>(spec.shape[0]), dim = static_cast<size_t>(spec.shape[1]);
@@ -122,16 +127,56 @@ Status ParameterClient::WriteInitialRows(bool seeded_too) {
   return OkStatus();
 }
 
-Pull ParameterClient::MakeRowsPull(Step version) const {
+Pull ParameterClient::MakeRowsPull(size_t s, Step version) const {
   Pull pull{version, {}, WireDType::kFP32, std::nullopt, {}};
   pull.timeline = pulling_->timeline;
   for (size_t t = 0; t < held_.size(); ++t) {
     // From scratch: every stored row (since -1), the seeded ones too.
     const Step from_scratch(seeded_[t] ? -1 : 0);
-    pull.sparse.push_back(
-        {static_cast<uint32_t>(t), pulling_->reset_tables ? from_scratch : held_[t]});
+    SparseRead read{static_cast<uint32_t>(t), pulling_->reset_tables ? from_scratch : held_[t]};
+    if (lookup_[t]) {
+      auto ids = std::make_shared<std::vector<uint64_t>>(pulling_->asked[s][t]);
+      read.lookup = true;
+      read.rows = static_cast<uint32_t>(ids->size());
+      read.ids = {ChunkId(0), ids->data(), ids->size() * sizeof(uint64_t), ids};
+    }
+    pull.sparse.push_back(std::move(read));
   }
   return pull;
+}
+
+Status ParameterClient::WriteLookedUpRows(size_t s, const SparseRowBytes& r) {
+  PullInFlight& p = *pulling_;
+  const uint32_t i = layout_->sparse[r.table];
+  const TensorSpec& spec = layout_->tensors[i];
+  const uint64_t dim = static_cast<uint64_t>(spec.shape[1]);
+  const std::vector<uint64_t>& asked = p.asked[s][r.table];
+  if (r.rows != asked.size() ||
+      (r.rows > 0 && std::memcmp(r.ids.data, asked.data(), r.ids.size) != 0)) {
+    return ProtocolError("shard " + std::to_string(s) + " answered a lookup of table " + spec.name +
+                         " with other rows than it was asked for");
+  }
+  if (!p.memory_checked && present_version_ != p.version) {
+    // The first rows of another version: the rows held are of no version any more (a pull
+    // dropped half-way leaves some of each), and their pages may go back.
+    p.memory_checked = true;
+    for (std::vector<uint64_t>& present : present_) present.clear();
+    present_version_ = Step(-1);
+    if (resident_bytes_ > options_.lookup_resident_bytes) {
+      for (size_t t = 0; t < lookup_.size(); ++t) {
+        if (lookup_[t]) EPS_RETURN_IF_ERROR(model_->DropTableRows(layout_->sparse[t]));
+      }
+      resident_bytes_ = 0;
+    }
+  }
+  const auto* values = static_cast<const float*>(r.values.data);
+  for (uint32_t k = 0; k < r.rows; ++k) {
+    EPS_RETURN_IF_ERROR(
+        model_->Write(i, asked[k] * dim * sizeof(float), values + k * dim, dim * sizeof(float)));
+  }
+  resident_bytes_ += r.values.size;
+  counts_.lookup_rows += r.rows;
+  return OkStatus();
 }
 
 // Rows of the sparse tables from shard s: each table once, ids ascending and
@@ -152,6 +197,11 @@ Status ParameterClient::WritePulledRows(size_t s, const std::vector<SparseRowByt
     const uint64_t dim = static_cast<uint64_t>(spec.shape[1]);
     if (r.table != t || r.values.size != uint64_t{r.rows} * dim * sizeof(float))
       return ProtocolError("sparse rows of table " + spec.name + " do not match the layout");
+    counts_.pull_bytes += static_cast<int64_t>(r.ids.size + r.values.size);
+    if (lookup_[t]) {
+      EPS_RETURN_IF_ERROR(WriteLookedUpRows(s, r));
+      continue;
+    }
     const auto* ids = static_cast<const uint8_t*>(r.ids.data);
     const auto* values = static_cast<const float*>(r.values.data);
     for (uint32_t k = 0; k < r.rows; ++k) {
@@ -164,7 +214,6 @@ Status ParameterClient::WritePulledRows(size_t s, const std::vector<SparseRowByt
       EPS_RETURN_IF_ERROR(
           model_->Write(i, id * dim * sizeof(float), values + k * dim, dim * sizeof(float)));
     }
-    counts_.pull_bytes += static_cast<int64_t>(r.ids.size + r.values.size);
   }
   model_initial_ = false;
   return OkStatus();
@@ -278,7 +327,8 @@ Status ParameterClient::AwaitPushes() {
   }
 }
 
-Status ParameterClient::StartPull(Step version, bool prefetch) {
+Status ParameterClient::StartPull(Step version, bool prefetch, const TableRows& wanted,
+                                  bool rows_only) {
   const size_t n = links_.size();
   pulling_ = PullInFlight{version,
                           timeline_,
@@ -289,13 +339,24 @@ Status ParameterClient::StartPull(Step version, bool prefetch) {
                           OkStatus(),
                           {},
                           false};
-  pulled_.assign(layout_->chunks.size(), 0);
+  pulled_.assign(layout_->chunks.size(), rows_only ? 1 : 0);
   // The sparse tables' rows: none to ask for at the version held, and all of them again after a
-  // rollback to before it.
+  // rollback to before it; the lookup tables' rows asked for, each of its shard.
   bool rows = false;
-  for (Step held : held_) {
-    rows = rows || held != version;
-    pulling_->reset_tables = pulling_->reset_tables || held > version;
+  for (size_t t = 0; t < held_.size(); ++t) {
+    if (lookup_[t]) continue;
+    rows = rows || held_[t] != version;
+    pulling_->reset_tables = pulling_->reset_tables || held_[t] > version;
+  }
+  PullInFlight& p = *pulling_;
+  p.rows_only = rows_only;
+  p.wanted.assign(held_.size(), {});
+  p.asked.assign(n, TableRows(held_.size()));
+  for (size_t t = 0; t < held_.size() && t < wanted.size(); ++t) {
+    if (!lookup_[t]) continue;
+    p.wanted[t] = wanted[t];
+    for (uint64_t id : wanted[t]) p.asked[layout_->ShardOfRow(id).value()][t].push_back(id);
+    rows = rows || !wanted[t].empty();
   }
   pulling_->rows_pulled.assign(n, rows ? 0 : 1);
   for (size_t s = 0; s < n; ++s) {
@@ -305,12 +366,13 @@ Status ParameterClient::StartPull(Step version, bool prefetch) {
     }
     links_[s].pull_disconnects = links_[s].pulls->Disconnects();
     for (const std::vector<ChunkId>& group : pull_groups_[s]) {
+      if (rows_only) break;
       EPS_RETURN_IF_ERROR(
           links_[s].pulls->Send(Envelope{options_.token, MakePull(s, version, group)}));
       ++pulling_->answers[s];
     }
     if (!rows) continue;
-    EPS_RETURN_IF_ERROR(links_[s].pulls->Send(Envelope{options_.token, MakeRowsPull(version)}));
+    EPS_RETURN_IF_ERROR(links_[s].pulls->Send(Envelope{options_.token, MakeRowsPull(s, version)}));
     ++pulling_->answers[s];
   }
   return OkStatus();
@@ -335,7 +397,26 @@ StatusOr<Channel::Incoming> ParameterClient::ReceivePulled(size_t s, Coordinator
 Status ParameterClient::PullInto(Step version, CoordinatorSession* session) {
   if (pulling_.has_value() && (pulling_->version != version || pulling_->timeline != timeline_))
     EPS_RETURN_IF_ERROR(Reconnect());
-  if (!pulling_.has_value()) EPS_RETURN_IF_ERROR(StartPull(version, /*prefetch=*/false));
+  if (!pulling_.has_value()) EPS_RETURN_IF_ERROR(StartPull(version, /*prefetch=*/false, wanted_));
+  EPS_RETURN_IF_ERROR(AwaitPull(session));
+  // The lookup tables' rows the compute reads that the pull did not ask for (a prefetch for
+  // another plan than the one that came).
+  TableRows missing(held_.size());
+  bool any = false;
+  for (size_t t = 0; t < held_.size() && t < wanted_.size(); ++t) {
+    if (!lookup_[t]) continue;
+    std::set_difference(wanted_[t].begin(), wanted_[t].end(), present_[t].begin(),
+                        present_[t].end(), std::back_inserter(missing[t]));
+    any = any || !missing[t].empty();
+  }
+  if (!any) return OkStatus();
+  ++counts_.lookup_repulls;
+  EPS_RETURN_IF_ERROR(StartPull(version, /*prefetch=*/false, missing, /*rows_only=*/true));
+  return AwaitPull(session);
+}
+
+Status ParameterClient::AwaitPull(CoordinatorSession* session) {
+  const Step version = pulling_->version;
   EPS_RETURN_IF_ERROR(pulling_->failed);
   for (size_t s = 0; s < links_.size(); ++s) {
     while (pulling_->answers[s] > 0) {
@@ -351,6 +432,19 @@ Status ParameterClient::PullInto(Step version, CoordinatorSession* session) {
       return ProtocolError("shard " + std::to_string(s) + " did not send its sparse rows");
   }
   held_.assign(held_.size(), version);
+  for (size_t t = 0; t < held_.size(); ++t) {
+    if (!lookup_[t]) continue;
+    std::vector<uint64_t>& present = present_[t];
+    if (pulling_->rows_only && present_version_ == version) {
+      std::vector<uint64_t> both;
+      std::set_union(present.begin(), present.end(), pulling_->wanted[t].begin(),
+                     pulling_->wanted[t].end(), std::back_inserter(both));
+      present = std::move(both);
+    } else {
+      present = std::move(pulling_->wanted[t]);
+    }
+  }
+  present_version_ = version;
   pulling_.reset();
   return OkStatus();
 }
@@ -392,7 +486,8 @@ Status ParameterClient::TakePullReply(size_t s, Channel::Incoming in) {
       ++p.answers[s];
     }
     if (!p.rows_pulled[s]) {
-      EPS_RETURN_IF_ERROR(links_[s].pulls->Send(Envelope{options_.token, MakeRowsPull(p.version)}));
+      EPS_RETURN_IF_ERROR(
+          links_[s].pulls->Send(Envelope{options_.token, MakeRowsPull(s, p.version)}));
       ++p.answers[s];
     }
   }

@@ -2,6 +2,7 @@
 // and pushes block partials to them, over one ShardLink per shard.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -42,7 +43,13 @@ struct ParameterClientOptions {
   // (the seed's, or --init_from's), and no step changes them.
   std::vector<char> frozen{};
   uint64_t seed = 0;  // the job's: the sparse tables' initial rows (common/row_init.h)
+  // Lookup tables (ModelRunner::Lookup): bytes of rows they may hold between
+  // two versions; past it, their pages go back before the next version's rows.
+  uint64_t lookup_resident_bytes = uint64_t{1} << 30;
 };
+
+// By sparse table (Layout::sparse): row ids, ascending and distinct.
+using TableRows = std::vector<std::vector<uint64_t>>;
 
 // Pulls and pushes for one worker, over a link per shard.
 //
@@ -60,6 +67,14 @@ struct ParameterClientOptions {
 // for the rows changed since the version held (at t; the changed rows only),
 // writing them into the model. A pull of a version older than the one held (a
 // rollback) writes the initial rows again and asks for every changed row.
+// A table the model looks up by its batches' rows (ModelRunner::Lookup) is
+// not held: the rows WantRows names (those the coming compute reads) are
+// pulled by id at each version (a SparseRead with ids), and PullInto makes
+// sure every one of them is in the model at its version, pulling those a
+// prefetch did not ask for (a plan other than the one guessed). The rows the
+// model has of other versions are never read; once they exceed
+// lookup_resident_bytes, their pages go back before the next version's rows
+// are written.
 // A table the model loaded from --init_from (its init_report) is seeded: its
 // version 0 is the file's rows, which SetModel leaves in the model, the
 // initial push sends to the shards (those not bit-equal to InitialRow, which
@@ -111,13 +126,21 @@ class ParameterClient {
   // pull group as soon as its chunks are stepped, so most bytes of w(t+1)
   // travel during the last VW's backward, and are in the model by the time
   // PullInto(version) asks for them.
-  [[nodiscard]] Status Prefetch(Step version) { return StartPull(version, /*prefetch=*/true); }
+  [[nodiscard]] Status Prefetch(Step version) {
+    return StartPull(version, /*prefetch=*/true, wanted_);
+  }
   // Pulls `version` from every shard into the model: takes the prefetched
   // replies when they are of that version, drops them (fresh sockets) when
   // not. While `session` runs a plan ahead, its answer is taken as soon as it
   // comes: the coordinator may instead give this worker VWs of the very step
   // the pull waits for (a crashed worker's), which it would wait for in vain.
   [[nodiscard]] Status PullInto(Step version, CoordinatorSession* session);
+  // The rows of the lookup tables (by sparse table; others' ignored) the
+  // coming compute reads: the next pull asks for them, and PullInto pulls
+  // those it did not have. Nothing to call without a lookup table.
+  void WantRows(TableRows rows) { wanted_ = std::move(rows); }
+  // Whether the model looks any sparse table up by rows.
+  bool looks_up() const { return std::find(lookup_.begin(), lookup_.end(), 1) != lookup_.end(); }
 
   // Sends a push to shard s (nothing for an empty one, but the initial values') and counts it
   // outstanding.
@@ -157,13 +180,21 @@ class ParameterClient {
     Status failed;  // a reply taken while the pushes were acknowledged failed: PullInto returns it
     std::vector<char> rows_pulled;  // by shard: its sparse rows came (no sparse table: all true)
     bool reset_tables = false;      // the pull asks for every changed row: initial rows first
+    TableRows wanted{};             // the lookup tables' rows it asks for
+    std::vector<TableRows> asked{};  // by shard: its part of `wanted`
+    bool rows_only = false;          // no chunk: the lookup rows a first pull did not ask for
+    bool memory_checked = false;     // its first lookup rows found the rows held of another version
   };
 
   static PullRegions PullRegionsOf(const Layout& layout, WireDType weight_wire);
   TensorKind KindOf(const Chunk& c) const { return layout_->tensors[c.tensor].kind; }
   size_t PulledBytes(const Chunk& c) const;
   std::vector<std::vector<std::vector<ChunkId>>> PullGroups() const;
-  Status StartPull(Step version, bool prefetch);
+  // A pull of `version` asking for the lookup tables' rows `rows`; with
+  // rows_only, of nothing else (every chunk is then taken as pulled).
+  Status StartPull(Step version, bool prefetch, const TableRows& rows, bool rows_only = false);
+  // Takes every reply of the pull in flight into the model.
+  Status AwaitPull(CoordinatorSession* session);
   // Unavailable once the connection to a shard was lost after a request still
   // owed a reply was sent (a shard that ended never answers, nor does its
   // restarted successor answer what it was not asked): the plan is given up at
@@ -175,8 +206,11 @@ class ParameterClient {
   Status TakePullReply(size_t s, Channel::Incoming in);
   std::vector<ChunkId> NotPulled(size_t s) const;
   Pull MakePull(size_t s, Step version, std::vector<ChunkId> chunks) const;
-  // The pull of the sparse tables' rows changed since the versions held.
-  Pull MakeRowsPull(Step version) const;
+  // The pull from shard s of the sparse tables' rows: changed since the versions held, and
+  // the lookup tables' rows asked of it.
+  Pull MakeRowsPull(size_t s, Step version) const;
+  // Writes the rows of a lookup table pulled from shard s: those asked of it, in order.
+  Status WriteLookedUpRows(size_t s, const SparseRowBytes& r);
   // Writes the sparse tables' initial rows into the model (held_: 0): of every
   // table, or of those --init_from did not seed (their rows are the file's).
   Status WriteInitialRows(bool seeded_too);
@@ -209,6 +243,11 @@ class ParameterClient {
   std::vector<char> pulled_;    // by chunk: came in the pull in flight
   std::vector<Step> held_;      // by sparse table: the version the model's rows are at
   std::vector<char> seeded_;    // by sparse table: --init_from loaded it (SetModel)
+  std::vector<char> lookup_;    // by sparse table: the model looks it up by rows (SetModel)
+  TableRows wanted_;            // WantRows
+  TableRows present_;           // by lookup table: the rows the model has at present_version_
+  Step present_version_{-1};
+  uint64_t resident_bytes_ = 0;  // lookup tables' rows written since their pages last went back
   std::vector<float> decoded_;  // a pulled chunk decoded from the weight wire dtype
   // Regions of block partials: named by pushes not all acknowledged yet, and free for the next
   // blocks.

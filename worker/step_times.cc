@@ -59,6 +59,9 @@ std::string ReportJson(const WorkerReport& r) {
       {"shm_push_refusals", r.counts.shm_push_refusals},
       {"warnings", r.warnings},
       {"sparse_tables", r.sparse_tables},
+      {"lookup_tables", r.lookup_tables},
+      {"lookup_rows", r.counts.lookup_rows},
+      {"lookup_repulls", r.counts.lookup_repulls},
   };
   uint64_t fetched = 0;
   nlohmann::json files = nlohmann::json::array();
@@ -86,12 +89,12 @@ std::string ReportJson(const WorkerReport& r) {
   return j.dump();
 }
 
-std::vector<std::string> SparseTableNames(const std::vector<TensorSpec>& tensors) {
-  std::vector<std::string> names;
-  for (const TensorSpec& t : tensors) {
-    if (t.sparse) names.push_back(t.name);
+void NameSparseTables(const ModelRunner& model, WorkerReport* report) {
+  const std::vector<TensorSpec>& tensors = model.Tensors();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].sparse) report->sparse_tables.push_back(tensors[i].name);
+    if (model.Lookup(i)) report->lookup_tables.push_back(tensors[i].name);
   }
-  return names;
 }
 
 Status WriteReport(const std::string& path, const WorkerReport& report) {

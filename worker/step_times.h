@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "common/transfer.h"
+#include "models/model_runner.h"
 #include "schema/messages.h"
 
 namespace eps {
@@ -44,6 +45,10 @@ struct TransferCounts {
   // (eps_worker_push_bytes_total, eps_worker_pull_bytes_total; not in the report).
   int64_t push_bytes = 0;
   int64_t pull_bytes = 0;
+  // Lookup tables (docs/design.md, "Sparse tables"): rows pulled by id, and the pulls of
+  // rows a prefetch had not asked for (its plan was not the one guessed).
+  int64_t lookup_rows = 0;
+  int64_t lookup_repulls = 0;
 };
 
 // A model file the worker needed (worker/model_fetch.h) and where its bytes came from.
@@ -75,10 +80,11 @@ struct WorkerReport {
   std::string cpu_kernels{};            // as reported to the coordinator (CpuKernelsReport)
   std::vector<ModelFileReport> model_files{};  // the model files it got, in order
   std::vector<std::string> sparse_tables{};    // the tensors it trains as sparse tables
+  std::vector<std::string> lookup_tables{};    // those it looks up by rows (ModelRunner::Lookup)
 };
 
-// The names of the tensors that are sparse tables (TensorSpec::sparse), in order.
-std::vector<std::string> SparseTableNames(const std::vector<TensorSpec>& tensors);
+// Fills the report's sparse_tables (TensorSpec::sparse) and lookup_tables, in order.
+void NameSparseTables(const ModelRunner& model, WorkerReport* report);
 
 // One line for the log: milliseconds per train plan, and the counts.
 std::string Summary(const StepTimes& times, const TransferCounts& counts);

@@ -20,6 +20,7 @@
 #include "worker/block_pusher.h"
 #include "worker/coordinator_session.h"
 #include "worker/model_fetch.h"
+#include "worker/model_reads.h"
 #include "worker/param_client.h"
 #include "worker/sampler.h"
 #include "worker/slowdown.h"
@@ -104,7 +105,7 @@ class WorkerImpl final : public Worker {
                           init_report_};
       report.cpu_kernels = options_.cpu_kernels;
       report.model_files = model_files_;
-      if (model_ != nullptr) report.sparse_tables = SparseTableNames(model_->Tensors());
+      if (model_ != nullptr) NameSparseTables(*model_, &report);
       if (client_ != nullptr) report.counts = client_->counts();
       Status written = WriteReport(options_.report_file, report);
       if (!written.ok()) LOG(WARNING) << written.ToString();
@@ -310,6 +311,7 @@ class WorkerImpl final : public Worker {
     mo.threads = static_cast<int>(spec_.threads);
     mo.device = options_.device;
     mo.sparse_tables = spec_.sparse_optimizer != "exact";
+    mo.lookup_table_bytes = LookupTableBytes();
     StatusOr<std::unique_ptr<ModelRunner>> made = [&] {
       TakeBack take_back{mo, model_script_, init_file_};
       return options_.model_factory(mo);
@@ -402,6 +404,7 @@ class WorkerImpl final : public Worker {
     po.push_region_bytes = BlockPusher::RegionBytes(flat_->size, spec_.grad_wire_dtype);
     po.frozen = std::move(frozen);
     po.seed = spec_.seed;
+    po.lookup_resident_bytes = LookupTableBytes();
     client_ = std::make_unique<ParameterClient>(po, context_, stop_, &layout_,
                                                 registered.shard_addresses);
     EPS_RETURN_IF_ERROR(client_->SetModel(model_.get()));
@@ -588,26 +591,6 @@ class WorkerImpl final : public Worker {
     return client_->PushInitialValues();
   }
 
-  // Copies of the buffer tensors (BatchNorm statistics), by tensor index.
-  BufferCopies SnapshotBuffers() const {
-    BufferCopies out(layout_.tensors.size());
-    for (size_t i = 0; i < layout_.tensors.size(); ++i) {
-      const TensorSpec& t = layout_.tensors[i];
-      if (t.kind != TensorKind::kBuffer) continue;
-      const size_t n = t.numel() * DTypeSize(t.dtype);
-      const auto* p = static_cast<const uint8_t*>(model_->Data(i));
-      out[i] = std::make_shared<std::vector<uint8_t>>(p, p + n);
-    }
-    return out;
-  }
-
-  Status RestoreBuffers(const BufferCopies& saved) {
-    for (size_t i = 0; i < saved.size(); ++i) {
-      if (saved[i]) EPS_RETURN_IF_ERROR(model_->Write(i, 0, saved[i]->data(), saved[i]->size()));
-    }
-    return OkStatus();
-  }
-
   // Runs the block's VWs; the compute thread only computes. On the reducing
   // thread, each VW's gradients but the last one's go into the block's tree
   // while the next VW computes, and the last one's finish the tree and go out
@@ -641,11 +624,13 @@ class WorkerImpl final : public Worker {
       lap(&times_.copies);
       EPS_RETURN_IF_ERROR(session_->ConfirmPlan(/*wait=*/is_last && v != block.lo));
       lap(&times_.plan);
-      if (v != plan.vw_lo) EPS_RETURN_IF_ERROR(RestoreBuffers(step_buffers));
+      if (v != plan.vw_lo) EPS_RETURN_IF_ERROR(RestoreBuffers(model_.get(), step_buffers));
       sampler_->Indices(VirtualWorkerId(v), plan.step, &indices);
       if (is_last && block.hi() == plan.vw_hi) {
         // No chunk of w(t+1) can step before this VW's backward: the pulls need not wait longer.
-        EPS_RETURN_IF_ERROR(client_->Prefetch(Step(plan.step.value() + 1)));
+        const Step next(plan.step.value() + 1);
+        if (client_->looks_up()) EPS_RETURN_IF_ERROR(WantPlanRows(plan.vw_lo, plan.vw_hi, next));
+        EPS_RETURN_IF_ERROR(client_->Prefetch(next));
       }
       if (is_last) {  // after the earlier VWs' leaves: the tasks run in order
         pusher->set_eager(!session_->running_ahead());
@@ -661,7 +646,7 @@ class WorkerImpl final : public Worker {
       slowdown_.After(slowdown_from, *stop_);
       lap(&times_.compute);
       metrics_.Vw(SecondsSince(vw_start));
-      if (v == 0) *vw0_buffers = SnapshotBuffers();
+      if (v == 0) *vw0_buffers = SnapshotBuffers(layout_, *model_);
       EPS_ASSIGN_OR_RETURN(ModelRunner::Gradients grads, model_->TakeGradients());
       if (is_last) {
         last_loss = loss;
@@ -689,10 +674,11 @@ class WorkerImpl final : public Worker {
     client_->SetTimeline(plan.timeline);
     Laps lap;
     const auto pull_start = std::chrono::steady_clock::now();
+    if (client_->looks_up()) EPS_RETURN_IF_ERROR(WantPlanRows(plan.vw_lo, plan.vw_hi, plan.step));
     EPS_RETURN_IF_ERROR(client_->PullInto(plan.step, session_.get()));
     lap(&times_.pull);
     metrics_.Pull(SecondsSince(pull_start));
-    const BufferCopies step_buffers = SnapshotBuffers();
+    const BufferCopies step_buffers = SnapshotBuffers(layout_, *model_);
     BufferCopies vw0_buffers;
     const auto compute_before = times_.compute;
     struct Drain {  // the reducing thread's tasks use the model's gradients: none outlives this
@@ -726,11 +712,28 @@ class WorkerImpl final : public Worker {
 
   Status Evaluate(const StepPlan& plan) {
     client_->SetTimeline(plan.timeline);
-    EPS_RETURN_IF_ERROR(client_->PullInto(plan.step, nullptr));
     const int64_t lo = std::min(plan.eval_lo, test_.size), hi = std::min(plan.eval_hi, test_.size);
+    if (client_->looks_up()) {
+      EPS_ASSIGN_OR_RETURN(TableRows rows, RangeRowsRead(*model_, layout_, test_, lo, hi));
+      client_->WantRows(std::move(rows));
+    }
+    EPS_RETURN_IF_ERROR(client_->PullInto(plan.step, nullptr));
     EPS_ASSIGN_OR_RETURN(EvalStats stats, model_->Evaluate(test_, lo, hi, spec_.eval_batch));
     return session_->Send(EvalResult{session_->id(), plan.step, plan.eval_lo, plan.eval_hi,
                                      stats.correct, stats.loss_sum});
+  }
+
+  // The lookup tables' rows of a train plan, for the next pull (ParameterClient::WantRows).
+  Status WantPlanRows(uint32_t lo, uint32_t hi, Step step) {
+    EPS_ASSIGN_OR_RETURN(TableRows rows,
+                         PlanRowsRead(*model_, layout_, *sampler_, train_, lo, hi, step));
+    client_->WantRows(std::move(rows));
+    return OkStatus();
+  }
+  // --worker_table_mb: a sparse table of more bytes is looked up by rows, and they may hold so
+  // many bytes between two versions.
+  uint64_t LookupTableBytes() const {
+    return (spec_.worker_table_mb == 0 ? uint64_t{1024} : spec_.worker_table_mb) << 20;
   }
 
   // Constant after construction.

@@ -21,9 +21,13 @@ JOB = ["--virtual_workers=8", "--batch_per_vw=8", "--steps=30", "--optimizer=ada
 # 1 MiB a shard holds about 4,000 rows of (16 weights + 32 Adam moments) floats: most of the ~20,000 rows 30 steps
 # touch live only in RocksDB.
 SPILL = ["--shard_memory_mb=1"]
+# The workers look the table (4 MiB) up by their batches' rows instead of holding it (the module names them in
+# table_ids): the bits are the held table's.
+LOOKUP = ["--worker_table_mb=1"]
 
 MAKE = f"""
 import sys
+from typing import Dict
 import numpy as np
 import torch
 import torch.nn as nn
@@ -37,6 +41,10 @@ class Hashed(nn.Module):
 
     def forward(self, x):
         return self.fc2(torch.relu(self.fc1(self.emb(x))))
+
+    @torch.jit.export
+    def table_ids(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
+        return {{"emb.weight": x}}
 
 d = sys.argv[1]
 torch.manual_seed(0)
@@ -71,6 +79,19 @@ def made():
         _made["dir"] = d if p.returncode == 0 else None
         _made["log"] = p.stdout
     return _made["dir"]
+
+
+def assert_looked_up(test, run_dir, table):
+    """Every worker report of the run looks `table` up by rows, and the rows came by id (docs/events.md)."""
+    reports = []
+    for name in sorted(os.listdir(os.path.join(run_dir, "logs"))):
+        if name.startswith("worker") and name.endswith(".json"):
+            with open(os.path.join(run_dir, "logs", name)) as f:
+                reports.append(json.load(f))
+    test.assertTrue(reports, logs(run_dir))
+    for r in reports:
+        test.assertEqual(r["lookup_tables"], [table], r)
+    test.assertGreater(sum(r["lookup_rows"] for r in reports), 0, reports)
 
 
 class SparseTables(RunDirTest):
@@ -110,15 +131,16 @@ class SparseTables(RunDirTest):
         self.assertNotEqual(exact["optimizer_digest"], reference["optimizer_digest"])
         self.assertGreater((exact["push_bytes"] + exact["pull_bytes"]) / exact["steps"], 1.9 * table)
 
-    def test_b_a_join_and_a_worker_sigkill_change_no_bit(self):
+    def test_b_a_join_and_a_worker_sigkill_change_no_bit_with_the_table_looked_up(self):
         reference = self.reference80()  # test_c's (the heartbeat timeout is timing only, never bits)
         d = self.run_dir("job")
         cmd = [LOCAL, "--job", MLP, "--servers", "2", "--workers", "2", "--run-dir", d, "--", *self.job, *SPILL,
-               "--steps=80", "--heartbeat_timeout_ms=1500"]
+               *LOOKUP, "--steps=80", "--heartbeat_timeout_ms=1500"]
         result = self.run_with_join_and_sigkill(d, cmd)
         self.assertGreaterEqual(result["workers_seen"], 3)
         self.assertEqual(result["params_sha256"], reference["params_sha256"], logs(d))
         self.assertEqual(result["optimizer_digest"], reference["optimizer_digest"])
+        assert_looked_up(self, d, "emb.weight")
 
     def test_c_a_shard_sigkilled_with_rows_spilled_rolls_back_to_the_same_bits(self):
         steps = ["--steps=80"]
@@ -126,7 +148,7 @@ class SparseTables(RunDirTest):
         d = self.run_dir("job")
         out = open(os.path.join(self.tmp, "local.out"), "w")
         job = subprocess.Popen([LOCAL, "--job", MLP, "--servers", "2", "--workers", "2", "--run-dir", d,
-                                "--checkpoint-every", "10", "--supervise", "--", *self.job, *SPILL, *steps],
+                                "--checkpoint-every", "10", "--supervise", "--", *self.job, *SPILL, *LOOKUP, *steps],
                                env=ENV, stdout=out, stderr=subprocess.STDOUT)
         self.procs.append(job)
         wait_for_file(os.path.join(d, "coordinator.addr"), proc=job)
@@ -145,6 +167,7 @@ class SparseTables(RunDirTest):
         self.assertEqual(read_result(d)["params_sha256"], reference["params_sha256"], logs(d))
         # The rollback brought the rows' moments back with their weights.
         self.assertEqual(read_result(d)["optimizer_digest"], reference["optimizer_digest"])
+        assert_looked_up(self, d, "emb.weight")
         # export_model from the stores (the tables' checkpoints read beside them, read-only): the final step's file is
         # the job's own model.safetensors byte for byte; an older held checkpoint exports too, other bits.
         final = os.path.join(self.tmp, "final.safetensors")
@@ -288,12 +311,15 @@ class Criteo(RunDirTest):
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr[-2000:])
         self.assertEqual(json.loads(p.stdout.strip().splitlines()[-1])["accuracy"], one["test_accuracy"])
+        # The workers look the table up by their batches' rows: the same bits as holding it.
         d = self.run_dir("builtin-join")
-        cmd = [LOCAL, "--job", flags, "--servers", "2", "--workers", "2", "--run-dir", d, "--", *job, *SPILL]
+        cmd = [LOCAL, "--job", flags, "--servers", "2", "--workers", "2", "--run-dir", d, "--", *job, *SPILL,
+               *LOOKUP]
         result = self.run_with_join_and_sigkill(d, cmd)
         self.assertGreaterEqual(result["workers_seen"], 3)
         self.assertEqual(result["params_sha256"], one["params_sha256"], logs(d))
         self.assertEqual(result["optimizer_digest"], one["optimizer_digest"])
+        assert_looked_up(self, d, "dlrm.emb.weight")
         table = CRITEO_ROWS * 16 * 4  # --model_dim=16
         self.assertLess((one["push_bytes"] + one["pull_bytes"]) / one["steps"], 0.5 * table, one)
 

@@ -1,0 +1,55 @@
+#include "worker/model_reads.h"
+
+#include <cstring>
+
+namespace eps {
+
+BufferCopies SnapshotBuffers(const Layout& layout, const ModelRunner& model) {
+  BufferCopies out(layout.tensors.size());
+  for (size_t i = 0; i < layout.tensors.size(); ++i) {
+    const TensorSpec& t = layout.tensors[i];
+    if (t.kind != TensorKind::kBuffer) continue;
+    const size_t n = t.numel() * DTypeSize(t.dtype);
+    const auto* p = static_cast<const uint8_t*>(model.Data(i));
+    out[i] = std::make_shared<std::vector<uint8_t>>(p, p + n);
+  }
+  return out;
+}
+
+Status RestoreBuffers(ModelRunner* model, const BufferCopies& saved) {
+  for (size_t i = 0; i < saved.size(); ++i) {
+    if (saved[i]) EPS_RETURN_IF_ERROR(model->Write(i, 0, saved[i]->data(), saved[i]->size()));
+  }
+  return OkStatus();
+}
+
+StatusOr<TableRows> RowsRead(ModelRunner& model, const Layout& layout, const Dataset& data,
+                             const std::vector<int64_t>& indices) {
+  EPS_ASSIGN_OR_RETURN(std::vector<std::vector<uint64_t>> by_tensor,
+                       model.TableRows(data, indices));
+  TableRows out(layout.sparse.size());
+  for (size_t t = 0; t < layout.sparse.size(); ++t) {
+    const uint32_t i = layout.sparse[t];
+    if (i < by_tensor.size()) out[t] = std::move(by_tensor[i]);
+  }
+  return out;
+}
+
+StatusOr<TableRows> RangeRowsRead(ModelRunner& model, const Layout& layout, const Dataset& data,
+                                  int64_t lo, int64_t hi) {
+  std::vector<int64_t> samples;
+  for (int64_t i = lo; i < hi; ++i) samples.push_back(i);
+  return RowsRead(model, layout, data, samples);
+}
+
+StatusOr<TableRows> PlanRowsRead(ModelRunner& model, const Layout& layout, Sampler& sampler,
+                                 const Dataset& data, uint32_t lo, uint32_t hi, Step step) {
+  std::vector<int64_t> samples, vw;
+  for (uint32_t v = lo; v < hi; ++v) {
+    sampler.Indices(VirtualWorkerId(v), step, &vw);
+    samples.insert(samples.end(), vw.begin(), vw.end());
+  }
+  return RowsRead(model, layout, data, samples);
+}
+
+}  // namespace eps

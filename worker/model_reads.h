@@ -1,0 +1,36 @@
+// What a VW's compute reads beyond the weights a pull writes: the buffers
+// (BatchNorm statistics) each VW of a step starts from, and the rows of the
+// tables the model looks up by its batches' rows.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/layout.h"
+#include "common/status.h"
+#include "data/dataset.h"
+#include "models/model_runner.h"
+#include "worker/block_pusher.h"
+#include "worker/param_client.h"
+#include "worker/sampler.h"
+
+namespace eps {
+
+// Copies of the model's buffer tensors, and their values written back.
+BufferCopies SnapshotBuffers(const Layout& layout, const ModelRunner& model);
+[[nodiscard]] Status RestoreBuffers(ModelRunner* model, const BufferCopies& saved);
+
+// The rows of the model's lookup tables (by sparse table, ParameterClient::WantRows) that
+// samples `indices` of `data` read; empty lists without a lookup table.
+[[nodiscard]] StatusOr<TableRows> RowsRead(ModelRunner& model, const Layout& layout,
+                                           const Dataset& data,
+                                           const std::vector<int64_t>& indices);
+// The same for samples [lo, hi) (an evaluation's).
+[[nodiscard]] StatusOr<TableRows> RangeRowsRead(ModelRunner& model, const Layout& layout,
+                                                const Dataset& data, int64_t lo, int64_t hi);
+// The same for a train plan: VWs [lo, hi) at `step` (their samples from `sampler`).
+[[nodiscard]] StatusOr<TableRows> PlanRowsRead(ModelRunner& model, const Layout& layout,
+                                               Sampler& sampler, const Dataset& data, uint32_t lo,
+                                               uint32_t hi, Step step);
+
+}  // namespace eps
