@@ -443,7 +443,7 @@ class CoordinatorImpl final : public Coordinator {
     const Layout& layout = state_.layout();
     const JobSummary summary = state_.Summary();
     ModelChunks chunks;
-    ModelTables tables;   // the sparse tables whole, from every shard's stored rows
+    ModelTables tables;   // the sparse tables' stored rows, from every shard
     SetDigest optimizer;  // the shards' optimizer state digests, added up
     for (uint32_t s : state_.shard_members()) {
       Channel::Options co;
@@ -470,9 +470,11 @@ class CoordinatorImpl final : public Coordinator {
       auto* pulled_rows = std::get_if<PullReply>(&rows_reply.body);
       if (pulled_rows == nullptr || pulled_rows->sparse.size() != layout.sparse.size())
         return Internal("shard " + std::to_string(s) + " answered a pull of rows otherwise");
-      EPS_RETURN_IF_ERROR(AddTableRows(layout, spec.seed, pulled_rows->sparse, &tables));
+      EPS_RETURN_IF_ERROR(AddTableRows(layout, pulled_rows->sparse, &tables));
     }
-    auto digests = DigestModel(layout, chunks, tables);
+    EPS_RETURN_IF_ERROR(SortTableRows(layout, &tables));
+    const TableExport table_export{spec.seed};
+    auto digests = DigestModel(layout, chunks, tables, table_export);
     if (!digests.ok()) return digests.status().WithContext("the final pull");
     nlohmann::json j;
     j["job_id"] = spec.job_id;
@@ -518,8 +520,8 @@ class CoordinatorImpl final : public Coordinator {
       j["truncated"] = {{"train", options_.truncated_train}, {"test", options_.truncated_test}};
     }
     EPS_RETURN_IF_ERROR(WriteSafetensors(options_.run_dir + "/model.safetensors", layout, chunks,
-                                         tables, Step(summary.steps), spec.job_id, spec.model, *digests,
-                                         ExportMetadata(spec)));
+                                         tables, table_export, Step(summary.steps), spec.job_id,
+                                         spec.model, *digests, ExportMetadata(spec)));
     EPS_RETURN_IF_ERROR(WriteFileAtomically(options_.run_dir + "/result.json", j.dump(2) + "\n"));
     if (store_) EPS_RETURN_IF_ERROR(store_->Put("done", j.dump()));
     state_.ReportProgress();  // the last progress line, before the result's

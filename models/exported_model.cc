@@ -68,6 +68,11 @@ StatusOr<std::unique_ptr<ModelRunner>> OpenExportedModel(const ExportedModelOpti
     auto read = ReadSafetensors(path, &meta);
     if (!read.ok()) return InvalidArgument("--model: " + read.status().message());
     tensors = std::move(read).value();
+    if (meta.count("table_files")) {
+      return InvalidArgument("--model " + path +
+                             ": a sparse table of the model is exported as a table file (larger "
+                             "than one host loads whole); read it with elasticps.load_tables");
+    }
     EPS_ASSIGN_OR_RETURN(o.sizes, SizesOf(meta, options.vocab, path));
     o.model = options.arch.empty() ? meta["model"] : options.arch;
     if (!IsBuiltinModel(o.model)) {

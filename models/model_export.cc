@@ -28,19 +28,44 @@ StatusOr<const ChunkBytes*> Find(const Layout& layout, const ModelChunks& chunks
   return &it->second;
 }
 
+// Sparse table `tensor` (layout.tensors' index) as the dense tensor it stands for: its
+// initial rows, and its stored rows over them.
+std::vector<float> DenseTable(const Layout& layout, const TableExport& e, uint32_t tensor,
+                              const ModelTables& tables) {
+  const TensorSpec& spec = layout.tensors[tensor];
+  const uint64_t n = static_cast<uint64_t>(spec.shape[0]),
+                 dim = static_cast<uint64_t>(spec.shape[1]);
+  const auto table = static_cast<uint32_t>(
+      std::find(layout.sparse.begin(), layout.sparse.end(), tensor) - layout.sparse.begin());
+  std::vector<float> out(n * dim);
+  for (uint64_t row = 0; row < n; ++row)
+    InitialRow(RowInitializer{}, e.seed, table, row, &out[row * dim], dim);
+  auto it = tables.find(tensor);
+  if (it == tables.end()) return out;
+  const StoredRows& stored = it->second;
+  for (size_t k = 0; k < stored.ids.size(); ++k)
+    std::memcpy(&out[stored.ids[k] * dim], &stored.values[k * dim], dim * sizeof(float));
+  return out;
+}
+
 // Calls fn(tensor, bytes, size) for the pieces of every tensor but the loss, in
-// layout order: a dense tensor's chunks, a sparse table whole.
-template <class Fn>
+// layout order: a dense tensor's chunks, a sparse table whole, and
+// rows(tensor, stored rows) for a table too large to lay out (TableExport).
+template <class Fn, class Rows>
 Status ForEachPiece(const Layout& layout, const ModelChunks& chunks, const ModelTables& tables,
-                    Fn fn) {
+                    const TableExport& e, Fn fn, Rows rows) {
   size_t next = 0;  // chunks run through each tensor in order
+  const StoredRows none;
   for (uint32_t t = 0; t < layout.tensors.size(); ++t) {
     const TensorSpec& spec = layout.tensors[t];
     if (spec.sparse) {
-      auto it = tables.find(t);
-      if (it == tables.end() || it->second.size() != static_cast<size_t>(spec.numel()))
-        return DataLoss("sparse table '" + spec.name + "' is missing or has the wrong size");
-      fn(t, it->second.data(), it->second.size() * sizeof(float));
+      if (e.Dense(spec)) {
+        const std::vector<float> dense = DenseTable(layout, e, t, tables);
+        fn(t, dense.data(), dense.size() * sizeof(float));
+      } else {
+        auto it = tables.find(t);
+        rows(t, it == tables.end() ? none : it->second);
+      }
       continue;
     }
     for (; next < layout.chunks.size() && layout.chunks[next].tensor == t; ++next) {
@@ -52,9 +77,27 @@ Status ForEachPiece(const Layout& layout, const ModelChunks& chunks, const Model
   return OkStatus();
 }
 
+// An .npy file (format 1.0) of `descr` ("<u8", "<f4") and `shape`, written atomically.
+Status WriteNpy(const std::string& path, const char* descr, const std::vector<uint64_t>& shape,
+                const void* data, size_t bytes) {
+  std::string dims;
+  for (uint64_t d : shape) dims += std::to_string(d) + ",";
+  if (shape.size() > 1) dims.pop_back();  // (n,) but (n, d)
+  std::string header =
+      "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': (" + dims + "), }";
+  header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+  header += '\n';
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  out.append(static_cast<const char*>(data), bytes);
+  return WriteFileAtomically(path, out);
+}
+
 }  // namespace
 
-Status AddTableRows(const Layout& layout, uint64_t seed, const std::vector<SparseRowBytes>& rows,
+Status AddTableRows(const Layout& layout, const std::vector<SparseRowBytes>& rows,
                     ModelTables* tables) {
   for (const SparseRowBytes& r : rows) {
     if (r.table >= layout.sparse.size()) return ProtocolError("rows of an unknown sparse table");
@@ -62,40 +105,71 @@ Status AddTableRows(const Layout& layout, uint64_t seed, const std::vector<Spars
     const TensorSpec& spec = layout.tensors[i];
     const uint64_t n = static_cast<uint64_t>(spec.shape[0]),
                    dim = static_cast<uint64_t>(spec.shape[1]);
-    if (r.values.size != uint64_t{r.rows} * dim * sizeof(float))
+    if (r.values.size != uint64_t{r.rows} * dim * sizeof(float) ||
+        r.ids.size != uint64_t{r.rows} * sizeof(uint64_t))
       return ProtocolError("rows of sparse table '" + spec.name + "' of the wrong size");
-    auto [it, fresh] = tables->try_emplace(i);
-    std::vector<float>& table = it->second;
-    if (fresh) {
-      table.resize(n * dim);
-      for (uint64_t row = 0; row < n; ++row)
-        InitialRow(RowInitializer{}, seed, r.table, row, &table[row * dim], dim);
+    StoredRows& table = (*tables)[i];
+    const size_t first = table.ids.size();
+    table.ids.resize(first + r.rows);
+    if (r.rows > 0) std::memcpy(&table.ids[first], r.ids.data, r.ids.size);
+    for (size_t k = first; k < table.ids.size(); ++k) {
+      if (table.ids[k] >= n)
+        return ProtocolError("row " + std::to_string(table.ids[k]) + " beyond '" + spec.name + "'");
     }
-    for (uint32_t k = 0; k < r.rows; ++k) {
-      uint64_t id;
-      std::memcpy(&id, static_cast<const uint8_t*>(r.ids.data) + k * sizeof id, sizeof id);
-      if (id >= n)
-        return ProtocolError("row " + std::to_string(id) + " beyond '" + spec.name + "'");
-      std::memcpy(&table[id * dim], static_cast<const float*>(r.values.data) + k * dim,
-                  dim * sizeof(float));
+    const auto* values = static_cast<const float*>(r.values.data);
+    table.values.insert(table.values.end(), values, values + r.rows * dim);
+  }
+  return OkStatus();
+}
+
+Status SortTableRows(const Layout& layout, ModelTables* tables) {
+  for (auto& [tensor, table] : *tables) {
+    const size_t dim = static_cast<size_t>(layout.tensors[tensor].shape[1]);
+    std::vector<size_t> order(table.ids.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return table.ids[a] < table.ids[b]; });
+    StoredRows sorted;
+    sorted.ids.reserve(order.size());
+    sorted.values.reserve(table.values.size());
+    for (size_t k : order) {
+      if (!sorted.ids.empty() && sorted.ids.back() == table.ids[k]) {
+        return DataLoss("row " + std::to_string(table.ids[k]) + " of sparse table '" +
+                        layout.tensors[tensor].name + "' came twice");
+      }
+      sorted.ids.push_back(table.ids[k]);
+      sorted.values.insert(sorted.values.end(), &table.values[k * dim],
+                           &table.values[k * dim] + dim);
     }
+    table = std::move(sorted);
   }
   return OkStatus();
 }
 
 StatusOr<ModelDigests> DigestModel(const Layout& layout, const ModelChunks& chunks,
-                                   const ModelTables& tables) {
+                                   const ModelTables& tables, const TableExport& e) {
   Sha256 params, buffers;
-  EPS_RETURN_IF_ERROR(
-      ForEachPiece(layout, chunks, tables, [&](uint32_t t, const void* data, size_t size) {
+  EPS_RETURN_IF_ERROR(ForEachPiece(
+      layout, chunks, tables, e,
+      [&](uint32_t t, const void* data, size_t size) {
         (layout.tensors[t].kind == TensorKind::kParameter ? params : buffers).Update(data, size);
+      },
+      [&](uint32_t t, const StoredRows& rows) {
+        const size_t dim = static_cast<size_t>(layout.tensors[t].shape[1]);
+        for (size_t k = 0; k < rows.ids.size(); ++k) {
+          uint8_t id[8];
+          for (int b = 0; b < 8; ++b) id[b] = static_cast<uint8_t>(rows.ids[k] >> (8 * b));
+          params.Update(id, sizeof id);
+          params.Update(&rows.values[k * dim], dim * sizeof(float));
+        }
       }));
   return ModelDigests{params.HexDigest(), buffers.HexDigest()};
 }
 
 Status WriteSafetensors(const std::string& path, const Layout& layout, const ModelChunks& chunks,
-                        const ModelTables& tables, const Step& step, const std::string& job_id,
-                        const std::string& model, const ModelDigests& digests,
+                        const ModelTables& tables, const TableExport& e, const Step& step,
+                        const std::string& job_id, const std::string& model,
+                        const ModelDigests& digests,
                         const std::map<std::string, std::string>& extra) {
   nlohmann::json header;
   header["__metadata__"] = extra;
@@ -103,9 +177,39 @@ Status WriteSafetensors(const std::string& path, const Layout& layout, const Mod
                                  {"model", model},
                                  {"steps", std::to_string(step.value())},
                                  {"params_sha256", digests.params_sha256}});
+  // The tables too large to lay out: a table file each, beside the model.
+  const std::filesystem::path file(path);
+  const std::string dir_name = file.stem().string() + ".tables";
+  nlohmann::json files = nlohmann::json::object();
+  for (size_t i = 0; i < layout.sparse.size(); ++i) {
+    const TensorSpec& t = layout.tensors[layout.sparse[i]];
+    if (e.Dense(t)) continue;
+    auto it = tables.find(layout.sparse[i]);
+    const StoredRows none;
+    const StoredRows& rows = it == tables.end() ? none : it->second;
+    const std::string ids = dir_name + "/" + t.name + ".ids.npy",
+                      values = dir_name + "/" + t.name + ".rows.npy";
+    std::error_code ec;
+    std::filesystem::create_directories(file.parent_path() / dir_name, ec);
+    if (ec) return Internal("cannot make " + dir_name + ": " + ec.message());
+    const uint64_t n = rows.ids.size(), dim = static_cast<uint64_t>(t.shape[1]);
+    EPS_RETURN_IF_ERROR(WriteNpy((file.parent_path() / ids).string(), "<u8", {n}, rows.ids.data(),
+                                 n * sizeof(uint64_t)));
+    EPS_RETURN_IF_ERROR(WriteNpy((file.parent_path() / values).string(), "<f4", {n, dim},
+                                 rows.values.data(), rows.values.size() * sizeof(float)));
+    files[t.name] = {{"rows", t.shape[0]},
+                     {"dim", dim},
+                     {"stored", n},
+                     {"table", i},
+                     {"seed", std::to_string(e.seed)},
+                     {"initializer", "normal(0, 1)"},
+                     {"ids", ids},
+                     {"values", values}};
+  }
+  if (!files.empty()) header["__metadata__"]["table_files"] = files.dump();
   uint64_t offset = 0;
   for (const TensorSpec& t : layout.tensors) {
-    if (t.kind == TensorKind::kLoss) continue;
+    if (t.kind == TensorKind::kLoss || (t.sparse && !e.Dense(t))) continue;
     const uint64_t bytes = uint64_t(t.numel()) * DTypeSize(t.dtype);
     header[t.name] = {{"dtype", t.dtype == DType::kInt64 ? "I64" : "F32"},
                       {"shape", t.shape},
@@ -118,10 +222,12 @@ Status WriteSafetensors(const std::string& path, const Layout& layout, const Mod
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((uint64_t(head.size()) >> (8 * i)) & 0xff);
   out += head;
   out.reserve(out.size() + offset);
-  EPS_RETURN_IF_ERROR(
-      ForEachPiece(layout, chunks, tables, [&](uint32_t, const void* data, size_t size) {
+  EPS_RETURN_IF_ERROR(ForEachPiece(
+      layout, chunks, tables, e,
+      [&](uint32_t, const void* data, size_t size) {
         out.append(static_cast<const char*>(data), size);
-      }));
+      },
+      [](uint32_t, const StoredRows&) {}));
   return WriteFileAtomically(path, out);
 }
 
@@ -156,18 +262,22 @@ std::string ExportCpuKernels(const std::string& model) {
 }
 
 StatusOr<std::vector<ExportedTensor>> ModelTensors(const Layout& layout, const ModelChunks& chunks,
-                                                   const ModelTables& tables) {
+                                                   const ModelTables& tables,
+                                                   const TableExport& e) {
   std::vector<ExportedTensor> out;
   std::vector<int> index(layout.tensors.size(), -1);
   for (size_t t = 0; t < layout.tensors.size(); ++t) {
-    if (layout.tensors[t].kind == TensorKind::kLoss) continue;
+    const TensorSpec& spec = layout.tensors[t];
+    if (spec.kind == TensorKind::kLoss || (spec.sparse && !e.Dense(spec))) continue;
     index[t] = static_cast<int>(out.size());
     out.push_back({layout.tensors[t], {}});
   }
-  EPS_RETURN_IF_ERROR(
-      ForEachPiece(layout, chunks, tables, [&](uint32_t t, const void* data, size_t size) {
+  EPS_RETURN_IF_ERROR(ForEachPiece(
+      layout, chunks, tables, e,
+      [&](uint32_t t, const void* data, size_t size) {
         out[static_cast<size_t>(index[t])].bytes.append(static_cast<const char*>(data), size);
-      }));
+      },
+      [](uint32_t, const StoredRows&) {}));
   return out;
 }
 

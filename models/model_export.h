@@ -7,7 +7,10 @@
 // little-endian header length, a JSON header naming each tensor's dtype (F32
 // or I64), shape and byte range, then the tensors' bytes in layout order
 // (parameters, then buffers, as the model declares them). The header's
-// __metadata__ holds job_id, model, steps and params_sha256.
+// __metadata__ holds job_id, model, steps and params_sha256. A sparse table
+// too large to lay out whole (TableExport) is not among its tensors: it goes
+// to a table file beside it, its stored rows as two .npy files, which the
+// metadata's "table_files" names (docs/models.md, "Large embedding tables").
 #pragma once
 
 #include <cstdint>
@@ -25,32 +28,63 @@ namespace eps {
 
 // Every chunk of a model version, by chunk id (the loss tensor's may be absent).
 using ModelChunks = std::map<uint32_t, ChunkBytes>;
-// Every sparse table of a model version as a whole tensor ([rows, dim] floats:
-// the rows a step changed as the shards hold them, the others their initial
-// rows), by tensor index. Exported and digested as if it were dense.
-using ModelTables = std::map<uint32_t, std::vector<float>>;
+// A sparse table of a model version as its stored rows: ids ascending, values
+// ids.size() x dim floats. A row no step changed (nor --init_from seeded) is
+// not stored: its value is its initial row (common/row_init.h, the job's seed).
+struct StoredRows {
+  std::vector<uint64_t> ids;
+  std::vector<float> values;
+};
+// Every sparse table of a model version, by tensor index (a table with no
+// stored row may be absent).
+using ModelTables = std::map<uint32_t, StoredRows>;
+
+// How sparse tables leave a job: laid out whole as the dense tensor they
+// stand for (the stored rows in place, the initial rows elsewhere) up to
+// `dense_bytes`; a larger one (a table no host need hold: docs/design.md,
+// "Sparse tables") as its stored rows, in a table file beside the model and
+// in params_sha256. The binaries use the default, so every export of a job
+// agrees; tests lower it.
+inline constexpr uint64_t kDenseTableBytes = uint64_t{2} << 30;
+struct TableExport {
+  uint64_t seed = 0;  // the job's: the initial rows
+  uint64_t dense_bytes = kDenseTableBytes;
+  bool Dense(const TensorSpec& t) const {
+    return uint64_t(t.numel()) * DTypeSize(t.dtype) <= dense_bytes;
+  }
+};
 
 struct ModelDigests {
-  std::string params_sha256;   // SHA-256 over the parameter chunks in layout order
+  // SHA-256 over the parameters in layout order: each dense tensor's chunks, a
+  // sparse table as the dense tensor it stands for or, beyond
+  // TableExport::dense_bytes, as its stored rows (each its id, 8 bytes
+  // little-endian, then its values).
+  std::string params_sha256;
   std::string buffers_sha256;  // the same over the buffers (BatchNorm statistics)
 };
 
-// Adds a shard's pulled rows of every sparse table (SparseRead since 0: every
-// row a step changed) to `tables`, which start from the initial rows
-// (common/row_init.h, the job's `seed`). ProtocolError for rows that do not fit
-// the layout.
-Status AddTableRows(const Layout& layout, uint64_t seed, const std::vector<SparseRowBytes>& rows,
+// Adds a shard's pulled rows of every sparse table (SparseRead since -1:
+// every stored row) to `tables`; SortTableRows once every shard's are in.
+// ProtocolError for rows that do not fit the layout.
+Status AddTableRows(const Layout& layout, const std::vector<SparseRowBytes>& rows,
                     ModelTables* tables);
+// Puts every table's rows in ascending order; DataLoss for a row two shards hold.
+Status SortTableRows(const Layout& layout, ModelTables* tables);
 
-// DataLoss when a chunk (or a sparse table) is missing or has the wrong size.
+// DataLoss when a chunk is missing or has the wrong size.
 StatusOr<ModelDigests> DigestModel(const Layout& layout, const ModelChunks& chunks,
-                                   const ModelTables& tables = {});
+                                   const ModelTables& tables = {}, const TableExport& e = {});
 
-// Writes `path` atomically. The header's __metadata__ holds job_id, model,
-// steps, params_sha256 and `extra` (ExportMetadata: the zoo sizes).
+// Writes `path` atomically, and the table files of the tables too large to
+// lay out (TableExport) beside it: PATH_STEM.tables/NAME.ids.npy (uint64
+// [n]) and NAME.rows.npy (float32 [n, dim]), the stored rows (TableFiles).
+// The header's __metadata__ holds job_id, model, steps, params_sha256,
+// "table_files" (JSON, with the table files) and `extra` (ExportMetadata: the
+// zoo sizes).
 Status WriteSafetensors(const std::string& path, const Layout& layout, const ModelChunks& chunks,
-                        const ModelTables& tables, const Step& step, const std::string& job_id,
-                        const std::string& model, const ModelDigests& digests,
+                        const ModelTables& tables, const TableExport& e, const Step& step,
+                        const std::string& job_id, const std::string& model,
+                        const ModelDigests& digests,
                         const std::map<std::string, std::string>& extra = {});
 
 // The metadata a job's export carries beyond WriteSafetensors' own: the zoo
@@ -64,10 +98,12 @@ std::optional<std::string> ExportMetadataValue(const std::string& model, const s
 // Its CPU kernel set ("cpu_kernels"); kDefaultCpuKernels when there is none to read.
 std::string ExportCpuKernels(const std::string& model);
 
-// The model's parameters then buffers (not the loss), each as one contiguous
-// piece; DataLoss when a chunk is missing or has the wrong size.
+// The model's parameters then buffers (not the loss, nor a table TableExport
+// leaves to a table file), each as one contiguous piece; DataLoss when a chunk
+// is missing or has the wrong size.
 StatusOr<std::vector<ExportedTensor>> ModelTensors(const Layout& layout, const ModelChunks& chunks,
-                                                   const ModelTables& tables = {});
+                                                   const ModelTables& tables = {},
+                                                   const TableExport& e = {});
 
 // Reads a safetensors file as WriteSafetensors writes it: ParseSafetensors
 // (common/tensor_file.h) of its bytes. NotFound for a missing file.

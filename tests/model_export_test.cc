@@ -3,15 +3,19 @@
 // the file, never a read outside its bytes.
 #include "models/model_export.h"
 
-#include "common/row_init.h"
-
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
-#include <unistd.h>
+
+#include "common/row_init.h"
 
 namespace eps {
 namespace {
@@ -72,7 +76,8 @@ TEST_F(SafetensorsReader, ReadsWhatWriteSafetensorsWritesWithItsMetadata) {
   auto digests = DigestModel(*layout, chunks);
   ASSERT_TRUE(digests.ok());
   const std::string path = dir_ + "/model.safetensors";
-  ASSERT_TRUE(WriteSafetensors(path, *layout, chunks, {}, Step(5), "job", "mlp", *digests).ok());
+  ASSERT_TRUE(
+      WriteSafetensors(path, *layout, chunks, {}, {}, Step(5), "job", "mlp", *digests).ok());
   std::map<std::string, std::string> meta;
   auto got = ReadSafetensors(path, &meta);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
@@ -105,28 +110,98 @@ TEST_F(SafetensorsReader, ASparseTableIsExportedAndDigestedAsTheDenseTensorItSta
   pulled.ids = {ChunkId(0), ids.data(), ids.size() * sizeof(uint64_t), nullptr};
   pulled.values = {ChunkId(0), rows.data(), rows.size() * sizeof(float), nullptr};
   ModelTables tables;
-  ASSERT_TRUE(AddTableRows(*sparse, 9, {pulled}, &tables).ok());
-  ASSERT_EQ(tables.count(0), 1u);
-  const std::vector<float>& table = tables[0];
+  ASSERT_TRUE(AddTableRows(*sparse, {pulled}, &tables).ok());
+  ASSERT_TRUE(SortTableRows(*sparse, &tables).ok());
+  const TableExport e{9};
+  ModelChunks with_table{{0, ChunkBytes{ChunkId(0), head_values.data(), 12, nullptr}}};
+  auto tensors = ModelTensors(*sparse, with_table, tables, e);
+  ASSERT_TRUE(tensors.ok());
+  ASSERT_EQ(tensors->size(), 2u);
+  ASSERT_EQ((*tensors)[0].bytes.size(), 32u);
+  std::vector<float> table(8);
+  std::memcpy(table.data(), (*tensors)[0].bytes.data(), 32);
   std::vector<float> initial(2);
   InitialRow(RowInitializer{}, 9, 0, 2, initial.data(), 2);
   EXPECT_EQ(std::memcmp(&table[4], initial.data(), 8), 0);
   EXPECT_EQ(table[2], 10);
   EXPECT_EQ(table[7], 31);
 
-  ModelChunks with_table{{0, ChunkBytes{ChunkId(0), head_values.data(), 12, nullptr}}};
   ModelChunks all_dense{{0, ChunkBytes{ChunkId(0), table.data(), 32, nullptr}},
                         {1, ChunkBytes{ChunkId(1), head_values.data(), 12, nullptr}}};
-  auto a = DigestModel(*sparse, with_table, tables);
+  auto a = DigestModel(*sparse, with_table, tables, e);
   auto b = DigestModel(*dense, all_dense);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->params_sha256, b->params_sha256);
-  EXPECT_EQ(DigestModel(*sparse, with_table).status().code(), StatusCode::kDataLoss);
-  auto tensors = ModelTensors(*sparse, with_table, tables);
-  ASSERT_TRUE(tensors.ok());
-  ASSERT_EQ(tensors->size(), 2u);
-  EXPECT_EQ((*tensors)[0].bytes.size(), 32u);
-  EXPECT_EQ(std::memcmp((*tensors)[0].bytes.data(), table.data(), 32), 0);
+  // No stored row: the initial rows alone, another digest.
+  auto initial_only = DigestModel(*sparse, with_table, {}, e);
+  ASSERT_TRUE(initial_only.ok());
+  EXPECT_NE(initial_only->params_sha256, a->params_sha256);
+}
+
+// A table larger than TableExport::dense_bytes leaves the safetensors file for a table file of
+// its stored rows (.npy), and params_sha256 hashes those rows: the shards' parts in any order.
+TEST_F(SafetensorsReader, ATableTooLargeToLayOutGoesToATableFileOfItsStoredRows) {
+  TensorSpec emb{"emb.weight", TensorKind::kParameter, DType::kFloat32, {1000, 2}};
+  emb.sparse = true;
+  const TensorSpec head{"head", TensorKind::kParameter, DType::kFloat32, {3}};
+  auto layout = MakeLayout({emb, head}, 2, 1 << 20);
+  ASSERT_TRUE(layout.ok());
+  const std::vector<float> head_values{1, 2, 3};
+  ModelChunks chunks{{0, ChunkBytes{ChunkId(0), head_values.data(), 12, nullptr}}};
+  auto part = [](std::vector<uint64_t> ids, std::vector<float> values) {
+    auto i = std::make_shared<std::vector<uint64_t>>(std::move(ids));
+    auto v = std::make_shared<std::vector<float>>(std::move(values));
+    SparseRowBytes r;
+    r.rows = static_cast<uint32_t>(i->size());
+    r.ids = {ChunkId(0), i->data(), i->size() * sizeof(uint64_t), i};
+    r.values = {ChunkId(0), v->data(), v->size() * sizeof(float), v};
+    return r;
+  };
+  const TableExport small{9, 4000};  // the table is 8,000 bytes
+  ModelTables one, other;            // the same rows, from the shards in two orders
+  ASSERT_TRUE(AddTableRows(*layout, {part({4, 998}, {4, 4, 9, 9})}, &one).ok());
+  ASSERT_TRUE(AddTableRows(*layout, {part({7}, {7, 7})}, &one).ok());
+  ASSERT_TRUE(AddTableRows(*layout, {part({7}, {7, 7})}, &other).ok());
+  ASSERT_TRUE(AddTableRows(*layout, {part({4, 998}, {4, 4, 9, 9})}, &other).ok());
+  ASSERT_TRUE(SortTableRows(*layout, &one).ok());
+  ASSERT_TRUE(SortTableRows(*layout, &other).ok());
+  EXPECT_EQ(one[0].ids, (std::vector<uint64_t>{4, 7, 998}));
+  auto a = DigestModel(*layout, chunks, one, small);
+  auto b = DigestModel(*layout, chunks, other, small);
+  auto whole = DigestModel(*layout, chunks, one, TableExport{9});
+  ASSERT_TRUE(a.ok() && b.ok() && whole.ok());
+  EXPECT_EQ(a->params_sha256, b->params_sha256);
+  EXPECT_NE(a->params_sha256, whole->params_sha256);  // the rows, not the dense tensor
+
+  const std::string path = dir_ + "/model.safetensors";
+  ASSERT_TRUE(WriteSafetensors(path, *layout, chunks, one, small, Step(3), "job", "m", *a).ok());
+  std::map<std::string, std::string> meta;
+  auto got = ReadSafetensors(path, &meta);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0].spec.name, "head");
+  const auto files = nlohmann::json::parse(meta["table_files"]);
+  const auto& t = files["emb.weight"];
+  EXPECT_EQ(t["rows"], 1000);
+  EXPECT_EQ(t["stored"], 3);
+  EXPECT_EQ(t["seed"], "9");
+  std::ifstream ids(dir_ + "/" + t["ids"].get<std::string>(), std::ios::binary);
+  std::string npy((std::istreambuf_iterator<char>(ids)), std::istreambuf_iterator<char>());
+  ASSERT_GE(npy.size(), 10u);
+  EXPECT_EQ(npy.substr(0, 8), std::string("\x93NUMPY\x01\x00", 8));
+  const size_t header = 10 + (static_cast<uint8_t>(npy[8]) | static_cast<uint8_t>(npy[9]) << 8);
+  EXPECT_EQ(header % 64, 0u);
+  EXPECT_NE(npy.find("'shape': (3,)"), std::string::npos);
+  ASSERT_EQ(npy.size(), header + 24);
+  uint64_t last;
+  std::memcpy(&last, npy.data() + header + 16, 8);
+  EXPECT_EQ(last, 998u);
+  std::ifstream rows(dir_ + "/" + t["values"].get<std::string>(), std::ios::binary);
+  std::string values((std::istreambuf_iterator<char>(rows)), std::istreambuf_iterator<char>());
+  EXPECT_NE(values.find("'shape': (3,2)"), std::string::npos);
+  // A row two shards both claim is lost state, not a choice.
+  ASSERT_TRUE(AddTableRows(*layout, {part({7}, {1, 1})}, &one).ok());
+  EXPECT_EQ(SortTableRows(*layout, &one).code(), StatusCode::kDataLoss);
 }
 
 TEST_F(SafetensorsReader, RefusesHeaderLengthsPastTheFileOrOverTheFormatsLimit) {

@@ -5,8 +5,9 @@
 
 Writes down, independently of the C++ code:
   * the row initializer of server/sparse_table.h (SplitMix64, Marsaglia's polar
-    method with the table's own logarithm), in plain Python doubles: the C++
-    InitialRow must give the same bits;
+    method with the table's own logarithm), in plain Python doubles (the
+    package's, python/elasticps/tables.py): the C++ InitialRow must give the
+    same bits;
   * PyTorch's optimizers on the same rows and gradients: torch.optim.SparseAdam,
     torch.optim.Adagrad and torch.optim.SGD on sparse gradients, SGD with momentum
     on rows every step touches (where lazy and dense agree), and AdamW's lazy
@@ -15,66 +16,19 @@ Writes down, independently of the C++ code:
 Needs torch (1.13 was used) and numpy. Deterministic: torch.manual_seed.
 """
 import math
+import os
+import sys
 
 import numpy as np
 import torch
 
 MASK = (1 << 64) - 1
-GOLDEN = 0x9E3779B97F4A7C15
-
-
-def finalize(z):
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
-    return z ^ (z >> 31)
-
-
-def mix(z):
-    return finalize((z + GOLDEN) & MASK)
-
-
-def unit(u):
-    return float(u >> 11) * 2.0 ** -53
-
-
-def log_(x):
-    m, e = math.frexp(x)
-    if m < 0.7071067811865476:
-        m = m * 2
-        e = e - 1
-    s = (m - 1) / (m + 1)
-    s2 = s * s
-    p = 1.0 / 29
-    for k in range(13, -1, -1):
-        p = p * s2 + 1.0 / (2 * k + 1)
-    return float(e) * 0.6931471805599453 + 2 * s * p
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from elasticps.tables import initial_row as _initial_row  # noqa: E402 (the package's, used by its table loader)
 
 
 def initial_row(kind, seed, table, row, dim, mean=0.0, stddev=1.0, low=-1.0, high=1.0):
-    state = mix(mix(mix(seed) ^ table) ^ row)
-
-    def nxt():
-        nonlocal state
-        state = (state + GOLDEN) & MASK
-        return finalize(state)
-
-    out = []
-    if kind == "uniform":
-        for _ in range(dim):
-            out.append(np.float32(low + (high - low) * unit(nxt())))
-        return out
-    while len(out) < dim:
-        while True:
-            a = 2 * unit(nxt()) - 1
-            b = 2 * unit(nxt()) - 1
-            s = a * a + b * b
-            if 0 < s < 1:
-                break
-        f = math.sqrt(-2 * log_(s) / s)
-        out.append(np.float32(mean + stddev * a * f))
-        if len(out) < dim:
-            out.append(np.float32(mean + stddev * b * f))
-    return out
+    return [np.float32(v) for v in _initial_row(seed, table, row, dim, kind, mean, stddev, low, high)]
 
 
 def lit(x):

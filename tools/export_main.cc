@@ -94,9 +94,9 @@ StatusOr<StoredJob> ReadStoredJob(const std::string& stores) {
   return out;
 }
 
-// The sparse tables at checkpoint `step`: each shard's rows from its tables'
-// checkpoints (beside its store, STORES/shard<N>.sparse/, opened read-only), the
-// rows no step changed their initial ones. Empty for a job without tables.
+// The sparse tables at checkpoint `step`: each shard's stored rows from its
+// tables' checkpoints (beside its store, STORES/shard<N>.sparse/, opened
+// read-only). Empty for a job without tables.
 StatusOr<ModelTables> TablesAt(const std::string& stores, const JobSpec& spec, const Layout& layout,
                                Step step) {
   ModelTables tables;
@@ -127,8 +127,9 @@ StatusOr<ModelTables> TablesAt(const std::string& stores, const JobSpec& spec, c
       r.values = {ChunkId(0), values->data(), values->size() * sizeof(float), values};
       rows.push_back(std::move(r));
     }
-    EPS_RETURN_IF_ERROR(AddTableRows(layout, spec.seed, rows, &tables));
+    EPS_RETURN_IF_ERROR(AddTableRows(layout, rows, &tables));
   }
+  EPS_RETURN_IF_ERROR(SortTableRows(layout, &tables));
   return tables;
 }
 
@@ -188,16 +189,17 @@ StatusOr<std::vector<ExportedTensor>> FromCheckpoints(const std::string& stores,
     for (ChunkBytes& c : pulled.chunks) chunks[c.chunk.value()] = std::move(c);
   }
   EPS_ASSIGN_OR_RETURN(ModelTables tables, TablesAt(stores, spec, layout, step));
-  EPS_ASSIGN_OR_RETURN(ModelDigests digests, DigestModel(layout, chunks, tables));
+  const TableExport table_export{spec.seed};
+  EPS_ASSIGN_OR_RETURN(ModelDigests digests, DigestModel(layout, chunks, tables, table_export));
   if (!out.empty()) {
-    EPS_RETURN_IF_ERROR(WriteSafetensors(out, layout, chunks, tables, step, spec.job_id, spec.model,
-                                         digests, ExportMetadata(spec)));
+    EPS_RETURN_IF_ERROR(WriteSafetensors(out, layout, chunks, tables, table_export, step,
+                                         spec.job_id, spec.model, digests, ExportMetadata(spec)));
   }
   std::printf("exported step %lld of job '%s' (%s, %lld parameters) to %s\nparams_sha256 %s\n",
               static_cast<long long>(step.value()), spec.job_id.c_str(), spec.model.c_str(),
               static_cast<long long>(layout.NumParameters()),
               out.empty() ? "(no safetensors)" : out.c_str(), digests.params_sha256.c_str());
-  return ModelTensors(layout, chunks, tables);
+  return ModelTensors(layout, chunks, tables, table_export);
 }
 
 Status Export(const std::string& stores, Step wanted) {

@@ -12,7 +12,8 @@ and reads what they write (events.jsonl, metrics.csv, result.json): docs/python.
 from .errors import (ArgumentError, CommandError, InvalidJobError, JobError, JobFailedError, ScriptError,
                      WorkerError)
 from .job import Job, JoinedRun, Run
+from .tables import Table, initial_row, load_tables
 from .trainer import Trainer
 
-__all__ = ["Trainer", "Run", "JoinedRun", "Job", "JobError", "ArgumentError", "ScriptError", "InvalidJobError",
+__all__ = ["Trainer", "Run", "JoinedRun", "Job", "Table", "load_tables", "initial_row", "JobError", "ArgumentError", "ScriptError", "InvalidJobError",
            "JobFailedError", "WorkerError", "CommandError"]

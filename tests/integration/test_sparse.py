@@ -323,6 +323,65 @@ class Criteo(RunDirTest):
         table = CRITEO_ROWS * 16 * 4  # --model_dim=16
         self.assertLess((one["push_bytes"] + one["pull_bytes"]) / one["steps"], 0.5 * table, one)
 
+    def test_c_a_table_larger_than_any_worker_trains_and_exports_as_a_table_file(self):
+        """The built-in dlrm with 2^25 rows of 32 (a 4 GiB table): no worker holds it (each looks up its batches'
+        rows), no process lays it out, and it leaves the job as a table file of its stored rows, which
+        elasticps.load_tables reads; 1 x 1 and 2 x 2 through a join and a worker SIGKILL agree."""
+        flags = os.path.join(CRITEO, "dlrm_builtin.flags")
+        rows, dim = 1 << 25, 32
+        job = [*self.job[1:], f"--hash_buckets={rows}", f"--model_dim={dim}", "--steps=20",
+               "--heartbeat_timeout_ms=1500"]
+        _, _, one = self.run_local("big-1x1", flags, extra=job)
+        d = self.run_dir("big-join")
+        cmd = [LOCAL, "--job", flags, "--servers", "2", "--workers", "2", "--run-dir", d, "--", *job, *SPILL]
+        result = self.run_with_join_and_sigkill(d, cmd)
+        self.assertEqual(result["params_sha256"], one["params_sha256"], logs(d))
+        self.assertEqual(result["optimizer_digest"], one["optimizer_digest"])
+        assert_looked_up(self, d, "dlrm.emb.weight")  # above the default --worker_table_mb
+        # The table is not in model.safetensors: a table file beside it holds the stored rows, the same in both.
+        loaded = []
+        for run in (self.run_dir("big-1x1"), d):
+            meta, tensors = read_safetensors(os.path.join(run, "model.safetensors"))
+            self.assertNotIn("dlrm.emb.weight", tensors)
+            self.assertIn("dlrm.top2.bias", tensors)
+            self.assertIn("dlrm.emb.weight", json.loads(meta["table_files"]))
+            p = subprocess.run([TORCH_PY, "-c", LOAD_TABLE, run], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=dict(ENV, PYTHONPATH=os.path.join(ROOT, "python")), timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+            loaded.append(json.loads(p.stdout))
+        self.assertEqual(loaded[0], loaded[1])
+        table = loaded[0]
+        self.assertEqual((table["rows"], table["dim"]), (rows, dim))
+        # 20 steps of 128 samples of 26 categories touched at most 66,560 rows of the 33.5 M.
+        self.assertGreater(table["stored"], 1000)
+        self.assertLessEqual(table["stored"], 20 * 128 * 26)
+        self.assertTrue(table["stored_row_from_file"] and table["initial_row_computed"], table)
+        # `elasticps evaluate` loads a model whole: it refuses this one (the data's error code), it does not crash.
+        p = subprocess.run([f"{BIN}/elasticps", "evaluate", "--model", f"{d}/model.safetensors", "--data",
+                            f"{self.data}/test.txt", "--data-format", "criteo", "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, timeout=120)
+        self.assertEqual(p.returncode, 2, p.stderr[-2000:])
+
+
+# Prints a run's table file as load_tables reads it: its size, a digest of its stored rows, and that a stored row
+# comes from the file and an untouched one from the initializer.
+LOAD_TABLE = """
+import hashlib, json, sys
+import numpy as np
+import elasticps
+t = elasticps.load_tables(sys.argv[1])["dlrm.emb.weight"]
+stored = int(t.ids[len(t.ids) // 2])
+held = set(t.ids.tolist())
+untouched = next(r for r in range(t.rows) if r not in held)
+both = t[[stored, untouched]]
+print(json.dumps({"rows": t.rows, "dim": t.dim, "stored": len(t.ids),
+                  "sha256": hashlib.sha256(np.ascontiguousarray(t.ids).tobytes() +
+                                           np.ascontiguousarray(t.values).tobytes()).hexdigest(),
+                  "stored_row_from_file": bool((both[0] == t.values[len(t.ids) // 2]).all()),
+                  "initial_row_computed": both[1].tolist() == elasticps.initial_row(t.seed, t.table, untouched,
+                                                                                   t.dim)}))
+"""
+
 
 if __name__ == "__main__":
     unittest.main()
