@@ -119,7 +119,9 @@ TEST(WorkerReport, IsWrittenWholeOrNotAtAll) {
   const std::string path = dir + "/worker0.json";
   ASSERT_TRUE(WriteReport(path, SomeReport()).ok());
   std::ifstream in(path);
-  EXPECT_EQ(nlohmann::json::parse(in)["train_plans"], 5);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["train_plans"], 5);
+  EXPECT_GT(j["peak_rss_mb"].get<int64_t>(), 0);  // this test's own process
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
   EXPECT_EQ(WriteReport(dir + "/missing/worker0.json", SomeReport()).code(), StatusCode::kInternal);
   std::filesystem::remove_all(dir);

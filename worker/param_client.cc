@@ -162,11 +162,11 @@ Status ParameterClient::WriteLookedUpRows(size_t s, const SparseRowBytes& r) {
     p.memory_checked = true;
     for (std::vector<uint64_t>& present : present_) present.clear();
     present_version_ = Step(-1);
-    if (resident_bytes_ > options_.lookup_resident_bytes) {
+    if (resident_pages_.size() * kPageBytes > options_.lookup_resident_bytes) {
       for (size_t t = 0; t < lookup_.size(); ++t) {
         if (lookup_[t]) EPS_RETURN_IF_ERROR(model_->DropTableRows(layout_->sparse[t]));
       }
-      resident_bytes_ = 0;
+      resident_pages_.clear();
     }
   }
   const auto* values = static_cast<const float*>(r.values.data);
@@ -174,7 +174,13 @@ Status ParameterClient::WriteLookedUpRows(size_t s, const SparseRowBytes& r) {
     EPS_RETURN_IF_ERROR(
         model_->Write(i, asked[k] * dim * sizeof(float), values + k * dim, dim * sizeof(float)));
   }
-  resident_bytes_ += r.values.size;
+  // A row takes memory by the page (4 KiB hold 64 rows of 16 floats, and a batch's rows rarely
+  // share one): the pages its first and last byte lie in.
+  const uint64_t row_bytes = dim * sizeof(float);
+  for (uint64_t id : asked) {
+    for (uint64_t byte : {id * row_bytes, id * row_bytes + row_bytes - 1})
+      resident_pages_.insert(uint64_t{r.table} << 48 | byte / kPageBytes);
+  }
   counts_.lookup_rows += r.rows;
   return OkStatus();
 }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 #include <zmq.hpp>
 
@@ -247,7 +248,10 @@ class ParameterClient {
   TableRows wanted_;            // WantRows
   TableRows present_;           // by lookup table: the rows the model has at present_version_
   Step present_version_{-1};
-  uint64_t resident_bytes_ = 0;  // lookup tables' rows written since their pages last went back
+  // The pages of the lookup tables written since their pages last went back (by table << 48 |
+  // page): the memory they take.
+  static constexpr uint64_t kPageBytes = 4096;
+  std::unordered_set<uint64_t> resident_pages_;
   std::vector<float> decoded_;  // a pulled chunk decoded from the weight wire dtype
   // Regions of block partials: named by pushes not all acknowledged yet, and free for the next
   // blocks.

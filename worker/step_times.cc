@@ -1,5 +1,7 @@
 #include "worker/step_times.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -62,6 +64,7 @@ std::string ReportJson(const WorkerReport& r) {
       {"lookup_tables", r.lookup_tables},
       {"lookup_rows", r.counts.lookup_rows},
       {"lookup_repulls", r.counts.lookup_repulls},
+      {"peak_rss_mb", r.peak_rss_kb / 1024},
   };
   uint64_t fetched = 0;
   nlohmann::json files = nlohmann::json::array();
@@ -99,9 +102,12 @@ void NameSparseTables(const ModelRunner& model, WorkerReport* report) {
 
 Status WriteReport(const std::string& path, const WorkerReport& report) {
   const std::string tmp = path + ".tmp";
+  WorkerReport r = report;
+  struct rusage usage {};
+  if (getrusage(RUSAGE_SELF, &usage) == 0) r.peak_rss_kb = usage.ru_maxrss;
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << ReportJson(report) << "\n";
+    out << ReportJson(r) << "\n";
     out.close();
     if (!out) return Internal("cannot write " + tmp + ": " + std::strerror(errno));
   }

@@ -81,6 +81,7 @@ struct WorkerReport {
   std::vector<ModelFileReport> model_files{};  // the model files it got, in order
   std::vector<std::string> sparse_tables{};    // the tensors it trains as sparse tables
   std::vector<std::string> lookup_tables{};    // those it looks up by rows (ModelRunner::Lookup)
+  int64_t peak_rss_kb = 0;  // the process's peak resident memory (WriteReport fills it in)
 };
 
 // Fills the report's sparse_tables (TensorSpec::sparse) and lookup_tables, in order.
@@ -93,7 +94,8 @@ std::string Summary(const StepTimes& times, const TransferCounts& counts);
 std::string ReportJson(const WorkerReport& report);
 
 // Writes ReportJson to `path` (through a temporary file, renamed: a reader
-// never sees half a report). Internal when it cannot.
+// never sees half a report), with the calling process's peak resident memory.
+// Internal when it cannot.
 [[nodiscard]] Status WriteReport(const std::string& path, const WorkerReport& report);
 
 }  // namespace eps

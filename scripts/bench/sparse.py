@@ -18,7 +18,16 @@ Rows:
   exact           --sparse_optimizer=exact: the table as a dense tensor (what ElasticPS did before), fewer steps
 Columns: samples/s (result.json's steady rate), the ratio to plain PyTorch, and the bytes pushed + pulled a step
 against the table's 128 MiB. The digests of every row but exact's must agree (else the section fails).
+
+Then a table larger than the host's memory: the built-in dlrm (--model=dlrm) on synthetic Criteo-format logs
+(examples/criteo/synth.py, 20,000 rows; documented there as synthetic), 8 x 16, Adam, dim 16, 1 shard x 1 worker:
+  held            2^20 rows (64 MiB): the worker holds the table
+  looked up       the same table, --worker_table_mb=16: looked up by the batches' rows
+  2^31 rows       a 128 GiB table on this 24 GiB host: looked up (above the default 1024 MiB), exported as a
+                  table file
+Columns: samples/s, the ratio to held, and the worker's peak resident memory (its report's peak_rss_mb).
 """
+import json
 import os
 import subprocess
 import tempfile
@@ -118,6 +127,33 @@ def run(b):
     if len(set(digests.values())) > 1:
         common.warn(f"sparse: the digests differ: {digests}")
         b.failed = True
+    larger_than_memory(b, d, steps)
+
+
+def larger_than_memory(b, d, steps):
+    criteo = os.path.join(common.ROOT, "examples", "criteo")
+    data = os.path.join(d, "criteo.txt")
+    if b.program("sparse_criteo_data", [common.PY, os.path.join(criteo, "synth.py"), "--rows", "20000", "--out",
+                                        data]) is None:
+        return
+    flags = os.path.join(criteo, "dlrm_builtin.flags")
+    job = [f"--train_data={data}", "--test_limit=-1", "--batch_per_vw=16", f"--steps={steps}"]
+    runs = [("held (2^20 rows)", [f"--hash_buckets={1 << 20}"]),
+            ("looked up (2^20)", [f"--hash_buckets={1 << 20}", "--worker_table_mb=16"]),
+            ("2^31 rows, 128 GiB", [f"--hash_buckets={1 << 31}"])]
+    print(f"\n{'dlrm, dim 16':<20s} | {'samples/s':>10s} | vs held | worker peak RSS")
+    base = None
+    for name, extra in runs:
+        tag = "sparse_dlrm_" + name.split(" ")[0].replace("^", "")
+        r = b.job(tag, 1, flags, *job, *extra)
+        if r is None:
+            continue
+        with open(os.path.join(common.RUNS, tag, "logs", "worker0.json")) as f:
+            rss = json.load(f)["peak_rss_mb"]
+        sps = analysis.samples_per_s(r)
+        base = base or sps
+        print(f"{name:<20s} | {sps:10.0f} | {sps / base:6.2f}x | {rss:6d} MiB")
+        b.csv("sparse", "dlrm " + name, f"{sps:.1f}", f"{sps / base:.3f}", r["steps"])
 
 
 if __name__ == "__main__":
