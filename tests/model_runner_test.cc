@@ -127,19 +127,26 @@ TEST(ModelRunner, ListsParametersThenBuffersOfTheCnn) {
   EXPECT_TRUE(MakeLayout(t, 2, 4096).ok());
 }
 
+// int64 samples of `width` ids (over `ids`, not copied) with two classes.
+Dataset IdSamples(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels,
+                  int64_t width) {
+  Dataset data;
+  data.size = static_cast<int64_t>(labels.size());
+  data.sample_shape = {width};
+  data.feature_dtype = DataType::kInt64;
+  data.features = ids.data();
+  data.labels = labels.data();
+  data.num_classes = 2;
+  return data;
+}
+
 // text_transformer's token embedding is a sparse table whose gradient is the
 // rows the step's ids touched (padding's row 0 too), the position embedding a
 // dense tensor; with sparse tables off (--sparse_optimizer=exact) both are dense.
 TEST(ModelRunner, TheTextTransformersTokenEmbeddingIsASparseTableUnlessExact) {
   std::vector<int64_t> ids = {2, 7, 5, 0, 2, 5, 9, 9};  // two samples of 4: <cls> first, 0 <pad>
   std::vector<int64_t> labels = {0, 1};
-  Dataset data;
-  data.size = 2;
-  data.sample_shape = {4};
-  data.feature_dtype = DataType::kInt64;
-  data.features = ids.data();
-  data.labels = labels.data();
-  data.num_classes = 2;
+  const Dataset data = IdSamples(ids, labels, 4);
   for (bool tables : {true, false}) {
     ModelOptions o{"text_transformer", 1, 1, "cpu"};  // a table on a GPU trains dense
     o.sizes = {8, 1, 2, 20, 4, 20, 2};  // dim, layers, heads, depth, seq, rows, classes
@@ -166,13 +173,7 @@ TEST(ModelRunner, TheTextTransformersTokenEmbeddingIsASparseTableUnlessExact) {
 TEST(ModelRunner, ALookupTableHoldsTheRowsWrittenAndComputesTheHeldTablesBits) {
   std::vector<int64_t> ids = {2, 7, 5, 0, 2, 5, 9, 1 << 25};  // two samples of 4
   std::vector<int64_t> labels = {0, 1};
-  Dataset data;
-  data.size = 2;
-  data.sample_shape = {4};
-  data.feature_dtype = DataType::kInt64;
-  data.features = ids.data();
-  data.labels = labels.data();
-  data.num_classes = 2;
+  const Dataset data = IdSamples(ids, labels, 4);
   const uint32_t rows = 1 << 26;
   std::unique_ptr<ModelRunner> runners[2];
   for (int lookup : {0, 1}) {
@@ -234,13 +235,7 @@ TEST(ModelRunner, DlrmLooksUpTheCategoriesOfItsBatch) {
     samples[39 + 13 + c] = 100 + c % 3;  // sample 1: 100, 101, 102
   }
   std::vector<int64_t> labels = {0, 1};
-  Dataset data;
-  data.size = 2;
-  data.sample_shape = {39};
-  data.feature_dtype = DataType::kInt64;
-  data.features = samples.data();
-  data.labels = labels.data();
-  data.num_classes = 2;
+  const Dataset data = IdSamples(samples, labels, 39);
   ModelOptions o{"dlrm", 1, 1, "cpu"};
   o.sizes.dim = 4;
   o.sizes.vocab_size = 1 << 20;

@@ -102,10 +102,11 @@ struct Pulled {
   Values values;
 };
 
-StatusOr<Pulled> PullRows(ShardState& state, int64_t version, int64_t since) {
+// The rows of the one table a pull `read` of `version` asked for.
+StatusOr<Pulled> Answered(ShardState& state, int64_t version, const SparseRead& read) {
   Pull p;
   p.version = Step(version);
-  p.sparse = {SparseRead{0, Step(since)}};
+  p.sparse = {read};
   EPS_ASSIGN_OR_RETURN(PullReply reply, state.Answer(p));
   if (reply.sparse.size() != 1) return Internal("one table asked, another number answered");
   const SparseRowBytes& r = reply.sparse[0];
@@ -118,26 +119,18 @@ StatusOr<Pulled> PullRows(ShardState& state, int64_t version, int64_t since) {
   return out;
 }
 
+StatusOr<Pulled> PullRows(ShardState& state, int64_t version, int64_t since) {
+  return Answered(state, version, SparseRead{0, Step(since)});
+}
+
 // A lookup of rows `ids` (a worker that does not hold the table) at `version`.
 StatusOr<Pulled> LookUp(ShardState& state, int64_t version, const Ids& ids) {
   auto held = std::make_shared<Ids>(ids);
-  Pull p;
-  p.version = Step(version);
   SparseRead read{0, Step(0)};
   read.lookup = true;
   read.rows = static_cast<uint32_t>(ids.size());
   read.ids = {ChunkId(0), held->data(), held->size() * sizeof(uint64_t), held};
-  p.sparse = {read};
-  EPS_ASSIGN_OR_RETURN(PullReply reply, state.Answer(p));
-  if (reply.sparse.size() != 1) return Internal("one table asked, another number answered");
-  const SparseRowBytes& r = reply.sparse[0];
-  Pulled out;
-  out.ids.resize(r.rows);
-  out.values.resize(r.values.size / sizeof(float));
-  if (r.rows == 0) return out;
-  std::memcpy(out.ids.data(), r.ids.data, r.ids.size);
-  std::memcpy(out.values.data(), r.values.data, r.values.size);
-  return out;
+  return Answered(state, version, read);
 }
 
 bool SameBits(const Values& a, const Values& b) {
