@@ -42,14 +42,20 @@ StatusOr<TableRows> RangeRowsRead(ModelRunner& model, const Layout& layout, cons
   return RowsRead(model, layout, data, samples);
 }
 
-StatusOr<TableRows> PlanRowsRead(ModelRunner& model, const Layout& layout, Sampler& sampler,
+StatusOr<TableRows> PlanRows::Of(ModelRunner& model, const Layout& layout, Sampler& sampler,
                                  const Dataset& data, uint32_t lo, uint32_t hi, Step step) {
+  if (lo == lo_ && hi == hi_ && step == step_) return rows_;
   std::vector<int64_t> samples, vw;
   for (uint32_t v = lo; v < hi; ++v) {
     sampler.Indices(VirtualWorkerId(v), step, &vw);
     samples.insert(samples.end(), vw.begin(), vw.end());
   }
-  return RowsRead(model, layout, data, samples);
+  step_ = Step(-1);  // nothing kept should this fail
+  EPS_ASSIGN_OR_RETURN(rows_, RowsRead(model, layout, data, samples));
+  lo_ = lo;
+  hi_ = hi;
+  step_ = step;
+  return rows_;
 }
 
 }  // namespace eps

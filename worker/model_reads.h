@@ -28,9 +28,18 @@ BufferCopies SnapshotBuffers(const Layout& layout, const ModelRunner& model);
 // The same for samples [lo, hi) (an evaluation's).
 [[nodiscard]] StatusOr<TableRows> RangeRowsRead(ModelRunner& model, const Layout& layout,
                                                 const Dataset& data, int64_t lo, int64_t hi);
-// The same for a train plan: VWs [lo, hi) at `step` (their samples from `sampler`).
-[[nodiscard]] StatusOr<TableRows> PlanRowsRead(ModelRunner& model, const Layout& layout,
-                                               Sampler& sampler, const Dataset& data, uint32_t lo,
-                                               uint32_t hi, Step step);
+// The same for train plans: VWs [lo, hi) at `step` (their samples from
+// `sampler`), the last plan's kept (a prefetch's guess for the next step is
+// most often the plan that comes, and asks for the same rows).
+class PlanRows {
+ public:
+  [[nodiscard]] StatusOr<TableRows> Of(ModelRunner& model, const Layout& layout, Sampler& sampler,
+                                       const Dataset& data, uint32_t lo, uint32_t hi, Step step);
+
+ private:
+  uint32_t lo_ = 0, hi_ = 0;
+  Step step_{-1};
+  TableRows rows_;
+};
 
 }  // namespace eps

@@ -681,8 +681,7 @@ class WorkerImpl final : public Worker {
     const BufferCopies step_buffers = SnapshotBuffers(layout_, *model_);
     BufferCopies vw0_buffers;
     const auto compute_before = times_.compute;
-    struct Drain {  // the reducing thread's tasks use the model's gradients: none outlives this
-                    // call
+    struct Drain {  // the reducing thread's tasks use the model's gradients: none outlives Train
       TaskThread& reducing;
       ~Drain() { (void)reducing.Wait(); }  // an early return reports its own error
     } drain{*reducing_};
@@ -726,7 +725,7 @@ class WorkerImpl final : public Worker {
   // The lookup tables' rows of a train plan, for the next pull (ParameterClient::WantRows).
   Status WantPlanRows(uint32_t lo, uint32_t hi, Step step) {
     EPS_ASSIGN_OR_RETURN(TableRows rows,
-                         PlanRowsRead(*model_, layout_, *sampler_, train_, lo, hi, step));
+                         plan_rows_.Of(*model_, layout_, *sampler_, train_, lo, hi, step));
     client_->WantRows(std::move(rows));
     return OkStatus();
   }
@@ -770,6 +769,7 @@ class WorkerImpl final : public Worker {
   Dataset train_, test_;
   std::string data_fingerprint_;  // of train_'s and test_'s files (data/fingerprint.h)
   std::unique_ptr<Sampler> sampler_;
+  PlanRows plan_rows_;  // the lookup tables' rows of the last train plan asked for
   Layout layout_;
   std::unique_ptr<FlatGradientLayout> flat_;
   std::unique_ptr<ParameterClient> client_;  // over layout_ and model_
