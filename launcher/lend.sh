@@ -21,7 +21,9 @@
 #                    --busy-rate); in between, neither (the streaks restart). --every defaults
 #                    to 0.2 here. Read by launcher/serve_probe.py (python3, standard library),
 #                    which, while a worker is lent, waits on the server's wake-up (GET
-#                    /v1/load) instead of sleeping: the node is given back when requests come.
+#                    /v1/load) instead of sleeping: the node is given back when requests come
+#                    (with --busy-for 1, the probe itself sends the worker its SIGTERM the
+#                    moment the server answers busy: no hop through this script).
 # --every S          seconds from a probe's start to the next's (default 5; fractions allowed).
 # --idle-for N       idle probes in a row before a worker attaches (default 3): hysteresis.
 # --busy-for M       busy probes in a row before the worker is asked to leave (default 1).
@@ -140,15 +142,20 @@ idle=0 busy=0
 # probe_serve: the server's load, from launcher/serve_probe.py (a co-process started below, which
 # keeps the rate window and one keep-alive connection: a poll forks nothing); sets state and why.
 probe_serve() {
-  local f n ms ask="" limit=$probe_wait
+  local f n ms sent="" ask="" limit=$probe_wait
   # A lent worker not yet asked to leave: the probe waits out the period on the server's wake-up
   # (GET /v1/load), answering the moment requests come; the loop's pause is then spent already.
+  # When one busy answer is enough, it names the worker: the probe signals it itself.
   if [ -n "$worker" ] && [ $leaving = 0 ] && [ $busy = 0 ]; then
     ask="wait $every_ms"
+    [ "$busy_for" = 1 ] && ask="$ask $worker"
     limit=$probe_wait_lent
   fi
-  if ! { echo "$ask" >&"${PROBE[1]}" && read -r -t "$limit" -u "${PROBE[0]}" state f n ms; } 2> /dev/null; then
+  if ! { echo "$ask" >&"${PROBE[1]}" && read -r -t "$limit" -u "${PROBE[0]}" state f n ms sent; } 2> /dev/null; then
     state=busy why="no answer from the probe (launcher/serve_probe.py)"
+  elif [ "$sent" = signalled ]; then
+    why="in flight $f: the probe signalled the worker"
+    asked_to_leave "busy (in flight $f): the probe asked worker $worker to leave (SIGTERM)"
   elif [ "$f" = -1 ]; then
     why="no answer from $serve_metrics"
   else
@@ -171,7 +178,12 @@ probe() {
 stop_worker() {
   [ -n "$worker" ] && [ $leaving = 0 ] || return 0
   kill -TERM "$worker" 2>/dev/null || true  # first: the log line below forks date
-  say "$1: asked worker $worker to leave (SIGTERM)"
+  asked_to_leave "$1: asked worker $worker to leave (SIGTERM)"
+}
+
+# asked_to_leave LINE: the worker has had its SIGTERM (from here or from the probe).
+asked_to_leave() {
+  say "$1"
   leaving=1
   leave_deadline=$((SECONDS + leave_timeout))
 }

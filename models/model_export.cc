@@ -123,7 +123,9 @@ Status AddTableRows(const Layout& layout, const std::vector<SparseRowBytes>& row
 }
 
 Status SortTableRows(const Layout& layout, ModelTables* tables) {
-  for (auto& [tensor, table] : *tables) {
+  for (auto& entry : *tables) {  // not a structured binding: the lambda below captures `table`
+    const uint32_t tensor = entry.first;
+    StoredRows& table = entry.second;
     const size_t dim = static_cast<size_t>(layout.tensors[tensor].shape[1]);
     std::vector<size_t> order(table.ids.size());
     for (size_t k = 0; k < order.size(); ++k) order[k] = k;

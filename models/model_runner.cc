@@ -39,11 +39,14 @@ Status CheckLabel(const Dataset& data, int64_t i) {
 // The seed of the dry run's two steps (any fixed value: they are compared with each other).
 constexpr uint64_t kDryRunSeed = 0x5eed;
 
+// Thrown by a gradient hook when ModelOptions::cancel is set: it ends backward.
+struct StepCancelled : std::exception {};
+
 class TorchModelRunner final : public ModelRunner {
  public:
   TorchModelRunner(std::unique_ptr<Net> net, torch::Device device,
-                   std::unique_ptr<TableMemory> tables)
-      : net_(std::move(net)), device_(device), tables_(std::move(tables)) {}
+                   std::unique_ptr<TableMemory> tables, const std::atomic<bool>* cancel)
+      : net_(std::move(net)), device_(device), tables_(std::move(tables)), cancel_(cancel) {}
 
   // Call after the model was moved to the device.
   Status Init(const TensorSelection& freeze, bool sparse_tables, uint64_t lookup_bytes) {
@@ -225,6 +228,9 @@ class TorchModelRunner final : public ModelRunner {
         if (ready_ != nullptr && !reported_[i] && !frozen_[i]) (*ready_)(i);
       }
       return value;
+    } catch (const StepCancelled&) {
+      DiscardGradients();
+      return Aborted("the step was cancelled (ModelOptions::cancel)");
     } catch (const std::exception& e) {
       // Gradients of a failed step are meaningless: do not expose stale ones.
       DiscardGradients();
@@ -530,6 +536,7 @@ class TorchModelRunner final : public ModelRunner {
   // the contiguous copy of a strided `g` stays grads_[i] itself. Either way
   // GradData(i) keeps the memory the hook was given, also in TakeGradients.
   void OnGradient(size_t i, const torch::Tensor& g) {
+    if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) throw StepCancelled();
     if (ready_ == nullptr) return;
     if (sparse_[i]) {
       SetSparse(i, g);
@@ -701,6 +708,7 @@ class TorchModelRunner final : public ModelRunner {
   std::vector<char> lookup_;                // by parameter: a sparse table looked up by rows
   std::vector<std::vector<uint64_t>> batch_rows_;  // by lookup table: the last step's rows
   const std::unique_ptr<TableMemory> tables_;      // the sparse tables' memory
+  const std::atomic<bool>* const cancel_;          // ModelOptions::cancel
 #ifdef EPS_WITH_CUDA
   std::optional<CudaCopies> copies_;  // on a GPU only
   torch::Tensor loss_host_;           // pinned
@@ -734,7 +742,8 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelOptions& o
       net = SequentialNet(std::move(model), options.model, options.sizes);
     }
     net->To(device);
-    auto runner = std::make_unique<TorchModelRunner>(std::move(net), device, std::move(tables));
+    auto runner = std::make_unique<TorchModelRunner>(std::move(net), device, std::move(tables),
+                                                     options.cancel);
     EPS_RETURN_IF_ERROR(
         runner->Init(options.freeze, options.sparse_tables, options.lookup_table_bytes));
     if (!options.init_file.empty()) EPS_RETURN_IF_ERROR(runner->LoadInit(options));

@@ -26,6 +26,7 @@
 // memory holds one model and one set of gradients whatever the number of VWs.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -115,6 +116,12 @@ struct ModelOptions {
   // zoo's models; a TorchScript module with table_ids(x)): the model holds
   // only the rows written into it (Lookup, TableRows, DropTableRows).
   uint64_t lookup_table_bytes = 0;
+  // Set: a TrainStep whose backward finds it true stops at the next gradient
+  // (Aborted, no gradient kept), so that a worker asked to leave gives its
+  // cores back within a VW's forward and one layer's backward, not at the end
+  // of the VW (docs/serving.md, "Lending"). A block's gradients pushed before
+  // are the ones any worker computes: its successor's duplicates are dropped.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // A sparse table's gradient of one step: `rows` row ids, ascending and

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -256,6 +257,28 @@ TEST(ModelRunner, DlrmLooksUpTheCategoriesOfItsBatch) {
   EXPECT_EQ(g.rows, want.size());
   samples[13] = int64_t{1} << 20;  // beyond the table
   EXPECT_EQ((*r)->TableRows(data, {0}).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A worker asked to leave stops a VW's backward at its next gradient: Aborted, no gradient
+// reported or kept; cleared, the next step computes the bits of a runner never cancelled.
+TEST(ModelRunner, ACancelledStepStopsItsBackwardAndTheNextOneIsWhole) {
+  Dataset data = SyntheticData(4);
+  std::atomic<bool> cancel{true};
+  ModelOptions o{"cnn", 1, 1, "cpu"};
+  o.cancel = &cancel;
+  auto r = ModelRunner::Create(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  size_t reported = 0;
+  auto step = (*r)->TrainStep(data, {0, 1}, 7, [&](size_t) { ++reported; });
+  EXPECT_EQ(step.status().code(), StatusCode::kAborted);
+  EXPECT_EQ(reported, 0u);
+  EXPECT_TRUE(AllZero(GradBytes(**r)));
+  cancel = false;
+  ASSERT_TRUE((*r)->TrainStep(data, {0, 1}, 7).ok());
+  auto fresh = MustCreate("cnn");
+  ASSERT_NE(fresh, nullptr);
+  ASSERT_TRUE(fresh->TrainStep(data, {0, 1}, 7).ok());
+  EXPECT_EQ(GradBytes(**r), GradBytes(*fresh));
 }
 
 TEST(ModelRunner, TheResnetIsTheCifarResnetOfItsDepth) {

@@ -298,8 +298,7 @@ class WorkerImpl final : public Worker {
     mo.init_file = std::move(init_file_);
     struct TakeBack {  // also when the factory throws (std::bad_alloc)
       ModelOptions& mo;
-      std::string& script;
-      std::string& init;
+      std::string &script, &init;
       ~TakeBack() {
         script = std::move(mo.script);
         init = std::move(mo.init_file);
@@ -312,6 +311,7 @@ class WorkerImpl final : public Worker {
     mo.device = options_.device;
     mo.sparse_tables = spec_.sparse_optimizer != "exact";
     mo.lookup_table_bytes = LookupTableBytes();
+    mo.cancel = stop_;  // asked to leave: the VW's backward stops at once
     StatusOr<std::unique_ptr<ModelRunner>> made = [&] {
       TakeBack take_back{mo, model_script_, init_file_};
       return options_.model_factory(mo);

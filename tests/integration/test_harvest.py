@@ -10,6 +10,7 @@ before the test is done with it. Needs root (network namespaces).
 import http.server
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -177,8 +178,8 @@ class Probe(RunDirTest):
     def ask(self, probe, line=""):
         probe.stdin.write(line + "\n")
         probe.stdin.flush()
-        state, in_flight, arrived, ms = probe.stdout.readline().split()
-        return state, int(in_flight), int(arrived), int(ms)
+        state, in_flight, arrived, ms, *sent = probe.stdout.readline().split()
+        return (state, int(in_flight), int(arrived), int(ms), *sent)
 
     def test_the_bands(self):
         fake = FakeMetrics()
@@ -220,6 +221,27 @@ class Probe(RunDirTest):
         fake.answered = 3
         self.ask(probe)  # no worker lent
         self.assertNotEqual(self.ask(probe, "wait 50")[3], 0, "a new lending woke on an old count")
+        probe.stdin.close()
+        self.assertEqual(probe.wait(timeout=10), 0)
+        probe.stdout.close()
+
+
+    def test_a_wait_naming_the_worker_signals_it_the_moment_the_server_is_busy(self):
+        """`wait MS PID`: an idle wait leaves the process alone; a busy one sends it SIGTERM before the answer,
+        which says so (lend.sh then sends no second signal)."""
+        fake = FakeMetrics()
+        self.addCleanup(fake.close)
+        worker = subprocess.Popen(["sleep", "60"])
+        self.procs.append(worker)
+        probe = subprocess.Popen([PY, PROBE, "--url", fake.url, "--timeout", "5"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.procs.append(probe)
+        self.ask(probe)
+        self.assertEqual(len(self.ask(probe, f"wait 50 {worker.pid}")), 4)  # idle: no signal
+        self.assertIsNone(worker.poll())
+        fake.in_flight = 1
+        self.assertEqual(self.ask(probe, f"wait 5000 {worker.pid}"), ("busy", 1, 1, 0, "signalled"))
+        self.assertEqual(worker.wait(timeout=10), -signal.SIGTERM)
         probe.stdin.close()
         self.assertEqual(probe.wait(timeout=10), 0)
         probe.stdout.close()
