@@ -19,7 +19,7 @@ class Slowdown {
   // Where the compute begins, on the clock the slowdown measures it by (zero when off).
   Duration Start() const;
   // Idles (factor - 1) x the compute begun at `start`, in slices of at most
-  // 100 ms that watch `stop`.
+  // kStopCheck (worker/wait.h) that watch `stop`.
   void After(Duration start, const std::atomic<bool>& stop) const;
 
  private:

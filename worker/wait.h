@@ -1,6 +1,7 @@
 // Waits of the worker's main thread: every one has a deadline and looks at the
 // stop flag (set by a signal) at least every kStopCheck, so a worker asked to
-// leave notices within about 100 ms whatever it waits for. Stateless helpers;
+// leave notices within about 10 ms whatever it waits for (a lent serving node
+// is given back within a VW: docs/serving.md). Stateless helpers;
 // call them from the thread that owns the channels.
 #pragma once
 
@@ -15,7 +16,7 @@
 namespace eps {
 
 // Longest slice of any wait between two looks at the stop flag.
-constexpr std::chrono::milliseconds kStopCheck(100);
+constexpr std::chrono::milliseconds kStopCheck(10);
 
 // What a wait returns once the stop flag is set.
 inline Status Stopped() { return Aborted("stopped by a signal"); }

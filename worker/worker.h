@@ -28,7 +28,7 @@
 // while a long VW computes. When `*stop` turns true (a signal), the worker
 // abandons the VWs it has not pushed yet (blocks already pushed stay pushed),
 // sends Leave, waits briefly for the ack and returns OK; it notices the flag
-// between VWs and within 100 ms in every wait. When the coordinator answers a
+// within a VW's backward (ModelOptions::cancel) and within 10 ms in every wait. When the coordinator answers a
 // step request with Aborted or NotFound (it declared this worker dead, or has
 // forgotten it), or refuses a heartbeat that way while the worker waits for a
 // plan (a restarted coordinator never answers the request it forgot), the
