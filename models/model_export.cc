@@ -28,21 +28,23 @@ StatusOr<const ChunkBytes*> Find(const Layout& layout, const ModelChunks& chunks
   return &it->second;
 }
 
-// Sparse table `tensor` (layout.tensors' index) as the dense tensor it stands for: its
-// initial rows, and its stored rows over them.
-std::vector<float> DenseTable(const Layout& layout, const TableExport& e, uint32_t tensor,
-                              const ModelTables& tables) {
-  const TensorSpec& spec = layout.tensors[tensor];
+// The stored rows of sparse tensor `tensor` (none when absent).
+const StoredRows& RowsOf(const ModelTables& tables, uint32_t tensor) {
+  static const StoredRows kNone;
+  auto it = tables.find(tensor);
+  return it == tables.end() ? kNone : it->second;
+}
+
+// Sparse table `table` (layout.sparse's index) as the dense tensor it stands for: its initial
+// rows, and its `stored` rows over them.
+std::vector<float> DenseTable(const Layout& layout, const TableExport& e, uint32_t table,
+                              const StoredRows& stored) {
+  const TensorSpec& spec = layout.tensors[layout.sparse[table]];
   const uint64_t n = static_cast<uint64_t>(spec.shape[0]),
                  dim = static_cast<uint64_t>(spec.shape[1]);
-  const auto table = static_cast<uint32_t>(
-      std::find(layout.sparse.begin(), layout.sparse.end(), tensor) - layout.sparse.begin());
   std::vector<float> out(n * dim);
   for (uint64_t row = 0; row < n; ++row)
     InitialRow(RowInitializer{}, e.seed, table, row, &out[row * dim], dim);
-  auto it = tables.find(tensor);
-  if (it == tables.end()) return out;
-  const StoredRows& stored = it->second;
   for (size_t k = 0; k < stored.ids.size(); ++k)
     std::memcpy(&out[stored.ids[k] * dim], &stored.values[k * dim], dim * sizeof(float));
   return out;
@@ -54,18 +56,18 @@ std::vector<float> DenseTable(const Layout& layout, const TableExport& e, uint32
 template <class Fn, class Rows>
 Status ForEachPiece(const Layout& layout, const ModelChunks& chunks, const ModelTables& tables,
                     const TableExport& e, Fn fn, Rows rows) {
-  size_t next = 0;  // chunks run through each tensor in order
-  const StoredRows none;
+  size_t next = 0;     // chunks run through each tensor in order
+  uint32_t table = 0;  // and the sparse tables (layout.sparse is in tensor order)
   for (uint32_t t = 0; t < layout.tensors.size(); ++t) {
     const TensorSpec& spec = layout.tensors[t];
     if (spec.sparse) {
       if (e.Dense(spec)) {
-        const std::vector<float> dense = DenseTable(layout, e, t, tables);
+        const std::vector<float> dense = DenseTable(layout, e, table, RowsOf(tables, t));
         fn(t, dense.data(), dense.size() * sizeof(float));
       } else {
-        auto it = tables.find(t);
-        rows(t, it == tables.end() ? none : it->second);
+        rows(t, RowsOf(tables, t));
       }
+      ++table;
       continue;
     }
     for (; next < layout.chunks.size() && layout.chunks[next].tensor == t; ++next) {
@@ -186,9 +188,7 @@ Status WriteSafetensors(const std::string& path, const Layout& layout, const Mod
   for (size_t i = 0; i < layout.sparse.size(); ++i) {
     const TensorSpec& t = layout.tensors[layout.sparse[i]];
     if (e.Dense(t)) continue;
-    auto it = tables.find(layout.sparse[i]);
-    const StoredRows none;
-    const StoredRows& rows = it == tables.end() ? none : it->second;
+    const StoredRows& rows = RowsOf(tables, layout.sparse[i]);
     const std::string ids = dir_name + "/" + t.name + ".ids.npy",
                       values = dir_name + "/" + t.name + ".rows.npy";
     std::error_code ec;

@@ -174,24 +174,18 @@ class TorchModelRunner final : public ModelRunner {
 
   StatusOr<float> TrainStep(const Dataset& data, const std::vector<int64_t>& indices,
                             uint64_t rng_seed, const GradReady& ready) override {
-    EPS_RETURN_IF_ERROR(net_->CheckData(data));
     if (indices.empty()) return InvalidArgument("a microbatch needs at least one sample");
-    for (int64_t i : indices) {
-      if (i < 0 || i >= data.size) {
-        return InvalidArgument("sample index " + std::to_string(i) + " outside [0, " +
-                               std::to_string(data.size) + ")");
-      }
-      if (net_->builtin()) EPS_RETURN_IF_ERROR(CheckLabel(data, i));
-    }
+    EPS_RETURN_IF_ERROR(CheckSamples(data, indices, /*labels=*/net_->builtin()));
     try {
       for (size_t i = 0; i < num_parameters_; ++i) tensors_[i].mutable_grad().reset();
       torch::manual_seed(rng_seed);  // the CPU generator and every CUDA device's
-      const torch::Tensor idx =
-          torch::from_blob(const_cast<int64_t*>(indices.data()),
-                           {static_cast<int64_t>(indices.size())}, torch::kInt64);
+      const torch::Tensor idx = IndexTensor(indices);
       const torch::Tensor x = net_->Input(FeatureRows(data, idx)).to(device_);
       const torch::Tensor y = LabelRows(data, idx).to(device_);
-      EPS_RETURN_IF_ERROR(LookupRows(x, &batch_rows_));
+      if (Status st = LookupRows(x, &batch_rows_); !st.ok()) {
+        DiscardGradients();
+        return st;
+      }
       if (on_gpu()) ComputeAfterUploads();
       torch::Tensor loss = net_->Loss(net_->Forward(x), y);
       if (loss.dim() != 0) {
@@ -251,16 +245,9 @@ class TorchModelRunner final : public ModelRunner {
   StatusOr<std::vector<std::vector<uint64_t>>> TableRows(
       const Dataset& data, const std::vector<int64_t>& indices) override {
     std::vector<std::vector<uint64_t>> rows;
-    EPS_RETURN_IF_ERROR(net_->CheckData(data));
-    for (int64_t i : indices) {
-      if (i < 0 || i >= data.size)
-        return InvalidArgument("sample index " + std::to_string(i) + " outside the data set");
-    }
+    EPS_RETURN_IF_ERROR(CheckSamples(data, indices, /*labels=*/false));
     try {
-      const torch::Tensor idx =
-          torch::from_blob(const_cast<int64_t*>(indices.data()),
-                           {static_cast<int64_t>(indices.size())}, torch::kInt64);
-      EPS_RETURN_IF_ERROR(LookupRows(net_->Input(FeatureRows(data, idx)), &rows));
+      EPS_RETURN_IF_ERROR(LookupRows(net_->Input(FeatureRows(data, IndexTensor(indices))), &rows));
     } catch (const std::exception& e) {
       return FromTorch("TableRows", e);
     }
@@ -426,6 +413,26 @@ class TorchModelRunner final : public ModelRunner {
 
  private:
   bool on_gpu() const { return device_.is_cuda(); }
+
+  // The data set against the net, and `indices` within it (with `labels`, their classes against
+  // the built-in models' too): InvalidArgument naming what does not fit.
+  Status CheckSamples(const Dataset& data, const std::vector<int64_t>& indices, bool labels) {
+    EPS_RETURN_IF_ERROR(net_->CheckData(data));
+    for (int64_t i : indices) {
+      if (i < 0 || i >= data.size) {
+        return InvalidArgument("sample index " + std::to_string(i) + " outside [0, " +
+                               std::to_string(data.size) + ")");
+      }
+      if (labels) EPS_RETURN_IF_ERROR(CheckLabel(data, i));
+    }
+    return OkStatus();
+  }
+
+  // `indices` as an int64 tensor over their memory (valid while they are).
+  static torch::Tensor IndexTensor(const std::vector<int64_t>& indices) {
+    return torch::from_blob(const_cast<int64_t*>(indices.data()),
+                            {static_cast<int64_t>(indices.size())}, torch::kInt64);
+  }
 
   // Evaluate's and Predict's pass: checks the data and the range [lo, hi),
   // then, in eval mode without gradients (train mode restored after), calls

@@ -177,9 +177,12 @@ Status ParameterClient::WriteLookedUpRows(size_t s, const SparseRowBytes& r) {
   // A row takes memory by the page (4 KiB hold 64 rows of 16 floats, and a batch's rows rarely
   // share one): the pages its first and last byte lie in.
   const uint64_t row_bytes = dim * sizeof(float);
+  const uint64_t table = uint64_t{r.table} << 48;
   for (uint64_t id : asked) {
-    for (uint64_t byte : {id * row_bytes, id * row_bytes + row_bytes - 1})
-      resident_pages_.insert(uint64_t{r.table} << 48 | byte / kPageBytes);
+    const uint64_t first = id * row_bytes / kPageBytes,
+                   last = ((id + 1) * row_bytes - 1) / kPageBytes;
+    resident_pages_.insert(table | first);
+    if (last != first) resident_pages_.insert(table | last);
   }
   counts_.lookup_rows += r.rows;
   return OkStatus();
