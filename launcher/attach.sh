@@ -171,11 +171,11 @@ if [ -n "$log" ]; then
 fi
 
 if [ -n "$shard" ]; then
-  stored=()
-  [ -z "$store" ] || stored=(--store="$store" --checkpoint_every="$checkpoint_every")
-  [ -z "$bind_host" ] || stored+=(--bind="tcp://$bind_host:0")
+  shard_flags=()
+  [ -z "$store" ] || shard_flags=(--store="$store" --checkpoint_every="$checkpoint_every")
+  [ -z "$bind_host" ] || shard_flags+=(--bind="tcp://$bind_host:0")
   # exec, as for a worker: signals reach the shard, and its exit code is this script's.
-  exec "$bin/shard" "${target[@]}" --shard_id="$shard" "${stored[@]}" "${metrics_flags[@]}" "${curve[@]}"
+  exec "$bin/shard" "${target[@]}" --shard_id="$shard" "${shard_flags[@]}" "${metrics_flags[@]}" "${curve[@]}"
 fi
 
 # Other libtorch processes may share this host: no OpenMP spinning.
