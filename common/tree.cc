@@ -39,8 +39,13 @@ void AddRightInto(float* acc, const float* right, size_t n) {
   for (size_t i = 0; i < n; ++i) acc[i] = acc[i] + right[i];
 }
 
-TreeReducer::TreeReducer(Block root, uint32_t num_leaves, size_t num_elements, WireDType rounding)
-    : root_(root), num_leaves_(num_leaves), n_(num_elements), rounding_(rounding) {}
+TreeReducer::TreeReducer(Block root, uint32_t num_leaves, size_t num_elements, WireDType rounding,
+                         std::shared_ptr<VectorPool<float>> pool)
+    : root_(root),
+      num_leaves_(num_leaves),
+      n_(num_elements),
+      rounding_(rounding),
+      pool_(std::move(pool)) {}
 
 uint32_t TreeReducer::PresentLeaves(const Block& b) const {
   if (b.lo >= num_leaves_) return 0;
@@ -84,7 +89,10 @@ Status TreeReducer::Add(const Block& b, std::vector<float> value) {
 Status TreeReducer::AddWire(const Block& b, const void* data, size_t n) {
   EPS_RETURN_IF_ERROR(Check(b, n));
   std::vector<float> value;
-  if (rounding_ == WireDType::kFP32) {
+  if (pool_) {
+    value = pool_->Take(n);
+    DecodeWire(rounding_, data, n, value.data());
+  } else if (rounding_ == WireDType::kFP32) {
     const auto* floats = static_cast<const float*>(data);
     value.assign(floats, floats + n);  // one pass: no zeroing first
   } else {
@@ -112,6 +120,7 @@ void TreeReducer::Insert(const Block& b, std::vector<float> value) {
   ClimbInsert(&nodes_, root_, num_leaves_, b, std::move(value),
               [this](std::vector<float> left, std::vector<float> right) {
                 CombineInto(left.data(), right.data(), n_, rounding_);
+                if (pool_) pool_->Give(std::move(right));
                 return left;
               });
 }

@@ -17,10 +17,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "common/vector_pool.h"
 #include "common/wire.h"
 
 namespace eps {
@@ -94,11 +96,14 @@ class TreeFinisher;
 // a contribution that overlaps leaves already counted is refused whole.
 // Memory: at most one buffer per tree level in flight when leaves arrive in order.
 // `rounding`: the wire dtype every node's value is rounded to (fp32: none).
+// `pool` (optional): where AddWire takes its buffers and where a node merged into its left
+// sibling gives its buffer back, so that a reducer built every step reuses warm pages.
 // Not thread-safe.
 class TreeReducer {
  public:
   TreeReducer(Block root, uint32_t num_leaves, size_t num_elements,
-              WireDType rounding = WireDType::kFP32);
+              WireDType rounding = WireDType::kFP32,
+              std::shared_ptr<VectorPool<float>> pool = nullptr);
 
   // Adds the value of node `b`. InvalidArgument: not a node under root, or wrong
   // size. AlreadyExists: overlaps leaves already counted (nothing is changed).
@@ -139,6 +144,7 @@ class TreeReducer {
   const uint32_t num_leaves_;
   const size_t n_;
   const WireDType rounding_;
+  const std::shared_ptr<VectorPool<float>> pool_;
   uint32_t counted_ = 0;
   TreeNodes<std::vector<float>> nodes_;
 };

@@ -35,10 +35,24 @@ constexpr uint64_t kDefaultShardMemoryMb = 256;
 
 }  // namespace
 
-ShardState::Value ShardState::CopyOf(const void* data, size_t bytes) {
-  auto v = std::make_shared<std::vector<float>>((bytes + 3) / 4);
-  std::memcpy(v->data(), data, bytes);
-  return v;
+ShardState::Value ShardState::CopyOf(const void* data, size_t bytes) const {
+  std::vector<float> v = floats_->Take((bytes + 3) / 4);
+  if (bytes % 4 != 0) v.back() = 0;  // the last unit's bytes past `bytes`
+  std::memcpy(v.data(), data, bytes);
+  return floats_->Share(std::move(v));
+}
+
+void ShardState::SizePools() {
+  size_t floats = 0, halves = 0;
+  const bool compressed = spec_->weight_wire_dtype != WireDType::kFP32;
+  for (ChunkId id : mine_) {
+    if (KindOf(id) == TensorKind::kLoss) continue;
+    floats += BytesOf(id);
+    if (compressed && KindOf(id) == TensorKind::kParameter)
+      halves += layout_->chunks[id.value()].numel * sizeof(uint16_t);
+  }
+  floats_->set_max_bytes(floats);
+  halves_->set_max_bytes(halves);
 }
 
 Status ShardState::Configure(const ShardConfig& config) {
@@ -91,6 +105,7 @@ Status ShardState::Configure(const ShardConfig& config) {
   frozen_.assign(layout_->chunks.size(), 0);
   for (const Chunk& c : layout_->chunks) frozen_[c.id.value()] = frozen_tensors[c.tensor];
   mine_ = layout_->ChunksOf(shard_);
+  SizePools();
   slots_.clear();
   slots_.resize(layout_->chunks.size());
   ResetBarrier();
@@ -242,9 +257,9 @@ ShardState::WireValue ShardState::EncodeForPulls(ChunkId id,
                                                  const std::vector<float>& value) const {
   const WireDType wire = spec_->weight_wire_dtype;
   if (wire == WireDType::kFP32 || KindOf(id) != TensorKind::kParameter) return nullptr;
-  auto encoded = std::make_shared<std::vector<uint16_t>>(value.size());
-  EncodeWire(wire, value.data(), value.size(), encoded->data());
-  return encoded;
+  std::vector<uint16_t> encoded = halves_->Take(value.size());
+  EncodeWire(wire, value.data(), value.size(), encoded.data());
+  return halves_->Share(std::move(encoded));
 }
 
 void ShardState::Publish(ChunkId id, Value value, WireValue wire) {
@@ -272,8 +287,9 @@ void ShardState::ResetBarrier() {
       s.next = s.current;
       s.next_wire = s.current_wire;
     } else if (KindOf(id) != TensorKind::kBuffer) {
-      s.reducer = std::make_unique<TreeReducer>(
-          Block{0, TreeWidth(v)}, v, layout_->chunks[id.value()].numel, spec_->grad_wire_dtype);
+      s.reducer = std::make_unique<TreeReducer>(Block{0, TreeWidth(v)}, v,
+                                                layout_->chunks[id.value()].numel,
+                                                spec_->grad_wire_dtype, floats_);
     }
   }
 }
@@ -449,7 +465,7 @@ void ShardState::StepChunk(ChunkId id) {
   ChunkSlot& s = slots_[id.value()];
   loaded_ = Step(-1);  // the state leaves the checkpoint it was loaded from
   // The tree's sum becomes the next version in place: no copy of w(t), no pass for sum / V.
-  auto next = std::make_shared<std::vector<float>>(s.reducer->TakeResult());
+  auto next = floats_->Share(s.reducer->TakeResult());
   // The slots are stepped in place unless a snapshot still holds them: then into new ones,
   // read from the held ones (the same bits).
   auto& held = s.optimizer_slots;
@@ -462,7 +478,7 @@ void ShardState::StepChunk(ChunkId id) {
     std::vector<float>& slot = k == 0 ? state.slot0 : state.slot1;
     if (shared) {
       (k == 0 ? before.slot0 : before.slot1) = held[k]->data();
-      slot.resize(held[k]->size());
+      slot = floats_->Take(held[k]->size());
     } else {
       slot = std::move(*held[k]);
     }
@@ -477,7 +493,7 @@ void ShardState::StepChunk(ChunkId id) {
     if (held[k] && !shared) {
       *held[k] = std::move(slot);
     } else {
-      held[k] = std::make_shared<std::vector<float>>(std::move(slot));
+      held[k] = floats_->Share(std::move(slot));
     }
   }
   s.next_wire = EncodeForPulls(id, *next);

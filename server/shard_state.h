@@ -254,7 +254,10 @@ class ShardState {
   };
 
   class BlobSet;
-  static Value CopyOf(const void* data, size_t bytes);
+  // A value holding a copy of `bytes` bytes at `data`, in a buffer of floats_.
+  Value CopyOf(const void* data, size_t bytes) const;
+  // Sizes the pools for mine_: one version of its chunks, the buffers a step lets go.
+  void SizePools();
   // Appends chunk `id`'s current value and optimizer slots (none for the loss).
   void AppendChunkBlobs(ChunkId id, std::vector<BlobRef>* out) const;
   // Reads chunk `id` (ours or not) from `blobs` into `slot`: its value, and its
@@ -304,6 +307,10 @@ class ShardState {
   std::vector<ChunkId> mine_;
   std::vector<char> frozen_;      // by chunk: of a parameter --freeze selects (common/transfer.h)
   std::vector<ChunkSlot> slots_;  // by chunk id; only ours are filled
+  // The buffers of chunk values, trees' nodes and optimizer slots (floats_), and of values in
+  // a compressed weight wire dtype (halves_), kept from a step to the next (common/vector_pool.h).
+  std::shared_ptr<VectorPool<float>> floats_ = VectorPool<float>::Create(0);
+  std::shared_ptr<VectorPool<uint16_t>> halves_ = VectorPool<uint16_t>::Create(0);
   Step version_{-1};
   uint64_t timeline_ = 0;
   uint64_t duplicates_ = 0;

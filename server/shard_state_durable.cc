@@ -278,6 +278,7 @@ Status ShardState::AdoptMap(const ShardMap& map, Step version, std::vector<Blob>
   for (auto& [id, slot] : adopted) slots_[id.value()] = std::move(slot);
   layout_ = std::move(next);
   mine_ = layout_->ChunksOf(shard_);
+  SizePools();
   version_ = version;
   loaded_ = Step(-1);
   ResetBarrier();
@@ -293,6 +294,7 @@ void ShardState::TakeFrom(ShardState&& other) {
   slots_ = std::move(other.slots_);
   version_ = other.version_;
   loaded_ = other.loaded_;
+  SizePools();
 }
 
 Status ShardState::Restore(Checkpoint checkpoint) {
