@@ -67,8 +67,10 @@ struct ShardOptions {
   // chunk, schema/channel.h) is larger is refused when its config with tensors comes.
   int64_t max_message_bytes = 64 << 20;
   int socket_hwm = 1000;                       // messages queued per peer each way (0: unbounded)
-  size_t max_waiting_pulls_per_peer = 64;      // pulls parked for a later version, per peer
-  size_t max_waiting_pulls = 4096;             // ... in all
+  // Pulls parked for a later version, per peer (a worker's prefetch parks up to kMaxPullGroups,
+  // worker/param_client.h), and in all (512 such workers).
+  size_t max_waiting_pulls_per_peer = 64;
+  size_t max_waiting_pulls = 16384;
   std::chrono::milliseconds pull_wait{30000};  // how long a pull may wait for its version
   std::chrono::milliseconds register_every{1000};  // between beacons (RegisterShard again); > 0
   // A testing aid: refuse every push that names shared memory with

@@ -21,30 +21,32 @@ size_t PulledBytesIn(const Layout& layout, WireDType weight_wire, const Chunk& c
   return layout.WireBytes(c, encoded ? weight_wire : WireDType::kFP32);
 }
 
-// By shard, the chunks each pull asks for: parameter chunks in backward
-// order (the layout's, reversed), cut into groups of at least
-// kEagerPushBytes as the last VW's pushes are, so that a group is stepped,
-// and answered, about when one of those pushes arrives; then the buffer
-// chunks, final only with VW 0's last push, in a group of their own. The
-// chunks of frozen tensors (by tensor, `frozen`) are never pulled: the model
-// holds their values from its creation, as every shard does.
+}  // namespace
+
 std::vector<std::vector<std::vector<ChunkId>>> PullGroupsOf(const Layout& layout,
                                                             WireDType weight_wire,
                                                             const std::vector<char>& frozen) {
   std::vector<std::vector<std::vector<ChunkId>>> out(layout.num_shards);
   for (size_t s = 0; s < out.size(); ++s) {
-    std::vector<ChunkId> group, buffers;
-    size_t bytes = 0;
+    // Each shard's parameter chunks, backward, and its buffer chunks.
+    std::vector<const Chunk*> parameters;
+    std::vector<ChunkId> buffers;
+    size_t total = 0;
     for (auto c = layout.chunks.rbegin(); c != layout.chunks.rend(); ++c) {
-      if (c->shard.value() != s || KindIn(layout, *c) == TensorKind::kLoss) continue;
-      if (c->tensor < frozen.size() && frozen[c->tensor]) continue;
-      if (KindIn(layout, *c) == TensorKind::kBuffer) {
-        buffers.push_back(c->id);
-        continue;
-      }
+      if (c->shard.value() != s || (c->tensor < frozen.size() && frozen[c->tensor])) continue;
+      if (KindIn(layout, *c) == TensorKind::kBuffer) buffers.push_back(c->id);
+      if (KindIn(layout, *c) != TensorKind::kParameter) continue;
+      parameters.push_back(&*c);
+      total += layout.WireBytes(*c, weight_wire);
+    }
+    const size_t group_bytes =
+        std::max(kEagerPushBytes, (total + kMaxPullGroups - 2) / (kMaxPullGroups - 1));
+    std::vector<ChunkId> group;
+    size_t bytes = 0;
+    for (const Chunk* c : parameters) {
       group.push_back(c->id);
       bytes += layout.WireBytes(*c, weight_wire);
-      if (bytes < kEagerPushBytes) continue;
+      if (bytes < group_bytes) continue;
       out[s].push_back(std::move(group));
       group.clear();
       bytes = 0;
@@ -55,8 +57,6 @@ std::vector<std::vector<std::vector<ChunkId>>> PullGroupsOf(const Layout& layout
   }
   return out;
 }
-
-}  // namespace
 
 ParameterClient::ParameterClient(ParameterClientOptions options, zmq::context_t* context,
                                  const std::atomic<bool>* stop, const Layout* layout,

@@ -64,8 +64,9 @@ def make_models(b, out, names):
 
 def share(b, steps, models):
     print(f"-- (a) parameter-server share of a 1 x 8 step (8 VWs of 16, AdamW, 1 shard, 1 worker), {steps} steps")
-    fmt = "{:<26s} | {:>8s} | {:>8s} | {:>8s} | {:>8s} | {:>8s} | {:>9s} | {:>8s}"
-    print(fmt.format("config", "step ms", "compute", "pull", "copies", "plan", "push wait", "PS share"))
+    fmt = "{:<26s} | {:>8s} | {:>8s} | {:>8s} | {:>8s} | {:>8s} | {:>9s} | {:>8s} | {:>7s}"
+    print(fmt.format("config", "step ms", "compute", "pull", "copies", "plan", "push wait", "PS share",
+                     "dropped"))
     base = {}
     for label, name in MODELS:
         digests = set()
@@ -78,7 +79,7 @@ def share(b, steps, models):
             report = analysis.read_report(common.run_dir(run), 0)
             step_ms = analysis.median_step_ms(common.run_dir(run))
             if r is None or report is None or not step_ms:
-                print(fmt.format(cfg, "failed", *["-"] * 6))
+                print(fmt.format(cfg, "failed", *["-"] * 7))
                 b.csv_ms("scale", f"share {cfg}", None, "", steps, load)
                 continue
             digests.add(r["params_sha256"])
@@ -87,7 +88,7 @@ def share(b, steps, models):
             base.setdefault(name, step_ms)
             print(fmt.format(cfg, f"{step_ms:.0f}", f"{ms['compute']:.0f}", f"{ms['pull']:.0f}",
                              f"{ms['copies']:.0f}", f"{ms['plan_wait']:.0f}", f"{ms['push_wait']:.0f}",
-                             f"{100 * ps:.0f} %"))
+                             f"{100 * ps:.0f} %", f"{report['ahead_dropped']}/{report['train_plans']}"))
             # ratio: compute / step (1.00 = a free parameter server)
             b.csv_ms("scale", f"share {cfg}", step_ms, common.fmt_ratio(ms["compute"], step_ms), steps, load)
         if len(digests) > 1:
@@ -95,6 +96,7 @@ def share(b, steps, models):
             b.failed = True
     print("   step ms: median interval between completed steps; the other columns: the worker's report, ms per plan")
     print("   (the first not timed); PS share = (step - compute) / step. Goal: at most 10 % at both sizes.")
+    print("   dropped: plans run ahead of the coordinator's answer and dropped (their pulls and compute redone).")
     return base
 
 
@@ -262,7 +264,7 @@ def transfer(b):
         cfg = f"{elems // 1_000_000} M, shard threads {threads}"
         load = common.load1()
         out = b.ps_transfer(f"scale_transfer_{elems}_t{threads}", "--mode=transfer", f"--elems={elems}",
-                            f"--shard_threads={threads}", "--rounds=2", "--iters=2", "--warmup=1", "--timeout_s=300",
+                            f"--shard_threads={threads}", "--rounds=2", "--iters=2", "--warmup=2", "--timeout_s=300",
                             alloc="reuse")
         r, memory = analysis.find(out, mode="transfer"), analysis.find(out, mode="memory")
         if r is None:
