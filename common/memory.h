@@ -1,5 +1,8 @@
-// Process-wide memory settings for the binaries.
+// Process-wide memory settings for the binaries, and buffers of megabytes on huge pages.
 #pragma once
+
+#include <cstddef>
+#include <vector>
 
 namespace eps {
 
@@ -12,5 +15,24 @@ namespace eps {
 // pages are reused: a 10 M-parameter step's parameter-server share fell from
 // 94 % to 58 %. Call once at the start of main().
 void KeepFreedMemory();
+
+// Asks the kernel to back the 2 MiB pages inside [data, data + bytes) with
+// transparent huge pages, where its setting allows it ("madvise", the default
+// of Debian and Ubuntu, or "always"). Memory touched for the first time then
+// costs a fault per 2 MiB instead of one per 4 KiB: 400 MB of fresh pages took
+// 2.1-2.5 s here and 40-300 ms advised. Ranges under 2 MiB are left alone.
+void AdviseHugePages(const void* data, size_t bytes);
+
+// A zeroed vector of `n` elements whose pages are advised huge before they are
+// touched: for buffers of megabytes that are written once (a chunk's value, an
+// optimizer's moments, a restored checkpoint).
+template <class T>
+std::vector<T> HugeVector(size_t n) {
+  std::vector<T> v;
+  v.reserve(n);
+  AdviseHugePages(v.data(), n * sizeof(T));
+  v.resize(n);
+  return v;
+}
 
 }  // namespace eps

@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/memory.h"
+
 namespace eps {
 
 template <class T>
@@ -27,7 +29,7 @@ class VectorPool : public std::enable_shared_from_this<VectorPool<T>> {
   }
 
   // A buffer of `n` elements: a released one of that size (its contents unspecified), else a
-  // new one (zeroed).
+  // new one (zeroed, its pages advised huge: common/memory.h).
   std::vector<T> Take(size_t n) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -41,7 +43,7 @@ class VectorPool : public std::enable_shared_from_this<VectorPool<T>> {
       }
       ++created_;
     }
-    return std::vector<T>(n);
+    return HugeVector<T>(n);
   }
 
   // Takes `v` back for a later Take of its size, or frees it when the pool would hold more than

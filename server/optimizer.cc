@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/memory.h"
 #include "server/no_fp_contract.h"  // last: every rounding as written
 
 namespace eps {
@@ -450,8 +451,8 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params
   if (first) {
     // Adam and Adagrad start from zeros (torch::zeros_like, full_like(0)); SGD's buffer is
     // written on the first step.
-    state->slot0.assign(slots >= 1 ? n : 0, 0.0f);
-    state->slot1.assign(slots >= 2 ? n : 0, 0.0f);
+    state->slot0 = HugeVector<float>(slots >= 1 ? n : 0);
+    state->slot1 = HugeVector<float>(slots >= 2 ? n : 0);
     state->initialized = true;
   }
   assert(state->slot0.size() == (slots >= 1 ? n : 0));

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "common/memory.h"
 #include "schema/codec.h"
 #include "server/shard_state.h"
 
@@ -132,7 +133,7 @@ Status ShardState::LoadChunk(ChunkId id, BlobSet& blobs, bool initialized, Chunk
   const size_t n = static_cast<size_t>(layout_->chunks[id.value()].numel);
   for (int k = 0; k < NumOptimizerSlots(optimizer_); ++k) {
     EPS_ASSIGN_OR_RETURN(Blob * slot, blobs.Take(SlotBlob(k, id), n * sizeof(float)));
-    auto dst = std::make_shared<std::vector<float>>(n);
+    auto dst = std::make_shared<std::vector<float>>(HugeVector<float>(n));
     std::memcpy(dst->data(), slot->bytes.data(), slot->bytes.size());
     std::string().swap(slot->bytes);
     s->optimizer_slots[k] = std::move(dst);

@@ -21,6 +21,7 @@
 #include <set>
 #include <system_error>
 
+#include "common/memory.h"
 #include "storage/rocks_status.h"
 #include "storage/state_store_testing.h"
 
@@ -366,7 +367,12 @@ class StateStoreImpl final : public StateStore {
                         std::to_string(it->value().size()) + " bytes, its manifest says " +
                         std::to_string(size));
       }
-      out.blobs.push_back({name, it->value().ToString()});
+      // The blobs of a checkpoint are megabytes each, a restarted shard's first memory: on pages
+      // advised huge, 1.3 GB of them cost a fault per 2 MiB rather than one per 4 KiB.
+      Blob& blob = out.blobs.emplace_back(Blob{name, {}});
+      blob.bytes.reserve(size);
+      AdviseHugePages(blob.bytes.data(), size);
+      blob.bytes.assign(it->value().data(), size);
     }
     EPS_RETURN_IF_ERROR(Rocks(it->status(), "reading " + what));
     if (it->Valid())
