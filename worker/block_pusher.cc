@@ -24,6 +24,8 @@ FlatGradientLayout::FlatGradientLayout(const Layout& layout, std::vector<char> f
       size += static_cast<size_t>(t.numel());
     }
   }
+  // A block's tree holds a node a level; two more cover a VW's leaf and the one merged away.
+  pool = VectorPool<float>::Create(2 * size * sizeof(float));
 }
 
 size_t BlockPusher::RegionBytes(size_t flat_size, WireDType grad_wire) {
@@ -37,7 +39,7 @@ BlockPusher::BlockPusher(const Job& job, Epoch epoch, Step step, const Block& bl
       epoch_(epoch),
       step_(step),
       block_(block),
-      reducer_(block, job.virtual_workers, job.flat->size, job.grad_wire),
+      reducer_(block, job.virtual_workers, job.flat->size, job.grad_wire, job.flat->pool),
       shm_to_(job.client->ShmPushTargets()),
       ready_(job.layout->tensors.size(), 0),
       sent_(job.layout->chunks.size(), 0) {
@@ -68,7 +70,7 @@ BlockPusher::BlockPusher(const Job& job, Epoch epoch, Step step, const Block& bl
 
 Status BlockPusher::AddVW(uint32_t v, const ModelRunner::Gradients& grads, float loss) {
   const Layout& layout = *job_.layout;
-  std::vector<float> flat(job_.flat->size);
+  std::vector<float> flat = job_.flat->pool->Take(job_.flat->size);  // every element written below
   for (size_t i = 0; i < layout.tensors.size(); ++i) {
     const TensorSpec& t = layout.tensors[i];
     if (t.kind == TensorKind::kParameter && !job_.flat->frozen[i] && !t.sparse) {

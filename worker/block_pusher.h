@@ -13,6 +13,7 @@
 #include "common/sparse_tree.h"
 #include "common/status.h"
 #include "common/tree.h"
+#include "common/vector_pool.h"
 #include "common/wire.h"
 #include "models/model_runner.h"
 #include "worker/param_client.h"
@@ -29,6 +30,9 @@ struct FlatGradientLayout {
   std::vector<size_t> offset;  // by tensor
   std::vector<char> frozen;    // by tensor
   size_t size = 0;             // elements in all
+  // The VWs' flat gradients and the trees' merged nodes, kept from a block to the next: every
+  // element of a flat gradient is written, so a reused one needs no zeroing pass.
+  std::shared_ptr<VectorPool<float>> pool;
 };
 
 // Copies of the buffer tensors (BatchNorm statistics), by tensor index (null: not a buffer).
