@@ -93,8 +93,8 @@ Status ShardState::Configure(const ShardConfig& config) {
     };
     if (holds_in(layout_->map) || holds_in(layout.map))
       return FailedPrecondition("shard already holds another shard map");
-    layout_->map = layout.map;
-    return OkStatus();
+    // The chunks' owners with it: a move this spare takes later asks them for its chunks.
+    return layout_->SetShardMap(std::move(layout.map));
   }
   EPS_ASSIGN_OR_RETURN(TensorSelection freeze,
                        TensorSelection::Compile(config.spec.freeze, "--freeze"));

@@ -112,6 +112,10 @@ TEST(ShardStateMap, ASpareTakesAnotherMapInWhichItHoldsNothing) {
   ASSERT_TRUE(spare.Configure(ShardConfig{Spec(), Tensors(), 1, three}).ok());
   EXPECT_EQ(spare.layout().map, three);
   EXPECT_TRUE(spare.chunks().empty());
+  // Each chunk's holder follows too: a move the spare takes next asks the holders under `three`
+  // (before, it asked those of the first map it saw, who refused chunks they had handed on).
+  for (const Chunk& c : spare.layout().chunks) EXPECT_EQ(c.shard, three.chunk_owner[c.id.value()]);
+  EXPECT_EQ(spare.layout().num_shards, three.IdBound());
   // Shard 2 holds chunks under `three`: no config changes its map.
   ShardState member(ShardId(2));
   ASSERT_TRUE(member.Configure(ShardConfig{Spec(), Tensors(), 1, three}).ok());
