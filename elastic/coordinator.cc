@@ -23,6 +23,7 @@
 #include "data/model_input.h"
 #include "data/text.h"
 #include "elastic/coordinator_dispatch.h"
+#include "elastic/final_pull.h"
 #include "elastic/job_event.h"
 #include "elastic/job_metrics.h"
 #include "elastic/job_state.h"
@@ -436,45 +437,37 @@ class CoordinatorImpl final : public Coordinator {
     SendError(peer, reply.status());
   }
 
-  // Reads the final parameters from the shards, hashes them in layout order,
-  // writes result.json; returns the parameters' digest.
+  // Reads the final parameters from the shards in pages (FinalPull), hashes them in layout
+  // order and writes model.safetensors as they come; writes result.json; returns the
+  // parameters' digest.
   StatusOr<std::string> WriteResult() {
     const JobSpec& spec = state_.spec();
     const Layout& layout = state_.layout();
     const JobSummary summary = state_.Summary();
-    ModelChunks chunks;
-    ModelTables tables;   // the sparse tables' stored rows, from every shard
-    SetDigest optimizer;  // the shards' optimizer state digests, added up
+    std::map<uint32_t, std::unique_ptr<Channel>> channels;
     for (uint32_t s : state_.shard_members()) {
       Channel::Options co;
       co.curve = options_.curve;
-      EPS_ASSIGN_OR_RETURN(auto ch, Channel::Connect(context_, state_.shard_addresses()[s], co));
-      Pull all{Step(summary.steps), {}};
-      all.optimizer_digest = true;
-      EPS_ASSIGN_OR_RETURN(Envelope reply, Call(ch.get(), Envelope{options_.token, all},
-                                                std::chrono::milliseconds(30000)));
-      auto* pulled = std::get_if<PullReply>(&reply.body);
-      if (pulled == nullptr)
-        return Internal("shard " + std::to_string(s) + " answered a pull with something else");
-      for (ChunkBytes& c : pulled->chunks) chunks[c.chunk.value()] = c;
-      auto shard_digest = SetDigest::FromBytes(pulled->optimizer_digest);
-      if (!shard_digest.ok())
-        return shard_digest.status().WithContext("shard " + std::to_string(s) + "'s optimizer digest");
-      optimizer.Merge(*shard_digest);
-      if (layout.sparse.empty()) continue;
-      Pull rows{Step(summary.steps), {}};
-      // Since -1: every stored row, the ones --init_from seeded too.
-      for (uint32_t t = 0; t < layout.sparse.size(); ++t) rows.sparse.push_back({t, Step(-1)});
-      EPS_ASSIGN_OR_RETURN(Envelope rows_reply, Call(ch.get(), Envelope{options_.token, rows},
-                                                     std::chrono::milliseconds(30000)));
-      auto* pulled_rows = std::get_if<PullReply>(&rows_reply.body);
-      if (pulled_rows == nullptr || pulled_rows->sparse.size() != layout.sparse.size())
-        return Internal("shard " + std::to_string(s) + " answered a pull of rows otherwise");
-      EPS_RETURN_IF_ERROR(AddTableRows(layout, pulled_rows->sparse, &tables));
+      EPS_ASSIGN_OR_RETURN(channels[s],
+                           Channel::Connect(context_, state_.shard_addresses()[s], co));
     }
-    EPS_RETURN_IF_ERROR(SortTableRows(layout, &tables));
-    const TableExport table_export{spec.seed};
-    auto digests = DigestModel(layout, chunks, tables, table_export);
+    FinalPull pull(
+        layout, Step(summary.steps), state_.shard_members(),
+        [&](uint32_t s, const Pull& p) -> StatusOr<PullReply> {
+          EPS_ASSIGN_OR_RETURN(Envelope reply,
+                               Call(channels.at(s).get(), Envelope{options_.token, p},
+                                    std::chrono::milliseconds(30000)));
+          if (auto* err = std::get_if<ErrorReply>(&reply.body)) return err->ToStatus();
+          auto* pulled = std::get_if<PullReply>(&reply.body);
+          if (pulled == nullptr)
+            return Internal(std::string("answered a pull with ") + BodyName(reply.body));
+          return std::move(*pulled);
+        },
+        options_.final_pull_bytes);
+    EPS_ASSIGN_OR_RETURN(const SetDigest optimizer, pull.OptimizerDigest());
+    const ExportFile file{options_.run_dir + "/model.safetensors", Step(summary.steps), spec.job_id,
+                          spec.model, ExportMetadata(spec)};
+    auto digests = ExportModel(layout, &pull, TableExport{spec.seed}, &file);
     if (!digests.ok()) return digests.status().WithContext("the final pull");
     nlohmann::json j;
     j["job_id"] = spec.job_id;
@@ -494,6 +487,7 @@ class CoordinatorImpl final : public Coordinator {
     j["params_sha256"] = digests->params_sha256;
     j["buffers_sha256"] = digests->buffers_sha256;
     j["optimizer_digest"] = optimizer.HexDigest();
+    j["final_pull"] = {{"requests", pull.pages()}, {"bytes", pull.bytes()}};
     j["train_seconds"] = summary.train_time.count();
     if (summary.steady_steps > 0 && summary.steady_time.count() > 0) {
       j["steady_samples_per_s"] = double(summary.steady_steps) * spec.virtual_workers *
@@ -519,9 +513,6 @@ class CoordinatorImpl final : public Coordinator {
     if (!options_.vocab.empty()) {
       j["truncated"] = {{"train", options_.truncated_train}, {"test", options_.truncated_test}};
     }
-    EPS_RETURN_IF_ERROR(WriteSafetensors(options_.run_dir + "/model.safetensors", layout, chunks,
-                                         tables, table_export, Step(summary.steps), spec.job_id,
-                                         spec.model, *digests, ExportMetadata(spec)));
     EPS_RETURN_IF_ERROR(WriteFileAtomically(options_.run_dir + "/result.json", j.dump(2) + "\n"));
     if (store_) EPS_RETURN_IF_ERROR(store_->Put("done", j.dump()));
     state_.ReportProgress();  // the last progress line, before the result's

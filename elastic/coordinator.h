@@ -49,6 +49,8 @@ struct CoordinatorOptions {
   // envelope room (ModelFileServer::kEnvelopeRoom); a registration reply over it
   // (a text job's vocabulary) fails Open. At least 128 KiB.
   int64_t max_message_bytes = int64_t{64} << 20;
+  // The final pull's pages of chunks and rows (elastic/final_pull.h), at most a message.
+  uint64_t final_pull_bytes = uint64_t{64} << 20;
   std::string run_dir;     // result.json goes here
   std::string store_path;  // RocksDB store of the job's state (empty: none). A coordinator
                            // restarted on it binds the same endpoint and resumes the job

@@ -4,6 +4,7 @@
 #include <glog/logging.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <fstream>
 #include <memory>
@@ -139,6 +140,9 @@ DEFINE_int64(max_message_mb, 64,
              "--init_from files go to the workers in chunks of this less 64 KiB, never whole; "
              "a text job's vocabulary must fit in one registration reply. Lower it to test "
              "chunking with a small model");
+DEFINE_uint64(final_pull_kb, 0,
+              "The final model is read from the shards in pages of chunks and rows of this many "
+              "KiB (0: --max_message_mb); lower it to test paging with a small model");
 DEFINE_int32(socket_hwm, 1000,
              "Messages queued per peer each way on the coordinator's socket (0: unbounded)");
 DEFINE_int32(startup_timeout_s, 120, "The shards must register within this time");
@@ -364,6 +368,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.max_message_bytes = FLAGS_max_message_mb << 20;
+  o.final_pull_bytes = FLAGS_final_pull_kb > 0
+                           ? std::min<uint64_t>(FLAGS_final_pull_kb << 10, o.max_message_bytes)
+                           : o.max_message_bytes;
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
 

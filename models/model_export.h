@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -71,23 +72,59 @@ Status AddTableRows(const Layout& layout, const std::vector<SparseRowBytes>& row
 // Puts every table's rows in ascending order; DataLoss for a row two shards hold.
 Status SortTableRows(const Layout& layout, ModelTables* tables);
 
-// DataLoss when a chunk is missing or has the wrong size.
+// A model version as an export reads it, a piece at a time in layout order:
+// pulled from the shards in pages (elastic/final_pull.h), or held (HeldModel).
+class ModelPieces {
+ public:
+  virtual ~ModelPieces() = default;
+  // Dense chunk `c`'s bytes, asked once each, in layout order; valid until the next call.
+  virtual StatusOr<ChunkBytes> ChunkOf(const Chunk& c) = 0;
+  // Calls row(id, values) for the stored rows of sparse table `table`
+  // (layout.sparse's index), ids ascending; values valid during the call.
+  virtual Status RowsOf(uint32_t table,
+                        const std::function<Status(uint64_t id, const float* values)>& row) = 0;
+};
+
+// The pieces of a model held in memory (its tables' rows sorted: SortTableRows).
+class HeldModel final : public ModelPieces {
+ public:
+  HeldModel(const Layout& layout, const ModelChunks& chunks, const ModelTables& tables = {})
+      : layout_(layout), chunks_(chunks), tables_(tables) {}
+  StatusOr<ChunkBytes> ChunkOf(const Chunk& c) override;
+  Status RowsOf(uint32_t table,
+                const std::function<Status(uint64_t id, const float* values)>& row) override;
+
+ private:
+  const Layout& layout_;
+  const ModelChunks& chunks_;
+  const ModelTables& tables_;
+};
+
+// What names an exported model file (its header's metadata).
+struct ExportFile {
+  std::string path;
+  Step step{0};
+  std::string job_id, model;
+  std::map<std::string, std::string> extra;  // more metadata (ExportMetadata)
+};
+
+// One pass over `pieces`: the model's digests and, when `file` is given, its
+// safetensors file at file->path and the table files of the tables too large
+// to lay out (TableExport) beside it: PATH_STEM.tables/NAME.ids.npy (uint64
+// [n]) and NAME.rows.npy (float32 [n, dim]), the stored rows. The header's
+// __metadata__ holds job_id, model, steps, params_sha256, "table_files" (JSON,
+// with the table files) and file->extra. The files are written as the pieces
+// come (a model and tables of any size, in memory a piece at a time; the
+// headers' digest and row counts filled in at the end) and are seen whole or
+// not at all. DataLoss when a chunk is missing or has the wrong size, or a
+// table's rows are not ascending or lie beyond it (a row two shards hold).
+StatusOr<ModelDigests> ExportModel(const Layout& layout, ModelPieces* pieces, const TableExport& e,
+                                   const ExportFile* file = nullptr);
+// ExportModel of a held model, without a file.
 StatusOr<ModelDigests> DigestModel(const Layout& layout, const ModelChunks& chunks,
                                    const ModelTables& tables = {}, const TableExport& e = {});
 
-// Writes `path` atomically, and the table files of the tables too large to
-// lay out (TableExport) beside it: PATH_STEM.tables/NAME.ids.npy (uint64
-// [n]) and NAME.rows.npy (float32 [n, dim]), the stored rows (TableFiles).
-// The header's __metadata__ holds job_id, model, steps, params_sha256,
-// "table_files" (JSON, with the table files) and `extra` (ExportMetadata: the
-// zoo sizes).
-Status WriteSafetensors(const std::string& path, const Layout& layout, const ModelChunks& chunks,
-                        const ModelTables& tables, const TableExport& e, const Step& step,
-                        const std::string& job_id, const std::string& model,
-                        const ModelDigests& digests,
-                        const std::map<std::string, std::string>& extra = {});
-
-// The metadata a job's export carries beyond WriteSafetensors' own: the zoo
+// The metadata a job's export carries beyond ExportModel's own: the zoo
 // sizes of its spec (data/model_input.h ZooSizesMetadata), which eps_predict
 // rebuilds a sized built-in model from.
 std::map<std::string, std::string> ExportMetadata(const JobSpec& spec);
@@ -105,7 +142,7 @@ StatusOr<std::vector<ExportedTensor>> ModelTensors(const Layout& layout, const M
                                                    const ModelTables& tables = {},
                                                    const TableExport& e = {});
 
-// Reads a safetensors file as WriteSafetensors writes it: ParseSafetensors
+// Reads a safetensors file as ExportModel writes it: ParseSafetensors
 // (common/tensor_file.h) of its bytes. NotFound for a missing file.
 StatusOr<std::vector<ExportedTensor>> ReadSafetensors(const std::string& path,
                                                       std::map<std::string, std::string>* metadata);

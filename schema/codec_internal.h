@@ -167,6 +167,10 @@ class Reader {
     for (auto ref : in) {
       SparseRead read{ref.getTable(), Step(ref.getSince())};
       read.lookup = ref.getLookup();
+      read.from_row = ref.getFromRow();
+      read.max_rows = ref.getMaxRows();
+      if (read.lookup && (read.from_row != 0 || read.max_rows != 0))
+        return ProtocolError("a sparse lookup in pages");
       if (read.lookup) {
         read.rows = ref.getRows();
         Frame ids;

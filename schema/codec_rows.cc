@@ -21,6 +21,8 @@ void SetSparseReads(capnp::List<wire::SparseRead>::Builder out,
   for (size_t i = 0; i < reads.size(); ++i) {
     out[i].setTable(reads[i].table);
     out[i].setSince(reads[i].since.value());
+    out[i].setFromRow(reads[i].from_row);
+    out[i].setMaxRows(reads[i].max_rows);
     if (!reads[i].lookup) continue;
     out[i].setLookup(true);
     out[i].setRows(reads[i].rows);

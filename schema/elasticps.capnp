@@ -276,6 +276,10 @@ struct SparseRead {
   lookup @2 :Bool;
   rows @3 :UInt32;
   idsFrame @4 :UInt32;
+  # A page of a read by version: the rows from row fromRow on, at most maxRows
+  # of them (0: all); a reply of fewer is the last page. Not with `lookup`.
+  fromRow @5 :UInt64;
+  maxRows @6 :UInt32;
 }
 
 struct PushReply {

@@ -300,6 +300,11 @@ struct SparseRowBytes {
 struct SparseRead {
   uint32_t table = 0;
   Step since{0};
+  // A page of the rows changed since `since` (an export's final pull of every
+  // stored row): those from row `from_row` on, at most `max_rows` (0: all). A
+  // reply of fewer than `max_rows` rows is the last page.
+  uint64_t from_row = 0;
+  uint32_t max_rows = 0;
   // Looked up by rows (a worker that does not hold the table): `rows` ids,
   // strictly ascending, as uint64 in `ids`, instead of those changed since.
   bool lookup = false;

@@ -607,7 +607,8 @@ StatusOr<PullReply> ShardState::HandleSparsePull(const Pull& pull) {
     } else if (read.since < pull.version) {
       // Of the previous version too: rows the last step changed come back at their old
       // values, and any other row is the same in both versions.
-      EPS_ASSIGN_OR_RETURN(ids, table.ChangedSince(read.since));
+      EPS_ASSIGN_OR_RETURN(ids, table.ChangedSince(read.since, read.from_row,
+                                                   read.max_rows == 0 ? SIZE_MAX : read.max_rows));
     }
     std::vector<float> values(ids.size() * dim);
     EPS_RETURN_IF_ERROR(table.Read(ids.data(), ids.size(), values.data()));

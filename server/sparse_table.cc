@@ -257,35 +257,47 @@ class SparseTableImpl final : public SparseTable {
     return WriteSpill(spill);
   }
 
-  StatusOr<std::vector<uint64_t>> ChangedSince(Step since) override {
+  StatusOr<std::vector<uint64_t>> ChangedSince(Step since, uint64_t from_row = 0,
+                                               size_t max_rows = SIZE_MAX) override {
     std::vector<uint64_t> out;
-    if (since >= version_) return out;
+    if (since >= version_ || max_rows == 0) return out;
     if (since < log_base_) {  // beyond the log: every stored row's version says
-      EPS_RETURN_IF_ERROR(ScanRows([&](uint64_t row, Step changed, const float*) {
-        if (changed > since) out.push_back(row);
-      }));
+      EPS_RETURN_IF_ERROR(ScanStored(
+          [&](uint64_t row, const Row& r) {
+            if (Step(r.version) > since) out.push_back(row);
+            return out.size() < max_rows;
+          },
+          from_row));
       return out;
     }
     for (const auto& [version, ids] : log_) {
-      if (version > since) out.insert(out.end(), ids.begin(), ids.end());
+      if (version <= since) continue;
+      for (uint64_t id : ids) {
+        if (id >= from_row) out.push_back(id);
+      }
     }
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
+    if (out.size() > max_rows) out.resize(max_rows);
     return out;
   }
 
   Status ScanRows(
       const std::function<void(uint64_t row, Step version, const float* floats)>& fn) override {
-    return ScanStored([&](uint64_t id, const Row& r) { fn(id, Step(r.version), r.data.data()); });
+    return ScanStored([&](uint64_t id, const Row& r) {
+      fn(id, Step(r.version), r.data.data());
+      return true;
+    });
   }
 
   size_t RecordBytes() const override { return kHeader + floats_ * sizeof(float); }
 
   Status ExportRows(const std::function<bool(uint64_t row)>& want, std::string* out) override {
     return ScanStored([&](uint64_t id, const Row& r) {
-      if (!want(id)) return;
+      if (!want(id)) return true;
       out->append(reinterpret_cast<const char*>(&id), sizeof id);
       out->append(Encode(r));
+      return true;
     });
   }
 
@@ -372,34 +384,41 @@ class SparseTableImpl final : public SparseTable {
     return WriteSpill(spill);
   }
 
-  // Calls fn(row, its state) for every stored row, ascending (ScanRows).
-  Status ScanStored(const std::function<void(uint64_t row, const Row& state)>& fn) {
+  // Calls fn(row, its state) for every stored row from `from_row` on, ascending (ScanRows),
+  // while fn returns true.
+  Status ScanStored(const std::function<bool(uint64_t row, const Row& state)>& fn,
+                    uint64_t from_row = 0) {
     EPS_RETURN_IF_ERROR(Usable());
     // Three sorted streams, disjoint but for the checkpoint's: the cache's rows, the spilled
     // ones, the newest checkpoint's; a cached or spilled row is newer than its checkpoint record.
-    std::vector<uint64_t> cached, spilled(spilled_.begin(), spilled_.end());
-    cached.reserve(cache_.size());
-    for (const auto& [id, row] : cache_) cached.push_back(id);
+    std::vector<uint64_t> cached, spilled;
+    for (const auto& [id, row] : cache_) {
+      if (id >= from_row) cached.push_back(id);
+    }
+    for (uint64_t id : spilled_) {
+      if (id >= from_row) spilled.push_back(id);
+    }
     std::sort(cached.begin(), cached.end());
     std::sort(spilled.begin(), spilled.end());
     size_t ci = 0, si = 0;
+    bool stopped = false;  // fn said so
     Row row;
     auto emit_cached = [&] {
       const uint64_t id = cached[ci++];
-      fn(id, cache_.at(id));
+      stopped = !fn(id, cache_.at(id));
     };
     auto emit_spilled = [&]() -> Status {
       std::vector<std::optional<std::string>> record;
       EPS_RETURN_IF_ERROR(store_->ReadSpilled({spilled[si]}, &record));
       std::unordered_map<uint64_t, Row> one;
       EPS_RETURN_IF_ERROR(DecodeInto(spilled[si], record[0], "spilled", &one));
-      fn(spilled[si], one.begin()->second);
+      stopped = !fn(spilled[si], one.begin()->second);
       ++si;
       return OkStatus();
     };
     // Emits the cached and spilled rows below `bound` (all of them without one).
     auto drain = [&](std::optional<uint64_t> bound) -> Status {
-      while (true) {
+      while (!stopped) {
         const bool c = ci < cached.size() && (!bound || cached[ci] < *bound);
         const bool s = si < spilled.size() && (!bound || spilled[si] < *bound);
         if (!c && !s) return OkStatus();
@@ -409,24 +428,31 @@ class SparseTableImpl final : public SparseTable {
           EPS_RETURN_IF_ERROR(emit_spilled());
         }
       }
+      return OkStatus();
     };
     if (store_ != nullptr) {
-      EPS_RETURN_IF_ERROR(
-          store_->ScanCheckpointed([&](uint64_t id, std::string_view record) -> Status {
+      // The store's scan ends at its callback's first error: this one's, or the one that
+      // says fn stopped (not an error of the scan's).
+      const Status scanned = store_->ScanCheckpointed(
+          [&](uint64_t id, std::string_view record) -> Status {
             EPS_RETURN_IF_ERROR(drain(id));
+            if (stopped) return Aborted("stopped");
             if (ci < cached.size() && cached[ci] == id) {
               emit_cached();
-              return OkStatus();
+            } else if (si < spilled.size() && spilled[si] == id) {
+              EPS_RETURN_IF_ERROR(emit_spilled());
+            } else if (dropped_.count(id) == 0) {  // not moved away
+              if (!Decode(std::string(record), floats_, &row)) {
+                return DataLoss("checkpointed row " + std::to_string(id) + " of sparse table " +
+                                std::to_string(o_.table_id) + " is malformed in " + store_->path());
+              }
+              stopped = !fn(id, row);
             }
-            if (si < spilled.size() && spilled[si] == id) return emit_spilled();
-            if (dropped_.count(id) > 0) return OkStatus();  // moved away
-            if (!Decode(std::string(record), floats_, &row)) {
-              return DataLoss("checkpointed row " + std::to_string(id) + " of sparse table " +
-                              std::to_string(o_.table_id) + " is malformed in " + store_->path());
-            }
-            fn(id, row);
-            return OkStatus();
-          }));
+            return stopped ? Aborted("stopped") : OkStatus();
+          },
+          from_row);
+      if (stopped) return OkStatus();
+      EPS_RETURN_IF_ERROR(scanned);
     }
     return drain(std::nullopt);
   }

@@ -172,7 +172,10 @@ class SparseTable {
   // steps, or, for an older `since` (or one before the version the table was
   // opened or rolled back at), from every stored row's last-changed version
   // (ScanRows: O(stored rows)). Step(-1): every stored row, the seeded ones too.
-  virtual StatusOr<std::vector<uint64_t>> ChangedSince(Step since) = 0;
+  // A page of them: those from row `from_row` on, at most `max_rows` (beyond the
+  // log: O(rows scanned), the checkpoint's records read from a seek to `from_row`).
+  virtual StatusOr<std::vector<uint64_t>> ChangedSince(Step since, uint64_t from_row = 0,
+                                                       size_t max_rows = SIZE_MAX) = 0;
 
   // Calls fn(row, version, floats) for every stored row (every row a step has
   // touched; never an untouched one) in ascending row order: `version` last

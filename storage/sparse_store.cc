@@ -322,15 +322,15 @@ class RocksSparseRowStore final : public SparseRowStore {
     return OkStatus();
   }
 
-  Status ScanCheckpointed(
-      const std::function<Status(uint64_t row, std::string_view record)>& fn) const override {
+  Status ScanCheckpointed(const std::function<Status(uint64_t row, std::string_view record)>& fn,
+                          uint64_t from_row) const override {
     if (steps_.empty()) return OkStatus();
-    return ScanCheckpoint(steps_.back(), fn);
+    return ScanCheckpoint(steps_.back(), fn, from_row);
   }
 
-  Status ScanCheckpoint(
-      Step step,
-      const std::function<Status(uint64_t row, std::string_view record)>& fn) const override {
+  Status ScanCheckpoint(Step step,
+                        const std::function<Status(uint64_t row, std::string_view record)>& fn,
+                        uint64_t from_row) const override {
     const bool held = std::find(steps_.begin(), steps_.end(), step) != steps_.end();
     if (step == Step(0) && !held) return OkStatus();  // the empty table
     if (!held) {
@@ -344,7 +344,7 @@ class RocksSparseRowStore final : public SparseRowStore {
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
     bool have_last = false;
     uint64_t last = 0;
-    for (it->Seek(RangeBegin('C', table_)); it->Valid(); it->Next()) {
+    for (it->Seek(RowKey('C', table_, from_row)); it->Valid(); it->Next()) {
       if (it->key().size() != kPrefixLen + 8) return DataLoss("bad row key in " + path_);
       const uint64_t row = GetBE64(it->key().data() + 5);
       if (have_last && row == last) continue;  // an older record of the same row

@@ -115,15 +115,18 @@ class SparseRowStore {
   // holds rows seeded then). Step(-1) deletes every record.
   virtual Status RollbackTo(Step step) = 0;
 
-  // Calls fn(row, record) for every row the newest held checkpoint holds, in
-  // ascending row order, until fn returns an error (returned). O(records).
+  // Calls fn(row, record) for every row from `from_row` on that the newest held
+  // checkpoint holds, in ascending row order, until fn returns an error
+  // (returned). O(records from `from_row` on): a seek, then the records in order.
   virtual Status ScanCheckpointed(
-      const std::function<Status(uint64_t row, std::string_view record)>& fn) const = 0;
+      const std::function<Status(uint64_t row, std::string_view record)>& fn,
+      uint64_t from_row = 0) const = 0;
   // The same for held checkpoint `step` (each row's newest record at a step <=
   // `step`); NotFound when `step` is not held (step 0 always is: no row, or the
   // seeded rows a checkpoint of step 0 holds).
   virtual Status ScanCheckpoint(
-      Step step, const std::function<Status(uint64_t row, std::string_view record)>& fn) const = 0;
+      Step step, const std::function<Status(uint64_t row, std::string_view record)>& fn,
+      uint64_t from_row = 0) const = 0;
 
   // Records stored, for tests and statistics (a scan: O(records)).
   struct Counts {

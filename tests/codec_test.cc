@@ -996,25 +996,33 @@ TEST(Codec, SparseRowsRoundTripAndMalformedOnesAreProtocolErrors) {
   ExpectInvalid(EncodeOrDie({"t", push}), "whole rows");
 }
 
-TEST(Codec, ALookupByRowsRoundTripsItsIdsAndAWrongFrameIsAProtocolError) {
+TEST(Codec, ALookupByRowsAndAPageOfRowsRoundTripAndAWrongFrameIsAProtocolError) {
   auto ids = std::make_shared<std::vector<uint64_t>>(std::vector<uint64_t>{3, 70, 1ull << 33});
   Pull pull{Step(5), {}};
   SparseRead lookup{1, Step(0)};
   lookup.lookup = true;
   lookup.rows = 3;
   lookup.ids = {ChunkId(0), ids->data(), 24, ids};
-  pull.sparse = {{0, Step(4)}, lookup};
+  SparseRead page{0, Step(4)};
+  page.from_row = uint64_t{1} << 40;
+  page.max_rows = 4096;
+  pull.sparse = {page, lookup};
   auto got = Decode(EncodeOrDie({"t", pull}));
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   const Pull& back = std::get<Pull>(got->body);
   ASSERT_EQ(back.sparse.size(), 2u);
   EXPECT_FALSE(back.sparse[0].lookup);
   EXPECT_EQ(back.sparse[0].since, Step(4));
+  EXPECT_EQ(back.sparse[0].from_row, uint64_t{1} << 40);
+  EXPECT_EQ(back.sparse[0].max_rows, 4096u);
   EXPECT_TRUE(back.sparse[1].lookup);
   EXPECT_EQ(back.sparse[1].table, 1u);
   ASSERT_EQ(back.sparse[1].rows, 3u);
   ASSERT_EQ(back.sparse[1].ids.size, 24u);
   EXPECT_EQ(std::memcmp(back.sparse[1].ids.data, ids->data(), 24), 0);
+  pull.sparse[1].max_rows = 8;  // a lookup names its rows: it has no pages
+  ExpectInvalid(EncodeOrDie({"t", pull}), "in pages");
+  pull.sparse[1].max_rows = 0;
   pull.sparse[1].rows = 2;  // three ids in the frame
   ExpectInvalid(EncodeOrDie({"t", pull}), "one id a row");
 }

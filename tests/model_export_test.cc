@@ -1,4 +1,4 @@
-// The safetensors reader (models/model_export.h) against files WriteSafetensors
+// The safetensors reader (models/model_export.h) against files ExportModel
 // writes and against hostile headers: every malformed one is a DataLoss naming
 // the file, never a read outside its bytes.
 #include "models/model_export.h"
@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -55,7 +56,7 @@ class SafetensorsReader : public ::testing::Test {
   int files_ = 0;
 };
 
-TEST_F(SafetensorsReader, ReadsWhatWriteSafetensorsWritesWithItsMetadata) {
+TEST_F(SafetensorsReader, ReadsWhatExportModelWritesWithItsMetadata) {
   auto layout = MakeLayout({{"w", TensorKind::kParameter, DType::kFloat32, {2, 3}},
                             {"n", TensorKind::kBuffer, DType::kInt64, {}}},
                            1, 1 << 20);
@@ -76,8 +77,12 @@ TEST_F(SafetensorsReader, ReadsWhatWriteSafetensorsWritesWithItsMetadata) {
   auto digests = DigestModel(*layout, chunks);
   ASSERT_TRUE(digests.ok());
   const std::string path = dir_ + "/model.safetensors";
-  ASSERT_TRUE(
-      WriteSafetensors(path, *layout, chunks, {}, {}, Step(5), "job", "mlp", *digests).ok());
+  HeldModel held(*layout, chunks);
+  const ExportFile file{path, Step(5), "job", "mlp", {{"extra", "x"}}};
+  auto written = ExportModel(*layout, &held, {}, &file);
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+  EXPECT_EQ(written->params_sha256, digests->params_sha256);
+  EXPECT_EQ(written->buffers_sha256, digests->buffers_sha256);
   std::map<std::string, std::string> meta;
   auto got = ReadSafetensors(path, &meta);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
@@ -88,6 +93,17 @@ TEST_F(SafetensorsReader, ReadsWhatWriteSafetensorsWritesWithItsMetadata) {
   EXPECT_EQ((*got)[1].spec.dtype, DType::kInt64);
   EXPECT_EQ(meta["model"], "mlp");
   EXPECT_EQ(meta["steps"], "5");
+  EXPECT_EQ(meta["extra"], "x");
+  EXPECT_EQ(meta["params_sha256"], digests->params_sha256);  // filled in at the end
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  // A chunk missing: no file, and none half-written.
+  ModelChunks missing = chunks;
+  missing.erase(layout->chunks[0].id.value());
+  HeldModel short_of_one(*layout, missing);
+  const ExportFile other{dir_ + "/other.safetensors", Step(5), "job", "mlp", {}};
+  EXPECT_EQ(ExportModel(*layout, &short_of_one, {}, &other).status().code(), StatusCode::kDataLoss);
+  EXPECT_FALSE(std::filesystem::exists(other.path));
+  EXPECT_FALSE(std::filesystem::exists(other.path + ".tmp"));
 }
 
 // A sparse table is exported and digested whole, in its place among the
@@ -174,7 +190,11 @@ TEST_F(SafetensorsReader, ATableTooLargeToLayOutGoesToATableFileOfItsStoredRows)
   EXPECT_NE(a->params_sha256, whole->params_sha256);  // the rows, not the dense tensor
 
   const std::string path = dir_ + "/model.safetensors";
-  ASSERT_TRUE(WriteSafetensors(path, *layout, chunks, one, small, Step(3), "job", "m", *a).ok());
+  HeldModel held(*layout, chunks, one);
+  const ExportFile file{path, Step(3), "job", "m", {}};
+  auto written = ExportModel(*layout, &held, small, &file);
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+  EXPECT_EQ(written->params_sha256, a->params_sha256);
   std::map<std::string, std::string> meta;
   auto got = ReadSafetensors(path, &meta);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
@@ -199,9 +219,22 @@ TEST_F(SafetensorsReader, ATableTooLargeToLayOutGoesToATableFileOfItsStoredRows)
   std::ifstream rows(dir_ + "/" + t["values"].get<std::string>(), std::ios::binary);
   std::string values((std::istreambuf_iterator<char>(rows)), std::istreambuf_iterator<char>());
   EXPECT_NE(values.find("'shape': (3,2)"), std::string::npos);
+  float first;
+  std::memcpy(&first, values.data() + header, 4);
+  EXPECT_EQ(first, 4.0f);
+  EXPECT_EQ(values.size(), header + 24);  // the header as wide as the ids file's
+  EXPECT_EQ(meta["params_sha256"], a->params_sha256);
   // A row two shards both claim is lost state, not a choice.
   ASSERT_TRUE(AddTableRows(*layout, {part({7}, {1, 1})}, &one).ok());
   EXPECT_EQ(SortTableRows(*layout, &one).code(), StatusCode::kDataLoss);
+  // Rows from a source that gives them twice or out of order are refused while streaming.
+  ModelTables twice, backwards;
+  twice[0] = StoredRows{{4, 4}, {1, 1, 2, 2}};
+  backwards[0] = StoredRows{{7, 4}, {1, 1, 2, 2}};
+  for (const ModelTables* bad : {&twice, &backwards}) {
+    HeldModel model(*layout, chunks, *bad);
+    EXPECT_EQ(ExportModel(*layout, &model, small).status().code(), StatusCode::kDataLoss);
+  }
 }
 
 TEST_F(SafetensorsReader, RefusesHeaderLengthsPastTheFileOrOverTheFormatsLimit) {

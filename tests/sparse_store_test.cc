@@ -76,14 +76,41 @@ TEST(SparseRowStore, ACheckpointMovesTheSpilledRowsItWritesInOneBatch) {
   EXPECT_EQ(s->WriteCheckpoint(Step(2), {}, {}).code(), StatusCode::kFailedPrecondition);
 }
 
-// The rows a checkpoint of `step` holds, ascending.
-std::vector<uint64_t> RowsAt(SparseRowStore* s, Step step) {
+// The rows a checkpoint of `step` holds from `from_row` on, ascending.
+std::vector<uint64_t> RowsAt(SparseRowStore* s, Step step, uint64_t from_row = 0) {
   std::vector<uint64_t> rows;
-  EXPECT_TRUE(s->ScanCheckpoint(step, [&](uint64_t row, std::string_view) {
-                 rows.push_back(row);
-                 return OkStatus();
-               }).ok());
+  EXPECT_TRUE(s->ScanCheckpoint(
+                   step,
+                   [&](uint64_t row, std::string_view) {
+                     rows.push_back(row);
+                     return OkStatus();
+                   },
+                   from_row)
+                  .ok());
   return rows;
+}
+
+// A scan from a row seeks to it (the pages of an export's final pull), with each row's
+// newest record at the step and a row's older records behind the seek.
+TEST(SparseRowStore, AScanFromARowStartsThere) {
+  TempDir dir;
+  auto s = Open(dir.path(), /*keep=*/3);
+  ASSERT_TRUE(s->WriteCheckpoint(Step(1), {{1, "1@1"}, {4, "4@1"}, {9, "9@1"}}, {}).ok());
+  ASSERT_TRUE(
+      s->WriteCheckpoint(Step(2), {{4, "4@2"}, {7, "7@2"}, {uint64_t{1} << 40, "big"}}, {}).ok());
+  EXPECT_EQ(RowsAt(s.get(), Step(2), 4), (std::vector<uint64_t>{4, 7, 9, uint64_t{1} << 40}));
+  EXPECT_EQ(RowsAt(s.get(), Step(2), 5), (std::vector<uint64_t>{7, 9, uint64_t{1} << 40}));
+  EXPECT_EQ(RowsAt(s.get(), Step(1), 2), (std::vector<uint64_t>{4, 9}));
+  EXPECT_TRUE(RowsAt(s.get(), Step(2), (uint64_t{1} << 40) + 1).empty());
+  std::vector<std::string> records;
+  ASSERT_TRUE(s->ScanCheckpointed(
+                   [&](uint64_t, std::string_view r) {
+                     records.emplace_back(r);
+                     return OkStatus();
+                   },
+                   4)
+                  .ok());
+  EXPECT_EQ(records, (std::vector<std::string>{"4@2", "7@2", "9@1", "big"}));
 }
 
 // A move of shard state at step 3 (docs/design.md, "Elastic shards"): checkpoint 3

@@ -275,6 +275,20 @@ TEST(SparseTable, RowsSpilledToRocksDbGiveTheSameBitsAsATableInMemory) {
   EXPECT_TRUE(SameBits(floats, mem_floats));
   EXPECT_EQ(versions, mem_versions);
   EXPECT_EQ(spilling->ChangedSince(Step(0)).value(), ids);
+  // In pages (an export's final pull), over cached, spilled and checkpointed rows alike: the
+  // pages, each from the row after the last one's, make up the whole.
+  for (size_t page : {size_t{1}, size_t{3}, size_t{7}}) {
+    std::vector<uint64_t> paged;
+    for (uint64_t from = 0;;) {
+      StatusOr<std::vector<uint64_t>> got = spilling->ChangedSince(Step(-1), from, page);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      ASSERT_LE(got->size(), page);
+      paged.insert(paged.end(), got->begin(), got->end());
+      if (got->size() < page) break;
+      from = got->back() + 1;
+    }
+    EXPECT_EQ(paged, ids) << page;
+  }
 }
 
 TEST(SparseTable, ApplyStepHandsOverTheRowsItChangedAtTheirPreviousWeights) {
@@ -467,6 +481,11 @@ TEST(SparseTable, ChangedSinceNamesTheRowsTheLoggedStepsChanged) {
   EXPECT_EQ(t->ChangedSince(Step(3)).value(), std::vector<uint64_t>());
   // Beyond the log: from the rows' own versions.
   EXPECT_EQ(t->ChangedSince(Step(0)).value(), std::vector<uint64_t>({1, 2, 5, 9}));
+  // Pages, from the log and beyond it.
+  EXPECT_EQ(t->ChangedSince(Step(1), 3, 1).value(), std::vector<uint64_t>({5}));
+  EXPECT_EQ(t->ChangedSince(Step(1), 6, 5).value(), std::vector<uint64_t>({9}));
+  EXPECT_EQ(t->ChangedSince(Step(0), 2, 2).value(), std::vector<uint64_t>({2, 5}));
+  EXPECT_EQ(t->ChangedSince(Step(0), 10, 2).value(), std::vector<uint64_t>());
 }
 
 // ---- checkpoints ----

@@ -190,11 +190,10 @@ StatusOr<std::vector<ExportedTensor>> FromCheckpoints(const std::string& stores,
   }
   EPS_ASSIGN_OR_RETURN(ModelTables tables, TablesAt(stores, spec, layout, step));
   const TableExport table_export{spec.seed};
-  EPS_ASSIGN_OR_RETURN(ModelDigests digests, DigestModel(layout, chunks, tables, table_export));
-  if (!out.empty()) {
-    EPS_RETURN_IF_ERROR(WriteSafetensors(out, layout, chunks, tables, table_export, step,
-                                         spec.job_id, spec.model, digests, ExportMetadata(spec)));
-  }
+  HeldModel model(layout, chunks, tables);
+  const ExportFile file{out, step, spec.job_id, spec.model, ExportMetadata(spec)};
+  EPS_ASSIGN_OR_RETURN(ModelDigests digests,
+                       ExportModel(layout, &model, table_export, out.empty() ? nullptr : &file));
   std::printf("exported step %lld of job '%s' (%s, %lld parameters) to %s\nparams_sha256 %s\n",
               static_cast<long long>(step.value()), spec.job_id.c_str(), spec.model.c_str(),
               static_cast<long long>(layout.NumParameters()),

@@ -333,7 +333,9 @@ class Criteo(RunDirTest):
                "--heartbeat_timeout_ms=1500"]
         _, _, one = self.run_local("big-1x1", flags, extra=job)
         d = self.run_dir("big-join")
-        cmd = [LOCAL, "--job", flags, "--servers", "2", "--workers", "2", "--run-dir", d, "--", *job, *SPILL]
+        # The final pull reads the stored rows in pages of 64 KiB.
+        cmd = [LOCAL, "--job", flags, "--servers", "2", "--workers", "2", "--run-dir", d, "--", *job, *SPILL,
+               "--final_pull_kb=64"]
         result = self.run_with_join_and_sigkill(d, cmd)
         self.assertEqual(result["params_sha256"], one["params_sha256"], logs(d))
         self.assertEqual(result["optimizer_digest"], one["optimizer_digest"])
@@ -355,6 +357,12 @@ class Criteo(RunDirTest):
         # 20 steps of 128 samples of 26 categories touched at most 66,560 rows of the 33.5 M.
         self.assertGreater(table["stored"], 1000)
         self.assertLessEqual(table["stored"], 20 * 128 * 26)
+        # One request a shard for the rows in pages of 64 MiB; of 64 KiB, as many as the rows' bytes need (beside
+        # each shard's optimizer digest and page of chunks).
+        self.assertEqual(one["final_pull"]["requests"], 3, one["final_pull"])
+        pages = -(-table["stored"] * (8 + 4 * dim) // (64 << 10))
+        self.assertGreaterEqual(result["final_pull"]["requests"], 2 + 2 + pages, result["final_pull"])
+        self.assertGreater(pages, 2)
         self.assertTrue(table["stored_row_from_file"] and table["initial_row_computed"], table)
         # `elasticps evaluate` loads a model whole: it refuses this one (the data's error code), it does not crash.
         p = subprocess.run([f"{BIN}/elasticps", "evaluate", "--model", f"{d}/model.safetensors", "--data",
