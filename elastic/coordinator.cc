@@ -444,6 +444,7 @@ class CoordinatorImpl final : public Coordinator {
     const JobSpec& spec = state_.spec();
     const Layout& layout = state_.layout();
     const JobSummary summary = state_.Summary();
+    const auto started = Clock::now();
     std::map<uint32_t, std::unique_ptr<Channel>> channels;
     for (uint32_t s : state_.shard_members()) {
       Channel::Options co;
@@ -487,7 +488,10 @@ class CoordinatorImpl final : public Coordinator {
     j["params_sha256"] = digests->params_sha256;
     j["buffers_sha256"] = digests->buffers_sha256;
     j["optimizer_digest"] = optimizer.HexDigest();
-    j["final_pull"] = {{"requests", pull.pages()}, {"bytes", pull.bytes()}};
+    j["final_pull"] = {
+        {"requests", pull.pages()},
+        {"bytes", pull.bytes()},
+        {"seconds", std::chrono::duration<double>(Clock::now() - started).count()}};
     j["train_seconds"] = summary.train_time.count();
     if (summary.steady_steps > 0 && summary.steady_time.count() > 0) {
       j["steady_samples_per_s"] = double(summary.steady_steps) * spec.virtual_workers *
