@@ -597,6 +597,9 @@ StatusOr<PullReply> ShardState::HandleSparsePull(const Pull& pull) {
     SparseTable& table = *tables_[read.table];
     const size_t dim = static_cast<size_t>(layout_->tensors[layout_->sparse[read.table]].shape[1]);
     std::vector<uint64_t> ids;
+    std::vector<float> values;
+    bool scanned = false;  // values read with the ids
+    const size_t max_rows = read.max_rows == 0 ? SIZE_MAX : read.max_rows;
     if (read.lookup) {  // the rows a worker's batches read (untouched ones at their initial values)
       const TensorSpec& t = layout_->tensors[layout_->sparse[read.table]];
       if (read.ids.size != uint64_t{read.rows} * sizeof(uint64_t))
@@ -604,14 +607,18 @@ StatusOr<PullReply> ShardState::HandleSparsePull(const Pull& pull) {
       EPS_RETURN_IF_ERROR(CheckRowIds(t, read.ids.data, read.rows));
       ids.resize(read.rows);
       if (read.rows > 0) std::memcpy(ids.data(), read.ids.data, read.ids.size);
+    } else if (read.since.value() == -1) {  // every stored row: a scan, which leaves the cache be
+      EPS_RETURN_IF_ERROR(table.ReadStored(read.from_row, max_rows, &ids, &values));
+      scanned = true;
     } else if (read.since < pull.version) {
-      // Of the previous version too: rows the last step changed come back at their old
-      // values, and any other row is the same in both versions.
-      EPS_ASSIGN_OR_RETURN(ids, table.ChangedSince(read.since, read.from_row,
-                                                   read.max_rows == 0 ? SIZE_MAX : read.max_rows));
+      EPS_ASSIGN_OR_RETURN(ids, table.ChangedSince(read.since, read.from_row, max_rows));
     }
-    std::vector<float> values(ids.size() * dim);
-    EPS_RETURN_IF_ERROR(table.Read(ids.data(), ids.size(), values.data()));
+    if (!scanned) {
+      values.resize(ids.size() * dim);
+      EPS_RETURN_IF_ERROR(table.Read(ids.data(), ids.size(), values.data()));
+    }
+    // Of the previous version too: rows the last step changed come back at their old
+    // values, and any other row is the same in both versions.
     if (previous) {
       const SparseTable::Rows& old = previous_rows_[read.table];
       size_t j = 0;

@@ -282,6 +282,20 @@ class SparseTableImpl final : public SparseTable {
     return out;
   }
 
+  Status ReadStored(uint64_t from_row, size_t max_rows, std::vector<uint64_t>* ids,
+                    std::vector<float>* weights) override {
+    ids->clear();
+    weights->clear();
+    if (max_rows == 0) return OkStatus();
+    return ScanStored(
+        [&](uint64_t id, const Row& r) {
+          ids->push_back(id);
+          weights->insert(weights->end(), r.data.begin(), r.data.begin() + o_.dim);
+          return ids->size() < max_rows;
+        },
+        from_row);
+  }
+
   Status ScanRows(
       const std::function<void(uint64_t row, Step version, const float* floats)>& fn) override {
     return ScanStored([&](uint64_t id, const Row& r) {
@@ -347,6 +361,7 @@ class SparseTableImpl final : public SparseTable {
       }));
     }
     // Now the rows that leave go, and those that came come.
+    ++membership_;
     SpillBatch spill;
     for (auto it = cache_.begin(); it != cache_.end();) {
       if (!lost(it->first)) {
@@ -391,16 +406,17 @@ class SparseTableImpl final : public SparseTable {
     EPS_RETURN_IF_ERROR(Usable());
     // Three sorted streams, disjoint but for the checkpoint's: the cache's rows, the spilled
     // ones, the newest checkpoint's; a cached or spilled row is newer than its checkpoint record.
-    std::vector<uint64_t> cached, spilled;
-    for (const auto& [id, row] : cache_) {
-      if (id >= from_row) cached.push_back(id);
+    if (sorted_ids_.membership != membership_) {
+      sorted_ids_.cached.clear();
+      for (const auto& [id, row] : cache_) sorted_ids_.cached.push_back(id);
+      sorted_ids_.spilled.assign(spilled_.begin(), spilled_.end());
+      std::sort(sorted_ids_.cached.begin(), sorted_ids_.cached.end());
+      std::sort(sorted_ids_.spilled.begin(), sorted_ids_.spilled.end());
+      sorted_ids_.membership = membership_;
     }
-    for (uint64_t id : spilled_) {
-      if (id >= from_row) spilled.push_back(id);
-    }
-    std::sort(cached.begin(), cached.end());
-    std::sort(spilled.begin(), spilled.end());
-    size_t ci = 0, si = 0;
+    const std::vector<uint64_t>&cached = sorted_ids_.cached, &spilled = sorted_ids_.spilled;
+    size_t ci = std::lower_bound(cached.begin(), cached.end(), from_row) - cached.begin();
+    size_t si = std::lower_bound(spilled.begin(), spilled.end(), from_row) - spilled.begin();
     bool stopped = false;  // fn said so
     Row row;
     auto emit_cached = [&] {
@@ -487,6 +503,7 @@ class SparseTableImpl final : public SparseTable {
     EPS_RETURN_IF_ERROR(store_->WriteCheckpoint(version_, rows, moved));
     for (auto& [id, row] : cache_) row.dirty = false;
     spilled_.clear();
+    ++membership_;
     dropped_.clear();
     stats_.last_checkpoint_rows = rows.size();
     return OkStatus();
@@ -528,6 +545,7 @@ class SparseTableImpl final : public SparseTable {
   }
 
   void Reset(Step version) {
+    ++membership_;
     cache_.clear();
     lru_.clear();
     spilled_.clear();
@@ -600,6 +618,7 @@ class SparseTableImpl final : public SparseTable {
   // spill tier (`spill` deletes it there).
   void Insert(std::unordered_map<uint64_t, Row>::node_type node, SpillBatch* spill) {
     if (spilled_.erase(node.key()) > 0) spill->deletes.push_back(node.key());
+    ++membership_;
     lru_.push_front(node.key());
     node.mapped().lru = lru_.begin();
     cache_.insert(std::move(node));
@@ -617,6 +636,7 @@ class SparseTableImpl final : public SparseTable {
         spilled_.insert(victim);
       }
       cache_.erase(it);
+      ++membership_;
       ++stats_.evictions;
     }
   }
@@ -655,6 +675,13 @@ class SparseTableImpl final : public SparseTable {
   std::unordered_map<uint64_t, Row> cache_;
   std::list<uint64_t> lru_;               // most recently stepped first
   std::unordered_set<uint64_t> spilled_;  // rows whose record is in the spill tier
+  // Counts the changes of which rows are cached and which spilled: ScanStored's sorted ids of
+  // both hold while it is the same (the pages of an export's final pull scan them once).
+  uint64_t membership_ = 0;
+  struct SortedIds {
+    uint64_t membership = UINT64_MAX;  // of no table
+    std::vector<uint64_t> cached, spilled;
+  } sorted_ids_;
   // Rows a move took away that a checkpoint holds: the next one writes their tombstones.
   std::unordered_set<uint64_t> dropped_;
   Step version_{0};

@@ -177,6 +177,14 @@ class SparseTable {
   virtual StatusOr<std::vector<uint64_t>> ChangedSince(Step since, uint64_t from_row = 0,
                                                        size_t max_rows = SIZE_MAX) = 0;
 
+  // A page of every stored row: those from row `from_row` on, at most
+  // `max_rows`, ascending, into *ids, and their weights (dim floats each) into
+  // *weights, read as ScanRows reads them (the cache is left as it was).
+  // O(rows read) but for a sort of the cached and spilled ids, which holds
+  // across pages while no row enters or leaves the cache.
+  virtual Status ReadStored(uint64_t from_row, size_t max_rows, std::vector<uint64_t>* ids,
+                            std::vector<float>* weights) = 0;
+
   // Calls fn(row, version, floats) for every stored row (every row a step has
   // touched; never an untouched one) in ascending row order: `version` last
   // changed it, `floats` holds its dim weights then its optimizer slots (dim

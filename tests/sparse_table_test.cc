@@ -289,6 +289,42 @@ TEST(SparseTable, RowsSpilledToRocksDbGiveTheSameBitsAsATableInMemory) {
     }
     EXPECT_EQ(paged, ids) << page;
   }
+  // ReadStored's pages: the same rows with their weights, and the cache as it was (no row read
+  // into it, none evicted).
+  const SparseTable::Stats before = spilling->stats();
+  for (size_t page : {size_t{2}, size_t{5}, ids.size() + 1}) {
+    std::vector<uint64_t> paged, got;
+    std::vector<float> weights, w;
+    for (uint64_t from = 0;;) {
+      ASSERT_TRUE(spilling->ReadStored(from, page, &got, &w).ok());
+      ASSERT_EQ(w.size(), got.size() * dim);
+      paged.insert(paged.end(), got.begin(), got.end());
+      weights.insert(weights.end(), w.begin(), w.end());
+      if (got.size() < page) break;
+      from = got.back() + 1;
+    }
+    EXPECT_EQ(paged, ids) << page;
+    std::vector<float> want;
+    for (size_t k = 0; k < ids.size(); ++k)
+      want.insert(want.end(), &floats[k * 3 * dim], &floats[k * 3 * dim] + dim);
+    EXPECT_TRUE(SameBits(weights, want)) << page;
+  }
+  const SparseTable::Stats after = spilling->stats();
+  EXPECT_EQ(after.store_reads, before.store_reads);
+  EXPECT_EQ(after.evictions, before.evictions);
+  EXPECT_EQ(after.cached_rows, before.cached_rows);
+  // Rows that come with a step (some never touched before) are in the next scan: its sorted ids
+  // are made anew.
+  const std::vector<VwGrad> more = RandomStep(rng, num_vws, dim, 2 * rows);
+  RunStep(in_memory.get(), more, AlignedBlocks(0, num_vws), dim, 0.02);
+  RunStep(spilling.get(), more, AlignedBlocks(0, num_vws), dim, 0.02);
+  std::vector<uint64_t> now, mem;
+  std::vector<float> w;
+  ASSERT_TRUE(spilling->ReadStored(0, rows + 1, &now, &w).ok());
+  ASSERT_TRUE(in_memory->ReadStored(0, rows + 1, &mem, &w).ok());
+  EXPECT_EQ(now, mem);
+  EXPECT_EQ(now.size(), in_memory->stats().cached_rows);  // every touched row, the new ones too
+  EXPECT_GT(now.size(), ids.size());
 }
 
 TEST(SparseTable, ApplyStepHandsOverTheRowsItChangedAtTheirPreviousWeights) {

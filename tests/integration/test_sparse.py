@@ -62,8 +62,10 @@ _made = {}
 
 
 def tearDownModule():
-    """The folder made() made goes with the module's tests."""
+    """The folder made() made goes with the module's tests (and is made again for another module's, e.g.
+    test_reshard's, run in the same process)."""
     shutil.rmtree(_made.get("tmp", ""), ignore_errors=True)
+    _made.clear()
 
 
 def made():
