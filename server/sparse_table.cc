@@ -414,7 +414,8 @@ class SparseTableImpl final : public SparseTable {
       std::sort(sorted_ids_.spilled.begin(), sorted_ids_.spilled.end());
       sorted_ids_.membership = membership_;
     }
-    const std::vector<uint64_t>&cached = sorted_ids_.cached, &spilled = sorted_ids_.spilled;
+    const std::vector<uint64_t>& cached = sorted_ids_.cached;
+    const std::vector<uint64_t>& spilled = sorted_ids_.spilled;
     size_t ci = std::lower_bound(cached.begin(), cached.end(), from_row) - cached.begin();
     size_t si = std::lower_bound(spilled.begin(), spilled.end(), from_row) - spilled.begin();
     bool stopped = false;  // fn said so
