@@ -70,6 +70,13 @@ std::string Identity(const SparseTableOptions& o) {
   return buf;
 }
 
+// Ids of the cached and of the spilled rows, sorted, as of a count of the table's changes of
+// which rows those are (SparseTableImpl::membership_).
+struct SortedIds {
+  uint64_t membership = UINT64_MAX;  // of no table
+  std::vector<uint64_t> cached, spilled;
+};
+
 class SparseTableImpl final : public SparseTable {
  public:
   SparseTableImpl(const SparseTableOptions& o, std::unique_ptr<SparseRowStore> store)
@@ -361,7 +368,7 @@ class SparseTableImpl final : public SparseTable {
       }));
     }
     // Now the rows that leave go, and those that came come.
-    ++membership_;
+    MembershipChanged();
     SpillBatch spill;
     for (auto it = cache_.begin(); it != cache_.end();) {
       if (!lost(it->first)) {
@@ -404,18 +411,30 @@ class SparseTableImpl final : public SparseTable {
   Status ScanStored(const std::function<bool(uint64_t row, const Row& state)>& fn,
                     uint64_t from_row = 0) {
     EPS_RETURN_IF_ERROR(Usable());
-    // Three sorted streams, disjoint but for the checkpoint's: the cache's rows, the spilled
-    // ones, the newest checkpoint's; a cached or spilled row is newer than its checkpoint record.
-    if (sorted_ids_.membership != membership_) {
-      sorted_ids_.cached.clear();
-      for (const auto& [id, row] : cache_) sorted_ids_.cached.push_back(id);
-      sorted_ids_.spilled.assign(spilled_.begin(), spilled_.end());
-      std::sort(sorted_ids_.cached.begin(), sorted_ids_.cached.end());
-      std::sort(sorted_ids_.spilled.begin(), sorted_ids_.spilled.end());
-      sorted_ids_.membership = membership_;
+    // The cached and spilled ids sorted: held by this scan (a change of the cache meanwhile
+    // cannot free them), and kept for the next one while they hold.
+    SortedIds ids = std::move(sorted_ids_);
+    sorted_ids_.membership = UINT64_MAX;  // none while this scan holds them
+    if (ids.membership != membership_) {
+      ids.cached.clear();
+      for (const auto& [id, row] : cache_) ids.cached.push_back(id);
+      ids.spilled.assign(spilled_.begin(), spilled_.end());
+      std::sort(ids.cached.begin(), ids.cached.end());
+      std::sort(ids.spilled.begin(), ids.spilled.end());
+      ids.membership = membership_;
     }
-    const std::vector<uint64_t>& cached = sorted_ids_.cached;
-    const std::vector<uint64_t>& spilled = sorted_ids_.spilled;
+    const Status st = ScanSorted(ids, fn, from_row);
+    if (ids.membership == membership_) sorted_ids_ = std::move(ids);
+    return st;
+  }
+
+  // Three sorted streams, disjoint but for the checkpoint's: the cache's rows, the spilled ones
+  // (`ids`), the newest checkpoint's; a cached or spilled row is newer than its checkpoint record.
+  Status ScanSorted(const SortedIds& ids,
+                    const std::function<bool(uint64_t row, const Row& state)>& fn,
+                    uint64_t from_row) {
+    const std::vector<uint64_t>& cached = ids.cached;
+    const std::vector<uint64_t>& spilled = ids.spilled;
     size_t ci = std::lower_bound(cached.begin(), cached.end(), from_row) - cached.begin();
     size_t si = std::lower_bound(spilled.begin(), spilled.end(), from_row) - spilled.begin();
     bool stopped = false;  // fn said so
@@ -504,7 +523,7 @@ class SparseTableImpl final : public SparseTable {
     EPS_RETURN_IF_ERROR(store_->WriteCheckpoint(version_, rows, moved));
     for (auto& [id, row] : cache_) row.dirty = false;
     spilled_.clear();
-    ++membership_;
+    MembershipChanged();
     dropped_.clear();
     stats_.last_checkpoint_rows = rows.size();
     return OkStatus();
@@ -545,8 +564,14 @@ class SparseTableImpl final : public SparseTable {
     return OkStatus();
   }
 
-  void Reset(Step version) {
+  // Which rows are cached or spilled changed: ScanStored's sorted ids are stale, and let go.
+  void MembershipChanged() {
     ++membership_;
+    if (sorted_ids_.membership != UINT64_MAX) sorted_ids_ = SortedIds{};
+  }
+
+  void Reset(Step version) {
+    MembershipChanged();
     cache_.clear();
     lru_.clear();
     spilled_.clear();
@@ -619,7 +644,7 @@ class SparseTableImpl final : public SparseTable {
   // spill tier (`spill` deletes it there).
   void Insert(std::unordered_map<uint64_t, Row>::node_type node, SpillBatch* spill) {
     if (spilled_.erase(node.key()) > 0) spill->deletes.push_back(node.key());
-    ++membership_;
+    MembershipChanged();
     lru_.push_front(node.key());
     node.mapped().lru = lru_.begin();
     cache_.insert(std::move(node));
@@ -637,7 +662,7 @@ class SparseTableImpl final : public SparseTable {
         spilled_.insert(victim);
       }
       cache_.erase(it);
-      ++membership_;
+      MembershipChanged();
       ++stats_.evictions;
     }
   }
@@ -679,10 +704,7 @@ class SparseTableImpl final : public SparseTable {
   // Counts the changes of which rows are cached and which spilled: ScanStored's sorted ids of
   // both hold while it is the same (the pages of an export's final pull scan them once).
   uint64_t membership_ = 0;
-  struct SortedIds {
-    uint64_t membership = UINT64_MAX;  // of no table
-    std::vector<uint64_t> cached, spilled;
-  } sorted_ids_;
+  SortedIds sorted_ids_;
   // Rows a move took away that a checkpoint holds: the next one writes their tombstones.
   std::unordered_set<uint64_t> dropped_;
   Step version_{0};
