@@ -153,7 +153,7 @@ std::string SafetensorsHeader(const Layout& layout, const TableExport& e, const 
     offset += bytes;
   }
   std::string head = header.dump();
-  head.append(size > 0 ? size - head.size() : (8 - head.size() % 8) % 8, ' ');
+  head.append(size > head.size() ? size - head.size() : (8 - head.size() % 8) % 8, ' ');
   std::string out(8, '\0');
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((uint64_t(head.size()) >> (8 * i)) & 0xff);
   return out + head;
@@ -310,6 +310,8 @@ StatusOr<ModelDigests> ExportModel(const Layout& layout, ModelPieces* pieces, co
     const std::string ids = NpyHeader("<u8", {f.stored}, f.header),
                       values = NpyHeader("<f4", {f.stored, static_cast<uint64_t>(f.spec->shape[1])},
                                          f.header);
+    if (ids.size() != f.header || values.size() != f.header)
+      return Internal("a table file's header outgrew its room");
     EPS_RETURN_IF_ERROR(f.ids->WriteAt(0, ids.data(), ids.size()));
     EPS_RETURN_IF_ERROR(f.values->WriteAt(0, values.data(), values.size()));
     EPS_RETURN_IF_ERROR(f.ids->Commit());
@@ -317,6 +319,7 @@ StatusOr<ModelDigests> ExportModel(const Layout& layout, ModelPieces* pieces, co
   }
   const std::string head =
       SafetensorsHeader(layout, e, *file, digests.params_sha256, tables, true, header - 8);
+  if (head.size() != header) return Internal("the safetensors header outgrew its room");
   EPS_RETURN_IF_ERROR(out->WriteAt(0, head.data(), head.size()));
   EPS_RETURN_IF_ERROR(out->Commit());
   return digests;
