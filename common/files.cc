@@ -12,16 +12,9 @@
 namespace eps {
 
 Status WriteFileAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out.good()) return Unavailable("cannot write " + tmp);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    return Unavailable("cannot rename " + tmp + " to " + path);
-  return OkStatus();
+  EPS_ASSIGN_OR_RETURN(FileWriter out, FileWriter::Create(path));
+  EPS_RETURN_IF_ERROR(out.Append(text.data(), text.size()));
+  return out.Commit();
 }
 
 StatusOr<FileWriter> FileWriter::Create(const std::string& path) {

@@ -458,7 +458,6 @@ class CoordinatorImpl final : public Coordinator {
           EPS_ASSIGN_OR_RETURN(Envelope reply,
                                Call(channels.at(s).get(), Envelope{options_.token, p},
                                     std::chrono::milliseconds(30000)));
-          if (auto* err = std::get_if<ErrorReply>(&reply.body)) return err->ToStatus();
           auto* pulled = std::get_if<PullReply>(&reply.body);
           if (pulled == nullptr)
             return Internal(std::string("answered a pull with ") + BodyName(reply.body));

@@ -30,12 +30,8 @@ StatusOr<SetDigest> FinalPull::OptimizerDigest() {
     // no chunk names them all: none then).
     Pull pull{version_, {}};
     pull.optimizer_digest = true;
-    for (const Chunk& c : layout_.chunks) {
-      if (c.shard.value() == s) {
-        pull.chunks.push_back(c.id);
-        break;
-      }
-    }
+    const std::vector<ChunkId> mine = layout_.ChunksOf(ShardId(s));
+    if (!mine.empty()) pull.chunks.push_back(mine.front());
     EPS_ASSIGN_OR_RETURN(PullReply reply, Ask(s, pull));
     auto digest = SetDigest::FromBytes(reply.optimizer_digest);
     if (!digest.ok())
