@@ -362,6 +362,12 @@ StatusOr<ShardState::PushOutcome> ShardState::HandlePush(const Push& push) {
       ++out.reply.duplicates;
       continue;
     }
+    if (const float* sum = WholeSum(push.block, c, *s.reducer)) {
+      ++out.reply.accepted;
+      StepChunk(c.chunk, sum);
+      out.finalized = true;
+      continue;
+    }
     Status st = s.reducer->AddWire(push.block, c.data, s.reducer->num_elements());
     if (st.code() == StatusCode::kAlreadyExists) {
       ++out.reply.duplicates;
@@ -461,11 +467,23 @@ bool ShardState::BarrierComplete() const {
   return true;
 }
 
-void ShardState::StepChunk(ChunkId id) {
+const float* ShardState::WholeSum(const Block& block, const ChunkBytes& c,
+                                  const TreeReducer& reducer) const {
+  const bool aligned = reinterpret_cast<uintptr_t>(c.data) % alignof(float) == 0;
+  if (KindOf(c.chunk) != TensorKind::kParameter || spec_->grad_wire_dtype != WireDType::kFP32 ||
+      !(block == reducer.root()) || reducer.counted() != 0 || !aligned)
+    return nullptr;
+  return static_cast<const float*>(c.data);
+}
+
+void ShardState::StepChunk(ChunkId id, const float* sum) {
   ChunkSlot& s = slots_[id.value()];
   loaded_ = Step(-1);  // the state leaves the checkpoint it was loaded from
   // The tree's sum becomes the next version in place: no copy of w(t), no pass for sum / V.
-  auto next = floats_->Share(s.reducer->TakeResult());
+  // A sum pushed whole is read where it lies, and the next version written to a new buffer.
+  auto next = floats_->Share(sum != nullptr ? floats_->Take(s.reducer->num_elements())
+                                            : s.reducer->TakeResult());
+  if (sum == nullptr) sum = next->data();
   // The slots are stepped in place unless a snapshot still holds them: then into new ones,
   // read from the held ones (the same bits).
   auto& held = s.optimizer_slots;
@@ -483,7 +501,7 @@ void ShardState::StepChunk(ChunkId id) {
       slot = std::move(*held[k]);
     }
   }
-  ApplyOptimizer(optimizer_, version_.value(), s.current->data(), next->data(),
+  ApplyOptimizer(optimizer_, version_.value(), s.current->data(), sum,
                  static_cast<float>(spec_->virtual_workers), next->data(), next->size(), &state,
                  parallel_, shared ? &before : nullptr);
   s.optimizer_initialized = state.initialized;

@@ -288,9 +288,14 @@ class ShardState {
   StatusOr<PushOutcome> HandleInit(const Push& push);
   void ResetBarrier();
   bool BarrierComplete() const;
-  // Applies the optimizer to a parameter chunk whose sum is complete; the
-  // value is `next` (pulls of version + 1 may take it) until the whole step is.
-  void StepChunk(ChunkId id);
+  // Applies the optimizer to a parameter chunk whose sum is complete: `sum`
+  // (its n floats), or else its reducer's result; the value is `next` (pulls
+  // of version + 1 may take it) until the whole step is.
+  void StepChunk(ChunkId id, const float* sum = nullptr);
+  // Where a pushed chunk `c` of `block` is the whole sum of a chunk, fp32 and
+  // aligned, so that its step can read it where it lies (one worker held the
+  // tree's every VW): its floats; null otherwise.
+  const float* WholeSum(const Block& block, const ChunkBytes& c, const TreeReducer& reducer) const;
   StepDone ApplyStep();
   size_t BytesOf(ChunkId id) const { return layout_->ChunkBytes(layout_->chunks[id.value()]); }
   TensorKind KindOf(ChunkId id) const {

@@ -351,7 +351,9 @@ TEST(ShardStateMove, ChunksAndRowsMovedBetweenStepsGiveTheBitsOfTheUnmovedJob) {
     size_t chunks = 0;
     for (const auto& [key, bytes] : values) chunks += key.rfind("row", 0) != 0 ? 1 : 0;
     EXPECT_EQ(chunks, fixed.layout().chunks.size() - 1);  // all but the loss's
-    if (sparse) EXPECT_GT(values.size() - chunks, 20u);   // rows stepped and stored
+    if (sparse) {
+      EXPECT_GT(values.size() - chunks, 20u);  // rows stepped and stored
+    }
   }
 }
 

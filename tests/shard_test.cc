@@ -1308,6 +1308,70 @@ TEST(ShardStatePush,
   }
 }
 
+// One worker holding every VW pushes the tree's root whole: the shard steps it from the pushed
+// bytes (ShardState::WholeSum) instead of a copy of them. The same bits as the root's halves
+// give, with an optimizer that keeps slots, also while a snapshot holds the slots (the step
+// writes new ones), and from bytes it cannot read where they lie (misaligned: copied first).
+TEST(ShardStatePush, ARootPushedWholeStepsAsItsHalvesWithAdamWAlsoWhileASnapshotHoldsTheSlots) {
+  Job job(61);
+  ShardConfig config = Config();
+  config.spec.optimizer.kind = "adamw";
+  config.spec.optimizer.weight_decay = 0.01;
+  for (ShardId s : AllShards()) {
+    SCOPED_TRACE("shard " + std::to_string(s.value()));
+    auto make = [&] {
+      auto state = std::make_unique<ShardState>(s);
+      EXPECT_TRUE(state->Configure(config).ok());
+      EXPECT_TRUE(state->HandlePush(job.Init(s)).ok());
+      return state;
+    };
+    auto halves = make(), whole = make(), misaligned = make();
+    std::deque<std::vector<uint8_t>> shifted_bytes;
+    for (int64_t t = 0; t < kSteps; ++t) {
+      std::vector<ShardSnapshot> held;  // step 1 runs while a snapshot holds every slot
+      for (auto* state : {&halves, &whole, &misaligned}) {
+        if (t != 1) continue;
+        auto snap = (*state)->Snapshot();
+        ASSERT_TRUE(snap.ok()) << snap.status().ToString();
+        held.push_back(*std::move(snap));
+      }
+      RunStep(*halves, job, s, t);
+      const Push push = job.BlockPush(s, t, Block{0, 8}, true);
+      Push shifted = push;
+      for (ChunkBytes& c : shifted.chunks) {  // one byte past an aligned start
+        std::vector<uint8_t>& b = shifted_bytes.emplace_back(c.size + 1);
+        std::memcpy(b.data() + 1, c.data, c.size);
+        c.data = b.data() + 1;
+      }
+      using Fed = std::pair<ShardState*, const Push*>;
+      for (auto [state, p] : {Fed{whole.get(), &push}, Fed{misaligned.get(), &shifted}}) {
+        auto out = state->HandlePush(*p);
+        ASSERT_TRUE(out.ok()) << out.status().ToString();
+        EXPECT_EQ(out->reply.duplicates, 0u);
+        EXPECT_TRUE(out->completed.has_value());
+        EXPECT_EQ(state->HandlePush(*p)->reply.duplicates, p->chunks.size());  // once only
+      }
+      auto want = halves->HandlePull(MakePull(t + 1));
+      ASSERT_TRUE(want.ok()) << want.status().ToString();
+      for (ShardState* state : {whole.get(), misaligned.get()}) {
+        auto got = state->HandlePull(MakePull(t + 1));
+        ASSERT_TRUE(got.ok()) << got.status().ToString();
+        ASSERT_EQ(got->chunks.size(), want->chunks.size());
+        for (size_t i = 0; i < got->chunks.size(); ++i) {
+          const ChunkBytes &a = got->chunks[i], &b = want->chunks[i];
+          ASSERT_EQ(a.size, b.size);
+          EXPECT_EQ(std::memcmp(a.data, b.data, a.size), 0) << "step " << t << " chunk " << a.chunk;
+        }
+      }
+      for (const ChunkBytes& c : want->chunks) {  // AdamW's bits, not the job's SGD ones
+        if (t == 0 && job.Kind(c.chunk) == TensorKind::kParameter) {
+          EXPECT_FALSE(SameBits(c, job.Expected(1, c.chunk))) << "chunk " << c.chunk;
+        }
+      }
+    }
+  }
+}
+
 TEST(ShardStatePull, ThePreviousVersionStaysReadableForOneStep) {
   Job job(51);
   for (ShardId s : AllShards()) {
