@@ -115,8 +115,55 @@ static void CombineInto(float* acc, const float* right, size_t n, WireDType roun
   }
 }
 
+Status TreeReducer::Add(const Block& b, std::vector<TreePiece> pieces) {
+  std::sort(pieces.begin(), pieces.end(),
+            [](const TreePiece& x, const TreePiece& y) { return x.at < y.at; });
+  size_t covered = 0;
+  for (const TreePiece& p : pieces) {
+    if (p.at != covered) {
+      return InvalidArgument("the pieces of block " + b.ToString() +
+                             " leave a gap or overlap at element " + std::to_string(covered));
+    }
+    covered += p.n;
+  }
+  EPS_RETURN_IF_ERROR(Check(b, covered));
+  const Climb c = ClimbFrom(b);
+  auto sibling = nodes_.find(c.sibling.lo);
+  if (b.size < root_.size && !c.is_left && sibling != nodes_.end() &&
+      sibling->second.first == c.sibling.size) {
+    std::vector<float> left = std::move(sibling->second.second);
+    nodes_.erase(sibling);
+    for (const TreePiece& p : pieces) {  // left + round(right), in slices the rounding reads warm
+      constexpr size_t kSlice = 2048;
+      float right[kSlice];
+      for (size_t at = 0; at < p.n; at += kSlice) {
+        const size_t len = std::min(kSlice, p.n - at);
+        const float* from = p.data + at;
+        if (rounding_ != WireDType::kFP32) {
+          std::memcpy(right, from, len * sizeof(float));
+          RoundToWire(rounding_, right, len);
+          from = right;
+        }
+        CombineInto(left.data() + p.at + at, from, len, rounding_);
+      }
+    }
+    counted_ += PresentLeaves(b);
+    Store(c.parent, std::move(left));
+    return OkStatus();
+  }
+  std::vector<float> value = pool_ ? pool_->Take(n_) : std::vector<float>(n_);
+  for (const TreePiece& p : pieces) std::memcpy(value.data() + p.at, p.data, p.n * sizeof(float));
+  RoundToWire(rounding_, value.data(), n_);
+  Insert(b, std::move(value));
+  return OkStatus();
+}
+
 void TreeReducer::Insert(const Block& b, std::vector<float> value) {
   counted_ += PresentLeaves(b);
+  Store(b, std::move(value));
+}
+
+void TreeReducer::Store(const Block& b, std::vector<float> value) {
   ClimbInsert(&nodes_, root_, num_leaves_, b, std::move(value),
               [this](std::vector<float> left, std::vector<float> right) {
                 CombineInto(left.data(), right.data(), n_, rounding_);

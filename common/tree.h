@@ -91,6 +91,13 @@ void ClimbInsert(TreeNodes<Value>* nodes, const Block& root, uint32_t num_leaves
 
 class TreeFinisher;
 
+// A piece of a node's value: elements [at, at + n) are data[0, n).
+struct TreePiece {
+  size_t at = 0;
+  const float* data = nullptr;
+  size_t n = 0;
+};
+
 // Reduces the subtree of the canonical tree (over `num_leaves` leaves) rooted at
 // `root`, from contributions for any of its nodes. Each leaf counts at most once:
 // a contribution that overlaps leaves already counted is refused whole.
@@ -110,6 +117,11 @@ class TreeReducer {
   Status Add(const Block& b, std::vector<float> value);
   // As Add, copying from `data`.
   Status Add(const Block& b, const float* data, size_t n);
+  // As Add, for a value that lies in `pieces` (a VW's gradients, tensor by
+  // tensor), which must cover every element once (InvalidArgument otherwise).
+  // A right child whose left sibling is held is added into the sibling from
+  // where the pieces lie: no copy of it is made.
+  Status Add(const Block& b, std::vector<TreePiece> pieces);
   // As Add, decoding `n` values of the reducer's wire dtype from `data` (a
   // pushed partial): they are exact, so no rounding pass.
   Status AddWire(const Block& b, const void* data, size_t n);
@@ -137,6 +149,8 @@ class TreeReducer {
   Status Check(const Block& b, size_t n) const;
   // Adds a value already representable in the wire dtype; Check() passed.
   void Insert(const Block& b, std::vector<float> value);
+  // Stores node `b`'s value (its leaves counted), climbing while siblings are held.
+  void Store(const Block& b, std::vector<float> value);
   bool Overlaps(const Block& b) const;
   uint32_t PresentLeaves(const Block& b) const;
 

@@ -217,6 +217,57 @@ TEST_P(TreeReduceSplits, FinishingRangeByRangeGivesTheBitsOfAddingTheLastLeafWho
   }
 }
 
+// A VW's gradients come tensor by tensor: leaves given in pieces (random splits, in random
+// order) give the reference bits in any order of the leaves; a right child whose left sibling
+// is held goes into it where its pieces lie, so leaves in order take a buffer for the left
+// children only.
+TEST_P(TreeReduceSplits, LeavesGivenInPiecesGiveTheReferenceBitsAndRightChildrenTakeNoBuffer) {
+  const WireDType rounding = GetParam();
+  std::mt19937_64 rng(17);
+  constexpr size_t kLong = 5000;  // beyond one slice of the in-place addition
+  for (uint32_t v : {1u, 2u, 3u, 5u, 8u, 13u}) {
+    const Leaves leaves = RandomLeaves(v, kLong, rng);
+    for (int trial = 0; trial < 8; ++trial) {
+      SCOPED_TRACE("V=" + std::to_string(v) + " trial " + std::to_string(trial));
+      std::vector<uint32_t> order(v);
+      for (uint32_t i = 0; i < v; ++i) order[i] = i;
+      if (trial > 0) Shuffle(order, rng);
+      auto pool = VectorPool<float>::Create(size_t{1} << 30);
+      TreeReducer reducer(Block{0, TreeWidth(v)}, v, kLong, rounding, pool);
+      for (uint32_t leaf : order) {
+        std::vector<TreePiece> pieces;
+        for (auto [first, end] : RandomSplit(static_cast<uint32_t>(kLong), rng))
+          pieces.push_back({first, leaves[leaf].data() + first, size_t{end} - first});
+        Shuffle(pieces, rng);
+        ASSERT_TRUE(reducer.Add(Block{leaf, 1}, std::move(pieces)).ok());
+      }
+      ASSERT_TRUE(reducer.complete());
+      EXPECT_TRUE(SameBits(reducer.TakeResult(), Reference(leaves, rounding)));
+      if (trial == 0) {
+        EXPECT_EQ(pool->created() + pool->reused(), (v + 1) / 2);
+      }
+    }
+  }
+}
+
+TEST(TreeReduce, PiecesThatLeaveAGapOrOverlapOrMissElementsAreInvalidAndChangeNothing) {
+  const std::vector<float> value(8, 1.0f);
+  TreeReducer reducer(Block{0, 2}, 2, 8);
+  ASSERT_TRUE(reducer.Add(Block{0, 1}, value).ok());
+  const float* d = value.data();
+  for (const auto& pieces : std::vector<std::vector<TreePiece>>{
+           {{0, d, 3}, {4, d, 4}},             // element 3 missing
+           {{0, d, 5}, {4, d, 4}},             // element 4 twice
+           {{0, d, 4}},                        // too few
+           {{0, d, 4}, {4, d, 4}, {8, d, 1}},  // too many
+       }) {
+    EXPECT_EQ(reducer.Add(Block{1, 1}, pieces).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(reducer.counted(), 1u);
+  }
+  ASSERT_TRUE(reducer.Add(Block{1, 1}, {{4, d, 4}, {0, d, 4}}).ok());
+  EXPECT_TRUE(SameBits(reducer.TakeResult(), std::vector<float>(8, 2.0f)));
+}
+
 TEST(TreeReduce, FinishRefusesABlockThatIsNotAllTheRootMisses) {
   std::mt19937_64 rng(5);
   const Leaves leaves = RandomLeaves(8, kElems, rng);

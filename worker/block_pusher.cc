@@ -1,7 +1,6 @@
 #include "worker/block_pusher.h"
 
 #include <algorithm>
-#include <cstring>
 
 namespace eps {
 namespace {
@@ -14,8 +13,13 @@ size_t EncodedAt(size_t flat_size) {
 }  // namespace
 
 FlatGradientLayout::FlatGradientLayout(const Layout& layout, std::vector<char> frozen_tensors)
-    : offset(layout.tensors.size(), 0), frozen(std::move(frozen_tensors)) {
+    : offset(layout.tensors.size(), 0),
+      frozen(std::move(frozen_tensors)),
+      first_chunk(layout.tensors.size() + 1, 0) {
   frozen.resize(layout.tensors.size(), 0);
+  for (const Chunk& c : layout.chunks) first_chunk[c.tensor + 1] = c.id.value() + 1;
+  for (size_t i = 1; i < first_chunk.size(); ++i)  // a tensor without chunks (sparse) is empty
+    first_chunk[i] = std::max(first_chunk[i], first_chunk[i - 1]);
   for (size_t i = 0; i < layout.tensors.size(); ++i) {
     const TensorSpec& t = layout.tensors[i];
     if ((t.kind == TensorKind::kParameter && !frozen[i] && !t.sparse) ||
@@ -40,10 +44,7 @@ BlockPusher::BlockPusher(const Job& job, Epoch epoch, Step step, const Block& bl
       step_(step),
       block_(block),
       reducer_(block, job.virtual_workers, job.flat->size, job.grad_wire, job.flat->pool),
-      shm_to_(job.client->ShmPushTargets()),
-      ready_(job.layout->tensors.size(), 0),
-      sent_(job.layout->chunks.size(), 0) {
-  for (const Chunk& c : job_.layout->chunks) sent_[c.id.value()] = job_.flat->frozen[c.tensor];
+      shm_to_(job.client->ShmPushTargets()) {
   for (uint32_t t : job_.layout->sparse) {
     rows_.emplace_back(block, job.virtual_workers,
                        static_cast<size_t>(job_.layout->tensors[t].shape[1]), job.grad_wire);
@@ -70,17 +71,17 @@ BlockPusher::BlockPusher(const Job& job, Epoch epoch, Step step, const Block& bl
 
 Status BlockPusher::AddVW(uint32_t v, const ModelRunner::Gradients& grads, float loss) {
   const Layout& layout = *job_.layout;
-  std::vector<float> flat = job_.flat->pool->Take(job_.flat->size);  // every element written below
+  std::vector<TreePiece> pieces;  // the flat gradient's, where libtorch left them
   for (size_t i = 0; i < layout.tensors.size(); ++i) {
     const TensorSpec& t = layout.tensors[i];
     if (t.kind == TensorKind::kParameter && !job_.flat->frozen[i] && !t.sparse) {
-      std::memcpy(flat.data() + job_.flat->offset[i], grads.data[i], t.numel() * sizeof(float));
+      pieces.push_back({job_.flat->offset[i], grads.data[i], static_cast<size_t>(t.numel())});
     } else if (t.kind == TensorKind::kLoss) {
-      flat[job_.flat->offset[i]] = loss;
+      pieces.push_back({job_.flat->offset[i], &loss, 1});
     }
   }
   EPS_RETURN_IF_ERROR(AddRows(v, grads));
-  return reducer_.Add(Block{v, 1}, std::move(flat));
+  return reducer_.Add(Block{v, 1}, std::move(pieces));
 }
 
 Status BlockPusher::AddRows(uint32_t v, const ModelRunner::Gradients& grads) {
@@ -136,19 +137,21 @@ Status BlockPusher::TensorReady(size_t i, const float* grad) {
   // Finish.
   if (job_.flat->frozen[i] || job_.layout->tensors[i].sparse) return OkStatus();
   const size_t at = job_.flat->offset[i];
-  const int64_t n = job_.layout->tensors[i].numel();
-  finisher_->Add(at, n, grad, sum_.get() + at);
-  ready_[i] = 1;
-  unsent_bytes_ += n * WireDTypeSize(job_.grad_wire);
-  if (!eager_ || unsent_bytes_ < kEagerPushBytes) return OkStatus();
-  return PushReady({});
+  for (uint32_t id = job_.flat->first_chunk[i]; id < job_.flat->first_chunk[i + 1]; ++id) {
+    const Chunk& c = job_.layout->chunks[id];
+    finisher_->Add(at + c.offset, c.numel, grad + c.offset, sum_.get() + at + c.offset);
+    unsent_.push_back(id);
+    unsent_bytes_ += c.numel * WireDTypeSize(job_.grad_wire);
+    if (eager_ && unsent_bytes_ >= kEagerPushBytes) EPS_RETURN_IF_ERROR(PushReady({}));
+  }
+  return OkStatus();
 }
 
 Status BlockPusher::Finish(float loss, const BufferCopies& vw0_buffers,
                            const ModelRunner::Gradients& last) {
-  const size_t at = job_.flat->offset.back();  // the layout ends with the loss
+  const size_t at = job_.flat->offset.back();  // the layout ends with the loss, in one chunk
   finisher_->Add(at, 1, &loss, sum_.get() + at);
-  ready_.back() = 1;
+  unsent_.push_back(static_cast<uint32_t>(job_.layout->chunks.size() - 1));
   if (rows_.empty()) return PushReady(vw0_buffers);
   EPS_RETURN_IF_ERROR(AddRows(last_, last));
   EPS_ASSIGN_OR_RETURN(auto rows, TakeRows());
@@ -164,39 +167,40 @@ Status BlockPusher::PushReady(const BufferCopies& vw0_buffers,
                               std::vector<std::vector<SparseRowBytes>> rows) {
   const Layout& layout = *job_.layout;
   const WireDType wire = job_.grad_wire;
-  for (size_t s = 0; s < job_.client->num_shards(); ++s) {
-    Push push{epoch_, step_, block_, {}};
-    for (const Chunk& c : layout.chunks) {
-      if (c.shard.value() != s || sent_[c.id.value()]) continue;
-      if (layout.tensors[c.tensor].kind == TensorKind::kBuffer) {
-        if (vw0_buffers.empty()) continue;
-        const auto& b = vw0_buffers[c.tensor];
-        const size_t elem = DTypeSize(layout.tensors[c.tensor].dtype);
-        push.chunks.push_back({c.id, b->data() + c.offset * elem, layout.ChunkBytes(c), b});
-      } else {
-        if (!ready_[c.tensor]) continue;
-        const size_t at = job_.flat->offset[c.tensor] + c.offset;
-        const void* bytes = sum_.get() + at;
-        std::shared_ptr<const void> owner = sum_;
-        if (wire != WireDType::kFP32) {
-          EncodeWire(wire, sum_.get() + at, c.numel, encoded_.get() + at);
-          bytes = encoded_.get() + at;
-          owner = encoded_;
-        }
-        if (shm_to_[s]) {
-          const uint64_t offset = static_cast<const uint8_t*>(bytes) - region_->data();
-          push.shm_chunks.push_back({c.id, offset, layout.WireBytes(c, wire)});
-        } else {
-          push.chunks.push_back({c.id, bytes, layout.WireBytes(c, wire), std::move(owner)});
-        }
-      }
-      sent_[c.id.value()] = 1;
+  std::vector<Push> pushes(job_.client->num_shards(), Push{epoch_, step_, block_, {}});
+  for (uint32_t id : unsent_) {
+    const Chunk& c = layout.chunks[id];
+    Push& push = pushes[c.shard.value()];
+    const size_t at = job_.flat->offset[c.tensor] + c.offset;
+    const void* bytes = sum_.get() + at;
+    std::shared_ptr<const void> owner = sum_;
+    if (wire != WireDType::kFP32) {
+      EncodeWire(wire, sum_.get() + at, c.numel, encoded_.get() + at);
+      bytes = encoded_.get() + at;
+      owner = encoded_;
     }
+    if (shm_to_[c.shard.value()]) {
+      const uint64_t offset = static_cast<const uint8_t*>(bytes) - region_->data();
+      push.shm_chunks.push_back({c.id, offset, layout.WireBytes(c, wire)});
+    } else {
+      push.chunks.push_back({c.id, bytes, layout.WireBytes(c, wire), std::move(owner)});
+    }
+  }
+  unsent_.clear();
+  unsent_bytes_ = 0;
+  for (const Chunk& c : layout.chunks) {
+    if (vw0_buffers.empty() || layout.tensors[c.tensor].kind != TensorKind::kBuffer) continue;
+    const auto& b = vw0_buffers[c.tensor];
+    const size_t elem = DTypeSize(layout.tensors[c.tensor].dtype);
+    pushes[c.shard.value()].chunks.push_back(
+        {c.id, b->data() + c.offset * elem, layout.ChunkBytes(c), b});
+  }
+  for (size_t s = 0; s < pushes.size(); ++s) {
+    Push& push = pushes[s];
     if (!push.shm_chunks.empty()) push.shm = region_->ref();
     if (s < rows.size()) push.sparse = std::move(rows[s]);
     EPS_RETURN_IF_ERROR(job_.client->SendPush(s, std::move(push)));
   }
-  unsent_bytes_ = 0;
   return OkStatus();
 }
 

@@ -29,6 +29,9 @@ struct FlatGradientLayout {
   FlatGradientLayout(const Layout& layout, std::vector<char> frozen);
   std::vector<size_t> offset;  // by tensor
   std::vector<char> frozen;    // by tensor
+  // Tensor i's chunks are ids [first_chunk[i], first_chunk[i + 1]) (MakeLayout cuts in tensor
+  // order).
+  std::vector<uint32_t> first_chunk;
   size_t size = 0;             // elements in all
   // The VWs' flat gradients and the trees' merged nodes, kept from a block to the next: every
   // element of a flat gradient is written, so a reused one needs no zeroing pass.
@@ -39,11 +42,12 @@ struct FlatGradientLayout {
 using BufferCopies = std::vector<std::shared_ptr<std::vector<uint8_t>>>;
 
 // One aligned block of one train plan, from its first VW's gradients to the
-// pushes of its partial. The partial's value fills in tensor by tensor while
-// the block's last VW runs backward (TreeFinisher), and the chunks of the
-// tensors ready so far leave as soon as they are worth a push of their own
+// pushes of its partial. The partial's value fills in chunk by chunk as the
+// block's last VW's backward finishes each tensor (TreeFinisher), and the
+// chunks finished so far leave as soon as they are worth a push of their own
 // (kEagerPushBytes): sending and the shards' optimizer overlap the rest of
-// backward (the first layers, the costliest, come last). The partial lives
+// backward (the first layers, the costliest, come last), and a large tensor's
+// first chunks are stepped while the reducing thread finishes its last ones. The partial lives
 // in a shared-memory region when some shard reads pushes from there (the
 // push names where each chunk is), else on the heap (the bytes travel in the
 // message).
@@ -85,7 +89,7 @@ class BlockPusher {
   // The tree's last node is the block's last VW, `last`: what follows adds it tensor by tensor.
   [[nodiscard]] Status StartLastVW(uint32_t last);
   // Parameter i of the last VW is final in `grad`: its part of the partial
-  // is finished, and the ready chunks are pushed once they are worth it.
+  // is finished chunk by chunk, each pushed once the ready ones are worth it.
   [[nodiscard]] Status TensorReady(size_t i, const float* grad);
   // The last VW's loss completes the partial: every chunk not pushed yet is,
   // with VW 0's buffers when the block holds VW 0 (`vw0_buffers` not empty),
@@ -117,9 +121,8 @@ class BlockPusher {
   std::shared_ptr<float[]> sum_;          // the partial in flat layout, fp32
   std::shared_ptr<uint16_t[]> encoded_;   // the same in the gradient wire dtype, if compressed
   std::vector<char> shm_to_;  // by shard: push from region_ (the message names the bytes)
-  std::vector<char> ready_;   // by tensor: its part of the partial is final
-  std::vector<char> sent_;    // by chunk
-  size_t unsent_bytes_ = 0;   // ready, not sent
+  std::vector<uint32_t> unsent_;  // the chunks whose part of the partial is final, not sent
+  size_t unsent_bytes_ = 0;       // theirs
 };
 
 }  // namespace eps
