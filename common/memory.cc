@@ -9,7 +9,7 @@ namespace eps {
 
 void KeepFreedMemory() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, -1);  // never trimmed (glibc: -1 disables trimming)
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_ARENA_MAX, 1);
 }

@@ -178,7 +178,7 @@ StatusOr<TreeFinisher> TreeReducer::Finish(const Block& b) {
     return FailedPrecondition("block " + b.ToString() + " is not all the root " + root_.ToString() +
                               " misses");
   }
-  TreeFinisher finisher(n_, rounding_);
+  TreeFinisher finisher(n_, rounding_, pool_);
   Block node = b;
   while (node.size < root_.size) {
     const auto [is_left, sibling, parent] = ClimbFrom(node);
@@ -195,6 +195,11 @@ StatusOr<TreeFinisher> TreeReducer::Finish(const Block& b) {
   nodes_.clear();
   counted_ = 0;
   return finisher;
+}
+
+TreeFinisher::~TreeFinisher() {
+  if (pool_ == nullptr) return;
+  for (Sibling& s : path_) pool_->Give(std::move(s.value));
 }
 
 void TreeFinisher::Add(size_t first, size_t n, const float* value, float* out) const {

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -169,6 +170,10 @@ class TreeReducer {
 // in any order, and a range given twice gives the same values twice.
 class TreeFinisher {
  public:
+  TreeFinisher(TreeFinisher&&) = default;
+  TreeFinisher& operator=(TreeFinisher&&) = default;
+  ~TreeFinisher();  // the siblings' buffers go back to the reducer's pool, if it had one
+
   // Writes the root's value over elements [first, first + n) to out[0, n),
   // given the last node's value over them in value[0, n) (rounded here, as Add
   // rounds a leaf). first + n <= num_elements(); `value` and `out` may be the same.
@@ -177,7 +182,8 @@ class TreeFinisher {
 
  private:
   friend class TreeReducer;
-  TreeFinisher(size_t n, WireDType rounding) : n_(n), rounding_(rounding) {}
+  TreeFinisher(size_t n, WireDType rounding, std::shared_ptr<VectorPool<float>> pool)
+      : n_(n), rounding_(rounding), pool_(std::move(pool)) {}
   // The sibling met at each level on the way from the last node up to the root.
   struct Sibling {
     std::vector<float> value;
@@ -185,6 +191,7 @@ class TreeFinisher {
   };
   size_t n_;
   WireDType rounding_;
+  std::shared_ptr<VectorPool<float>> pool_;
   std::vector<Sibling> path_;
 };
 

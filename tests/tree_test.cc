@@ -268,6 +268,22 @@ TEST(TreeReduce, PiecesThatLeaveAGapOrOverlapOrMissElementsAreInvalidAndChangeNo
   EXPECT_TRUE(SameBits(reducer.TakeResult(), std::vector<float>(8, 2.0f)));
 }
 
+TEST(TreeReduce, AFinisherGivesTheSiblingsBuffersBackToTheReducersPoolWhenItGoes) {
+  std::mt19937_64 rng(9);
+  const Leaves leaves = RandomLeaves(8, kElems, rng);
+  auto pool = VectorPool<float>::Create(size_t{1} << 20);
+  TreeReducer reducer(Block{0, 8}, 8, kElems, WireDType::kFP32, pool);
+  for (uint32_t leaf = 0; leaf < 7; ++leaf)
+    ASSERT_TRUE(reducer.Add(Block{leaf, 1}, leaves[leaf]).ok());
+  const size_t merged_away = pool->held_bytes();  // the right children the merges let go
+  {
+    auto finisher = reducer.Finish(Block{7, 1});
+    ASSERT_TRUE(finisher.ok());
+    EXPECT_EQ(pool->held_bytes(), merged_away);  // the siblings [0,4), [4,6) and 6 are its
+  }
+  EXPECT_EQ(pool->held_bytes(), merged_away + 3 * kElems * sizeof(float));
+}
+
 TEST(TreeReduce, FinishRefusesABlockThatIsNotAllTheRootMisses) {
   std::mt19937_64 rng(5);
   const Leaves leaves = RandomLeaves(8, kElems, rng);

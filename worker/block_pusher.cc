@@ -12,7 +12,8 @@ size_t EncodedAt(size_t flat_size) {
 
 }  // namespace
 
-FlatGradientLayout::FlatGradientLayout(const Layout& layout, std::vector<char> frozen_tensors)
+FlatGradientLayout::FlatGradientLayout(const Layout& layout, std::vector<char> frozen_tensors,
+                                       uint32_t virtual_workers)
     : offset(layout.tensors.size(), 0),
       frozen(std::move(frozen_tensors)),
       first_chunk(layout.tensors.size() + 1, 0) {
@@ -28,8 +29,9 @@ FlatGradientLayout::FlatGradientLayout(const Layout& layout, std::vector<char> f
       size += static_cast<size_t>(t.numel());
     }
   }
-  // A block's tree holds a node a level; two more cover a VW's leaf and the one merged away.
-  pool = VectorPool<float>::Create(2 * size * sizeof(float));
+  size_t levels = 1;
+  while ((uint32_t{1} << levels) < virtual_workers) ++levels;
+  pool = VectorPool<float>::Create(levels * size * sizeof(float));
 }
 
 size_t BlockPusher::RegionBytes(size_t flat_size, WireDType grad_wire) {

@@ -26,15 +26,15 @@ namespace eps {
 // have none: they are never reduced nor pushed. Nor do the sparse tables:
 // their touched rows are reduced apart (BlockPusher).
 struct FlatGradientLayout {
-  FlatGradientLayout(const Layout& layout, std::vector<char> frozen);
+  FlatGradientLayout(const Layout& layout, std::vector<char> frozen, uint32_t virtual_workers);
   std::vector<size_t> offset;  // by tensor
   std::vector<char> frozen;    // by tensor
   // Tensor i's chunks are ids [first_chunk[i], first_chunk[i + 1]) (MakeLayout cuts in tensor
   // order).
   std::vector<uint32_t> first_chunk;
   size_t size = 0;             // elements in all
-  // The VWs' flat gradients and the trees' merged nodes, kept from a block to the next: every
-  // element of a flat gradient is written, so a reused one needs no zeroing pass.
+  // The trees' nodes, kept from a block to the next (a reused one needs no zeroing pass, nor
+  // fresh pages): a block holds at most one a level of its tree, given back when it is done.
   std::shared_ptr<VectorPool<float>> pool;
 };
 

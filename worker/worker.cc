@@ -394,7 +394,7 @@ class WorkerImpl final : public Worker {
       return ProtocolError("shard address list does not match the job");
     }
     std::vector<char> frozen = FrozenTensors(layout_.tensors, freeze_);
-    flat_ = std::make_unique<FlatGradientLayout>(layout_, frozen);
+    flat_ = std::make_unique<FlatGradientLayout>(layout_, frozen, spec_.virtual_workers);
     ParameterClientOptions po;
     po.token = options_.token;
     po.rpc_timeout = options_.rpc_timeout;
