@@ -64,14 +64,6 @@ struct ModelDigests {
   std::string buffers_sha256;  // the same over the buffers (BatchNorm statistics)
 };
 
-// Adds a shard's pulled rows of every sparse table (SparseRead since -1:
-// every stored row) to `tables`; SortTableRows once every shard's are in.
-// ProtocolError for rows that do not fit the layout.
-Status AddTableRows(const Layout& layout, const std::vector<SparseRowBytes>& rows,
-                    ModelTables* tables);
-// Puts every table's rows in ascending order; DataLoss for a row two shards hold.
-Status SortTableRows(const Layout& layout, ModelTables* tables);
-
 // A model version as an export reads it, a piece at a time in layout order:
 // pulled from the shards in pages (elastic/final_pull.h), or held (HeldModel).
 class ModelPieces {

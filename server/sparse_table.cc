@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -12,63 +11,25 @@
 #include <unordered_set>
 #include <utility>
 
+#include "server/sparse_record.h"
 #include "server/sparse_row_step.h"
-#include "server/sparse_table_testing.h"
 #include "storage/sparse_store.h"
 
 namespace eps {
 namespace {
 
-// ---- row records: [version:i64][flags:u32][0:u32][weights, slot0, slot1: dim floats each] ----
-
-constexpr size_t kHeader = 16;
-constexpr uint32_t kInitialized = 1;  // the optimizer has stepped the row (its slots are live)
 // What the cache spends on a row besides its floats: the hash map's node and bucket, the
 // LRU list's node, the vector's header.
 constexpr size_t kRowOverhead = 112;
 
-struct Row {
-  std::vector<float> data;  // weights, then the slots
-  int64_t version = 0;      // the version that last changed the row
-  bool initialized = false;
+// A cached row: its record's fields, and the cache's.
+struct Row : RowRecord {
   bool dirty = false;  // changed since the last checkpoint
   bool fresh = false;  // just made by the initializer: stored nowhere
   std::list<uint64_t>::iterator lru;
 };
 
-std::string Encode(const Row& row) {
-  std::string r(kHeader + row.data.size() * sizeof(float), '\0');
-  const uint32_t flags = row.initialized ? kInitialized : 0;
-  std::memcpy(&r[0], &row.version, 8);
-  std::memcpy(&r[8], &flags, 4);
-  std::memcpy(&r[kHeader], row.data.data(), row.data.size() * sizeof(float));
-  return r;
-}
-
-bool Decode(const std::string& r, size_t floats, Row* row) {
-  if (r.size() != kHeader + floats * sizeof(float)) return false;
-  uint32_t flags = 0, pad = 0;
-  std::memcpy(&row->version, &r[0], 8);
-  std::memcpy(&flags, &r[8], 4);
-  std::memcpy(&pad, &r[12], 4);
-  if ((flags & ~kInitialized) != 0 || pad != 0 || row->version < 0) return false;
-  row->initialized = (flags & kInitialized) != 0;
-  row->data.resize(floats);
-  std::memcpy(row->data.data(), &r[kHeader], floats * sizeof(float));
-  return true;
-}
-
 bool Finite(double x) { return std::isfinite(x); }
-
-std::string Identity(const SparseTableOptions& o) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "dim=%zu slots=%d optimizer=%d init=%d %.17g %.17g %.17g %.17g seed=%llu", o.dim,
-                SparseOptimizerSlots(o.optimizer), static_cast<int>(o.optimizer.kind),
-                static_cast<int>(o.init.kind), o.init.mean, o.init.stddev, o.init.low, o.init.high,
-                static_cast<unsigned long long>(o.seed));
-  return buf;
-}
 
 // Ids of the cached and of the spilled rows, sorted, as of a count of the table's changes of
 // which rows those are (SparseTableImpl::membership_).
@@ -311,13 +272,13 @@ class SparseTableImpl final : public SparseTable {
     });
   }
 
-  size_t RecordBytes() const override { return kHeader + floats_ * sizeof(float); }
+  size_t RecordBytes() const override { return RowRecordBytes(floats_); }
 
   Status ExportRows(const std::function<bool(uint64_t row)>& want, std::string* out) override {
     return ScanStored([&](uint64_t id, const Row& r) {
       if (!want(id)) return true;
       out->append(reinterpret_cast<const char*>(&id), sizeof id);
-      out->append(Encode(r));
+      out->append(EncodeRow(r));
       return true;
     });
   }
@@ -344,7 +305,7 @@ class SparseTableImpl final : public SparseTable {
       uint64_t id;
       std::memcpy(&id, records.data() + at, sizeof id);
       Row row;
-      if (!Decode(std::string(records.substr(at + sizeof id, RecordBytes())), floats_, &row) ||
+      if (!DecodeRow(records.substr(at + sizeof id, RecordBytes()), floats_, &row) ||
           row.version > version.value())
         return InvalidArgument(table + ": moved row " + std::to_string(id) + " is malformed");
       if (lost(id)) return InvalidArgument(table + ": moved row " + std::to_string(id) + " is one it loses");
@@ -478,7 +439,7 @@ class SparseTableImpl final : public SparseTable {
             } else if (si < spilled.size() && spilled[si] == id) {
               EPS_RETURN_IF_ERROR(emit_spilled());
             } else if (dropped_.count(id) == 0) {  // not moved away
-              if (!Decode(std::string(record), floats_, &row)) {
+              if (!DecodeRow(record, floats_, &row)) {
                 return DataLoss("checkpointed row " + std::to_string(id) + " of sparse table " +
                                 std::to_string(o_.table_id) + " is malformed in " + store_->path());
               }
@@ -502,7 +463,7 @@ class SparseTableImpl final : public SparseTable {
     const std::vector<Step> held = store_->Checkpoints();
     std::vector<std::pair<uint64_t, std::string>> rows;
     for (const auto& [id, row] : cache_) {
-      if (row.dirty) rows.emplace_back(id, Encode(row));
+      if (row.dirty) rows.emplace_back(id, EncodeRow(row));
     }
     for (uint64_t id : dropped_) rows.emplace_back(id, std::string());  // tombstones
     std::vector<uint64_t> moved(spilled_.begin(), spilled_.end());
@@ -617,7 +578,7 @@ class SparseTableImpl final : public SparseTable {
   Status DecodeInto(uint64_t id, const std::optional<std::string>& record, const char* tier,
                     std::unordered_map<uint64_t, Row>* out) const {
     Row row;
-    if (!record.has_value() || !Decode(*record, floats_, &row)) {
+    if (!record.has_value() || !DecodeRow(*record, floats_, &row)) {
       return DataLoss(std::string(tier) + " row " + std::to_string(id) + " of sparse table " +
                       std::to_string(o_.table_id) + " is " +
                       (record.has_value() ? "malformed" : "missing") + " in " + store_->path());
@@ -658,7 +619,7 @@ class SparseTableImpl final : public SparseTable {
       lru_.pop_back();
       auto it = cache_.find(victim);
       if (it->second.dirty) {
-        spill->puts.emplace_back(victim, Encode(it->second));
+        spill->puts.emplace_back(victim, EncodeRow(it->second));
         spilled_.insert(victim);
       }
       cache_.erase(it);
@@ -717,10 +678,6 @@ class SparseTableImpl final : public SparseTable {
 
 }  // namespace
 
-std::string SparseStoreIdentityForTesting(const SparseTableOptions& options) {
-  return Identity(options);
-}
-
 int SparseOptimizerSlots(const SparseOptimizerOptions& o) {
   switch (o.kind) {
     case SparseOptimizerOptions::Kind::kSgd:
@@ -759,30 +716,11 @@ StatusOr<std::unique_ptr<SparseTable>> SparseTable::Open(const SparseTableOption
     SparseStoreOptions so;
     so.path = o.path;
     so.table_id = o.table_id;
-    so.identity = Identity(o);
+    so.identity = SparseStoreIdentity(o);
     so.keep_checkpoints = o.keep_checkpoints;
     EPS_ASSIGN_OR_RETURN(store, SparseRowStore::Open(so));
   }
   return std::unique_ptr<SparseTable>(new SparseTableImpl(o, std::move(store)));
-}
-
-Status ScanTableCheckpoint(const SparseTableOptions& o, Step step,
-                           const std::function<void(uint64_t row, const float* weights)>& fn) {
-  SparseStoreOptions so;
-  so.path = o.path;
-  so.table_id = o.table_id;
-  so.identity = Identity(o);
-  so.read_only = true;
-  EPS_ASSIGN_OR_RETURN(std::unique_ptr<SparseRowStore> store, SparseRowStore::Open(so));
-  const size_t floats = o.dim * (1 + SparseOptimizerSlots(o.optimizer));
-  Row row;
-  return store->ScanCheckpoint(step, [&](uint64_t id, std::string_view record) -> Status {
-    if (!Decode(std::string(record), floats, &row)) {
-      return DataLoss("sparse table row " + std::to_string(id) + " is damaged in " + o.path);
-    }
-    fn(id, row.data.data());
-    return OkStatus();
-  });
 }
 
 }  // namespace eps

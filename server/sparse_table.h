@@ -245,14 +245,4 @@ class SparseTable {
   virtual Stats stats() const = 0;
 };
 
-// Calls fn(row, weights) for every row held checkpoint `step` of the table at
-// o.path holds (the rows a step changed up to it; the others are their
-// initializer's), in ascending row order, `weights` o.dim floats valid during
-// the call. The store is opened read-only, so a running shard is not disturbed
-// (an export). NotFound: no store at o.path, or `step` not held in it;
-// FailedPrecondition: the store holds another table (width, optimizer,
-// initializer or seed differ); DataLoss: a damaged record.
-Status ScanTableCheckpoint(const SparseTableOptions& o, Step step,
-                           const std::function<void(uint64_t row, const float* weights)>& fn);
-
 }  // namespace eps

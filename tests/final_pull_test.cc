@@ -13,6 +13,7 @@
 
 #include "models/model_export.h"
 #include "server/shard_state.h"
+#include "tests/table_rows.h"
 
 namespace eps {
 namespace {

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "common/row_init.h"
+#include "tests/table_rows.h"
 
 namespace eps {
 namespace {
@@ -224,9 +225,6 @@ TEST_F(SafetensorsReader, ATableTooLargeToLayOutGoesToATableFileOfItsStoredRows)
   EXPECT_EQ(first, 4.0f);
   EXPECT_EQ(values.size(), header + 24);  // the header as wide as the ids file's
   EXPECT_EQ(meta["params_sha256"], a->params_sha256);
-  // A row two shards both claim is lost state, not a choice.
-  ASSERT_TRUE(AddTableRows(*layout, {part({7}, {1, 1})}, &one).ok());
-  EXPECT_EQ(SortTableRows(*layout, &one).code(), StatusCode::kDataLoss);
   // Rows from a source that gives them twice or out of order are refused while streaming.
   ModelTables twice, backwards;
   twice[0] = StoredRows{{4, 4}, {1, 1, 2, 2}};

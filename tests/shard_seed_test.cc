@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "server/shard_state.h"
+#include "server/table_checkpoint.h"
 #include "tests/sparse_steps.h"
 #include "tests/temp_dir.h"
 
@@ -131,9 +132,14 @@ TEST(SeededTable, TheCheckpointOfStepZeroHoldsTheSeededRowsSpilledOrNot) {
   ASSERT_TRUE(t->RollbackTo(Step(0)).ok());
   EXPECT_TRUE(SameBits(Read(*t, ids), w));
   Values scanned;
-  ASSERT_TRUE(ScanTableCheckpoint(o, Step(0), [&](uint64_t, const float* row) {
-                scanned.insert(scanned.end(), row, row + kDim);
-              }).ok());
+  auto checkpoint = TableCheckpoint::Open(o, Step(0));
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
+  ASSERT_TRUE((*checkpoint)
+                  ->Scan(0, UINT64_MAX,
+                         [&](uint64_t, const float* row) {
+                           scanned.insert(scanned.end(), row, row + kDim);
+                         })
+                  .ok());
   EXPECT_TRUE(SameBits(scanned, w));
   // -1: before the job's initial values, nothing stored at all.
   ASSERT_TRUE(t->RollbackTo(Step(-1)).ok());

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/sparse_tree.h"
-#include "server/sparse_table_testing.h"
+#include "server/sparse_record.h"
 #include "storage/sparse_store.h"
 #include "tests/sparse_reference.h"
 #include "tests/sparse_steps.h"
@@ -688,7 +688,7 @@ TEST(SparseTable, ADamagedRowRecordIsDataLossNotACrash) {
     SparseStoreOptions so;
     so.path = o.path;
     so.table_id = o.table_id;
-    so.identity = SparseStoreIdentityForTesting(o);
+    so.identity = SparseStoreIdentity(o);
     auto store = SparseRowStore::Open(so);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     ASSERT_TRUE((*store)->WriteCheckpoint(Step(5), {{1, "short"}}, {}).ok());

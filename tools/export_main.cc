@@ -22,17 +22,21 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/digest.h"
 #include "common/layout.h"
+#include "elastic/final_pull.h"
 #include "models/model_export.h"
 #include "models/torch_export.h"
 #include "server/shard_state.h"
+#include "server/table_checkpoint.h"
 #include "storage/state_store.h"
 
 DEFINE_string(
@@ -94,53 +98,97 @@ StatusOr<StoredJob> ReadStoredJob(const std::string& stores) {
   return out;
 }
 
-// The sparse tables at checkpoint `step`: each shard's stored rows from its
-// tables' checkpoints (beside its store, STORES/shard<N>.sparse/, opened
-// read-only). Empty for a job without tables.
-StatusOr<ModelTables> TablesAt(const std::string& stores, const JobSpec& spec, const Layout& layout,
-                               Step step) {
-  ModelTables tables;
-  if (layout.sparse.empty()) return tables;
-  EPS_ASSIGN_OR_RETURN(OptimizerOptions optimizer,
-                       OptimizerOptionsFromSpec(spec.optimizer, spec.steps));
-  for (const ShardId id : layout.map.Shards()) {
-    const uint32_t s = id.value();
-    ShardTablesOptions dir;
-    dir.dir = stores + "/shard" + std::to_string(s) + ".sparse";  // shard_main's, beside its store
-    std::vector<SparseRowBytes> rows;
-    for (size_t t = 0; t < layout.sparse.size(); ++t) {
-      const SparseTableOptions o = ShardTableOptions(spec, optimizer, layout, t, dir);
-      auto ids = std::make_shared<std::vector<uint64_t>>();
-      auto values = std::make_shared<std::vector<float>>();
-      EPS_RETURN_IF_ERROR(ScanTableCheckpoint(o, step,
-                                              [&](uint64_t row, const float* weights) {
-                                                ids->push_back(row);
-                                                values->insert(values->end(), weights,
-                                                               weights + o.dim);
-                                              })
-                              .WithContext("shard " + std::to_string(s) + "'s table " +
-                                           layout.tensors[layout.sparse[t]].name));
-      SparseRowBytes r;
-      r.table = static_cast<uint32_t>(t);
-      r.rows = static_cast<uint32_t>(ids->size());
-      r.ids = {ChunkId(0), ids->data(), ids->size() * sizeof(uint64_t), ids};
-      r.values = {ChunkId(0), values->data(), values->size() * sizeof(float), values};
-      rows.push_back(std::move(r));
-    }
-    EPS_RETURN_IF_ERROR(AddTableRows(layout, rows, &tables));
-  }
-  EPS_RETURN_IF_ERROR(SortTableRows(layout, &tables));
-  return tables;
-}
+// How much one answer of the export's final pull holds: a page of a shard's chunks, or of its
+// rows of a table (elastic/final_pull.h), as the coordinator's default --final_pull_kb.
+constexpr uint64_t kPageBytes = uint64_t{64} << 20;
 
-// The model's tensors at checkpoint `wanted` of the stores (-1: the newest
-// every shard holds); writes `out` (safetensors) when not empty.
+// The model at checkpoint `step` of the shards' stores, read as the coordinator's final pull reads
+// a finished job's (FinalPull), its requests answered here: chunks by the shards' states loaded
+// from their checkpoints, a page of a table's rows by a scan of the table's checkpoint beside the
+// shard's store (STORES/shard<N>.sparse/, opened read-only). Tables of any size go through in
+// pages.
+class CheckpointedShards {
+ public:
+  CheckpointedShards(std::string stores, const JobSpec& spec, OptimizerOptions optimizer,
+                     const Layout& layout, Step step)
+      : stores_(std::move(stores)),
+        spec_(spec),
+        optimizer_(std::move(optimizer)),
+        layout_(layout),
+        step_(step) {}
+
+  void Add(uint32_t shard, std::unique_ptr<ShardState> state) { states_[shard] = std::move(state); }
+  // Every chunk of every shard, by chunk id (for the tensors torch.load reads).
+  StatusOr<ModelChunks> Chunks() const {
+    ModelChunks chunks;
+    for (const auto& [s, state] : states_) {
+      EPS_ASSIGN_OR_RETURN(PullReply pulled, state->HandlePull(Pull{step_, {}}));
+      for (ChunkBytes& c : pulled.chunks) chunks[c.chunk.value()] = std::move(c);
+    }
+    return chunks;
+  }
+
+  StatusOr<PullReply> Answer(uint32_t shard, const Pull& pull) {
+    auto state = states_.find(shard);
+    if (state == states_.end()) return Internal("no shard " + std::to_string(shard));
+    if (pull.sparse.empty()) return state->second->HandlePull(pull);
+    const SparseRead& read = pull.sparse.at(0);
+    EPS_ASSIGN_OR_RETURN(const TableCheckpoint* table, Table(shard, read.table));
+    const size_t dim = static_cast<size_t>(layout_.tensors[layout_.sparse[read.table]].shape[1]);
+    auto ids = std::make_shared<std::vector<uint64_t>>();
+    auto values = std::make_shared<std::vector<float>>();
+    EPS_RETURN_IF_ERROR(table
+                            ->Scan(read.from_row, read.max_rows,
+                                   [&](uint64_t row, const float* weights) {
+                                     ids->push_back(row);
+                                     values->insert(values->end(), weights, weights + dim);
+                                   })
+                            .status()
+                            .WithContext("shard " + std::to_string(shard) + "'s table " +
+                                         layout_.tensors[layout_.sparse[read.table]].name));
+    PullReply reply;
+    reply.version = step_;
+    SparseRowBytes& r = reply.sparse.emplace_back();
+    r.table = read.table;
+    r.rows = static_cast<uint32_t>(ids->size());
+    r.ids = {ChunkId(0), ids->data(), ids->size() * sizeof(uint64_t), ids};
+    r.values = {ChunkId(0), values->data(), values->size() * sizeof(float), values};
+    return reply;
+  }
+
+ private:
+  StatusOr<const TableCheckpoint*> Table(uint32_t shard, uint32_t table) {
+    if (table >= layout_.sparse.size()) return InvalidArgument("no such sparse table");
+    std::unique_ptr<TableCheckpoint>& open = tables_[{shard, table}];
+    if (open == nullptr) {
+      ShardTablesOptions dir;
+      dir.dir = stores_ + "/shard" + std::to_string(shard) + ".sparse";  // shard_main's
+      EPS_ASSIGN_OR_RETURN(
+          open,
+          TableCheckpoint::Open(ShardTableOptions(spec_, optimizer_, layout_, table, dir), step_));
+    }
+    return open.get();
+  }
+
+  const std::string stores_;
+  const JobSpec& spec_;
+  const OptimizerOptions optimizer_;
+  const Layout& layout_;
+  const Step step_;
+  std::map<uint32_t, std::unique_ptr<ShardState>> states_;
+  std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<TableCheckpoint>> tables_;
+};
+
+// The model at checkpoint `wanted` of the stores (-1: the newest every shard
+// holds); writes `out` (safetensors) when not empty; with `tensors`, returns
+// its tensors (for torch.load), else none.
 // The shards are those of the job's newest shard map (the job record's,
 // docs/design.md "Elastic shards"): a step from before its last change of
 // shards is not whole in their stores, and is refused (a chunk is missing).
 StatusOr<std::vector<ExportedTensor>> FromCheckpoints(const std::string& stores,
                                                       const ShardConfig& job,
-                                                      const std::string& out, Step wanted) {
+                                                      const std::string& out, Step wanted,
+                                                      bool tensors) {
   const JobSpec& spec = job.spec;
   EPS_ASSIGN_OR_RETURN(Layout layout, MakeLayout(job.tensors, spec.num_shards, spec.chunk_elems));
   if (job.map) EPS_RETURN_IF_ERROR(layout.SetShardMap(*job.map).WithContext("the job record"));
@@ -174,7 +222,9 @@ StatusOr<std::vector<ExportedTensor>> FromCheckpoints(const std::string& stores,
     step = *common.rbegin();
   }
 
-  ModelChunks chunks;
+  EPS_ASSIGN_OR_RETURN(OptimizerOptions optimizer,
+                       OptimizerOptionsFromSpec(spec.optimizer, spec.steps));
+  CheckpointedShards checkpointed(stores, spec, optimizer, layout, step);
   for (size_t i = 0; i < ids.size(); ++i) {
     const uint32_t s = ids[i];
     auto checkpoint = shards[i]->ReadCheckpoint(step);
@@ -185,19 +235,35 @@ StatusOr<std::vector<ExportedTensor>> FromCheckpoints(const std::string& stores,
     const ShardState loader{ShardId(s)};
     auto state = loader.Load(std::move(checkpoint).value());
     if (!state.ok()) return state.status().WithContext("shard " + std::to_string(s));
-    EPS_ASSIGN_OR_RETURN(PullReply pulled, (*state)->HandlePull(Pull{step, {}}));
-    for (ChunkBytes& c : pulled.chunks) chunks[c.chunk.value()] = std::move(c);
+    checkpointed.Add(s, std::move(state).value());
   }
-  EPS_ASSIGN_OR_RETURN(ModelTables tables, TablesAt(stores, spec, layout, step));
+  FinalPull pieces(
+      layout, step, ids,
+      [&](uint32_t shard, const Pull& pull) { return checkpointed.Answer(shard, pull); },
+      kPageBytes);
   const TableExport table_export{spec.seed};
-  HeldModel model(layout, chunks, tables);
   const ExportFile file{out, step, spec.job_id, spec.model, ExportMetadata(spec)};
   EPS_ASSIGN_OR_RETURN(ModelDigests digests,
-                       ExportModel(layout, &model, table_export, out.empty() ? nullptr : &file));
+                       ExportModel(layout, &pieces, table_export, out.empty() ? nullptr : &file));
   std::printf("exported step %lld of job '%s' (%s, %lld parameters) to %s\nparams_sha256 %s\n",
               static_cast<long long>(step.value()), spec.job_id.c_str(), spec.model.c_str(),
               static_cast<long long>(layout.NumParameters()),
               out.empty() ? "(no safetensors)" : out.c_str(), digests.params_sha256.c_str());
+  if (!tensors) return std::vector<ExportedTensor>{};
+  // The tensors torch.load reads hold the tables laid out whole; the larger ones stay in their
+  // table files (TableExport).
+  EPS_ASSIGN_OR_RETURN(ModelChunks chunks, checkpointed.Chunks());
+  ModelTables tables;
+  for (uint32_t t = 0; t < layout.sparse.size(); ++t) {
+    if (!table_export.Dense(layout.tensors[layout.sparse[t]])) continue;
+    StoredRows& rows = tables[layout.sparse[t]];
+    const size_t dim = static_cast<size_t>(layout.tensors[layout.sparse[t]].shape[1]);
+    EPS_RETURN_IF_ERROR(pieces.RowsOf(t, [&](uint64_t id, const float* values) {
+      rows.ids.push_back(id);
+      rows.values.insert(rows.values.end(), values, values + dim);
+      return OkStatus();
+    }));
+  }
   return ModelTensors(layout, chunks, tables, table_export);
 }
 
@@ -211,7 +277,9 @@ Status Export(const std::string& stores, Step wanted) {
   if (!FLAGS_safetensors.empty()) {
     EPS_ASSIGN_OR_RETURN(tensors, ReadSafetensors(FLAGS_safetensors, nullptr));
   } else {
-    EPS_ASSIGN_OR_RETURN(tensors, FromCheckpoints(stores, stored->job, FLAGS_out, wanted));
+    EPS_ASSIGN_OR_RETURN(tensors,
+                         FromCheckpoints(stores, stored->job, FLAGS_out, wanted,
+                                         !FLAGS_pt_out.empty() || !FLAGS_script_out.empty()));
   }
   if (!FLAGS_pt_out.empty()) {
     EPS_RETURN_IF_ERROR(WriteStateDictPt(FLAGS_pt_out, tensors));

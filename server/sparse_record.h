@@ -1,0 +1,33 @@
+// A sparse table's row as its store holds it (server/sparse_table.h,
+// storage/sparse_store.h): [version:i64][flags:u32][0:u32], then the weights
+// and the optimizer's slots, dim floats each. Shared by the table, which writes
+// and reads its rows, and by TableCheckpoint, which reads a checkpoint's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "server/sparse_table.h"
+
+namespace eps {
+
+struct RowRecord {
+  std::vector<float> data;   // weights, then the slots
+  int64_t version = 0;       // the version that last changed the row
+  bool initialized = false;  // the optimizer has stepped the row (its slots are live)
+};
+
+// The bytes of a record of `floats` floats.
+size_t RowRecordBytes(size_t floats);
+std::string EncodeRow(const RowRecord& row);
+// False for a record that is not one of `floats` floats (a damaged one).
+bool DecodeRow(std::string_view record, size_t floats, RowRecord* row);
+
+// The identity a table opened with `o` gives its store (SparseStoreOptions::identity): a store
+// opened with it is that table's (its width, optimizer, initializer and seed).
+std::string SparseStoreIdentity(const SparseTableOptions& o);
+
+}  // namespace eps
