@@ -1,5 +1,7 @@
 #include "storage/rocks_status.h"
 
+#include <glog/logging.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -46,6 +48,20 @@ Status FromErrno(int err, const std::string& path, const std::string& what) {
       return FailedPrecondition(m);
     default:
       return Internal(m);
+  }
+}
+
+void FlushIfOverfull(rocksdb::DB* db, const std::string& path, const std::string& what) {
+  uint64_t memtables = 0;
+  if (!db->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &memtables) ||
+      memtables < db->GetOptions().write_buffer_size)
+    return;
+  rocksdb::FlushOptions flush;
+  flush.wait = true;
+  const rocksdb::Status fs = db->Flush(flush);
+  if (!fs.ok()) {
+    LOG(WARNING) << "store " << path << ": " << what
+                 << " is durable in the log, but flushing it failed: " << fs.ToString();
   }
 }
 

@@ -275,6 +275,7 @@ class RocksSparseRowStore final : public SparseRowStore {
     wo.sync = true;
     EPS_RETURN_IF_ERROR(
         Rocks(db_->Write(wo, &batch), "writing sparse checkpoint " + std::to_string(step.value())));
+    FlushIfOverfull(db_.get(), path_, "sparse checkpoint " + std::to_string(step.value()));
     steps_.assign(all.begin() + first_kept, all.end());
     return OkStatus();
   }

@@ -275,22 +275,7 @@ class StateStoreImpl final : public StateStore {
         Rocks(batch.Put(ManifestKey(step), EncodeManifest(step, metadata, blobs)), "batching"));
     EPS_RETURN_IF_ERROR(
         Rocks(db_->Write(sync_, &batch), "writing checkpoint " + std::to_string(step.value())));
-    // Durable in the log now. A checkpoint that overfills the memtable goes into a table
-    // file at once: RocksDB would flush it only at the next write, so a process restarted in
-    // between would replay all of it from the log and write that table file before it could
-    // read anything (at 1.3 GB: tens of seconds). A failed flush loses nothing (the log
-    // holds it): a warning, and RocksDB flushes later. Small ones stay in the memtable.
-    uint64_t memtables = 0;
-    if (db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &memtables) &&
-        memtables >= db_->GetOptions().write_buffer_size) {
-      rocksdb::FlushOptions flush;
-      flush.wait = true;
-      const rocksdb::Status fs = db_->Flush(flush);
-      if (!fs.ok()) {
-        LOG(WARNING) << "store " << path_ << ": checkpoint " << step
-                     << " is durable in the log, but flushing it failed: " << fs.ToString();
-      }
-    }
+    FlushIfOverfull(db_.get(), path_, "checkpoint " + std::to_string(step.value()));
     return OkStatus();
   }
 

@@ -66,6 +66,30 @@ TEST(SparseRowStore, SpilledRecordsAreDroppedWhenTheStoreOpens) {
   EXPECT_EQ(s->CountRecords()->spilled, 0u);
 }
 
+// Table files in the store's directory: what a process opening it reads without replaying the log.
+int TableFiles(const std::string& path) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(path))
+    n += e.path().extension() == ".sst";
+  return n;
+}
+
+// A checkpoint larger than the memtable (16 MiB) is in a table file once the write returns: a
+// restarted shard or export_model's read-only open reads it without replaying it from the log
+// into memory. A small one stays in the memtable.
+TEST(SparseRowStore, ACheckpointLargerThanTheMemtableIsInATableFileWhenWritten) {
+  TempDir dir;
+  auto s = Open(dir.path());
+  ASSERT_TRUE(s->WriteCheckpoint(Step(1), {{1, "small"}}, {}).ok());
+  EXPECT_EQ(TableFiles(dir.path()), 0);
+  Records big;
+  for (uint64_t id = 0; id < 20; ++id) big.push_back({id, std::string(1 << 20, 'x')});
+  ASSERT_TRUE(s->WriteCheckpoint(Step(2), big, {}).ok());
+  EXPECT_GE(TableFiles(dir.path()), 1);
+  EXPECT_EQ(Newest(s.get(), {1, 19}),
+            (std::vector<std::string>{std::string(1 << 20, 'x'), std::string(1 << 20, 'x')}));
+}
+
 TEST(SparseRowStore, ACheckpointMovesTheSpilledRowsItWritesInOneBatch) {
   TempDir dir;
   auto s = Open(dir.path());
