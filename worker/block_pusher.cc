@@ -190,8 +190,9 @@ Status BlockPusher::PushReady(const BufferCopies& vw0_buffers,
   }
   unsent_.clear();
   unsent_bytes_ = 0;
-  for (const Chunk& c : layout.chunks) {
-    if (vw0_buffers.empty() || layout.tensors[c.tensor].kind != TensorKind::kBuffer) continue;
+  for (const Chunk& c : layout.chunks) {  // with VW 0's buffers: the block's last push only
+    if (vw0_buffers.empty()) break;
+    if (layout.tensors[c.tensor].kind != TensorKind::kBuffer) continue;
     const auto& b = vw0_buffers[c.tensor];
     const size_t elem = DTypeSize(layout.tensors[c.tensor].dtype);
     pushes[c.shard.value()].chunks.push_back(
