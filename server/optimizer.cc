@@ -3,7 +3,6 @@
 #include <cassert>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <string>
 
 #include "common/memory.h"
@@ -75,7 +74,8 @@ inline float SgdElement(const SgdConstants& c, bool first, float w, float d, con
   return std::fma(d, c.neg_lr, w);
 }
 
-// Two loops, one per buffer the result overwrites, so every pointer can be __restrict (the
+// Three loops, one per buffer the result goes to (the parameters, the gradient, or a third one:
+// a shard stepping a sum it reads where it was pushed), so every pointer can be __restrict (the
 // vectorizer needs that: with p, g and out possibly aliased Adam ran 25 % slower). The constants
 // come by value: read through a reference they might alias the buffers, and are loaded (and
 // branched on) every element, which kept the Adam loops scalar (3x slower). The gradient
@@ -112,6 +112,23 @@ void SgdOverGrad(const SgdConstants c, bool first, const float* __restrict p, fl
     for (size_t i = 0; i < n; ++i) g[i] = SgdElement(c, first, p[i], g[i], buf_in, buf, i);
   } else {
     for (size_t i = 0; i < n; ++i) g[i] = SgdElement(c, first, p[i], g[i] / div, buf_in, buf, i);
+  }
+}
+
+EPS_OPTIMIZER_CLONES
+void SgdInto(const SgdConstants c, bool first, const float* __restrict p, const float* __restrict g,
+             float div, const float* __restrict buf_in, float* __restrict buf, float* __restrict out,
+             size_t n) {
+  if (buf_in == nullptr) {
+    if (div == 1.0f) {
+      for (size_t i = 0; i < n; ++i) out[i] = SgdElement(c, first, p[i], g[i], buf, buf, i);
+    } else {
+      for (size_t i = 0; i < n; ++i) out[i] = SgdElement(c, first, p[i], g[i] / div, buf, buf, i);
+    }
+  } else if (div == 1.0f) {
+    for (size_t i = 0; i < n; ++i) out[i] = SgdElement(c, first, p[i], g[i], buf_in, buf, i);
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] = SgdElement(c, first, p[i], g[i] / div, buf_in, buf, i);
   }
 }
 
@@ -185,6 +202,23 @@ void AdamOverGrad(const AdamConstants c, const float* __restrict p, float* __res
   }
 }
 
+EPS_OPTIMIZER_CLONES
+void AdamInto(const AdamConstants c, const float* __restrict p, const float* __restrict g, float div,
+              const float* __restrict m_in, const float* __restrict v_in, float* __restrict m,
+              float* __restrict v, float* __restrict out, size_t n) {
+  if (m_in == nullptr) {
+    if (div == 1.0f) {
+      for (size_t i = 0; i < n; ++i) out[i] = AdamElement(c, p[i], g[i], m, v, m, v, i);
+    } else {
+      for (size_t i = 0; i < n; ++i) out[i] = AdamElement(c, p[i], g[i] / div, m, v, m, v, i);
+    }
+  } else if (div == 1.0f) {
+    for (size_t i = 0; i < n; ++i) out[i] = AdamElement(c, p[i], g[i], m_in, v_in, m, v, i);
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] = AdamElement(c, p[i], g[i] / div, m_in, v_in, m, v, i);
+  }
+}
+
 // torch::optim::Adagrad::step (lr_decay 0, so clr = lr):
 //   if (wd != 0) grad = grad.add(p, wd);
 //   sum.addcmul_(grad, grad, 1.0);
@@ -235,6 +269,23 @@ void AdagradOverGrad(const AdagradConstants c, const float* __restrict p, float*
     for (size_t i = 0; i < n; ++i) g[i] = AdagradElement(c, p[i], g[i], sum_in, sum, i);
   } else {
     for (size_t i = 0; i < n; ++i) g[i] = AdagradElement(c, p[i], g[i] / div, sum_in, sum, i);
+  }
+}
+
+EPS_OPTIMIZER_CLONES
+void AdagradInto(const AdagradConstants c, const float* __restrict p, const float* __restrict g,
+                 float div, const float* __restrict sum_in, float* __restrict sum,
+                 float* __restrict out, size_t n) {
+  if (sum_in == nullptr) {
+    if (div == 1.0f) {
+      for (size_t i = 0; i < n; ++i) out[i] = AdagradElement(c, p[i], g[i], sum, sum, i);
+    } else {
+      for (size_t i = 0; i < n; ++i) out[i] = AdagradElement(c, p[i], g[i] / div, sum, sum, i);
+    }
+  } else if (div == 1.0f) {
+    for (size_t i = 0; i < n; ++i) out[i] = AdagradElement(c, p[i], g[i], sum_in, sum, i);
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] = AdagradElement(c, p[i], g[i] / div, sum_in, sum, i);
   }
 }
 
@@ -438,10 +489,9 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params
       parallel->Run(n, kParallelGrain, fn);
     }
   };
-  // The loops overwrite the parameters or the gradient: any other `out` starts as a copy of the
-  // parameters.
+  // Each loop writes the parameters, the gradient or a third buffer (which overlaps neither).
   const bool over_grad = out == grad_sum;
-  const bool copy_first = !over_grad && out != params;
+  const bool elsewhere = !over_grad && out != params;
   assert(step >= 0);
   assert(state != nullptr);
   const double lr = LearningRate(o, step);
@@ -468,8 +518,9 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params
     const SgdConstants c = MakeSgdConstants(o, lr);
     over([&](size_t lo, size_t hi) {
       float* const buf = slots >= 1 ? slot0 + lo : nullptr;
-      if (copy_first) std::memcpy(out + lo, params + lo, (hi - lo) * sizeof(float));
-      if (over_grad) {
+      if (elsewhere) {
+        SgdInto(c, first, params + lo, grad_sum + lo, divisor, at(in0, lo), buf, out + lo, hi - lo);
+      } else if (over_grad) {
         SgdOverGrad(c, first, params + lo, out + lo, divisor, at(in0, lo), buf, hi - lo);
       } else {
         SgdOverParams(c, first, out + lo, grad_sum + lo, divisor, at(in0, lo), buf, hi - lo);
@@ -485,8 +536,10 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params
     c.eps = static_cast<float>(o.eps);
     c.neg_clr = static_cast<float>(-lr);
     over([&](size_t lo, size_t hi) {
-      if (copy_first) std::memcpy(out + lo, params + lo, (hi - lo) * sizeof(float));
-      if (over_grad) {
+      if (elsewhere) {
+        AdagradInto(c, params + lo, grad_sum + lo, divisor, at(in0, lo), slot0 + lo, out + lo,
+                    hi - lo);
+      } else if (over_grad) {
         AdagradOverGrad(c, params + lo, out + lo, divisor, at(in0, lo), slot0 + lo, hi - lo);
       } else {
         AdagradOverParams(c, out + lo, grad_sum + lo, divisor, at(in0, lo), slot0 + lo, hi - lo);
@@ -512,8 +565,10 @@ void ApplyOptimizer(const OptimizerOptions& o, int64_t step, const float* params
   c.eps = static_cast<float>(o.eps);
   c.neg_step_size = static_cast<float>(-(lr / bias_correction1));
   over([&](size_t lo, size_t hi) {
-    if (copy_first) std::memcpy(out + lo, params + lo, (hi - lo) * sizeof(float));
-    if (over_grad) {
+    if (elsewhere) {
+      AdamInto(c, params + lo, grad_sum + lo, divisor, at(in0, lo), at(in1, lo), slot0 + lo,
+               slot1 + lo, out + lo, hi - lo);
+    } else if (over_grad) {
       AdamOverGrad(c, params + lo, out + lo, divisor, at(in0, lo), at(in1, lo), slot0 + lo,
                    slot1 + lo, hi - lo);
     } else {
