@@ -220,10 +220,11 @@ TEST(ApplyOptimizer, ChunkedUpdateGivesSameBitsAsWholeUpdate) {
 }
 
 // What a shard does: the tree's sum stepped out of place, divided inside the loop, written over
-// the sum itself; the bits of dividing first and stepping a copy of the parameters in place.
+// the sum itself or into a third buffer (a sum read where it was pushed); the bits of dividing
+// first and stepping a copy of the parameters in place. V = 1 divides by nothing.
 TEST(ApplyOptimizer, OutOfPlaceWithADivisorGivesTheBitsOfDividingFirstAndSteppingInPlace) {
   const size_t n = 1003;
-  std::vector<OptimizerOptions> configs(4);
+  std::vector<OptimizerOptions> configs(5);
   configs[1].momentum = 0.9;
   configs[1].nesterov = true;
   configs[1].weight_decay = 0.01;
@@ -231,30 +232,33 @@ TEST(ApplyOptimizer, OutOfPlaceWithADivisorGivesTheBitsOfDividingFirstAndSteppin
   configs[2].weight_decay = 0.01;
   configs[3].kind = OptimizerKind::kAdamW;
   configs[3].weight_decay = 0.05;
-  const float divisor = 7.0f;
-  for (const OptimizerOptions& o : configs) {
-    ASSERT_TRUE(ValidateOptimizerOptions(o).ok());
-    std::vector<float> in_place = Values(n, 1), current = in_place, elsewhere = in_place;
-    OptimizerState in_place_state, shard_state, elsewhere_state;
-    for (int64_t t = 0; t < 4; ++t) {
-      std::vector<float> sum = Values(n, 200 + static_cast<uint32_t>(t));
-      std::vector<float> mean = sum;
-      for (float& g : mean) g = g / divisor;
-      ApplyOptimizer(o, t, in_place.data(), mean.data(), n, &in_place_state);
-      std::vector<float> out(n);  // a third buffer: out overlaps neither input
-      ApplyOptimizer(o, t, elsewhere.data(), sum.data(), divisor, out.data(), n, &elsewhere_state);
-      elsewhere = out;
-      ApplyOptimizer(o, t, current.data(), sum.data(), divisor, sum.data(), n, &shard_state);
-      current = sum;
-      ASSERT_EQ(0, std::memcmp(in_place.data(), current.data(), n * sizeof(float)))
-          << OptimizerKindName(o.kind) << " step " << t;
-      ASSERT_EQ(0, std::memcmp(in_place.data(), elsewhere.data(), n * sizeof(float)))
-          << OptimizerKindName(o.kind) << " step " << t;
+  configs[4].kind = OptimizerKind::kAdagrad;
+  configs[4].weight_decay = 0.01;
+  for (const float divisor : {7.0f, 1.0f})
+    for (const OptimizerOptions& o : configs) {
+      ASSERT_TRUE(ValidateOptimizerOptions(o).ok());
+      std::vector<float> in_place = Values(n, 1), current = in_place, elsewhere = in_place;
+      OptimizerState in_place_state, shard_state, elsewhere_state;
+      for (int64_t t = 0; t < 4; ++t) {
+        std::vector<float> sum = Values(n, 200 + static_cast<uint32_t>(t));
+        std::vector<float> mean = sum;
+        for (float& g : mean) g = g / divisor;
+        ApplyOptimizer(o, t, in_place.data(), mean.data(), n, &in_place_state);
+        std::vector<float> out(n);  // a third buffer: out overlaps neither input
+        ApplyOptimizer(o, t, elsewhere.data(), sum.data(), divisor, out.data(), n,
+                       &elsewhere_state);
+        elsewhere = out;
+        ApplyOptimizer(o, t, current.data(), sum.data(), divisor, sum.data(), n, &shard_state);
+        current = sum;
+        ASSERT_EQ(0, std::memcmp(in_place.data(), current.data(), n * sizeof(float)))
+            << OptimizerKindName(o.kind) << " step " << t << " divisor " << divisor;
+        ASSERT_EQ(0, std::memcmp(in_place.data(), elsewhere.data(), n * sizeof(float)))
+            << OptimizerKindName(o.kind) << " step " << t << " divisor " << divisor;
+      }
+      EXPECT_EQ(in_place_state.slot0, shard_state.slot0);
+      EXPECT_EQ(in_place_state.slot1, shard_state.slot1);
+      EXPECT_EQ(in_place_state.slot0, elsewhere_state.slot0);
     }
-    EXPECT_EQ(in_place_state.slot0, shard_state.slot0);
-    EXPECT_EQ(in_place_state.slot1, shard_state.slot1);
-    EXPECT_EQ(in_place_state.slot0, elsewhere_state.slot0);
-  }
 }
 
 // A shard whose checkpoint still holds the slots steps into new ones (SlotsBefore): the bits
