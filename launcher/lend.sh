@@ -8,7 +8,8 @@
 #   launcher/lend.sh --coordinator tcp://HOST:PORT --token-file FILE
 #                    (--probe CMD | --serve-metrics URL [--busy-in-flight N] [--busy-rate R]
 #                    [--idle-rate R] [--rate-window S]) [--every S] [--idle-for N] [--busy-for M]
-#                    [--probe-timeout S] [--leave-timeout S] [--worker-nice N] [-- attach.sh flags]
+#                    [--probe-timeout S] [--leave-timeout S] [--worker-nice N] [--keep-warm]
+#                    [-- attach.sh flags]
 #   launcher/lend.sh --scheduler tcp://HOST:PORT [--pool-token-file FILE] --probe CMD [...]
 #
 # --probe CMD        a bash command; exit 0: idle enough to lend, anything else (or no answer
@@ -35,6 +36,10 @@
 #                    the pool's token (--pool-token-file).
 # --worker-nice N    the worker runs at niceness N (default 0; 19: the server's threads preempt
 #                    it at once when requests arrive on the same cores).
+# --keep-warm        the worker is kept between lendings: busy sends it SIGUSR1 instead of
+#                    SIGTERM (it leaves the job as then, and waits parked: no CPU, its memory
+#                    kept), the next idle period SIGUSR2 (it joins again, its process, libraries
+#                    and model cache warm). --leave-timeout does not apply to a parking worker.
 # -- FLAGS           passed to attach.sh for the worker: --device, --threads, --compute-cpus,
 #                    --slowdown, --log, --report-file, --register-timeout, --metrics, ...
 #
@@ -47,7 +52,7 @@
 # is printed with the time. EPS_BIN overrides the directory of the binaries (build/bin).
 set -euo pipefail
 
-usage() { sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,51p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "lend.sh: $*" >&2; exit 2; }
 # say MSG: a log line stamped to the millisecond, without forking date.
 say() {
@@ -58,7 +63,7 @@ say() {
 
 here=$(cd "$(dirname "$0")" && pwd)
 coordinator="" scheduler="" token_file="" pool_token_file="" probe="" every="" idle_for=3 busy_for=1
-probe_timeout=10 leave_timeout=60 attach_flags=() worker_nice=0
+probe_timeout=10 leave_timeout=60 attach_flags=() worker_nice=0 keep_warm=0
 serve_metrics="" busy_in_flight=1 busy_rate=0 idle_rate=0 rate_window=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -84,6 +89,7 @@ while [ $# -gt 0 ]; do
         --worker-nice) worker_nice=$2 ;;
       esac
       shift 2 ;;
+    --keep-warm) keep_warm=1; shift ;;
     --) shift; attach_flags=("$@"); break ;;
     -h|--help) usage ;;
     *) echo "lend.sh: unknown argument '$1'" >&2; usage ;;
@@ -92,6 +98,7 @@ done
 if [ -n "$scheduler" ]; then
   [ -z "$coordinator" ] || die "give --coordinator (one job) or --scheduler (a pool), not both"
   [ -z "$token_file" ] || die "with --scheduler the token is the pool's: --pool-token-file"
+  [ $keep_warm = 0 ] || die "--keep-warm lends to one job (--coordinator): a pool worker does not park"
   target=(--scheduler "$scheduler")
   [ -z "$pool_token_file" ] || target+=(--token-file "$pool_token_file")
   token_file=$pool_token_file
@@ -136,6 +143,8 @@ every_ms=$((every_us / 1000))
 
 worker=""      # the worker's pid while one runs (attach.sh execs it: the same process)
 leaving=0      # 1 once the worker was sent SIGTERM
+parked=0       # 1 once it was sent SIGUSR1 (--keep-warm), until SIGUSR2
+park_signal=$(kill -l USR1)  # the number, for the probe
 leave_deadline=0
 idle=0 busy=0
 
@@ -146,16 +155,22 @@ probe_serve() {
   # A lent worker not yet asked to leave: the probe waits out the period on the server's wake-up
   # (GET /v1/load), answering the moment requests come; the loop's pause is then spent already.
   # When one busy answer is enough, it names the worker: the probe signals it itself.
-  if [ -n "$worker" ] && [ $leaving = 0 ] && [ $busy = 0 ]; then
+  if [ -n "$worker" ] && [ $leaving = 0 ] && [ $parked = 0 ] && [ $busy = 0 ]; then
     ask="wait $every_ms"
     [ "$busy_for" = 1 ] && ask="$ask $worker"
+    [ "$busy_for" = 1 ] && [ $keep_warm = 1 ] && ask="$ask $park_signal"
     limit=$probe_wait_lent
   fi
   if ! { echo "$ask" >&"${PROBE[1]}" && read -r -t "$limit" -u "${PROBE[0]}" state f n ms sent; } 2> /dev/null; then
     state=busy why="no answer from the probe (launcher/serve_probe.py)"
   elif [ "$sent" = signalled ]; then
     why="in flight $f: the probe signalled the worker"
-    asked_to_leave "busy (in flight $f): the probe asked worker $worker to leave (SIGTERM)"
+    if [ $keep_warm = 1 ]; then
+      parked=1
+      say "busy (in flight $f): the probe asked worker $worker to park (SIGUSR1)"
+    else
+      asked_to_leave "busy (in flight $f): the probe asked worker $worker to leave (SIGTERM)"
+    fi
   elif [ "$f" = -1 ]; then
     why="no answer from $serve_metrics"
   else
@@ -172,6 +187,13 @@ probe() {
   else
     state=busy why="probe failed"
   fi
+}
+
+# park_worker REASON (--keep-warm): SIGUSR1, the leave that keeps the process.
+park_worker() {
+  kill -USR1 "$worker" 2>/dev/null || true
+  parked=1
+  say "$1: asked worker $worker to park (SIGUSR1)"
 }
 
 # stop_worker REASON: one SIGTERM (the graceful leave); the main loop waits for the exit.
@@ -219,7 +241,7 @@ reap() {
   [ -n "$worker" ] && ! kill -0 "$worker" 2>/dev/null || return 0
   local rc=0
   wait "$worker" 2>/dev/null || rc=$?
-  if [ $leaving = 1 ]; then
+  if [ $leaving = 1 ] || [ $parked = 1 ]; then
     say "worker $worker left (exit $rc)"
   else
     case $rc in
@@ -230,7 +252,7 @@ reap() {
     esac
     idle=0  # a fresh idle period before the next attach
   fi
-  worker="" leaving=0
+  worker="" leaving=0 parked=0
 }
 
 if [ -n "$serve_metrics" ]; then
@@ -265,13 +287,19 @@ while true; do
     *) idle=0 busy=0 ;;
   esac
   reap
-  if [ -n "$worker" ]; then
-    if [ $leaving = 0 ] && [ $busy -ge "$busy_for" ]; then
+  if [ -n "$worker" ] && [ $parked = 0 ]; then
+    if [ $leaving = 0 ] && [ $busy -ge "$busy_for" ] && [ $keep_warm = 1 ]; then
+      park_worker "busy ($busy probes; $why)"
+    elif [ $leaving = 0 ] && [ $busy -ge "$busy_for" ]; then
       stop_worker "busy ($busy probes; $why)"
     elif [ $leaving = 1 ] && [ $SECONDS -ge $leave_deadline ]; then
       say "worker $worker did not leave within ${leave_timeout}s: killing it"
       kill -KILL "$worker" 2>/dev/null || true
     fi
+  elif [ $idle -ge "$idle_for" ] && [ $parked = 1 ]; then
+    kill -USR2 "$worker" 2>/dev/null || true
+    parked=0
+    say "idle ($idle probes; $why): resumed worker $worker (SIGUSR2)"
   elif [ $idle -ge "$idle_for" ]; then
     # setsid: its own session (no terminal signals); not a group leader, it execs in place, as
     # nice does, so $! is attach.sh's pid, which execs the worker.

@@ -5,16 +5,17 @@ stdin, it scrapes the server once and answers one line on stdout,
 
     STATE IN_FLIGHT ARRIVED WINDOW_MS
 
-A line `wait MS [PID]` (lend.sh's, while a worker is lent) first waits up to MS milliseconds for --busy-in-flight requests
+A line `wait MS [PID [SIGNAL]]` (lend.sh's, while a worker is lent) first waits up to MS milliseconds for --busy-in-flight requests
 to be inside the server, on the server's own wake-up (GET /v1/load?in_flight=N&wait_ms=MS, which answers the moment
 they are), so that the node is given back when requests come rather than at the next poll; a server without that
 endpoint is waited for by sleeping MS. With --busy-rate 0 (any request makes the node busy) the wait also names the
 requests the server had counted at the last wait of the same lending (arrived_above=A): a request that came and
 went between two waits wakes the next one at once instead of going unseen until a later request. A wait the server
 ends busy is answered from its wake-up without a scrape (WINDOW_MS 0): the node is given back at once. With PID (the
-lent worker's), the probe sends it SIGTERM itself the moment the wake-up says busy, before it answers, and the line
-ends with a fifth word, `signalled` (lend.sh then sends none: a worker's second signal kills it); a hop through bash
-cost the node about 10 ms of its worker's compute.
+lent worker's), the probe sends it SIGTERM (or the signal numbered SIGNAL: SIGUSR1 parks a worker, lend.sh
+--keep-warm) itself the moment the wake-up says busy, before it answers, and the line ends with a fifth word,
+`signalled` (lend.sh then sends none: a worker's second signal kills it); a hop through bash cost the node about
+10 ms of its worker's compute.
 
 STATE `busy` when eps_serve_in_flight >= --busy-in-flight, or when more than --busy-rate predict requests/s arrived
 over the last --rate-window seconds (ARRIVED in WINDOW_MS, from the scrapes of that window: requests answered, by any
@@ -139,11 +140,12 @@ def main():
     for line in sys.stdin:
         words = line.split()
         woke = None
-        if len(words) in (2, 3) and words[0] == "wait" and all(w.isdigit() for w in words[1:]):
+        if len(words) in (2, 3, 4) and words[0] == "wait" and all(w.isdigit() for w in words[1:]):
             woke = probe.wait_busy(min(int(words[1]), 10000))
-            if woke and len(words) == 3:
+            if woke and len(words) >= 3:
+                sig = int(words[3]) if len(words) == 4 else signal.SIGTERM
                 try:
-                    os.kill(int(words[2]), signal.SIGTERM)  # the node back first; the line after
+                    os.kill(int(words[2]), sig)  # the node back first; the line after
                     woke += " signalled"
                 except OSError:  # gone already: lend.sh reaps it
                     pass

@@ -38,8 +38,8 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// The reason a worker stopped by a signal gives in its Leave.
-constexpr char kStopReason[] = "SIGTERM";
+// The reasons a worker stopped by a signal gives in its Leave: to exit, or to wait parked.
+constexpr char kStopReason[] = "SIGTERM", kParkReason[] = "SIGUSR1";
 // Re-registrations in a row, without a plan in between, before the worker gives up.
 constexpr int kMaxReregistrations = 3;
 
@@ -116,6 +116,7 @@ class WorkerImpl final : public Worker {
 
   bool unreachable() const override { return unreachable_; }
   bool host_refused() const override { return host_refused_; }
+  bool left() const override { return outcome_ == "left"; }
   std::string wants_cpu_kernels() const override { return wants_cpu_kernels_; }
 
  private:
@@ -211,7 +212,8 @@ class WorkerImpl final : public Worker {
   Status Leave() {
     outcome_ = "left";
     metrics_.PlanVws(0);
-    return session_->Leave(kStopReason);
+    const bool parks = options_.parking != nullptr && options_.parking->load();
+    return session_->Leave(parks ? kParkReason : kStopReason);
   }
 
   // The spec's intra-op thread count fixes the bits: a worker allowed fewer
@@ -735,8 +737,7 @@ class WorkerImpl final : public Worker {
     return (spec_.worker_table_mb == 0 ? uint64_t{1024} : spec_.worker_table_mb) << 20;
   }
 
-  // Constant after construction.
-  const WorkerOptions options_;
+  const WorkerOptions options_;  // constant after construction, as are the two below
   zmq::context_t* const context_;
   const Slowdown slowdown_;
 
@@ -787,9 +788,8 @@ StatusOr<std::unique_ptr<Worker>> Worker::Open(const WorkerOptions& options,
   if (options.device_kind.empty()) return InvalidArgument("a worker needs its device kind");
   if (options.threads < 0) return InvalidArgument("threads must be >= 0 (0: the job's count)");
   if (!(options.slowdown >= 1.0)) return InvalidArgument("the slowdown must be at least 1");
-  if (options.heartbeat_interval.count() <= 0) {
+  if (options.heartbeat_interval.count() <= 0)
     return InvalidArgument("the heartbeat interval must be positive");
-  }
   if (options.curve.enabled() && options.curve.server_key.empty())
     return InvalidArgument("a worker with a CURVE key needs the servers' public key");
   EPS_ASSIGN_OR_RETURN(auto channel, Channel::Connect(context, options.coordinator,

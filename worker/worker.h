@@ -140,6 +140,9 @@ struct WorkerOptions {
   // The scrape target serving `metrics` ("host:port"), told to the coordinator
   // at registration; empty: none.
   std::string metrics_address;
+  // Set (with Run's `*stop`) when the worker leaves to wait parked, not to exit (eps_worker's
+  // SIGUSR1): its Leave says so ("SIGUSR1" instead of "SIGTERM").
+  const std::atomic<bool>* parking = nullptr;
 };
 
 class Worker {
@@ -162,6 +165,9 @@ class Worker {
   // data files (their fingerprint differs from the job's, data/fingerprint.h)
   // or its CPU kernels (not the job's). eps_worker then exits 5.
   virtual bool host_refused() const = 0;
+  // After Run returned OK: the worker left the job (asked to, by `*stop`), which goes on
+  // without it; false: the job is over.
+  virtual bool left() const = 0;
   // After Run returned OK: the job runs this CPU kernel set, not
   // options.cpu_kernels_set; the worker left before it did any work (empty:
   // it did not).

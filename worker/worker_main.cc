@@ -2,10 +2,13 @@
 // job spec, the model and the data location come from the coordinator.
 #include <gflags/gflags.h>
 #include <glog/logging.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -105,15 +108,70 @@ DEFINE_bool(testing_skip_cpu_kernels, false,
             "the worker reports the kernels its environment gives, and the coordinator refuses it");
 
 namespace {
-// Written by the signal handler (and g_leave by the pool client's thread): lock-free atomics.
-std::atomic<bool> g_stop{false};   // a signal: leave and exit
-std::atomic<bool> g_leave{false};  // leave the current job (a signal, or the pool scheduler)
+// Written by the signal handlers (and g_leave by the pool client's thread): lock-free atomics.
+std::atomic<bool> g_stop{false};    // SIGTERM/SIGINT: leave and exit
+std::atomic<bool> g_leave{false};   // leave the current job (a signal, or the pool scheduler)
+std::atomic<bool> g_park{false};    // SIGUSR1: leave the job and wait, parked, for SIGUSR2
+std::atomic<bool> g_resume{false};  // SIGUSR2 since the last SIGUSR1: join the job again
 static_assert(std::atomic<bool>::is_always_lock_free);
+int g_wake[2] = {-1, -1};  // a pipe each handler writes a byte to: wakes a parked worker
+
+void Wake() {
+  const char byte = 0;
+  if (g_wake[1] >= 0) (void)!write(g_wake[1], &byte, 1);  // full: a wake-up is pending anyway
+}
 // The first SIGTERM/SIGINT asks for a graceful leave; a second one kills.
 void OnSignal(int sig) {
   g_stop = true;
   g_leave = true;
   std::signal(sig, SIG_DFL);
+  Wake();
+}
+void OnPark(int) {
+  g_resume = false;
+  g_park = true;
+  g_leave = true;
+  Wake();
+}
+void OnResume(int) {
+  g_resume = true;
+  Wake();
+}
+
+// SIGUSR1 parks the worker (it leaves the job as on SIGTERM, then waits without using the CPU,
+// its libraries, kernels and model cache warm) and SIGUSR2 makes it join again: what
+// `launcher/lend.sh --keep-warm` sends, so that lending a node again costs a registration, not a
+// process start. False when the pipe cannot be made (the signals then keep their default).
+bool HandleParking() {
+  if (pipe2(g_wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+    PLOG(WARNING) << "no pipe for SIGUSR1/SIGUSR2: this worker cannot park";
+    g_wake[0] = g_wake[1] = -1;
+    return false;
+  }
+  std::signal(SIGUSR1, OnPark);
+  std::signal(SIGUSR2, OnResume);
+  return true;
+}
+
+// After a park's leave: waits for SIGUSR2 (true: join again) or SIGTERM/SIGINT (false: exit).
+bool AwaitResume() {
+  LOG(INFO) << "parked: SIGUSR2 joins the job again, SIGTERM exits";
+  while (!g_stop && !g_resume) {
+    pollfd fd{g_wake[0], POLLIN, 0};
+    if (poll(&fd, 1, -1) < 0 && errno != EINTR) {
+      PLOG(ERROR) << "waiting parked";
+      return false;
+    }
+    char drain[64];
+    while (read(g_wake[0], drain, sizeof drain) > 0) {
+    }
+  }
+  if (g_stop) return false;
+  g_park = false;
+  g_leave = false;
+  g_resume = false;
+  LOG(INFO) << "resumed: joining the job again";
+  return true;
 }
 
 // --compute_cpus: the main thread (which computes, and starts libtorch's
@@ -244,7 +302,8 @@ int main(int argc, char** argv) {
   setenv("CUBLAS_WORKSPACE_CONFIG", eps::kCublasWorkspaceConfig, /*overwrite=*/1);
   gflags::SetUsageMessage(
       "eps_worker --coordinator=ENDPOINT [--token_file=FILE] [--device=cpu|cuda:N] [--threads=N]\n"
-      "SIGTERM or Ctrl-C: leave the job gracefully and exit 0 (a second one kills)");
+      "SIGTERM or Ctrl-C: leave the job gracefully and exit 0 (a second one kills); SIGUSR1: leave\n"
+      "and wait parked, SIGUSR2: join again (launcher/lend.sh --keep-warm)");
   eps::KeepFreedMemory();
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   FLAGS_logtostderr = true;
@@ -332,6 +391,7 @@ int main(int argc, char** argv) {
   if (FLAGS_curve_server_key.empty()) options.curve.server_key.clear();  // not this worker's own
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
+  if (FLAGS_scheduler.empty() && HandleParking()) options.parking = &g_park;
   zmq::context_t context(1);
   if (!FLAGS_compute_cpus.empty()) {
     eps::Status st = PinCompute(FLAGS_compute_cpus, context);
@@ -363,12 +423,17 @@ int main(int argc, char** argv) {
       LOG(ERROR) << worker.status().ToString();
       return 2;
     }
-    eps::Status st = (*worker)->Run(&g_stop);
-    if (st.ok() && !(*worker)->wants_cpu_kernels().empty() && !g_stop) {
+    eps::Status st = (*worker)->Run(&g_leave);
+    if (st.ok() && !(*worker)->wants_cpu_kernels().empty() && !g_leave) {
       const std::string wanted = (*worker)->wants_cpu_kernels();
       worker->reset();  // its threads and sockets end before this program executes again
       if (int rc = SwitchCpuKernels(wanted, &options); rc >= 0) return rc;
       continue;
+    }
+    if (st.ok() && g_park && !g_stop && (*worker)->left()) {
+      worker->reset();  // its report written, its sockets and threads gone
+      if (AwaitResume()) continue;
+      return 0;
     }
     if (st.ok()) return 0;
     LOG(ERROR) << "worker failed: " << st.ToString();

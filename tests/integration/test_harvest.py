@@ -228,7 +228,7 @@ class Probe(RunDirTest):
 
     def test_a_wait_naming_the_worker_signals_it_the_moment_the_server_is_busy(self):
         """`wait MS PID`: an idle wait leaves the process alone; a busy one sends it SIGTERM before the answer,
-        which says so (lend.sh then sends no second signal)."""
+        which says so (lend.sh then sends no second signal); `wait MS PID SIGNAL` sends that signal."""
         fake = FakeMetrics()
         self.addCleanup(fake.close)
         worker = subprocess.Popen(["sleep", "60"])
@@ -242,6 +242,11 @@ class Probe(RunDirTest):
         fake.in_flight = 1
         self.assertEqual(self.ask(probe, f"wait 5000 {worker.pid}"), ("busy", 1, 1, 0, "signalled"))
         self.assertEqual(worker.wait(timeout=10), -signal.SIGTERM)
+        # `wait MS PID SIGNAL` (lend.sh --keep-warm): that signal instead.
+        parked = subprocess.Popen(["sleep", "60"])
+        self.procs.append(parked)
+        self.assertEqual(self.ask(probe, f"wait 5000 {parked.pid} {int(signal.SIGUSR1)}")[-1], "signalled")
+        self.assertEqual(parked.wait(timeout=10), -signal.SIGUSR1)
         probe.stdin.close()
         self.assertEqual(probe.wait(timeout=10), 0)
         probe.stdout.close()

@@ -20,6 +20,13 @@ SLOWDOWN = "15"  # every worker idles 14 x each VW's compute: a lent worker told
 LENT_STEPS = 20  # steps the job runs with the first lent worker (then held again): it leaves during them
 
 
+def cpu_ticks(pid):
+    """A process's user + system CPU time so far, in clock ticks (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
 class Lend(RunDirTest):
     def flip(self, state):
         tmp = self.probe_file + ".tmp"
@@ -28,10 +35,10 @@ class Lend(RunDirTest):
         os.replace(tmp, self.probe_file)
         return time.time()
 
-    def start_agent(self, d, name):
+    def start_agent(self, d, name, *flags):
         return self.start([LEND, "--coordinator", self.addr, "--token-file", f"{d}/token",
                            "--probe", f"grep -qx idle {self.probe_file}", "--every", str(EVERY), "--idle-for", "2",
-                           "--", "--slowdown", SLOWDOWN, "--log", f"{d}/{name}-worker.log",
+                           *flags, "--", "--slowdown", SLOWDOWN, "--log", f"{d}/{name}-worker.log",
                            "--report-file", f"{d}/{name}-report.json"], f"{d}/{name}.log")
 
     def agent_says(self, log, text, timeout=30):
@@ -113,6 +120,61 @@ class Lend(RunDirTest):
         print(f"the job's digest {result['params_sha256'][:16]}... equals the undisturbed run's; "
               f"{result['workers_seen']} workers took part")
 
+    def test_a_kept_worker_parks_when_busy_and_joins_again_when_idle(self):
+        """--keep-warm: busy parks the lent worker (it leaves the job, reason SIGUSR1, and its process lives on
+        without using the CPU); idle makes the same process join again (a new worker id, the same pid); Ctrl-C of the
+        agent ends the parked worker. The job ends on the undisturbed run's digest."""
+        _, _, ref = self.run_local("reference")
+        d = self.run_dir("warm")
+        self.probe_file = os.path.join(d, "probe")
+        self.flip("busy")
+        job = self.start([LOCAL, "--job", MLP, "--servers", "1", "--workers", "1", "--run-dir", d,
+                          "--slowdowns", SLOWDOWN], f"{d}/local.log")
+        self.addr = wait_for_file(f"{d}/coordinator.addr", proc=job)
+        own = int(wait_for_file(f"{d}/pids/worker0.pid", proc=job))
+        wait_for_event(d, "step_completed", timeout=120, proc=job)
+        self.control(d, "hold")
+        held = wait_for_event(d, "paused", lambda e: e["cause"] == "hold", proc=job)["step"]
+        agent = self.start_agent(d, "warm", "--keep-warm")
+
+        t_idle = self.flip("idle")
+        joined = poll_until(lambda: self.lent_joined(d, {own}), 30, "no lent worker joined")
+        pid, w = joined["pid"], joined["worker"]
+        ready = wait_for_event(d, "worker_ready", lambda e: e["worker"] == w, timeout=30, proc=job)
+        self.control(d, "hold", f"--from-step={held + LENT_STEPS}")
+        wait_for_event(d, "assignment", lambda e: any(r["worker"] == w for r in e["ranges"]), timeout=30, proc=job)
+
+        # Busy: the worker leaves the job and stays, parked: its CPU time stands still.
+        self.flip("busy")
+        left = wait_for_event(d, "worker_left", lambda e: e["worker"] == w, timeout=30, proc=job)
+        self.assertEqual(left["reason"], "SIGUSR1", left)
+        wait_for_file(f"{d}/warm-report.json")  # written as Run returns, before the process parks
+        time.sleep(0.5)
+        before = cpu_ticks(pid)
+        time.sleep(2)
+        self.assertLessEqual(cpu_ticks(pid) - before, 5, "a parked worker used the CPU")
+        self.assertEqual(read_report(f"{d}/warm-report.json")["outcome"], "left")
+
+        # Idle: the same process joins again, as a new worker.
+        t_again = self.flip("idle")
+        again = poll_until(lambda: next((e for e in read_events(d, "worker_joined")
+                                         if e["pid"] == pid and e["worker"] != w), None), 30, "the worker did not rejoin")
+        ready_again = wait_for_event(d, "worker_ready", lambda e: e["worker"] == again["worker"], timeout=30, proc=job)
+        print(f"from the flip to idle to worker_ready: {ready['t'] - t_idle:.2f} s for a new process, "
+              f"{ready_again['t'] - t_again:.2f} s for the parked one (2 idle probes of {EVERY} s in each)")
+
+        # Busy again, and the agent stopped while the worker is parked: the worker exits.
+        self.flip("busy")
+        left = wait_for_event(d, "worker_left", lambda e: e["worker"] == again["worker"], timeout=30, proc=job)
+        self.assertEqual(left["reason"], "SIGUSR1", left)
+        agent.send_signal(signal.SIGINT)
+        self.assertEqual(agent.wait(timeout=30), 0, read_text(f"{d}/warm.log"))
+        poll_until(lambda: None if os.path.exists(f"/proc/{pid}") else True, 10, "the parked worker did not exit")
+
+        self.control(d, "release")
+        self.assertEqual(job.wait(timeout=120), 0, logs(d))
+        self.assertEqual(read_result(d)["params_sha256"], ref["params_sha256"])
+
     def test_refuses_bad_arguments(self):
         d = self.run_dir("args")
         for args, what in [([], "--coordinator (or --scheduler) is required"),
@@ -120,7 +182,9 @@ class Lend(RunDirTest):
                             "cannot read the token file"),
                            (["--scheduler", "tcp://127.0.0.1:1", "--probe", "true", "--every", "0"],
                             "--every must be"),
-                           (["--scheduler", "tcp://127.0.0.1:1"], "--probe CMD is required")]:
+                           (["--scheduler", "tcp://127.0.0.1:1"], "--probe CMD is required"),
+                           (["--scheduler", "tcp://127.0.0.1:1", "--probe", "true", "--keep-warm"],
+                            "--keep-warm lends to one job")]:
             p = subprocess.run([LEND, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=10)
             self.assertEqual(p.returncode, 2, p.stdout)
             self.assertIn(what, p.stdout)
