@@ -35,14 +35,19 @@ bool DecodeRow(std::string_view r, size_t floats, RowRecord* row) {
   return true;
 }
 
-std::string SparseStoreIdentity(const SparseTableOptions& o) {
+SparseStoreOptions StoreOptionsOf(const SparseTableOptions& o) {
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "dim=%zu slots=%d optimizer=%d init=%d %.17g %.17g %.17g %.17g seed=%llu", o.dim,
                 SparseOptimizerSlots(o.optimizer), static_cast<int>(o.optimizer.kind),
                 static_cast<int>(o.init.kind), o.init.mean, o.init.stddev, o.init.low, o.init.high,
                 static_cast<unsigned long long>(o.seed));
-  return buf;
+  SparseStoreOptions so;
+  so.path = o.path;
+  so.table_id = o.table_id;
+  so.identity = buf;
+  so.keep_checkpoints = o.keep_checkpoints;
+  return so;
 }
 
 }  // namespace eps

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "server/sparse_table.h"
+#include "storage/sparse_store.h"
 
 namespace eps {
 
@@ -26,8 +27,9 @@ std::string EncodeRow(const RowRecord& row);
 // False for a record that is not one of `floats` floats (a damaged one).
 bool DecodeRow(std::string_view record, size_t floats, RowRecord* row);
 
-// The identity a table opened with `o` gives its store (SparseStoreOptions::identity): a store
-// opened with it is that table's (its width, optimizer, initializer and seed).
-std::string SparseStoreIdentity(const SparseTableOptions& o);
+// The options of the store of a table opened with `o`: its directory, table id, checkpoints kept
+// and identity (SparseStoreOptions::identity: a store opened with it is that table's, of its
+// width, optimizer, initializer and seed).
+SparseStoreOptions StoreOptionsOf(const SparseTableOptions& o);
 
 }  // namespace eps

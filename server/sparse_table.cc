@@ -713,12 +713,7 @@ StatusOr<std::unique_ptr<SparseTable>> SparseTable::Open(const SparseTableOption
   }
   std::unique_ptr<SparseRowStore> store;
   if (!o.path.empty()) {
-    SparseStoreOptions so;
-    so.path = o.path;
-    so.table_id = o.table_id;
-    so.identity = SparseStoreIdentity(o);
-    so.keep_checkpoints = o.keep_checkpoints;
-    EPS_ASSIGN_OR_RETURN(store, SparseRowStore::Open(so));
+    EPS_ASSIGN_OR_RETURN(store, SparseRowStore::Open(StoreOptionsOf(o)));
   }
   return std::unique_ptr<SparseTable>(new SparseTableImpl(o, std::move(store)));
 }

@@ -16,10 +16,7 @@ TableCheckpoint::TableCheckpoint(const SparseTableOptions& o, Step step,
 
 StatusOr<std::unique_ptr<TableCheckpoint>> TableCheckpoint::Open(const SparseTableOptions& o,
                                                                  Step step) {
-  SparseStoreOptions so;
-  so.path = o.path;
-  so.table_id = o.table_id;
-  so.identity = SparseStoreIdentity(o);
+  SparseStoreOptions so = StoreOptionsOf(o);
   so.read_only = true;
   EPS_ASSIGN_OR_RETURN(std::unique_ptr<SparseRowStore> store, SparseRowStore::Open(so));
   return std::unique_ptr<TableCheckpoint>(new TableCheckpoint(o, step, std::move(store)));

@@ -173,7 +173,9 @@ TEST(SparseTable, RowsMovedToAnotherTableKeepTheirBitsAndBothGoOnAsOne) {
     const std::vector<VwGrad> vws = RandomStep(rng, num_vws, dim, rows);
     RunStep(whole.get(), vws, AlignedBlocks(0, num_vws), dim, 0.02);
     RunStep(a.get(), vws, AlignedBlocks(0, num_vws), dim, 0.02);
-    if (step == 4 || step == 9) ASSERT_TRUE(a->Checkpoint().ok());
+    if (step == 4 || step == 9) {
+      ASSERT_TRUE(a->Checkpoint().ok());
+    }
   }
   std::string records;
   ASSERT_TRUE(a->ExportRows(Odd, &records).ok());
@@ -685,11 +687,7 @@ TEST(SparseTable, ADamagedRowRecordIsDataLossNotACrash) {
   SparseTableOptions o = TableOptions(1, 2);
   o.path = dir.path();
   {
-    SparseStoreOptions so;
-    so.path = o.path;
-    so.table_id = o.table_id;
-    so.identity = SparseStoreIdentity(o);
-    auto store = SparseRowStore::Open(so);
+    auto store = SparseRowStore::Open(StoreOptionsOf(o));
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     ASSERT_TRUE((*store)->WriteCheckpoint(Step(5), {{1, "short"}}, {}).ok());
   }

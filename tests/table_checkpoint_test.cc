@@ -104,11 +104,7 @@ TEST(TableCheckpoint, AnUnheldStepAnotherTablesStoreNoStoreAndADamagedRecordAreC
   TempDir dir;
   const SparseTableOptions o = Options(dir.path());
   {
-    SparseStoreOptions so;
-    so.path = o.path;
-    so.table_id = o.table_id;
-    so.identity = SparseStoreIdentity(o);
-    auto store = SparseRowStore::Open(so);
+    auto store = SparseRowStore::Open(StoreOptionsOf(o));
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     RowRecord good;
     good.data.assign(kDim * 3, 1.5f);
