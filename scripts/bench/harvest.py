@@ -11,6 +11,8 @@ TRACE below) is sent to a fresh server in each of two runs, in turn (ROUNDS roun
            as more than BUSY_RATE requests/s arrive or BUSY_IN_FLIGHT requests are inside the server; after the
            trace, a new agent with lend.sh's defaults (any request: busy) and BURSTS bursts from quiet;
 then the same worker (CPU 1, nice 19) is lent full time, with no server, for FULL_SECONDS: what the node could train.
+With --keep-warm both agents run lend.sh --keep-warm: a busy node parks its worker (SIGUSR1) instead of ending it, and
+the next idle period makes the same process join again.
 
 Figures, per round: client-side latency p50 / p99 (lending against alone; also of the requests sent while a worker
 was lent, against those sent at the same moments of the trace alone), failed requests, the node's busy CPU time over
@@ -129,11 +131,12 @@ def start_job(name):
         return p, d, f.read().strip()
 
 
-def agent(d, addr, probe, log):
+def agent(d, addr, probe, log, keep_warm=False):
     """lend.sh pinned to the node, its worker at nice NICE; `probe`: its probe flags."""
     with open(log, "w") as f:
         return subprocess.Popen(["taskset", "-c", NODE_CPU, LEND, "--coordinator", addr, "--token-file",
                                  os.path.join(d, "token"), *probe, "--idle-for", str(IDLE_FOR),
+                                 *(["--keep-warm"] if keep_warm else []),
                                  "--worker-nice", str(NICE), "--", "--log", os.path.join(d, "logs", "lent.log"),
                                  "--report-file", os.path.join(d, "logs", "lent.json")],
                                 env=common.ENV, stdout=f, stderr=subprocess.STDOUT)
@@ -230,14 +233,14 @@ def serve_alone(model, name):
     return read_lines(out), analysis.read_json(summary), cpu
 
 
-def serve_lending(model, name):
+def serve_lending(model, name, keep_warm):
     """The trace against a server on a node lent by lend.sh --serve-metrics, then BURSTS bursts from quiet; a dict of
     what it measured."""
     job, d, addr = start_job(name)
     server, port = start_server(model, os.path.join(common.RUNS, f"{name}_serve.log"))
     lender = agent(d, addr, ["--serve-metrics", f"http://127.0.0.1:{port}/metrics", "--every", str(EVERY),
                              "--idle-rate", str(IDLE_RATE), "--busy-rate", str(BUSY_RATE), "--rate-window",
-                             str(WINDOW), "--busy-in-flight", str(BUSY_IN_FLIGHT)], f"{d}/agent.log")
+                             str(WINDOW), "--busy-in-flight", str(BUSY_IN_FLIGHT)], f"{d}/agent.log", keep_warm)
     try:
         cpu0, agent0 = cpu_seconds(server.pid), cpu_seconds(lender.pid)
         gen, out, summary = loadgen(port, name)
@@ -259,7 +262,7 @@ def serve_lending(model, name):
         lender.send_signal(signal.SIGTERM)
         lender.wait(timeout=90)
         lender = agent(d, addr, ["--serve-metrics", f"http://127.0.0.1:{port}/metrics", "--every", str(EVERY)],
-                       f"{d}/agent-bursts.log")
+                       f"{d}/agent-bursts.log", keep_warm)
         for k in range(BURSTS):
             since = time.time()
 
@@ -328,7 +331,8 @@ def run(b):
     print(f"   over {WINDOW:g} s or {BUSY_IN_FLIGHT} in flight; {IDLE_FOR} idle polls to attach). Trace: "
           + ", ".join(f"{k} {v}" for k, v in TRACE.items()) + f"; {ROUNDS} rounds of alone and lending")
     print("   (in turn: alone first in odd rounds);")
-    print(f"   then {BURSTS} bursts of {BURST_RATE} req/s from quiet (host load {common.load1()})")
+    print(f"   then {BURSTS} bursts of {BURST_RATE} req/s from quiet (host load {common.load1()})"
+          + ("; lend.sh --keep-warm: a busy node parks its worker" if b.args.keep_warm else ""))
     if b.job("harvest_export", 1, common.CNN, "--steps=20", "--warmup_steps=5", "--test_limit=64") is None:
         b.failed = True
         return
@@ -340,7 +344,7 @@ def run(b):
         # Alone first in odd rounds, lending first in even ones: the host's drift falls on both.
         if r % 2:
             alone, s_alone, cpu_alone = serve_alone(model, f"harvest_alone{r}")
-        m = serve_lending(model, f"harvest_lending{r}")
+        m = serve_lending(model, f"harvest_lending{r}", b.args.keep_warm)
         if r % 2 == 0:
             alone, s_alone, cpu_alone = serve_alone(model, f"harvest_alone{r}")
         t0 = min(x["t"] for x in m["records"])
@@ -404,4 +408,5 @@ def run(b):
 
 
 if __name__ == "__main__":
-    common.main(run)
+    common.main(run, lambda p: p.add_argument("--keep-warm", action="store_true",
+                                              help="lend.sh --keep-warm: park the lent worker between stints"))
