@@ -53,19 +53,24 @@ class Lend(RunDirTest):
                 return e
         return None
 
-    def test_lends_while_idle_and_reclaims_when_busy(self):
-        _, _, ref = self.run_local("reference")
-        d = self.run_dir("lend")
+    def start_held_job(self, d):
+        """The mlp job with a worker of its own, the probe busy, held after its first step: (local.sh, the own
+        worker's pid, the step it is held at)."""
         self.probe_file = os.path.join(d, "probe")
         self.flip("busy")
         job = self.start([LOCAL, "--job", MLP, "--servers", "1", "--workers", "1", "--run-dir", d,
                           "--slowdowns", SLOWDOWN], f"{d}/local.log")
         self.addr = wait_for_file(f"{d}/coordinator.addr", proc=job)
         own = int(wait_for_file(f"{d}/pids/worker0.pid", proc=job))
-        seen = {own}
         wait_for_event(d, "step_completed", timeout=120, proc=job)
         self.control(d, "hold")
-        held = wait_for_event(d, "paused", lambda e: e["cause"] == "hold", proc=job)["step"]
+        return job, own, wait_for_event(d, "paused", lambda e: e["cause"] == "hold", proc=job)["step"]
+
+    def test_lends_while_idle_and_reclaims_when_busy(self):
+        _, _, ref = self.run_local("reference")
+        d = self.run_dir("lend")
+        job, own, held = self.start_held_job(d)
+        seen = {own}
         agent = self.start_agent(d, "agent1")
         time.sleep(5 * EVERY)  # busy probes: nothing attaches
         self.assertIsNone(self.lent_joined(d, seen), read_text(f"{d}/agent1.log"))
@@ -126,15 +131,7 @@ class Lend(RunDirTest):
         agent ends the parked worker. The job ends on the undisturbed run's digest."""
         _, _, ref = self.run_local("reference")
         d = self.run_dir("warm")
-        self.probe_file = os.path.join(d, "probe")
-        self.flip("busy")
-        job = self.start([LOCAL, "--job", MLP, "--servers", "1", "--workers", "1", "--run-dir", d,
-                          "--slowdowns", SLOWDOWN], f"{d}/local.log")
-        self.addr = wait_for_file(f"{d}/coordinator.addr", proc=job)
-        own = int(wait_for_file(f"{d}/pids/worker0.pid", proc=job))
-        wait_for_event(d, "step_completed", timeout=120, proc=job)
-        self.control(d, "hold")
-        held = wait_for_event(d, "paused", lambda e: e["cause"] == "hold", proc=job)["step"]
+        job, own, held = self.start_held_job(d)
         agent = self.start_agent(d, "warm", "--keep-warm")
 
         t_idle = self.flip("idle")
