@@ -32,6 +32,7 @@ struct Setup {
   int64_t chunk_elems = 0;
   int64_t total_steps = 0;
   bool worker_copies = false;         // share mode: copy as worker/worker.cc does
+  bool pipelined = true;              // --pipelined: chunk by chunk, w(t+1) asked for first
   WireDType wire = WireDType::kFP32;  // gradients pushed and weights pulled in this dtype
   double compute_ms = 0;
   CurveOptions curve;  // the clients' (off: plain TCP)

@@ -36,6 +36,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -55,6 +56,7 @@
 #include "bench/ps_transfer.h"
 #include "common/layout.h"
 #include "common/memory.h"
+#include "common/pull_groups.h"
 #include "common/status.h"
 #include "common/tree.h"
 #include "common/wire.h"
@@ -71,6 +73,9 @@ DEFINE_int64(elems, 10000000, "fp32 elements of the synthetic parameter tensor")
 DEFINE_int64(chunk_elems, 1 << 20, "Largest chunk, in elements (1<<20 = 4 MiB frames)");
 DEFINE_uint32(vws_per_client, 8, "share mode: VWs the one client hosts");
 DEFINE_double(compute_ms, 10, "share mode: simulated compute per VW (busy loop), ms");
+DEFINE_bool(pipelined, true,
+            "Push one chunk a message and ask for w(t+1) before the pushes, in the worker's pull "
+            "groups, as a worker's last VW and prefetch do (false: one push and one pull a shard)");
 DEFINE_int32(warmup, 2, "Unmeasured steps (per kind) before the measured ones");
 DEFINE_int32(rounds, 3, "transfer: alternating rounds of raw and PS steps");
 DEFINE_int32(iters, 5, "Measured steps per round (transfer) or in all (share)");
@@ -291,7 +296,7 @@ class Client {
   Status PsStep(int64_t t, StepTimes* times) {
     const Step step(t);
     auto t0 = Clock::now();
-    EPS_RETURN_IF_ERROR(Pull(step));
+    EPS_RETURN_IF_ERROR(AwaitPulled(step));
     const double pull_ms = MsSince(t0);
     double compute_ms = 0, worker_ms = 0, tree_ms = 0, push_ms = 0;
     const uint32_t lo = index_ * setup_.vws_per_client, hi = lo + setup_.vws_per_client;
@@ -328,18 +333,28 @@ class Client {
         worker_ms += MsSince(w0);
       }
       auto p0 = Clock::now();
+      if (setup_.pipelined && pulling_ != t + 1) EPS_RETURN_IF_ERROR(SendPulls(Step(t + 1)));
       for (uint32_t s = 0; s < shards_.size(); ++s) {
-        Push push{Epoch(0), step, block,
-                  encoded ? ChunksOf(s, encoded, sizeof(uint16_t), /*with_loss=*/true)
-                          : ChunksOf(s, sum, sizeof(float), /*with_loss=*/true)};
-        EPS_RETURN_IF_ERROR(shards_[s]->Send(Envelope{"", std::move(push)}));
-        ++outstanding_[s];
+        std::vector<ChunkBytes> chunks = encoded
+                                             ? ChunksOf(s, encoded, sizeof(uint16_t), true)
+                                             : ChunksOf(s, sum, sizeof(float), /*with_loss=*/true);
+        if (!setup_.pipelined) {
+          EPS_RETURN_IF_ERROR(SendPush(s, Push{Epoch(0), step, block, std::move(chunks)}));
+          continue;
+        }
+        // One chunk a message, the last parameter chunk first (backward's order), the loss last.
+        std::reverse(chunks.begin(), chunks.end());
+        std::stable_partition(chunks.begin(), chunks.end(), [&](const ChunkBytes& c) {
+          return layout_.tensors[layout_.chunks[c.chunk.value()].tensor].kind != TensorKind::kLoss;
+        });
+        for (ChunkBytes& c : chunks)
+          EPS_RETURN_IF_ERROR(SendPush(s, Push{Epoch(0), step, block, {std::move(c)}}));
       }
       push_ms += MsSince(p0);
     }
     auto p0 = Clock::now();
     for (uint32_t s = 0; s < shards_.size(); ++s) {
-      for (; outstanding_[s] > 0; --outstanding_[s]) EPS_RETURN_IF_ERROR(AwaitReply(s).status());
+      while (outstanding_[s] > 0) EPS_RETURN_IF_ERROR(ReceiveOne(s));
     }
     push_ms += MsSince(p0);
     if (times != nullptr) {
@@ -349,30 +364,61 @@ class Client {
     return OkStatus();
   }
 
-  // Waits for version `v` (untimed: lines the clients up after the initial push).
-  Status Pull(Step v) {
-    for (auto& ch : shards_)
-      EPS_RETURN_IF_ERROR(ch->Send(Envelope{"", eps::Pull{v, {}, setup_.wire}}));
+  // Pulls version `v` of every shard's chunks: one request a shard, or with --pipelined one a
+  // chunk group of the worker's (PullGroupsOf), each answered once its chunks are stepped. The
+  // replies are taken by ReceiveOne.
+  Status SendPulls(Step v) {
+    pulling_ = v.value();
+    pulled_.assign(shards_.size(), 0);
     for (uint32_t s = 0; s < shards_.size(); ++s) {
-      EPS_ASSIGN_OR_RETURN(Envelope reply, AwaitReply(s));
-      auto* pulled = std::get_if<PullReply>(&reply.body);
-      if (pulled == nullptr || pulled->version != v)
-        return Internal("a pull was answered with something else");
-      size_t n = 0;
-      for (const ChunkBytes& cb : pulled->chunks) {
-        if (cb.chunk.value() >= layout_.chunks.size())
-          return ProtocolError("pulled an unknown chunk");
-        const Chunk& c = layout_.chunks[cb.chunk.value()];
-        if (cb.size != layout_.WireBytes(c, setup_.wire)) {
-          return ProtocolError("pulled chunk of the wrong size");
-        }
-        // PullInto(): a copy, or the decoding from the wire dtype, which the worker always does.
-        if (setup_.worker_copies || setup_.wire != WireDType::kFP32) {
-          DecodeWire(setup_.wire, cb.data, static_cast<size_t>(c.numel), model_.data() + c.offset);
-        }
-        ++n;
+      for (const std::vector<ChunkId>& group : pull_groups_[s]) {
+        EPS_RETURN_IF_ERROR(shards_[s]->Send(Envelope{"", eps::Pull{v, group, setup_.wire}}));
+        ++pull_answers_[s];
       }
-      if (n != pulled_per_shard_[s]) return ProtocolError("a pull reply lacks chunks");
+    }
+    return OkStatus();
+  }
+
+  // Waits for version `v`, asked for now unless a prefetch asked for it already.
+  Status AwaitPulled(Step v) {
+    if (pulling_ != v.value()) EPS_RETURN_IF_ERROR(SendPulls(v));
+    for (uint32_t s = 0; s < shards_.size(); ++s) {
+      while (pull_answers_[s] > 0) EPS_RETURN_IF_ERROR(ReceiveOne(s));
+      if (pulled_[s] != pulled_per_shard_[s]) return ProtocolError("a pull reply lacks chunks");
+    }
+    pulling_ = -1;
+    return OkStatus();
+  }
+
+  Status SendPush(uint32_t s, Push push) {
+    EPS_RETURN_IF_ERROR(shards_[s]->Send(Envelope{"", std::move(push)}));
+    ++outstanding_[s];
+    return OkStatus();
+  }
+
+  // Takes shard s's next reply: a push's, or a pull's, whose chunks go into the model.
+  Status ReceiveOne(uint32_t s) {
+    EPS_ASSIGN_OR_RETURN(Envelope reply, AwaitReply(s));
+    if (std::holds_alternative<PushReply>(reply.body) && outstanding_[s] > 0) {
+      --outstanding_[s];
+      return OkStatus();
+    }
+    auto* pulled = std::get_if<PullReply>(&reply.body);
+    if (pulled == nullptr || pulled->version.value() != pulling_ || pull_answers_[s] == 0)
+      return Internal("a shard answered with something else");
+    --pull_answers_[s];
+    for (const ChunkBytes& cb : pulled->chunks) {
+      if (cb.chunk.value() >= layout_.chunks.size())
+        return ProtocolError("pulled an unknown chunk");
+      const Chunk& c = layout_.chunks[cb.chunk.value()];
+      if (cb.size != layout_.WireBytes(c, setup_.wire)) {
+        return ProtocolError("pulled chunk of the wrong size");
+      }
+      // PullInto(): a copy, or the decoding from the wire dtype, which the worker always does.
+      if (setup_.worker_copies || setup_.wire != WireDType::kFP32) {
+        DecodeWire(setup_.wire, cb.data, static_cast<size_t>(c.numel), model_.data() + c.offset);
+      }
+      ++pulled_[s];
     }
     return OkStatus();
   }
@@ -411,6 +457,11 @@ class Client {
       if (layout_.tensors[c.tensor].kind != TensorKind::kLoss) ++pulled_per_shard_[c.shard.value()];
     }
     outstanding_.assign(shards_.size(), 0);
+    pull_answers_.assign(shards_.size(), 0);
+    pull_groups_ = PullGroupsOf(layout_, setup_.wire, {});
+    if (!setup_.pipelined) {
+      for (auto& groups : pull_groups_) groups.assign(1, {});  // one request: every chunk
+    }
   }
 
  private:
@@ -448,7 +499,11 @@ class Client {
   std::shared_ptr<std::vector<float>> gradient_;  // what every VW "computes"
   std::vector<float> model_;
   std::vector<size_t> pulled_per_shard_;
-  std::vector<int> outstanding_;
+  std::vector<int> outstanding_;                                // pushes not answered yet, by shard
+  std::vector<std::vector<std::vector<ChunkId>>> pull_groups_;  // by shard: a pull's requests
+  int64_t pulling_ = -1;           // the version asked for and not yet taken whole (-1: none)
+  std::vector<int> pull_answers_;  // by shard: pull requests not answered yet
+  std::vector<size_t> pulled_;     // by shard: chunks of `pulling_` taken
 };
 
 std::string SelfDir() {
@@ -619,6 +674,7 @@ bool SetupFromFlags(Setup* setup) {
   setup->shards = FLAGS_shards;
   setup->elems = FLAGS_elems;
   setup->chunk_elems = FLAGS_chunk_elems;
+  setup->pipelined = FLAGS_pipelined;
   return true;
 }
 

@@ -1,10 +1,11 @@
-// How a worker cuts its pulls of a version into groups (worker/param_client.h, PullGroupsOf).
+// How a worker cuts its pulls of a version into groups (common/pull_groups.h, PullGroupsOf).
+#include "common/pull_groups.h"
+
 #include <gtest/gtest.h>
 
 #include <set>
 
 #include "common/layout.h"
-#include "worker/param_client.h"
 
 namespace eps {
 namespace {

@@ -23,41 +23,6 @@ size_t PulledBytesIn(const Layout& layout, WireDType weight_wire, const Chunk& c
 
 }  // namespace
 
-std::vector<std::vector<std::vector<ChunkId>>> PullGroupsOf(const Layout& layout,
-                                                            WireDType weight_wire,
-                                                            const std::vector<char>& frozen) {
-  std::vector<std::vector<std::vector<ChunkId>>> out(layout.num_shards);
-  for (size_t s = 0; s < out.size(); ++s) {
-    // Each shard's parameter chunks, backward, and its buffer chunks.
-    std::vector<const Chunk*> parameters;
-    std::vector<ChunkId> buffers;
-    size_t total = 0;
-    for (auto c = layout.chunks.rbegin(); c != layout.chunks.rend(); ++c) {
-      if (c->shard.value() != s || (c->tensor < frozen.size() && frozen[c->tensor])) continue;
-      if (KindIn(layout, *c) == TensorKind::kBuffer) buffers.push_back(c->id);
-      if (KindIn(layout, *c) != TensorKind::kParameter) continue;
-      parameters.push_back(&*c);
-      total += layout.WireBytes(*c, weight_wire);
-    }
-    const size_t group_bytes =
-        std::max(kEagerPushBytes, (total + kMaxPullGroups - 2) / (kMaxPullGroups - 1));
-    std::vector<ChunkId> group;
-    size_t bytes = 0;
-    for (const Chunk* c : parameters) {
-      group.push_back(c->id);
-      bytes += layout.WireBytes(*c, weight_wire);
-      if (bytes < group_bytes) continue;
-      out[s].push_back(std::move(group));
-      group.clear();
-      bytes = 0;
-    }
-    for (std::vector<ChunkId>* rest : {&group, &buffers}) {
-      if (!rest->empty()) out[s].push_back(std::move(*rest));
-    }
-  }
-  return out;
-}
-
 ParameterClient::ParameterClient(ParameterClientOptions options, zmq::context_t* context,
                                  const std::atomic<bool>* stop, const Layout* layout,
                                  const std::vector<std::string>& shard_addresses)
