@@ -4,8 +4,9 @@ its own) runs `elasticps serve` and `launcher/lend.sh --serve-metrics`, which re
 worker to the job; a burst of predict requests (scripts/loadgen.py, from the job's host) makes it leave
 (`worker_left`) within one VW's compute plus the polling period, from the burst's first request; quiet again, a new
 worker attaches after the hysteresis (no attach while requests come) and is given VWs; the job ends on the
-undisturbed run's digest and every request was answered 200. Holds (`elasticps hold`) keep the job from ending
-before the test is done with it. Needs root (network namespaces).
+undisturbed run's digest and every request was answered 200; with `lend.sh --keep-warm` the same, the burst parking
+the worker (SIGUSR1, sent by the probe) and the quiet period making the same process join again. Holds (`elasticps
+hold`) keep the job from ending before the test is done with it. Needs root (network namespaces).
 """
 import http.server
 import json
@@ -37,6 +38,14 @@ WHY_NOT = netns.unavailable()
 @requires(not WHY_NOT, f"hosts in network namespaces: {WHY_NOT}")
 class Harvest(RunDirTest):
     def test_a_burst_reclaims_the_serving_host_and_a_quiet_period_lends_it_again(self):
+        self.harvest(keep_warm=False)
+
+    def test_kept_warm_the_burst_parks_the_worker_and_the_quiet_period_makes_it_join_again(self):
+        """lend.sh --keep-warm: the probe's signal is SIGUSR1 (the worker leaves and stays, parked), and the worker
+        that joins after the quiet period is the same process."""
+        self.harvest(keep_warm=True)
+
+    def harvest(self, keep_warm):
         _, _, ref = self.run_local("reference", extra=JOB)
         model = os.path.join(self.tmp, "reference", "model.safetensors")
         d = self.run_dir("harvest")
@@ -75,7 +84,8 @@ class Harvest(RunDirTest):
             url = f"http://{net.address(serve_host)}:{port}"
             net.popen(serve_host, [LEND, "--coordinator", addr, "--token-file", token,
                                    "--serve-metrics", f"{url}/metrics", "--every", str(EVERY),
-                                   "--idle-for", str(IDLE_FOR), "--", "--slowdown", SLOWDOWN,
+                                   "--idle-for", str(IDLE_FOR), *(["--keep-warm"] if keep_warm else []),
+                                   "--", "--slowdown", SLOWDOWN,
                                    "--log", f"{d}/logs/lent.log", "--report-file", f"{d}/logs/lent.json"],
                       f"{d}/logs/agent.log", env=ENV)
 
@@ -112,7 +122,7 @@ class Harvest(RunDirTest):
             lag = left["t"] - first
             print(f"worker_left {lag:.3f} s after the burst's first request; one VW's compute {per_vw:.3f} s, the "
                   f"polling period {EVERY} s: bound {per_vw + EVERY:.3f} s (+ {SLACK} s asserted for a loaded host)")
-            self.assertEqual(left["reason"], "SIGTERM", left)
+            self.assertEqual(left["reason"], "SIGUSR1" if keep_warm else "SIGTERM", left)
             self.assertGreater(lag, 0, "the worker left before the burst")
             self.assertLess(lag, per_vw + EVERY + SLACK)
             self.assertEqual(report["outcome"], "left", report)
@@ -120,6 +130,10 @@ class Harvest(RunDirTest):
             # Quiet again: a new worker attaches, after the last request and the hysteresis, and is given VWs.
             again = poll_until(lambda: lent_joined(left["t"]), 60, "no second lent worker joined")
             print(f"a new worker joined {again['t'] - last:.3f} s after the burst's last request")
+            if keep_warm:
+                self.assertEqual(again["pid"], joined["pid"], "not the parked process")
+            else:
+                self.assertNotEqual(again["pid"], joined["pid"])
             self.assertGreater(again["t"] - last, (IDLE_FOR - 1) * EVERY)
             event("worker_ready", lambda e: e["worker"] == again["worker"], timeout=60)
             self.control(d, "release", prefix=on_job_host)
