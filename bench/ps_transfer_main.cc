@@ -335,9 +335,9 @@ class Client {
       auto p0 = Clock::now();
       if (setup_.pipelined && pulling_ != t + 1) EPS_RETURN_IF_ERROR(SendPulls(Step(t + 1)));
       for (uint32_t s = 0; s < shards_.size(); ++s) {
-        std::vector<ChunkBytes> chunks = encoded
-                                             ? ChunksOf(s, encoded, sizeof(uint16_t), true)
-                                             : ChunksOf(s, sum, sizeof(float), /*with_loss=*/true);
+        std::vector<ChunkBytes> chunks =
+            encoded ? ChunksOf(s, encoded, sizeof(uint16_t), /*with_loss=*/true)
+                    : ChunksOf(s, sum, sizeof(float), /*with_loss=*/true);
         if (!setup_.pipelined) {
           EPS_RETURN_IF_ERROR(SendPush(s, Push{Epoch(0), step, block, std::move(chunks)}));
           continue;
