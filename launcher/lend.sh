@@ -288,10 +288,8 @@ while true; do
   esac
   reap
   if [ -n "$worker" ] && [ $parked = 0 ]; then
-    if [ $leaving = 0 ] && [ $busy -ge "$busy_for" ] && [ $keep_warm = 1 ]; then
-      park_worker "busy ($busy probes; $why)"
-    elif [ $leaving = 0 ] && [ $busy -ge "$busy_for" ]; then
-      stop_worker "busy ($busy probes; $why)"
+    if [ $leaving = 0 ] && [ $busy -ge "$busy_for" ]; then
+      if [ $keep_warm = 1 ]; then park_worker "busy ($busy probes; $why)"; else stop_worker "busy ($busy probes; $why)"; fi
     elif [ $leaving = 1 ] && [ $SECONDS -ge $leave_deadline ]; then
       say "worker $worker did not leave within ${leave_timeout}s: killing it"
       kill -KILL "$worker" 2>/dev/null || true

@@ -29,9 +29,9 @@ FlatGradientLayout::FlatGradientLayout(const Layout& layout, std::vector<char> f
       size += static_cast<size_t>(t.numel());
     }
   }
-  size_t levels = 1;
-  while ((uint32_t{1} << levels) < virtual_workers) ++levels;
-  pool = VectorPool<float>::Create(levels * size * sizeof(float));
+  // The tree over V leaves is log2(TreeWidth(V)) levels deep (at least one node is held).
+  const int levels = std::max(1, __builtin_ctz(TreeWidth(std::max(virtual_workers, 1u))));
+  pool = VectorPool<float>::Create(static_cast<size_t>(levels) * size * sizeof(float));
 }
 
 size_t BlockPusher::RegionBytes(size_t flat_size, WireDType grad_wire) {
