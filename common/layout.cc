@@ -1,5 +1,6 @@
 #include "common/layout.h"
 
+#include <limits>
 #include <set>
 
 namespace eps {
@@ -22,6 +23,11 @@ int64_t TensorSpec::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+uint64_t TensorSpec::RowBound() const {
+  if (unbounded()) return uint64_t(std::numeric_limits<int64_t>::max());
+  return shape.empty() ? 0 : static_cast<uint64_t>(shape[0]);
 }
 
 TensorSpec LossTensor() { return {"__loss__", TensorKind::kLoss, DType::kFloat32, {1}}; }
@@ -72,7 +78,9 @@ StatusOr<Layout> MakeLayout(std::vector<TensorSpec> tensors, uint32_t num_shards
     if (t.shape.size() > 8)
       return InvalidArgument("tensor " + t.name + " has more than 8 dimensions");
     int64_t n = 1;
-    for (int64_t d : t.shape) {
+    for (size_t k = 0; k < t.shape.size(); ++k) {
+      const int64_t d = t.shape[k];
+      if (d == 0 && k == 0 && t.sparse) continue;  // a table of unbounded keys
       if (d <= 0 || d > kMaxElems || n > kMaxElems / d) {
         return InvalidArgument("tensor " + t.name + " has an invalid shape");
       }

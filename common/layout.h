@@ -34,9 +34,15 @@ struct TensorSpec {
   // shape [rows, dim] whose gradient names the rows a step touched. It has no
   // chunks: its rows are spread over the shards by Layout::ShardOfRow, and only the
   // rows a step touches are pushed and stepped.
+  // A sparse table of shape [0, dim] has unbounded keys: any row id below
+  // 2^63 - 1 (a hash of any value), the table growing with the rows a job
+  // touches; only a worker that looks it up by its batches' rows can hold it.
   bool sparse = false;
 
   int64_t numel() const;
+  bool unbounded() const { return sparse && shape.size() == 2 && shape[0] == 0; }
+  // A sparse table's row ids are below this: its rows, or 2^63 - 1 unbounded.
+  uint64_t RowBound() const;
   friend bool operator==(const TensorSpec& a, const TensorSpec& b) {
     return a.name == b.name && a.kind == b.kind && a.dtype == b.dtype && a.shape == b.shape &&
            a.sparse == b.sparse;

@@ -8,7 +8,9 @@
 // and the 26 categories hashed into [1, buckets) with their column, so that
 // the same value in two columns takes two rows of one shared table (missing:
 // 0). A model takes the integers as its dense input and the ids as rows of a
-// sparse=True embedding of `buckets` rows (examples/criteo/).
+// sparse=True embedding of `buckets` rows (examples/criteo/). Buckets 0: the
+// categories keep 63-bit keys, [1, 2^63 - 1), rows of a table of unbounded
+// keys (the built-in dlrm's with --hash_buckets=0, models/dlrm.h).
 #pragma once
 
 #include <cstdint>
@@ -24,15 +26,16 @@ constexpr int kCriteoCategories = 26;
 constexpr int kCriteoFeatures = kCriteoIntegers + kCriteoCategories;
 
 // The row of category `value` of categorical column `column` (0..25) in a
-// table of `buckets` rows (>= 2): 1 + SplitMix64(value ^ (column + 1) *
-// 0x9E3779B97F4A7C15) % (buckets - 1). Row 0 is the missing value's.
+// table of `buckets` rows (>= 2, or 0: 2^63 - 1): 1 + SplitMix64(value ^
+// (column + 1) * 0x9E3779B97F4A7C15) % (buckets - 1). Row 0 is the missing
+// value's.
 int64_t CriteoCategoryRow(int column, uint64_t value, uint64_t buckets);
 
 // Reads a Criteo-format file (LF or CRLF endings, empty lines skipped), the
 // first `limit` samples if limit > 0: int64 features of shape {39}, int64
 // classes 0/1 (num_classes 2).
 //   NotFound         the file does not exist.
-//   InvalidArgument  buckets < 2, an empty file, a line with another number of
+//   InvalidArgument  buckets 1, an empty file, a line with another number of
 //                    fields than 40, a label other than 0 or 1, an integer
 //                    feature that is not a decimal int64, a category that is
 //                    not 1 to 16 hexadecimal digits; each naming file and line

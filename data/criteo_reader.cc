@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <new>
 #include <string_view>
@@ -63,9 +64,10 @@ struct CriteoVectors {
 };
 
 StatusOr<Dataset> ReadCriteo(const std::string& path, uint64_t buckets, int64_t limit) {
-  if (buckets < 2) {
-    return InvalidArgument("--hash_buckets " + std::to_string(buckets) +
-                           ": Criteo categories need at least 2 rows (row 0 is a missing value's)");
+  if (buckets == 1) {
+    return InvalidArgument(
+        "--hash_buckets 1: Criteo categories need at least 2 rows (row 0 is a "
+        "missing value's), or 0 for unbounded keys");
   }
   EPS_ASSIGN_OR_RETURN(FileStamp stamp, StampFile(path));
   std::ifstream in(path, std::ios::binary);
@@ -137,7 +139,9 @@ StatusOr<Dataset> ReadCriteo(const std::string& path, uint64_t buckets, int64_t 
 int64_t CriteoCategoryRow(int column, uint64_t value, uint64_t buckets) {
   const uint64_t mixed =
       SplitMix64(value ^ (static_cast<uint64_t>(column) + 1) * 0x9E3779B97F4A7C15ull);
-  return 1 + static_cast<int64_t>(mixed % (buckets - 1));
+  // Unbounded (0): ids below 2^63 - 1, the largest int64 left out as TensorSpec::RowBound does.
+  const uint64_t rows = buckets == 0 ? uint64_t{std::numeric_limits<int64_t>::max()} : buckets;
+  return 1 + static_cast<int64_t>(mixed % (rows - 1));
 }
 
 StatusOr<Dataset> ReadCriteoDataset(const std::string& path, uint64_t buckets, int64_t limit) {

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -108,13 +109,16 @@ Status CheckCriteoModelInput(const Dataset& data, const ZooSizes& sizes) {
   if (data.size < 0 || (data.size > 0 && (data.features == nullptr || data.labels == nullptr)))
     return InvalidArgument("inconsistent data set");
   const auto* x = static_cast<const int64_t*>(data.features);
+  // A table of unbounded keys (vocab_size 0) takes every int64 id but the largest.
+  const int64_t rows = sizes.vocab_size == 0 ? std::numeric_limits<int64_t>::max()
+                                             : static_cast<int64_t>(sizes.vocab_size);
   for (int64_t s = 0; s < data.size; ++s) {
     for (int c = kCriteoIntegers; c < kCriteoFeatures; ++c) {
       const int64_t row = x[s * kCriteoFeatures + c];
-      if (row < 0 || row >= static_cast<int64_t>(sizes.vocab_size)) {
+      if (row < 0 || row >= rows) {
         return InvalidArgument("category row " + std::to_string(row) + " of sample " +
-                               std::to_string(s) + " is outside [0, --hash_buckets=" +
-                               std::to_string(sizes.vocab_size) + ")");
+                               std::to_string(s) + " is outside [0, " + std::to_string(rows) +
+                               ") (--hash_buckets=" + std::to_string(sizes.vocab_size) + ")");
       }
     }
   }

@@ -159,7 +159,9 @@ ZooSizes ZooSizesOf(const JobSpec& spec) {
   z.heads = spec.model_heads;
   z.depth = spec.model_depth;
   z.seq_len = spec.seq_len;
-  z.vocab_size = spec.hash_buckets > 0 ? spec.hash_buckets : spec.vocab_size;  // the table's rows
+  // The table's rows; dlrm's are --hash_buckets, 0 for unbounded keys (the Criteo reader's).
+  z.vocab_size =
+      spec.hash_buckets > 0 || spec.model == "dlrm" ? spec.hash_buckets : spec.vocab_size;
   return z;
 }
 

@@ -59,10 +59,10 @@ torch::Tensor DlrmTableIds(const torch::Tensor& x) {
 StatusOr<torch::nn::Sequential> MakeDlrm(
     const ZooSizes& sizes,
     const TableWeight& table) {
-  if (sizes.dim == 0 || sizes.vocab_size < 2) {
+  if (sizes.dim == 0 || sizes.vocab_size == 1) {
     return InvalidArgument("dlrm: --model_dim " + std::to_string(sizes.dim) + " and " +
                            std::to_string(sizes.vocab_size) +
-                           " table rows (--hash_buckets): too small");
+                           " table rows (--hash_buckets): too small (0 rows: unbounded keys)");
   }
   return nn::Sequential({{"dlrm", Dlrm(sizes, table)}});
 }

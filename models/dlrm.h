@@ -13,7 +13,9 @@ namespace eps {
 // dlrm (DLRM-style, Naumov et al. 2019, as in examples/criteo/dlrm.py): takes a
 // Criteo sample as the Criteo reader gives it (data/criteo.h): int64 [39], the 13
 // integer features, then the 26 categories already hashed into rows of one
-// shared table of vocab_size (--hash_buckets) rows. The integers, log(1 +
+// shared table of vocab_size (--hash_buckets) rows, or any int64 ids but the
+// largest with vocab_size 0 (unbounded keys: the table's weight has 0 rows and
+// the worker looks it up, models/lookup_tables.h). The integers, log(1 +
 // max(x, 0)), go through a bottom MLP 13-64-dim (ReLU); the categories through
 // Embedding(vocab_size, dim, sparse=True), "dlrm.emb.weight", a sparse table
 // (docs/design.md, "Sparse tables"); the pairwise dot products of the 27

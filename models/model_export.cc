@@ -23,7 +23,7 @@ namespace {
 Status EachRow(const Layout& layout, ModelPieces* pieces, uint32_t table,
                const std::function<Status(uint64_t id, const float* values)>& fn) {
   const TensorSpec& spec = layout.tensors[layout.sparse[table]];
-  const uint64_t n = static_cast<uint64_t>(spec.shape[0]);
+  const uint64_t n = spec.RowBound();
   bool first = true;
   uint64_t last = 0;
   return pieces->RowsOf(table, [&](uint64_t id, const float* values) -> Status {

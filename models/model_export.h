@@ -42,7 +42,7 @@ using ModelTables = std::map<uint32_t, StoredRows>;
 
 // How sparse tables leave a job: laid out whole as the dense tensor they
 // stand for (the stored rows in place, the initial rows elsewhere) up to
-// `dense_bytes`; a larger one (a table no host need hold: docs/design.md,
+// `dense_bytes`; a larger one or one of unbounded keys (a table no host need hold: docs/design.md,
 // "Sparse tables") as its stored rows, in a table file beside the model and
 // in params_sha256. The binaries use the default, so every export of a job
 // agrees; tests lower it.
@@ -51,7 +51,7 @@ struct TableExport {
   uint64_t seed = 0;  // the job's: the initial rows
   uint64_t dense_bytes = kDenseTableBytes;
   bool Dense(const TensorSpec& t) const {
-    return uint64_t(t.numel()) * DTypeSize(t.dtype) <= dense_bytes;
+    return !t.unbounded() && uint64_t(t.numel()) * DTypeSize(t.dtype) <= dense_bytes;
   }
 };
 

@@ -14,9 +14,9 @@
 #include <utility>
 
 #include "models/init_file.h"
+#include "models/lookup_tables.h"
 #include "models/models.h"
 #include "models/net.h"
-#include "models/table_memory.h"
 #include "models/torch_status.h"
 #ifdef EPS_WITH_CUDA
 #include "models/cuda_copies.h"
@@ -45,8 +45,8 @@ struct StepCancelled : std::exception {};
 class TorchModelRunner final : public ModelRunner {
  public:
   TorchModelRunner(std::unique_ptr<Net> net, torch::Device device,
-                   std::unique_ptr<TableMemory> tables, const std::atomic<bool>* cancel)
-      : net_(std::move(net)), device_(device), tables_(std::move(tables)), cancel_(cancel) {}
+                   std::unique_ptr<LookupTables> lookups, const std::atomic<bool>* cancel)
+      : net_(std::move(net)), device_(device), lookups_(std::move(lookups)), cancel_(cancel) {}
 
   // Call after the model was moved to the device.
   Status Init(const TensorSelection& freeze, bool sparse_tables, uint64_t lookup_bytes) {
@@ -78,20 +78,13 @@ class TorchModelRunner final : public ModelRunner {
       if (frozen_.back()) value.requires_grad_(false);
       spec.sparse = !frozen_.back() && value.dim() == 2 && sparse_names.count(name) > 0;
       sparse_.push_back(spec.sparse);
-      lookup_.push_back(spec.sparse && lookup_bytes > 0 && net_->HasTableIds() &&
-                        static_cast<uint64_t>(value.nbytes()) > lookup_bytes);
-      if (lookup_.back()) {
-        // A module's own table (the zoo's came from tables_ already): the rows pulled go to
-        // memory of its own, the file's values are dropped (the table starts from InitialRow).
-        if (!net_->builtin()) value.set_data(tables_->New(value.size(0), value.size(1)));
-        LOG(INFO) << name << " (" << value.nbytes() / (1 << 20)
-                  << " MiB) is looked up by the batches' rows, not held whole";
-      }
+      EPS_ASSIGN_OR_RETURN(const LookupTables::Kind kind, LookupKind(spec, value, lookup_bytes));
+      const int64_t rows = value.dim() == 2 ? value.size(0) : 0;
+      lookups_->Add(kind, rows, value);
       EPS_RETURN_IF_ERROR(Add(std::move(spec), value));
       grads_.push_back(sparse_.back() ? torch::zeros({0, value.size(1)}) : HostZeros(value));
       sparse_ids_.push_back(torch::zeros({0}, torch::kInt64));
     }
-    batch_rows_.resize(num_parameters_);
     num_parameters_ = tensors_.size();
     reported_.assign(num_parameters_, false);
     warned_sparse_.assign(num_parameters_, false);
@@ -133,6 +126,7 @@ class TorchModelRunner final : public ModelRunner {
     for (const InitDecision& d : decisions) {
       if (d.action != InitDecision::Action::kLoad) continue;
       // A sparse table too: the worker's parameter client seeds the shards with its rows.
+      lookups_->MakeLazy(d.model_index, tensors_[d.model_index]);
       const std::string& bytes = file[d.file_index].bytes;
       EPS_RETURN_IF_ERROR(Write(d.model_index, 0, bytes.data(), bytes.size()));
     }
@@ -143,6 +137,8 @@ class TorchModelRunner final : public ModelRunner {
   const void* Data(size_t i) const override { return host_[i].data_ptr(); }
 
   Status Write(size_t i, size_t byte_offset, const void* src, size_t bytes) override {
+    if (lookups_->kind(i) == LookupTables::Kind::kCompact)
+      return FailedPrecondition(specs_[i].name + " is looked up by rows: WriteTableRows");
     auto* host = static_cast<uint8_t*>(host_[i].data_ptr());
     if (!on_gpu()) {
       std::memcpy(host + byte_offset, src, bytes);  // the model's own storage
@@ -180,14 +176,14 @@ class TorchModelRunner final : public ModelRunner {
       for (size_t i = 0; i < num_parameters_; ++i) tensors_[i].mutable_grad().reset();
       torch::manual_seed(rng_seed);  // the CPU generator and every CUDA device's
       const torch::Tensor idx = IndexTensor(indices);
-      const torch::Tensor x = net_->Input(FeatureRows(data, idx)).to(device_);
+      StatusOr<torch::Tensor> x = BindTables(net_->Input(FeatureRows(data, idx)).to(device_));
       const torch::Tensor y = LabelRows(data, idx).to(device_);
-      if (Status st = LookupRows(x, &batch_rows_); !st.ok()) {
+      if (!x.ok()) {
         DiscardGradients();
-        return st;
+        return x.status();
       }
       if (on_gpu()) ComputeAfterUploads();
-      torch::Tensor loss = net_->Loss(net_->Forward(x), y);
+      torch::Tensor loss = net_->Loss(net_->Forward(*x), y);
       if (loss.dim() != 0) {
         DiscardGradients();
         return InvalidArgument("the model's loss is of shape " + ShapeOf(loss) + ", not a scalar");
@@ -240,39 +236,44 @@ class TorchModelRunner final : public ModelRunner {
             static_cast<size_t>(sparse_ids_[i].numel())};
   }
 
-  bool Lookup(size_t i) const override { return i < lookup_.size() && lookup_[i]; }
+  bool Lookup(size_t i) const override { return lookups_->lookup(i); }
 
   StatusOr<std::vector<std::vector<uint64_t>>> TableRows(
       const Dataset& data, const std::vector<int64_t>& indices) override {
     std::vector<std::vector<uint64_t>> rows;
     EPS_RETURN_IF_ERROR(CheckSamples(data, indices, /*labels=*/false));
     try {
-      EPS_RETURN_IF_ERROR(LookupRows(net_->Input(FeatureRows(data, IndexTensor(indices))), &rows));
+      EPS_RETURN_IF_ERROR(lookups_->RowsOf(
+          *net_, specs_, net_->Input(FeatureRows(data, IndexTensor(indices))), &rows));
     } catch (const std::exception& e) {
       return FromTorch("TableRows", e);
     }
     return rows;
   }
 
-  Status DropTableRows(size_t i) override {
-    if (!Lookup(i)) return OkStatus();
-    return tables_->Drop(tensors_[i]);
+  Status WriteTableRows(size_t i, const uint64_t* ids, const float* values, size_t n) override {
+    return lookups_->Write(i, tensors_[i], ids, values, n);
   }
 
-  size_t TableResidentBytes(size_t i) const override {
-    return Lookup(i) ? tables_->ResidentBytes(tensors_[i]) : 0;
-  }
+  Status DropTableRows(size_t i) override { return lookups_->Drop(i, tensors_[i]); }
+
+  size_t TableHeldBytes(size_t i) const override { return lookups_->HeldBytes(i); }
 
   StatusOr<std::string> DryRun(const Dataset& data) override {
     EPS_RETURN_IF_ERROR(net_->CheckData(data));
     if (data.size < 1) return InvalidArgument("the training set is empty");
     const int64_t n = std::min<int64_t>(2, data.size);
+    dry_run_ = true;  // before any pull: lookup tables' rows read zeros
+    struct EndDryRun {
+      bool& on;
+      ~EndDryRun() { on = false; }
+    } end_dry_run{dry_run_};
     std::vector<torch::Tensor> saved;
     try {
       torch::NoGradGuard no_grad;
       // A lookup table's rows are only ever written by pulls, and a step does not write them.
       for (size_t i = 0; i < host_.size(); ++i)
-        saved.push_back(i < lookup_.size() && lookup_[i] ? torch::Tensor() : host_[i].clone());
+        saved.push_back(lookups_->lookup(i) ? torch::Tensor() : host_[i].clone());
     } catch (const std::exception& e) {
       return FromTorch("DryRun", e);
     }
@@ -462,7 +463,9 @@ class TorchModelRunner final : public ModelRunner {
       if (on_gpu()) ComputeAfterUploads();
       for (int64_t first = lo; first < hi; first += batch) {
         const int64_t n = std::min(batch, hi - first);
-        EPS_RETURN_IF_ERROR(each(first, n, net_->Input(FeatureRange(data, first, n)).to(device_)));
+        EPS_ASSIGN_OR_RETURN(const torch::Tensor x,
+                             BindTables(net_->Input(FeatureRange(data, first, n)).to(device_)));
+        EPS_RETURN_IF_ERROR(each(first, n, x));
       }
       if (on_gpu()) DrainCopies();
     } catch (const std::exception& e) {
@@ -477,7 +480,8 @@ class TorchModelRunner final : public ModelRunner {
     try {
       torch::NoGradGuard no_grad;
       if (on_gpu()) ComputeAfterUploads();
-      const torch::Tensor x = net_->Input(FeatureRange(data, 0, n)).to(device_);
+      EPS_ASSIGN_OR_RETURN(const torch::Tensor x,
+                           BindTables(net_->Input(FeatureRange(data, 0, n)).to(device_)));
       const torch::Tensor y = LabelRange(data, 0, n).to(device_);
       torch::Tensor out;
       try {
@@ -592,38 +596,33 @@ class TorchModelRunner final : public ModelRunner {
       sparse_ids_[i] = c.indices().select(0, 0).contiguous();
       grads_[i] = c.values().reshape({-1, dim}).contiguous();
     }
-    // A lookup table holds the rows its batch reads: a gradient of any other row means the
-    // forward read a row that was not pulled (a module's table_ids(x) that leaves one out).
-    if (!lookup_[i]) return;
-    const int64_t* ids = sparse_ids_[i].data_ptr<int64_t>();
-    const std::vector<uint64_t>& rows = batch_rows_[i];
-    for (int64_t k = 0, n = sparse_ids_[i].numel(); k < n; ++k) {
-      if (!std::binary_search(rows.begin(), rows.end(), static_cast<uint64_t>(ids[k]))) {
-        throw std::invalid_argument("the forward read row " + std::to_string(ids[k]) +
-                                    " of lookup table " + specs_[i].name +
-                                    ", which its table ids for the batch do not name");
-      }
-    }
+    lookups_->GradientIds(i, specs_[i].name, sparse_ids_[i]);  // a lookup table's rows
   }
 
-  // By parameter: the rows of each lookup table that forward reads for the batch x.
-  Status LookupRows(const torch::Tensor& x, std::vector<std::vector<uint64_t>>* out) {
-    out->assign(num_parameters_, {});
-    if (std::find(lookup_.begin(), lookup_.end(), true) == lookup_.end()) return OkStatus();
-    std::vector<char> named(num_parameters_, 0);
-    for (const auto& [name, ids] : net_->TableIds(x)) {
-      for (size_t i = 0; i < num_parameters_; ++i) {
-        if (!lookup_[i] || specs_[i].name != name) continue;
-        EPS_ASSIGN_OR_RETURN((*out)[i], DistinctRows(ids, specs_[i].shape[0], name));
-        named[i] = 1;
-      }
+  // The batch `x` as forward takes it: the lookup tables bound to its rows
+  // (LookupTables::Bind; rows not pulled read zeros in the dry run only).
+  StatusOr<torch::Tensor> BindTables(const torch::Tensor& x) {
+    return lookups_->Bind(*net_, specs_, x, tensors_, /*zero_missing=*/dry_run_);
+  }
+
+  // How parameter `spec` (the module's `value`) is looked up: by the batches' rows when it
+  // is a sparse table of more than `lookup_bytes` (0: none) whose rows a batch reads the net
+  // can say, or of unbounded keys (0 rows); compact where the net rewrites its ids.
+  StatusOr<LookupTables::Kind> LookupKind(const TensorSpec& spec, const torch::Tensor& value,
+                                          uint64_t lookup_bytes) const {
+    const bool unbounded = value.dim() == 2 && value.size(0) == 0;
+    if (unbounded && (!spec.sparse || !net_->RewritesTableIds())) {
+      return InvalidArgument(
+          "table " + spec.name + " has unbounded keys (0 rows): it trains " +
+          "only as a sparse table (not frozen, on the CPU, not with " +
+          "--sparse_optimizer=exact) of a model that rewrites its ids (the zoo's)");
     }
-    for (size_t i = 0; i < num_parameters_; ++i) {
-      if (lookup_[i] && !named[i])
-        return InvalidArgument("the module's table ids for a batch leave table " + specs_[i].name +
-                               " out");
-    }
-    return OkStatus();
+    const bool lookup = unbounded || (spec.sparse && lookup_bytes > 0 && net_->HasTableIds() &&
+                                      static_cast<uint64_t>(value.nbytes()) > lookup_bytes);
+    if (!lookup) return LookupTables::Kind::kHeld;
+    LOG(INFO) << spec.name << " (" << value.nbytes() / (1 << 20)
+              << " MiB) is looked up by the batches' rows, not held whole";
+    return net_->RewritesTableIds() ? LookupTables::Kind::kCompact : LookupTables::Kind::kLazy;
   }
 
   // Host memory of `t`'s shape and dtype, zeroed: pinned when `t` lives on a GPU.
@@ -714,9 +713,8 @@ class TorchModelRunner final : public ModelRunner {
   std::vector<bool> warned_sparse_;
   std::vector<char> sparse_;                // by parameter: a sparse table
   std::vector<torch::Tensor> sparse_ids_;   // by parameter: a sparse table's touched rows
-  std::vector<char> lookup_;                // by parameter: a sparse table looked up by rows
-  std::vector<std::vector<uint64_t>> batch_rows_;  // by lookup table: the last step's rows
-  const std::unique_ptr<TableMemory> tables_;      // the sparse tables' memory
+  const std::unique_ptr<LookupTables> lookups_;    // the sparse tables looked up by rows
+  bool dry_run_ = false;                           // in DryRun
   const std::atomic<bool>* const cancel_;          // ModelOptions::cancel
 #ifdef EPS_WITH_CUDA
   std::optional<CudaCopies> copies_;  // on a GPU only
@@ -732,7 +730,7 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelOptions& o
   try {
     SetCpuThreads(options.threads);
     EPS_RETURN_IF_ERROR(PrepareDevice(device));
-    auto tables = std::make_unique<TableMemory>();
+    auto lookups = std::make_unique<LookupTables>(std::make_unique<TableMemory>());
     std::unique_ptr<Net> net;
     if (!options.script.empty()) {
       EPS_ASSIGN_OR_RETURN(net, LoadScriptNet(options.script));  // its weights are the file's
@@ -743,7 +741,8 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelOptions& o
       TableWeight table;
       if (options.sparse_tables && !device.is_cuda()) {
         table = [&](const std::string& name, int64_t rows, int64_t dim) {
-          return options.freeze.Matches(name) ? torch::Tensor() : tables->New(rows, dim);
+          if (options.freeze.Matches(name)) return torch::Tensor();
+          return rows == 0 ? torch::zeros({0, dim}) : lookups->memory().New(rows, dim);
         };
       }
       EPS_ASSIGN_OR_RETURN(torch::nn::Sequential model,
@@ -751,7 +750,7 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(const ModelOptions& o
       net = SequentialNet(std::move(model), options.model, options.sizes);
     }
     net->To(device);
-    auto runner = std::make_unique<TorchModelRunner>(std::move(net), device, std::move(tables),
+    auto runner = std::make_unique<TorchModelRunner>(std::move(net), device, std::move(lookups),
                                                      options.cancel);
     EPS_RETURN_IF_ERROR(
         runner->Init(options.freeze, options.sparse_tables, options.lookup_table_bytes));

@@ -114,7 +114,9 @@ struct ModelOptions {
   // Sparse tables of more bytes than this (0: none) are looked up by the
   // batches' rows, where the model can say which rows a batch reads (the
   // zoo's models; a TorchScript module with table_ids(x)): the model holds
-  // only the rows written into it (Lookup, TableRows, DropTableRows).
+  // only the rows written into it (Lookup, TableRows, WriteTableRows,
+  // DropTableRows). A table of unbounded keys (the zoo's built with 0 rows) is
+  // always looked up.
   uint64_t lookup_table_bytes = 0;
   // Set: a TrainStep whose backward finds it true stops at the next gradient
   // (Aborted, no gradient kept), so that a worker asked to leave gives its
@@ -267,10 +269,11 @@ class ModelRunner {
   }
 
   // Whether sparse table i is looked up by the batches' rows
-  // (ModelOptions::lookup_table_bytes): its memory holds only what was written
-  // into it, and a step reads only the rows TableRows names for its samples,
-  // which the caller must have written first. Such a table's Data() is not
-  // its values: write rows, read gradients.
+  // (ModelOptions::lookup_table_bytes, or a table of unbounded keys: a spec
+  // of 0 rows): it holds only the rows written into it (WriteTableRows), and a
+  // step reads only the rows TableRows names for its samples, which the caller
+  // must have written first. Such a table's Data() is not its values: write
+  // rows, read gradients (models/lookup_tables.h).
   virtual bool Lookup(size_t i) const {
     (void)i;
     return false;
@@ -284,14 +287,22 @@ class ModelRunner {
     (void)data, (void)indices;
     return std::vector<std::vector<uint64_t>>{};
   }
-  // Gives the memory of lookup table i's rows back to the host: they read
-  // zeros until written again.
+  // Rows pulled for lookup table i: `n` ids and n x dim floats (a lookup table's Write
+  // writes nothing where the table is compact: models/lookup_tables.h).
+  [[nodiscard]] virtual Status WriteTableRows(size_t i, const uint64_t* ids, const float* values,
+                                              size_t n) {
+    (void)i, (void)ids, (void)values, (void)n;
+    return FailedPrecondition("this model runner looks no table up by rows");
+  }
+  // Gives the memory of lookup table i's rows back to the host: every row
+  // must be written again before a batch reads it.
   [[nodiscard]] virtual Status DropTableRows(size_t i) {
     (void)i;
     return OkStatus();
   }
-  // Bytes of lookup table i that are memory now (for reports and tests).
-  virtual size_t TableResidentBytes(size_t i) const {
+  // The memory the rows written to lookup table i since it was last dropped
+  // take (the budget a worker keeps them within).
+  virtual size_t TableHeldBytes(size_t i) const {
     (void)i;
     return 0;
   }

@@ -77,6 +77,17 @@ std::vector<std::pair<std::string, torch::Tensor>> ZooTableIds(const std::string
   return {};
 }
 
+torch::Tensor ZooWithTableIds(const std::string& name, const torch::Tensor& x,
+                              const std::vector<std::pair<std::string, torch::Tensor>>& ids) {
+  if (ids.empty()) return x;
+  if (name == "dlrm") {
+    torch::Tensor out = x.clone();
+    DlrmTableIds(out).copy_(ids[0].second);
+    return out;
+  }
+  return ids[0].second;  // the text models: the input is the table's ids
+}
+
 StatusOr<torch::Device> ParseDevice(const std::string& name) {
   if (name == "cpu") return torch::Device(torch::kCPU);
   if (name.rfind("cuda", 0) != 0)

@@ -53,6 +53,10 @@ using TableWeight =
 // categories, the text models' token ids. Empty for the models without one.
 std::vector<std::pair<std::string, torch::Tensor>> ZooTableIds(const std::string& name,
                                                                const torch::Tensor& x);
+// `x` with those ids replaced by `ids` (ZooTableIds's names and shapes; those it does not
+// name stay): dlrm's categories written into a copy of x, the text models' ids as they are.
+torch::Tensor ZooWithTableIds(const std::string& name, const torch::Tensor& x,
+                              const std::vector<std::pair<std::string, torch::Tensor>>& ids);
 
 // The device a --device flag names: "cpu", or "cuda:N" ("cuda" is "cuda:0")
 // in a build against a CUDA libtorch (EPS_WITH_CUDA). InvalidArgument for

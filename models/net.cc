@@ -35,6 +35,10 @@ class BuiltinNet final : public Net {
   std::vector<std::pair<std::string, torch::Tensor>> TableIds(const torch::Tensor& x) override {
     return ZooTableIds(name_, x);
   }
+  bool RewritesTableIds() const override { return true; }
+  torch::Tensor WithTableIds(const torch::Tensor& x, const NamedTensors& ids) override {
+    return ZooWithTableIds(name_, x, ids);
+  }
   // The text models' and dlrm's checks read every id of the data set: once per data set,
   // not once per step.
   Status CheckData(const Dataset& data) const override {

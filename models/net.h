@@ -47,6 +47,14 @@ class Net {
     (void)x;
     return {};
   }
+  // `x` with the ids TableIds(x) gives of the tables `ids` names replaced by those (the same
+  // shapes), where the net can: the zoo's models (ZooWithTableIds, models/models.h). The
+  // worker then looks a table up into a compact weight (models/lookup_tables.h).
+  virtual bool RewritesTableIds() const { return false; }
+  virtual torch::Tensor WithTableIds(const torch::Tensor& x, const NamedTensors& ids) {
+    (void)ids;
+    return x;
+  }
   // What the data set's samples must be for this net: the built-in models'
   // images (CheckModelInput, data/model_input.h), anything for a module the
   // dry run has checked against them. InvalidArgument saying what differs.

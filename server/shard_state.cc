@@ -199,9 +199,9 @@ Status ShardState::CheckRowIds(const TensorSpec& t, const void* bytes, uint32_t 
     std::memcpy(&id, ids + i * sizeof(uint64_t), sizeof id);
     if (i > 0 && id <= prev)
       return InvalidArgument("sparse rows of table " + t.name + " are not strictly ascending");
-    if (id >= static_cast<uint64_t>(t.shape[0])) {
+    if (id >= t.RowBound()) {
       return InvalidArgument("row " + std::to_string(id) + " is beyond table " + t.name + "'s " +
-                             std::to_string(t.shape[0]) + " rows");
+                             std::to_string(t.RowBound()) + " rows");
     }
     if (layout_->ShardOfRow(id) != shard_) {
       return InvalidArgument("row " + std::to_string(id) + " of table " + t.name +

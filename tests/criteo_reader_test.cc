@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -54,6 +56,41 @@ TEST(CriteoReader, ReadsIntegersAsTheyAreAndHashesCategoriesWithTheirColumn) {
   EXPECT_EQ(x[2 * kCriteoFeatures + 13], CriteoCategoryRow(0, 0xabc, 1000));  // hex in either case
   // --limit keeps the first samples.
   EXPECT_EQ(ReadCriteoDataset(path, 1000, 2)->size, 2);
+}
+
+// Buckets 0: each category keeps a 63-bit key (ids far beyond 2^32), still by its column;
+// dlrm's table of unbounded keys (0 rows) takes them.
+TEST(CriteoReader, WithoutBucketsCategoriesKeep63BitKeys) {
+  TempDir dir;
+  const std::string path = dir.File("day.txt");
+  std::vector<std::string> cats;
+  for (int c = 0; c < kCriteoCategories; ++c) cats.push_back(c == 5 ? "" : "68fd1e64");
+  WriteBytes(path, Line("1", {"3"}, cats) + Line("0", {}, {"68fd1e64"}));
+  auto ds = ReadCriteoDataset(path, 0, 0);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  const auto* x = static_cast<const int64_t*>(ds->features);
+  std::set<int64_t> keys;
+  int beyond_32_bits = 0;
+  for (int c = 0; c < kCriteoCategories; ++c) {
+    const int64_t id = x[kCriteoIntegers + c];
+    if (c == 5) {
+      EXPECT_EQ(id, 0);  // missing
+      continue;
+    }
+    EXPECT_EQ(id, CriteoCategoryRow(c, 0x68fd1e64, 0));
+    EXPECT_GE(id, 1);
+    EXPECT_LT(id, std::numeric_limits<int64_t>::max());
+    keys.insert(id);
+    beyond_32_bits += id >= (int64_t{1} << 32);
+  }
+  EXPECT_EQ(keys.size(), size_t{kCriteoCategories - 1});  // one value, 25 columns: 25 keys
+  EXPECT_GE(beyond_32_bits, 20);
+  EXPECT_EQ(x[kCriteoFeatures + kCriteoIntegers], x[kCriteoIntegers]);  // the same key again
+  ZooSizes sizes;
+  sizes.vocab_size = 0;
+  EXPECT_TRUE(CheckModelInputFor("dlrm", sizes, *ds).ok());
+  sizes.vocab_size = 1000;
+  EXPECT_EQ(CheckModelInputFor("dlrm", sizes, *ds).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(CriteoModelInput, DlrmTakesTheReadersSamplesWithRowsBelowItsTable) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -183,6 +184,29 @@ TEST(Layout, RejectsListsNoJobCanTrain) {
   EXPECT_TRUE(
       MakeLayout({Param("w", {3}), Buffer("steps", {1}, DType::kInt64), LossTensor()}, 1, 1).ok());
   EXPECT_TRUE(MakeLayout({Param("w", {1, 1, 1, 1, 1, 1, 1, 1})}, 1, 1).ok());
+}
+
+// A sparse table of 0 rows has unbounded keys: no chunks, no parameters counted, ids below
+// 2^63 - 1; 0 rows are a table's only (a dense tensor, or a table of 0 columns, is refused).
+TEST(Layout, ASparseTableOfZeroRowsHasUnboundedKeys) {
+  TensorSpec table = Param("emb", {0, 16});
+  table.sparse = true;
+  auto layout = MakeLayout({Param("w", {3}), table}, 2, 10);
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  EXPECT_EQ(layout->sparse, std::vector<uint32_t>{1});
+  EXPECT_EQ(layout->chunks.size(), 1u);
+  EXPECT_EQ(layout->NumParameters(), 3);
+  const TensorSpec& t = layout->tensors[1];
+  EXPECT_TRUE(t.unbounded());
+  EXPECT_EQ(t.RowBound(), uint64_t(std::numeric_limits<int64_t>::max()));
+  TensorSpec bounded = Param("emb", {1000, 16});
+  bounded.sparse = true;
+  EXPECT_FALSE(bounded.unbounded());
+  EXPECT_EQ(bounded.RowBound(), 1000u);
+  EXPECT_FALSE(MakeLayout({Param("emb", {0, 16})}, 1, 10).ok());  // not sparse
+  TensorSpec flat = Param("emb", {16, 0});
+  flat.sparse = true;
+  EXPECT_FALSE(MakeLayout({flat}, 1, 10).ok());
 }
 
 }  // namespace

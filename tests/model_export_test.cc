@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -233,6 +234,38 @@ TEST_F(SafetensorsReader, ATableTooLargeToLayOutGoesToATableFileOfItsStoredRows)
     HeldModel model(*layout, chunks, *bad);
     EXPECT_EQ(ExportModel(*layout, &model, small).status().code(), StatusCode::kDataLoss);
   }
+}
+
+// A table of unbounded keys (0 rows) always leaves as a table file, whatever its stored rows
+// take, rows 0 in its metadata; its ids may be any below 2^63 - 1.
+TEST_F(SafetensorsReader, ATableOfUnboundedKeysGoesToATableFile) {
+  TensorSpec emb{"emb.weight", TensorKind::kParameter, DType::kFloat32, {0, 2}};
+  emb.sparse = true;
+  const TensorSpec head{"head", TensorKind::kParameter, DType::kFloat32, {3}};
+  auto layout = MakeLayout({emb, head}, 1, 1 << 20);
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  const std::vector<float> head_values{1, 2, 3};
+  ModelChunks chunks{{0, ChunkBytes{ChunkId(0), head_values.data(), 12, nullptr}}};
+  const uint64_t big = (uint64_t{1} << 62) + 5;
+  ModelTables tables;
+  tables[0] = StoredRows{{3, big}, {1, 1, 2, 2}};
+  const std::string path = dir_ + "/model.safetensors";
+  HeldModel held(*layout, chunks, tables);
+  const ExportFile file{path, Step(3), "job", "m", {}};
+  auto written = ExportModel(*layout, &held, TableExport{9}, &file);
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+  std::map<std::string, std::string> meta;
+  auto got = ReadSafetensors(path, &meta);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(got->size(), 1u);  // the head only
+  const auto files = nlohmann::json::parse(meta["table_files"]);
+  const auto& t = files["emb.weight"];
+  EXPECT_EQ(t["rows"], 0);
+  EXPECT_EQ(t["stored"], 2);
+  // The largest int64 is no row of it.
+  tables[0] = StoredRows{{uint64_t(std::numeric_limits<int64_t>::max())}, {1, 1}};
+  HeldModel beyond(*layout, chunks, tables);
+  EXPECT_EQ(ExportModel(*layout, &beyond, TableExport{9}).status().code(), StatusCode::kDataLoss);
 }
 
 TEST_F(SafetensorsReader, RefusesHeaderLengthsPastTheFileOrOverTheFormatsLimit) {

@@ -168,9 +168,10 @@ TEST(ModelRunner, TheTextTransformersTokenEmbeddingIsASparseTableUnlessExact) {
   }
 }
 
-// A table of 2^26 rows (2 GiB) looked up by the batches' rows: the model takes the memory
-// of the rows written, names the rows a batch reads, and computes the bits of the same
-// model holding the table with the same rows in it.
+// A table of 2^26 rows (2 GiB) looked up by the batches' rows: the model holds the rows
+// written, names the rows a batch reads (row 0, the padding, always), and computes the bits
+// of the same model holding the table with the same rows in it, with padding in the batch
+// and without (a compact table's ids are rewritten as ranks: id 0 must stay 0).
 TEST(ModelRunner, ALookupTableHoldsTheRowsWrittenAndComputesTheHeldTablesBits) {
   std::vector<int64_t> ids = {2, 7, 5, 0, 2, 5, 9, 1 << 25};  // two samples of 4
   std::vector<int64_t> labels = {0, 1};
@@ -196,35 +197,75 @@ TEST(ModelRunner, ALookupTableHoldsTheRowsWrittenAndComputesTheHeldTablesBits) {
   EXPECT_TRUE((*read)[1].empty());
   auto one = looked.TableRows(data, {1});
   ASSERT_TRUE(one.ok());
-  EXPECT_EQ((*one)[0], (std::vector<uint64_t>{2, 5, 9, 1 << 25}));
+  EXPECT_EQ((*one)[0], (std::vector<uint64_t>{0, 2, 5, 9, 1 << 25}));
   // The same rows into both, and the same dense values (the seed's: no table drew any).
   for (uint64_t r : want) {
     const float row[8] = {0.5f * r, -1, 2, 0.25f, 1e-3f * r, 3, -2, 1};
-    for (ModelRunner* m : {&held, &looked})
-      ASSERT_TRUE(m->Write(0, r * sizeof row, row, sizeof row).ok());
+    ASSERT_TRUE(held.Write(0, r * sizeof row, row, sizeof row).ok());
+    ASSERT_TRUE(looked.WriteTableRows(0, &r, row, 1).ok());
   }
-  EXPECT_LT(looked.TableResidentBytes(0), size_t{1} << 20);
+  EXPECT_EQ(looked.Write(0, 0, ids.data(), 4).code(), StatusCode::kFailedPrecondition);
+  EXPECT_GE(looked.TableHeldBytes(0), want.size() * 8 * sizeof(float));
+  EXPECT_LT(looked.TableHeldBytes(0), size_t{1} << 20);
   for (size_t i = 1; i < held.Tensors().size(); ++i) {
     const size_t n = Bytes(held.Tensors()[i]);
     EXPECT_EQ(std::memcmp(held.Data(i), looked.Data(i), n), 0) << held.Tensors()[i].name;
   }
-  auto a = held.TrainStep(data, {0, 1}, 5);
-  auto b = looked.TrainStep(data, {0, 1}, 5);
-  ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
-  EXPECT_EQ(std::memcmp(&*a, &*b, sizeof(float)), 0);
-  const SparseGradient ga = held.SparseGrad(0), gb = looked.SparseGrad(0);
-  ASSERT_EQ(ga.rows, want.size());
-  ASSERT_EQ(gb.rows, want.size());
-  EXPECT_EQ(std::memcmp(ga.ids, gb.ids, ga.rows * sizeof(int64_t)), 0);
-  EXPECT_EQ(std::memcmp(ga.values, gb.values, ga.rows * 8 * sizeof(float)), 0);
-  for (size_t i = 1; i < held.NumParameters(); ++i) {
-    EXPECT_EQ(std::memcmp(held.GradData(i), looked.GradData(i), Bytes(held.Tensors()[i])), 0)
-        << held.Tensors()[i].name;
+  for (const std::vector<int64_t>& batch : {std::vector<int64_t>{0, 1}, {1}}) {
+    auto a = held.TrainStep(data, batch, 5);
+    auto b = looked.TrainStep(data, batch, 5);
+    ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+    EXPECT_EQ(std::memcmp(&*a, &*b, sizeof(float)), 0);
+    const SparseGradient ga = held.SparseGrad(0), gb = looked.SparseGrad(0);
+    ASSERT_EQ(ga.rows, batch.size() == 2 ? want.size() : 4u);
+    ASSERT_EQ(gb.rows, ga.rows);
+    EXPECT_EQ(std::memcmp(ga.ids, gb.ids, ga.rows * sizeof(int64_t)), 0);
+    EXPECT_EQ(std::memcmp(ga.values, gb.values, ga.rows * 8 * sizeof(float)), 0);
+    for (size_t i = 1; i < held.NumParameters(); ++i) {
+      EXPECT_EQ(std::memcmp(held.GradData(i), looked.GradData(i), Bytes(held.Tensors()[i])), 0)
+          << held.Tensors()[i].name;
+    }
   }
-  // The pages go back: the rows read zeros.
+  // The rows go back: a batch can no longer be computed until they are written again.
   ASSERT_TRUE(looked.DropTableRows(0).ok());
-  EXPECT_EQ(looked.TableResidentBytes(0), 0u);
-  EXPECT_EQ(static_cast<const float*>(looked.Data(0))[5 * 8], 0.0f);
+  EXPECT_EQ(looked.TableHeldBytes(0), 0u);
+  EXPECT_EQ(looked.TrainStep(data, {1}, 5).status().code(), StatusCode::kFailedPrecondition);
+}
+
+// A dlrm built with a table of 0 rows has unbounded keys: any id below 2^63 - 1 is a row,
+// looked up whatever the budget, and its gradient names the ids themselves.
+TEST(ModelRunner, ATableOfUnboundedKeysTakesAnyId) {
+  std::vector<int64_t> samples(2 * 39, 1);
+  const int64_t huge = (int64_t{1} << 62) + 12345;
+  for (int64_t c = 0; c < 26; ++c) {
+    samples[13 + c] = huge + c % 2;
+    samples[39 + 13 + c] = c == 0 ? 0 : 7;
+  }
+  std::vector<int64_t> labels = {0, 1};
+  const Dataset data = IdSamples(samples, labels, 39);
+  ModelOptions o{"dlrm", 1, 1, "cpu"};
+  o.sizes.dim = 4;
+  o.sizes.vocab_size = 0;  // unbounded
+  StatusOr<std::unique_ptr<ModelRunner>> r = ModelRunner::Create(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  size_t emb = 0;
+  while ((*r)->Tensors()[emb].name != "dlrm.emb.weight") ++emb;
+  EXPECT_EQ((*r)->Tensors()[emb].shape, (std::vector<int64_t>{0, 4}));
+  ASSERT_TRUE((*r)->Lookup(emb));
+  auto rows = (*r)->TableRows(data, {0, 1});
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  const std::vector<uint64_t> want = {0, 7, uint64_t(huge), uint64_t(huge) + 1};
+  EXPECT_EQ((*rows)[emb], want);
+  for (uint64_t id : want) {
+    const float row[4] = {1, -1, 0.5f, float(id % 5)};
+    ASSERT_TRUE((*r)->WriteTableRows(emb, &id, row, 1).ok());
+  }
+  ASSERT_TRUE((*r)->TrainStep(data, {0, 1}, 1).ok());
+  const SparseGradient g = (*r)->SparseGrad(emb);
+  ASSERT_EQ(g.rows, want.size());
+  for (size_t k = 0; k < g.rows; ++k) EXPECT_EQ(uint64_t(g.ids[k]), want[k]);
+  samples[13] = -1;  // not a row
+  EXPECT_EQ((*r)->TableRows(data, {0}).status().code(), StatusCode::kInvalidArgument);
 }
 
 // dlrm's table rows of a batch are its 26 categories, distinct and ascending; an id
@@ -252,6 +293,10 @@ TEST(ModelRunner, DlrmLooksUpTheCategoriesOfItsBatch) {
   for (uint64_t v = 0; v < 20; ++v) want.push_back(v);
   for (uint64_t v : {100, 101, 102}) want.push_back(v);
   EXPECT_EQ((*rows)[emb], want);
+  // A batch reads only rows written (pulled) first.
+  EXPECT_EQ((*r)->TrainStep(data, {0, 1}, 1).status().code(), StatusCode::kFailedPrecondition);
+  const std::vector<float> values(want.size() * 4, 0.5f);
+  ASSERT_TRUE((*r)->WriteTableRows(emb, want.data(), values.data(), want.size()).ok());
   ASSERT_TRUE((*r)->TrainStep(data, {0, 1}, 1).ok());
   const SparseGradient g = (*r)->SparseGrad(emb);
   EXPECT_EQ(g.rows, want.size());

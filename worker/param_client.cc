@@ -114,7 +114,6 @@ Status ParameterClient::WriteLookedUpRows(size_t s, const SparseRowBytes& r) {
   PullInFlight& p = *pulling_;
   const uint32_t i = layout_->sparse[r.table];
   const TensorSpec& spec = layout_->tensors[i];
-  const uint64_t dim = static_cast<uint64_t>(spec.shape[1]);
   const std::vector<uint64_t>& asked = p.asked[s][r.table];
   if (r.rows != asked.size() ||
       (r.rows > 0 && std::memcmp(r.ids.data, asked.data(), r.ids.size) != 0)) {
@@ -123,32 +122,21 @@ Status ParameterClient::WriteLookedUpRows(size_t s, const SparseRowBytes& r) {
   }
   if (!p.memory_checked && present_version_ != p.version) {
     // The first rows of another version: the rows held are of no version any more (a pull
-    // dropped half-way leaves some of each), and their pages may go back.
+    // dropped half-way leaves some of each), and their memory may go back.
     p.memory_checked = true;
     for (std::vector<uint64_t>& present : present_) present.clear();
     present_version_ = Step(-1);
-    if (resident_pages_.size() * kPageBytes > options_.lookup_resident_bytes) {
+    size_t held = 0;
+    for (size_t t = 0; t < lookup_.size(); ++t)
+      held += lookup_[t] ? model_->TableHeldBytes(layout_->sparse[t]) : 0;
+    if (held > options_.lookup_resident_bytes) {
       for (size_t t = 0; t < lookup_.size(); ++t) {
         if (lookup_[t]) EPS_RETURN_IF_ERROR(model_->DropTableRows(layout_->sparse[t]));
       }
-      resident_pages_.clear();
     }
   }
-  const auto* values = static_cast<const float*>(r.values.data);
-  for (uint32_t k = 0; k < r.rows; ++k) {
-    EPS_RETURN_IF_ERROR(
-        model_->Write(i, asked[k] * dim * sizeof(float), values + k * dim, dim * sizeof(float)));
-  }
-  // A row takes memory by the page (4 KiB hold 64 rows of 16 floats, and a batch's rows rarely
-  // share one): the pages its first and last byte lie in.
-  const uint64_t row_bytes = dim * sizeof(float);
-  const uint64_t table = uint64_t{r.table} << 48;
-  for (uint64_t id : asked) {
-    const uint64_t first = id * row_bytes / kPageBytes,
-                   last = ((id + 1) * row_bytes - 1) / kPageBytes;
-    resident_pages_.insert(table | first);
-    if (last != first) resident_pages_.insert(table | last);
-  }
+  EPS_RETURN_IF_ERROR(
+      model_->WriteTableRows(i, asked.data(), static_cast<const float*>(r.values.data), r.rows));
   counts_.lookup_rows += r.rows;
   return OkStatus();
 }
@@ -181,7 +169,7 @@ Status ParameterClient::WritePulledRows(size_t s, const std::vector<SparseRowByt
     for (uint32_t k = 0; k < r.rows; ++k) {
       uint64_t id;
       std::memcpy(&id, ids + k * sizeof(uint64_t), sizeof id);
-      if (id >= static_cast<uint64_t>(spec.shape[0]) || layout_->ShardOfRow(id).value() != s) {
+      if (id >= spec.RowBound() || layout_->ShardOfRow(id).value() != s) {
         return ProtocolError("pulled row " + std::to_string(id) + " of table " + spec.name +
                              " is not shard " + std::to_string(s) + "'s");
       }

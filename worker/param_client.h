@@ -8,7 +8,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_set>
 #include <vector>
 #include <zmq.hpp>
 
@@ -40,8 +39,9 @@ struct ParameterClientOptions {
   // (the seed's, or --init_from's), and no step changes them.
   std::vector<char> frozen{};
   uint64_t seed = 0;  // the job's: the sparse tables' initial rows (common/row_init.h)
-  // Lookup tables (ModelRunner::Lookup): bytes of rows they may hold between
-  // two versions; past it, their pages go back before the next version's rows.
+  // Lookup tables (ModelRunner::Lookup): the memory their rows may take
+  // between two versions (ModelRunner::TableHeldBytes); past it, the rows go
+  // back before the next version's are written.
   uint64_t lookup_resident_bytes = uint64_t{1} << 30;
 };
 
@@ -70,8 +70,8 @@ using TableRows = std::vector<std::vector<uint64_t>>;
 // sure every one of them is in the model at its version, pulling those a
 // prefetch did not ask for (a plan other than the one guessed). The rows the
 // model has of other versions are never read; once they exceed
-// lookup_resident_bytes, their pages go back before the next version's rows
-// are written.
+// lookup_resident_bytes, they go back before the next version's rows are
+// written.
 // A table the model loaded from --init_from (its init_report) is seeded: its
 // version 0 is the file's rows, which SetModel leaves in the model, the
 // initial push sends to the shards (those not bit-equal to InitialRow, which
@@ -244,10 +244,6 @@ class ParameterClient {
   TableRows wanted_;            // WantRows
   TableRows present_;           // by lookup table: the rows the model has at present_version_
   Step present_version_{-1};
-  // The pages of the lookup tables written since their pages last went back (by table << 48 |
-  // page): the memory they take.
-  static constexpr uint64_t kPageBytes = 4096;
-  std::unordered_set<uint64_t> resident_pages_;
   std::vector<float> decoded_;  // a pulled chunk decoded from the weight wire dtype
   // Regions of block partials: named by pushes not all acknowledged yet, and free for the next
   // blocks.

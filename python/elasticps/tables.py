@@ -80,12 +80,15 @@ def initial_row(seed, table, row, dim, kind="normal", mean=0.0, stddev=1.0, low=
 
 class Table:
     """One sparse table of an export: `name`, `rows` x `dim`, the stored rows `ids` (uint64, ascending) and
-    `values` (float32 [len(ids), dim]), both memory-mapped from the table file."""
+    `values` (float32 [len(ids), dim]), both memory-mapped from the table file. A table of unbounded keys has
+    `rows` 0 and `unbounded` set: any id below 2^63 - 1 is one of its rows."""
 
     def __init__(self, name, meta, folder):
         import numpy as np
         self.name = name
         self.rows, self.dim = int(meta["rows"]), int(meta["dim"])
+        self.unbounded = self.rows == 0
+        self._bound = (1 << 63) - 1 if self.unbounded else self.rows
         self.seed, self.table = int(meta["seed"]), int(meta["table"])
         self.ids = np.load(os.path.join(folder, meta["ids"]), mmap_mode="r")
         self.values = np.load(os.path.join(folder, meta["values"]), mmap_mode="r")
@@ -100,8 +103,8 @@ class Table:
         import numpy as np
         single = isinstance(rows, (int, np.integer))
         wanted = np.asarray([rows] if single else rows, dtype=np.uint64)
-        if wanted.size and (wanted.max() >= self.rows):
-            raise IndexError(f"row {int(wanted.max())} is beyond {self.name}'s {self.rows} rows")
+        if wanted.size and (wanted.max() >= self._bound):
+            raise IndexError(f"row {int(wanted.max())} is beyond {self.name}'s {self._bound} rows")
         out = np.empty((len(wanted), self.dim), dtype=np.float32)
         at = np.searchsorted(self.ids, wanted)
         for k, (row, i) in enumerate(zip(wanted.tolist(), at.tolist())):

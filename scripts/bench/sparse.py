@@ -25,6 +25,7 @@ Then a table larger than the host's memory: the built-in dlrm (--model=dlrm) on 
   looked up       the same table, --worker_table_mb=16: looked up by the batches' rows
   2^31 rows       a 128 GiB table on this 24 GiB host: looked up (above the default 1024 MiB), exported as a
                   table file
+  unbounded keys  --hash_buckets=0: the categories' 63-bit keys, a table of unbounded keys (always looked up)
 Columns: samples/s, the ratio to held, and the worker's peak resident memory (its report's peak_rss_mb).
 """
 import json
@@ -140,7 +141,8 @@ def larger_than_memory(b, d, steps):
     job = [f"--train_data={data}", "--test_limit=-1", "--batch_per_vw=16", f"--steps={steps}"]
     runs = [("held (2^20 rows)", [f"--hash_buckets={1 << 20}"]),
             ("looked up (2^20)", [f"--hash_buckets={1 << 20}", "--worker_table_mb=16"]),
-            ("2^31 rows, 128 GiB", [f"--hash_buckets={1 << 31}"])]
+            ("2^31 rows, 128 GiB", [f"--hash_buckets={1 << 31}"]),
+            ("unbounded keys", ["--hash_buckets=0"])]
     print(f"\n{'dlrm, dim 16':<20s} | {'samples/s':>10s} | vs held | worker peak RSS")
     base = None
     for name, extra in runs:

@@ -372,6 +372,47 @@ class Criteo(RunDirTest):
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, timeout=120)
         self.assertEqual(p.returncode, 2, p.stderr[-2000:])
 
+    def test_d_unbounded_keys_agree_through_a_join_and_a_kill_and_leave_as_a_table_file(self):
+        """--hash_buckets=0: the categories keep 63-bit keys, rows of a table of unbounded keys (dlrm.emb.weight of
+        0 rows) that grows with the rows the job touches; every worker looks the rows up into a compact table. 1 x 1
+        and 2 x 2 through a join and a worker SIGKILL, most rows in RocksDB, agree, and the table leaves as a table
+        file whose ids are the keys."""
+        flags = os.path.join(CRITEO, "dlrm_builtin.flags")
+        job = [*self.job[1:], "--hash_buckets=0", "--steps=20", "--heartbeat_timeout_ms=1500"]
+        _, _, one = self.run_local("keys-1x1", flags, extra=job)
+        d = self.run_dir("keys-join")
+        cmd = [LOCAL, "--job", flags, "--servers", "2", "--workers", "2", "--run-dir", d, "--", *job, *SPILL]
+        result = self.run_with_join_and_sigkill(d, cmd)
+        self.assertEqual(result["params_sha256"], one["params_sha256"], logs(d))
+        self.assertEqual(result["optimizer_digest"], one["optimizer_digest"])
+        self.assertEqual(result["test_loss"], one["test_loss"])
+        assert_looked_up(self, d, "dlrm.emb.weight")
+        loaded = []
+        for run in (self.run_dir("keys-1x1"), d):
+            p = subprocess.run([TORCH_PY, "-c", LOAD_KEYS, run], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=dict(ENV, PYTHONPATH=os.path.join(ROOT, "python")), timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+            loaded.append(json.loads(p.stdout))
+        self.assertEqual(loaded[0], loaded[1])
+        table = loaded[0]
+        self.assertTrue(table["unbounded"], table)
+        self.assertGreater(table["stored"], 1000)
+        self.assertLessEqual(table["stored"], 20 * 128 * 26)
+        self.assertGreater(table["largest_id"], 1 << 40)  # keys, not rows of a table of 2^32
+        self.assertLess(table["largest_id"], (1 << 63) - 1)
+
+
+# Prints a table of unbounded keys as load_tables reads it.
+LOAD_KEYS = """
+import hashlib, json, sys
+import numpy as np
+import elasticps
+t = elasticps.load_tables(sys.argv[1])["dlrm.emb.weight"]
+print(json.dumps({"unbounded": t.unbounded, "stored": len(t.ids), "largest_id": int(t.ids[-1]),
+                  "sha256": hashlib.sha256(np.ascontiguousarray(t.ids).tobytes() +
+                                           np.ascontiguousarray(t.values).tobytes()).hexdigest()}))
+"""
+
 
 # Prints a run's table file as load_tables reads it: its size, a digest of its stored rows, and that a stored row
 # comes from the file and an untouched one from the initializer.
