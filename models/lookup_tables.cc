@@ -98,7 +98,21 @@ StatusOr<torch::Tensor> LookupTables::Bind(Net& net, const std::vector<TensorSpe
       ranks.emplace_back(name, torch::searchsorted(sorted, ids));
     }
   }
-  return ranks.empty() ? x : net.WithTableIds(x, ranks);
+  if (ranks.empty()) return x;
+  torch::Tensor rewritten = net.WithTableIds(x, ranks);
+  // A net's ids of the rewritten batch must be the ranks: else its forward would read other
+  // rows of the compact weight than the batch's (a module's with_table_ids that misplaces them).
+  for (const auto& [name, ids] : net.TableIds(rewritten)) {
+    for (const auto& [ranked, want] : ranks) {
+      if (ranked == name && !(ids.sizes() == want.sizes() && torch::equal(ids, want))) {
+        return InvalidArgument(
+            "the module's table ids of the batch with_table_ids rewrote are not "
+            "the ids it was given for table " +
+            name);
+      }
+    }
+  }
+  return rewritten;
 }
 
 void LookupTables::GradientIds(size_t i, const std::string& name, torch::Tensor& ids) const {

@@ -2,8 +2,9 @@
 // holding them whole (ModelOptions::lookup_table_bytes, docs/design.md "Sparse
 // tables"): which they are, the rows a batch reads, and where the rows pulled
 // for them live. Two kinds:
-//   compact  a table of a model that can rewrite its ids (the zoo's,
-//            Net::RewritesTableIds): the rows pulled live in a RowStore by id,
+//   compact  a table of a model that can rewrite its ids (the zoo's, a module's
+//            with with_table_ids: Net::RewritesTableIds, checked each batch
+//            against its table_ids): the rows pulled live in a RowStore by id,
 //            and each forward reads a weight of exactly the batch's rows, its
 //            ids rewritten as their ranks among them. Ranks keep the ids' order
 //            (the sort that sums a row's duplicates in backward permutes them
@@ -12,9 +13,9 @@
 //            table of unbounded keys (a weight of 0 rows). Row 0 is always among
 //            a batch's rows, so that id 0 (the text models' padding, which their
 //            forward compares ids against) stays 0.
-//   lazy     a TorchScript module's (its forward indexes its own weight with the
-//            batch's ids): the weight lives in lazy memory (models/table_memory.h)
-//            and a row is written at its id; the pages written are counted.
+//   lazy     a TorchScript module's without with_table_ids (its forward indexes its
+//            own weight with the batch's ids): the weight lives in lazy memory
+//            (models/table_memory.h) and a row is written at its id; the pages written are counted.
 //
 // Internal to models/'s libtorch translation units (it includes torch). Not
 // thread-safe: the runner's.

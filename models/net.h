@@ -48,8 +48,9 @@ class Net {
     return {};
   }
   // `x` with the ids TableIds(x) gives of the tables `ids` names replaced by those (the same
-  // shapes), where the net can: the zoo's models (ZooWithTableIds, models/models.h). The
-  // worker then looks a table up into a compact weight (models/lookup_tables.h).
+  // shapes), where the net can: the zoo's models (ZooWithTableIds, models/models.h), and a
+  // TorchScript module that defines table_ids and with_table_ids(x, ids: Dict[str, Tensor]) ->
+  // Tensor. The worker then looks a table up into a compact weight (models/lookup_tables.h).
   virtual bool RewritesTableIds() const { return false; }
   virtual torch::Tensor WithTableIds(const torch::Tensor& x, const NamedTensors& ids) {
     (void)ids;

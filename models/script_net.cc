@@ -50,6 +50,7 @@ class ScriptNet final : public Net {
   explicit ScriptNet(torch::jit::Module module) : module_(std::move(module)) {
     has_loss_ = module_.find_method("loss").has_value();
     has_table_ids_ = module_.find_method("table_ids").has_value();
+    rewrites_ids_ = has_table_ids_ && module_.find_method("with_table_ids").has_value();
   }
 
   NamedTensors NamedParameters() override { return Collect(module_.named_parameters()); }
@@ -88,6 +89,17 @@ class ScriptNet final : public Net {
     return ids;
   }
 
+  bool RewritesTableIds() const override { return rewrites_ids_; }
+  torch::Tensor WithTableIds(const torch::Tensor& x, const NamedTensors& ids) override {
+    c10::Dict<std::string, torch::Tensor> by_name;
+    for (const auto& [name, t] : ids) by_name.insert(name, t);
+    const torch::jit::IValue out = module_.get_method("with_table_ids")({x, by_name});
+    if (!out.isTensor())
+      throw std::runtime_error("with_table_ids(x, ids) returned a " + out.tagKind() +
+                               ", not a tensor");
+    return out.toTensor();
+  }
+
   Status CheckData(const Dataset& data) const override {
     if (data.size > 0 && (data.features == nullptr || data.labels == nullptr))
       return InvalidArgument("the data set has no samples in memory");
@@ -119,6 +131,7 @@ class ScriptNet final : public Net {
   torch::jit::Module module_;
   bool has_loss_ = false;
   bool has_table_ids_ = false;
+  bool rewrites_ids_ = false;  // table_ids and with_table_ids
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <vector>
 #include <zmq.hpp>
 
@@ -670,7 +671,8 @@ class ScriptModel : public ::testing::Test {
     const std::string cmd = std::string(EPS_TORCH_PYTHON) + " " + EPS_SCRIPT_MODELS_PY + " " +
                             dir_ +
                             " net net_loss five_classes nonscalar_loss bad_shape "
-                            "nondeterministic state_dict > " +
+                            "nondeterministic state_dict sparse_tokens lazy_tokens compact_tokens "
+                            "keyed_tokens misplaced_tokens > " +
                             dir_ + "/python.log 2>&1";
     made_ = std::system(cmd.c_str()) == 0;
   }
@@ -681,15 +683,18 @@ class ScriptModel : public ::testing::Test {
     if (!made_) GTEST_SKIP() << "no python3-torch to script the test's modules (" << dir_ << ")";
   }
   static std::string Script(const std::string& name) { return ReadAll(dir_ + "/" + name + ".pt"); }
-  static StatusOr<std::unique_ptr<ModelRunner>> Load(const std::string& name) {
+  static StatusOr<std::unique_ptr<ModelRunner>> Load(const std::string& name,
+                                                     uint64_t lookup_table_bytes = 0) {
     ModelOptions o;
     o.model = name + ".pt";
     o.script = Script(name);
     o.device = TestDevice();
+    o.lookup_table_bytes = lookup_table_bytes;
     return ModelRunner::Create(o);
   }
-  static std::unique_ptr<ModelRunner> MustLoad(const std::string& name) {
-    auto r = Load(name);
+  static std::unique_ptr<ModelRunner> MustLoad(const std::string& name,
+                                               uint64_t lookup_table_bytes = 0) {
+    auto r = Load(name, lookup_table_bytes);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? std::move(r).value() : nullptr;
   }
@@ -804,6 +809,81 @@ TEST_F(ScriptModel, DryRunWarnsOfANondeterministicModule) {
   StatusOr<std::string> got = r->DryRun(SyntheticData(8));
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(got->rfind("nondeterministic module", 0), 0u) << *got;
+}
+
+// A module's table looked up by rows: compactly where the module rewrites its ids
+// (with_table_ids), in lazy memory where it only names them (table_ids); both compute the bits
+// of the module holding the table with the same rows. A with_table_ids that puts the ids into
+// the wrong samples is refused, not trained on.
+TEST_F(ScriptModel, ATableLookedUpCompactlyOrLazilyComputesTheHeldTablesBits) {
+  if (TestDevice() != "cpu") GTEST_SKIP() << "sparse tables live on the CPU";
+  std::vector<int64_t> ids(2 * 12);
+  for (size_t k = 0; k < ids.size(); ++k) ids[k] = 3 + static_cast<int64_t>(k * 7 % 40);
+  ids[5] = ids[6];  // a row twice in a sample
+  std::vector<int64_t> labels = {1, 0};
+  const Dataset data = IdSamples(ids, labels, 12);
+  auto held = MustLoad("sparse_tokens");
+  auto lazy = MustLoad("lazy_tokens", 1);
+  auto compact = MustLoad("compact_tokens", 1);
+  auto misplaced = MustLoad("misplaced_tokens", 1);
+  ASSERT_TRUE(held && lazy && compact && misplaced);
+  ASSERT_EQ(held->Tensors()[0].name, "emb.weight");
+  EXPECT_FALSE(held->Lookup(0));
+  ModelRunner* looked[] = {lazy.get(), compact.get(), misplaced.get()};
+  for (ModelRunner* m : looked) {
+    ASSERT_TRUE(m->Lookup(0));
+    auto rows = m->TableRows(data, {0, 1});
+    ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+    for (uint64_t r : (*rows)[0]) {
+      const float row[8] = {0.5f * r, -1, 2, 0.25f, 1e-3f * r, 3, -2, 1};
+      ASSERT_TRUE(m->WriteTableRows(0, &r, row, 1).ok());
+      if (m == lazy.get()) ASSERT_TRUE(held->Write(0, r * sizeof row, row, sizeof row).ok());
+    }
+  }
+  auto base = held->TrainStep(data, {0, 1}, 3);
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  const SparseGradient g = held->SparseGrad(0);
+  for (ModelRunner* m : {lazy.get(), compact.get()}) {
+    auto loss = m->TrainStep(data, {0, 1}, 3);
+    ASSERT_TRUE(loss.ok()) << loss.status().ToString();
+    EXPECT_EQ(std::memcmp(&*loss, &*base, sizeof(float)), 0);
+    const SparseGradient got = m->SparseGrad(0);
+    ASSERT_EQ(got.rows, g.rows);
+    EXPECT_EQ(std::memcmp(got.ids, g.ids, g.rows * sizeof(int64_t)), 0);
+    EXPECT_EQ(std::memcmp(got.values, g.values, g.rows * 8 * sizeof(float)), 0);
+    for (size_t i = 1; i < held->NumParameters(); ++i)
+      EXPECT_EQ(std::memcmp(m->GradData(i), held->GradData(i), Bytes(held->Tensors()[i])), 0);
+  }
+  EXPECT_EQ(misplaced->TrainStep(data, {0, 1}, 3).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A module's table of 0 rows has unbounded keys: looked up whatever the budget, any int64 id
+// but the largest a row, its gradient naming the keys.
+TEST_F(ScriptModel, AModulesTableOfZeroRowsTakesAnyKey) {
+  if (TestDevice() != "cpu") GTEST_SKIP() << "sparse tables live on the CPU";
+  std::vector<int64_t> ids(12, (int64_t{1} << 62) + 9);
+  ids[3] = 17;
+  ids[7] = std::numeric_limits<int64_t>::max() - 1;
+  std::vector<int64_t> labels = {1};
+  const Dataset data = IdSamples(ids, labels, 12);
+  auto keyed = MustLoad("keyed_tokens");
+  ASSERT_NE(keyed, nullptr);
+  EXPECT_EQ(keyed->Tensors()[0].shape, (std::vector<int64_t>{0, 8}));
+  ASSERT_TRUE(keyed->Lookup(0));
+  auto rows = keyed->TableRows(data, {0});
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  const std::vector<uint64_t> want = {0, 17, (uint64_t{1} << 62) + 9,
+                                      uint64_t(std::numeric_limits<int64_t>::max() - 1)};
+  EXPECT_EQ((*rows)[0], want);
+  const std::vector<float> values(want.size() * 8, 0.125f);
+  ASSERT_TRUE(keyed->WriteTableRows(0, want.data(), values.data(), want.size()).ok());
+  ASSERT_TRUE(keyed->TrainStep(data, {0}, 1).ok());
+  const SparseGradient g = keyed->SparseGrad(0);
+  ASSERT_EQ(g.rows, 3u);  // row 0 is held, not read
+  for (size_t k = 0; k < g.rows; ++k) EXPECT_EQ(uint64_t(g.ids[k]), want[k + 1]);
+  ids[7] = std::numeric_limits<int64_t>::max();  // the one int64 that is no row
+  EXPECT_EQ(keyed->TableRows(IdSamples(ids, labels, 12), {0}).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_F(ScriptModel, RefusesBytesThatAreNoTorchScriptModule) {

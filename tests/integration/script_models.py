@@ -10,6 +10,7 @@ import gzip
 import os
 import struct
 import sys
+from typing import Dict
 
 import torch
 import torch.nn as nn
@@ -119,6 +120,39 @@ class SparseTokens(Tokens):
         return self.fc(self.emb(x))
 
 
+class LazyTokens(SparseTokens):
+    """SparseTokens naming the rows a batch reads (table_ids): a worker may look its table up, in lazy memory."""
+
+    @torch.jit.export
+    def table_ids(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
+        return {"emb.weight": x}
+
+
+class CompactTokens(LazyTokens):
+    """LazyTokens that also rewrites its ids (with_table_ids): looked up into a compact table of the batch's rows."""
+
+    @torch.jit.export
+    def with_table_ids(self, x: torch.Tensor, ids: Dict[str, torch.Tensor]) -> torch.Tensor:
+        return ids["emb.weight"]
+
+
+class KeyedTokens(CompactTokens):
+    """CompactTokens over a table of 0 rows: unbounded keys, any int64 id but the largest a row."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.EmbeddingBag(0, 8, mode="sum", sparse=True)
+
+
+class MisplacedTokens(LazyTokens):
+    """A with_table_ids that puts the ids into the wrong samples (rows a forward can read, the wrong ones): a worker
+    must refuse it."""
+
+    @torch.jit.export
+    def with_table_ids(self, x: torch.Tensor, ids: Dict[str, torch.Tensor]) -> torch.Tensor:
+        return ids["emb.weight"].flip(0)
+
+
 class Wide(nn.Module):
     """An MLP of 0.41 M parameters: a file of about 1.6 MB, larger than a 1 MiB message (test_model_files)."""
 
@@ -157,14 +191,17 @@ def make(name):
         return torch.jit.script(shufflenet())
     if name == "wide":
         return torch.jit.script(Wide())
-    if name in ("tabular", "regressor", "tokens", "sparse_tokens"):
-        return torch.jit.script({"tabular": Tabular, "regressor": Regressor, "tokens": Tokens,
-                                 "sparse_tokens": SparseTokens}[name]())
+    kinds = {"tabular": Tabular, "regressor": Regressor, "tokens": Tokens, "sparse_tokens": SparseTokens,
+             "lazy_tokens": LazyTokens, "compact_tokens": CompactTokens, "keyed_tokens": KeyedTokens,
+             "misplaced_tokens": MisplacedTokens}
+    if name in kinds:
+        return torch.jit.script(kinds[name]())
     raise SystemExit(f"unknown model {name}")
 
 
 ALL = ["net", "net_loss", "five_classes", "nonscalar_loss", "bad_shape", "nondeterministic", "shufflenet", "tabular",
-       "regressor", "tokens", "sparse_tokens", "wide"]
+       "regressor", "tokens", "sparse_tokens", "lazy_tokens", "compact_tokens", "keyed_tokens", "misplaced_tokens",
+       "wide"]
 
 
 def load_idx(images_path, labels_path, limit):
