@@ -9,7 +9,7 @@
 #                    (--probe CMD | --serve-metrics URL [--busy-in-flight N] [--busy-rate R]
 #                    [--idle-rate R] [--rate-window S]) [--every S] [--idle-for N] [--busy-for M]
 #                    [--probe-timeout S] [--leave-timeout S] [--worker-nice N] [--keep-warm]
-#                    [-- attach.sh flags]
+#                    [--give-back-file F] [-- attach.sh flags]
 #   launcher/lend.sh --scheduler tcp://HOST:PORT [--pool-token-file FILE] --probe CMD [...]
 #
 # --probe CMD        a bash command; exit 0: idle enough to lend, anything else (or no answer
@@ -40,6 +40,11 @@
 #                    SIGTERM (it leaves the job as then, and waits parked: no CPU, its memory
 #                    kept), the next idle period SIGUSR2 (it joins again, its process, libraries
 #                    and model cache warm). --leave-timeout does not apply to a parking worker.
+# --give-back-file F  with --serve-metrics, the server's --give_back_file: while a worker is lent
+#                    F holds "PID SIGNAL", and the server itself signals the worker when the
+#                    first request arrives (no hop through the probe); whoever signals first
+#                    (the server, the probe, this script) claims F by renaming it to F.taken,
+#                    so the worker gets one signal.
 # -- FLAGS           passed to attach.sh for the worker: --device, --threads, --compute-cpus,
 #                    --slowdown, --log, --report-file, --register-timeout, --metrics, ...
 #
@@ -52,7 +57,7 @@
 # is printed with the time. EPS_BIN overrides the directory of the binaries (build/bin).
 set -euo pipefail
 
-usage() { sed -n '2,51p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,57p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "lend.sh: $*" >&2; exit 2; }
 # say MSG: a log line stamped to the millisecond, without forking date.
 say() {
@@ -64,11 +69,12 @@ say() {
 here=$(cd "$(dirname "$0")" && pwd)
 coordinator="" scheduler="" token_file="" pool_token_file="" probe="" every="" idle_for=3 busy_for=1
 probe_timeout=10 leave_timeout=60 attach_flags=() worker_nice=0 keep_warm=0
-serve_metrics="" busy_in_flight=1 busy_rate=0 idle_rate=0 rate_window=1
+serve_metrics="" busy_in_flight=1 busy_rate=0 idle_rate=0 rate_window=1 give_back_file=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --coordinator|--scheduler|--token-file|--pool-token-file|--probe|--every|--idle-for|--busy-for|--probe-timeout|\
-    --leave-timeout|--serve-metrics|--busy-in-flight|--busy-rate|--idle-rate|--rate-window|--worker-nice)
+    --leave-timeout|--serve-metrics|--busy-in-flight|--busy-rate|--idle-rate|--rate-window|--worker-nice|\
+    --give-back-file)
       [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"
       case "$1" in
         --coordinator) coordinator=$2 ;;
@@ -87,6 +93,7 @@ while [ $# -gt 0 ]; do
         --idle-rate) idle_rate=$2 ;;
         --rate-window) rate_window=$2 ;;
         --worker-nice) worker_nice=$2 ;;
+        --give-back-file) give_back_file=$2 ;;
       esac
       shift 2 ;;
     --keep-warm) keep_warm=1; shift ;;
@@ -116,7 +123,12 @@ if [ -n "$serve_metrics" ]; then
   every=${every:-0.2}
 else
   [ -n "$probe" ] || die "--probe CMD is required (exit 0: idle enough to lend), or --serve-metrics URL"
+  [ -z "$give_back_file" ] || die "--give-back-file goes with --serve-metrics (the server signals the worker)"
   every=${every:-5}
+fi
+if [ -n "$give_back_file" ]; then
+  [ -d "$(dirname "$give_back_file")" ] && [ -w "$(dirname "$give_back_file")" ] ||
+    die "--give-back-file: cannot write in the folder of '$give_back_file'"
 fi
 if [ -n "$token_file" ]; then
   [ -r "$token_file" ] && [ -s "$token_file" ] || die "cannot read the token file '$token_file'"
@@ -144,7 +156,8 @@ every_ms=$((every_us / 1000))
 worker=""      # the worker's pid while one runs (attach.sh execs it: the same process)
 leaving=0      # 1 once the worker was sent SIGTERM
 parked=0       # 1 once it was sent SIGUSR1 (--keep-warm), until SIGUSR2
-park_signal=$(kill -l USR1)  # the number, for the probe
+park_signal=$(kill -l USR1)  # the numbers, for the probe and the give-back file
+leave_signal=$(kill -l TERM)
 leave_deadline=0
 idle=0 busy=0
 
@@ -189,18 +202,43 @@ probe() {
   fi
 }
 
+# offer_give_back: a worker is lent (attached or resumed): the give-back file names it and the
+# signal that gives the node back, for the server to send (--give-back-file).
+offer_give_back() {
+  [ -n "$give_back_file" ] || return 0
+  rm -f "$give_back_file.taken"
+  printf '%s %s\n' "$worker" "$([ $keep_warm = 1 ] && echo "$park_signal" || echo "$leave_signal")" \
+    > "$give_back_file.tmp"
+  mv -f "$give_back_file.tmp" "$give_back_file"
+}
+
+# claim_give_back: whether this script may signal the lent worker: no give-back file, or it
+# claimed the file (else the server or the probe has signalled the worker already).
+claim_give_back() {
+  [ -n "$give_back_file" ] || return 0
+  mv "$give_back_file" "$give_back_file.taken" 2>/dev/null
+}
+
 # park_worker REASON (--keep-warm): SIGUSR1, the leave that keeps the process.
 park_worker() {
-  kill -USR1 "$worker" 2>/dev/null || true
+  if claim_give_back; then
+    kill -USR1 "$worker" 2>/dev/null || true
+    say "$1: asked worker $worker to park (SIGUSR1)"
+  else
+    say "$1: the server asked worker $worker to park (SIGUSR1)"
+  fi
   parked=1
-  say "$1: asked worker $worker to park (SIGUSR1)"
 }
 
 # stop_worker REASON: one SIGTERM (the graceful leave); the main loop waits for the exit.
 stop_worker() {
   [ -n "$worker" ] && [ $leaving = 0 ] || return 0
-  kill -TERM "$worker" 2>/dev/null || true  # first: the log line below forks date
-  asked_to_leave "$1: asked worker $worker to leave (SIGTERM)"
+  if claim_give_back; then
+    kill -TERM "$worker" 2>/dev/null || true  # first: the log line below forks date
+    asked_to_leave "$1: asked worker $worker to leave (SIGTERM)"
+  else
+    asked_to_leave "$1: the server asked worker $worker to leave (SIGTERM)"
+  fi
 }
 
 # asked_to_leave LINE: the worker has had its SIGTERM (from here or from the probe).
@@ -253,6 +291,7 @@ reap() {
     idle=0  # a fresh idle period before the next attach
   fi
   worker="" leaving=0 parked=0
+  [ -z "$give_back_file" ] || rm -f "$give_back_file" "$give_back_file.taken"
 }
 
 if [ -n "$serve_metrics" ]; then
@@ -261,7 +300,7 @@ if [ -n "$serve_metrics" ]; then
   probe_wait_lent=$(awk -v a="$probe_wait" -v b="$every" 'BEGIN { print a + b }')  # with a wait
   coproc PROBE { exec python3 "$here/serve_probe.py" --url "$serve_metrics" --timeout "$probe_timeout" \
     --busy-in-flight "$busy_in_flight" --busy-rate "$busy_rate" --idle-rate "$idle_rate" \
-    --rate-window "$rate_window"; }
+    --rate-window "$rate_window" ${give_back_file:+--give-back-file "$give_back_file"}; }
 fi
 # pause US: waits US microseconds without forking a sleep (five times a second, that cost the node
 # 1-2 % of a core): `read -t` on a pipe no one writes to, in slices of 0.2 s at most, so that a
@@ -297,12 +336,14 @@ while true; do
   elif [ $idle -ge "$idle_for" ] && [ $parked = 1 ]; then
     kill -USR2 "$worker" 2>/dev/null || true
     parked=0
+    offer_give_back
     say "idle ($idle probes; $why): resumed worker $worker (SIGUSR2)"
   elif [ $idle -ge "$idle_for" ]; then
     # setsid: its own session (no terminal signals); not a group leader, it execs in place, as
     # nice does, so $! is attach.sh's pid, which execs the worker.
     setsid nice -n "$worker_nice" "$here/attach.sh" "${target[@]}" "${attach_flags[@]}" < /dev/null &
     worker=$!
+    offer_give_back
     say "idle ($idle probes; $why): attached worker $worker"
   fi
   # From one probe's start to the next: the period less what this round took.

@@ -15,7 +15,9 @@ ends busy is answered from its wake-up without a scrape (WINDOW_MS 0): the node 
 lent worker's), the probe sends it SIGTERM (or the signal numbered SIGNAL: SIGUSR1 parks a worker, lend.sh
 --keep-warm) itself the moment the wake-up says busy, before it answers, and the line ends with a fifth word,
 `signalled` (lend.sh then sends none: a worker's second signal kills it); a hop through bash cost the node about
-10 ms of its worker's compute.
+10 ms of its worker's compute. With --give-back-file F (lend.sh's, which the server reads too: its --give_back_file)
+the probe first claims F by renaming it to F.taken; when F is gone the server has claimed it and signalled the worker
+itself as the first request arrived, and the probe sends nothing but still answers `signalled`.
 
 STATE `busy` when eps_serve_in_flight >= --busy-in-flight, or when more than --busy-rate predict requests/s arrived
 over the last --rate-window seconds (ARRIVED in WINDOW_MS, from the scrapes of that window: requests answered, by any
@@ -127,6 +129,18 @@ class Probe:
         return f"{state} {in_flight} {count} {int(dt * 1000)}"
 
 
+def claim(give_back_file):
+    """Whether the probe may signal the lent worker: no give-back file, or the probe claimed it (renamed to
+    FILE.taken); False when the server claimed it first (and signalled the worker)."""
+    if not give_back_file:
+        return True
+    try:
+        os.rename(give_back_file, give_back_file + ".taken")
+        return True
+    except FileNotFoundError:
+        return False
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", required=True, help="http://HOST:PORT/metrics")
@@ -135,6 +149,7 @@ def main():
     ap.add_argument("--busy-rate", type=float, default=0)
     ap.add_argument("--idle-rate", type=float, default=0)
     ap.add_argument("--rate-window", type=float, default=1)
+    ap.add_argument("--give-back-file", default="")
     a = ap.parse_args()
     probe = Probe(a.url, a.timeout, a.busy_in_flight, a.busy_rate, a.idle_rate, a.rate_window)
     for line in sys.stdin:
@@ -145,7 +160,8 @@ def main():
             if woke and len(words) >= 3:
                 sig = int(words[3]) if len(words) == 4 else signal.SIGTERM
                 try:
-                    os.kill(int(words[2]), sig)  # the node back first; the line after
+                    if claim(a.give_back_file):
+                        os.kill(int(words[2]), sig)  # the node back first; the line after
                     woke += " signalled"
                 except OSError:  # gone already: lend.sh reaps it
                     pass

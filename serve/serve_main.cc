@@ -75,6 +75,11 @@ DEFINE_bool(follow_checkpoints, true,
             "by export_model) as soon as every shard holds it");
 DEFINE_double(follow_wait_s, 600,
               "--follow: how long to wait at start for a first export or checkpoint");
+DEFINE_string(
+    give_back_file, "",
+    "A lending agent's give-back file (launcher/lend.sh --give-back-file): the first request "
+    "to arrive signals the worker it names, so the node is given back at once "
+    "(docs/serving.md)");
 DEFINE_string(cpu_kernels, "",
               "The CPU kernel set (as predict's; default: the export's, else x86-64-v3)");
 
@@ -237,6 +242,7 @@ int Run() {
     auto it = (*model)->metadata.find("job_id");
     o.name = it != (*model)->metadata.end() && !it->second.empty() ? it->second : "model";
   }
+  o.give_back_file = FLAGS_give_back_file;
   o.batching.max_batch = FLAGS_max_batch;
   o.batching.max_delay = std::chrono::microseconds(static_cast<int64_t>(FLAGS_max_delay_ms * 1000));
   o.batching.max_queue = FLAGS_max_queue < 1 ? 0 : static_cast<size_t>(FLAGS_max_queue);

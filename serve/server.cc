@@ -7,7 +7,11 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -82,7 +86,10 @@ class InferenceServerImpl final : public InferenceServer {
             "Predict requests inside the server (being read, queued or running).")),
         model_version_(metrics->GetGauge("eps_serve_model_version",
                                          "How many models were served so far (1: the first).")),
-        draining_gauge_(metrics->GetGauge("eps_serve_draining", "1 while the server drains.")) {
+        draining_gauge_(metrics->GetGauge("eps_serve_draining", "1 while the server drains.")),
+        give_backs_(metrics->GetCounter(
+            "eps_serve_give_backs_total",
+            "Lent workers this server signalled to give the node back (--give_back_file).")) {
     model_version_.Set(1);
     server_.new_task_queue = [n = options_.batching.max_queue + kSpareHttpThreads] {
       return new httplib::ThreadPool(n);
@@ -286,6 +293,40 @@ class InferenceServerImpl final : public InferenceServer {
                     kJson);
   }
 
+  // A lent worker named by the give-back file (InferenceServerOptions::give_back_file) gets its
+  // signal: the file claimed by renaming it (one claimant, this server or the agent's probe).
+  // Without a file, one failed rename a request.
+  void GiveBack() {
+    const std::string& file = options_.give_back_file;
+    if (file.empty()) return;
+    const std::string taken = file + ".taken";
+    if (std::rename(file.c_str(), taken.c_str()) != 0) return;  // no worker lent, or claimed
+    std::ifstream in(taken);
+    long pid = 0;
+    int sig = 0;
+    if (!(in >> pid >> sig) || pid <= 1 || (sig != SIGTERM && sig != SIGUSR1)) {
+      LOG(WARNING) << "give-back file " << file << ": expected \"PID SIGNAL\" (SIGNAL " << SIGTERM
+                   << " or " << SIGUSR1 << "): no worker signalled";
+      return;
+    }
+    // Only a worker: a pid of another process (a pid namespace other than the agent's, a
+    // stale file) is not signalled.
+    std::string comm;
+    std::ifstream(("/proc/" + std::to_string(pid) + "/comm").c_str()) >> comm;
+    if (comm != "worker") {
+      LOG(WARNING) << "give-back file " << file << ": process " << pid << " is '" << comm
+                   << "', not a worker: not signalled";
+      return;
+    }
+    if (::kill(static_cast<pid_t>(pid), sig) != 0) {
+      LOG(WARNING) << "give-back: worker " << pid
+                   << " could not be signalled: " << std::strerror(errno);
+      return;
+    }
+    give_backs_.Add();
+    LOG(INFO) << "a request arrived: signalled lent worker " << pid << " (signal " << sig << ")";
+  }
+
   // Wakes the /v1/load waiters; the lock orders the wake-up after their check of the count.
   void WakeLoadWaiters() {
     { std::lock_guard<std::mutex> lock(load_mu_); }
@@ -297,6 +338,7 @@ class InferenceServerImpl final : public InferenceServer {
     struct InFlight {
       InferenceServerImpl& s;
       explicit InFlight(InferenceServerImpl& server) : s(server) {
+        s.GiveBack();
         s.in_flight_.Add(1);
         s.arrived_.fetch_add(1);
         s.WakeLoadWaiters();
@@ -437,6 +479,7 @@ class InferenceServerImpl final : public InferenceServer {
   Gauge& in_flight_;
   Gauge& model_version_;
   Gauge& draining_gauge_;
+  Counter& give_backs_;
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> arrived_{0};  // predict requests since the start (/v1/load)
   std::mutex load_mu_;  // orders /v1/load's waits with the in-flight count's rises

@@ -4,12 +4,19 @@
 // 503 on a full queue, a swap between batches, and the drain.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "serve/server.h"
@@ -73,6 +80,7 @@ class HttpServing : public ::testing::Test {
     o.batching = batching;
     o.max_body_bytes = max_body;
     o.request_timeout = std::chrono::milliseconds(30000);
+    o.give_back_file = give_back_file_;
     auto s = InferenceServer::Start(o, Loaded(model_, "a"), &metrics_);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     server_ = std::move(s).value();
@@ -97,6 +105,7 @@ class HttpServing : public ::testing::Test {
   }
 
   Metrics metrics_;
+  std::string give_back_file_;
   std::shared_ptr<FakeModel> model_ = std::make_shared<FakeModel>(0.5f);
   std::unique_ptr<InferenceServer> server_;
 };
@@ -235,6 +244,69 @@ TEST_F(HttpServing, TheLoadEndpointAnswersAsSoonAsARequestArrivesOrAtItsDeadline
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 400) << bad;
   }
+}
+
+// The exit status of child `pid` within 10 s, or -1.
+int WaitChild(pid_t pid) {
+  for (int i = 0; i < 1000; ++i) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
+// With a give-back file, the first request to arrive claims it and signals the lent worker it
+// names; later requests find none; a file that names no worker is claimed and ignored, and the
+// server serves on.
+TEST_F(HttpServing, TheFirstRequestSignalsTheLentWorkerOfTheGiveBackFile) {
+  char dir[] = "/tmp/eps-give-back-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  give_back_file_ = std::string(dir) + "/give-back";
+  // Children forked before the server's threads: a "worker", and a process of another name.
+  auto child = [](const char* name) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      if (name != nullptr) prctl(PR_SET_NAME, name);
+      for (int i = 0; i < 600; ++i) usleep(100000);
+      _exit(0);
+    }
+    return pid;
+  };
+  const pid_t worker = child("worker"), other = child(nullptr);
+  ASSERT_GT(worker, 0);
+  ASSERT_GT(other, 0);
+  Start(BatchQueueOptions{});
+  Counter& give_backs = metrics_.GetCounter("eps_serve_give_backs_total", "");
+  ASSERT_TRUE(Predict(R"({"instances": [[1, 1]]})"));  // no file: nothing to do
+  EXPECT_EQ(give_backs.value(), 0);
+  std::ofstream(give_back_file_) << worker << " " << SIGTERM << "\n";
+  auto first = Predict(R"({"instances": [[1, 1]]})");
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->status, 200);
+  const int status = WaitChild(worker);
+  if (status == -1) kill(worker, SIGKILL), waitpid(worker, nullptr, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << status;
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  EXPECT_EQ(give_backs.value(), 1);
+  EXPECT_NE(access(give_back_file_.c_str(), F_OK), 0);  // claimed
+  EXPECT_EQ(access((give_back_file_ + ".taken").c_str(), F_OK), 0);
+  ASSERT_TRUE(Predict(R"({"instances": [[1, 1]]})"));
+  EXPECT_EQ(give_backs.value(), 1);
+  const std::string not_a_worker = std::to_string(other) + " 15\n";
+  for (const std::string& bad : {std::string("garbage\n"), std::string("1 15\n"),
+                                 std::to_string(worker) + " 9\n", not_a_worker}) {
+    std::ofstream(give_back_file_) << bad;
+    auto r = Predict(R"({"instances": [[1, 1]]})");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << bad;
+    EXPECT_NE(access(give_back_file_.c_str(), F_OK), 0) << bad;
+  }
+  EXPECT_EQ(give_backs.value(), 1);
+  EXPECT_EQ(waitpid(other, nullptr, WNOHANG), 0);  // not signalled: still there
+  kill(other, SIGKILL);
+  waitpid(other, nullptr, 0);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(HttpServing, AFullQueueAnswers503AndTheDrainAnswersEveryQueuedRequest) {

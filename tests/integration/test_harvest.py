@@ -77,17 +77,21 @@ class Harvest(RunDirTest):
             held = event("paused", lambda e: e["cause"] == "hold")["step"]
 
             # The serving host: the server, then the agent reading its metrics. Quiet: a worker attaches.
-            serve = net.popen(serve_host, [f"{BIN}/elasticps", "serve", "--model", model, "--host",
-                                           net.address(serve_host), "--port", "0", "--port_file", f"{d}/serve.port"],
-                              f"{d}/logs/serve.log", env=ENV)
-            port = wait_for_file(f"{d}/serve.port", timeout=60, proc=serve)
+            # One host (one pid namespace) for both: the server itself signals the lent worker named by the
+            # give-back file at the burst's first request.
+            give_back = f"{d}/give-back"
+            serve = [f"{BIN}/elasticps", "serve", "--model", model, "--host", net.address(serve_host), "--port", "0",
+                     "--port_file", f"{d}/serve.port", "--give_back_file", give_back]
+            agent = [LEND, "--coordinator", addr, "--token-file", token,
+                     "--serve-metrics", f"http://{net.address(serve_host)}:@PORT@/metrics",
+                     "--every", str(EVERY), "--idle-for", str(IDLE_FOR), *(["--keep-warm"] if keep_warm else []),
+                     "--give-back-file", give_back, "--", "--slowdown", SLOWDOWN,
+                     "--log", f"{d}/logs/lent.log", "--report-file", f"{d}/logs/lent.json"]
+            host = net.popen(serve_host, ["bash", "-c", SERVE_THEN_LEND, "bash", f"{d}/logs/serve.log",
+                                          f"{d}/serve.port", str(len(serve)), *serve, *agent],
+                             f"{d}/logs/agent.log", env=ENV)
+            port = wait_for_file(f"{d}/serve.port", timeout=60, proc=host)
             url = f"http://{net.address(serve_host)}:{port}"
-            net.popen(serve_host, [LEND, "--coordinator", addr, "--token-file", token,
-                                   "--serve-metrics", f"{url}/metrics", "--every", str(EVERY),
-                                   "--idle-for", str(IDLE_FOR), *(["--keep-warm"] if keep_warm else []),
-                                   "--", "--slowdown", SLOWDOWN,
-                                   "--log", f"{d}/logs/lent.log", "--report-file", f"{d}/logs/lent.json"],
-                      f"{d}/logs/agent.log", env=ENV)
 
             def lent_joined(after):
                 """The first worker_joined after time `after` of a process other than the job's own worker."""
@@ -126,6 +130,12 @@ class Harvest(RunDirTest):
             self.assertGreater(lag, 0, "the worker left before the burst")
             self.assertLess(lag, per_vw + EVERY + SLACK)
             self.assertEqual(report["outcome"], "left", report)
+            # The server gave the node back itself (one claim of the file: the worker got one signal).
+            scrape = net.popen(job_host, [PY, "-c", SCRAPE, f"{url}/metrics"], f"{d}/logs/scrape.log", env=ENV)
+            self.assertEqual(scrape.wait(timeout=30), 0, read_text(f"{d}/logs/scrape.log"))
+            metrics = dict(line.rsplit(" ", 1) for line in read_text(f"{d}/logs/scrape.log").splitlines()
+                           if line.startswith("eps_serve_give_backs_total"))
+            self.assertEqual(float(metrics.get("eps_serve_give_backs_total", 0)), 1, metrics)
 
             # Quiet again: a new worker attaches, after the last request and the hysteresis, and is given VWs.
             again = poll_until(lambda: lent_joined(left["t"]), 60, "no second lent worker joined")
@@ -148,6 +158,20 @@ class Harvest(RunDirTest):
         self.assertEqual(result["params_sha256"], ref["params_sha256"], logs(d))
         print(f"the job's digest {result['params_sha256'][:16]}... equals the undisturbed run's; {len(requests)} "
               f"requests, all answered 200 (p99 {summary['p99_ms']} ms)")
+
+
+# bash -c SERVE_THEN_LEND bash SERVE_LOG PORT_FILE N SERVE... LEND...: the server (its first N words) in the
+# background, then, once it has written its port (a bounded wait), lend.sh in this process, @PORT@ in its words
+# replaced by the port: one host, one pid namespace.
+SERVE_THEN_LEND = r'''
+log=$1 port_file=$2 n=$3
+shift 3
+"${@:1:n}" > "$log" 2>&1 &
+shift "$n"
+for _ in $(seq 600); do [ -s "$port_file" ] && break; sleep 0.1; done
+exec "${@//@PORT@/$(cat "$port_file")}"
+'''
+SCRAPE = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=20).read().decode())"
 
 
 class FakeMetrics:
@@ -265,6 +289,35 @@ class Probe(RunDirTest):
         self.assertEqual(probe.wait(timeout=10), 0)
         probe.stdout.close()
 
+    def test_with_a_give_back_file_the_probe_signals_only_when_it_claims_the_file(self):
+        """--give-back-file F: a busy wait claims F (renamed to F.taken) and signals the worker; when F is gone (the
+        server claimed it and signalled the worker itself) it sends nothing and still answers `signalled`."""
+        fake = FakeMetrics()
+        self.addCleanup(fake.close)
+        fake.in_flight = 1
+        give_back = os.path.join(self.tmp, "give-back")
+        probe = subprocess.Popen([PY, PROBE, "--url", fake.url, "--timeout", "5", "--give-back-file", give_back],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.procs.append(probe)
+        self.ask(probe)
+        lent = subprocess.Popen(["sleep", "60"])
+        self.procs.append(lent)
+        with open(give_back, "w") as f:
+            f.write(f"{lent.pid} {int(signal.SIGTERM)}\n")
+        self.assertEqual(self.ask(probe, f"wait 5000 {lent.pid}")[-1], "signalled")
+        self.assertEqual(lent.wait(timeout=10), -signal.SIGTERM)
+        self.assertFalse(os.path.exists(give_back))
+        self.assertTrue(os.path.exists(give_back + ".taken"))
+        # F gone: the server signalled the worker; the probe must not send a second signal.
+        other = subprocess.Popen(["sleep", "60"])
+        self.procs.append(other)
+        self.assertEqual(self.ask(probe, f"wait 5000 {other.pid}")[-1], "signalled")
+        with self.assertRaises(subprocess.TimeoutExpired):  # not signalled: it does not end
+            other.wait(timeout=0.5)
+        probe.stdin.close()
+        self.assertEqual(probe.wait(timeout=10), 0)
+        probe.stdout.close()
+
 
 class Arguments(RunDirTest):
     def test_serve_metrics_refuses_bad_arguments(self):
@@ -277,7 +330,10 @@ class Arguments(RunDirTest):
                            (["--serve-metrics", "http://h:1/metrics", "--idle-rate", "5"], "--idle-rate"),
                            (["--serve-metrics", "http://h:1/metrics", "--rate-window", "0"], "--rate-window"),
                            (["--serve-metrics", "http://h:1/metrics", "--busy-in-flight", "0"], "--busy-in-flight"),
-                           (["--serve-metrics", "http://h:1/metrics", "--worker-nice", "20"], "--worker-nice")]:
+                           (["--serve-metrics", "http://h:1/metrics", "--worker-nice", "20"], "--worker-nice"),
+                           (["--probe", "true", "--give-back-file", f"{d}/give-back"], "--give-back-file"),
+                           (["--serve-metrics", "http://h:1/metrics", "--give-back-file", f"{d}/no/such/give-back"],
+                            "--give-back-file")]:
             p = subprocess.run([LEND, *base, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                timeout=10)
             self.assertEqual(p.returncode, 2, (args, p.stdout))
