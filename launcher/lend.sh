@@ -44,7 +44,8 @@
 #                    F holds "PID SIGNAL", and the server itself signals the worker when the
 #                    first request arrives (no hop through the probe); whoever signals first
 #                    (the server, the probe, this script) claims F by renaming it to F.taken,
-#                    so the worker gets one signal.
+#                    so the worker gets one signal. Only with the default bands (--busy-in-flight
+#                    1, --busy-rate 0, --busy-for 1): any request gives the node back.
 # -- FLAGS           passed to attach.sh for the worker: --device, --threads, --compute-cpus,
 #                    --slowdown, --log, --report-file, --register-timeout, --metrics, ...
 #
@@ -57,7 +58,7 @@
 # is printed with the time. EPS_BIN overrides the directory of the binaries (build/bin).
 set -euo pipefail
 
-usage() { sed -n '2,57p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,58p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "lend.sh: $*" >&2; exit 2; }
 # say MSG: a log line stamped to the millisecond, without forking date.
 say() {
@@ -129,6 +130,9 @@ fi
 if [ -n "$give_back_file" ]; then
   [ -d "$(dirname "$give_back_file")" ] && [ -w "$(dirname "$give_back_file")" ] ||
     die "--give-back-file: cannot write in the folder of '$give_back_file'"
+  # The server gives the node back at its first request: the agent's bands must say the same.
+  [ "$busy_in_flight" = 1 ] && [ "$busy_for" = 1 ] && awk -v r="$busy_rate" 'BEGIN { exit !(r == 0) }' ||
+    die "--give-back-file gives the node back at the first request: it goes with --busy-in-flight 1, --busy-rate 0 and --busy-for 1 (the defaults)"
 fi
 if [ -n "$token_file" ]; then
   [ -r "$token_file" ] && [ -s "$token_file" ] || die "cannot read the token file '$token_file'"

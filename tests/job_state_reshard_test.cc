@@ -45,7 +45,7 @@ struct Job {
   // Every shard in `shards` answers the move to map `generation`.
   void Ready(const std::vector<uint32_t>& shards, uint64_t generation, bool committed) {
     for (uint32_t s : shards) {
-      ReshardReady r{ShardId(s), generation};
+      ReshardReady r{ShardId(s), generation, StatusCode::kOk, ""};
       r.bytes_in = 100;
       r.committed = committed;
       ASSERT_TRUE(d.state.OnReshardReady(r).ok()) << "shard " << s;
@@ -118,7 +118,7 @@ TEST(JobStateReshard, ASpareShardIsTakenInAtTheNextStepBoundaryAndTheWorkersLear
     const std::vector<ErrorReply> errors = d.Errors(w);
     ASSERT_EQ(errors.size(), 1u);
     EXPECT_EQ(errors[0].code, StatusCode::kAborted);
-    EXPECT_EQ(d.state.OnStepRequest(StepRequest{w, Step(0)}).code(), StatusCode::kAborted);
+    EXPECT_EQ(d.state.OnStepRequest(StepRequest{w, Step(0), {}}).code(), StatusCode::kAborted);
   }
   const WorkerId again = d.AddWorker();
   const std::vector<RegisterWorkerReply> replies = d.Replies(again);
@@ -256,7 +256,7 @@ TEST(JobStateReshard,
   EXPECT_TRUE(d.Rollbacks(2).empty());  // a spare holds nothing to roll back
   for (uint32_t s : {0u, 1u}) {
     ASSERT_EQ(d.Rollbacks(s), std::vector<Step>{Step(2)});
-    ASSERT_TRUE(d.state.OnRollbackDone(RollbackDone{ShardId(s), Step(2), Step(2), Step(2)}).ok());
+    ASSERT_TRUE(d.state.OnRollbackDone(RollbackDone{ShardId(s), Step(2), Step(2), Step(2), StatusCode::kOk, ""}).ok());
   }
   // The move starts again at step 2, under a generation of its own.
   EXPECT_EQ(d.state.phase(), JobState::Phase::kResharding);

@@ -46,6 +46,16 @@ def load1():
         return f.read().split()[0]
 
 
+def cpu_seconds(pid):
+    """utime + stime of a live process in seconds (/proc/PID/stat fields 14 and 15); None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def fmt_ratio(x, y, digits=2):
     """x / y as text with `digits` decimals, "-" when either is missing or not positive."""
     r = analysis.ratio(x, y)

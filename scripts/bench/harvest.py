@@ -9,7 +9,8 @@ TRACE below) is sent to a fresh server in each of two runs, in turn (ROUNDS roun
   lending  serving while lend.sh lends the node: it attaches a worker after IDLE_FOR polls at most IDLE_RATE
            requests/s over the last WINDOW seconds and makes it leave (SIGTERM: at its next VW boundary) as soon
            as more than BUSY_RATE requests/s arrive or BUSY_IN_FLIGHT requests are inside the server; after the
-           trace, a new agent with lend.sh's defaults (any request: busy) and BURSTS bursts from quiet;
+           trace, a new agent with lend.sh's defaults (any request: busy) and its give-back file (the server
+           signals the worker itself at a burst's first request) and BURSTS bursts from quiet;
 then the same worker (CPU 1, nice 19) is lent full time, with no server, for FULL_SECONDS: what the node could train.
 With --keep-warm both agents run lend.sh --keep-warm: a busy node parks its worker (SIGUSR1) instead of ending it, and
 the next idle period makes the same process join again.
@@ -41,17 +42,6 @@ FULL_SECONDS = 40
 ROUNDS, BURSTS, BURST_RATE, BURST_SECONDS = 3, 2, 150, 1.5
 LEND = os.path.join(common.ROOT, "launcher", "lend.sh")
 LOADGEN = os.path.join(common.ROOT, "scripts", "loadgen.py")
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid):
-    """utime + stime of a live process, seconds; None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICK
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def children(pid):
@@ -76,12 +66,13 @@ def batch_per_vw(flags):
         return next(int(line.split("=")[1]) for line in f if line.startswith("--batch_per_vw="))
 
 
-def start_server(model, log):
-    """elasticps serve pinned to the node; (process, port)."""
+def start_server(model, log, give_back_file=""):
+    """elasticps serve pinned to the node (with a lending agent's give-back file, if given); (process, port)."""
     with open(log, "w") as err:
         p = subprocess.Popen(["taskset", "-c", NODE_CPU, os.path.join(common.BIN, "elasticps"), "serve", "--model",
-                              model, "--name", "cnn", "--port", "0"], stdout=subprocess.PIPE, stderr=err, text=True,
-                             env=common.ENV)
+                              model, "--name", "cnn", "--port", "0",
+                              *(["--give_back_file", give_back_file] if give_back_file else [])],
+                             stdout=subprocess.PIPE, stderr=err, text=True, env=common.ENV)
     ready, _, _ = select.select([p.stdout], [], [], 60)
     line = p.stdout.readline() if ready else ""
     if not line:
@@ -224,10 +215,10 @@ def serve_alone(model, name):
     """The trace against a server alone: (records, summary, the server's CPU seconds over the trace)."""
     server, port = start_server(model, os.path.join(common.RUNS, f"{name}_serve.log"))
     try:
-        cpu0 = cpu_seconds(server.pid)
+        cpu0 = common.cpu_seconds(server.pid)
         gen, out, summary = loadgen(port, name)
         gen.wait()
-        cpu = cpu_seconds(server.pid) - cpu0
+        cpu = common.cpu_seconds(server.pid) - cpu0
     finally:
         terminate(server, 30)
     return read_lines(out), analysis.read_json(summary), cpu
@@ -237,22 +228,24 @@ def serve_lending(model, name, keep_warm):
     """The trace against a server on a node lent by lend.sh --serve-metrics, then BURSTS bursts from quiet; a dict of
     what it measured."""
     job, d, addr = start_job(name)
-    server, port = start_server(model, os.path.join(common.RUNS, f"{name}_serve.log"))
+    # The bursts' agent (lend.sh's default bands) hands the server the worker to give back at the first request.
+    give_back = os.path.join(d, "give-back")
+    server, port = start_server(model, os.path.join(common.RUNS, f"{name}_serve.log"), give_back)
     lender = agent(d, addr, ["--serve-metrics", f"http://127.0.0.1:{port}/metrics", "--every", str(EVERY),
                              "--idle-rate", str(IDLE_RATE), "--busy-rate", str(BUSY_RATE), "--rate-window",
                              str(WINDOW), "--busy-in-flight", str(BUSY_IN_FLIGHT)], f"{d}/agent.log", keep_warm)
     try:
-        cpu0, agent0 = cpu_seconds(server.pid), cpu_seconds(lender.pid)
+        cpu0, agent0 = common.cpu_seconds(server.pid), common.cpu_seconds(lender.pid)
         gen, out, summary = loadgen(port, name)
         kids = {}  # (pid, command name) -> CPU seconds of the agent's workers and probe, sampled while they live
         while gen.poll() is None:
             for pid, comm in children(lender.pid).items():
-                c = cpu_seconds(pid)
+                c = common.cpu_seconds(pid)
                 if c is not None:
                     kids[(pid, comm)] = c
             time.sleep(0.25)
         t_end = time.time()
-        m = {"cpu_server": cpu_seconds(server.pid) - cpu0, "cpu_agent": cpu_seconds(lender.pid) - agent0,
+        m = {"cpu_server": common.cpu_seconds(server.pid) - cpu0, "cpu_agent": common.cpu_seconds(lender.pid) - agent0,
              "cpu_workers": sum(c for (_, comm), c in kids.items() if comm in ("worker", "exe", "attach.sh")),
              "cpu_probe": sum(c for (_, comm), c in kids.items() if comm.startswith("python")), "t_end": t_end,
              "records": read_lines(out), "summary": analysis.read_json(summary), "lags": [], "burst_failed": 0}
@@ -261,8 +254,8 @@ def serve_lending(model, name, keep_warm):
         # requests/s for BURST_SECONDS.
         lender.send_signal(signal.SIGTERM)
         lender.wait(timeout=90)
-        lender = agent(d, addr, ["--serve-metrics", f"http://127.0.0.1:{port}/metrics", "--every", str(EVERY)],
-                       f"{d}/agent-bursts.log", keep_warm)
+        lender = agent(d, addr, ["--serve-metrics", f"http://127.0.0.1:{port}/metrics", "--every", str(EVERY),
+                                 "--give-back-file", give_back], f"{d}/agent-bursts.log", keep_warm)
         for k in range(BURSTS):
             since = time.time()
 

@@ -31,13 +31,6 @@ def events(d):
         return []
 
 
-def cpu_seconds(pid):
-    """utime + stime of process `pid` in seconds (/proc/PID/stat fields 14 and 15)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def steps_of(evs):
     return [e for e in evs if e["event"] == "step_completed"]
 
@@ -45,10 +38,10 @@ def steps_of(evs):
 def cpu_per_step(d, pid, job, steps):
     """The coordinator's CPU seconds per step over the next `steps` completed steps (None if they did not come)."""
     start = len(steps_of(events(d)))
-    cpu0 = cpu_seconds(pid)
+    cpu0 = common.cpu_seconds(pid)
     if not common.wait_until(lambda: len(steps_of(events(d))) >= start + steps, 300, job):
         return None
-    return (cpu_seconds(pid) - cpu0) / steps
+    return (common.cpu_seconds(pid) - cpu0) / steps
 
 
 def run(b):
@@ -70,7 +63,7 @@ def run(b):
         before = cpu_per_step(d, pid, job, 100)
         addr = open(os.path.join(d, "coordinator.addr")).read().strip()
         os.makedirs(os.path.join(d, "logs"), exist_ok=True)
-        cpu0 = cpu_seconds(pid)
+        cpu0 = common.cpu_seconds(pid)
         t0 = time.time()
         for i in range(ATTACHED):
             attached.append(subprocess.Popen(
@@ -93,7 +86,7 @@ def run(b):
             common.warn(f"storm: not every attached worker contributed within 900 s (log: {d}.log)")
             b.failed = True
             return
-        storm_cpu = cpu_seconds(pid) - cpu0
+        storm_cpu = common.cpu_seconds(pid) - cpu0
         evs = events(d)
         done = all_contributing()
         joined = sorted(e["t"] for e in evs if e["event"] == "worker_joined" and e.get("pid") in pids)

@@ -333,7 +333,9 @@ class Arguments(RunDirTest):
                            (["--serve-metrics", "http://h:1/metrics", "--worker-nice", "20"], "--worker-nice"),
                            (["--probe", "true", "--give-back-file", f"{d}/give-back"], "--give-back-file"),
                            (["--serve-metrics", "http://h:1/metrics", "--give-back-file", f"{d}/no/such/give-back"],
-                            "--give-back-file")]:
+                            "--give-back-file"),
+                           (["--serve-metrics", "http://h:1/metrics", "--give-back-file", f"{d}/give-back",
+                             "--busy-rate", "5"], "--give-back-file")]:
             p = subprocess.run([LEND, *base, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                timeout=10)
             self.assertEqual(p.returncode, 2, (args, p.stdout))

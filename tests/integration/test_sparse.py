@@ -349,10 +349,7 @@ class Criteo(RunDirTest):
             self.assertNotIn("dlrm.emb.weight", tensors)
             self.assertIn("dlrm.top2.bias", tensors)
             self.assertIn("dlrm.emb.weight", json.loads(meta["table_files"]))
-            p = subprocess.run([TORCH_PY, "-c", LOAD_TABLE, run], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env=dict(ENV, PYTHONPATH=os.path.join(ROOT, "python")), timeout=120)
-            self.assertEqual(p.returncode, 0, p.stderr[-2000:])
-            loaded.append(json.loads(p.stdout))
+            loaded.append(table_of(self, LOAD_TABLE, run))
         self.assertEqual(loaded[0], loaded[1])
         table = loaded[0]
         self.assertEqual((table["rows"], table["dim"]), (rows, dim))
@@ -387,12 +384,7 @@ class Criteo(RunDirTest):
         self.assertEqual(result["optimizer_digest"], one["optimizer_digest"])
         self.assertEqual(result["test_loss"], one["test_loss"])
         assert_looked_up(self, d, "dlrm.emb.weight")
-        loaded = []
-        for run in (self.run_dir("keys-1x1"), d):
-            p = subprocess.run([TORCH_PY, "-c", LOAD_KEYS, run], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env=dict(ENV, PYTHONPATH=os.path.join(ROOT, "python")), timeout=120)
-            self.assertEqual(p.returncode, 0, p.stderr[-2000:])
-            loaded.append(json.loads(p.stdout))
+        loaded = [table_of(self, LOAD_KEYS, run) for run in (self.run_dir("keys-1x1"), d)]
         self.assertEqual(loaded[0], loaded[1])
         table = loaded[0]
         self.assertTrue(table["unbounded"], table)
@@ -400,6 +392,14 @@ class Criteo(RunDirTest):
         self.assertLessEqual(table["stored"], 20 * 128 * 26)
         self.assertGreater(table["largest_id"], 1 << 40)  # keys, not rows of a table of 2^32
         self.assertLess(table["largest_id"], (1 << 63) - 1)
+
+
+def table_of(test, script, run):
+    """What `script` (LOAD_TABLE, LOAD_KEYS) prints of run dir `run`'s table file, as JSON."""
+    p = subprocess.run([TORCH_PY, "-c", script, run], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       env=dict(ENV, PYTHONPATH=os.path.join(ROOT, "python")), timeout=120)
+    test.assertEqual(p.returncode, 0, p.stderr[-2000:])
+    return json.loads(p.stdout)
 
 
 # Prints a table of unbounded keys as load_tables reads it.
