@@ -41,9 +41,14 @@ void LookupTables::MakeLazy(size_t i, const torch::Tensor& weight) {
 Status LookupTables::RowsOf(Net& net, const std::vector<TensorSpec>& specs, const torch::Tensor& x,
                             std::vector<std::vector<uint64_t>>* out) const {
   out->assign(specs.size(), {});
-  if (!any_) return OkStatus();
+  return any_ ? RowsOfIds(specs, net.TableIds(x), out) : OkStatus();
+}
+
+Status LookupTables::RowsOfIds(const std::vector<TensorSpec>& specs, const NamedTensors& table_ids,
+                               std::vector<std::vector<uint64_t>>* out) const {
+  out->assign(specs.size(), {});
   std::vector<char> named(tables_.size(), 0);
-  for (const auto& [name, ids] : net.TableIds(x)) {
+  for (const auto& [name, ids] : table_ids) {
     for (size_t i = 0; i < tables_.size() && i < specs.size(); ++i) {
       const Table& t = tables_[i];
       if (t.kind == Kind::kHeld || specs[i].name != name) continue;
@@ -66,13 +71,14 @@ StatusOr<torch::Tensor> LookupTables::Bind(Net& net, const std::vector<TensorSpe
                                            const std::vector<torch::Tensor>& weights,
                                            bool zero_missing) {
   if (!any_) return x;
+  const NamedTensors table_ids = net.TableIds(x);
   std::vector<std::vector<uint64_t>> rows;
-  EPS_RETURN_IF_ERROR(RowsOf(net, specs, x, &rows));
+  EPS_RETURN_IF_ERROR(RowsOfIds(specs, table_ids, &rows));
   for (size_t i = 0; i < tables_.size(); ++i) {
     if (tables_[i].kind != Kind::kHeld) tables_[i].batch = std::move(rows[i]);
   }
   NamedTensors ranks;
-  for (const auto& [name, ids] : net.TableIds(x)) {
+  for (const auto& [name, ids] : table_ids) {
     for (size_t i = 0; i < tables_.size() && i < specs.size(); ++i) {
       Table& t = tables_[i];
       if (t.kind != Kind::kCompact || specs[i].name != name) continue;

@@ -88,6 +88,11 @@ class LookupTables {
   size_t HeldBytes(size_t i) const;
 
  private:
+  // RowsOf, from the net's TableIds of the batch.
+  [[nodiscard]] Status RowsOfIds(const std::vector<TensorSpec>& specs,
+                                 const NamedTensors& table_ids,
+                                 std::vector<std::vector<uint64_t>>* out) const;
+
   struct Table {
     Kind kind = Kind::kHeld;
     int64_t rows = 0;  // 0: unbounded keys

@@ -11,8 +11,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <future>
+#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -54,6 +56,36 @@ bool SameInput(const ModelInput& a, const ModelInput& b) {
   return a.sample_shape == b.sample_shape && a.dtype == b.dtype && a.max_id == b.max_id &&
          (a.vocab == nullptr) == (b.vocab == nullptr) &&
          (a.vocab == nullptr || a.vocab->Serialize() == b.vocab->Serialize());
+}
+
+// The worker a give-back file names, and the signal that gives the node back.
+struct LentWorker {
+  pid_t pid = 0;
+  int signal = 0;
+};
+
+// "PID SIGNAL" of give-back file `path`: NotFound without the file; InvalidArgument for other
+// text, a signal other than SIGTERM or SIGUSR1, or a process whose executable is not named
+// worker (a stale pid, a pid namespace other than the agent's).
+StatusOr<LentWorker> ReadGiveBack(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound(path);
+  long pid = 0;
+  LentWorker w;
+  if (!(in >> pid >> w.signal) || pid <= 1 || pid > std::numeric_limits<pid_t>::max() ||
+      (w.signal != SIGTERM && w.signal != SIGUSR1)) {
+    return InvalidArgument(path + ": expected \"PID SIGNAL\" (SIGNAL " + std::to_string(SIGTERM) +
+                           " or " + std::to_string(SIGUSR1) + ")");
+  }
+  w.pid = static_cast<pid_t>(pid);
+  std::error_code error;
+  const std::filesystem::path exe =
+      std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/exe", error);
+  if (error || exe.filename() != "worker") {
+    return InvalidArgument(path + ": process " + std::to_string(pid) + " is " +
+                           (error ? "not there" : "'" + exe.string() + "'") + ", not a worker");
+  }
+  return w;
 }
 
 class InferenceServerImpl final : public InferenceServer {
@@ -294,37 +326,33 @@ class InferenceServerImpl final : public InferenceServer {
   }
 
   // A lent worker named by the give-back file (InferenceServerOptions::give_back_file) gets its
-  // signal: the file claimed by renaming it (one claimant, this server or the agent's probe).
-  // Without a file, one failed rename a request.
+  // signal: the file read and checked, then claimed by renaming it (one claimant: this server or
+  // the agent's probe, which finds it gone and sends nothing), then read again (what was claimed
+  // is what counts). A file that names no worker is left for the agent's probe to act on.
+  // Without a file, one failed open a request.
   void GiveBack() {
     const std::string& file = options_.give_back_file;
     if (file.empty()) return;
-    const std::string taken = file + ".taken";
-    if (std::rename(file.c_str(), taken.c_str()) != 0) return;  // no worker lent, or claimed
-    std::ifstream in(taken);
-    long pid = 0;
-    int sig = 0;
-    if (!(in >> pid >> sig) || pid <= 1 || (sig != SIGTERM && sig != SIGUSR1)) {
-      LOG(WARNING) << "give-back file " << file << ": expected \"PID SIGNAL\" (SIGNAL " << SIGTERM
-                   << " or " << SIGUSR1 << "): no worker signalled";
+    StatusOr<LentWorker> lent = ReadGiveBack(file);
+    if (lent.ok()) {
+      const std::string taken = file + ".taken";
+      if (std::rename(file.c_str(), taken.c_str()) != 0) return;  // claimed by another
+      lent = ReadGiveBack(taken);
+    }
+    if (!lent.ok()) {
+      if (lent.status().code() != StatusCode::kNotFound) {  // NotFound: no worker lent
+        LOG_FIRST_N(WARNING, 10) << "give-back: " << lent.status().message();
+      }
       return;
     }
-    // Only a worker: a pid of another process (a pid namespace other than the agent's, a
-    // stale file) is not signalled.
-    std::string comm;
-    std::ifstream(("/proc/" + std::to_string(pid) + "/comm").c_str()) >> comm;
-    if (comm != "worker") {
-      LOG(WARNING) << "give-back file " << file << ": process " << pid << " is '" << comm
-                   << "', not a worker: not signalled";
-      return;
-    }
-    if (::kill(static_cast<pid_t>(pid), sig) != 0) {
-      LOG(WARNING) << "give-back: worker " << pid
+    if (::kill(lent->pid, lent->signal) != 0) {
+      LOG(WARNING) << "give-back: worker " << lent->pid
                    << " could not be signalled: " << std::strerror(errno);
       return;
     }
     give_backs_.Add();
-    LOG(INFO) << "a request arrived: signalled lent worker " << pid << " (signal " << sig << ")";
+    LOG(INFO) << "a request arrived: signalled lent worker " << lent->pid << " (signal "
+              << lent->signal << ")";
   }
 
   // Wakes the /v1/load waiters; the lock orders the wake-up after their check of the count.

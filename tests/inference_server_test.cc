@@ -4,7 +4,6 @@
 // 503 on a full queue, a swap between batches, and the drain.
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -257,25 +256,37 @@ int WaitChild(pid_t pid) {
 }
 
 // With a give-back file, the first request to arrive claims it and signals the lent worker it
-// names; later requests find none; a file that names no worker is claimed and ignored, and the
-// server serves on.
+// names; later requests find none; a file that names no worker (another process, another
+// signal, other text) is not claimed, and the server serves on.
 TEST_F(HttpServing, TheFirstRequestSignalsTheLentWorkerOfTheGiveBackFile) {
   char dir[] = "/tmp/eps-give-back-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   give_back_file_ = std::string(dir) + "/give-back";
-  // Children forked before the server's threads: a "worker", and a process of another name.
-  auto child = [](const char* name) {
+  // Two processes: one whose executable is named worker (a copy of sleep), and a sleep.
+  const std::string worker_exe = std::string(dir) + "/worker";
+  std::filesystem::copy_file("/bin/sleep", worker_exe);
+  std::filesystem::permissions(worker_exe, std::filesystem::perms::owner_all);
+  auto spawn = [](const std::string& exe) {
     const pid_t pid = fork();
     if (pid == 0) {
-      if (name != nullptr) prctl(PR_SET_NAME, name);
-      for (int i = 0; i < 600; ++i) usleep(100000);
-      _exit(0);
+      execl(exe.c_str(), "sleep", "60", static_cast<char*>(nullptr));
+      _exit(127);
     }
     return pid;
   };
-  const pid_t worker = child("worker"), other = child(nullptr);
+  const pid_t worker = spawn(worker_exe), other = spawn("/bin/sleep");
   ASSERT_GT(worker, 0);
   ASSERT_GT(other, 0);
+  // Bounded: until both run their own executable.
+  for (int i = 0; i < 500; ++i) {
+    std::error_code e1, e2;
+    if (std::filesystem::read_symlink("/proc/" + std::to_string(worker) + "/exe", e1).filename() ==
+            "worker" &&
+        std::filesystem::read_symlink("/proc/" + std::to_string(other) + "/exe", e2).filename() ==
+            "sleep")
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   Start(BatchQueueOptions{});
   Counter& give_backs = metrics_.GetCounter("eps_serve_give_backs_total", "");
   ASSERT_TRUE(Predict(R"({"instances": [[1, 1]]})"));  // no file: nothing to do
@@ -293,14 +304,16 @@ TEST_F(HttpServing, TheFirstRequestSignalsTheLentWorkerOfTheGiveBackFile) {
   EXPECT_EQ(access((give_back_file_ + ".taken").c_str(), F_OK), 0);
   ASSERT_TRUE(Predict(R"({"instances": [[1, 1]]})"));
   EXPECT_EQ(give_backs.value(), 1);
-  const std::string not_a_worker = std::to_string(other) + " 15\n";
-  for (const std::string& bad : {std::string("garbage\n"), std::string("1 15\n"),
-                                 std::to_string(worker) + " 9\n", not_a_worker}) {
+  // Files that name no worker are left for the agent's probe (not claimed), and the server
+  // serves on.
+  for (const std::string& bad :
+       {std::string("garbage\n"), std::string("1 15\n"), std::to_string(worker) + " 9\n",
+        std::to_string(other) + " 15\n"}) {
     std::ofstream(give_back_file_) << bad;
     auto r = Predict(R"({"instances": [[1, 1]]})");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200) << bad;
-    EXPECT_NE(access(give_back_file_.c_str(), F_OK), 0) << bad;
+    EXPECT_EQ(access(give_back_file_.c_str(), F_OK), 0) << bad;
   }
   EXPECT_EQ(give_backs.value(), 1);
   EXPECT_EQ(waitpid(other, nullptr, WNOHANG), 0);  // not signalled: still there
