@@ -46,11 +46,13 @@ struct InferenceServerOptions {
   std::chrono::milliseconds request_timeout{60000};
   // The give-back file of a lending agent (launcher/lend.sh --give-back-file,
   // docs/serving.md): "PID SIGNAL" of the worker lent on this node. The first
-  // predict request to arrive claims it (renamed to FILE.taken, so the agent's
-  // probe, which claims it the same way, sends no second signal) and sends the
-  // worker its signal (SIGTERM or SIGUSR1 only, to a process named "worker":
-  // the agent and the server share a pid namespace) before it is even read:
-  // the node goes back to serving without a hop through the agent. Empty: none.
+  // predict request to arrive checks it (SIGTERM or SIGUSR1, a process whose
+  // executable is named worker: the agent and the server share a pid
+  // namespace), claims it (renamed to FILE.taken, so the agent's probe, which
+  // claims it the same way, sends no second signal) and sends the worker its
+  // signal before the request is even read: the node goes back to serving
+  // without a hop through the agent. A file that names no worker is left to
+  // the probe. Empty: none.
   std::string give_back_file;
 };
 
