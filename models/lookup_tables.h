@@ -3,8 +3,8 @@
 // tables"): which they are, the rows a batch reads, and where the rows pulled
 // for them live. Two kinds:
 //   compact  a table of a model that can rewrite its ids (the zoo's, a module's
-//            with with_table_ids: Net::RewritesTableIds, checked each batch
-//            against its table_ids): the rows pulled live in a RowStore by id,
+//            with with_table_ids: Net::RewritesTableIds, a module's checked each
+//            batch against its table_ids): the rows pulled live in a RowStore by id,
 //            and each forward reads a weight of exactly the batch's rows, its
 //            ids rewritten as their ranks among them. Ranks keep the ids' order
 //            (the sort that sums a row's duplicates in backward permutes them
