@@ -1,6 +1,5 @@
 #include "common/layout.h"
 
-#include <limits>
 #include <set>
 
 namespace eps {
@@ -26,7 +25,7 @@ int64_t TensorSpec::numel() const {
 }
 
 uint64_t TensorSpec::RowBound() const {
-  if (unbounded()) return uint64_t(std::numeric_limits<int64_t>::max());
+  if (unbounded()) return uint64_t{kUnboundedRows};
   return shape.empty() ? 0 : static_cast<uint64_t>(shape[0]);
 }
 

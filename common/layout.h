@@ -25,6 +25,10 @@ enum class DType : uint8_t { kFloat32 = 0, kInt64 = 1 };
 size_t DTypeSize(DType d);
 const char* TensorKindName(TensorKind k);
 
+// The bound of a table of unbounded keys' row ids (TensorSpec::RowBound): every int64 id but
+// the largest is a row.
+inline constexpr int64_t kUnboundedRows = INT64_MAX;
+
 struct TensorSpec {
   std::string name;
   TensorKind kind = TensorKind::kParameter;

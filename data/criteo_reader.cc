@@ -3,12 +3,12 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
-#include <limits>
 #include <memory>
 #include <new>
 #include <string_view>
 #include <vector>
 
+#include "common/layout.h"
 #include "data/criteo.h"
 #include "data/data_source.h"
 
@@ -139,8 +139,8 @@ StatusOr<Dataset> ReadCriteo(const std::string& path, uint64_t buckets, int64_t 
 int64_t CriteoCategoryRow(int column, uint64_t value, uint64_t buckets) {
   const uint64_t mixed =
       SplitMix64(value ^ (static_cast<uint64_t>(column) + 1) * 0x9E3779B97F4A7C15ull);
-  // Unbounded (0): ids below 2^63 - 1, the largest int64 left out as TensorSpec::RowBound does.
-  const uint64_t rows = buckets == 0 ? uint64_t{std::numeric_limits<int64_t>::max()} : buckets;
+  // Unbounded (0): the row ids of a table of unbounded keys.
+  const uint64_t rows = buckets == 0 ? uint64_t{kUnboundedRows} : buckets;
   return 1 + static_cast<int64_t>(mixed % (rows - 1));
 }
 

@@ -4,10 +4,10 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
-#include <limits>
 #include <utility>
 #include <vector>
 
+#include "common/layout.h"
 #include "data/criteo.h"
 
 namespace eps {
@@ -110,8 +110,8 @@ Status CheckCriteoModelInput(const Dataset& data, const ZooSizes& sizes) {
     return InvalidArgument("inconsistent data set");
   const auto* x = static_cast<const int64_t*>(data.features);
   // A table of unbounded keys (vocab_size 0) takes every int64 id but the largest.
-  const int64_t rows = sizes.vocab_size == 0 ? std::numeric_limits<int64_t>::max()
-                                             : static_cast<int64_t>(sizes.vocab_size);
+  const int64_t rows =
+      sizes.vocab_size == 0 ? kUnboundedRows : static_cast<int64_t>(sizes.vocab_size);
   for (int64_t s = 0; s < data.size; ++s) {
     for (int c = kCriteoIntegers; c < kCriteoFeatures; ++c) {
       const int64_t row = x[s * kCriteoFeatures + c];

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <stdexcept>
 
 namespace eps {
@@ -11,7 +10,7 @@ namespace {
 constexpr uint64_t kPageBytes = 4096;
 
 // The bound of a table's ids (TensorSpec::RowBound): its rows, or 2^63 - 1 unbounded (0 rows).
-int64_t IdBound(int64_t rows) { return rows == 0 ? std::numeric_limits<int64_t>::max() : rows; }
+int64_t IdBound(int64_t rows) { return rows == 0 ? kUnboundedRows : rows; }
 
 }  // namespace
 

@@ -837,7 +837,9 @@ TEST_F(ScriptModel, ATableLookedUpCompactlyOrLazilyComputesTheHeldTablesBits) {
     for (uint64_t r : (*rows)[0]) {
       const float row[8] = {0.5f * r, -1, 2, 0.25f, 1e-3f * r, 3, -2, 1};
       ASSERT_TRUE(m->WriteTableRows(0, &r, row, 1).ok());
-      if (m == lazy.get()) ASSERT_TRUE(held->Write(0, r * sizeof row, row, sizeof row).ok());
+      if (m == lazy.get()) {
+        ASSERT_TRUE(held->Write(0, r * sizeof row, row, sizeof row).ok());
+      }
     }
   }
   auto base = held->TrainStep(data, {0, 1}, 3);
