@@ -7,6 +7,7 @@
 
 #include "data/data_source.h"
 #include "data/dataset.h"
+#include "data/npy.h"
 
 namespace eps {
 namespace {
@@ -179,6 +180,29 @@ StatusOr<DataType> DTypeOf(const std::string& path, const std::string& descr, bo
                          ": convert it, e.g. arr.astype(numpy.float32)");
 }
 
+// OK if the data after `h` fill `file_size` exactly as its shape of `elem`-byte elements needs.
+Status CheckDataSize(const std::string& path, const NpyHeader& h, size_t elem, size_t file_size) {
+  // Bytes the shape needs, refusing overflow: no real file exceeds 2^62 bytes.
+  constexpr int64_t kMaxBytes = int64_t{1} << 62;
+  int64_t bytes = static_cast<int64_t>(elem);
+  for (const int64_t dim : h.shape) {
+    if (dim < 0 || (dim > 0 && bytes > kMaxBytes / dim))
+      return InvalidArgument(path + ": the shape is absurdly large");
+    bytes *= dim;
+  }
+  const int64_t have = static_cast<int64_t>(file_size - h.data_offset);
+  if (have < bytes) {
+    return DataLoss(path + ": truncated: its shape needs " + std::to_string(bytes) +
+                    " bytes of data, the file holds " + std::to_string(have));
+  }
+  if (have > bytes) {
+    return InvalidArgument(path + ": its shape needs " + std::to_string(bytes) +
+                           " bytes of data, but the file holds " + std::to_string(have) + " (" +
+                           std::to_string(have - bytes) + " more): shape and size disagree");
+  }
+  return OkStatus();
+}
+
 // One opened array: its mapping, header and the product of its sample dims.
 struct NpyArray {
   std::shared_ptr<MappedFile> file;
@@ -201,27 +225,12 @@ StatusOr<NpyArray> OpenArray(const std::string& path, bool labels) {
   if (a.header.shape.empty()) return InvalidArgument(path + ": a scalar, not an array of samples");
   a.count = a.header.shape[0];
   if (a.count == 0) return InvalidArgument(path + ": holds no samples (shape[0] is 0)");
-  const size_t elem = DataTypeSize(a.dtype);
-  // Bytes the shape needs, refusing overflow: no real file exceeds 2^62 bytes.
-  constexpr int64_t kMaxBytes = int64_t{1} << 62;
-  int64_t bytes = static_cast<int64_t>(elem);
   for (size_t d = 0; d < a.header.shape.size(); ++d) {
-    const int64_t dim = a.header.shape[d];
-    if (dim == 0) return InvalidArgument(path + ": dimension " + std::to_string(d) + " is 0");
-    if (bytes > kMaxBytes / dim) return InvalidArgument(path + ": the shape is absurdly large");
-    bytes *= dim;
-    if (d > 0) a.sample_elems *= dim;
+    if (a.header.shape[d] == 0)
+      return InvalidArgument(path + ": dimension " + std::to_string(d) + " is 0");
   }
-  const int64_t have = static_cast<int64_t>(file->size() - a.header.data_offset);
-  if (have < bytes) {
-    return DataLoss(path + ": truncated: its shape needs " + std::to_string(bytes) +
-                    " bytes of data, the file holds " + std::to_string(have));
-  }
-  if (have > bytes) {
-    return InvalidArgument(path + ": its shape needs " + std::to_string(bytes) +
-                           " bytes of data, but the file holds " + std::to_string(have) +
-                           " (" + std::to_string(have - bytes) + " more): shape and size disagree");
-  }
+  EPS_RETURN_IF_ERROR(CheckDataSize(path, a.header, DataTypeSize(a.dtype), file->size()));
+  for (size_t d = 1; d < a.header.shape.size(); ++d) a.sample_elems *= a.header.shape[d];
   a.file = std::move(file);
   return a;
 }
@@ -298,6 +307,23 @@ StatusOr<Dataset> ReadNpyDataset(const std::string& features_path, const std::st
   } catch (const std::bad_alloc&) {
     return ResourceExhausted("out of memory reading " + features_path);
   }
+}
+
+StatusOr<NpyArrayView> MapNpyArray(const std::string& path, const std::string& descr,
+                                   size_t item_size) {
+  EPS_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
+  EPS_ASSIGN_OR_RETURN(NpyHeader header, ParseHeader(path, file->data(), file->size()));
+  if (header.descr != descr) {
+    return InvalidArgument(path + ": dtype '" + header.descr + "', where '" + descr +
+                           "' is expected");
+  }
+  if (header.fortran_order) return InvalidArgument(path + ": fortran_order is True");
+  EPS_RETURN_IF_ERROR(CheckDataSize(path, header, item_size, file->size()));
+  NpyArrayView out;
+  out.shape = std::move(header.shape);
+  out.data = file->data() + header.data_offset;
+  out.hold = std::shared_ptr<const MappedFile>(std::move(file));
+  return out;
 }
 
 }  // namespace eps

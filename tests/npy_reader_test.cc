@@ -3,6 +3,7 @@
 #include <random>
 
 #include "data/dataset.h"
+#include "data/npy.h"
 #include "tests/data_files.h"
 
 namespace eps {
@@ -172,6 +173,35 @@ TEST(NpyReader, NoticesAFileChangedAfterTheOpen) {
   st = labels_ds->CheckUnchanged();
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(st.message().find("replaced"), std::string::npos) << st.ToString();
+}
+
+// One array as its header says, of any dtype named: what an export's table files are read through.
+TEST(MapNpyArray, MapsAnArrayOfTheDtypeAskedForAndRefusesTheRest) {
+  TempDir dir;
+  const std::string p = dir.File("ids.npy");
+  const std::vector<int64_t> ids = {3, 7, int64_t{1} << 40};
+  WriteBytes(p, Npy(Dict("<u8", "(3,)"), Raw(ids)));
+  auto a = MapNpyArray(p, "<u8", 8);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->shape, (std::vector<int64_t>{3}));
+  EXPECT_EQ(std::memcmp(a->data, ids.data(), 24), 0);
+  // No rows at all is an array too (a table file of a table no step touched).
+  const std::string empty = dir.File("rows.npy");
+  WriteBytes(empty, Npy(Dict("<f4", "(0, 4)"), ""));
+  auto e = MapNpyArray(empty, "<f4", 4);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(e->shape, (std::vector<int64_t>{0, 4}));
+
+  EXPECT_EQ(MapNpyArray(p, "<f4", 4).status().code(), StatusCode::kInvalidArgument);  // the dtype
+  EXPECT_EQ(MapNpyArray(dir.File("none.npy"), "<u8", 8).status().code(), StatusCode::kNotFound);
+  WriteBytes(p, Npy(Dict("<u8", "(4,)"), Raw(ids)));
+  Status st = MapNpyArray(p, "<u8", 8).status();
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find(p), std::string::npos) << st.ToString();
+  WriteBytes(p, Npy(Dict("<u8", "(2,)"), Raw(ids)));
+  EXPECT_EQ(MapNpyArray(p, "<u8", 8).status().code(), StatusCode::kInvalidArgument);
+  WriteBytes(p, "not an npy file at all");
+  EXPECT_EQ(MapNpyArray(p, "<u8", 8).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
