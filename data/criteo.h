@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "data/dataset.h"
@@ -30,6 +31,12 @@ constexpr int kCriteoFeatures = kCriteoIntegers + kCriteoCategories;
 // (column + 1) * 0x9E3779B97F4A7C15) % (buckets - 1). Row 0 is the missing
 // value's.
 int64_t CriteoCategoryRow(int column, uint64_t value, uint64_t buckets);
+
+// A sample's 39 features from `line`, its 39 tab-separated fields without
+// the label (13 integers, 26 categories), as ReadCriteoDataset makes them:
+// what `elasticps serve` takes as a dlrm instance. InvalidArgument naming the
+// field (1-based) that is wrong, or the count of fields.
+[[nodiscard]] Status ParseCriteoFeatures(std::string_view line, uint64_t buckets, int64_t* out);
 
 // Reads a Criteo-format file (LF or CRLF endings, empty lines skipped), the
 // first `limit` samples if limit > 0: int64 features of shape {39}, int64

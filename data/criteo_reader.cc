@@ -58,6 +58,41 @@ bool ParseHex(std::string_view s, uint64_t* out) {
   return true;
 }
 
+// The 39 features of `fields` (a sample's fields less its label) into out[0, 39); else the
+// index of the field that is wrong, and `what` is.
+int ParseFeatures(const std::string_view* fields, uint64_t buckets, int64_t* out,
+                  std::string* what) {
+  for (int i = 0; i < kCriteoIntegers; ++i) {
+    const std::string_view f = fields[i];
+    out[i] = 0;
+    if (!f.empty() && !ParseInt64(f, &out[i])) {
+      *what = "'" + std::string(f.substr(0, 32)) + "' is not an integer";
+      return i;
+    }
+  }
+  for (int c = 0; c < kCriteoCategories; ++c) {
+    const std::string_view f = fields[kCriteoIntegers + c];
+    uint64_t x = 0;
+    if (!f.empty() && !ParseHex(f, &x)) {
+      *what = "'" + std::string(f.substr(0, 32)) + "' is not a category (1 to 16 hex digits)";
+      return kCriteoIntegers + c;
+    }
+    out[kCriteoIntegers + c] = f.empty() ? 0 : CriteoCategoryRow(c, x, buckets);
+  }
+  return -1;
+}
+
+// The tab-separated fields of `line`.
+void SplitTabs(std::string_view line, std::vector<std::string_view>* fields) {
+  fields->clear();
+  for (;;) {
+    const size_t tab = line.find('\t');
+    fields->push_back(line.substr(0, tab));
+    if (tab == std::string_view::npos) return;
+    line.remove_prefix(tab + 1);
+  }
+}
+
 struct CriteoVectors {
   std::vector<int64_t> features;
   std::vector<int64_t> labels;
@@ -84,14 +119,7 @@ StatusOr<Dataset> ReadCriteo(const std::string& path, uint64_t buckets, int64_t 
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
-    fields.clear();
-    std::string_view rest(line);
-    for (;;) {
-      const size_t tab = rest.find('\t');
-      fields.push_back(rest.substr(0, tab));
-      if (tab == std::string_view::npos) break;
-      rest.remove_prefix(tab + 1);
-    }
+    SplitTabs(line, &fields);
     if (fields.size() != kFields) {
       return InvalidArgument(path + ": line " + std::to_string(line_no) + " has " +
                              std::to_string(fields.size()) +
@@ -102,23 +130,11 @@ StatusOr<Dataset> ReadCriteo(const std::string& path, uint64_t buckets, int64_t 
       return bad(0, "the label '" + std::string(fields[0].substr(0, 32)) + "' is not 0 or 1");
     }
     v->labels.push_back(fields[0] == "1" ? 1 : 0);
-    for (int i = 0; i < kCriteoIntegers; ++i) {
-      const std::string_view f = fields[1 + i];
-      int64_t x = 0;
-      if (!f.empty() && !ParseInt64(f, &x)) {
-        return bad(1 + i, "'" + std::string(f.substr(0, 32)) + "' is not an integer");
-      }
-      v->features.push_back(x);
-    }
-    for (int c = 0; c < kCriteoCategories; ++c) {
-      const std::string_view f = fields[1 + kCriteoIntegers + c];
-      uint64_t x = 0;
-      if (!f.empty() && !ParseHex(f, &x)) {
-        return bad(1 + kCriteoIntegers + c,
-                   "'" + std::string(f.substr(0, 32)) + "' is not a category (1 to 16 hex digits)");
-      }
-      v->features.push_back(f.empty() ? 0 : CriteoCategoryRow(c, x, buckets));
-    }
+    const size_t at = v->features.size();
+    v->features.resize(at + kCriteoFeatures);
+    std::string what;
+    const int wrong = ParseFeatures(fields.data() + 1, buckets, v->features.data() + at, &what);
+    if (wrong >= 0) return bad(1 + wrong, what);
   }
   if (in.bad()) return DataLoss(path + ": read error after line " + std::to_string(line_no));
   if (v->labels.empty()) return InvalidArgument(path + ": no samples");
@@ -142,6 +158,21 @@ int64_t CriteoCategoryRow(int column, uint64_t value, uint64_t buckets) {
   // Unbounded (0): the row ids of a table of unbounded keys.
   const uint64_t rows = buckets == 0 ? uint64_t{kUnboundedRows} : buckets;
   return 1 + static_cast<int64_t>(mixed % (rows - 1));
+}
+
+Status ParseCriteoFeatures(std::string_view line, uint64_t buckets, int64_t* out) {
+  if (buckets == 1) return InvalidArgument("Criteo categories need at least 2 rows, or 0");
+  std::vector<std::string_view> fields;
+  SplitTabs(line, &fields);
+  if (fields.size() != kCriteoFeatures) {
+    return InvalidArgument("has " + std::to_string(fields.size()) +
+                           " tab-separated fields, a Criteo sample without its label has " +
+                           std::to_string(kCriteoFeatures) + " (13 integers, 26 categories)");
+  }
+  std::string what;
+  const int wrong = ParseFeatures(fields.data(), buckets, out, &what);
+  if (wrong >= 0) return InvalidArgument("field " + std::to_string(wrong + 1) + ": " + what);
+  return OkStatus();
 }
 
 StatusOr<Dataset> ReadCriteoDataset(const std::string& path, uint64_t buckets, int64_t limit) {

@@ -43,7 +43,10 @@ StatusOr<ZooSizes> ZooSizesFromMetadata(const std::map<std::string, std::string>
     char* end = nullptr;
     errno = 0;
     const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-    if (v.empty() || v[0] == '-' || *end != '\0' || errno != 0 || n == 0 || n > UINT32_MAX) {
+    // vocab_size 0: a table of unbounded keys (dlrm's with --hash_buckets=0).
+    const bool zero_ok = field == &ZooSizes::vocab_size;
+    if (v.empty() || v[0] == '-' || *end != '\0' || errno != 0 || (n == 0 && !zero_ok) ||
+        n > UINT32_MAX) {
       return InvalidArgument(std::string("the metadata's ") + name + " '" + v +
                              "' is not a positive 32-bit number");
     }

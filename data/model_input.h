@@ -40,8 +40,9 @@ struct ZooSizes {
 // The sizes (but num_classes) as an export's metadata holds them, by flag
 // name (model_dim, model_layers, model_heads, model_depth, seq_len,
 // vocab_size), decimal; and back from such metadata: an absent key keeps the
-// default, one that is not a positive 32-bit number is InvalidArgument naming
-// it. So eps_predict rebuilds a sized zoo model from its model.safetensors.
+// default, one that is not a positive 32-bit number (vocab_size may be 0: a
+// table of unbounded keys) is InvalidArgument naming it. So eps_predict rebuilds a sized zoo model
+// from its model.safetensors.
 std::map<std::string, std::string> ZooSizesMetadata(const ZooSizes& sizes);
 [[nodiscard]] StatusOr<ZooSizes> ZooSizesFromMetadata(
     const std::map<std::string, std::string>& metadata);

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "data/criteo.h"
+
 namespace eps {
 namespace {
 
@@ -88,9 +90,16 @@ Status ParseIdsInstance(const json& j, const ModelInput& input, const std::strin
                         std::vector<int64_t>* out) {
   const int64_t elems = input.SampleElems();
   if (j.is_string()) {
+    const size_t at = out->size();
+    if (input.criteo_buckets.has_value()) {
+      out->resize(at + kCriteoFeatures);
+      const Status st = ParseCriteoFeatures(j.get_ref<const std::string&>(), *input.criteo_buckets,
+                                            out->data() + at);
+      if (!st.ok()) return InvalidArgument(name + ", a Criteo sample, " + st.message());
+      return OkStatus();
+    }
     if (input.vocab == nullptr)
       return InvalidArgument(name + " is a text, but the model has no vocabulary (--vocab)");
-    const size_t at = out->size();
     out->resize(at + static_cast<size_t>(elems));
     input.vocab->Encode(j.get<std::string>(), out->data() + at);
     return OkStatus();
@@ -103,9 +112,10 @@ Status ParseIdsInstance(const json& j, const ModelInput& input, const std::strin
     if (!e.is_number_integer())
       return InvalidArgument(name + " holds a token id that is no integer");
     const int64_t id = e.get<int64_t>();
-    if (id < 0 || (input.max_id > 0 && id >= input.max_id)) {
-      return InvalidArgument(name + " holds the token id " + std::to_string(id) + ", outside [0, " +
-                             std::to_string(input.max_id) + ")");
+    if (id < input.min_id || (input.max_id > 0 && id >= input.max_id)) {
+      return InvalidArgument(name + " holds the id " + std::to_string(id) + ", outside [" +
+                             std::to_string(input.min_id) + ", " +
+                             (input.max_id > 0 ? std::to_string(input.max_id) : "") + ")");
     }
     out->push_back(id);
   }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,12 @@ struct ModelInput {
   // and its labels name the classes. Null for the others.
   std::shared_ptr<const Vocabulary> vocab;
   int64_t max_id = 0;  // kInt64: every token id is below it (0: not checked)
+  int64_t min_id = 0;  // kInt64: and at least it (dlrm's integers take any sign)
+  // dlrm: a string instance is a Criteo sample's 39 tab-separated fields
+  // without its label, its categories hashed into these rows (0: 63-bit keys)
+  // as the job hashed them (ParseCriteoFeatures, data/criteo.h). Unset for the
+  // others.
+  std::optional<uint64_t> criteo_buckets;
 
   int64_t SampleElems() const;
   std::string ShapeText() const;  // "[1, 28, 28]"
@@ -45,10 +52,9 @@ struct Instances {
 // as the model takes it: for float input a (nested) list of numbers whose
 // shape is `sample_shape`, that shape without its leading 1s, or flat (its
 // element count); for token ids a list of sample_shape's ints or, with a
-// vocabulary, a string. InvalidArgument with the reason (malformed JSON, no
-// "instances" list, none or more than `max_instances`, an instance of
-// another shape or type, naming it by index); the request is then refused
-// whole.
+// vocabulary, a string (for dlrm, a Criteo sample's fields). InvalidArgument with the reason
+// (malformed JSON, no "instances" list, none or more than `max_instances`, an instance of another
+// shape or type, naming it by index); the request is then refused whole.
 [[nodiscard]] StatusOr<Instances> ParsePredictRequest(std::string_view body,
                                                       const ModelInput& input,
                                                       int64_t max_instances);

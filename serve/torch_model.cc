@@ -1,10 +1,12 @@
 #include "serve/torch_model.h"
 
 #include <filesystem>
+#include <limits>
 #include <utility>
 
 #include "common/digest.h"
 #include "common/files.h"
+#include "data/criteo.h"
 #include "data/model_input.h"
 #include "models/exported_model.h"
 
@@ -72,6 +74,7 @@ StatusOr<std::shared_ptr<const LoadedModel>> LoadTorchModel(const TorchModelOpti
   loaded->sha256 = sha.HexDigest();
   loaded->metadata = ExportMetadataOf(options.path);
 
+  const std::string arch = options.arch.empty() ? loaded->metadata["model"] : options.arch;
   ModelInput input;
   std::string vocab_path = options.vocab;
   const std::filesystem::path beside =
@@ -87,8 +90,16 @@ StatusOr<std::shared_ptr<const LoadedModel>> LoadTorchModel(const TorchModelOpti
     input.dtype = DataType::kInt64;
     input.sample_shape = {static_cast<int64_t>(input.vocab->seq_len())};
     input.max_id = static_cast<int64_t>(input.vocab->words().size());
+  } else if (arch == "dlrm") {
+    // A Criteo sample: its 13 integers (any sign) and 26 category rows, or its fields as text.
+    input.dtype = DataType::kInt64;
+    input.sample_shape = {kCriteoFeatures};
+    input.min_id = std::numeric_limits<int64_t>::min();
+    auto sizes = ZooSizesFromMetadata(loaded->metadata);
+    if (sizes.ok() && loaded->metadata.count("vocab_size"))
+      input.criteo_buckets = sizes->vocab_size;
   } else {
-    if (IsTextModel(loaded->metadata["model"]) || IsTextModel(options.arch))
+    if (IsTextModel(arch))
       return InvalidArgument("--model " + options.path +
                              " is a text model: name its vocabulary with --vocab");
     input.sample_shape = {1, kImageSide, kImageSide};

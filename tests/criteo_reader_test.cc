@@ -58,6 +58,31 @@ TEST(CriteoReader, ReadsIntegersAsTheyAreAndHashesCategoriesWithTheirColumn) {
   EXPECT_EQ(ReadCriteoDataset(path, 1000, 2)->size, 2);
 }
 
+// One sample's fields without its label (a served dlrm's instance) give the features a file's
+// line gives; a wrong field is named.
+TEST(CriteoReader, ParsesOneSamplesFieldsAsTheFileReaderDoes) {
+  TempDir dir;
+  const std::string path = dir.File("day.txt");
+  const std::string line = Line("1", {"3", "", "-2"}, {"68fd1e64", "", "ABC"});
+  WriteBytes(path, line);
+  for (const uint64_t buckets : {uint64_t{1000}, uint64_t{0}}) {
+    auto ds = ReadCriteoDataset(path, buckets, 0);
+    ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+    std::vector<int64_t> got(kCriteoFeatures, -7);
+    const std::string fields = line.substr(2, line.size() - 3);  // less "1\t" and "\n"
+    ASSERT_TRUE(ParseCriteoFeatures(fields, buckets, got.data()).ok());
+    const auto* x = static_cast<const int64_t*>(ds->features);
+    EXPECT_EQ(got, std::vector<int64_t>(x, x + kCriteoFeatures));
+  }
+  std::vector<int64_t> out(kCriteoFeatures);
+  Status st = ParseCriteoFeatures("1\t2", 1000, out.data());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  const std::string bad = Line("1", {}, {"", "xyz"});
+  st = ParseCriteoFeatures(bad.substr(2, bad.size() - 3), 1000, out.data());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("field 15"), std::string::npos) << st.ToString();
+}
+
 // Buckets 0: each category keeps a 63-bit key (ids far beyond 2^32), still by its column;
 // dlrm's table of unbounded keys (0 rows) takes them.
 TEST(CriteoReader, WithoutBucketsCategoriesKeep63BitKeys) {

@@ -59,6 +59,10 @@ TEST(ZooSizes, RoundTripThroughAnExportsMetadataAndRefuseBadNumbers) {
     auto refused = ZooSizesFromMetadata({{"model_depth", bad}});
     EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << bad;
   }
+  // A table of unbounded keys has 0 rows (dlrm's with --hash_buckets=0); no other size is 0.
+  auto unbounded = ZooSizesFromMetadata({{"vocab_size", "0"}});
+  ASSERT_TRUE(unbounded.ok()) << unbounded.status().ToString();
+  EXPECT_EQ(unbounded->vocab_size, 0u);
 }
 
 }  // namespace

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <string>
 
+#include "data/criteo.h"
 #include "serve/request.h"
 
 namespace eps {
@@ -95,6 +97,46 @@ TEST(ServeRequest, TextInstancesAreTokenizedWithTheVocabularyAndIdsAreChecked) {
   EXPECT_EQ(ParsePredictRequest(R"({"instances": [[2, 1.5, 0, 0]]})", in, 8).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(ParsePredictRequest(R"({"instances": [[2, 3]]})", in, 8).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+// dlrm's instances: a Criteo sample's 39 fields as text, hashed as the reader hashes them, or
+// its 39 integers, negative ones included (Criteo's integer columns have them).
+TEST(ServeRequest, CriteoInstancesAreASamplesFieldsOrItsIntegers) {
+  ModelInput in;
+  in.sample_shape = {kCriteoFeatures};
+  in.dtype = DataType::kInt64;
+  in.min_id = std::numeric_limits<int64_t>::min();
+  in.criteo_buckets = 1000;
+  std::string fields = "-3";
+  for (int i = 1; i < kCriteoIntegers; ++i) fields += "\t";
+  fields += "\tabc";
+  for (int c = 1; c < kCriteoCategories; ++c) fields += "\t";
+  std::vector<int64_t> want(kCriteoFeatures, 0);
+  ASSERT_TRUE(ParseCriteoFeatures(fields, 1000, want.data()).ok());
+  EXPECT_EQ(want[0], -3);
+  EXPECT_EQ(want[kCriteoIntegers], CriteoCategoryRow(0, 0xabc, 1000));
+  std::string list = "[-3";
+  for (int i = 1; i < kCriteoFeatures; ++i) list += i == kCriteoIntegers ? ", 5" : ", 0";
+  list += "]";
+  auto quoted = [](std::string text) {  // as a JSON string: its tabs escaped
+    for (size_t at = text.find('\t'); at != std::string::npos; at = text.find('\t', at))
+      text.replace(at, 1, "\\t");
+    return "\"" + text + "\"";
+  };
+  auto got = ParsePredictRequest(Rows(quoted(fields), list), in, 8);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(got->count, 2);
+  EXPECT_EQ(std::vector<int64_t>(got->ids.begin(), got->ids.begin() + kCriteoFeatures), want);
+  EXPECT_EQ(got->ids[kCriteoFeatures], -3);
+  EXPECT_EQ(got->ids[kCriteoFeatures + kCriteoIntegers], 5);
+  // Two fields, or a category that is not hex: refused, naming the instance.
+  const Status st = ParsePredictRequest(R"({"instances": ["1\t2"]})", in, 8).status();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("instance 0"), std::string::npos) << st.ToString();
+  std::string bad = fields;
+  bad.replace(bad.find("abc"), 3, "xyz");
+  EXPECT_EQ(ParsePredictRequest("{\"instances\": [" + quoted(bad) + "]}", in, 8).status().code(),
             StatusCode::kInvalidArgument);
 }
 

@@ -60,12 +60,12 @@ StatusOr<Dataset> OpenModelData(const ModelDataOptions& options) {
       return InvalidArgument("--labels " + options.labels +
                              ": Criteo data holds its labels in its first column: leave --labels out");
     }
-    if (options.hash_buckets < 2) {
+    if (!options.hash_buckets.has_value() || *options.hash_buckets == 1) {
       return InvalidArgument(
           "--hash_buckets: Criteo categories hash into the model's table rows, the job's "
           "--hash_buckets (a job's export names them; give it for another model file)");
     }
-    files.hash_buckets = options.hash_buckets;
+    files.hash_buckets = *options.hash_buckets;
   }
   // Without labels, an NPY features file is read as its own (float32, uint8
   // or int64) targets too, which the mapping makes cheap; they are replaced

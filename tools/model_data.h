@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/status.h"
@@ -32,8 +33,9 @@ struct ModelDataOptions {
   std::shared_ptr<const Vocabulary> vocab;
   std::string text_column = "text";
   // Criteo data (data/criteo.h, labels inline): the rows its categories hash
-  // into, the model's table (the job's --hash_buckets); at least 2.
-  uint64_t hash_buckets = 0;
+  // into, the model's table (the job's --hash_buckets): at least 2, or 0 for
+  // the 63-bit keys of a table of unbounded keys; unset: not known.
+  std::optional<uint64_t> hash_buckets;
 };
 
 // Opens the data set through OpenDataset (role "test"), or OpenTextDataset for

@@ -47,9 +47,11 @@ DEFINE_string(text_column, "text", "TSV, JSONL: the column holding the texts");
 DEFINE_string(vocab, "",
               "Text data: the job's vocabulary (its run dir's vocab.json), which tokenizes as the "
               "job did and names the classes");
-DEFINE_uint64(hash_buckets, 0,
-              "Criteo data: the table rows its categories hash into, the job's --hash_buckets "
-              "(0: the export's, from the metadata of --model's, or beside it, model.safetensors)");
+DEFINE_uint64(
+    hash_buckets, 0,
+    "Criteo data: the table rows its categories hash into, the job's --hash_buckets "
+    "(0: the export's, from the metadata of --model's, or beside it, model.safetensors; an export "
+    "of unbounded keys takes the categories' 63-bit keys)");
 DEFINE_int64(limit, 0, "Use the first N samples only (0: all)");
 DEFINE_int64(batch, 1000, "Samples per forward pass (a job's --eval_batch)");
 DEFINE_int32(threads, 1, "libtorch intra-op threads (a job's --threads: bits depend on it)");
@@ -189,8 +191,9 @@ int Run(const std::string& command) {
   d.limit = FLAGS_limit;
   d.labels_optional = command == "predict";
   d.text_column = FLAGS_text_column;
-  d.hash_buckets = FLAGS_hash_buckets;
-  if (d.hash_buckets == 0) {  // the table's rows, as the export's zoo sizes name them
+  if (FLAGS_hash_buckets != 0) {
+    d.hash_buckets = FLAGS_hash_buckets;
+  } else {  // the table's rows, as the export's zoo sizes name them (0: unbounded keys)
     const std::optional<std::string> rows = ExportMetadataValue(FLAGS_model, "vocab_size");
     if (rows.has_value()) d.hash_buckets = std::strtoull(rows->c_str(), nullptr, 10);
   }

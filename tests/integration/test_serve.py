@@ -56,44 +56,8 @@ def as_bits(predictions):
     return [(p["class"], [f32(x) for x in p["probabilities"]]) for p in predictions]
 
 
-class Serve(RunDirTest):
-    @classmethod
-    def setUpClass(cls):
-        # One tiny job for every test: its export is what they serve.
-        cls.job_tmp = tempfile.mkdtemp(prefix="eps-it-serve-")
-        cls.job_dir = os.path.join(cls.job_tmp, "run")
-        p = subprocess.run([LOCAL, "--job", MLP, "--servers", "1", "--workers", "1", "--run-dir", cls.job_dir, "--",
-                            *JOB], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-        if p.returncode != 0:
-            raise AssertionError(f"the job failed:\n{p.stdout}\n{logs(cls.job_dir)}")
-        cls.model = os.path.join(cls.job_dir, "model.safetensors")
-        rng = random.Random(0)
-        # float32 values (a Python float holds each exactly), one flat list of 784 per sample
-        cls.samples = [list(struct.unpack("<784f", struct.pack("<784f", *[rng.gauss(0, 1) for _ in range(784)])))
-                       for _ in range(N)]
-        cls.data = os.path.join(cls.job_tmp, "x.npy")
-        write_npy(cls.data, cls.samples, [1, 28, 28])
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.job_tmp, ignore_errors=True)
-
-    def tearDown(self):
-        super().tearDown()  # stops every server still running
-        for p in self.procs:
-            if p.stdout is not None:
-                p.stdout.close()
-
-    # -- helpers --------------------------------------------------------------------------------------------------
-
-    def predict(self, model, batch):
-        """elasticps predict over the N samples, `batch` at a time: [(class, probability bits)]."""
-        out = os.path.join(self.tmp, f"p{batch}-{os.path.basename(model)}.csv")
-        p = subprocess.run([ELASTICPS, "predict", "--model", model, "--data", self.data, "--batch", str(batch),
-                            "--out", out], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=120)
-        self.assertEqual(p.returncode, 0, p.stdout)
-        return read_predict_csv(out)
+class ServeClient:
+    """Starting `elasticps serve` and talking to it, for a RunDirTest (its self.procs and self.tmp)."""
 
     def serve(self, *flags):
         """Starts `elasticps serve --port 0 flags`; returns (process, port, the JSON line it printed)."""
@@ -136,6 +100,46 @@ class Serve(RunDirTest):
             return r.status, payload, dict(r.getheaders())
         finally:
             c.close()
+
+
+class Serve(ServeClient, RunDirTest):
+    @classmethod
+    def setUpClass(cls):
+        # One tiny job for every test: its export is what they serve.
+        cls.job_tmp = tempfile.mkdtemp(prefix="eps-it-serve-")
+        cls.job_dir = os.path.join(cls.job_tmp, "run")
+        p = subprocess.run([LOCAL, "--job", MLP, "--servers", "1", "--workers", "1", "--run-dir", cls.job_dir, "--",
+                            *JOB], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+        if p.returncode != 0:
+            raise AssertionError(f"the job failed:\n{p.stdout}\n{logs(cls.job_dir)}")
+        cls.model = os.path.join(cls.job_dir, "model.safetensors")
+        rng = random.Random(0)
+        # float32 values (a Python float holds each exactly), one flat list of 784 per sample
+        cls.samples = [list(struct.unpack("<784f", struct.pack("<784f", *[rng.gauss(0, 1) for _ in range(784)])))
+                       for _ in range(N)]
+        cls.data = os.path.join(cls.job_tmp, "x.npy")
+        write_npy(cls.data, cls.samples, [1, 28, 28])
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.job_tmp, ignore_errors=True)
+
+    def tearDown(self):
+        super().tearDown()  # stops every server still running
+        for p in self.procs:
+            if p.stdout is not None:
+                p.stdout.close()
+
+    # -- helpers --------------------------------------------------------------------------------------------------
+
+    def predict(self, model, batch):
+        """elasticps predict over the N samples, `batch` at a time: [(class, probability bits)]."""
+        out = os.path.join(self.tmp, f"p{batch}-{os.path.basename(model)}.csv")
+        p = subprocess.run([ELASTICPS, "predict", "--model", model, "--data", self.data, "--batch", str(batch),
+                            "--out", out], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout)
+        return read_predict_csv(out)
 
     def instances(self, rows):
         # Each [1, 28, 28]; json writes a float so that it reads back the same, here a float32 exactly.

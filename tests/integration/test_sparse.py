@@ -12,6 +12,7 @@ import unittest
 
 from harness import (BIN, ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_result, read_safetensors,
                      skip_or_fail, wait_for_event, wait_for_file)
+from test_serve import ELASTICPS, ServeClient, as_bits, read_predict_csv
 
 TORCH_PY = os.environ.get("EPS_TORCH_PYTHON", "/usr/bin/python3")  # Debian's python3-torch
 ROWS, DIM = 1 << 16, 16
@@ -252,7 +253,7 @@ CRITEO = os.path.join(ROOT, "examples", "criteo")
 CRITEO_ROWS = 1 << 16
 
 
-class Criteo(RunDirTest):
+class Criteo(ServeClient, RunDirTest):
     """examples/criteo: the DLRM-style model on synthetic Criteo-format logs (--data_format=criteo): the categories
     hashed into its sparse=True table, the same bits on 1 x 1 and on 2 shards x 3 workers with rows spilled."""
 
@@ -363,11 +364,7 @@ class Criteo(RunDirTest):
         self.assertGreaterEqual(result["final_pull"]["requests"], 2 + 2 + pages, result["final_pull"])
         self.assertGreater(pages, 2)
         self.assertTrue(table["stored_row_from_file"] and table["initial_row_computed"], table)
-        # `elasticps evaluate` loads a model whole: it refuses this one (the data's error code), it does not crash.
-        p = subprocess.run([f"{BIN}/elasticps", "evaluate", "--model", f"{d}/model.safetensors", "--data",
-                            f"{self.data}/test.txt", "--data-format", "criteo", "--json"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, timeout=120)
-        self.assertEqual(p.returncode, 2, p.stderr[-2000:])
+        self.assert_served_as_trained(d, result)
 
     def test_d_unbounded_keys_agree_through_a_join_and_a_kill_and_leave_as_a_table_file(self):
         """--hash_buckets=0: the categories keep 63-bit keys, rows of a table of unbounded keys (dlrm.emb.weight of
@@ -392,6 +389,43 @@ class Criteo(RunDirTest):
         self.assertLessEqual(table["stored"], 20 * 128 * 26)
         self.assertGreater(table["largest_id"], 1 << 40)  # keys, not rows of a table of 2^32
         self.assertLess(table["largest_id"], (1 << 63) - 1)
+        self.assert_served_as_trained(d, result)
+
+    def assert_served_as_trained(self, run, result, n=12):
+        """The export of `run`, its table left to a table file: `elasticps evaluate` on the test set gives the job's
+        own test accuracy and loss (each batch's rows read from the file, the others their initial rows), and
+        `elasticps serve` answers Criteo samples sent as their fields with `elasticps predict`'s bits."""
+        model, test = os.path.join(run, "model.safetensors"), os.path.join(self.data, "test.txt")
+        p = subprocess.run([ELASTICPS, "evaluate", "--model", model, "--data", test, "--data-format", "criteo",
+                            "--batch", "250", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=ENV, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        got = json.loads(p.stdout.strip().splitlines()[-1])
+        self.assertEqual((got["count"], got["accuracy"]), (500, result["test_accuracy"]))
+        self.assertAlmostEqual(got["loss"], result["test_loss"], places=5)
+        # n samples in one request are one batch of n: predict's --batch n over the same samples.
+        with open(test) as f:
+            lines = [next(f).rstrip("\n") for _ in range(n)]
+        head, out = os.path.join(self.tmp, "head.txt"), os.path.join(self.tmp, "predicted.csv")
+        with open(head, "w") as f:
+            f.write("".join(line + "\n" for line in lines))
+        p = subprocess.run([ELASTICPS, "predict", "--model", model, "--data", head, "--data-format", "criteo",
+                            "--batch", str(n), "--out", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=ENV, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        server, port, first = self.serve("--model", model)
+        path = f"/v1/models/{first['name']}:predict"
+        fields = [line.split("\t", 1)[1] for line in lines]  # a sample less its label
+        status, body, _ = self.http(port, "POST", path, json.dumps({"instances": fields}))
+        self.assertEqual(status, 200, body)
+        self.assertEqual(as_bits(body["predictions"]), read_predict_csv(out))
+        # A sample of two fields is refused with the reason; the next good one is answered.
+        status, body, _ = self.http(port, "POST", path, json.dumps({"instances": ["1\t2"]}))
+        self.assertEqual(status, 400, body)
+        self.assertEqual(self.http(port, "POST", path, json.dumps({"instances": fields[:1]}))[0], 200)
+        server.send_signal(signal.SIGTERM)
+        self.assertEqual(server.wait(timeout=30), 0)
+        server.stdout.close()
 
 
 def table_of(test, script, run):
