@@ -69,6 +69,8 @@ bool IsTextModel(const std::string& model) {
 
 bool TakesIds(const std::string& model) { return IsTextModel(model) || model == "dlrm"; }
 
+bool HashesItsIds(const std::string& model) { return model == "dlrm" || model == "text_hashed"; }
+
 Status CheckTextModelInput(const Dataset& data, const ZooSizes& sizes) {
   if (data.feature_dtype != DataType::kInt64 || data.sample_shape.size() != 1 ||
       data.sample_shape[0] != static_cast<int64_t>(sizes.seq_len)) {
@@ -87,8 +89,12 @@ Status CheckTextModelInput(const Dataset& data, const ZooSizes& sizes) {
   if (data.size < 0 || (data.size > 0 && (data.features == nullptr || data.labels == nullptr)))
     return InvalidArgument("inconsistent data set");
   const auto* ids = static_cast<const int64_t*>(data.features);
+  // A table of unbounded keys (vocab_size 0: text_hashed's keys) takes every int64 id but the
+  // largest.
+  const int64_t rows =
+      sizes.vocab_size == 0 ? kUnboundedRows : static_cast<int64_t>(sizes.vocab_size);
   for (int64_t i = 0; i < data.size * data.SampleElems(); ++i) {
-    if (ids[i] < 0 || ids[i] >= static_cast<int64_t>(sizes.vocab_size)) {
+    if (ids[i] < 0 || ids[i] >= rows) {
       return InvalidArgument(
           "token id " + std::to_string(ids[i]) + " of sample " +
           std::to_string(i / data.SampleElems()) + " is outside [0, " +

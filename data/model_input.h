@@ -24,6 +24,10 @@ bool IsTextModel(const std::string& model);
 // True for the built-in models whose samples are int64 ids as the data gives
 // them (the text models, and "dlrm": a Criteo sample, data/criteo.h), not images.
 bool TakesIds(const std::string& model);
+// True for the built-in models whose ids are always hashed ("dlrm",
+// "text_hashed"): their table has --hash_buckets rows, and 0 makes it a table
+// of unbounded keys (63-bit keys). The others take --hash_buckets 0 as none.
+bool HashesItsIds(const std::string& model);
 
 // The sizes of the zoo's sized models, from the job spec's fields of the same
 // names (schema/messages.h); a model reads the ones it has and ignores the rest.

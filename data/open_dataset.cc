@@ -159,9 +159,10 @@ ZooSizes ZooSizesOf(const JobSpec& spec) {
   z.heads = spec.model_heads;
   z.depth = spec.model_depth;
   z.seq_len = spec.seq_len;
-  // The table's rows; dlrm's are --hash_buckets, 0 for unbounded keys (the Criteo reader's).
+  // The table's rows. The models that always hash (dlrm, text_hashed) have --hash_buckets, 0
+  // for unbounded keys (the Criteo reader's, the hashed vocabulary's 63-bit keys).
   z.vocab_size =
-      spec.hash_buckets > 0 || spec.model == "dlrm" ? spec.hash_buckets : spec.vocab_size;
+      spec.hash_buckets > 0 || HashesItsIds(spec.model) ? spec.hash_buckets : spec.vocab_size;
   return z;
 }
 
@@ -172,14 +173,10 @@ StatusOr<std::string> BuildJobVocabulary(const JobSpec& spec, const std::string&
   StatusOr<TextTable> table = ReadTextTable(files.train.features, format, files.train.text_column,
                                             files.train.label_column, files.train.limit);
   if (!table.ok()) return table.status().WithContext("train data (" + format + ")");
-  if (spec.model == "text_hashed" && spec.hash_buckets == 0) {
-    return InvalidArgument(
-        "text_hashed hashes words into --hash_buckets rows: give it (e.g. 1048576)");
-  }
-  if (spec.hash_buckets > 0) {
+  if (spec.hash_buckets > 0 || HashesItsIds(spec.model)) {
     if (!words_from.empty()) {
       return InvalidArgument(
-          "--vocab_from takes a vocabulary's words; with --hash_buckets there are "
+          "--vocab_from takes a vocabulary's words; hashed there are "
           "none (the hashing is fixed: a fine-tuned model finds its rows)");
     }
     EPS_ASSIGN_OR_RETURN(Vocabulary vocab, Vocabulary::BuildHashed(

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "common/layout.h"
+
 namespace eps {
 namespace {
 
@@ -176,9 +178,9 @@ StatusOr<Vocabulary> Vocabulary::Build(const TextTable& train, uint32_t vocab_si
 
 StatusOr<Vocabulary> Vocabulary::BuildHashed(const TextTable& train, uint32_t buckets,
                                              uint32_t ngrams, uint32_t seq_len) {
-  if (buckets <= kNumSpecials) {
+  if (buckets != 0 && buckets <= kNumSpecials) {
     return InvalidArgument("--hash_buckets " + std::to_string(buckets) + ": must exceed the " +
-                           std::to_string(kNumSpecials) + " special tokens");
+                           std::to_string(kNumSpecials) + " special tokens (or be 0: 63-bit keys)");
   }
   if (ngrams != 1 && ngrams != 2) return InvalidArgument("hashed text takes 1- or 2-grams");
   if (seq_len < 2) return InvalidArgument("--seq_len must be at least 2 (<cls> and one word)");
@@ -186,6 +188,7 @@ StatusOr<Vocabulary> Vocabulary::BuildHashed(const TextTable& train, uint32_t bu
   Vocabulary v;
   v.seq_len_ = seq_len;
   v.hash_buckets_ = buckets;
+  v.keys_ = buckets == 0;
   v.ngrams_ = ngrams;
   v.words_ = {"<pad>", "<unk>", "<cls>"};
   v.SetLabels(train);
@@ -217,8 +220,8 @@ std::string Vocabulary::Serialize() const {
                    {"seq_len", seq_len_},
                    {"words", words_},
                    {"labels", labels_}};
-  if (hash_buckets_ > 0) {
-    j["hash_buckets"] = hash_buckets_;
+  if (hashed()) {
+    j["hash_buckets"] = hash_buckets_;  // 0: keys
     j["ngrams"] = ngrams_;
   }
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // all UTF-8 already
@@ -245,12 +248,14 @@ StatusOr<Vocabulary> Vocabulary::Parse(std::string_view bytes) {
   v.seq_len_ = seq->get<uint32_t>();
   if (const nlohmann::json* buckets = field("hash_buckets")) {
     const nlohmann::json* ngrams = field("ngrams");
-    if (!buckets->is_number_unsigned() || *buckets <= kNumSpecials || *buckets > UINT32_MAX ||
-        ngrams == nullptr || !ngrams->is_number_unsigned() || (*ngrams != 1 && *ngrams != 2)) {
+    if (!buckets->is_number_unsigned() || (*buckets != 0 && *buckets <= kNumSpecials) ||
+        *buckets > UINT32_MAX || ngrams == nullptr || !ngrams->is_number_unsigned() ||
+        (*ngrams != 1 && *ngrams != 2)) {
       return InvalidArgument(
-          "vocabulary: 'hash_buckets' must be an integer in (3, 2^32) with 'ngrams' 1 or 2");
+          "vocabulary: 'hash_buckets' must be 0 or an integer in (3, 2^32) with 'ngrams' 1 or 2");
     }
     v.hash_buckets_ = buckets->get<uint32_t>();
+    v.keys_ = v.hash_buckets_ == 0;
     v.ngrams_ = ngrams->get<uint32_t>();
   }
   for (const char* name : {"words", "labels"}) {
@@ -287,8 +292,9 @@ static uint64_t Fnv1a64(std::string_view bytes) {
 }
 
 int64_t Vocabulary::IdOf(const std::string& word) const {
-  if (hash_buckets_ > 0) {
-    return kNumSpecials + static_cast<int64_t>(Fnv1a64(word) % (hash_buckets_ - kNumSpecials));
+  if (hashed()) {
+    const uint64_t rows = keys_ ? uint64_t{kUnboundedRows} : hash_buckets_;
+    return kNumSpecials + static_cast<int64_t>(Fnv1a64(word) % (rows - kNumSpecials));
   }
   auto it = word_ids_.find(word);
   return it == word_ids_.end() ? kUnkId : it->second;

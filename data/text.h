@@ -90,8 +90,10 @@ class Vocabulary {
   // after each word but the first the id of the bigram it ends, <pad> to the
   // end. An id is kNumSpecials + FNV-1a-64(token's bytes) % (buckets -
   // kNumSpecials), a bigram's token its two words joined by a space (no word
-  // holds one). The labels are `train`'s, as Build's. InvalidArgument:
-  // buckets <= kNumSpecials, ngrams not 1 or 2, seq_len < 2, no rows.
+  // holds one). Buckets 0: 63-bit keys, rows of a table of unbounded keys
+  // (buckets 2^63 - 1 in that formula: text_hashed with --hash_buckets=0).
+  // The labels are `train`'s, as Build's. InvalidArgument: buckets in [1,
+  // kNumSpecials], ngrams not 1 or 2, seq_len < 2, no rows.
   [[nodiscard]] static StatusOr<Vocabulary> BuildHashed(const TextTable& train, uint32_t buckets,
                                                         uint32_t ngrams, uint32_t seq_len);
   // The form Serialize writes; InvalidArgument naming what is wrong (not
@@ -99,13 +101,16 @@ class Vocabulary {
   [[nodiscard]] static StatusOr<Vocabulary> Parse(std::string_view json);
   // JSON: {"tokenizer": "eps-words", "version": 1, "seq_len": N,
   // "words": [id order, specials first], "labels": [class order]}, and when
-  // hashed "hash_buckets": B, "ngrams": 1 or 2 (words: the specials only).
+  // hashed "hash_buckets": B (0: keys), "ngrams": 1 or 2 (words: the specials
+  // only).
   std::string Serialize() const;
 
   const std::vector<std::string>& words() const { return words_; }
   const std::vector<std::string>& labels() const { return labels_; }
   uint32_t seq_len() const { return seq_len_; }
-  uint32_t hash_buckets() const { return hash_buckets_; }  // 0: words by the vocabulary
+  bool hashed() const { return hash_buckets_ > 0 || keys_; }  // else words by the vocabulary
+  uint32_t hash_buckets() const { return hash_buckets_; }     // 0: words, or keys
+  bool keys() const { return keys_; }  // hashed into 63-bit keys (a table of unbounded keys)
   uint32_t ngrams() const { return ngrams_; }
   int64_t IdOf(const std::string& word) const;         // kUnkId when absent (hashed: its bucket)
   int64_t ClassOf(const std::string& label) const;     // -1 when not in the set
@@ -121,6 +126,7 @@ class Vocabulary {
   std::vector<std::string> labels_;
   uint32_t seq_len_ = 0;
   uint32_t hash_buckets_ = 0;
+  bool keys_ = false;
   uint32_t ngrams_ = 1;
   std::unordered_map<std::string, int64_t> word_ids_;
   std::unordered_map<std::string, int64_t> label_ids_;

@@ -74,8 +74,9 @@ DEFINE_uint32(seq_len, 128, "Text models: tokens per sample (longer texts are tr
 DEFINE_uint32(vocab_size, 8000, "Text models: vocabulary size, special tokens included");
 DEFINE_uint32(hash_buckets, 0,
               "Text models: hash words (and text_hashed's word bigrams) into this many embedding "
-              "rows instead of a vocabulary, the 3 special tokens included (0: the vocabulary; "
-              "text_hashed needs it)");
+              "rows instead of a vocabulary, the 3 special tokens included; dlrm: its Criteo "
+              "categories' rows. 0: text_transformer's vocabulary; for text_hashed and dlrm, "
+              "63-bit keys, rows of a table of unbounded keys");
 DEFINE_uint32(model_dim, 64, "Zoo models: width (text_transformer: embedding size)");
 DEFINE_uint32(model_layers, 2, "Zoo models: encoder layers (text_transformer)");
 DEFINE_uint32(model_heads, 4, "Zoo models: attention heads (text_transformer)");

@@ -73,7 +73,9 @@ TORCH_MODULE(TextHashed);
 StatusOr<torch::nn::Sequential> MakeTextModel(const std::string& name, const ZooSizes& sizes,
                                               const TableWeight& table) {
   if (name == "text_hashed") {
-    if (sizes.dim == 0 || sizes.vocab_size <= kNumSpecials || sizes.num_classes < 1) {
+    // 0 rows: a table of unbounded keys (--hash_buckets=0).
+    if (sizes.dim == 0 || (sizes.vocab_size != 0 && sizes.vocab_size <= kNumSpecials) ||
+        sizes.num_classes < 1) {
       return InvalidArgument("text_hashed: --model_dim " + std::to_string(sizes.dim) + ", " +
                              std::to_string(sizes.vocab_size) + " rows and " +
                              std::to_string(sizes.num_classes) + " classes: too small");

@@ -6,6 +6,7 @@
 
 #include "common/digest.h"
 #include "common/files.h"
+#include "common/layout.h"
 #include "data/criteo.h"
 #include "data/model_input.h"
 #include "models/exported_model.h"
@@ -89,7 +90,10 @@ StatusOr<std::shared_ptr<const LoadedModel>> LoadTorchModel(const TorchModelOpti
     input.vocab = std::make_shared<const Vocabulary>(std::move(vocab).value());
     input.dtype = DataType::kInt64;
     input.sample_shape = {static_cast<int64_t>(input.vocab->seq_len())};
-    input.max_id = static_cast<int64_t>(input.vocab->words().size());
+    const Vocabulary& v = *input.vocab;
+    input.max_id = !v.hashed() ? static_cast<int64_t>(v.words().size())
+                   : v.keys()  ? kUnboundedRows
+                               : static_cast<int64_t>(v.hash_buckets());
   } else if (arch == "dlrm") {
     // A Criteo sample: its 13 integers (any sign) and 26 category rows, or its fields as text.
     input.dtype = DataType::kInt64;

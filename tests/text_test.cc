@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "data/job_data.h"
@@ -169,6 +170,31 @@ TEST(Vocabulary, HashedWordsAndBigramsTakeFixedBucketsWithoutAVocabulary) {
                 .status()
                 .code(),
             StatusCode::kInvalidArgument);
+}
+
+// Buckets 0: each token keeps a 63-bit key (the formula with 2^63 - 1 buckets), a row of a
+// table of unbounded keys; the serialized form says so with "hash_buckets": 0.
+TEST(Vocabulary, HashedWithoutBucketsGivesTokensTheir63BitKeys) {
+  const TextTable train = Table({"b a", "c"}, {"spam", "ham"});
+  auto keys = Vocabulary::BuildHashed(train, 0, 2, 4);
+  ASSERT_TRUE(keys.ok()) << keys.status().ToString();
+  EXPECT_TRUE(keys->hashed() && keys->keys());
+  int64_t ids[4];
+  keys->Encode("x y", ids);
+  const uint64_t rows = uint64_t{INT64_MAX};
+  EXPECT_EQ(
+      std::vector<int64_t>(ids, ids + 4),
+      (std::vector<int64_t>{kClsId, Bucket("x", rows), Bucket("x y", rows), Bucket("y", rows)}));
+  EXPECT_GT(std::max({ids[1], ids[2], ids[3]}), int64_t{1} << 40);  // keys, not rows of 2^32
+  auto back = Vocabulary::Parse(keys->Serialize());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->keys());
+  EXPECT_EQ(back->Serialize(), keys->Serialize());
+  EXPECT_NE(keys->Serialize().find("\"hash_buckets\":0"), std::string::npos) << keys->Serialize();
+  // A vocabulary of words is neither.
+  auto words = Vocabulary::Build(train, 10, 4);
+  ASSERT_TRUE(words.ok());
+  EXPECT_FALSE(words->hashed() || words->keys());
 }
 
 TEST(TextReader, ReadsTsvWithEscapesAndJsonlWithIntegerLabels) {

@@ -18,6 +18,8 @@ Rows:
                   (its with_table_ids); 2 workers likewise
   looked up, lazy the same without with_table_ids: the rows written at their ids into lazy memory
   exact           --sparse_optimizer=exact: the table as a dense tensor (what ElasticPS did before), fewer steps
+  1 VW of 128     1 worker, V = 1 of 128 samples: plain PyTorch's batch as one VW, so that the ratio is the parameter
+                  server's cost alone (another job: other bits than V = 8's)
 Columns: samples/s (result.json's steady rate), the ratio to plain PyTorch, and the bytes pushed + pulled a step
 against the table's 128 MiB. The digests of every row but exact's must agree (else the section fails).
 
@@ -28,12 +30,16 @@ Then a table larger than the host's memory: the built-in dlrm (--model=dlrm) on 
   2^31 rows       a 128 GiB table on this 24 GiB host: looked up (above the default 1024 MiB), exported as a
                   table file
   unbounded keys  --hash_buckets=0: the categories' 63-bit keys, a table of unbounded keys (always looked up)
-Columns: samples/s, the ratio to held, and the worker's peak resident memory (its report's peak_rss_mb).
+Columns: samples/s, the ratio to held, and the worker's peak resident memory (its report's peak_rss_mb). Then each
+run's export evaluated over the 20,000 rows (`elasticps evaluate`, batch 250): the held table's export holds it dense,
+the others' leave it to a table file, whose rows each batch reads by id; samples/s over the command's whole wall
+time (libtorch's start and the model's load included) and the command's peak resident memory (GNU time's %M).
 """
 import json
 import os
 import subprocess
 import tempfile
+import time
 
 import analysis
 import common
@@ -121,7 +127,8 @@ def run(b):
             ("looked up", 1, [compact, f"--steps={steps}", "--worker_table_mb=16"]),
             ("looked up, 2 w", 2, [compact, f"--steps={steps}", "--worker_table_mb=16"]),
             ("looked up, lazy", 1, [lazy, f"--steps={steps}", "--worker_table_mb=16"]),
-            ("exact", 1, [lazy, f"--steps={min(steps, 20)}", "--sparse_optimizer=exact"])]
+            ("exact", 1, [lazy, f"--steps={min(steps, 20)}", "--sparse_optimizer=exact"]),
+            ("1 VW of 128", 1, [lazy, f"--steps={steps}", "--virtual_workers=1", "--batch_per_vw=128"])]
     print(f"{'config':<16s} | {'samples/s':>10s} | vs plain | bytes a step / table")
     print(f"{'plain PyTorch':<16s} | {base:10.0f} |    1.00x |")
     b.csv("sparse", "plain PyTorch", f"{base:.1f}", "1.00", steps)
@@ -135,7 +142,7 @@ def run(b):
         print(f"{name:<16s} | {sps:10.0f} | {sps / base:7.2f}x | {per_step / 1e3:9.0f} kB = "
               f"{100 * per_step / TABLE_BYTES:.2f} %")
         b.csv("sparse", name, f"{sps:.1f}", f"{sps / base:.3f}", r["steps"])
-        if name != "exact":
+        if name not in ("exact", "1 VW of 128"):
             digests[name] = r["params_sha256"]
     if len(set(digests.values())) > 1:
         common.warn(f"sparse: the digests differ: {digests}")
@@ -155,7 +162,7 @@ def larger_than_memory(b, d, steps):
             ("looked up (2^20)", [f"--hash_buckets={1 << 20}", "--worker_table_mb=16"]),
             ("2^31 rows, 128 GiB", [f"--hash_buckets={1 << 31}"]),
             ("unbounded keys", ["--hash_buckets=0"])]
-    print(f"\n{'dlrm, dim 16':<20s} | {'samples/s':>10s} | vs held | worker peak RSS")
+    print(f"\n{'dlrm, dim 16':<20s} | {'samples/s':>10s} | vs held | worker peak RSS | evaluate: samples/s, peak RSS")
     base = None
     for name, extra in runs:
         tag = "sparse_dlrm_" + name.split(" ")[0].replace("^", "")
@@ -166,8 +173,29 @@ def larger_than_memory(b, d, steps):
             rss = json.load(f)["peak_rss_mb"]
         sps = analysis.samples_per_s(r)
         base = base or sps
-        print(f"{name:<20s} | {sps:10.0f} | {sps / base:6.2f}x | {rss:6d} MiB")
+        evaluated = evaluate(b, tag, data)
+        print(f"{name:<20s} | {sps:10.0f} | {sps / base:6.2f}x | {rss:11d} MiB | "
+              + (f"{evaluated[0]:8.0f}, {evaluated[1]:6.0f} MiB" if evaluated else "failed"))
         b.csv("sparse", "dlrm " + name, f"{sps:.1f}", f"{sps / base:.3f}", r["steps"])
+        if evaluated:
+            b.csv("sparse", "dlrm evaluate " + name, f"{evaluated[0]:.1f}", "", 0)
+
+
+def evaluate(b, tag, data):
+    """`elasticps evaluate` of run `tag`'s export over `data`: (samples/s over its wall time, peak RSS in MiB), or
+    None if it failed."""
+    rss = os.path.join(common.RUNS, f"{tag}_evaluate.rss")
+    start = time.monotonic()
+    out = b.program(f"{tag}_evaluate", ["/usr/bin/time", "-f", "%M", "-o", rss, os.path.join(common.BIN, "elasticps"),
+                                        "evaluate", "--model", os.path.join(common.RUNS, tag, "model.safetensors"),
+                                        "--data", data, "--data-format", "criteo", "--batch", "250", "--json"])
+    seconds = time.monotonic() - start
+    counted = [o for o in out or [] if "count" in o]
+    if not counted:
+        b.failed = True
+        return None
+    with open(rss) as f:
+        return counted[-1]["count"] / seconds, int(f.read().split()[-1]) / 1024
 
 
 if __name__ == "__main__":

@@ -7,11 +7,12 @@ import json
 import os
 import re
 import signal
+import struct
 import subprocess
 import unittest
 
 from harness import (BIN, ENV, LOCAL, ROOT, RunDirTest, logs, poll_until, read_events, read_report, read_result,
-                     requires, wait_for_event, wait_for_file)
+                     read_safetensors, requires, wait_for_event, wait_for_file)
 SPAM = "/usr/share/datasets/spam-assassin"
 JOB_FILE = os.path.join(ROOT, "examples", "spam_transformer.flags")
 # A few hundred mails, short sequences, small dims: seconds per run.
@@ -171,10 +172,6 @@ class TextTransformer(RunDirTest):
         self.assertEqual(read_result(d)["params_sha256"], reference["params_sha256"], logs(d))
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 HASHED_FILE = os.path.join(ROOT, "examples", "spam_hashed.flags")
 HASHED = ["--train_limit=600", "--test_limit=200", "--seq_len=96", "--hash_buckets=65536", "--model_dim=16",
           "--virtual_workers=8", "--batch_per_vw=8", "--steps=25", "--eval_batch=100"]
@@ -208,11 +205,36 @@ class TextHashed(RunDirTest):
         self.assertEqual(p.returncode, 0, p.stdout)
         self.assertEqual(json.loads(p.stdout.strip().splitlines()[-1])["accuracy"], one["test_accuracy"])
 
-    def test_b_text_hashed_without_buckets_fails_at_start_and_from_a_file_seeds_its_table(self):
-        code, _, result = self.run_hashed("nobuckets", 1, 1, extra=["--hash_buckets=0"], expect_ok=False,
-                                          timeout=120)
-        self.assertNotEqual(code, 0)
-        self.assertIsNone(result)
+    def test_b_text_hashed_of_63_bit_keys_agrees_across_placements_and_evaluates_from_its_table_file(self):
+        """--hash_buckets=0: every word and bigram keeps its 63-bit key, a row of a table of unbounded keys
+        (text.bag.weight of 0 rows) that the workers look up; 1 x 1 and 2 x 2 agree, the table leaves as a table
+        file of keys, and `elasticps evaluate` reads it to the job's own test accuracy."""
+        _, _, one = self.run_hashed("keys-1x1", 1, 1, extra=["--hash_buckets=0"])
+        _, _, many = self.run_hashed("keys-2x2", 2, 2, extra=["--hash_buckets=0"])
+        self.assertEqual(many["params_sha256"], one["params_sha256"])
+        self.assertEqual(many["optimizer_digest"], one["optimizer_digest"])
+        d = self.run_dir("keys-2x2")
+        self.assertEqual(read_vocab(d)["hash_buckets"], 0)
+        meta, tensors = read_safetensors(os.path.join(d, "model.safetensors"))
+        self.assertNotIn("text.bag.weight", tensors)
+        table = json.loads(meta["table_files"])["text.bag.weight"]
+        self.assertEqual((table["rows"], table["dim"]), (0, 16))
+        with open(os.path.join(d, table["ids"]), "rb") as f:
+            npy = f.read()
+        header = 10 + struct.unpack("<H", npy[8:10])[0]
+        ids = struct.unpack(f"<{table['stored']}Q", npy[header:])
+        self.assertGreater(table["stored"], 100)
+        self.assertGreater(max(ids), 1 << 40)  # keys, not rows of a table of 2^32
+        p = subprocess.run([os.path.join(BIN, "elasticps"), "evaluate", "--model", f"{d}/model.safetensors",
+                            "--vocab", f"{d}/vocab.json", "--data", f"{SPAM}/test.jsonl", "--limit", "200",
+                            "--batch", "100", "--json"], env=ENV, text=True, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout)
+        got = json.loads(p.stdout.strip().splitlines()[-1])
+        self.assertEqual(got["accuracy"], one["test_accuracy"])
+        self.assertAlmostEqual(got["loss"], one["test_loss"], places=5)
+
+    def test_c_text_hashed_from_a_file_seeds_its_table(self):
         # --init_from holding the table seeds it (docs/design.md, "Seeded tables"): loaded, still a sparse table,
         # and the run ends elsewhere than the same job from scratch.
         self.run_hashed("pre", 1, 1, extra=["--steps=2"])
@@ -223,3 +245,7 @@ class TextHashed(RunDirTest):
         self.assertIn("text.bag.weight", report["init"]["loaded"])
         self.assertEqual(report["sparse_tables"], ["text.bag.weight"])
         self.assertNotEqual(tuned["params_sha256"], scratch["params_sha256"])
+
+
+if __name__ == "__main__":
+    unittest.main()
