@@ -267,6 +267,16 @@ StatusOr<std::vector<ExportedTensor>> FromCheckpoints(const std::string& stores,
   return ModelTensors(layout, chunks, tables, table_export);
 }
 
+// Whether an export leaves a table to a table file (TableExport): the job's tensors say, or,
+// without the job's stores, the safetensors metadata.
+bool LeavesATableFile(const std::optional<StoredJob>& stored,
+                      const std::map<std::string, std::string>& meta) {
+  if (!stored) return meta.count("table_files") > 0;
+  const TableExport e;
+  return std::any_of(stored->job.tensors.begin(), stored->job.tensors.end(),
+                     [&](const TensorSpec& t) { return t.sparse && !e.Dense(t); });
+}
+
 Status Export(const std::string& stores, Step wanted) {
   std::optional<StoredJob> stored;
   if (!stores.empty()) {
@@ -274,8 +284,9 @@ Status Export(const std::string& stores, Step wanted) {
     stored = std::move(s);
   }
   std::vector<ExportedTensor> tensors;
+  std::map<std::string, std::string> meta;
   if (!FLAGS_safetensors.empty()) {
-    EPS_ASSIGN_OR_RETURN(tensors, ReadSafetensors(FLAGS_safetensors, nullptr));
+    EPS_ASSIGN_OR_RETURN(tensors, ReadSafetensors(FLAGS_safetensors, &meta));
   } else {
     EPS_ASSIGN_OR_RETURN(tensors,
                          FromCheckpoints(stores, stored->job, FLAGS_out, wanted,
@@ -286,6 +297,14 @@ Status Export(const std::string& stores, Step wanted) {
     std::printf("state dict (torch.load) written to %s\n", FLAGS_pt_out.c_str());
   }
   if (FLAGS_script_out.empty()) return OkStatus();
+  if (LeavesATableFile(stored, meta)) {
+    // A scripted module holds every tensor it has: a table no host need hold has no place in it.
+    std::printf(
+        "--script_out skipped: a sparse table is left to a table file (larger than 2 GiB, or of "
+        "unbounded keys): load the module's other weights from model.safetensors or model.pt, its "
+        "table with elasticps.load_tables\n");
+    return OkStatus();
+  }
   std::string script = stored ? stored->script : "";
   if (!FLAGS_script_model.empty()) {
     std::ifstream in(FLAGS_script_model, std::ios::binary);

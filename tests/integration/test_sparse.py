@@ -47,9 +47,20 @@ class Hashed(nn.Module):
     def table_ids(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
         return {{"emb.weight": x}}
 
+class Keyed(Hashed):  # over a table of unbounded keys (0 rows): the workers look it up into compact tables
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.EmbeddingBag(0, {DIM}, mode="sum", sparse=True)
+
+    @torch.jit.export
+    def with_table_ids(self, x: torch.Tensor, ids: Dict[str, torch.Tensor]) -> torch.Tensor:
+        return ids["emb.weight"]
+
 d = sys.argv[1]
 torch.manual_seed(0)
 torch.jit.script(Hashed()).save(d + "/hashed.pt")
+torch.jit.script(Keyed()).save(d + "/keyed.pt")
 # 20 hashed categorical ids a sample, power-law over the buckets; the label is planted in whether a few hot ids
 # appear (synthetic, for the test).
 rng = np.random.default_rng(3)
@@ -247,6 +258,24 @@ class SparseTables(RunDirTest):
         self.train("frozen", 1, 1, ["--steps=5", f"--init_from={source}", "--freeze=^emb"])
         frozen = table(os.path.join(self.run_dir("frozen"), "model.safetensors"))
         self.assertEqual(frozen, loaded)
+
+    def test_e_a_module_of_unbounded_keys_ends_with_its_table_in_a_table_file_and_no_scripted_export(self):
+        """A module's nn.EmbeddingBag(0, dim, sparse=True) with with_table_ids: 1 x 1 and 2 x 2 agree, the job ends
+        with model.safetensors, its table file and model.pt, and without model.script.pt, which would need the
+        table inside the module (export_model says so and succeeds)."""
+        keyed = [f"--model={made()}/keyed.pt", "--steps=15"]
+        one = self.train("keys-1x1", 1, 1, keyed)
+        many = self.train("keys-2x2", 2, 2, keyed)
+        self.assertEqual(many["params_sha256"], one["params_sha256"], logs(self.run_dir("keys-2x2")))
+        self.assertEqual(many["optimizer_digest"], one["optimizer_digest"])
+        for name in ("keys-1x1", "keys-2x2"):
+            d = self.run_dir(name)
+            meta, tensors = read_safetensors(os.path.join(d, "model.safetensors"))
+            self.assertNotIn("emb.weight", tensors)
+            self.assertEqual(json.loads(meta["table_files"])["emb.weight"]["rows"], 0)
+            self.assertTrue(os.path.exists(os.path.join(d, "model.pt")))
+            self.assertFalse(os.path.exists(os.path.join(d, "model.script.pt")))
+            assert_looked_up(self, d, "emb.weight")
 
 
 CRITEO = os.path.join(ROOT, "examples", "criteo")
