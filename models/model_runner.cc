@@ -13,6 +13,7 @@
 #include <set>
 #include <utility>
 
+#include "common/coalesce.h"
 #include "models/init_file.h"
 #include "models/lookup_tables.h"
 #include "models/models.h"
@@ -591,10 +592,18 @@ class TorchModelRunner final : public ModelRunner {
     } else if (!g.is_sparse()) {
       sparse_ids_[i] = torch::arange(tensors_[i].size(0), torch::kInt64);
       grads_[i] = g.to(torch::kCPU).contiguous();
-    } else {
-      const torch::Tensor c = g.coalesce().to(torch::kCPU);
+    } else if (g.is_coalesced()) {
+      const torch::Tensor c = g.to(torch::kCPU);
       sparse_ids_[i] = c.indices().select(0, 0).contiguous();
       grads_[i] = c.values().reshape({-1, dim}).contiguous();
+    } else {  // coalesced in a total order (common/coalesce.h)
+      const torch::Tensor ids = g._indices().select(0, 0).to(torch::kCPU).contiguous();
+      const torch::Tensor values = g._values().to(torch::kCPU).reshape({-1, dim}).contiguous();
+      const auto n = static_cast<int64_t>(coalescer_.Prepare(ids.data_ptr<int64_t>(), ids.numel()));
+      sparse_ids_[i] = torch::empty({n}, torch::kInt64);
+      grads_[i] = torch::empty({n, dim});
+      coalescer_.Write(values.data_ptr<float>(), static_cast<size_t>(dim),
+                       sparse_ids_[i].data_ptr<int64_t>(), grads_[i].data_ptr<float>());
     }
     lookups_->GradientIds(i, specs_[i].name, sparse_ids_[i]);  // a lookup table's rows
   }
@@ -713,6 +722,7 @@ class TorchModelRunner final : public ModelRunner {
   std::vector<bool> warned_sparse_;
   std::vector<char> sparse_;                // by parameter: a sparse table
   std::vector<torch::Tensor> sparse_ids_;   // by parameter: a sparse table's touched rows
+  RowCoalescer coalescer_;                  // SetSparse's, reused
   const std::unique_ptr<LookupTables> lookups_;    // the sparse tables looked up by rows
   bool dry_run_ = false;                           // in DryRun
   const std::atomic<bool>* const cancel_;          // ModelOptions::cancel
