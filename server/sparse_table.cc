@@ -26,6 +26,10 @@ constexpr size_t kRowOverhead = 112;
 struct Row : RowRecord {
   bool dirty = false;  // changed since the last checkpoint
   bool fresh = false;  // just made by the initializer: stored nowhere
+  // Stepped or seeded since it last reached the LRU list's end: a second chance there
+  // (Evict), so that a step sets a flag on the row it touches anyway instead of moving a list
+  // node, a cache miss elsewhere in memory.
+  bool used = false;
   std::list<uint64_t>::iterator lru;
 };
 
@@ -102,7 +106,7 @@ class SparseTableImpl final : public SparseTable {
       std::unordered_map<uint64_t, Row> one;
       if (it != cache_.end()) {
         row = &it->second;
-        lru_.splice(lru_.begin(), lru_, row->lru);
+        row->used = true;
       } else {
         row = &one[ids[i]];
         row->data.assign(floats_, 0.0f);
@@ -140,10 +144,9 @@ class SparseTableImpl final : public SparseTable {
       auto it = cache_.find(ids[i]);
       if (it != cache_.end()) {
         rows[i] = &it->second;
-        // The loop below touches the row's floats and its LRU node: random places in memory,
-        // fetched while this loop looks the next rows up.
+        // The loop below touches the row's floats: a random place in memory, fetched while
+        // this loop looks the next rows up.
         __builtin_prefetch(it->second.data.data(), 1);
-        __builtin_prefetch(&*it->second.lru, 1);
       } else {
         missing.push_back(ids[i]);
       }
@@ -159,8 +162,8 @@ class SparseTableImpl final : public SparseTable {
     EPS_RETURN_IF_ERROR(Load(missing, &loaded));
 
     // Now nothing fails until the spill write. The rows are stepped where they are: the cached
-    // ones in the cache (becoming the most recently used, in id order), the loaded ones before
-    // they are admitted; rows are evicted only once every row of the step is stepped.
+    // ones in the cache (marked used), the loaded ones before they are admitted; rows are
+    // evicted only once every row of the step is stepped.
     const double count = static_cast<double>(version_.value() + 1);
     const SparseRowStepper stepper(o_.optimizer, o_.dim, lr, count);
     const float divisor = static_cast<float>(o_.num_vws);
@@ -173,7 +176,7 @@ class SparseTableImpl final : public SparseTable {
     for (size_t i = 0; i < ids.size(); ++i) {
       Row* row = rows[i];
       if (row != nullptr) {
-        lru_.splice(lru_.begin(), lru_, row->lru);
+        row->used = true;
       } else {
         row = &loaded.at(ids[i]);
       }
@@ -594,8 +597,8 @@ class SparseTableImpl final : public SparseTable {
     std::vector<uint64_t> deletes;                       // spilled rows back in the cache
   };
 
-  // Puts a row (not cached) into the cache as the most recently used, then evicts the least
-  // recently used rows while over budget; a changed one goes to `spill`.
+  // Puts a row (not cached) into the cache as the most recently used, then evicts while over
+  // budget (Evict).
   void Admit(std::unordered_map<uint64_t, Row>::node_type node, SpillBatch* spill) {
     Insert(std::move(node), spill);
     Evict(spill);
@@ -611,13 +614,20 @@ class SparseTableImpl final : public SparseTable {
     cache_.insert(std::move(node));
   }
 
-  // Evicts the least recently used rows while the cache is over budget; a changed one goes
-  // to `spill`.
+  // Evicts rows from the LRU list's end while the cache is over budget, a changed one to
+  // `spill`; a row used since it was put at the front goes back there instead, unused (the
+  // second-chance approximation of least recently used: each such move clears a flag a step
+  // set, so the moves are at most the steps' rows).
   void Evict(SpillBatch* spill) {
     while (cache_.size() > capacity_) {
       const uint64_t victim = lru_.back();
-      lru_.pop_back();
       auto it = cache_.find(victim);
+      if (it->second.used) {
+        it->second.used = false;
+        lru_.splice(lru_.begin(), lru_, std::prev(lru_.end()));
+        continue;
+      }
+      lru_.pop_back();
       if (it->second.dirty) {
         spill->puts.emplace_back(victim, EncodeRow(it->second));
         spilled_.insert(victim);
@@ -660,7 +670,7 @@ class SparseTableImpl final : public SparseTable {
   std::optional<SparseRows> pending_;  // the step's reduced rows, until stepped
 
   std::unordered_map<uint64_t, Row> cache_;
-  std::list<uint64_t> lru_;               // most recently stepped first
+  std::list<uint64_t> lru_;  // most recently put at the front first (Row::used: a second chance)
   std::unordered_set<uint64_t> spilled_;  // rows whose record is in the spill tier
   // Counts the changes of which rows are cached and which spilled: ScanStored's sorted ids of
   // both hold while it is the same (the pages of an export's final pull scan them once).

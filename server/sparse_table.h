@@ -3,9 +3,9 @@
 // are reduced and stepped; a table may be larger than memory.
 //
 // Storage. A row lives in exactly one place: the table's in-memory cache
-// (bounded by memory_bytes, least recently used rows evicted first) or its
-// SparseRowStore (storage/sparse_store.h: RocksDB, a database of its own under
-// the shard's store directory), as ONE record holding the row's weights, its
+// (bounded by memory_bytes, the least recently used rows evicted first, by a
+// second-chance approximation) or its SparseRowStore (storage/sparse_store.h: RocksDB, a database
+// of its own under the shard's store directory), as ONE record holding the row's weights, its
 // optimizer moments and the version that last changed it. A row no step has
 // touched is stored nowhere: its value is InitialRow(init, seed, table, row),
 // unless Seed gave it other weights at version 0 (--init_from): a seeded row is
