@@ -1,9 +1,6 @@
 #include "models/exported_model.h"
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
 
@@ -225,26 +222,6 @@ StatusOr<std::unique_ptr<ModelRunner>> OpenExportedModel(const ExportedModelOpti
   if (tables.empty()) return runner;
   return std::unique_ptr<ModelRunner>(
       std::make_unique<TableFileRunner>(std::move(runner).value(), std::move(tables)));
-}
-
-std::map<std::string, std::string> ExportMetadataOf(const std::string& path) {
-  const std::filesystem::path p(path);
-  const std::filesystem::path file =
-      p.extension() == ".safetensors" ? p : p.parent_path() / "model.safetensors";
-  std::ifstream in(file, std::ios::binary);
-  unsigned char size[8];
-  if (!in.read(reinterpret_cast<char*>(size), sizeof(size))) return {};
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | size[i];  // little-endian
-  if (n > (uint64_t{1} << 20)) return {};               // not a header an export writes
-  std::string header(n, '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(n))) return {};
-  const nlohmann::json j = nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("__metadata__") || !j["__metadata__"].is_object()) return {};
-  std::map<std::string, std::string> out;
-  for (const auto& [key, value] : j["__metadata__"].items())
-    if (value.is_string()) out[key] = value.get<std::string>();
-  return out;
 }
 
 }  // namespace eps

@@ -40,11 +40,6 @@ struct ExportedModelOptions {
 [[nodiscard]] StatusOr<std::unique_ptr<ModelRunner>> OpenExportedModel(
     const ExportedModelOptions& options);
 
-// The __metadata__ of `path` when it is a model.safetensors, else of the
-// model.safetensors beside it (job_id, model, steps, params_sha256, ...);
-// empty when there is none to read. Reads the header only.
-std::map<std::string, std::string> ExportMetadataOf(const std::string& path);
-
 // Row-wise softmax of `n` rows of `width` float32 logits, as libtorch computes
 // it (torch::softmax over dim 1): the probabilities `elasticps predict` writes.
 std::vector<float> SoftmaxRows(const float* logits, int64_t n, int64_t width);

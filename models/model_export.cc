@@ -286,24 +286,31 @@ std::map<std::string, std::string> ExportMetadata(const JobSpec& spec) {
   return m;
 }
 
-std::optional<std::string> ExportMetadataValue(const std::string& model, const std::string& key) {
+std::map<std::string, std::string> ExportMetadataOf(const std::string& model) {
   const std::filesystem::path p(model);
   const std::filesystem::path file =
       p.extension() == ".safetensors" ? p : p.parent_path() / "model.safetensors";
   std::ifstream in(file, std::ios::binary);
   unsigned char size[8];
-  if (!in.read(reinterpret_cast<char*>(size), sizeof(size))) return std::nullopt;
+  if (!in.read(reinterpret_cast<char*>(size), sizeof(size))) return {};
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | size[i];  // little-endian
-  if (n > (uint64_t{1} << 20)) return std::nullopt;     // not a header this writes
+  if (n > (uint64_t{1} << 20)) return {};               // not a header an export writes
   std::string header(n, '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(n))) return std::nullopt;
+  if (!in.read(header.data(), static_cast<std::streamsize>(n))) return {};
   const nlohmann::json j = nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("__metadata__") || !j["__metadata__"].is_object())
-    return std::nullopt;
-  const nlohmann::json& m = j["__metadata__"];
-  if (!m.contains(key) || !m[key].is_string()) return std::nullopt;
-  return m[key].get<std::string>();
+  if (!j.is_object() || !j.contains("__metadata__") || !j["__metadata__"].is_object()) return {};
+  std::map<std::string, std::string> out;
+  for (const auto& [key, value] : j["__metadata__"].items())
+    if (value.is_string()) out[key] = value.get<std::string>();
+  return out;
+}
+
+std::optional<std::string> ExportMetadataValue(const std::string& model, const std::string& key) {
+  std::map<std::string, std::string> meta = ExportMetadataOf(model);
+  auto it = meta.find(key);
+  if (it == meta.end()) return std::nullopt;
+  return std::move(it->second);
 }
 
 std::string ExportCpuKernels(const std::string& model) {

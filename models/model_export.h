@@ -121,8 +121,11 @@ StatusOr<ModelDigests> DigestModel(const Layout& layout, const ModelChunks& chun
 // rebuilds a sized built-in model from.
 std::map<std::string, std::string> ExportMetadata(const JobSpec& spec);
 
-// Metadata value `key` of the job that exported `model` (a model.safetensors,
-// or a file beside one), read from the header alone; nullopt when there is none.
+// The __metadata__ of `model` when it is a model.safetensors, else of the
+// model.safetensors beside it (job_id, model, steps, params_sha256, ...);
+// empty when there is none to read. Reads the header only.
+std::map<std::string, std::string> ExportMetadataOf(const std::string& model);
+// Its value `key`; nullopt when there is none.
 std::optional<std::string> ExportMetadataValue(const std::string& model, const std::string& key);
 // Its CPU kernel set ("cpu_kernels"); kDefaultCpuKernels when there is none to read.
 std::string ExportCpuKernels(const std::string& model);

@@ -10,6 +10,7 @@
 #include "data/criteo.h"
 #include "data/model_input.h"
 #include "models/exported_model.h"
+#include "models/model_export.h"
 
 namespace eps {
 namespace {
