@@ -57,7 +57,10 @@ StatusOr<std::map<std::string, ExportedTable>> ExportedTable::OpenAll(
     return InvalidArgument(safetensors + ": its metadata's table_files is no JSON object");
   const std::filesystem::path folder = std::filesystem::path(safetensors).parent_path();
   std::map<std::string, ExportedTable> out;
-  for (const auto& [name, entry] : files.items()) {
+  for (const auto& item : files.items()) {
+    // Named, not structured bindings: the lambdas below capture them.
+    const std::string& name = item.key();
+    const nlohmann::json& entry = item.value();
     if (!entry.is_object()) return InvalidArgument(safetensors + ": table '" + name + "'");
     ExportedTable t;
     t.name_ = name;
