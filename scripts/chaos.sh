@@ -13,7 +13,8 @@
 # mid-training, and is held before its last step (elasticps hold) until every
 # event was played: however fast the host, the job cannot end first (events that
 # come once it waits there land on a held job). At least one worker is kept
-# alive or re-attached after each event.
+# alive or re-attached after each event. Without --run-dir the runs go to a
+# temporary folder, kept only when something failed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 job="" events=10 seed=1 servers=2 workers=2 steps="" run_dir="" durable=0
@@ -33,7 +34,8 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$job" ] || { echo "usage: chaos.sh --job FILE --events N --seed S" >&2; exit 2; }
 steps=${steps:-$((400 + 40 * events))}
-run_dir=${run_dir:-$(mktemp -d /tmp/eps-chaos.XXXXXX)}
+own_dir=0  # a run dir of its own goes when the digests agree; --run-dir's stays
+if [ -z "$run_dir" ]; then run_dir=$(mktemp -d /tmp/eps-chaos.XXXXXX); own_dir=1; fi
 mkdir -p "$run_dir"
 extra=(--steps="$steps" --test_limit=-1 --heartbeat_timeout_ms=1500)
 export OMP_WAIT_POLICY=passive
@@ -124,3 +126,4 @@ echo "reference params_sha256 $ref"
 echo "chaos     params_sha256 $got"
 if [ "$got" != "$ref" ]; then echo "chaos.sh: DIGEST MISMATCH" >&2; exit 1; fi
 echo "chaos.sh: same digest after $events events"
+if [ $own_dir = 1 ]; then cleanup; rm -rf "$run_dir"; fi

@@ -8,6 +8,7 @@
 #include <torch/script.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -22,10 +23,20 @@ ExportedTensor Floats(const std::string& name, std::vector<int64_t> shape,
   return t;
 }
 
-std::string TempDir() {
-  char dir[] = "/tmp/eps-torch-export-XXXXXX";
-  return mkdtemp(dir) != nullptr ? dir : "/tmp";
-}
+// A temporary folder, removed with what the test wrote into it.
+class TempDir {
+ public:
+  TempDir() {
+    char dir[] = "/tmp/eps-torch-export-XXXXXX";
+    EXPECT_NE(mkdtemp(dir), nullptr);
+    path_ = dir;
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
 
 TEST(TorchExport, TheStateDictHoldsEveryTensorByNameInOrder) {
   ExportedTensor steps;
@@ -34,7 +45,8 @@ TEST(TorchExport, TheStateDictHoldsEveryTensorByNameInOrder) {
   steps.bytes.assign(reinterpret_cast<const char*>(&seven), sizeof seven);
   const std::vector<ExportedTensor> tensors = {Floats("fc.weight", {2, 3}, {1, 2, 3, 4, 5, 6}),
                                                Floats("fc.bias", {2}, {-1, 0.5f}), steps};
-  const std::string path = TempDir() + "/model.pt";
+  const TempDir dir;
+  const std::string path = dir.File("model.pt");
   ASSERT_TRUE(WriteStateDictPt(path, tensors).ok());
   std::ifstream in(path, std::ios::binary);
   const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
@@ -62,7 +74,8 @@ TEST(TorchExport, TheScriptedExportCarriesTheTrainedWeights) {
   b.spec = {"b", TensorKind::kBuffer, DType::kInt64, {1}};
   const int64_t three = 3;
   b.bytes.assign(reinterpret_cast<const char*>(&three), sizeof three);
-  const std::string path = TempDir() + "/model.script.pt";
+  const TempDir dir;
+  const std::string path = dir.File("model.script.pt");
   ASSERT_TRUE(WriteScriptedModel(path, saved.str(), {Floats("w", {2}, {1.5f, -2}), b}).ok());
   torch::jit::Module got = torch::jit::load(path);
   EXPECT_TRUE(got.attr("w").toTensor().equal(torch::tensor({1.5f, -2.0f})));

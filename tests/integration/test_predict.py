@@ -8,6 +8,7 @@ import unittest
 
 from harness import BIN, ENV, MLP, RunDirTest, skip_or_fail
 from test_script_model import DATA, TORCH_PY, models_dir
+from test_script_model import tearDownModule  # noqa: F401 (removes the modules models_dir() scripted)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHECK = os.path.join(HERE, "check_predict.py")
