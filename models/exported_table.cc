@@ -10,12 +10,10 @@
 #include "common/layout.h"
 #include "common/row_init.h"
 #include "data/npy.h"
+#include "models/model_export.h"
 
 namespace eps {
 namespace {
-
-// The one initializer an export names (models/model_export.cc): nn.Embedding's N(0, 1).
-constexpr char kInitializer[] = "normal(0, 1)";
 
 // Field `key` of table `name`'s entry as an unsigned number (a decimal string for the seed,
 // which JSON numbers cannot hold whole).
@@ -81,9 +79,9 @@ StatusOr<std::map<std::string, ExportedTable>> ExportedTable::OpenAll(
     EPS_RETURN_IF_ERROR(number("seed", &t.seed_));
     if (rows > uint64_t(kUnboundedRows) || dim == 0 || dim > (1u << 20) || table > UINT32_MAX)
       return fail(InvalidArgument("table '" + name + "': rows, dim or index out of range"));
-    if (entry.value("initializer", "") != kInitializer) {
-      return fail(
-          InvalidArgument("table '" + name + "': an initializer other than " + kInitializer));
+    if (entry.value("initializer", "") != kTableFileInitializer) {
+      return fail(InvalidArgument("table '" + name + "': an initializer other than " +
+                                  kTableFileInitializer));
     }
     t.rows_ = static_cast<int64_t>(rows);
     t.dim_ = static_cast<int64_t>(dim);

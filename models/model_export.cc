@@ -138,7 +138,7 @@ std::string SafetensorsHeader(const Layout& layout, const TableExport& e, const 
                            {"stored", counted ? f.stored : UINT64_MAX},  // the widest before
                            {"table", f.table},
                            {"seed", std::to_string(e.seed)},
-                           {"initializer", "normal(0, 1)"},
+                           {"initializer", kTableFileInitializer},
                            {"ids", f.ids_name},
                            {"values", f.values_name}};
   }

@@ -47,6 +47,9 @@ using ModelTables = std::map<uint32_t, StoredRows>;
 // in params_sha256. The binaries use the default, so every export of a job
 // agrees; tests lower it.
 inline constexpr uint64_t kDenseTableBytes = uint64_t{2} << 30;
+// How a table file's metadata names its rows' initializer (InitialRow's default, nn.Embedding's
+// N(0, 1)): what ExportedTable (models/exported_table.h) reads back.
+inline constexpr char kTableFileInitializer[] = "normal(0, 1)";
 struct TableExport {
   uint64_t seed = 0;  // the job's: the initial rows
   uint64_t dense_bytes = kDenseTableBytes;
