@@ -11,15 +11,6 @@
 namespace eps {
 namespace {
 
-// The loops run once per chunk per step. Without -mfma std::fma is a libm call per element; the
-// "fma" clone inlines it as one instruction and lets GCC vectorize. Both clones compute the same
-// bits: a fused multiply-add is correctly rounded wherever it is computed.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__ELF__)
-#define EPS_OPTIMIZER_CLONES __attribute__((target_clones("default", "fma")))
-#else
-#define EPS_OPTIMIZER_CLONES
-#endif
-
 // Scalars as libtorch 1.13's C++ optimizers hand them to ATen: computed in double, then turned into
 // float by the kernel (Scalar::to<float>() for an alpha / value, a wrapped-number tensor cast to
 // the float common dtype for a tensor-scalar mul or div).

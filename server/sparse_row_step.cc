@@ -14,6 +14,7 @@ using RowConstants = SparseRowStepper::Constants;
 // torch.optim.Adagrad, sparse gradient (lr_decay 0):
 //   state_sum.add_(g.pow(2)); std = state_sum.sparse_mask(g).sqrt_().add_(eps)
 //   param.add_(g / std, alpha=-lr)       (dense += alpha * sparse: an axpy, fused)
+EPS_OPTIMIZER_CLONES
 void AdagradRow(const RowConstants& c, float* p, const float* g_sum, float div, float* sum,
                 size_t n) {
   for (size_t i = 0; i < n; ++i) {
@@ -31,6 +32,7 @@ void AdagradRow(const RowConstants& c, float* p, const float* g_sum, float div, 
 //   numer = u1 + m_old; denom = sqrt(u2 + v_old) + eps
 //   param += -step_size * (numer / denom)   (alpha 1: a plain add)
 // AdamW first scales the row: p *= 1 - lr * wd.
+EPS_OPTIMIZER_CLONES
 void SparseAdamRow(const RowConstants& c, float* p, const float* g_sum, float div, float* m,
                    float* v, size_t n) {
   for (size_t i = 0; i < n; ++i) {

@@ -20,6 +20,7 @@
 
 #include "common/sparse_tree.h"
 #include "server/sparse_record.h"
+#include "server/sparse_row_step.h"
 #include "storage/sparse_store.h"
 #include "tests/sparse_reference.h"
 #include "tests/sparse_steps.h"
@@ -501,6 +502,50 @@ TEST(SparseOptimizer, LazyRowsKeepTheirMomentsWhenUntouched) {
   ASSERT_TRUE(t->Push(Step(1), Block{0, 1}, &b, 1, &g, 1).ok());
   ASSERT_TRUE(t->ApplyStep(0.1).ok());
   EXPECT_TRUE(SameBits(ReadRows(t.get(), {a}, 1), after_first));
+}
+
+// A row is stepped element by element, so a wide row (the vector lanes of the
+// optimizer's loops) gives each element the bits that element gets alone in a
+// row of one (the scalar code). The torch references above have rows of 7.
+TEST(SparseOptimizer, WideRowsStepEachElementAsARowOfOneDoes) {
+  using K = SparseOptimizerOptions::Kind;
+  std::vector<SparseOptimizerOptions> kinds(6);
+  kinds[0].momentum = 0.9;
+  kinds[0].weight_decay = 0.01;
+  kinds[1].momentum = 0.9;
+  kinds[1].nesterov = true;
+  kinds[2].kind = K::kAdagrad;
+  kinds[2].weight_decay = 0.01;
+  kinds[2].initial_accumulator_value = 0.1;
+  kinds[3].kind = K::kAdam;
+  kinds[4].kind = K::kAdam;
+  kinds[4].weight_decay = 0.01;
+  kinds[5].kind = K::kAdamW;
+  kinds[5].weight_decay = 0.1;
+  constexpr size_t kDim = 37;  // lanes of 8 and 4 and a scalar tail
+  for (const SparseOptimizerOptions& o : kinds) {
+    const size_t width = 1 + SparseOptimizerSlots(o);
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal;
+    std::vector<float> wide(kDim * width, 0.0f);
+    for (size_t i = 0; i < kDim; ++i) wide[i] = normal(rng);
+    std::vector<std::vector<float>> narrow(kDim, std::vector<float>(width, 0.0f));
+    for (size_t i = 0; i < kDim; ++i) narrow[i][0] = wide[i];
+    for (int step = 0; step < 4; ++step) {
+      std::vector<float> grad(kDim);
+      for (float& g : grad) g = normal(rng);
+      const float divisor = step % 2 == 0 ? 1.0f : 3.0f;
+      const SparseRowStepper wide_stepper(o, kDim, 0.05, step + 1);
+      const SparseRowStepper one(o, 1, 0.05, step + 1);
+      wide_stepper.Step(wide.data(), grad.data(), divisor, step > 0);
+      for (size_t i = 0; i < kDim; ++i) one.Step(narrow[i].data(), &grad[i], divisor, step > 0);
+    }
+    std::vector<float> gathered(kDim * width);
+    for (size_t i = 0; i < kDim; ++i) {
+      for (size_t s = 0; s < width; ++s) gathered[s * kDim + i] = narrow[i][s];
+    }
+    EXPECT_TRUE(SameBits(wide, gathered)) << "optimizer kind " << static_cast<int>(o.kind);
+  }
 }
 
 TEST(SparseTable, ChangedSinceNamesTheRowsTheLoggedStepsChanged) {
