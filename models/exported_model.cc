@@ -9,6 +9,7 @@
 #include "models/exported_table.h"
 #include "models/init_file.h"
 #include "models/model_export.h"
+#include "models/model_file.h"
 
 namespace eps {
 namespace {
@@ -27,9 +28,8 @@ Status LoadWeights(const ExportedModelOptions& o, const std::vector<ExportedTens
   const std::vector<TensorSpec>& own = runner.Tensors();
   if (own.size() != tensors.size() + tables.size()) {
     return InvalidArgument("--model " + o.path + " holds " + std::to_string(tensors.size()) +
-                           " tensors and " + std::to_string(tables.size()) +
-                           " table files, --arch " + o.arch + "'s model " +
-                           std::to_string(own.size()) + " tensors");
+                           " tensors and " + std::to_string(tables.size()) + " table files, " +
+                           o.arch + " model " + std::to_string(own.size()) + " tensors");
   }
   for (size_t i = 0; i < own.size(); ++i) {
     if (runner.Lookup(i)) {
@@ -52,6 +52,27 @@ Status LoadWeights(const ExportedModelOptions& o, const std::vector<ExportedTens
     EPS_RETURN_IF_ERROR(runner.Write(i, 0, t.bytes.data(), t.bytes.size()));
   }
   return OkStatus();
+}
+
+// The module a TorchScript job's model.safetensors runs (ExportedModelOptions::script): --script's
+// file, or the job's own as the metadata names it, still of the SHA-256 the job recorded.
+StatusOr<std::string> JobModule(const ExportedModelOptions& options,
+                                const std::map<std::string, std::string>& meta) {
+  if (!options.script.empty()) {
+    EPS_ASSIGN_OR_RETURN(ModelFile file, ReadModelFile(options.script, "", "--script"));
+    return std::move(file.bytes);
+  }
+  const std::string& module = meta.at("model");
+  const auto pinned = meta.find("model_sha256");
+  auto file =
+      ReadModelFile(module, pinned == meta.end() ? "" : pinned->second,
+                    "the job's module (its metadata's \"model\")", "the export's \"model_sha256\"");
+  if (!file.ok()) {
+    return Status(file.status().code(), "--model " + options.path +
+                                            " is a TorchScript job's: " + file.status().message() +
+                                            "; name the job's module with --script");
+  }
+  return std::move(file->bytes);
 }
 
 // A model whose tables are looked up in an export's table files: before each batch of Evaluate
@@ -190,13 +211,19 @@ StatusOr<std::unique_ptr<ModelRunner>> OpenExportedModel(const ExportedModelOpti
     }
     EPS_ASSIGN_OR_RETURN(o.sizes, SizesOf(meta, options.vocab, path));
     o.model = options.arch.empty() ? meta["model"] : options.arch;
-    if (!IsBuiltinModel(o.model)) {
-      return InvalidArgument(
-          "--model " + path + ": its model '" + o.model +
-          "' is no built-in one (a TorchScript job's: evaluate its model.script.pt), or name "
-          "the built-in model with --arch");
+    if (options.arch.empty() && !IsBuiltinModel(o.model) && IsModelPath(o.model)) {
+      EPS_ASSIGN_OR_RETURN(o.script, JobModule(options, meta));
+      o.model.clear();
+    } else if (!IsBuiltinModel(o.model)) {
+      return InvalidArgument("--model " + path + ": its model '" + o.model +
+                             "' is no built-in one, nor a TorchScript module's file: name the "
+                             "built-in model with --arch");
     }
   } else {
+    if (!options.script.empty()) {
+      return InvalidArgument("--script runs a TorchScript job's model.safetensors; --model " +
+                             path + " is not one");
+    }
     auto bytes = ReadFileToString(path);
     if (!bytes.ok()) return Status(bytes.status().code(), "--model " + bytes.status().message());
     if (options.arch.empty()) {
@@ -214,9 +241,9 @@ StatusOr<std::unique_ptr<ModelRunner>> OpenExportedModel(const ExportedModelOpti
     const std::string flag = o.script.empty() ? "--arch " + o.model : "--model " + path;
     return Status(runner.status().code(), flag + ": " + runner.status().message() + hint);
   }
-  if (o.script.empty()) {
+  if (o.script.empty() || EndsWith(path, ".safetensors")) {  // weights not in the module
     ExportedModelOptions named = options;
-    named.arch = o.model;
+    named.arch = o.model.empty() ? "the module's" : "--arch " + o.model + "'s";
     EPS_RETURN_IF_ERROR(LoadWeights(named, tensors, tables, **runner));
   }
   if (tables.empty()) return runner;

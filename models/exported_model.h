@@ -6,8 +6,13 @@
 //
 // The export is a model.script.pt (a TorchScript module with its weights), or
 // the model.safetensors / model.pt (a state dict) of a built-in model, whose
-// name `arch` gives or, for safetensors, the file's __metadata__ "model". The
-// API is libtorch-free; the library (eps_exported_model) links libtorch.
+// name `arch` gives or, for safetensors, the file's __metadata__ "model", or
+// the model.safetensors of a TorchScript job, whose weights (and table files)
+// the job's module runs: `script`'s, else the module file the metadata names,
+// which must still have the SHA-256 the job recorded ("model_sha256"). A job
+// whose table left as a table file has no model.script.pt: this is how it
+// runs. The API is libtorch-free; the library (eps_exported_model) links
+// libtorch.
 // Thread-compatible functions.
 #pragma once
 
@@ -28,15 +33,19 @@ struct ExportedModelOptions {
   std::string
       arch;  // the built-in model a model.pt / model.safetensors holds ("": safetensors' own)
   int threads = 1;  // libtorch intra-op threads (a job's --threads: bits depend on it)
+  // A TorchScript job's model.safetensors: the module file whose code runs
+  // its weights (--script; "": the job's own, as its metadata names it).
+  // Checked by its tensors' names and shapes, not by its bytes.
+  std::string script;
   // Text models: the job's vocabulary, which gives the classes and the sample
   // length (null for the others).
   const Vocabulary* vocab = nullptr;
 };
 
 // The model of `options.path` in a ModelRunner, its weights loaded.
-// InvalidArgument naming --model or --arch (a file of none of the kinds, a
-// state dict without --arch, tensors that differ from the model's); NotFound
-// for a missing file.
+// InvalidArgument naming --model, --arch or --script (a file of none of the
+// kinds, a state dict without --arch, tensors that differ from the model's, a
+// job's module file that changed since the job); NotFound for a missing file.
 [[nodiscard]] StatusOr<std::unique_ptr<ModelRunner>> OpenExportedModel(
     const ExportedModelOptions& options);
 

@@ -283,6 +283,7 @@ StatusOr<ModelDigests> DigestModel(const Layout& layout, const ModelChunks& chun
 std::map<std::string, std::string> ExportMetadata(const JobSpec& spec) {
   std::map<std::string, std::string> m = ZooSizesMetadata(ZooSizesOf(spec));
   m["cpu_kernels"] = spec.cpu_kernels;
+  if (!spec.model_sha256.empty()) m["model_sha256"] = spec.model_sha256;  // a TorchScript job's
   return m;
 }
 

@@ -121,7 +121,9 @@ StatusOr<ModelDigests> DigestModel(const Layout& layout, const ModelChunks& chun
 
 // The metadata a job's export carries beyond ExportModel's own: the zoo
 // sizes of its spec (data/model_input.h ZooSizesMetadata), which eps_predict
-// rebuilds a sized built-in model from.
+// rebuilds a sized built-in model from, its CPU kernel set and, for a
+// TorchScript job, "model_sha256": the SHA-256 of the module file "model"
+// names, which runs the export's weights (models/exported_model.h).
 std::map<std::string, std::string> ExportMetadata(const JobSpec& spec);
 
 // The __metadata__ of `model` when it is a model.safetensors, else of the

@@ -139,9 +139,10 @@ StatusOr<ModelFile> ReadPinnedFile(const std::string& path, const std::string& w
 
 }  // namespace
 
-StatusOr<ModelFile> ReadModelFile(const std::string& path, const std::string& expected_sha256) {
-  const std::string what = "--model " + path;
-  EPS_ASSIGN_OR_RETURN(ModelFile file, ReadPinnedFile(path, what, expected_sha256, "--model_sha256"));
+StatusOr<ModelFile> ReadModelFile(const std::string& path, const std::string& expected_sha256,
+                                  const std::string& flag, const std::string& pin) {
+  const std::string what = flag + " " + path;
+  EPS_ASSIGN_OR_RETURN(ModelFile file, ReadPinnedFile(path, what, expected_sha256, pin));
   EPS_RETURN_IF_ERROR(CheckTorchScriptArchive(file.bytes, what));
   return file;
 }

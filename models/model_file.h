@@ -38,9 +38,11 @@ struct ModelFile {
 // Reads `path` (at most kMaxModelBytes, schema/messages.h), checks it with CheckTorchScriptArchive
 // and, when `expected_sha256` is not empty, that its SHA-256 is that (hex,
 // either case). NotFound for a missing file; InvalidArgument for the rest,
-// each message naming the file and, for a mismatch, --model_sha256.
+// each message naming the file as `flag` PATH and, for a mismatch, `pin`.
 [[nodiscard]] StatusOr<ModelFile> ReadModelFile(const std::string& path,
-                                                const std::string& expected_sha256);
+                                                const std::string& expected_sha256,
+                                                const std::string& flag = "--model",
+                                                const std::string& pin = "--model_sha256");
 
 // What an --init_from file is (docs/models.md, "Transfer learning").
 enum class InitFileKind {

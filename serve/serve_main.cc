@@ -46,14 +46,20 @@
 #include "serve/torch_model.h"
 
 DEFINE_string(model, "",
-              "The export to serve: model.script.pt, or a built-in model's model.safetensors / "
-              "model.pt (with --arch); with --follow, default: RUN_DIR's");
+              "The export to serve: model.script.pt, a model.safetensors (a built-in model's, or "
+              "a TorchScript job's with its module) or a built-in model's model.pt (with --arch); "
+              "with --follow, default: RUN_DIR's");
 DEFINE_string(name, "", "The model's name in /v1/models/NAME (default: the export's job_id)");
 DEFINE_string(host, "127.0.0.1", "The address to serve on (0.0.0.0: every interface)");
 DEFINE_int32(port, 8500, "The port (0: a free one, printed on stdout and written to --port_file)");
 DEFINE_string(port_file, "", "Write the bound port to this file once serving");
 DEFINE_string(arch, "", "The built-in model a model.pt / model.safetensors holds (as predict's)");
+DEFINE_string(script, "",
+              "A TorchScript job's model.safetensors: the module that runs it (default: the "
+              "job's own, as its metadata names it, unchanged since)");
 DEFINE_string(vocab, "", "A text model's vocabulary (default: the vocab.json beside the model)");
+DEFINE_string(input_dtype, "",
+              "A TorchScript module's instances: float32 (the default) or int64 (ids, >= 0)");
 DEFINE_string(input_shape, "",
               "One instance's shape, comma-separated (default: 1,28,28, or a text model's "
               "seq_len token ids)");
@@ -89,8 +95,8 @@ namespace {
 constexpr const char* kUsage =
     "elasticps serve --model FILE [--name NAME] [--host H] [--port P] [--port_file F] "
     "[--max_batch N] [--max_delay_ms MS] [--max_queue N] [--max_body_mb MB] "
-    "[--follow RUN_DIR] [--follow_interval_ms MS] [--arch A] [--vocab F] [--input_shape D,..] "
-    "[--raw] [--threads N]";
+    "[--follow RUN_DIR] [--follow_interval_ms MS] [--arch A] [--script F] [--vocab F] "
+    "[--input_shape D,..] [--input_dtype float32|int64] [--raw] [--threads N]";
 
 StatusOr<std::vector<int64_t>> ParseShape(const std::string& text) {
   std::vector<int64_t> shape;
@@ -166,13 +172,20 @@ int Run() {
   TorchModelOptions m;
   m.path = FLAGS_model;
   m.arch = FLAGS_arch;
+  m.script = FLAGS_script;
   m.vocab = FLAGS_vocab;
+  m.input_dtype = FLAGS_input_dtype;
   m.threads = FLAGS_threads;
   m.input_shape = *shape;
   m.raw = FLAGS_raw;
   auto load = [m](const std::string& path) -> StatusOr<std::shared_ptr<const LoadedModel>> {
-    if (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0 &&
-        m.arch.empty() && !IsBuiltinModel(ExportMetadataOf(path)["model"])) {
+    // A TorchScript job's model.safetensors serves through its module where the job left no
+    // model.script.pt (its table in a table file); else the model.script.pt beside it does.
+    const std::filesystem::path file(path);
+    std::error_code ec;
+    if (file.extension() == ".safetensors" && m.arch.empty() && m.script.empty() &&
+        !IsBuiltinModel(ExportMetadataOf(path)["model"]) &&
+        std::filesystem::exists(file.parent_path() / "model.script.pt", ec)) {
       return FailedPrecondition(path + " is a TorchScript job's: its model.script.pt serves");
     }
     TorchModelOptions again = m;

@@ -110,10 +110,20 @@ StatusOr<std::shared_ptr<const LoadedModel>> LoadTorchModel(const TorchModelOpti
     input.sample_shape = {1, kImageSide, kImageSide};
   }
   if (!options.input_shape.empty()) input.sample_shape = options.input_shape;
+  if (options.input_dtype == "int64") {
+    if (input.dtype != DataType::kInt64) input.min_id = 0;  // a module's ids
+    input.dtype = DataType::kInt64;
+  } else if (options.input_dtype == "float32") {
+    if (input.dtype != DataType::kFloat32)
+      return InvalidArgument("--input_dtype float32: --model " + options.path + " takes ids");
+  } else if (!options.input_dtype.empty()) {
+    return InvalidArgument("--input_dtype is float32 or int64, not '" + options.input_dtype + "'");
+  }
 
   ExportedModelOptions o;
   o.path = options.path;
   o.arch = options.arch;
+  o.script = options.script;
   o.threads = options.threads;
   o.vocab = input.vocab.get();
   EPS_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner, OpenExportedModel(o));

@@ -17,6 +17,9 @@ namespace eps {
 struct TorchModelOptions {
   std::string path;  // model.script.pt, or a built-in model's model.safetensors / model.pt
   std::string arch;  // the built-in model a model.pt holds (as predict's --arch)
+  // A TorchScript job's model.safetensors: the module that runs it
+  // (ExportedModelOptions::script; "": the job's own).
+  std::string script;
   // The job's vocabulary for a text model; "" : the vocab.json beside `path`
   // when there is one.
   std::string vocab;
@@ -24,6 +27,8 @@ struct TorchModelOptions {
   // One instance's shape; empty: {1, 28, 28} (the built-in image models, and
   // a TorchScript module's default), or {seq_len} token ids with a vocabulary.
   std::vector<int64_t> input_shape;
+  // A TorchScript module's instances: "float32" (also ""), or "int64" ids (>= 0).
+  std::string input_dtype;
   bool raw = false;  // the model's outputs, not a classifier's classes and probabilities
 };
 

@@ -77,14 +77,17 @@ int RunStatusCommand(const StatusCommandOptions& options);
 // ---- evaluate, predict (eps_predict, tools/predict_main.cc) ------------------
 
 inline constexpr const char* kEvaluateUsage =
-    "elasticps evaluate --model FILE --data F [--labels F] [--arch NAME] [--data-format FORMAT]\n"
-    "                   [--label-column C] [--text-column C] [--vocab vocab.json] [--limit N]\n"
-    "                   [--batch N] [--threads N] [--json]\n"
+    "elasticps evaluate --model FILE --data F [--labels F] [--arch NAME] [--script FILE]\n"
+    "                   [--data-format FORMAT] [--label-column C] [--text-column C]\n"
+    "                   [--vocab vocab.json] [--limit N] [--batch N] [--threads N] [--json]\n"
     "\n"
     "Accuracy and mean loss of an exported model on a data set (cross-entropy for classes,\n"
     "mean squared error for float targets), computed as a job's workers evaluate.\n"
     "  --model FILE   model.script.pt (TorchScript), or model.safetensors / model.pt of a\n"
     "                 built-in model (--arch NAME; safetensors name theirs in their metadata)\n"
+    "                 or model.safetensors of a TorchScript job (its table files too)\n"
+    "  --script FILE  the module that runs a TorchScript job's model.safetensors (default:\n"
+    "                 the job's module file, as the metadata names it, if still unchanged)\n"
     "  --data, --labels, --data-format, --label-column  the data set (docs/data.md):\n"
     "                 idx, npy, csv, criteo, or text (tsv, jsonl; --text-column, docs/text.md)\n"
     "  --vocab FILE   text: the job's run_dir/vocab.json (tokenizes as the job did)\n"
@@ -95,7 +98,8 @@ inline constexpr const char* kEvaluateUsage =
 
 inline constexpr const char* kPredictUsage =
     "elasticps predict --model FILE --data F [--labels F] --out predictions.csv [--arch NAME]\n"
-    "                  [--data-format FORMAT] [--label-column C] [--text-column C]\n"
+    "                  [--script FILE] [--data-format FORMAT] [--label-column C] [--text-column "
+    "C]\n"
     "                  [--vocab vocab.json] [--limit N] [--batch N] [--threads N] [--raw]\n"
     "\n"
     "Writes one CSV row per sample, after a header: index, class (the output's arg-max), and\n"

@@ -88,12 +88,14 @@ constexpr const char* kExportUsage =
 constexpr const char* kServeUsage =
     "elasticps serve --model FILE [--name NAME] [--host H] --port P [--port-file F]\n"
     "                [--max-batch N] [--max-delay-ms MS] [--max-queue N] [--max-body-mb MB]\n"
-    "                [--follow RUN_DIR] [--follow-interval-ms MS] [--arch A] [--vocab F]\n"
-    "                [--input-shape D,...] [--raw] [--threads N]\n"
+    "                [--follow RUN_DIR] [--follow-interval-ms MS] [--arch A] [--script F]\n"
+    "                [--vocab F] [--input-shape D,...] [--input-dtype float32|int64] [--raw]\n"
+    "                [--threads N]\n"
     "\n"
-    "Serves an export (model.script.pt, a built-in model's model.safetensors, a text model with\n"
-    "its vocab.json) over the KServe / TF Serving V1 REST protocol: POST\n"
-    "/v1/models/NAME:predict {\"instances\": [...]}, GET /v1/models/NAME, /healthz, /metrics.\n"
+    "Serves an export (model.script.pt, a model.safetensors: a built-in model's, or a TorchScript\n"
+    "job's with its module, a text model with its vocab.json) over the KServe / TF Serving V1\n"
+    "REST protocol: POST /v1/models/NAME:predict {\"instances\": [...]}, GET /v1/models/NAME,\n"
+    "/healthz, /metrics.\n"
     "Port 0 picks a free port: the first line on stdout is JSON with it. SIGTERM drains.\n"
     "docs/serving.md has every flag.";
 

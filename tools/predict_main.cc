@@ -38,6 +38,9 @@ DEFINE_string(model, "", "The exported model: model.script.pt, model.safetensors
 DEFINE_string(arch, "",
               "The built-in model (mlp, cnn, cnn_bn, ...) a model.pt / model.safetensors holds "
               "(default for safetensors: its metadata's)");
+DEFINE_string(script, "",
+              "A TorchScript job's model.safetensors: the module that runs it (default: the job's "
+              "own, as its metadata names it, unchanged since)");
 DEFINE_string(data, "", "The data set's features file (CSV: the whole table)");
 DEFINE_string(labels, "", "The labels file (IDX, NPY; optional for predict on NPY)");
 DEFINE_string(data_format, "",
@@ -67,7 +70,7 @@ namespace eps {
 namespace {
 
 constexpr const char* kUsage =
-    "eps_predict evaluate|predict --model FILE --data F [--labels F] [--arch NAME] "
+    "eps_predict evaluate|predict --model FILE --data F [--labels F] [--arch NAME] [--script F] "
     "[--data_format idx|npy|csv|tsv|jsonl|criteo] [--label_column C] [--text_column C] [--vocab "
     "vocab.json] [--hash_buckets N] [--limit N] [--batch N] [--threads N] "
     "[--json] [--out predictions.csv] [--raw]";
@@ -90,6 +93,7 @@ StatusOr<std::unique_ptr<ModelRunner>> OpenModel(const std::string& path, const 
   ExportedModelOptions o;
   o.path = path;
   o.arch = FLAGS_arch;
+  o.script = FLAGS_script;
   o.threads = FLAGS_threads;
   o.vocab = vocab;
   return OpenExportedModel(o);

@@ -5,6 +5,7 @@ digits (%.9g, as predict's CSV does), which read back as the same float32, and a
 N instances is predict's `--batch N` over those N samples (a batch's bits depend on its size: BLAS blocks by it).
 Bad requests get a 4xx JSON reason and the next good one is answered; a hot swap (--follow, a new export written
 atomically) under concurrent requests loses none; SIGTERM drains the queue and exits 0. Port 0 everywhere."""
+import ast
 import csv
 import hashlib
 import http.client
@@ -34,15 +35,26 @@ def f32(x):
     return struct.unpack("<I", struct.pack("<f", float(x)))[0]
 
 
-def write_npy(path, rows, shape):
-    """An NPY 1.0 file of float32 `rows` (flat lists) of one sample's `shape` each (no numpy needed)."""
-    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }" % ", ".join(
-        str(d) for d in [len(rows), *shape])
+def write_npy(path, rows, shape, dtype="<f4"):
+    """An NPY 1.0 file of `rows` (flat lists) of one sample's `shape` each, float32 or ("<i8") int64 (no numpy
+    needed)."""
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (dtype, ", ".join(
+        str(d) for d in [len(rows), *shape]))
     header += " " * (64 - (10 + len(header) + 1) % 64) + "\n"
     with open(path, "wb") as f:
         f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
         for r in rows:
-            f.write(struct.pack(f"<{len(r)}f", *r))
+            f.write(struct.pack(f"<{len(r)}{'q' if dtype == '<i8' else 'f'}", *r))
+
+
+def read_npy_int64(path, n):
+    """The first `n` rows of an NPY 1.0 file of int64 [N, D] (as numpy saves it), as lists."""
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x93NUMPY\x01\x00"
+        header = ast.literal_eval(f.read(struct.unpack("<H", f.read(2))[0]).decode())
+        assert header["descr"] == "<i8" and not header["fortran_order"], header
+        d = header["shape"][1]
+        return [list(struct.unpack(f"<{d}q", f.read(8 * d))) for _ in range(n)]
 
 
 def read_predict_csv(path):

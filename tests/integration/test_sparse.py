@@ -12,7 +12,7 @@ import unittest
 
 from harness import (BIN, ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_result, read_safetensors,
                      skip_or_fail, wait_for_event, wait_for_file)
-from test_serve import ELASTICPS, ServeClient, as_bits, read_predict_csv
+from test_serve import ELASTICPS, ServeClient, as_bits, read_npy_int64, read_predict_csv, write_npy
 
 TORCH_PY = os.environ.get("EPS_TORCH_PYTHON", "/usr/bin/python3")  # Debian's python3-torch
 ROWS, DIM = 1 << 16, 16
@@ -108,7 +108,7 @@ def assert_looked_up(test, run_dir, table):
     test.assertGreater(sum(r["lookup_rows"] for r in reports), 0, reports)
 
 
-class SparseTables(RunDirTest):
+class SparseTables(ServeClient, RunDirTest):
     def setUp(self):
         super().setUp()
         if made() is None:
@@ -262,10 +262,12 @@ class SparseTables(RunDirTest):
     def test_e_a_module_of_unbounded_keys_ends_with_its_table_in_a_table_file_and_no_scripted_export(self):
         """A module's nn.EmbeddingBag(0, dim, sparse=True) with with_table_ids: 1 x 1 and 2 x 2 agree, the job ends
         with model.safetensors, its table file and model.pt, and without model.script.pt, which would need the
-        table inside the module (export_model says so and succeeds)."""
-        keyed = [f"--model={made()}/keyed.pt", "--steps=15"]
-        one = self.train("keys-1x1", 1, 1, keyed)
-        many = self.train("keys-2x2", 2, 2, keyed)
+        table inside the module (export_model says so and succeeds). The export evaluates, predicts and serves
+        through the job's module: the job's own test accuracy, predict's bits over HTTP."""
+        module = os.path.join(self.tmp, "keyed.pt")  # 1 x 1 trains a copy of its own, changed below
+        shutil.copyfile(f"{made()}/keyed.pt", module)
+        one = self.train("keys-1x1", 1, 1, [f"--model={module}", "--steps=15"])
+        many = self.train("keys-2x2", 2, 2, [f"--model={made()}/keyed.pt", "--steps=15"])
         self.assertEqual(many["params_sha256"], one["params_sha256"], logs(self.run_dir("keys-2x2")))
         self.assertEqual(many["optimizer_digest"], one["optimizer_digest"])
         for name in ("keys-1x1", "keys-2x2"):
@@ -276,6 +278,51 @@ class SparseTables(RunDirTest):
             self.assertTrue(os.path.exists(os.path.join(d, "model.pt")))
             self.assertFalse(os.path.exists(os.path.join(d, "model.script.pt")))
             assert_looked_up(self, d, "emb.weight")
+        self.assert_served_through_its_module(self.run_dir("keys-2x2"), many)
+        # The job's module file changed since the job: refused (bad input), unless --script names the module.
+        shutil.copyfile(f"{made()}/hashed.pt", module)
+        export = os.path.join(self.run_dir("keys-1x1"), "model.safetensors")
+        self.assertEqual(self.evaluate(export, expect=2), None)
+        got = self.evaluate(export, "--script", f"{made()}/keyed.pt")
+        self.assertEqual((got["accuracy"], got["loss"]), (one["test_accuracy"], one["test_loss"]))
+
+    def evaluate(self, model, *flags, expect=0):
+        """`elasticps evaluate --json` of `model` on the test set as the job evaluates it (JOB's --test_limit and
+        --eval_batch): its JSON, or None when it exits `expect` != 0."""
+        d = made()
+        p = subprocess.run([ELASTICPS, "evaluate", "--model", model, "--data", f"{d}/ids.npy", "--labels",
+                            f"{d}/labels.npy", "--limit", "512", "--batch", "256", "--json", *flags],
+                           stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=ENV, timeout=120)
+        self.assertEqual(p.returncode, expect, p.stderr[-2000:])
+        return json.loads(p.stdout.strip().splitlines()[-1]) if expect == 0 else None
+
+    def assert_served_through_its_module(self, run, result, n=12):
+        """A TorchScript job's model.safetensors, its table in a table file: evaluate gives the job's own test
+        accuracy and loss (the module its metadata names), and serve answers ids instances with predict's bits."""
+        model, d = os.path.join(run, "model.safetensors"), made()
+        got = self.evaluate(model)
+        self.assertEqual((got["count"], got["accuracy"], got["loss"]),
+                         (512, result["test_accuracy"], result["test_loss"]))
+        head, out = os.path.join(self.tmp, "head.npy"), os.path.join(self.tmp, "predicted.csv")
+        ids = read_npy_int64(f"{d}/ids.npy", n)
+        write_npy(head, ids, [len(ids[0])], dtype="<i8")
+        p = subprocess.run([ELASTICPS, "predict", "--model", model, "--data", head, "--batch", str(n), "--out", out],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        server, port, first = self.serve("--model", model, "--input-dtype", "int64", "--input-shape",
+                                         str(len(ids[0])))
+        path = f"/v1/models/{first['name']}:predict"
+        status, body, _ = self.http(port, "POST", path, json.dumps({"instances": ids}))
+        self.assertEqual(status, 200, body)
+        self.assertEqual(as_bits(body["predictions"]), read_predict_csv(out))
+        # A negative id is refused with the reason; the next good instance is answered.
+        status, body, _ = self.http(port, "POST", path, json.dumps({"instances": [[-1] * len(ids[0])]}))
+        self.assertEqual(status, 400, body)
+        self.assertEqual(self.http(port, "POST", path, json.dumps({"instances": ids[:1]}))[0], 200)
+        server.send_signal(signal.SIGTERM)
+        self.assertEqual(server.wait(timeout=30), 0)
+        server.stdout.close()
 
 
 CRITEO = os.path.join(ROOT, "examples", "criteo")
