@@ -3,6 +3,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/iterator.h>
+#include <rocksdb/memtablerep.h>
 #include <rocksdb/options.h>
 #include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
@@ -107,6 +108,12 @@ rocksdb::Options DbOptions() {
   options.bottommost_compression = rocksdb::kNoCompression;
   options.prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(kPrefixLen));
   options.write_buffer_size = 16 << 20;
+  // The memtable hashed by that prefix (a row's keys): a step's spill puts, deletes and reads
+  // find their row's bucket at once, where one skiplist over every row compared keys down its
+  // levels, most of a step's time with most rows spilled. The scans that cross rows (TotalOrder)
+  // sort the memtable, and so does its flush, off the step.
+  options.memtable_factory.reset(rocksdb::NewHashSkipListRepFactory(1 << 16));
+  options.allow_concurrent_memtable_write = false;  // a hashed memtable takes one writer
   rocksdb::BlockBasedTableOptions table;
   table.checksum = rocksdb::kXXH3;
   // Most lookups of a row are misses in one tier (not spilled, or never checkpointed).
