@@ -12,7 +12,8 @@ Rows:
   plain PyTorch   one process, 1 thread: SparseAdam for the table, Adam for the MLP, batch 128 (the goal's baseline)
   1 worker        local.sh 1 shard x 1 worker (the ratio: the goal is 1.0x)
   2 workers       1 shard x 2 workers (goal 1.6x of 1 worker, on 2 cores: what the cores allow)
-  10x memory      1 worker, --shard_memory_mb an eighth of the rows' state the run touches (the spill tier)
+  10x memory      1 worker, --shard_memory_mb a tenth of the state of the rows the run touches (its distinct ids
+                  over steps x 128 samples, with Adam's moments and the cache's overhead): the spill tier
   looked up       1 worker, --worker_table_mb=16: the worker does not hold the table (128 MiB) but pulls the rows its
                   batches read by id at each step (the module's table_ids) into a compact table of the batch's rows
                   (its with_table_ids); 2 workers likewise
@@ -99,7 +100,8 @@ def step(i):
 for i in range(5): step(i)
 t = time.perf_counter()
 for i in range(steps): step(i + 5)
-print(json.dumps({{"program": "plain", "samples_per_s": steps * 128 / (time.perf_counter() - t)}}))
+print(json.dumps({{"program": "plain", "samples_per_s": steps * 128 / (time.perf_counter() - t),
+                  "touched_rows": int(np.unique(ids[:min(n, steps * 128)]).size)}}))
 """
 JOB = ["--virtual_workers=8", "--batch_per_vw=16", "--optimizer=adam", "--momentum=0", "--lr=0.001",
        "--test_limit=-1", "--seed=1", "--lr_schedule=constant", "--warmup_steps=0"]
@@ -127,10 +129,11 @@ def measure(b, d, steps):
     base = plain["samples_per_s"]
     data = [f"--train_data={d}/ids.npy", f"--train_labels={d}/labels.npy"]
     lazy, compact = f"--model={d}/hashed.pt", f"--model={d}/compact.pt"
-    # Rows a run touches (about 2,200 new ones a step at first), each 3 x 32 floats with Adam's moments.
-    touched_mb = max(1, int(steps * 2200 * DIM * 3 * 4 / (1 << 20)))
+    # The state of the rows a run touches: 3 x 32 floats a row with Adam's moments, and the shard cache's 112 bytes
+    # of bookkeeping (server/sparse_table.cc kRowOverhead).
+    touched_mb = plain["touched_rows"] * (DIM * 3 * 4 + 112) / (1 << 20)
     runs = [("1 worker", 1, [lazy, f"--steps={steps}"]), ("2 workers", 2, [lazy, f"--steps={steps}"]),
-            ("10x memory", 1, [lazy, f"--steps={steps}", f"--shard_memory_mb={max(1, touched_mb // 10)}"]),
+            ("10x memory", 1, [lazy, f"--steps={steps}", f"--shard_memory_mb={max(1, round(touched_mb / 10))}"]),
             ("looked up", 1, [compact, f"--steps={steps}", "--worker_table_mb=16"]),
             ("looked up, 2 w", 2, [compact, f"--steps={steps}", "--worker_table_mb=16"]),
             ("looked up, lazy", 1, [lazy, f"--steps={steps}", "--worker_table_mb=16"]),
@@ -151,6 +154,8 @@ def measure(b, d, steps):
         b.csv("sparse", name, f"{sps:.1f}", f"{sps / base:.3f}", r["steps"])
         if name not in ("exact", "1 VW of 128"):
             digests[name] = r["params_sha256"]
+    print(f"(10x memory: the run touches {plain['touched_rows']:,} rows, {touched_mb:.0f} MiB of state; "
+          f"--shard_memory_mb={max(1, round(touched_mb / 10))})")
     if len(set(digests.values())) > 1:
         common.warn(f"sparse: the digests differ: {digests}")
         b.failed = True
