@@ -218,6 +218,9 @@ StatusOr<std::unique_ptr<ModelRunner>> OpenExportedModel(const ExportedModelOpti
       return InvalidArgument("--model " + path + ": its model '" + o.model +
                              "' is no built-in one, nor a TorchScript module's file: name the "
                              "built-in model with --arch");
+    } else if (!options.script.empty()) {
+      return InvalidArgument("--script runs a TorchScript job's model.safetensors; --model " +
+                             path + " is the built-in " + o.model + "'s");
     }
   } else {
     if (!options.script.empty()) {
