@@ -390,6 +390,11 @@ class Criteo(ServeClient, RunDirTest):
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr[-2000:])
         self.assertEqual(json.loads(p.stdout.strip().splitlines()[-1])["accuracy"], one["test_accuracy"])
+        # --script runs a TorchScript job's export: with a built-in model's it is bad input, not ignored.
+        p = subprocess.run([f"{BIN}/elasticps", "evaluate", "--model", f"{self.run_dir('builtin-1x1')}/model.safetensors",
+                            "--script", f"{self.data}/dlrm.pt", "--data", f"{self.data}/test.txt", "--data-format",
+                            "criteo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, timeout=120)
+        self.assertEqual(p.returncode, 2, p.stderr[-2000:])
         # The workers look the table up by their batches' rows: the same bits as holding it.
         d = self.run_dir("builtin-join")
         cmd = [LOCAL, "--job", flags, "--servers", "2", "--workers", "2", "--run-dir", d, "--", *job, *SPILL,
