@@ -98,9 +98,9 @@ inline constexpr const char* kEvaluateUsage =
 
 inline constexpr const char* kPredictUsage =
     "elasticps predict --model FILE --data F [--labels F] --out predictions.csv [--arch NAME]\n"
-    "                  [--script FILE] [--data-format FORMAT] [--label-column C] [--text-column "
-    "C]\n"
-    "                  [--vocab vocab.json] [--limit N] [--batch N] [--threads N] [--raw]\n"
+    "                  [--script FILE] [--data-format FORMAT] [--label-column C]\n"
+    "                  [--text-column C] [--vocab vocab.json] [--limit N] [--batch N]\n"
+    "                  [--threads N] [--raw]\n"
     "\n"
     "Writes one CSV row per sample, after a header: index, class (the output's arg-max), and\n"
     "p0..pC-1, the softmax of the output; for a float-target model (float --labels, an output\n"

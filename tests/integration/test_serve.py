@@ -113,6 +113,22 @@ class ServeClient:
         finally:
             c.close()
 
+    def assert_serves_as_predicted(self, serve_flags, instances, predicted_csv, bad):
+        """`elasticps serve serve_flags` answers `instances`, in one request (one batch), with the bits of
+        `elasticps predict`'s CSV `predicted_csv` over the same samples (a batch as large); refuses the instance
+        `bad` with a 400 and answers the next good request; drains on SIGTERM."""
+        server, port, first = self.serve(*serve_flags)
+        path = f"/v1/models/{first['name']}:predict"
+        status, body, _ = self.http(port, "POST", path, json.dumps({"instances": instances}))
+        self.assertEqual(status, 200, body)
+        self.assertEqual(as_bits(body["predictions"]), read_predict_csv(predicted_csv))
+        status, body, _ = self.http(port, "POST", path, json.dumps({"instances": [bad]}))
+        self.assertEqual(status, 400, body)
+        self.assertEqual(self.http(port, "POST", path, json.dumps({"instances": instances[:1]}))[0], 200)
+        server.send_signal(signal.SIGTERM)
+        self.assertEqual(server.wait(timeout=30), 0)
+        server.stdout.close()
+
 
 class Serve(ServeClient, RunDirTest):
     @classmethod

@@ -12,7 +12,7 @@ import unittest
 
 from harness import (BIN, ENV, LOCAL, MLP, ROOT, RunDirTest, logs, read_events, read_result, read_safetensors,
                      skip_or_fail, wait_for_event, wait_for_file)
-from test_serve import ELASTICPS, ServeClient, as_bits, read_npy_int64, read_predict_csv, write_npy
+from test_serve import ELASTICPS, ServeClient, read_npy_int64, write_npy
 
 TORCH_PY = os.environ.get("EPS_TORCH_PYTHON", "/usr/bin/python3")  # Debian's python3-torch
 ROWS, DIM = 1 << 16, 16
@@ -310,19 +310,8 @@ class SparseTables(ServeClient, RunDirTest):
         p = subprocess.run([ELASTICPS, "predict", "--model", model, "--data", head, "--batch", str(n), "--out", out],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr[-2000:])
-        server, port, first = self.serve("--model", model, "--input-dtype", "int64", "--input-shape",
-                                         str(len(ids[0])))
-        path = f"/v1/models/{first['name']}:predict"
-        status, body, _ = self.http(port, "POST", path, json.dumps({"instances": ids}))
-        self.assertEqual(status, 200, body)
-        self.assertEqual(as_bits(body["predictions"]), read_predict_csv(out))
-        # A negative id is refused with the reason; the next good instance is answered.
-        status, body, _ = self.http(port, "POST", path, json.dumps({"instances": [[-1] * len(ids[0])]}))
-        self.assertEqual(status, 400, body)
-        self.assertEqual(self.http(port, "POST", path, json.dumps({"instances": ids[:1]}))[0], 200)
-        server.send_signal(signal.SIGTERM)
-        self.assertEqual(server.wait(timeout=30), 0)
-        server.stdout.close()
+        flags = ["--model", model, "--input-dtype", "int64", "--input-shape", str(len(ids[0]))]
+        self.assert_serves_as_predicted(flags, ids, out, bad=[-1] * len(ids[0]))  # a negative id
 
 
 CRITEO = os.path.join(ROOT, "examples", "criteo")
@@ -494,19 +483,8 @@ class Criteo(ServeClient, RunDirTest):
                             "--batch", str(n), "--out", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, env=ENV, timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr[-2000:])
-        server, port, first = self.serve("--model", model)
-        path = f"/v1/models/{first['name']}:predict"
         fields = [line.split("\t", 1)[1] for line in lines]  # a sample less its label
-        status, body, _ = self.http(port, "POST", path, json.dumps({"instances": fields}))
-        self.assertEqual(status, 200, body)
-        self.assertEqual(as_bits(body["predictions"]), read_predict_csv(out))
-        # A sample of two fields is refused with the reason; the next good one is answered.
-        status, body, _ = self.http(port, "POST", path, json.dumps({"instances": ["1\t2"]}))
-        self.assertEqual(status, 400, body)
-        self.assertEqual(self.http(port, "POST", path, json.dumps({"instances": fields[:1]}))[0], 200)
-        server.send_signal(signal.SIGTERM)
-        self.assertEqual(server.wait(timeout=30), 0)
-        server.stdout.close()
+        self.assert_serves_as_predicted(["--model", model], fields, out, bad="1\t2")  # a sample of two fields
 
 
 def table_of(test, script, run):
