@@ -419,6 +419,7 @@ class ShardImpl final : public Shard {
           return;
         }
         waiting_.push_back({in.peer, std::move(*pull), Clock::now() + options_.pull_wait});
+        state_.WarmSparse(waiting_.back().pull);
       } else {
         ReplyError(in.peer, reply.status());
       }

@@ -23,7 +23,10 @@ void ShardMetrics::PublishTables(const std::vector<SparseTable::Stats>& stats) {
         &m->GetCounter("eps_shard_table_evictions_total",
                        "Rows evicted from a sparse table's memory.", l),
         &m->GetCounter("eps_shard_table_store_reads_total",
-                       "Rows of a sparse table looked up in its RocksDB store (found or not).",
+                       "Rows of a sparse table looked up in its RocksDB store (found or not).", l),
+        &m->GetCounter("eps_shard_table_spill_writes_total",
+                       "Rows of a sparse table written to its RocksDB spill tier (evicted "
+                       "changed since the last checkpoint and since read back from there).",
                        l)});
   }
   for (size_t t = 0; t < stats.size(); ++t) {
@@ -38,6 +41,7 @@ void ShardMetrics::PublishTables(const std::vector<SparseTable::Stats>& stats) {
     grow(series.stepped, series.before.rows_stepped, now.rows_stepped);
     grow(series.evictions, series.before.evictions, now.evictions);
     grow(series.store_reads, series.before.store_reads, now.store_reads);
+    grow(series.spill_writes, series.before.spill_writes, now.spill_writes);
     series.before = now;
   }
 }

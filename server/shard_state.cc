@@ -656,6 +656,20 @@ StatusOr<PullReply> ShardState::HandleSparsePull(const Pull& pull) {
   return reply;
 }
 
+void ShardState::WarmSparse(const Pull& pull) {
+  if (!layout_ || version_.value() < 0 || pull.version.value() != version_.value() + 1) return;
+  std::vector<uint64_t> ids;
+  for (const SparseRead& read : pull.sparse) {
+    if (!read.lookup || read.table >= tables_.size() ||
+        read.ids.size != uint64_t{read.rows} * sizeof(uint64_t) ||
+        !CheckRowIds(layout_->tensors[layout_->sparse[read.table]], read.ids.data, read.rows).ok())
+      continue;
+    ids.resize(read.rows);
+    if (read.rows > 0) std::memcpy(ids.data(), read.ids.data, read.ids.size);
+    (void)tables_[read.table]->Warm(ids.data(), ids.size());
+  }
+}
+
 // ---- durable state --------------------------------------------------------------
 
 Status ShardState::CheckpointTables() {

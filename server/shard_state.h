@@ -146,6 +146,11 @@ class ShardState {
   // this shard's restart abandoned, and its worker must give its plan back now
   // rather than wait out --pull_wait_ms.
   StatusOr<PullReply> Answer(const Pull& pull);
+  // A pull that waits for the step in progress (Answer said Unavailable): the rows its sparse
+  // lookups name come into their tables' memory now (SparseTable::Warm), so that the store's
+  // reads overlap the workers' last VWs instead of following the step. Nothing for other
+  // pulls; an error is left for the answer to report.
+  void WarmSparse(const Pull& pull);
 
   // The digest of the optimizer state at the current version: one item per
   // parameter chunk this shard steps (its tensor, offset and size, whether the

@@ -26,6 +26,9 @@ constexpr size_t kRowOverhead = 112;
 struct Row : RowRecord {
   bool dirty = false;  // changed since the last checkpoint
   bool fresh = false;  // just made by the initializer: stored nowhere
+  // The spill tier holds this row's record as it is: read back from there and not changed
+  // since, so that its eviction writes nothing.
+  bool spill_current = false;
   // Stepped or seeded since it last reached the LRU list's end: a second chance there
   // (Evict), so that a step sets a flag on the row it touches anyway instead of moving a list
   // node, a cache miss elsewhere in memory.
@@ -117,7 +120,8 @@ class SparseTableImpl final : public SparseTable {
       row->initialized = false;
       row->dirty = true;
       row->fresh = false;
-      if (it == cache_.end()) Admit(one.extract(ids[i]), &spill);  // also leaves the spill tier
+      row->spill_current = false;
+      if (it == cache_.end()) Admit(one.extract(ids[i]), &spill);
     }
     return WriteSpill(spill);
   }
@@ -190,8 +194,9 @@ class SparseTableImpl final : public SparseTable {
       row->version = new_version;
       row->dirty = true;
       row->fresh = false;
+      row->spill_current = false;
       ++stats_.rows_stepped;
-      if (rows[i] == nullptr) Insert(loaded.extract(ids[i]), &spill);
+      if (rows[i] == nullptr) Insert(loaded.extract(ids[i]));
     }
     Evict(&spill);
     version_ = Step(new_version);
@@ -213,7 +218,7 @@ class SparseTableImpl final : public SparseTable {
     EPS_RETURN_IF_ERROR(Load(missing, &loaded));
     // A read leaves the LRU order as it is: it follows the steps (a pull of the rows a step
     // changed would only move them again to where the step put them).
-    for (size_t i = 0; i < num_ids; ++i) {
+    for (size_t i = 0; out != nullptr && i < num_ids; ++i) {
       auto it = cache_.find(ids[i]);
       const Row& row = it != cache_.end() ? it->second : loaded.at(ids[i]);
       std::memcpy(out + i * o_.dim, row.data.data(), o_.dim * sizeof(float));
@@ -227,6 +232,8 @@ class SparseTableImpl final : public SparseTable {
     }
     return WriteSpill(spill);
   }
+
+  Status Warm(const uint64_t* ids, size_t num_ids) override { return Read(ids, num_ids, nullptr); }
 
   StatusOr<std::vector<uint64_t>> ChangedSince(Step since, uint64_t from_row = 0,
                                                size_t max_rows = SIZE_MAX) override {
@@ -361,9 +368,11 @@ class SparseTableImpl final : public SparseTable {
         lru_.erase(it->second.lru);
         cache_.erase(it);
       }
-      Insert(came.extract(id), &spill);
+      Insert(came.extract(id));
     }
     Evict(&spill);
+    spilled_cached_ = 0;
+    for (uint64_t id : spilled_) spilled_cached_ += cache_.count(id);
     version_ = version;
     log_.clear();
     log_base_ = version;  // the log does not know the rows that came: their versions say
@@ -382,9 +391,8 @@ class SparseTableImpl final : public SparseTable {
     if (ids.membership != membership_) {
       ids.cached.clear();
       for (const auto& [id, row] : cache_) ids.cached.push_back(id);
-      ids.spilled.assign(spilled_.begin(), spilled_.end());
       std::sort(ids.cached.begin(), ids.cached.end());
-      std::sort(ids.spilled.begin(), ids.spilled.end());
+      ids.spilled = SpilledOnly();
       ids.membership = membership_;
     }
     const Status st = ScanSorted(ids, fn, from_row);
@@ -469,24 +477,26 @@ class SparseTableImpl final : public SparseTable {
       if (row.dirty) rows.emplace_back(id, EncodeRow(row));
     }
     for (uint64_t id : dropped_) rows.emplace_back(id, std::string());  // tombstones
+    // Every spilled record is deleted; those of rows not cached are the rows' state.
     std::vector<uint64_t> moved(spilled_.begin(), spilled_.end());
     // Nothing changed since the newest checkpoint (rows a move brought or took amend it).
     if (!held.empty() && held.back() == version_ && rows.empty() && moved.empty())
       return OkStatus();
-    std::sort(moved.begin(), moved.end());
+    const std::vector<uint64_t> only = SpilledOnly();  // the cached ones are dirty: in `rows`
     std::vector<std::optional<std::string>> records;
-    EPS_RETURN_IF_ERROR(store_->ReadSpilled(moved, &records));
-    for (size_t i = 0; i < moved.size(); ++i) {
+    EPS_RETURN_IF_ERROR(store_->ReadSpilled(only, &records));
+    for (size_t i = 0; i < only.size(); ++i) {
       if (!records[i].has_value()) {
-        return DataLoss("spilled row " + std::to_string(moved[i]) + " of sparse table " +
+        return DataLoss("spilled row " + std::to_string(only[i]) + " of sparse table " +
                         std::to_string(o_.table_id) + " is missing from " + store_->path());
       }
-      rows.emplace_back(moved[i], std::move(*records[i]));
+      rows.emplace_back(only[i], std::move(*records[i]));
     }
     std::sort(rows.begin(), rows.end());
     EPS_RETURN_IF_ERROR(store_->WriteCheckpoint(version_, rows, moved));
-    for (auto& [id, row] : cache_) row.dirty = false;
+    for (auto& [id, row] : cache_) row.dirty = row.spill_current = false;
     spilled_.clear();
+    spilled_cached_ = 0;
     MembershipChanged();
     dropped_.clear();
     stats_.last_checkpoint_rows = rows.size();
@@ -515,7 +525,7 @@ class SparseTableImpl final : public SparseTable {
   Stats stats() const override {
     Stats s = stats_;
     s.cached_rows = cache_.size();
-    s.spilled_rows = spilled_.size();
+    s.spilled_rows = spilled_.size() - spilled_cached_;
     return s;
   }
 
@@ -526,6 +536,17 @@ class SparseTableImpl final : public SparseTable {
                                 " lost rows it could not spill; roll back to a checkpoint");
     }
     return OkStatus();
+  }
+
+  // The spilled rows not cached (ascending): those whose spilled record is their state.
+  std::vector<uint64_t> SpilledOnly() const {
+    std::vector<uint64_t> out;
+    out.reserve(spilled_.size());
+    for (uint64_t id : spilled_) {
+      if (cache_.count(id) == 0) out.push_back(id);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
   }
 
   // Which rows are cached or spilled changed: ScanStored's sorted ids are stale, and let go.
@@ -539,6 +560,7 @@ class SparseTableImpl final : public SparseTable {
     cache_.clear();
     lru_.clear();
     spilled_.clear();
+    spilled_cached_ = 0;
     dropped_.clear();
     reducer_.Clear();
     pending_.reset();
@@ -586,7 +608,7 @@ class SparseTableImpl final : public SparseTable {
                       std::to_string(o_.table_id) + " is " +
                       (record.has_value() ? "malformed" : "missing") + " in " + store_->path());
     }
-    row.dirty = std::string(tier) == "spilled";
+    row.dirty = row.spill_current = std::string(tier) == "spilled";
     (*out)[id] = std::move(row);
     return OkStatus();
   }
@@ -594,20 +616,22 @@ class SparseTableImpl final : public SparseTable {
   // What moves between the cache and the spill tier, written in one batch.
   struct SpillBatch {
     std::vector<std::pair<uint64_t, std::string>> puts;  // evicted changed rows
-    std::vector<uint64_t> deletes;                       // spilled rows back in the cache
+    std::vector<uint64_t> deletes;                       // spilled rows that left the table
   };
 
   // Puts a row (not cached) into the cache as the most recently used, then evicts while over
   // budget (Evict).
   void Admit(std::unordered_map<uint64_t, Row>::node_type node, SpillBatch* spill) {
-    Insert(std::move(node), spill);
+    Insert(std::move(node));
     Evict(spill);
   }
 
-  // Puts a row (not cached) into the cache as the most recently used; a spilled one leaves the
-  // spill tier (`spill` deletes it there).
-  void Insert(std::unordered_map<uint64_t, Row>::node_type node, SpillBatch* spill) {
-    if (spilled_.erase(node.key()) > 0) spill->deletes.push_back(node.key());
+  // Puts a row (not cached) into the cache as the most recently used. A spilled one keeps its
+  // spilled record, stale once the row changes: its eviction overwrites it, and a checkpoint
+  // deletes it (the row comes back at most once between two evictions; deleting its record
+  // then would cost a third write for the one a later eviction makes anyway).
+  void Insert(std::unordered_map<uint64_t, Row>::node_type node) {
+    spilled_cached_ += spilled_.count(node.key());
     MembershipChanged();
     lru_.push_front(node.key());
     node.mapped().lru = lru_.begin();
@@ -628,10 +652,11 @@ class SparseTableImpl final : public SparseTable {
         continue;
       }
       lru_.pop_back();
-      if (it->second.dirty) {
+      if (it->second.dirty && !it->second.spill_current) {
         spill->puts.emplace_back(victim, EncodeRow(it->second));
-        spilled_.insert(victim);
+        ++stats_.spill_writes;
       }
+      if (it->second.dirty && !spilled_.insert(victim).second) --spilled_cached_;
       cache_.erase(it);
       MembershipChanged();
       ++stats_.evictions;
@@ -671,7 +696,10 @@ class SparseTableImpl final : public SparseTable {
 
   std::unordered_map<uint64_t, Row> cache_;
   std::list<uint64_t> lru_;  // most recently put at the front first (Row::used: a second chance)
-  std::unordered_set<uint64_t> spilled_;  // rows whose record is in the spill tier
+  // Rows with a record in the spill tier: changed since the last checkpoint and evicted since.
+  // The record is the row's state unless the row is cached (then the cache's is).
+  std::unordered_set<uint64_t> spilled_;
+  size_t spilled_cached_ = 0;  // of them, the cached ones
   // Counts the changes of which rows are cached and which spilled: ScanStored's sorted ids of
   // both hold while it is the same (the pages of an export's final pull scan them once).
   uint64_t membership_ = 0;

@@ -2,11 +2,13 @@
 // keyed by 64-bit row ids, of which a step touches a few. Only the touched rows
 // are reduced and stepped; a table may be larger than memory.
 //
-// Storage. A row lives in exactly one place: the table's in-memory cache
+// Storage. A row's state lives in exactly one place: the table's in-memory cache
 // (bounded by memory_bytes, the least recently used rows evicted first, by a
 // second-chance approximation) or its SparseRowStore (storage/sparse_store.h: RocksDB, a database
 // of its own under the shard's store directory), as ONE record holding the row's weights, its
-// optimizer moments and the version that last changed it. A row no step has
+// optimizer moments and the version that last changed it (a cached row read back from the
+// spill tier keeps its spilled record there, which the cache's copy overrides: its eviction
+// then writes once, not twice). A row no step has
 // touched is stored nowhere: its value is InitialRow(init, seed, table, row),
 // unless Seed gave it other weights at version 0 (--init_from): a seeded row is
 // stored, at version 0, with the moments of an untouched one.
@@ -167,6 +169,11 @@ class SparseTable {
   // Rows `ids` (any order, repeats allowed) at version(), to out[i*dim, (i+1)*dim).
   // Store errors as ApplyStep's (the rows it brings in may evict others).
   virtual Status Read(const uint64_t* ids, size_t num_ids, float* out) = 0;
+  // Brings the stored rows among `ids` (any order, repeats allowed) into the cache as Read does,
+  // without reading them out: ahead of the pull or step that needs them, so that the store's
+  // reads are done while the workers compute. Allowed while a step's pushes come (rows are at
+  // version()). Store errors as Read's.
+  virtual Status Warm(const uint64_t* ids, size_t num_ids) = 0;
   // The ids (ascending) of the rows changed by the steps after version `since`
   // (empty when since >= version()): from a log of the last changelog_versions
   // steps, or, for an older `since` (or one before the version the table was
@@ -236,7 +243,8 @@ class SparseTable {
   // ---- statistics ----
   struct Stats {
     uint64_t cached_rows = 0;           // rows in memory
-    uint64_t spilled_rows = 0;          // changed rows evicted since the last checkpoint
+    uint64_t spilled_rows = 0;          // changed rows evicted since the last checkpoint, not back
+    uint64_t spill_writes = 0;          // rows written to the spill tier since Open
     uint64_t evictions = 0;             // since Open
     uint64_t store_reads = 0;           // rows looked up in the store since Open (found or not)
     uint64_t rows_stepped = 0;          // since Open

@@ -12,8 +12,9 @@
 // checkpoints).
 //
 // Two kinds of records, never the same key:
-//  * Spilled rows: the current record of a row the cache evicted while it had
-//    changed since the last checkpoint. Written unsynced and without the WAL
+//  * Spilled rows: the record of a row the cache evicted while it had changed
+//    since the last checkpoint (the table's cache may hold a newer copy of a row
+//    it read back, which overrides it). Written unsynced and without the WAL
 //    (WriteSpill), since they are scratch: Open and RollbackTo drop them all,
 //    and a checkpoint moves them into checkpoint records.
 //  * Checkpoint records: the record of a row as of checkpoint step s, keyed by

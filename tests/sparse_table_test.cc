@@ -330,6 +330,108 @@ TEST(SparseTable, RowsSpilledToRocksDbGiveTheSameBitsAsATableInMemory) {
   EXPECT_GT(now.size(), ids.size());
 }
 
+// A row read back from the spill tier keeps its spilled record while it does not change: its
+// eviction then writes nothing, and a changed one overwrites the record once. The cache's copy
+// overrides the stale record in every read, scan and checkpoint.
+TEST(SparseTable, RowsReadBackFromTheSpillTierAreWrittenAgainOnlyOnceChanged) {
+  TempDir dir;
+  const size_t dim = 4;
+  SparseTableOptions o = TableOptions(1, dim);
+  auto in_memory = OpenTable(o);
+  o.path = dir.path();
+  o.memory_bytes = 4 * in_memory->RowBytes();
+  auto spilling = OpenTable(o);
+  const std::vector<uint64_t> a = {1, 2, 3, 4}, b = {11, 12, 13, 14};
+  const auto step = [&](const std::vector<uint64_t>& ids, float g) {
+    VwGrad vw{ids, std::vector<float>(ids.size() * dim, g)};
+    RunStep(in_memory.get(), {vw}, AlignedBlocks(0, 1), dim, 0.1);
+    RunStep(spilling.get(), {vw}, AlignedBlocks(0, 1), dim, 0.1);
+  };
+  step(a, 1.0f);
+  step(b, 2.0f);  // evicts a, changed: 4 writes
+  EXPECT_EQ(spilling->stats().spill_writes, 4u);
+  ReadRows(spilling.get(), a, dim);  // a back, b evicted changed: 4 more
+  EXPECT_EQ(spilling->stats().spill_writes, 8u);
+  EXPECT_EQ(spilling->stats().spilled_rows, 4u);  // b; a is back in memory
+  ReadRows(spilling.get(), b, dim);  // b back, a evicted unchanged since read back: none
+  EXPECT_EQ(spilling->stats().spill_writes, 8u);
+  EXPECT_EQ(spilling->stats().spilled_rows, 4u);  // a
+  step(a, -1.0f);  // a back and changed, b evicted unchanged since read back: none
+  EXPECT_EQ(spilling->stats().spill_writes, 8u);
+  EXPECT_EQ(spilling->stats().spilled_rows, 4u);  // b
+  ReadRows(spilling.get(), b, dim);               // b back, a evicted changed: 4 more
+  EXPECT_EQ(spilling->stats().spill_writes, 12u);
+  EXPECT_EQ(spilling->stats().cached_rows, 4u);
+
+  std::vector<uint64_t> all = a;
+  all.insert(all.end(), b.begin(), b.end());
+  const auto same = [&](SparseTable* t, const char* when) {
+    EXPECT_TRUE(SameBits(ReadRows(in_memory.get(), all, dim), ReadRows(t, all, dim))) << when;
+    std::vector<uint64_t> scanned;
+    std::vector<float> floats, want;
+    ASSERT_TRUE(t->ScanRows([&](uint64_t id, Step, const float* f) {
+                   scanned.push_back(id);
+                   floats.insert(floats.end(), f, f + 3 * dim);
+                 }).ok());
+    ASSERT_TRUE(in_memory
+                    ->ScanRows([&](uint64_t, Step, const float* f) {
+                      want.insert(want.end(), f, f + 3 * dim);
+                    })
+                    .ok());
+    EXPECT_EQ(scanned, all) << when;  // each row once, ascending
+    EXPECT_TRUE(SameBits(floats, want)) << when;
+  };
+  same(spilling.get(), "spilled");
+  step(a, 0.5f);  // a changes while its stale record is in the spill tier
+  ASSERT_TRUE(spilling->Checkpoint().ok());
+  same(spilling.get(), "checkpointed");
+  spilling.reset();
+  same(OpenTable(o).get(), "reopened");  // the checkpoint holds the cache's copies
+}
+
+// Warm brings the stored rows asked for into memory, while a step's pushes come; the step then
+// reads nothing from the store, and the bits are a cold table's.
+TEST(SparseTable, WarmBringsStoredRowsIntoMemoryAheadOfTheStep) {
+  TempDir dir;
+  const size_t dim = 4;
+  SparseTableOptions o = TableOptions(2, dim);
+  auto in_memory = OpenTable(o);
+  o.path = dir.path();
+  o.memory_bytes = 4 * in_memory->RowBytes();
+  auto warm = OpenTable(o);
+  const std::vector<uint64_t> a = {1, 2, 3, 4}, b = {11, 12, 13, 14};
+  const auto step = [&](SparseTable* t, const std::vector<uint64_t>& ids, float g,
+                        const std::vector<uint64_t>* warm_ids) {
+    const std::vector<VwGrad> vws(2, VwGrad{ids, std::vector<float>(ids.size() * dim, g)});
+    const SparseRows part = BlockPartial(vws, Block{0, 1}, 2, dim);
+    ASSERT_TRUE(t->Push(t->version(), Block{0, 1}, part.ids.data(), part.ids.size(),
+                        part.values.data(), part.values.size())
+                    .ok());
+    if (warm_ids != nullptr) {
+      ASSERT_TRUE(t->Warm(warm_ids->data(), warm_ids->size()).ok());
+    }
+    const SparseRows rest = BlockPartial(vws, Block{1, 1}, 2, dim);
+    ASSERT_TRUE(t->Push(t->version(), Block{1, 1}, rest.ids.data(), rest.ids.size(),
+                        rest.values.data(), rest.values.size())
+                    .ok());
+    ASSERT_TRUE(t->ApplyStep(0.1).ok());
+  };
+  for (SparseTable* t : {in_memory.get(), warm.get()}) {
+    step(t, a, 1.0f, nullptr);
+    step(t, b, 2.0f, nullptr);  // a leaves memory
+  }
+  const uint64_t reads = warm->stats().store_reads;
+  const std::vector<uint64_t> asked = {1, 2, 3, 4, 99};  // 99: never touched
+  step(in_memory.get(), a, -1.0f, nullptr);
+  step(warm.get(), a, -1.0f, &asked);  // warmed while the step's pushes come
+  EXPECT_EQ(warm->stats().store_reads, reads + asked.size());  // all at Warm, none at the step
+  EXPECT_EQ(warm->stats().cached_rows, 4u);                    // 99 stays stored nowhere
+  std::vector<uint64_t> all = a;
+  all.insert(all.end(), b.begin(), b.end());
+  all.push_back(99);
+  EXPECT_TRUE(SameBits(ReadRows(in_memory.get(), all, dim), ReadRows(warm.get(), all, dim)));
+}
+
 TEST(SparseTable, ApplyStepHandsOverTheRowsItChangedAtTheirPreviousWeights) {
   TempDir dir;
   const uint32_t num_vws = 3;

@@ -601,6 +601,7 @@ class WorkerImpl final : public Worker {
   Status TrainBlock(const StepPlan& plan, const Block& block, const BufferCopies& step_buffers,
                     BufferCopies* vw0_buffers, Laps& lap) {
     const uint32_t last = block.hi() - 1;
+    const Step next(plan.step.value() + 1);
     // Used by the reducing thread only, from the tasks posted below (after a
     // failed task it skips the rest, so none of them sees an unstarted last VW).
     const BlockPusher::Job job{&layout_, flat_.get(), spec_.virtual_workers, spec_.grad_wire_dtype,
@@ -628,9 +629,9 @@ class WorkerImpl final : public Worker {
       lap(&times_.plan);
       if (v != plan.vw_lo) EPS_RETURN_IF_ERROR(RestoreBuffers(model_.get(), step_buffers));
       sampler_->Indices(VirtualWorkerId(v), plan.step, &indices);
-      if (is_last && block.hi() == plan.vw_hi) {
-        // No chunk of w(t+1) can step before this VW's backward: the pulls need not wait longer.
-        const Step next(plan.step.value() + 1);
+      // No chunk of w(t+1) can step before the last VW's backward: the pulls need not wait longer,
+      // unless they name the next plan's rows, which the shards bring into memory meanwhile.
+      if (client_->looks_up() ? v == plan.vw_lo : is_last && block.hi() == plan.vw_hi) {
         if (client_->looks_up()) EPS_RETURN_IF_ERROR(WantPlanRows(plan.vw_lo, plan.vw_hi, next));
         EPS_RETURN_IF_ERROR(client_->Prefetch(next));
       }
@@ -661,8 +662,7 @@ class WorkerImpl final : public Worker {
     lap(&times_.copies);
     EPS_RETURN_IF_ERROR(session_->ConfirmPlan(/*wait=*/true));  // before the block's first push
     lap(&times_.plan);
-    // The last task of the block: it holds the last VW's gradients until the
-    // tasks before it have read them.
+    // The block's last task: it holds the last VW's gradients until the tasks before it read them.
     reducing_->Post([pusher, grads = std::move(last_grads), last_loss,
                      buffers = block.lo == 0 ? *vw0_buffers : BufferCopies{}] {
       return pusher->Finish(last_loss, buffers, grads);

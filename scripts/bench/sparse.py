@@ -17,6 +17,8 @@ Rows:
   looked up       1 worker, --worker_table_mb=16: the worker does not hold the table (128 MiB) but pulls the rows its
                   batches read by id at each step (the module's table_ids) into a compact table of the batch's rows
                   (its with_table_ids); 2 workers likewise
+  looked up, 10x  looked up with 10x memory's --shard_memory_mb: each shard brings the rows of the next plan into
+                  memory while the worker computes (the prefetch pull names them)
   looked up, lazy the same without with_table_ids: the rows written at their ids into lazy memory
   exact           --sparse_optimizer=exact: the table as a dense tensor (what ElasticPS did before), fewer steps
   1 VW of 128     1 worker, V = 1 of 128 samples: plain PyTorch's batch as one VW, so that the ratio is the parameter
@@ -136,6 +138,8 @@ def measure(b, d, steps):
             ("10x memory", 1, [lazy, f"--steps={steps}", f"--shard_memory_mb={max(1, round(touched_mb / 10))}"]),
             ("looked up", 1, [compact, f"--steps={steps}", "--worker_table_mb=16"]),
             ("looked up, 2 w", 2, [compact, f"--steps={steps}", "--worker_table_mb=16"]),
+            ("looked up, 10x", 1, [compact, f"--steps={steps}", "--worker_table_mb=16",
+                                   f"--shard_memory_mb={max(1, round(touched_mb / 10))}"]),
             ("looked up, lazy", 1, [lazy, f"--steps={steps}", "--worker_table_mb=16"]),
             ("exact", 1, [lazy, f"--steps={min(steps, 20)}", "--sparse_optimizer=exact"]),
             ("1 VW of 128", 1, [lazy, f"--steps={steps}", "--virtual_workers=1", "--batch_per_vw=128"])]
