@@ -103,9 +103,11 @@ class TableFileRunner final : public ModelRunner {
   SparseGradient SparseGrad(size_t i) const override { return runner_->SparseGrad(i); }
   StatusOr<Gradients> TakeGradients() override { return runner_->TakeGradients(); }
   bool Lookup(size_t i) const override { return runner_->Lookup(i); }
-  StatusOr<std::vector<std::vector<uint64_t>>> TableRows(
-      const Dataset& data, const std::vector<int64_t>& indices) override {
-    return runner_->TableRows(data, indices);
+  bool NamesHeldTableRows() const override { return runner_->NamesHeldTableRows(); }
+  StatusOr<std::vector<std::vector<uint64_t>>> TableRows(const Dataset& data,
+                                                         const std::vector<int64_t>& indices,
+                                                         bool held_too) override {
+    return runner_->TableRows(data, indices, held_too);
   }
 
   StatusOr<EvalStats> Evaluate(const Dataset& data, int64_t lo, int64_t hi,
@@ -157,7 +159,7 @@ class TableFileRunner final : public ModelRunner {
   // The rows samples `indices` read, from the table files into the runner.
   Status BindRows(const Dataset& data, const std::vector<int64_t>& indices) {
     EPS_ASSIGN_OR_RETURN(std::vector<std::vector<uint64_t>> rows,
-                         runner_->TableRows(data, indices));
+                         runner_->TableRows(data, indices, /*held_too=*/false));
     for (const auto& [i, table] : by_param_) {
       EPS_RETURN_IF_ERROR(runner_->DropTableRows(i));
       if (i >= rows.size() || rows[i].empty()) continue;

@@ -38,20 +38,22 @@ void LookupTables::MakeLazy(size_t i, const torch::Tensor& weight) {
 }
 
 Status LookupTables::RowsOf(Net& net, const std::vector<TensorSpec>& specs, const torch::Tensor& x,
-                            std::vector<std::vector<uint64_t>>* out) const {
-  if (any_) return RowsOfIds(specs, net.TableIds(x), out);
+                            bool held_too, std::vector<std::vector<uint64_t>>* out) const {
+  if (any_ || (held_too && net.HasTableIds()))
+    return RowsOfIds(specs, net.TableIds(x), held_too, out);
   out->assign(specs.size(), {});
   return OkStatus();
 }
 
 Status LookupTables::RowsOfIds(const std::vector<TensorSpec>& specs, const NamedTensors& table_ids,
-                               std::vector<std::vector<uint64_t>>* out) const {
+                               bool held_too, std::vector<std::vector<uint64_t>>* out) const {
   out->assign(specs.size(), {});
   std::vector<char> named(tables_.size(), 0);
   for (const auto& [name, ids] : table_ids) {
     for (size_t i = 0; i < tables_.size() && i < specs.size(); ++i) {
       const Table& t = tables_[i];
-      if (t.kind == Kind::kHeld || specs[i].name != name) continue;
+      if ((t.kind == Kind::kHeld && (!held_too || !specs[i].sparse)) || specs[i].name != name)
+        continue;
       EPS_ASSIGN_OR_RETURN((*out)[i], DistinctRows(ids, IdBound(t.rows), name));
       std::vector<uint64_t>& rows = (*out)[i];
       if (t.kind == Kind::kCompact && (rows.empty() || rows[0] != 0)) rows.insert(rows.begin(), 0);
@@ -73,7 +75,7 @@ StatusOr<torch::Tensor> LookupTables::Bind(Net& net, const std::vector<TensorSpe
   if (!any_) return x;
   const NamedTensors table_ids = net.TableIds(x);
   std::vector<std::vector<uint64_t>> rows;
-  EPS_RETURN_IF_ERROR(RowsOfIds(specs, table_ids, &rows));
+  EPS_RETURN_IF_ERROR(RowsOfIds(specs, table_ids, /*held_too=*/false, &rows));
   for (size_t i = 0; i < tables_.size(); ++i) {
     if (tables_[i].kind != Kind::kHeld) tables_[i].batch = std::move(rows[i]);
   }

@@ -58,10 +58,11 @@ class LookupTables {
   void MakeLazy(size_t i, const torch::Tensor& weight);
 
   // By parameter: the rows of each lookup table forward reads for the batch `x`, ascending
-  // and distinct (empty for the others). InvalidArgument for ids outside a table, a net whose
+  // and distinct (empty for the others; with `held_too`, the tables held whole too where the net
+  // names their ids, Net::HasTableIds). InvalidArgument for ids outside a table, a net whose
   // table ids leave a lookup table out. `specs` are the runner's tensors.
   [[nodiscard]] Status RowsOf(Net& net, const std::vector<TensorSpec>& specs,
-                              const torch::Tensor& x,
+                              const torch::Tensor& x, bool held_too,
                               std::vector<std::vector<uint64_t>>* out) const;
   // Before a forward on `x`: the batch's rows (kept for GradientIds), each compact table's
   // `weights[i]` set to its rows, and `x` with their ids rewritten. A row not written is
@@ -90,7 +91,7 @@ class LookupTables {
  private:
   // RowsOf, from the net's TableIds of the batch.
   [[nodiscard]] Status RowsOfIds(const std::vector<TensorSpec>& specs,
-                                 const NamedTensors& table_ids,
+                                 const NamedTensors& table_ids, bool held_too,
                                  std::vector<std::vector<uint64_t>>* out) const;
 
   struct Table {

@@ -238,14 +238,16 @@ class TorchModelRunner final : public ModelRunner {
   }
 
   bool Lookup(size_t i) const override { return lookups_->lookup(i); }
+  bool NamesHeldTableRows() const override { return net_->HasTableIds(); }
 
-  StatusOr<std::vector<std::vector<uint64_t>>> TableRows(
-      const Dataset& data, const std::vector<int64_t>& indices) override {
+  StatusOr<std::vector<std::vector<uint64_t>>> TableRows(const Dataset& data,
+                                                         const std::vector<int64_t>& indices,
+                                                         bool held_too) override {
     std::vector<std::vector<uint64_t>> rows;
     EPS_RETURN_IF_ERROR(CheckSamples(data, indices, /*labels=*/false));
     try {
       EPS_RETURN_IF_ERROR(lookups_->RowsOf(
-          *net_, specs_, net_->Input(FeatureRows(data, IndexTensor(indices))), &rows));
+          *net_, specs_, net_->Input(FeatureRows(data, IndexTensor(indices))), held_too, &rows));
     } catch (const std::exception& e) {
       return FromTorch("TableRows", e);
     }

@@ -280,11 +280,17 @@ class ModelRunner {
   }
   // By parameter: the rows of each lookup table that training on samples
   // `indices` of `data` (or predicting them) reads, ascending and distinct;
-  // empty for every other tensor. InvalidArgument for indices out of range,
-  // ids outside a table, a module whose table_ids(x) leaves a lookup table out.
+  // empty for every other tensor. With `held_too`, also those of the sparse
+  // tables held whole, where the model names a batch's ids (Net::HasTableIds:
+  // the zoo's models, a module with table_ids): what a worker tells the shards
+  // its next plan touches, for them to read ahead (SparseTable::Warm).
+  // InvalidArgument for indices out of range, ids outside a table, a module
+  // whose table_ids(x) leaves a lookup table out.
+  // Whether TableRows names the rows of the sparse tables held whole (held_too).
+  virtual bool NamesHeldTableRows() const { return false; }
   [[nodiscard]] virtual StatusOr<std::vector<std::vector<uint64_t>>> TableRows(
-      const Dataset& data, const std::vector<int64_t>& indices) {
-    (void)data, (void)indices;
+      const Dataset& data, const std::vector<int64_t>& indices, bool held_too) {
+    (void)data, (void)indices, (void)held_too;
     return std::vector<std::vector<uint64_t>>{};
   }
   // Rows pulled for lookup table i: `n` ids and n x dim floats (a lookup table's Write

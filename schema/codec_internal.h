@@ -159,8 +159,8 @@ class Reader {
     return OkStatus();
   }
 
-  // Sparse reads: one of a table looked up by rows names a frame of its ids
-  // (8 bytes a row; their order and range are checked by the receiver).
+  // Sparse reads: one of a table looked up by rows, or one by version with warm rows, names a
+  // frame of its ids (8 bytes a row; their order and range are checked by the receiver).
   Status SparseReads(capnp::List<wire::SparseRead>::Reader in, std::vector<SparseRead>* out) {
     EPS_RETURN_IF_ERROR(ListSize(in, "sparse reads"));
     out->clear();
@@ -171,15 +171,13 @@ class Reader {
       read.max_rows = ref.getMaxRows();
       if (read.lookup && (read.from_row != 0 || read.max_rows != 0))
         return ProtocolError("a sparse lookup in pages");
-      if (read.lookup) {
+      if (read.lookup || ref.getRows() != 0) {
         read.rows = ref.getRows();
         Frame ids;
         EPS_RETURN_IF_ERROR(ByteFrame(ref.getIdsFrame(), &ids));
         if (ids.size != uint64_t{read.rows} * sizeof(uint64_t))
-          return ProtocolError("a sparse lookup whose ids frame does not hold one id a row");
+          return ProtocolError("a sparse read whose ids frame does not hold one id a row");
         read.ids = {ChunkId(0), ids.data, ids.size, ids.owner};
-      } else if (ref.getRows() != 0) {
-        return ProtocolError("a sparse read by version names rows");
       }
       out->push_back(std::move(read));
     }

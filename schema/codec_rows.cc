@@ -23,8 +23,8 @@ void SetSparseReads(capnp::List<wire::SparseRead>::Builder out,
     out[i].setSince(reads[i].since.value());
     out[i].setFromRow(reads[i].from_row);
     out[i].setMaxRows(reads[i].max_rows);
-    if (!reads[i].lookup) continue;
-    out[i].setLookup(true);
+    if (!reads[i].lookup && reads[i].rows == 0) continue;
+    out[i].setLookup(reads[i].lookup);
     out[i].setRows(reads[i].rows);
     out[i].setIdsFrame(static_cast<uint32_t>(frames->size() - 1));
     frames->push_back({reads[i].ids.data, reads[i].ids.size, reads[i].ids.owner});

@@ -272,7 +272,10 @@ struct SparseRead {
   # tables"): instead of the rows changed since `since`, exactly these `rows`
   # ids, strictly ascending, of this shard, as little-endian uint64 in frame
   # idsFrame; the reply holds every one of them (untouched rows at their
-  # initial values).
+  # initial values). Without lookup, `rows` ids (0 or more) name the rows the
+  # worker's next plan touches of a table it holds, for the shard to bring
+  # into memory ahead of the step (warm rows); the reply is the rows changed
+  # since `since` all the same.
   lookup @2 :Bool;
   rows @3 :UInt32;
   idsFrame @4 :UInt32;

@@ -307,6 +307,9 @@ struct SparseRead {
   uint32_t max_rows = 0;
   // Looked up by rows (a worker that does not hold the table): `rows` ids,
   // strictly ascending, as uint64 in `ids`, instead of those changed since.
+  // Without `lookup`, `rows` ids name the rows the reader's next plan touches
+  // (warm rows: the shard brings them into memory, ShardState::WarmSparse);
+  // the answer is the rows changed since, all the same.
   bool lookup = false;
   uint32_t rows = 0;
   ChunkBytes ids{};  // `chunk` unused

@@ -660,7 +660,7 @@ void ShardState::WarmSparse(const Pull& pull) {
   if (!layout_ || version_.value() < 0 || pull.version.value() != version_.value() + 1) return;
   std::vector<uint64_t> ids;
   for (const SparseRead& read : pull.sparse) {
-    if (!read.lookup || read.table >= tables_.size() ||
+    if (read.rows == 0 || read.table >= tables_.size() ||
         read.ids.size != uint64_t{read.rows} * sizeof(uint64_t) ||
         !CheckRowIds(layout_->tensors[layout_->sparse[read.table]], read.ids.data, read.rows).ok())
       continue;

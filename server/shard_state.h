@@ -147,9 +147,9 @@ class ShardState {
   // rather than wait out --pull_wait_ms.
   StatusOr<PullReply> Answer(const Pull& pull);
   // A pull that waits for the step in progress (Answer said Unavailable): the rows its sparse
-  // lookups name come into their tables' memory now (SparseTable::Warm), so that the store's
-  // reads overlap the workers' last VWs instead of following the step. Nothing for other
-  // pulls; an error is left for the answer to report.
+  // reads name (a lookup's, or a held table's warm rows) come into their tables' memory now
+  // (SparseTable::Warm), so that the store's reads overlap the workers' compute instead of
+  // following the step. Nothing for other pulls; an error is left for the answer to report.
   void WarmSparse(const Pull& pull);
 
   // The digest of the optimizer state at the current version: one item per

@@ -1025,6 +1025,18 @@ TEST(Codec, ALookupByRowsAndAPageOfRowsRoundTripAndAWrongFrameIsAProtocolError) 
   pull.sparse[1].max_rows = 0;
   pull.sparse[1].rows = 2;  // three ids in the frame
   ExpectInvalid(EncodeOrDie({"t", pull}), "one id a row");
+  // A read by version with warm rows (a held table's next plan): the ids come along.
+  pull.sparse[1].rows = 3;
+  pull.sparse[1].lookup = false;
+  got = Decode(EncodeOrDie({"t", pull}));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  const SparseRead& warm = std::get<Pull>(got->body).sparse[1];
+  EXPECT_FALSE(warm.lookup);
+  ASSERT_EQ(warm.rows, 3u);
+  ASSERT_EQ(warm.ids.size, 24u);
+  EXPECT_EQ(std::memcmp(warm.ids.data, ids->data(), 24), 0);
+  pull.sparse[1].rows = 4;
+  ExpectInvalid(EncodeOrDie({"t", pull}), "one id a row");
 }
 
 TEST(Codec, AnOptimizerDigestRoundTripsAndOneOfAnotherSizeIsAProtocolError) {

@@ -191,12 +191,20 @@ TEST(ModelRunner, ALookupTableHoldsTheRowsWrittenAndComputesTheHeldTablesBits) {
   }
   ModelRunner& held = *runners[0];
   ModelRunner& looked = *runners[1];
-  auto read = looked.TableRows(data, {0, 1});
+  auto read = looked.TableRows(data, {0, 1}, /*held_too=*/false);
   ASSERT_TRUE(read.ok()) << read.status().ToString();
   const std::vector<uint64_t> want = {0, 2, 5, 7, 9, 1 << 25};
   EXPECT_EQ((*read)[0], want);
   EXPECT_TRUE((*read)[1].empty());
-  auto one = looked.TableRows(data, {1});
+  // A table held whole names its rows only when they are asked for too (a worker's warm rows).
+  auto held_rows = held.TableRows(data, {0, 1}, /*held_too=*/false);
+  ASSERT_TRUE(held_rows.ok());
+  EXPECT_TRUE((*held_rows)[0].empty());
+  held_rows = held.TableRows(data, {0, 1}, /*held_too=*/true);
+  ASSERT_TRUE(held_rows.ok()) << held_rows.status().ToString();
+  EXPECT_EQ((*held_rows)[0], want);
+  EXPECT_TRUE((*held_rows)[1].empty());  // the position embedding: dense
+  auto one = looked.TableRows(data, {1}, /*held_too=*/false);
   ASSERT_TRUE(one.ok());
   EXPECT_EQ((*one)[0], (std::vector<uint64_t>{0, 2, 5, 9, 1 << 25}));
   // The same rows into both, and the same dense values (the seed's: no table drew any).
@@ -253,7 +261,7 @@ TEST(ModelRunner, ATableOfUnboundedKeysTakesAnyId) {
   while ((*r)->Tensors()[emb].name != "dlrm.emb.weight") ++emb;
   EXPECT_EQ((*r)->Tensors()[emb].shape, (std::vector<int64_t>{0, 4}));
   ASSERT_TRUE((*r)->Lookup(emb));
-  auto rows = (*r)->TableRows(data, {0, 1});
+  auto rows = (*r)->TableRows(data, {0, 1}, false);
   ASSERT_TRUE(rows.ok()) << rows.status().ToString();
   const std::vector<uint64_t> want = {0, 7, uint64_t(huge), uint64_t(huge) + 1};
   EXPECT_EQ((*rows)[emb], want);
@@ -266,7 +274,7 @@ TEST(ModelRunner, ATableOfUnboundedKeysTakesAnyId) {
   ASSERT_EQ(g.rows, want.size());
   for (size_t k = 0; k < g.rows; ++k) EXPECT_EQ(uint64_t(g.ids[k]), want[k]);
   samples[13] = -1;  // not a row
-  EXPECT_EQ((*r)->TableRows(data, {0}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*r)->TableRows(data, {0}, false).status().code(), StatusCode::kInvalidArgument);
 }
 
 // dlrm's table rows of a batch are its 26 categories, distinct and ascending; an id
@@ -288,7 +296,7 @@ TEST(ModelRunner, DlrmLooksUpTheCategoriesOfItsBatch) {
   size_t emb = 0;
   while ((*r)->Tensors()[emb].name != "dlrm.emb.weight") ++emb;
   ASSERT_TRUE((*r)->Lookup(emb));
-  auto rows = (*r)->TableRows(data, {1, 0});
+  auto rows = (*r)->TableRows(data, {1, 0}, false);
   ASSERT_TRUE(rows.ok()) << rows.status().ToString();
   std::vector<uint64_t> want;
   for (uint64_t v = 0; v < 20; ++v) want.push_back(v);
@@ -302,7 +310,7 @@ TEST(ModelRunner, DlrmLooksUpTheCategoriesOfItsBatch) {
   const SparseGradient g = (*r)->SparseGrad(emb);
   EXPECT_EQ(g.rows, want.size());
   samples[13] = int64_t{1} << 20;  // beyond the table
-  EXPECT_EQ((*r)->TableRows(data, {0}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*r)->TableRows(data, {0}, false).status().code(), StatusCode::kInvalidArgument);
 }
 
 // A worker asked to leave stops a VW's backward at its next gradient: Aborted, no gradient
@@ -832,7 +840,7 @@ TEST_F(ScriptModel, ATableLookedUpCompactlyOrLazilyComputesTheHeldTablesBits) {
   ModelRunner* looked[] = {lazy.get(), compact.get(), misplaced.get()};
   for (ModelRunner* m : looked) {
     ASSERT_TRUE(m->Lookup(0));
-    auto rows = m->TableRows(data, {0, 1});
+    auto rows = m->TableRows(data, {0, 1}, false);
     ASSERT_TRUE(rows.ok()) << rows.status().ToString();
     for (uint64_t r : (*rows)[0]) {
       const float row[8] = {0.5f * r, -1, 2, 0.25f, 1e-3f * r, 3, -2, 1};
@@ -872,7 +880,7 @@ TEST_F(ScriptModel, AModulesTableOfZeroRowsTakesAnyKey) {
   ASSERT_NE(keyed, nullptr);
   EXPECT_EQ(keyed->Tensors()[0].shape, (std::vector<int64_t>{0, 8}));
   ASSERT_TRUE(keyed->Lookup(0));
-  auto rows = keyed->TableRows(data, {0});
+  auto rows = keyed->TableRows(data, {0}, false);
   ASSERT_TRUE(rows.ok()) << rows.status().ToString();
   const std::vector<uint64_t> want = {0, 17, (uint64_t{1} << 62) + 9,
                                       uint64_t(std::numeric_limits<int64_t>::max() - 1)};
@@ -884,7 +892,7 @@ TEST_F(ScriptModel, AModulesTableOfZeroRowsTakesAnyKey) {
   ASSERT_EQ(g.rows, 3u);  // row 0 is held, not read
   for (size_t k = 0; k < g.rows; ++k) EXPECT_EQ(uint64_t(g.ids[k]), want[k + 1]);
   ids[7] = std::numeric_limits<int64_t>::max();  // the one int64 that is no row
-  EXPECT_EQ(keyed->TableRows(IdSamples(ids, labels, 12), {0}).status().code(),
+  EXPECT_EQ(keyed->TableRows(IdSamples(ids, labels, 12), {0}, false).status().code(),
             StatusCode::kInvalidArgument);
 }
 

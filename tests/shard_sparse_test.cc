@@ -353,65 +353,69 @@ TEST(ShardSparse, ARollbackBringsTheTablesBackWithTheState) {
   EXPECT_EQ(again->ids, (Ids{3, 7}));
 }
 
-// A pull waiting for the step in progress names the rows its worker's next VWs look up: the
-// shard brings those its store holds into memory at once, while the workers compute, rather than
-// when the step or the pull needs them. The bits are the same.
-TEST(ShardSparse, APullThatWaitsBringsTheRowsItLooksUpIntoMemory) {
-  TempDir dir;
-  StoreOptions so;
-  so.path = dir.path() + "/store";
-  so.job_id = "sparse-test";
-  so.owner = "shard/0";
-  so.create_if_missing = true;
-  auto store = StateStore::Open(so);
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  ShardState state = Initialized(ShardTablesOptions{dir.path() + "/tables", 3});
-  auto step = [&](int64_t t, const Ids& ids, const Values& g) {
-    auto out = state.HandlePush(
-        MakePush(t, Block{0, kVws}, {Bytes(0, kHeadGrad), Bytes(1, kLoss)}, {Rows(ids, g)}));
-    ASSERT_TRUE(out.ok() && out->completed.has_value());
-  };
-  step(0, {2, 4}, {2, 2, 4, 4});
-  ASSERT_TRUE(state.CheckpointTables().ok());
-  auto snapshot = state.Snapshot();
-  ASSERT_TRUE(snapshot.ok());
-  ASSERT_TRUE(
-      (*store)->WriteCheckpoint(snapshot->version, snapshot->blobs, snapshot->metadata).ok());
-  ASSERT_TRUE(state.RollbackTo(**store, Step(1)).ok());  // rows 2 and 4 only in the store now
-  ASSERT_EQ(state.TableStats()[0].cached_rows, 0u);
+// A pull waiting for the step in progress names the rows its worker's next VWs touch (those it
+// looks up, or the warm rows of a table it holds): the shard brings those its store holds into
+// memory at once, while the workers compute, rather than when the step or the pull needs them.
+// The bits are the same.
+TEST(ShardSparse, APullThatWaitsBringsTheRowsItNamesIntoMemory) {
+  for (bool lookup : {true, false}) {
+    SCOPED_TRACE(lookup ? "a lookup" : "a held table's warm rows");
+    TempDir dir;
+    StoreOptions so;
+    so.path = dir.path() + "/store";
+    so.job_id = "sparse-test";
+    so.owner = "shard/0";
+    so.create_if_missing = true;
+    auto store = StateStore::Open(so);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    ShardState state = Initialized(ShardTablesOptions{dir.path() + "/tables", 3});
+    auto step = [&](int64_t t, const Ids& ids, const Values& g) {
+      auto out = state.HandlePush(
+          MakePush(t, Block{0, kVws}, {Bytes(0, kHeadGrad), Bytes(1, kLoss)}, {Rows(ids, g)}));
+      ASSERT_TRUE(out.ok() && out->completed.has_value());
+    };
+    step(0, {2, 4}, {2, 2, 4, 4});
+    ASSERT_TRUE(state.CheckpointTables().ok());
+    auto snapshot = state.Snapshot();
+    ASSERT_TRUE(snapshot.ok());
+    ASSERT_TRUE(
+        (*store)->WriteCheckpoint(snapshot->version, snapshot->blobs, snapshot->metadata).ok());
+    ASSERT_TRUE(state.RollbackTo(**store, Step(1)).ok());  // rows 2 and 4 only in the store now
+    ASSERT_EQ(state.TableStats()[0].cached_rows, 0u);
 
-  auto ids = std::make_shared<Ids>(Ids{2, 4, 6});
-  Pull pull;
-  pull.sparse = {SparseRead{0, Step(0)}};
-  pull.sparse[0].lookup = true;
-  pull.sparse[0].rows = 3;
-  pull.sparse[0].ids = {ChunkId(0), ids->data(), ids->size() * sizeof(uint64_t), ids};
-  const auto reads = [&] { return state.TableStats()[0].store_reads; };
-  const uint64_t before = reads();
-  pull.version = Step(3);  // not the step in progress: nothing
-  state.WarmSparse(pull);
-  EXPECT_EQ(reads(), before);
-  Pull descending = pull;
-  descending.version = Step(2);
-  descending.sparse[0].rows = 2;
-  auto bad = std::make_shared<Ids>(Ids{4, 2});
-  descending.sparse[0].ids = {ChunkId(0), bad->data(), bad->size() * sizeof(uint64_t), bad};
-  state.WarmSparse(descending);  // a malformed lookup: nothing (its answer refuses it)
-  EXPECT_EQ(reads(), before);
+    auto ids = std::make_shared<Ids>(Ids{2, 4, 6});
+    Pull pull;
+    pull.sparse = {SparseRead{0, Step(0)}};
+    pull.sparse[0].lookup = lookup;
+    pull.sparse[0].rows = 3;
+    pull.sparse[0].ids = {ChunkId(0), ids->data(), ids->size() * sizeof(uint64_t), ids};
+    const auto reads = [&] { return state.TableStats()[0].store_reads; };
+    const uint64_t before = reads();
+    pull.version = Step(3);  // not the step in progress: nothing
+    state.WarmSparse(pull);
+    EXPECT_EQ(reads(), before);
+    Pull descending = pull;
+    descending.version = Step(2);
+    descending.sparse[0].rows = 2;
+    auto bad = std::make_shared<Ids>(Ids{4, 2});
+    descending.sparse[0].ids = {ChunkId(0), bad->data(), bad->size() * sizeof(uint64_t), bad};
+    state.WarmSparse(descending);  // a malformed lookup: nothing (its answer refuses it)
+    EXPECT_EQ(reads(), before);
 
-  pull.version = Step(2);
-  EXPECT_EQ(state.Answer(pull).status().code(), StatusCode::kUnavailable);
-  state.WarmSparse(pull);
-  EXPECT_EQ(reads(), before + 3);
-  EXPECT_EQ(state.TableStats()[0].cached_rows, 2u);  // row 6, never touched, stays stored nowhere
-  step(1, {2, 4}, {1, 1, 1, 1});
-  EXPECT_EQ(reads(), before + 3);  // the step found its rows in memory
-  auto now = LookUp(state, 2, {2, 4});
-  ASSERT_TRUE(now.ok()) << now.status().ToString();
-  Values want = Stepped(Stepped(Initial(2), {2, 2}), {1, 1});
-  const Values four = Stepped(Stepped(Initial(4), {4, 4}), {1, 1});
-  want.insert(want.end(), four.begin(), four.end());
-  EXPECT_TRUE(SameBits(now->values, want));
+    pull.version = Step(2);
+    EXPECT_EQ(state.Answer(pull).status().code(), StatusCode::kUnavailable);
+    state.WarmSparse(pull);
+    EXPECT_EQ(reads(), before + 3);
+    EXPECT_EQ(state.TableStats()[0].cached_rows, 2u);  // row 6, never touched, stays stored nowhere
+    step(1, {2, 4}, {1, 1, 1, 1});
+    EXPECT_EQ(reads(), before + 3);  // the step found its rows in memory
+    auto now = LookUp(state, 2, {2, 4});
+    ASSERT_TRUE(now.ok()) << now.status().ToString();
+    Values want = Stepped(Stepped(Initial(2), {2, 2}), {1, 1});
+    const Values four = Stepped(Stepped(Initial(4), {4, 4}), {1, 1});
+    want.insert(want.end(), four.begin(), four.end());
+    EXPECT_TRUE(SameBits(now->values, want));
+  }
 }
 
 }  // namespace

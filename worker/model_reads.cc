@@ -24,9 +24,9 @@ Status RestoreBuffers(ModelRunner* model, const BufferCopies& saved) {
 }
 
 StatusOr<TableRows> RowsRead(ModelRunner& model, const Layout& layout, const Dataset& data,
-                             const std::vector<int64_t>& indices) {
+                             const std::vector<int64_t>& indices, bool held_too) {
   EPS_ASSIGN_OR_RETURN(std::vector<std::vector<uint64_t>> by_tensor,
-                       model.TableRows(data, indices));
+                       model.TableRows(data, indices, held_too));
   TableRows out(layout.sparse.size());
   for (size_t t = 0; t < layout.sparse.size(); ++t) {
     const uint32_t i = layout.sparse[t];
@@ -39,11 +39,12 @@ StatusOr<TableRows> RangeRowsRead(ModelRunner& model, const Layout& layout, cons
                                   int64_t lo, int64_t hi) {
   std::vector<int64_t> samples;
   for (int64_t i = lo; i < hi; ++i) samples.push_back(i);
-  return RowsRead(model, layout, data, samples);
+  return RowsRead(model, layout, data, samples, /*held_too=*/false);
 }
 
 StatusOr<TableRows> PlanRows::Of(ModelRunner& model, const Layout& layout, Sampler& sampler,
-                                 const Dataset& data, uint32_t lo, uint32_t hi, Step step) {
+                                 const Dataset& data, uint32_t lo, uint32_t hi, Step step,
+                                 bool held_too) {
   if (lo == lo_ && hi == hi_ && step == step_) return rows_;
   std::vector<int64_t> samples, vw;
   for (uint32_t v = lo; v < hi; ++v) {
@@ -51,7 +52,7 @@ StatusOr<TableRows> PlanRows::Of(ModelRunner& model, const Layout& layout, Sampl
     samples.insert(samples.end(), vw.begin(), vw.end());
   }
   step_ = Step(-1);  // nothing kept should this fail
-  EPS_ASSIGN_OR_RETURN(rows_, RowsRead(model, layout, data, samples));
+  EPS_ASSIGN_OR_RETURN(rows_, RowsRead(model, layout, data, samples, held_too));
   lo_ = lo;
   hi_ = hi;
   step_ = step;

@@ -21,10 +21,11 @@ BufferCopies SnapshotBuffers(const Layout& layout, const ModelRunner& model);
 [[nodiscard]] Status RestoreBuffers(ModelRunner* model, const BufferCopies& saved);
 
 // The rows of the model's lookup tables (by sparse table, ParameterClient::WantRows) that
-// samples `indices` of `data` read; empty lists without a lookup table.
+// samples `indices` of `data` read; empty lists without a lookup table. With `held_too`, those
+// of the tables held whole too, where the model names them (ModelRunner::TableRows).
 [[nodiscard]] StatusOr<TableRows> RowsRead(ModelRunner& model, const Layout& layout,
-                                           const Dataset& data,
-                                           const std::vector<int64_t>& indices);
+                                           const Dataset& data, const std::vector<int64_t>& indices,
+                                           bool held_too);
 // The same for samples [lo, hi) (an evaluation's).
 [[nodiscard]] StatusOr<TableRows> RangeRowsRead(ModelRunner& model, const Layout& layout,
                                                 const Dataset& data, int64_t lo, int64_t hi);
@@ -34,7 +35,8 @@ BufferCopies SnapshotBuffers(const Layout& layout, const ModelRunner& model);
 class PlanRows {
  public:
   [[nodiscard]] StatusOr<TableRows> Of(ModelRunner& model, const Layout& layout, Sampler& sampler,
-                                       const Dataset& data, uint32_t lo, uint32_t hi, Step step);
+                                       const Dataset& data, uint32_t lo, uint32_t hi, Step step,
+                                       bool held_too);
 
  private:
   uint32_t lo_ = 0, hi_ = 0;

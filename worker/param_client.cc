@@ -64,6 +64,8 @@ Status ParameterClient::SetModel(ModelRunner* model) {
     seeded_[t] = std::find(loaded.begin(), loaded.end(), name) != loaded.end();
     lookup_[t] = model->Lookup(layout_->sparse[t]);
   }
+  warms_ =
+      model->NamesHeldTableRows() && std::find(lookup_.begin(), lookup_.end(), 0) != lookup_.end();
   present_.assign(layout_->sparse.size(), {});
   present_version_ = Step(-1);
   return WriteInitialRows(/*seeded_too=*/false);
@@ -99,9 +101,10 @@ Pull ParameterClient::MakeRowsPull(size_t s, Step version) const {
     // From scratch: every stored row (since -1), the seeded ones too.
     const Step from_scratch(seeded_[t] ? -1 : 0);
     SparseRead read{static_cast<uint32_t>(t), pulling_->reset_tables ? from_scratch : held_[t]};
-    if (lookup_[t]) {
+    // A lookup's rows; a held table's are the rows a prefetch's plan touches (warm rows).
+    if (!pulling_->asked[s][t].empty() || lookup_[t]) {
       auto ids = std::make_shared<std::vector<uint64_t>>(pulling_->asked[s][t]);
-      read.lookup = true;
+      read.lookup = lookup_[t];
       read.rows = static_cast<uint32_t>(ids->size());
       read.ids = {ChunkId(0), ids->data(), ids->size() * sizeof(uint64_t), ids};
     }
@@ -315,6 +318,9 @@ Status ParameterClient::StartPull(Step version, bool prefetch, const TableRows& 
   p.wanted.assign(held_.size(), {});
   p.asked.assign(n, TableRows(held_.size()));
   for (size_t t = 0; t < held_.size() && t < wanted.size(); ++t) {
+    if (!lookup_[t] && prefetch && warms_) {  // warm rows, with the pull of changed rows
+      for (uint64_t id : wanted[t]) p.asked[layout_->ShardOfRow(id).value()][t].push_back(id);
+    }
     if (!lookup_[t]) continue;
     p.wanted[t] = wanted[t];
     for (uint64_t id : wanted[t]) p.asked[layout_->ShardOfRow(id).value()][t].push_back(id);

@@ -134,10 +134,18 @@ class ParameterClient {
   [[nodiscard]] Status PullInto(Step version, CoordinatorSession* session);
   // The rows of the lookup tables (by sparse table; others' ignored) the
   // coming compute reads: the next pull asks for them, and PullInto pulls
-  // those it did not have. Nothing to call without a lookup table.
+  // those it did not have. Of the tables held whole, the rows the coming
+  // compute touches (warms()): a prefetch names them, for the shards to bring
+  // them into memory while the worker computes (SparseTable::Warm). Nothing to
+  // call without either.
   void WantRows(TableRows rows) { wanted_ = std::move(rows); }
   // Whether the model looks any sparse table up by rows.
   bool looks_up() const { return std::find(lookup_.begin(), lookup_.end(), 1) != lookup_.end(); }
+  // Whether the model holds a sparse table whole and names the rows a batch touches
+  // (ModelRunner::NamesHeldTableRows).
+  bool warms() const { return warms_; }
+  // Whether WantRows is to be told the rows of each plan.
+  bool wants_rows() const { return looks_up() || warms(); }
 
   // Sends a push to shard s (nothing for an empty one, but the initial values') and counts it
   // outstanding.
@@ -178,7 +186,8 @@ class ParameterClient {
     std::vector<char> rows_pulled;  // by shard: its sparse rows came (no sparse table: all true)
     bool reset_tables = false;      // the pull asks for every changed row: initial rows first
     TableRows wanted{};             // the lookup tables' rows it asks for
-    std::vector<TableRows> asked{};  // by shard: its part of `wanted`
+    std::vector<TableRows>
+        asked{};  // by shard: its part of `wanted`, and of a prefetch's warm rows
     bool rows_only = false;          // no chunk: the lookup rows a first pull did not ask for
     bool memory_checked = false;     // its first lookup rows found the rows held of another version
   };
@@ -241,6 +250,7 @@ class ParameterClient {
   std::vector<Step> held_;      // by sparse table: the version the model's rows are at
   std::vector<char> seeded_;    // by sparse table: --init_from loaded it (SetModel)
   std::vector<char> lookup_;    // by sparse table: the model looks it up by rows (SetModel)
+  bool warms_ = false;          // (SetModel)
   TableRows wanted_;            // WantRows
   TableRows present_;           // by lookup table: the rows the model has at present_version_
   Step present_version_{-1};

@@ -631,8 +631,8 @@ class WorkerImpl final : public Worker {
       sampler_->Indices(VirtualWorkerId(v), plan.step, &indices);
       // No chunk of w(t+1) can step before the last VW's backward: the pulls need not wait longer,
       // unless they name the next plan's rows, which the shards bring into memory meanwhile.
-      if (client_->looks_up() ? v == plan.vw_lo : is_last && block.hi() == plan.vw_hi) {
-        if (client_->looks_up()) EPS_RETURN_IF_ERROR(WantPlanRows(plan.vw_lo, plan.vw_hi, next));
+      if (client_->wants_rows() ? v == plan.vw_lo : is_last && block.hi() == plan.vw_hi) {
+        if (client_->wants_rows()) EPS_RETURN_IF_ERROR(WantPlanRows(plan.vw_lo, plan.vw_hi, next));
         EPS_RETURN_IF_ERROR(client_->Prefetch(next));
       }
       if (is_last) {  // after the earlier VWs' leaves: the tasks run in order
@@ -676,7 +676,7 @@ class WorkerImpl final : public Worker {
     client_->SetTimeline(plan.timeline);
     Laps lap;
     const auto pull_start = std::chrono::steady_clock::now();
-    if (client_->looks_up()) EPS_RETURN_IF_ERROR(WantPlanRows(plan.vw_lo, plan.vw_hi, plan.step));
+    if (client_->wants_rows()) EPS_RETURN_IF_ERROR(WantPlanRows(plan.vw_lo, plan.vw_hi, plan.step));
     EPS_RETURN_IF_ERROR(client_->PullInto(plan.step, session_.get()));
     lap(&times_.pull);
     metrics_.Pull(SecondsSince(pull_start));
@@ -724,10 +724,10 @@ class WorkerImpl final : public Worker {
                                      stats.correct, stats.loss_sum});
   }
 
-  // The lookup tables' rows of a train plan, for the next pull (ParameterClient::WantRows).
+  // The lookup tables' rows of a train plan, and its warm rows, for the next pull (WantRows).
   Status WantPlanRows(uint32_t lo, uint32_t hi, Step step) {
-    EPS_ASSIGN_OR_RETURN(TableRows rows,
-                         plan_rows_.Of(*model_, layout_, *sampler_, train_, lo, hi, step));
+    EPS_ASSIGN_OR_RETURN(TableRows rows, plan_rows_.Of(*model_, layout_, *sampler_, train_, lo, hi,
+                                                       step, client_->warms()));
     client_->WantRows(std::move(rows));
     return OkStatus();
   }

@@ -13,12 +13,12 @@ Rows:
   1 worker        local.sh 1 shard x 1 worker (the ratio: the goal is 1.0x)
   2 workers       1 shard x 2 workers (goal 1.6x of 1 worker, on 2 cores: what the cores allow)
   10x memory      1 worker, --shard_memory_mb a tenth of the state of the rows the run touches (its distinct ids
-                  over steps x 128 samples, with Adam's moments and the cache's overhead): the spill tier
+                  over steps x 128 samples, with Adam's moments and the cache's overhead): the spill tier; the
+                  module's table_ids names the next plan's rows, which the shard reads ahead (warm rows)
   looked up       1 worker, --worker_table_mb=16: the worker does not hold the table (128 MiB) but pulls the rows its
                   batches read by id at each step (the module's table_ids) into a compact table of the batch's rows
                   (its with_table_ids); 2 workers likewise
-  looked up, 10x  looked up with 10x memory's --shard_memory_mb: each shard brings the rows of the next plan into
-                  memory while the worker computes (the prefetch pull names them)
+  looked up, 10x  looked up with 10x memory's --shard_memory_mb (the ratio against looked up)
   looked up, lazy the same without with_table_ids: the rows written at their ids into lazy memory
   exact           --sparse_optimizer=exact: the table as a dense tensor (what ElasticPS did before), fewer steps
   1 VW of 128     1 worker, V = 1 of 128 samples: plain PyTorch's batch as one VW, so that the ratio is the parameter
