@@ -312,34 +312,47 @@ TEST(ShardSparse, BadSparsePushesAreRefusedWholeAndChangeNothing) {
   EXPECT_EQ(good->reply.accepted, 2u);
 }
 
-TEST(ShardSparse, ARollbackBringsTheTablesBackWithTheState) {
-  TempDir dir;
+// The shard's StateStore in `path` (null after a failure the test reports).
+std::unique_ptr<StateStore> OpenStore(const std::string& path) {
   StoreOptions so;
-  so.path = dir.path() + "/store";
+  so.path = path;
   so.job_id = "sparse-test";
   so.owner = "shard/0";
   so.create_if_missing = true;
   auto store = StateStore::Open(so);
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  ShardState state = Initialized(ShardTablesOptions{dir.path() + "/tables", 3});
-  auto step = [&](int64_t t, const Ids& ids, const Values& g) {
-    auto out = state.HandlePush(
-        MakePush(t, Block{0, kVws}, {Bytes(0, kHeadGrad), Bytes(1, kLoss)}, {Rows(ids, g)}));
-    ASSERT_TRUE(out.ok() && out->completed.has_value());
-  };
-  step(0, {3}, {2, 2});
-  // Checkpoint of step 1: the tables first, then the state.
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  return store.ok() ? std::move(store).value() : nullptr;
+}
+
+// Step t, whole: one block of every VW, the head's and the loss's chunks and the table's rows.
+void WholeStep(ShardState& state, int64_t t, const Ids& ids, const Values& g) {
+  auto out = state.HandlePush(
+      MakePush(t, Block{0, kVws}, {Bytes(0, kHeadGrad), Bytes(1, kLoss)}, {Rows(ids, g)}));
+  ASSERT_TRUE(out.ok() && out->completed.has_value()) << out.status().ToString();
+}
+
+// A checkpoint of the shard's version: the tables first, then the state.
+void Checkpoint(ShardState& state, StateStore& store) {
   ASSERT_TRUE(state.CheckpointTables().ok());
   auto snapshot = state.Snapshot();
   ASSERT_TRUE(snapshot.ok());
-  ASSERT_TRUE(
-      (*store)->WriteCheckpoint(snapshot->version, snapshot->blobs, snapshot->metadata).ok());
+  ASSERT_TRUE(store.WriteCheckpoint(snapshot->version, snapshot->blobs, snapshot->metadata).ok());
+}
+
+TEST(ShardSparse, ARollbackBringsTheTablesBackWithTheState) {
+  TempDir dir;
+  std::unique_ptr<StateStore> store = OpenStore(dir.path() + "/store");
+  ASSERT_NE(store, nullptr);
+  ShardState state = Initialized(ShardTablesOptions{dir.path() + "/tables", 3});
+  auto step = [&](int64_t t, const Ids& ids, const Values& g) { WholeStep(state, t, ids, g); };
+  step(0, {3}, {2, 2});
+  Checkpoint(state, *store);  // of step 1
   auto at1 = PullRows(state, 1, 0);
   ASSERT_TRUE(at1.ok());
   step(1, {3, 7}, {4, 4, 6, 6});
   ASSERT_EQ(state.version(), Step(2));
 
-  Status st = state.RollbackTo(**store, Step(1));
+  Status st = state.RollbackTo(*store, Step(1));
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(state.version(), Step(1));
   auto back = PullRows(state, 1, 0);
@@ -361,26 +374,12 @@ TEST(ShardSparse, APullThatWaitsBringsTheRowsItNamesIntoMemory) {
   for (bool lookup : {true, false}) {
     SCOPED_TRACE(lookup ? "a lookup" : "a held table's warm rows");
     TempDir dir;
-    StoreOptions so;
-    so.path = dir.path() + "/store";
-    so.job_id = "sparse-test";
-    so.owner = "shard/0";
-    so.create_if_missing = true;
-    auto store = StateStore::Open(so);
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    std::unique_ptr<StateStore> store = OpenStore(dir.path() + "/store");
+    ASSERT_NE(store, nullptr);
     ShardState state = Initialized(ShardTablesOptions{dir.path() + "/tables", 3});
-    auto step = [&](int64_t t, const Ids& ids, const Values& g) {
-      auto out = state.HandlePush(
-          MakePush(t, Block{0, kVws}, {Bytes(0, kHeadGrad), Bytes(1, kLoss)}, {Rows(ids, g)}));
-      ASSERT_TRUE(out.ok() && out->completed.has_value());
-    };
-    step(0, {2, 4}, {2, 2, 4, 4});
-    ASSERT_TRUE(state.CheckpointTables().ok());
-    auto snapshot = state.Snapshot();
-    ASSERT_TRUE(snapshot.ok());
-    ASSERT_TRUE(
-        (*store)->WriteCheckpoint(snapshot->version, snapshot->blobs, snapshot->metadata).ok());
-    ASSERT_TRUE(state.RollbackTo(**store, Step(1)).ok());  // rows 2 and 4 only in the store now
+    WholeStep(state, 0, {2, 4}, {2, 2, 4, 4});
+    Checkpoint(state, *store);
+    ASSERT_TRUE(state.RollbackTo(*store, Step(1)).ok());  // rows 2 and 4 only in the store now
     ASSERT_EQ(state.TableStats()[0].cached_rows, 0u);
 
     auto ids = std::make_shared<Ids>(Ids{2, 4, 6});
@@ -407,7 +406,7 @@ TEST(ShardSparse, APullThatWaitsBringsTheRowsItNamesIntoMemory) {
     state.WarmSparse(pull);
     EXPECT_EQ(reads(), before + 3);
     EXPECT_EQ(state.TableStats()[0].cached_rows, 2u);  // row 6, never touched, stays stored nowhere
-    step(1, {2, 4}, {1, 1, 1, 1});
+    WholeStep(state, 1, {2, 4}, {1, 1, 1, 1});
     EXPECT_EQ(reads(), before + 3);  // the step found its rows in memory
     auto now = LookUp(state, 2, {2, 4});
     ASSERT_TRUE(now.ok()) << now.status().ToString();

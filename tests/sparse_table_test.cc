@@ -330,17 +330,30 @@ TEST(SparseTable, RowsSpilledToRocksDbGiveTheSameBitsAsATableInMemory) {
   EXPECT_GT(now.size(), ids.size());
 }
 
+// A table in memory, and the same table over a store with a cache of 4 rows (of 4 floats), which
+// `spilling_options` opens again.
+struct FourRowCache {
+  static constexpr size_t kDim = 4;
+  explicit FourRowCache(uint32_t num_vws) : spilling_options(TableOptions(num_vws, kDim)) {
+    in_memory = OpenTable(spilling_options);
+    spilling_options.path = dir.path();
+    spilling_options.memory_bytes = 4 * in_memory->RowBytes();
+    spilling = OpenTable(spilling_options);
+  }
+  TempDir dir;
+  SparseTableOptions spilling_options;
+  std::unique_ptr<SparseTable> in_memory, spilling;
+};
+
 // A row read back from the spill tier keeps its spilled record while it does not change: its
 // eviction then writes nothing, and a changed one overwrites the record once. The cache's copy
 // overrides the stale record in every read, scan and checkpoint.
 TEST(SparseTable, RowsReadBackFromTheSpillTierAreWrittenAgainOnlyOnceChanged) {
-  TempDir dir;
-  const size_t dim = 4;
-  SparseTableOptions o = TableOptions(1, dim);
-  auto in_memory = OpenTable(o);
-  o.path = dir.path();
-  o.memory_bytes = 4 * in_memory->RowBytes();
-  auto spilling = OpenTable(o);
+  FourRowCache tables(1);
+  const size_t dim = FourRowCache::kDim;
+  const SparseTableOptions& o = tables.spilling_options;
+  std::unique_ptr<SparseTable>& in_memory = tables.in_memory;
+  std::unique_ptr<SparseTable>& spilling = tables.spilling;
   const std::vector<uint64_t> a = {1, 2, 3, 4}, b = {11, 12, 13, 14};
   const auto step = [&](const std::vector<uint64_t>& ids, float g) {
     VwGrad vw{ids, std::vector<float>(ids.size() * dim, g)};
@@ -392,13 +405,10 @@ TEST(SparseTable, RowsReadBackFromTheSpillTierAreWrittenAgainOnlyOnceChanged) {
 // Warm brings the stored rows asked for into memory, while a step's pushes come; the step then
 // reads nothing from the store, and the bits are a cold table's.
 TEST(SparseTable, WarmBringsStoredRowsIntoMemoryAheadOfTheStep) {
-  TempDir dir;
-  const size_t dim = 4;
-  SparseTableOptions o = TableOptions(2, dim);
-  auto in_memory = OpenTable(o);
-  o.path = dir.path();
-  o.memory_bytes = 4 * in_memory->RowBytes();
-  auto warm = OpenTable(o);
+  FourRowCache tables(2);
+  const size_t dim = FourRowCache::kDim;
+  std::unique_ptr<SparseTable>& in_memory = tables.in_memory;
+  std::unique_ptr<SparseTable>& warm = tables.spilling;
   const std::vector<uint64_t> a = {1, 2, 3, 4}, b = {11, 12, 13, 14};
   const auto step = [&](SparseTable* t, const std::vector<uint64_t>& ids, float g,
                         const std::vector<uint64_t>* warm_ids) {
