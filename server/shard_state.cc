@@ -665,7 +665,7 @@ void ShardState::WarmSparse(const Pull& pull) {
         !CheckRowIds(layout_->tensors[layout_->sparse[read.table]], read.ids.data, read.rows).ok())
       continue;
     ids.resize(read.rows);
-    if (read.rows > 0) std::memcpy(ids.data(), read.ids.data, read.ids.size);
+    std::memcpy(ids.data(), read.ids.data, read.ids.size);
     (void)tables_[read.table]->Warm(ids.data(), ids.size());
   }
 }

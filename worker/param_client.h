@@ -186,8 +186,8 @@ class ParameterClient {
     std::vector<char> rows_pulled;  // by shard: its sparse rows came (no sparse table: all true)
     bool reset_tables = false;      // the pull asks for every changed row: initial rows first
     TableRows wanted{};             // the lookup tables' rows it asks for
-    std::vector<TableRows>
-        asked{};  // by shard: its part of `wanted`, and of a prefetch's warm rows
+    // By shard: its part of `wanted`, and of a prefetch's warm rows.
+    std::vector<TableRows> asked{};
     bool rows_only = false;          // no chunk: the lookup rows a first pull did not ask for
     bool memory_checked = false;     // its first lookup rows found the rows held of another version
   };

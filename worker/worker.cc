@@ -676,7 +676,7 @@ class WorkerImpl final : public Worker {
     client_->SetTimeline(plan.timeline);
     Laps lap;
     const auto pull_start = std::chrono::steady_clock::now();
-    if (client_->wants_rows()) EPS_RETURN_IF_ERROR(WantPlanRows(plan.vw_lo, plan.vw_hi, plan.step));
+    if (client_->looks_up()) EPS_RETURN_IF_ERROR(WantPlanRows(plan.vw_lo, plan.vw_hi, plan.step));
     EPS_RETURN_IF_ERROR(client_->PullInto(plan.step, session_.get()));
     lap(&times_.pull);
     metrics_.Pull(SecondsSince(pull_start));
