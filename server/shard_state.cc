@@ -619,12 +619,7 @@ StatusOr<PullReply> ShardState::HandleSparsePull(const Pull& pull) {
     bool scanned = false;  // values read with the ids
     const size_t max_rows = read.max_rows == 0 ? SIZE_MAX : read.max_rows;
     if (read.lookup) {  // the rows a worker's batches read (untouched ones at their initial values)
-      const TensorSpec& t = layout_->tensors[layout_->sparse[read.table]];
-      if (read.ids.size != uint64_t{read.rows} * sizeof(uint64_t))
-        return InvalidArgument("a sparse lookup's ids do not hold " + std::to_string(read.rows));
-      EPS_RETURN_IF_ERROR(CheckRowIds(t, read.ids.data, read.rows));
-      ids.resize(read.rows);
-      if (read.rows > 0) std::memcpy(ids.data(), read.ids.data, read.ids.size);
+      EPS_ASSIGN_OR_RETURN(ids, ReadIds(read));
     } else if (read.since.value() == -1) {  // every stored row: a scan, which leaves the cache be
       EPS_RETURN_IF_ERROR(table.ReadStored(read.from_row, max_rows, &ids, &values));
       scanned = true;
@@ -656,17 +651,22 @@ StatusOr<PullReply> ShardState::HandleSparsePull(const Pull& pull) {
   return reply;
 }
 
+StatusOr<std::vector<uint64_t>> ShardState::ReadIds(const SparseRead& read) const {
+  if (read.ids.size != uint64_t{read.rows} * sizeof(uint64_t))
+    return InvalidArgument("a sparse lookup's ids do not hold " + std::to_string(read.rows));
+  EPS_RETURN_IF_ERROR(
+      CheckRowIds(layout_->tensors[layout_->sparse[read.table]], read.ids.data, read.rows));
+  std::vector<uint64_t> ids(read.rows);
+  if (read.rows > 0) std::memcpy(ids.data(), read.ids.data, read.ids.size);
+  return ids;
+}
+
 void ShardState::WarmSparse(const Pull& pull) {
   if (!layout_ || version_.value() < 0 || pull.version.value() != version_.value() + 1) return;
-  std::vector<uint64_t> ids;
   for (const SparseRead& read : pull.sparse) {
-    if (read.rows == 0 || read.table >= tables_.size() ||
-        read.ids.size != uint64_t{read.rows} * sizeof(uint64_t) ||
-        !CheckRowIds(layout_->tensors[layout_->sparse[read.table]], read.ids.data, read.rows).ok())
-      continue;
-    ids.resize(read.rows);
-    std::memcpy(ids.data(), read.ids.data, read.ids.size);
-    (void)tables_[read.table]->Warm(ids.data(), ids.size());
+    if (read.rows == 0 || read.table >= tables_.size()) continue;
+    StatusOr<std::vector<uint64_t>> ids = ReadIds(read);  // malformed: its answer refuses it
+    if (ids.ok()) (void)tables_[read.table]->Warm(ids->data(), ids->size());
   }
 }
 

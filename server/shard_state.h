@@ -277,6 +277,8 @@ class ShardState {
   // `rows` row ids of table t (uint64, host order) strictly ascending, within the table, this
   // shard's: InvalidArgument naming the first that is not.
   Status CheckRowIds(const TensorSpec& t, const void* ids, uint32_t rows) const;
+  // The row ids a sparse read names (a lookup's, or warm rows), checked as CheckRowIds does.
+  StatusOr<std::vector<uint64_t>> ReadIds(const SparseRead& read) const;
   // Steps the tables (the step's barrier is complete), keeping the old values
   // of the rows it changes in previous_rows_ (as the tables hand them over).
   Status StepTables();

@@ -652,11 +652,13 @@ class SparseTableImpl final : public SparseTable {
         continue;
       }
       lru_.pop_back();
-      if (it->second.dirty && !it->second.spill_current) {
-        spill->puts.emplace_back(victim, EncodeRow(it->second));
-        ++stats_.spill_writes;
+      if (it->second.dirty) {  // its record goes to (or is already in) the spill tier
+        if (!it->second.spill_current) {
+          spill->puts.emplace_back(victim, EncodeRow(it->second));
+          ++stats_.spill_writes;
+        }
+        if (!spilled_.insert(victim).second) --spilled_cached_;
       }
-      if (it->second.dirty && !spilled_.insert(victim).second) --spilled_cached_;
       cache_.erase(it);
       MembershipChanged();
       ++stats_.evictions;

@@ -318,12 +318,11 @@ Status ParameterClient::StartPull(Step version, bool prefetch, const TableRows& 
   p.wanted.assign(held_.size(), {});
   p.asked.assign(n, TableRows(held_.size()));
   for (size_t t = 0; t < held_.size() && t < wanted.size(); ++t) {
-    if (!lookup_[t] && prefetch && warms_) {  // warm rows, with the pull of changed rows
-      for (uint64_t id : wanted[t]) p.asked[layout_->ShardOfRow(id).value()][t].push_back(id);
-    }
+    // A held table's rows are a prefetch's warm rows, sent with its read of the changed rows.
+    if (!lookup_[t] && !(prefetch && warms_)) continue;
+    for (uint64_t id : wanted[t]) p.asked[layout_->ShardOfRow(id).value()][t].push_back(id);
     if (!lookup_[t]) continue;
     p.wanted[t] = wanted[t];
-    for (uint64_t id : wanted[t]) p.asked[layout_->ShardOfRow(id).value()][t].push_back(id);
     rows = rows || !wanted[t].empty();
   }
   pulling_->rows_pulled.assign(n, rows ? 0 : 1);
