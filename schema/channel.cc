@@ -85,7 +85,12 @@ Channel::Channel(zmq::socket_t socket, zmq::socket_t monitor, std::string endpoi
       router_(router),
       options_(std::move(options)) {}
 
-Channel::~Channel() = default;
+Channel::~Channel() {
+  // ZeroMQ's I/O thread sends monitor events blocking: a socket that lingers (queued messages)
+  // after the reader of its monitor closed would stop that thread at its next event, a lost
+  // connection, and every socket of the context with it. The monitor stops first.
+  if (socket_ && (monitor_ || connections_)) zmq_socket_monitor(socket_.handle(), nullptr, 0);
+}
 
 int64_t LargestLegitFrame(int64_t chunk_elems, const DecodeLimits& limits) {
   constexpr int64_t kSlack = 64 << 10;

@@ -515,5 +515,46 @@ TEST(Channel, ReplyToAPeerWhoseQueueIsFullIsUnavailable) {
   EXPECT_GT(sent, 10) << "refused before the queues were full: " << st.ToString();
 }
 
+// A channel closed while its socket still lingers with messages for a server that then goes
+// away: the loss of that connection is an event for a monitor no one reads any more. ZeroMQ's
+// I/O thread sends monitor events blocking, so it stopped there for good and every other socket
+// of the process stopped with it (a worker's registration never left after a removed shard
+// exited). The other channels keep talking.
+TEST(Channel, AClosedChannelWhoseSocketLingersNeverStallsTheOthers) {
+  auto* ctx = new zmq::context_t;  // leaked when its I/O thread is stuck: terminating it would hang
+  zmq::socket_t sink(*ctx, zmq::socket_type::router);  // reads one message, then nothing
+  sink.set(zmq::sockopt::rcvhwm, 1);
+  sink.set(zmq::sockopt::linger, 0);
+  sink.bind("tcp://127.0.0.1:*");
+  Channel::Options lingering = TestOptions();
+  lingering.linger_ms = 3000;
+  auto closed = Channel::Connect(ctx, sink.get(zmq::sockopt::last_endpoint), lingering);
+  ASSERT_TRUE(closed.ok()) << closed.status().ToString();
+  ASSERT_TRUE((*closed)->Send(Envelope{"t", Shutdown{"hello"}}).ok());
+  zmq::pollitem_t item{static_cast<void*>(sink), 0, ZMQ_POLLIN, 0};
+  ASSERT_EQ(zmq::poll(&item, 1, kWait), 1);  // connected: the loss will be an event
+  zmq::message_t part;
+  do {
+    ASSERT_TRUE(sink.recv(part));
+  } while (part.more());
+  const std::string payload(1 << 20, 'p');  // more than the TCP buffers hold: some stays queued
+  for (int i = 0; i < 64; ++i) ASSERT_TRUE((*closed)->Send(Envelope{"t", Shutdown{payload}}).ok());
+  closed->reset();  // lingers with what is queued
+  sink.close();     // the connection is lost while it lingers
+
+  auto server = BindOrDie(ctx, "tcp://127.0.0.1:0");
+  ASSERT_NE(server, nullptr);
+  auto client = ConnectOrDie(ctx, server->endpoint());
+  ASSERT_NE(client, nullptr);
+  const auto until = std::chrono::steady_clock::now() + milliseconds(1500);
+  for (int i = 0; std::chrono::steady_clock::now() < until; ++i) {
+    ASSERT_TRUE(client->Send(Envelope{"t", Shutdown{std::to_string(i)}}).ok());
+    auto in = server->Receive(milliseconds(5000));
+    ASSERT_TRUE(in.ok() && in->envelope.ok()) << "message " << i << " never came";
+  }
+  client.reset();
+  server.reset();
+  delete ctx;
+}
 }  // namespace
 }  // namespace eps
