@@ -42,6 +42,8 @@
 # --model-cache-dir DIR  the host's cache of model files by SHA-256 (worker --model_cache_dir;
 #               default $TMPDIR/elasticps-model-cache-<uid>, 'none': no cache): a worker
 #               attaching again, or a second one of the host, fetches no model byte.
+# --model-cache-mb N  the cache's bound (worker --model_cache_mb, default 8192): past it the
+#               files used least recently are removed.
 # --register-timeout S  give up after S seconds (default 120) without an answer from the
 #               coordinator (one that ended, a wrong address): the worker says so every
 #               10 s meanwhile and then exits 3 (docs/operations.md lists the exit codes).
@@ -67,12 +69,12 @@ die() { echo "attach.sh: $*" >&2; exit 2; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${EPS_BIN:-$here/build/bin}
-coordinator="" scheduler="" token_file="" device=cpu threads=0 slowdown=1 log="" compute_cpus="" report_file="" model_cache_dir=""
+coordinator="" scheduler="" token_file="" device=cpu threads=0 slowdown=1 log="" compute_cpus="" report_file="" model_cache_dir="" model_cache_mb=""
 register_timeout=120 metrics=0 metrics_host="" secure_dir="" curve_secret_key="" curve_server_key=""
 shard="" store="" checkpoint_every=0 bind_host=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --coordinator|--scheduler|--token-file|--device|--threads|--compute-cpus|--slowdown|--log|--report-file|--model-cache-dir|--register-timeout|--metrics-host|--secure-dir|--curve-secret-key|--curve-server-key|--shard|--store|--checkpoint-every|--bind-host)
+    --coordinator|--scheduler|--token-file|--device|--threads|--compute-cpus|--slowdown|--log|--report-file|--model-cache-dir|--model-cache-mb|--register-timeout|--metrics-host|--secure-dir|--curve-secret-key|--curve-server-key|--shard|--store|--checkpoint-every|--bind-host)
       [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"
       case "$1" in
         --coordinator) coordinator=$2 ;;
@@ -85,6 +87,7 @@ while [ $# -gt 0 ]; do
         --log) log=$2 ;;
         --report-file) report_file=$2 ;;
         --model-cache-dir) model_cache_dir=$2 ;;
+        --model-cache-mb) model_cache_mb=$2 ;;
         --register-timeout) register_timeout=$2 ;;
         --metrics-host) metrics=1; metrics_host=$2 ;;
         --secure-dir) secure_dir=$2 ;;
@@ -135,6 +138,8 @@ report=()
 [ -z "$report_file" ] || report=(--report_file="$report_file")
 cache=()
 [ -z "$model_cache_dir" ] || cache=(--model_cache_dir="$model_cache_dir")
+[[ "$model_cache_mb" =~ ^[0-9]*$ ]] || die "--model-cache-mb must be a whole number of MiB"
+[ -z "$model_cache_mb" ] || cache+=(--model_cache_mb="$model_cache_mb")
 [[ "$metrics_host" =~ ^[A-Za-z0-9.:_-]*$ ]] || die "--metrics-host must be a host name or address"
 metrics_flags=()
 if [ $metrics = 1 ]; then

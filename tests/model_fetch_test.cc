@@ -295,6 +295,20 @@ TEST_F(ModelFetchTest, ACacheThatCannotBeWrittenStillGivesTheBytesWithAWarning) 
       << got->report.warning;
 }
 
+TEST_F(ModelFetchTest, AFileFetchedIntoABoundedCacheLetsTheOnesUsedBeforeItGo) {
+  const auto second = FileOf(600'000, 9);
+  const std::string second_sha = Hex(*second);
+  service_.Add(second_sha, second);
+  auto cache = ModelCache::Open(dir_ + "/cache", 1'200'000).value();
+  ASSERT_TRUE(Fetch(cache.get(), sha_, file_->size()).ok());
+  auto got = Fetch(cache.get(), second_sha, second->size());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->report.cache, "miss");
+  EXPECT_FALSE(std::filesystem::exists(cache->PathOf(sha_)));
+  EXPECT_TRUE(std::filesystem::exists(cache->PathOf(second_sha)));
+  EXPECT_EQ(FilesIn(dir_ + "/cache"), 1u);
+}
+
 TEST(ModelCache, ADirectoryThatCannotBeCreatedIsAFailedPreconditionNamingIt) {
   const std::string dir = TempDir();
   std::ofstream(dir + "/file") << "x";
@@ -318,6 +332,48 @@ TEST(ModelCache, AnEntryAbandonedBeforeCommitLeavesNoFileAndNamesMustBeHashes) {
   std::string bytes;
   EXPECT_FALSE(cache->Read("ABC", 3, &bytes).ok());
   std::filesystem::remove_all(dir);
+}
+
+// Entries of 1000 bytes in a cache bounded at 2500, their uses an hour apart.
+TEST(ModelCache, PastItsBoundTheFilesUsedLeastRecentlyGoAndAHitIsAUse) {
+  namespace fs = std::filesystem;
+  const std::string dir = TempDir();
+  auto cache = ModelCache::Open(dir, 2500).value();
+  std::vector<std::string> shas;
+  const auto hour = std::chrono::hours(1);
+  for (uint8_t i = 0; i < 4; ++i) {
+    const auto bytes = FileOf(1000, i);
+    shas.push_back(Hex(*bytes));
+    auto entry = cache->NewEntry(shas.back()).value();
+    ASSERT_TRUE(entry->Append(bytes->data(), bytes->size()).ok());
+    ASSERT_TRUE(entry->Commit().ok());
+    fs::last_write_time(cache->PathOf(shas.back()),
+                        fs::file_time_type::clock::now() - (5 - i) * hour);
+  }
+  // A writer that died two hours ago, and one writing now.
+  const std::string dead = dir + "/." + shas[0] + ".a1b2c3",
+                    live = dir + "/." + shas[1] + ".d4e5f6";
+  std::ofstream(dead) << std::string(300, 'd');
+  std::ofstream(live) << std::string(300, 'l');
+  fs::last_write_time(dead, fs::file_time_type::clock::now() - 2 * hour);
+  std::string bytes;  // the oldest, used now
+  ASSERT_EQ(cache->Read(shas[0], 1000, &bytes).value(), ModelCache::Found::kHit);
+
+  const ModelCache::Trimmed trimmed = cache->Trim(shas[3]);
+  EXPECT_EQ(trimmed.entries, 3u);  // the dead writer's file, then entries 1 and 2: 2000 bytes left
+  EXPECT_EQ(trimmed.bytes, 2300u);
+  for (size_t i = 0; i < shas.size(); ++i)
+    EXPECT_EQ(fs::exists(cache->PathOf(shas[i])), i == 0 || i == 3) << "entry " << i;
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live));
+
+  // The entry kept stays even when it alone is over the bound; no bound removes nothing.
+  auto tiny = ModelCache::Open(dir, 10).value();
+  EXPECT_EQ(tiny->Trim(shas[3]).entries, 1u);
+  EXPECT_TRUE(fs::exists(cache->PathOf(shas[3])));
+  EXPECT_EQ(ModelCache::Open(dir).value()->Trim("").entries, 0u);
+  EXPECT_TRUE(fs::exists(cache->PathOf(shas[3])));
+  fs::remove_all(dir);
 }
 
 TEST(ModelFileServer, RefusesAnUnknownHashABadLengthAndAnOffsetPastTheEndAndServesOn) {

@@ -14,6 +14,7 @@
 #include <new>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 #include "common/digest.h"
 #include "worker/wait.h"
@@ -38,7 +39,7 @@ bool IsSha256Hex(const std::string& sha256) {
 
 // ---- ModelCache ---------------------------------------------------------------
 
-StatusOr<std::unique_ptr<ModelCache>> ModelCache::Open(const std::string& dir) {
+StatusOr<std::unique_ptr<ModelCache>> ModelCache::Open(const std::string& dir, uint64_t max_bytes) {
   if (dir.empty()) return FailedPrecondition("the model cache needs a directory");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -55,7 +56,7 @@ StatusOr<std::unique_ptr<ModelCache>> ModelCache::Open(const std::string& dir) {
   }
   close(fd);
   unlink(probe.c_str());
-  return std::unique_ptr<ModelCache>(new ModelCache(dir));
+  return std::unique_ptr<ModelCache>(new ModelCache(dir, max_bytes));
 }
 
 StatusOr<ModelCache::Found> ModelCache::Read(const std::string& sha256, uint64_t size,
@@ -90,6 +91,7 @@ StatusOr<ModelCache::Found> ModelCache::Read(const std::string& sha256, uint64_t
     }
     whole = at == size && hash.HexDigest() == sha256;
   }
+  if (whole) (void)futimens(fd, nullptr);  // used now (refused for another user's entry)
   close(fd);
   if (whole) return Found::kHit;
   bytes->clear();
@@ -97,6 +99,50 @@ StatusOr<ModelCache::Found> ModelCache::Read(const std::string& sha256, uint64_t
                << " is damaged (its size or SHA-256 is not the file's): removed, fetching it again";
   unlink(path.c_str());
   return Found::kCorrupt;
+}
+
+ModelCache::Trimmed ModelCache::Trim(const std::string& keep) const {
+  namespace fs = std::filesystem;
+  constexpr auto kDeadWriter = std::chrono::hours(1);
+  struct Entry {
+    fs::file_time_type used;
+    uint64_t size;
+    fs::path path;
+  };
+  std::vector<Entry> entries;
+  uint64_t total = 0;
+  Trimmed trimmed;
+  std::error_code ec;
+  const auto now = fs::file_time_type::clock::now();
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code stat_ec;
+    if (!it->is_regular_file(stat_ec)) continue;
+    const uint64_t size = it->file_size(stat_ec);
+    const fs::file_time_type used = it->last_write_time(stat_ec);
+    if (stat_ec) continue;  // removed meanwhile
+    const std::string name = it->path().filename().string();
+    // A writer's temporary file is ".<sha256>.XXXXXX" (NewEntry); its lock ".<sha256>.lock".
+    const bool temporary =
+        name.size() == 72 && name[0] == '.' && IsSha256Hex(name.substr(1, 64)) && name[65] == '.';
+    if (temporary && now - used > kDeadWriter && fs::remove(it->path(), stat_ec)) {
+      ++trimmed.entries;
+      trimmed.bytes += size;
+    }
+    if (!IsSha256Hex(name)) continue;
+    total += size;
+    if (name != keep) entries.push_back({used, size, it->path()});
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.used < b.used; });
+  for (const Entry& e : entries) {
+    if (max_bytes_ == 0 || total <= max_bytes_) break;
+    total -= e.size;
+    std::error_code rm_ec;
+    if (!fs::remove(e.path, rm_ec)) continue;  // another worker of the host took it first
+    ++trimmed.entries;
+    trimmed.bytes += e.size;
+  }
+  return trimmed;
 }
 
 ModelCache::Writer::~Writer() {
@@ -303,6 +349,11 @@ StatusOr<FetchedFile> FetchModelFile(Channel* coordinator, const std::string& wh
   if (writer != nullptr) {
     Status committed = writer->Commit();
     if (!committed.ok()) report.warning = "not kept in the model cache: " + committed.message();
+    const ModelCache::Trimmed trimmed = cache->Trim(sha256);
+    if (trimmed.entries > 0) {
+      LOG(INFO) << "the model cache " << cache->dir() << " let go of " << trimmed.entries
+                << " files (" << trimmed.bytes << " bytes) used least recently";
+    }
   }
   if (!report.warning.empty()) LOG(WARNING) << name << ": " << report.warning;
   report.ms = MsSince(start);

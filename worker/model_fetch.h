@@ -27,14 +27,16 @@ bool IsSha256Hex(const std::string& sha256);
 // of the directory): a reader sees a whole file or none, whatever crashes, and
 // several workers of a host may share it (the last rename wins; the entries are
 // the same bytes). An entry is checked against its hash whenever it is read; a
-// damaged one is removed. Nothing is evicted. Thread-compatible; several
-// processes may use one directory at once.
+// damaged one is removed. The entries are kept to a bound, the least recently
+// used removed first (Trim). Thread-compatible; several processes may use one
+// directory at once.
 class ModelCache {
  public:
   // Creates `dir` (and its parents) when missing and checks that a file can be
   // written there. FailedPrecondition, naming the directory and the reason,
-  // when it cannot.
-  static StatusOr<std::unique_ptr<ModelCache>> Open(const std::string& dir);
+  // when it cannot. `max_bytes`: the entries' total that Trim keeps to (0: no
+  // bound).
+  static StatusOr<std::unique_ptr<ModelCache>> Open(const std::string& dir, uint64_t max_bytes = 0);
 
   const std::string& dir() const { return dir_; }
   std::string PathOf(const std::string& sha256) const { return dir_ + "/" + sha256; }
@@ -42,9 +44,23 @@ class ModelCache {
   enum class Found { kHit, kMiss, kCorrupt };
   // The entry `sha256` of `size` bytes, into *bytes when it is whole: kHit.
   // kMiss when there is none; kCorrupt when its size or SHA-256 differs (the
-  // entry is removed). InvalidArgument for a hash that is no SHA-256 hex.
+  // entry is removed). InvalidArgument for a hash that is no SHA-256 hex. A
+  // hit is a use: the entry's modification time becomes now.
   [[nodiscard]] StatusOr<Found> Read(const std::string& sha256, uint64_t size,
                                      std::string* bytes) const;
+
+  // What Trim removed.
+  struct Trimmed {
+    uint64_t entries = 0;
+    uint64_t bytes = 0;
+  };
+  // Removes the least recently used entries (the oldest modification time
+  // first) until the entries total at most max_bytes, never the entry `keep`
+  // (one larger than the bound stays alone); and the temporary files of
+  // writers silent for an hour (a fetch that crashed). An entry another
+  // process removed meanwhile is no error, and a worker reading an entry as
+  // it is removed keeps its open file.
+  Trimmed Trim(const std::string& keep) const;
 
   // An entry being written, in order. Destroyed before Commit(): its
   // temporary file is removed.
@@ -85,8 +101,9 @@ class ModelCache {
       const std::atomic<bool>& stop) const;
 
  private:
-  explicit ModelCache(std::string dir) : dir_(std::move(dir)) {}
+  ModelCache(std::string dir, uint64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {}
   const std::string dir_;
+  const uint64_t max_bytes_;
 };
 
 struct FetchOptions {
@@ -107,7 +124,8 @@ struct FetchedFile {
 
 // The file `sha256` of `size` bytes: from `cache` when it holds it whole (no
 // request sent), else fetched from the coordinator over `coordinator` (a
-// DEALER with no other request outstanding) and then written to `cache`.
+// DEALER with no other request outstanding) and then written to `cache`,
+// which is then trimmed to its bound.
 // Workers of one host that miss the same entry at once fetch it once: one
 // holds the cache's fetch lock, the others wait for it and read the entry
 // (report.cache "hit"). A

@@ -244,7 +244,7 @@ class WorkerImpl final : public Worker {
     if (!model && !init) return OkStatus();
     if (cache_ == nullptr && !options_.model_cache_dir.empty() && !cache_tried_) {
       cache_tried_ = true;
-      StatusOr<std::unique_ptr<ModelCache>> cache = ModelCache::Open(options_.model_cache_dir);
+      auto cache = ModelCache::Open(options_.model_cache_dir, options_.model_cache_bytes);
       if (cache.ok()) {
         cache_ = std::move(cache).value();
       } else {

@@ -128,6 +128,8 @@ struct WorkerOptions {
   // cache. A directory that cannot be created or written is a warning: the
   // worker fetches the files and keeps them in memory only.
   std::string model_cache_dir;
+  // The cache's bound: past it, the files used least recently go (0: none).
+  uint64_t model_cache_bytes = 0;
   // FetchModel requests in flight at once while a file is fetched.
   int model_fetch_in_flight = 4;
   // Where Run() writes the worker's report (worker/step_times.h: times, counts,

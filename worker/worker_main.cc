@@ -97,6 +97,9 @@ DEFINE_string(model_cache_dir, "",
               "from the coordinator. Empty: $TMPDIR/elasticps-model-cache-<uid> (/tmp without "
               "TMPDIR); 'none': no cache. A directory that cannot be written is a warning: the "
               "files are fetched and kept in memory only");
+DEFINE_int64(model_cache_mb, 8192,
+             "The model cache's bound, in MiB: once the files in it total more, the ones used "
+             "least recently are removed (the file just fetched stays). 0: no bound");
 DEFINE_int32(model_fetch_in_flight, 4,
              "FetchModel requests in flight at once while a model file is fetched (1 to 64)");
 DEFINE_string(
@@ -363,6 +366,11 @@ int main(int argc, char** argv) {
   } else {
     options.model_cache_dir = FLAGS_model_cache_dir;
   }
+  if (FLAGS_model_cache_mb < 0) {
+    LOG(ERROR) << "--model_cache_mb must be >= 0 (0: no bound), not " << FLAGS_model_cache_mb;
+    return 2;
+  }
+  options.model_cache_bytes = static_cast<uint64_t>(FLAGS_model_cache_mb) << 20;
   if (FLAGS_model_fetch_in_flight < 1 || FLAGS_model_fetch_in_flight > 64) {
     LOG(ERROR) << "--model_fetch_in_flight must be in [1, 64]";
     return 2;

@@ -6,6 +6,7 @@ bounded; every process a test starts is stopped when it ends. A test that cannot
 run here (a missing tool, package or data set, no root) skips through `requires`
 or `skip_or_fail`, which fail it instead under CI=true.
 """
+import atexit
 import functools
 import json
 import os
@@ -26,8 +27,12 @@ BIN = os.environ.get("EPS_BIN", os.path.join(ROOT, "build", "bin"))
 LOCAL = os.path.join(ROOT, "launcher", "local.sh")
 MLP = os.path.join(ROOT, "examples", "fashion_mnist_mlp.flags")
 
+# The processes' host-wide files (the workers' model cache, a shard's default store) go to a TMPDIR of this test
+# module's own, removed when it ends: the suite leaves nothing in the host's /tmp.
+PROCESS_TMP = tempfile.mkdtemp(prefix="eps-tmp-")
+atexit.register(shutil.rmtree, PROCESS_TMP, True)
 # The environment of the job's processes as a user's shell would give it (test_cpu_kernels starts from this one).
-BARE_ENV = dict(os.environ, OMP_WAIT_POLICY="passive", EPS_BIN=BIN)
+BARE_ENV = dict(os.environ, OMP_WAIT_POLICY="passive", EPS_BIN=BIN, TMPDIR=PROCESS_TMP)
 DEFAULT_CPU_KERNELS = "x86-64-v3"  # common/cpu_kernels.h, kDefaultCpuKernels
 
 
