@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <new>
 
+#include "common/coalesce.h"
+
 namespace eps {
 
 torch::Tensor TableMemory::New(int64_t rows, int64_t dim) {
@@ -50,8 +52,7 @@ StatusOr<std::vector<uint64_t>> DistinctRows(const torch::Tensor& ids, int64_t r
     }
     out[k] = static_cast<uint64_t>(p[k]);
   }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
+  SortDistinct(&out);
   return out;
 }
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -70,6 +71,24 @@ TEST(RowCoalescer, TheOrderOfARowsDuplicatesDecidesItsBits) {
   EXPECT_EQ(a.values, (std::vector<float>{3, 0}));  // (1e8 + 1) rounds to 1e8
   const Coalesced b = CoalesceAll(c, {4, 2, 4, 4}, {1e8f, 3, -1e8f, 1}, 1);
   EXPECT_EQ(b.values, (std::vector<float>{3, 1}));
+}
+
+// A batch's ids (repeats, a power law), ids over 48 bits' span, and none: std::sort and
+// std::unique's answer.
+TEST(SortDistinct, SortsAndDropsRepeatsAtAnySpan) {
+  std::mt19937_64 rng(5);
+  for (const uint64_t span : {uint64_t{1} << 20, uint64_t{1} << 48, ~uint64_t{0}}) {
+    std::vector<uint64_t> ids(6272);
+    for (uint64_t& id : ids) id = (rng() % 4096) * (rng() % 7 == 0 ? 1 : 2654435761u) % span;
+    std::vector<uint64_t> want = ids;
+    std::sort(want.begin(), want.end());
+    want.erase(std::unique(want.begin(), want.end()), want.end());
+    SortDistinct(&ids);
+    EXPECT_EQ(ids, want) << "span " << span;
+  }
+  std::vector<uint64_t> none;
+  SortDistinct(&none);
+  EXPECT_TRUE(none.empty());
 }
 
 }  // namespace

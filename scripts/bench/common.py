@@ -9,10 +9,12 @@ with a Bench; scripts/bench.sh calls it as
 and it exits 1 when a run failed (the benchmark never fails on timing).
 """
 import argparse
+import atexit
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import analysis
@@ -29,8 +31,11 @@ CNN = os.path.join(ROOT, "examples", "fashion_mnist_cnn.flags")
 MLP = os.path.join(ROOT, "examples", "fashion_mnist_mlp.flags")
 CSV_HEADER = "run,git,section,config,samples_per_s,ratio_vs_baseline,steps,seconds,load1"
 
-# Several libtorch processes share this host: no OpenMP spinning.
-ENV = dict(os.environ, OMP_WAIT_POLICY="passive")
+# Several libtorch processes share this host: no OpenMP spinning. Their host-wide files (the workers' model cache, a
+# shard's default store) go to a TMPDIR of this section's own, removed when it ends.
+PROCESS_TMP = tempfile.mkdtemp(prefix="eps-bench-tmp-")
+atexit.register(shutil.rmtree, PROCESS_TMP, True)
+ENV = dict(os.environ, OMP_WAIT_POLICY="passive", TMPDIR=PROCESS_TMP)
 
 # glibc frees big blocks back to the kernel (munmap, trim) and a VM may pay 10-20 us per page fault: "reuse" keeps
 # freed pages in the process (one arena, no mmap, no trim) so every buffer allocated per step lands on warm pages.
