@@ -115,16 +115,17 @@ ModelCache::Trimmed ModelCache::Trim(const std::string& keep) const {
   std::error_code ec;
   const auto now = fs::file_time_type::clock::now();
   for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
-    std::error_code stat_ec;
-    if (!it->is_regular_file(stat_ec)) continue;
-    const uint64_t size = it->file_size(stat_ec);
-    const fs::file_time_type used = it->last_write_time(stat_ec);
-    if (stat_ec) continue;  // removed meanwhile
+    std::error_code type_ec, size_ec, time_ec;
+    if (!it->is_regular_file(type_ec)) continue;
+    const uint64_t size = it->file_size(size_ec);
+    const fs::file_time_type used = it->last_write_time(time_ec);
+    if (size_ec || time_ec) continue;  // removed meanwhile
     const std::string name = it->path().filename().string();
     // A writer's temporary file is ".<sha256>.XXXXXX" (NewEntry); its lock ".<sha256>.lock".
     const bool temporary =
         name.size() == 72 && name[0] == '.' && IsSha256Hex(name.substr(1, 64)) && name[65] == '.';
-    if (temporary && now - used > kDeadWriter && fs::remove(it->path(), stat_ec)) {
+    std::error_code rm_ec;
+    if (temporary && now - used > kDeadWriter && fs::remove(it->path(), rm_ec)) {
       ++trimmed.entries;
       trimmed.bytes += size;
     }
