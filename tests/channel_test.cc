@@ -527,7 +527,7 @@ TEST(Channel, AClosedChannelWhoseSocketLingersNeverStallsTheOthers) {
   sink.set(zmq::sockopt::linger, 0);
   sink.bind("tcp://127.0.0.1:*");
   Channel::Options lingering = TestOptions();
-  lingering.linger_ms = 3000;
+  lingering.linger_ms = 1000;
   auto closed = Channel::Connect(ctx, sink.get(zmq::sockopt::last_endpoint), lingering);
   ASSERT_TRUE(closed.ok()) << closed.status().ToString();
   ASSERT_TRUE((*closed)->Send(Envelope{"t", Shutdown{"hello"}}).ok());
