@@ -187,7 +187,7 @@ Status ShardState::SyncTables() {
     }
     EPS_RETURN_IF_ERROR(st);
   }
-  previous_rows_.clear();  // the previous version is not kept across a restore
+  step_rows_.clear();  // the previous version is not kept across a restore
   return OkStatus();
 }
 
@@ -241,10 +241,11 @@ Status ShardState::ValidateSparse(const Push& push) const {
 
 Status ShardState::StepTables() {
   const double lr = LearningRateOf(version_);
-  std::vector<SparseTable::Rows> previous(tables_.size());
+  std::vector<SparseTable::StepRows> changed(tables_.size());
   for (size_t t = 0; t < tables_.size(); ++t)
-    EPS_RETURN_IF_ERROR(tables_[t]->ApplyStep(lr, &previous[t]));
-  previous_rows_ = std::move(previous);
+    EPS_RETURN_IF_ERROR(tables_[t]->ApplyStep(lr, &changed[t]));
+  step_rows_ = std::move(changed);
+  step_rows_version_ = Step(version_.value() + 1);  // the version this step makes
   return OkStatus();
 }
 
@@ -601,7 +602,8 @@ StatusOr<PullReply> ShardState::HandleSparsePull(const Pull& pull) {
     return Unavailable("version " + std::to_string(pull.version.value()) + " is not ready");
   }
   const bool previous = pull.version.value() == version_.value() - 1;
-  if (pull.version != version_ && (!previous || previous_rows_.size() != tables_.size())) {
+  const bool stepped = step_rows_.size() == tables_.size() && step_rows_version_ == version_;
+  if (pull.version != version_ && (!previous || !stepped)) {
     return FailedPrecondition("version " + std::to_string(pull.version.value()) +
                               " of the sparse tables is gone; the shard serves " +
                               std::to_string(version_.value()));
@@ -616,12 +618,21 @@ StatusOr<PullReply> ShardState::HandleSparsePull(const Pull& pull) {
     const size_t dim = static_cast<size_t>(layout_->tensors[layout_->sparse[read.table]].shape[1]);
     std::vector<uint64_t> ids;
     std::vector<float> values;
-    bool scanned = false;  // values read with the ids
+    bool scanned = false;  // values come with the ids
     const size_t max_rows = read.max_rows == 0 ? SIZE_MAX : read.max_rows;
     if (read.lookup) {  // the rows a worker's batches read (untouched ones at their initial values)
       EPS_ASSIGN_OR_RETURN(ids, ReadIds(read));
     } else if (read.since.value() == -1) {  // every stored row: a scan, which leaves the cache be
       EPS_RETURN_IF_ERROR(table.ReadStored(read.from_row, max_rows, &ids, &values));
+      scanned = true;
+    } else if (stepped && !previous && read.since.value() == version_.value() - 1) {
+      // The rows the last step changed, as it left them: no row looked up again.
+      const SparseTable::StepRows& last = step_rows_[read.table];
+      const size_t first = static_cast<size_t>(
+          std::lower_bound(last.ids.begin(), last.ids.end(), read.from_row) - last.ids.begin());
+      const size_t n = std::min(max_rows, last.ids.size() - first);
+      ids.assign(last.ids.begin() + first, last.ids.begin() + first + n);
+      values.assign(last.after.begin() + first * dim, last.after.begin() + (first + n) * dim);
       scanned = true;
     } else if (read.since < pull.version) {
       EPS_ASSIGN_OR_RETURN(ids, table.ChangedSince(read.since, read.from_row, max_rows));
@@ -633,12 +644,12 @@ StatusOr<PullReply> ShardState::HandleSparsePull(const Pull& pull) {
     // Of the previous version too: rows the last step changed come back at their old
     // values, and any other row is the same in both versions.
     if (previous) {
-      const SparseTable::Rows& old = previous_rows_[read.table];
+      const SparseTable::StepRows& old = step_rows_[read.table];
       size_t j = 0;
       for (size_t i = 0; i < ids.size(); ++i) {
         while (j < old.ids.size() && old.ids[j] < ids[i]) ++j;
         if (j < old.ids.size() && old.ids[j] == ids[i])
-          std::memcpy(&values[i * dim], &old.weights[j * dim], dim * sizeof(float));
+          std::memcpy(&values[i * dim], &old.before[j * dim], dim * sizeof(float));
       }
     }
     SparseRowBytes rows;

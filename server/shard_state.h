@@ -279,8 +279,8 @@ class ShardState {
   Status CheckRowIds(const TensorSpec& t, const void* ids, uint32_t rows) const;
   // The row ids a sparse read names (a lookup's, or warm rows), checked as CheckRowIds does.
   StatusOr<std::vector<uint64_t>> ReadIds(const SparseRead& read) const;
-  // Steps the tables (the step's barrier is complete), keeping the old values
-  // of the rows it changes in previous_rows_ (as the tables hand them over).
+  // Steps the tables (the step's barrier is complete), keeping the old and new
+  // values of the rows it changes in step_rows_ (as the tables hand them over).
   Status StepTables();
   Status ValidatePush(const Push& push) const;
   // Bytes chunk `id` has in a push for `step` (-1: the initial values, always fp32).
@@ -332,8 +332,11 @@ class ShardState {
   Step loaded_{-1};
   // By table (Layout::sparse): opened by SyncTables; never moved by TakeFrom.
   std::vector<std::unique_ptr<SparseTable>> tables_;
-  // By table: the rows the last step changed, at the previous version's weights.
-  std::vector<SparseTable::Rows> previous_rows_;
+  // By table: the rows the last step changed, at the previous version's weights and at
+  // version_'s. A pull of version_ since the one before reads the rows from here instead of
+  // looking each up in its table again.
+  std::vector<SparseTable::StepRows> step_rows_;
+  Step step_rows_version_{-1};  // the version step_rows_ made
 };
 
 // Moves `reply`'s bytes into the shared-memory region `pull` names (at the

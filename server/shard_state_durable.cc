@@ -272,7 +272,7 @@ Status ShardState::AdoptMap(const ShardMap& map, Step version, std::vector<Blob>
                 version, [&](uint64_t row) { return next.map.OwnerOfRow(row) != me; }, rows[t])
             .WithContext("sparse table " + layout_->tensors[layout_->sparse[t]].name));
   }
-  previous_rows_.clear();  // no pull of the version before the move comes after it
+  step_rows_.clear();  // no pull of the version before the move comes after it
   for (ChunkId id : mine_) {
     if (next.chunks[id.value()].shard != shard_) slots_[id.value()] = ChunkSlot{};
   }

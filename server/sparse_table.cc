@@ -128,7 +128,7 @@ class SparseTableImpl final : public SparseTable {
 
   bool StepComplete() const override { return pending_.has_value() || reducer_.complete(); }
 
-  Status ApplyStep(double lr, Rows* before) override {
+  Status ApplyStep(double lr, StepRows* changed) override {
     EPS_RETURN_IF_ERROR(Usable());
     if (!Finite(lr) || lr <= 0) return InvalidArgument("sparse step needs a finite lr > 0");
     if (!pending_.has_value()) {
@@ -173,9 +173,10 @@ class SparseTableImpl final : public SparseTable {
     const float divisor = static_cast<float>(o_.num_vws);
     const int64_t new_version = version_.value() + 1;
     SpillBatch spill;
-    if (before != nullptr) {
-      before->ids = ids;
-      before->weights.resize(ids.size() * o_.dim);
+    if (changed != nullptr) {
+      changed->ids = ids;
+      changed->before.resize(ids.size() * o_.dim);
+      changed->after.resize(ids.size() * o_.dim);
     }
     for (size_t i = 0; i < ids.size(); ++i) {
       Row* row = rows[i];
@@ -184,12 +185,10 @@ class SparseTableImpl final : public SparseTable {
       } else {
         row = &loaded.at(ids[i]);
       }
-      if (before != nullptr) {
-        std::memcpy(before->weights.data() + i * o_.dim, row->data.data(),
-                    o_.dim * sizeof(float));
-      }
-      stepper.Step(row->data.data(), pending_->values.data() + i * o_.dim, divisor,
-                   row->initialized);
+      const size_t at = i * o_.dim, bytes = o_.dim * sizeof(float);
+      if (changed != nullptr) std::memcpy(changed->before.data() + at, row->data.data(), bytes);
+      stepper.Step(row->data.data(), pending_->values.data() + at, divisor, row->initialized);
+      if (changed != nullptr) std::memcpy(changed->after.data() + at, row->data.data(), bytes);
       row->initialized = true;
       row->version = new_version;
       row->dirty = true;

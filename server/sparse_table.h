@@ -136,20 +136,21 @@ class SparseTable {
                       const float* values, size_t num_values) = 0;
   // Whether the pushes of the current step cover all V VWs.
   virtual bool StepComplete() const = 0;
-  // Rows of a table at one version: ids strictly ascending, weights[i*dim,
-  // (i+1)*dim) the weights of ids[i] (not the optimizer's slots).
-  struct Rows {
+  // The rows a step changed: ids strictly ascending; before[i*dim, (i+1)*dim)
+  // the weights of ids[i] at the previous version, after[...] at the new one
+  // (not the optimizer's slots).
+  struct StepRows {
     std::vector<uint64_t> ids;
-    std::vector<float> weights;
+    std::vector<float> before, after;
   };
   // Reduces and steps the touched rows at learning rate `lr` (the schedule's
-  // value for this step) and moves to version() + 1; `before` (may be null)
-  // receives the rows the step changed at their previous version's weights,
-  // which the table has in hand (a pull of the previous version reads them).
+  // value for this step) and moves to version() + 1; `changed` (may be null)
+  // receives the rows the step changed at both versions' weights, which the
+  // table has in hand as it steps them (a pull of either version reads them).
   // FailedPrecondition: the step is not complete. On a store error nothing has
   // changed, unless the rows the step evicted could not be spilled: then the
   // table refuses every later call (FailedPrecondition) until RollbackTo.
-  virtual Status ApplyStep(double lr, Rows* before) = 0;
+  virtual Status ApplyStep(double lr, StepRows* changed) = 0;
   Status ApplyStep(double lr) { return ApplyStep(lr, nullptr); }
 
   // Rows that start from other weights than the initializer's (an --init_from

@@ -240,6 +240,40 @@ TEST(ShardSparse, ThePreviousVersionGivesTheRowsAtTheirOldValues) {
   EXPECT_EQ(PullRows(state, 0, 0).status().code(), StatusCode::kFailedPrecondition);
 }
 
+// The rows the last step changed come from the step itself (ShardState's step_rows_): the
+// same rows and bits as a lookup of them in the table, page by page (from_row, max_rows), and
+// an older `since` still gets the changes of every step after it.
+TEST(ShardSparse, ThePullOfTheLastStepsRowsPagesAsTheTableWould) {
+  ShardState state = Initialized();
+  auto step = [&](int64_t t, const Ids& ids, const Values& g) {
+    auto out = state.HandlePush(
+        MakePush(t, Block{0, kVws}, {Bytes(0, kHeadGrad), Bytes(1, kLoss)}, {Rows(ids, g)}));
+    ASSERT_TRUE(out.ok() && out->completed.has_value());
+  };
+  step(0, {2, 7}, {1, 1, 2, 2});
+  step(1, {3, 5, 9}, {4, 4, 6, 6, 8, 8});
+  SparseRead page{0, Step(1)};
+  page.from_row = 4;
+  page.max_rows = 1;
+  auto got = Answered(state, 2, page);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->ids, (Ids{5}));
+  auto looked = LookUp(state, 2, {5});
+  ASSERT_TRUE(looked.ok()) << looked.status().ToString();
+  EXPECT_TRUE(SameBits(got->values, looked->values));
+  page.from_row = 6;
+  page.max_rows = 0;  // no bound
+  got = Answered(state, 2, page);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->ids, (Ids{9}));
+  auto all = PullRows(state, 2, 0);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->ids, (Ids{2, 3, 5, 7, 9}));
+  looked = LookUp(state, 2, {2, 3, 5, 7, 9});
+  ASSERT_TRUE(looked.ok());
+  EXPECT_TRUE(SameBits(all->values, looked->values));
+}
+
 TEST(ShardSparse, ALookupGivesEveryRowAskedForAtTheVersionAskedFor) {
   ShardState state = Initialized({}, /*shards=*/2);  // shard 0: the even rows
   auto step = [&](int64_t t, const Ids& ids, const Values& g) {

@@ -442,7 +442,7 @@ TEST(SparseTable, WarmBringsStoredRowsIntoMemoryAheadOfTheStep) {
   EXPECT_TRUE(SameBits(ReadRows(in_memory.get(), all, dim), ReadRows(warm.get(), all, dim)));
 }
 
-TEST(SparseTable, ApplyStepHandsOverTheRowsItChangedAtTheirPreviousWeights) {
+TEST(SparseTable, ApplyStepHandsOverTheRowsItChangedAtTheirPreviousAndNewWeights) {
   TempDir dir;
   const uint32_t num_vws = 3;
   const size_t dim = 5;
@@ -463,12 +463,13 @@ TEST(SparseTable, ApplyStepHandsOverTheRowsItChangedAtTheirPreviousWeights) {
                           part.values.size())
                       .ok());
     }
-    SparseTable::Rows before;
-    ASSERT_TRUE(t->ApplyStep(0.05, &before).ok());
-    EXPECT_EQ(before.ids, ids);
-    EXPECT_TRUE(SameBits(before.weights, was));
+    SparseTable::StepRows changed;
+    ASSERT_TRUE(t->ApplyStep(0.05, &changed).ok());
+    EXPECT_EQ(changed.ids, ids);
+    EXPECT_TRUE(SameBits(changed.before, was));
+    EXPECT_TRUE(SameBits(changed.after, ReadRows(t.get(), ids, dim)));
     if (!ids.empty()) {
-      EXPECT_FALSE(SameBits(ReadRows(t.get(), ids, dim), was));
+      EXPECT_FALSE(SameBits(changed.after, was));
     }
   }
   EXPECT_GT(t->stats().evictions, 0u);
