@@ -144,6 +144,13 @@ Values Stepped(const Values& p, const Values& g) {
   return out;
 }
 
+// Step t, whole: one block of every VW, the head's and the loss's chunks and the table's rows.
+void WholeStep(ShardState& state, int64_t t, const Ids& ids, const Values& g) {
+  auto out = state.HandlePush(
+      MakePush(t, Block{0, kVws}, {Bytes(0, kHeadGrad), Bytes(1, kLoss)}, {Rows(ids, g)}));
+  ASSERT_TRUE(out.ok() && out->completed.has_value()) << out.status().ToString();
+}
+
 TEST(ShardSparse, OnlyTheTouchedRowsAreSteppedAndPulled) {
   ShardState state = Initialized();
   // VW 0 touched rows 3 and 9, VW 1 row 9 (two leaf pushes).
@@ -222,13 +229,8 @@ TEST(ShardSparse, TheStepWaitsForEveryBlockOfTheTablesAsForTheChunks) {
 
 TEST(ShardSparse, ThePreviousVersionGivesTheRowsAtTheirOldValues) {
   ShardState state = Initialized();
-  auto step = [&](int64_t t, const Ids& ids, const Values& g) {
-    auto out = state.HandlePush(
-        MakePush(t, Block{0, kVws}, {Bytes(0, kHeadGrad), Bytes(1, kLoss)}, {Rows(ids, g)}));
-    ASSERT_TRUE(out.ok() && out->completed.has_value());
-  };
-  step(0, {3}, {2, 2});
-  step(1, {3, 5}, {4, 4, 6, 6});
+  WholeStep(state, 0, {3}, {2, 2});
+  WholeStep(state, 1, {3, 5}, {4, 4, 6, 6});
   auto previous = PullRows(state, 1, 0);  // the shard is at 2
   ASSERT_TRUE(previous.ok()) << previous.status().ToString();
   // Row 3 as step 0 left it; row 5, untouched before step 1, at its initial value.
@@ -245,13 +247,8 @@ TEST(ShardSparse, ThePreviousVersionGivesTheRowsAtTheirOldValues) {
 // an older `since` still gets the changes of every step after it.
 TEST(ShardSparse, ThePullOfTheLastStepsRowsPagesAsTheTableWould) {
   ShardState state = Initialized();
-  auto step = [&](int64_t t, const Ids& ids, const Values& g) {
-    auto out = state.HandlePush(
-        MakePush(t, Block{0, kVws}, {Bytes(0, kHeadGrad), Bytes(1, kLoss)}, {Rows(ids, g)}));
-    ASSERT_TRUE(out.ok() && out->completed.has_value());
-  };
-  step(0, {2, 7}, {1, 1, 2, 2});
-  step(1, {3, 5, 9}, {4, 4, 6, 6, 8, 8});
+  WholeStep(state, 0, {2, 7}, {1, 1, 2, 2});
+  WholeStep(state, 1, {3, 5, 9}, {4, 4, 6, 6, 8, 8});
   SparseRead page{0, Step(1)};
   page.from_row = 4;
   page.max_rows = 1;
@@ -356,13 +353,6 @@ std::unique_ptr<StateStore> OpenStore(const std::string& path) {
   auto store = StateStore::Open(so);
   EXPECT_TRUE(store.ok()) << store.status().ToString();
   return store.ok() ? std::move(store).value() : nullptr;
-}
-
-// Step t, whole: one block of every VW, the head's and the loss's chunks and the table's rows.
-void WholeStep(ShardState& state, int64_t t, const Ids& ids, const Values& g) {
-  auto out = state.HandlePush(
-      MakePush(t, Block{0, kVws}, {Bytes(0, kHeadGrad), Bytes(1, kLoss)}, {Rows(ids, g)}));
-  ASSERT_TRUE(out.ok() && out->completed.has_value()) << out.status().ToString();
 }
 
 // A checkpoint of the shard's version: the tables first, then the state.
