@@ -245,7 +245,6 @@ Status ShardState::StepTables() {
   for (size_t t = 0; t < tables_.size(); ++t)
     EPS_RETURN_IF_ERROR(tables_[t]->ApplyStep(lr, &changed[t]));
   step_rows_ = std::move(changed);
-  step_rows_version_ = Step(version_.value() + 1);  // the version this step makes
   return OkStatus();
 }
 
@@ -602,7 +601,7 @@ StatusOr<PullReply> ShardState::HandleSparsePull(const Pull& pull) {
     return Unavailable("version " + std::to_string(pull.version.value()) + " is not ready");
   }
   const bool previous = pull.version.value() == version_.value() - 1;
-  const bool stepped = step_rows_.size() == tables_.size() && step_rows_version_ == version_;
+  const bool stepped = step_rows_.size() == tables_.size();  // the step that made version_
   if (pull.version != version_ && (!previous || !stepped)) {
     return FailedPrecondition("version " + std::to_string(pull.version.value()) +
                               " of the sparse tables is gone; the shard serves " +

@@ -332,11 +332,11 @@ class ShardState {
   Step loaded_{-1};
   // By table (Layout::sparse): opened by SyncTables; never moved by TakeFrom.
   std::vector<std::unique_ptr<SparseTable>> tables_;
-  // By table: the rows the last step changed, at the previous version's weights and at
-  // version_'s. A pull of version_ since the one before reads the rows from here instead of
-  // looking each up in its table again.
+  // By table: the rows the step that made version_ changed, at the previous version's weights
+  // and at version_'s (empty when version_ came otherwise: SyncTables and AdoptMap clear it). A
+  // pull of version_ since the one before reads the rows from here instead of looking each up
+  // in its table again.
   std::vector<SparseTable::StepRows> step_rows_;
-  Step step_rows_version_{-1};  // the version step_rows_ made
 };
 
 // Moves `reply`'s bytes into the shared-memory region `pull` names (at the

@@ -349,9 +349,9 @@ StatusOr<FetchedFile> FetchModelFile(Channel* coordinator, const std::string& wh
   }
   if (writer != nullptr) {
     Status committed = writer->Commit();
-    if (!committed.ok()) report.warning = "not kept in the model cache: " + committed.message();
-    const ModelCache::Trimmed trimmed = cache->Trim(sha256);
-    if (trimmed.entries > 0) {
+    if (!committed.ok()) {
+      report.warning = "not kept in the model cache: " + committed.message();
+    } else if (const ModelCache::Trimmed trimmed = cache->Trim(sha256); trimmed.entries > 0) {
       LOG(INFO) << "the model cache " << cache->dir() << " let go of " << trimmed.entries
                 << " files (" << trimmed.bytes << " bytes) used least recently";
     }
