@@ -16,7 +16,7 @@ const float* RowStore::Find(uint64_t id) const {
 }
 
 void RowStore::Clear() {
-  std::unordered_map<uint64_t, size_t>().swap(slot_);
+  absl::flat_hash_map<uint64_t, size_t>().swap(slot_);
   std::vector<float>().swap(values_);
 }
 

@@ -4,9 +4,10 @@
 // not (a page fault per row). docs/design.md, "Sparse tables".
 #pragma once
 
+#include <absl/container/flat_hash_map.h>
+
 #include <cstddef>
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
 namespace eps {
@@ -30,8 +31,8 @@ class RowStore {
 
  private:
   const size_t dim_;
-  std::unordered_map<uint64_t, size_t> slot_;  // id -> its row in values_
-  std::vector<float> values_;                  // rows() x dim_ floats
+  absl::flat_hash_map<uint64_t, size_t> slot_;  // id -> its row in values_
+  std::vector<float> values_;                   // rows() x dim_ floats
 };
 
 }  // namespace eps

@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-roots=(libzmq3-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev libgflags-dev libgoogle-glog-dev libcpp-httplib-dev
+roots=(libzmq3-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev libgflags-dev libgoogle-glog-dev libcpp-httplib-dev libabsl-dev
        libsodium-dev libunwind-dev libgtest-dev libssl-dev nlohmann-json3-dev zlib1g-dev)
 exclude='^(libc6|libc6-dev|libc-dev-bin|libcrypt1|libcrypt-dev|libgcc-s1|libstdc\+\+6|gcc-[0-9]+-base|linux-libc-dev'
 exclude+='|rpcsvc-proto|libnsl2|libnsl-dev|libtirpc[0-9]*|libtirpc-.*|debconf|dpkg|perl-base|tar'

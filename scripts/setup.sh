@@ -24,7 +24,7 @@ packages=(
   build-essential cmake ccache pkg-config python3
   libzmq3-dev libsodium-dev cppzmq-dev capnproto libcapnp-dev librocksdb-dev
   libgflags-dev libgoogle-glog-dev libgtest-dev libssl-dev nlohmann-json3-dev zlib1g-dev
-  libcpp-httplib-dev prometheus tshark iproute2 openssh-client openssh-server slurm-wlm munge
+  libcpp-httplib-dev libabsl-dev prometheus tshark iproute2 openssh-client openssh-server slurm-wlm munge
   libtorch-dev libopenblas0-pthread dataset-fashion-mnist python3-torch python3-torchvision python3-numpy
   python3-matplotlib python3-pytest nodejs clang-14 libfuzzer-14-dev libclang-rt-14-dev
 )

@@ -13,26 +13,37 @@ constexpr uint32_t kInitialized = 1;
 
 size_t RowRecordBytes(size_t floats) { return kHeader + floats * sizeof(float); }
 
-std::string EncodeRow(const RowRecord& row) {
-  std::string r(RowRecordBytes(row.data.size()), '\0');
-  const uint32_t flags = row.initialized ? kInitialized : 0;
-  std::memcpy(&r[0], &row.version, 8);
+std::string EncodeRow(const RowHeader& header, const float* data, size_t floats) {
+  std::string r(RowRecordBytes(floats), '\0');
+  const uint32_t flags = header.initialized ? kInitialized : 0;
+  std::memcpy(&r[0], &header.version, 8);
   std::memcpy(&r[8], &flags, 4);
-  std::memcpy(&r[kHeader], row.data.data(), row.data.size() * sizeof(float));
+  std::memcpy(&r[kHeader], data, floats * sizeof(float));
   return r;
+}
+
+std::string EncodeRow(const RowRecord& row) {
+  return EncodeRow(row, row.data.data(), row.data.size());
+}
+
+bool DecodeRow(std::string_view r, size_t floats, RowHeader* header, float* data) {
+  if (r.size() != RowRecordBytes(floats)) return false;
+  int64_t version = 0;
+  uint32_t flags = 0, pad = 0;
+  std::memcpy(&version, &r[0], 8);
+  std::memcpy(&flags, &r[8], 4);
+  std::memcpy(&pad, &r[12], 4);
+  if ((flags & ~kInitialized) != 0 || pad != 0 || version < 0) return false;
+  header->version = version;
+  header->initialized = (flags & kInitialized) != 0;
+  std::memcpy(data, &r[kHeader], floats * sizeof(float));
+  return true;
 }
 
 bool DecodeRow(std::string_view r, size_t floats, RowRecord* row) {
   if (r.size() != RowRecordBytes(floats)) return false;
-  uint32_t flags = 0, pad = 0;
-  std::memcpy(&row->version, &r[0], 8);
-  std::memcpy(&flags, &r[8], 4);
-  std::memcpy(&pad, &r[12], 4);
-  if ((flags & ~kInitialized) != 0 || pad != 0 || row->version < 0) return false;
-  row->initialized = (flags & kInitialized) != 0;
   row->data.resize(floats);
-  std::memcpy(row->data.data(), &r[kHeader], floats * sizeof(float));
-  return true;
+  return DecodeRow(r, floats, row, row->data.data());
 }
 
 SparseStoreOptions StoreOptionsOf(const SparseTableOptions& o) {

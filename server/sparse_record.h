@@ -15,16 +15,22 @@
 
 namespace eps {
 
-struct RowRecord {
-  std::vector<float> data;   // weights, then the slots
+// A record's fields besides its floats.
+struct RowHeader {
   int64_t version = 0;       // the version that last changed the row
   bool initialized = false;  // the optimizer has stepped the row (its slots are live)
 };
 
+struct RowRecord : RowHeader {
+  std::vector<float> data;  // weights, then the slots
+};
+
 // The bytes of a record of `floats` floats.
 size_t RowRecordBytes(size_t floats);
+std::string EncodeRow(const RowHeader& header, const float* data, size_t floats);
 std::string EncodeRow(const RowRecord& row);
-// False for a record that is not one of `floats` floats (a damaged one).
+// False for a record that is not one of `floats` floats (a damaged one); `data` takes `floats`.
+bool DecodeRow(std::string_view record, size_t floats, RowHeader* header, float* data);
 bool DecodeRow(std::string_view record, size_t floats, RowRecord* row);
 
 // The options of the store of a table opened with `o`: its directory, table id, checkpoints kept

@@ -1,16 +1,16 @@
 #include "server/sparse_table.h"
 
+#include <absl/container/flat_hash_set.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <deque>
 #include <functional>
-#include <list>
 #include <optional>
-#include <unordered_map>
-#include <unordered_set>
 #include <utility>
 
+#include "server/row_cache.h"
 #include "server/sparse_record.h"
 #include "server/sparse_row_step.h"
 #include "storage/sparse_store.h"
@@ -18,23 +18,23 @@
 namespace eps {
 namespace {
 
-// What the cache spends on a row besides its floats: the hash map's node and bucket, the
-// LRU list's node, the vector's header.
-constexpr size_t kRowOverhead = 112;
+using Slot = RowCache::Slot;
+using Fields = RowCache::Fields;
 
-// A cached row: its record's fields, and the cache's.
-struct Row : RowRecord {
-  bool dirty = false;  // changed since the last checkpoint
-  bool fresh = false;  // just made by the initializer: stored nowhere
-  // The spill tier holds this row's record as it is: read back from there and not changed
-  // since, so that its eviction writes nothing.
-  bool spill_current = false;
-  // Stepped or seeded since it last reached the LRU list's end: a second chance there
-  // (Evict), so that a step sets a flag on the row it touches anyway instead of moving a list
-  // node, a cache miss elsewhere in memory.
-  bool used = false;
-  std::list<uint64_t>::iterator lru;
+// Rows read from the store or made by the initializer, or moved in, before they enter the
+// cache: the i-th one's fields and its floats at data[i * floats].
+struct Rows {
+  std::vector<Fields> fields;
+  std::vector<float> data;
+
+  void Resize(size_t n, size_t floats) {
+    fields.assign(n, Fields{});
+    data.resize(n * floats);
+  }
 };
+
+// A stored row as a scan gives it: its record's header and its floats.
+using ScanFn = std::function<bool(uint64_t row, const RowHeader& header, const float* floats)>;
 
 bool Finite(double x) { return std::isfinite(x); }
 
@@ -51,10 +51,11 @@ class SparseTableImpl final : public SparseTable {
       : o_(o),
         slots_(SparseOptimizerSlots(o.optimizer)),
         floats_(o.dim * (1 + slots_)),
-        row_bytes_(floats_ * sizeof(float) + kRowOverhead),
+        row_bytes_(floats_ * sizeof(float) + RowCache::OverheadBytes()),
         capacity_(o.memory_bytes / row_bytes_),
         store_(std::move(store)),
-        reducer_(Block{0, TreeWidth(o.num_vws)}, o.num_vws, o.dim, o.grad_rounding) {
+        reducer_(Block{0, TreeWidth(o.num_vws)}, o.num_vws, o.dim, o.grad_rounding),
+        cache_(floats_) {
     Reset(store_ == nullptr || store_->Checkpoints().empty() ? Step(0)
                                                              : store_->Checkpoints().back());
   }
@@ -94,7 +95,7 @@ class SparseTableImpl final : public SparseTable {
     }
     EPS_RETURN_IF_ERROR(ValidateSparseRows(ids, num_ids, num_values, o_.dim));
     size_t added = 0;
-    for (size_t i = 0; i < num_ids; ++i) added += cache_.count(ids[i]) == 0 ? 1 : 0;
+    for (size_t i = 0; i < num_ids; ++i) added += cache_.Find(ids[i]) == RowCache::kNone ? 1 : 0;
     if (store_ == nullptr && cache_.size() + added > capacity_) {
       return ResourceExhausted(table + " would hold " + std::to_string(cache_.size() + added) +
                                " seeded rows, its memory budget of " +
@@ -104,24 +105,22 @@ class SparseTableImpl final : public SparseTable {
     }
     SpillBatch spill;
     for (size_t i = 0; i < num_ids; ++i) {
-      auto it = cache_.find(ids[i]);
-      Row* row = nullptr;
-      std::unordered_map<uint64_t, Row> one;
-      if (it != cache_.end()) {
-        row = &it->second;
-        row->used = true;
+      Slot slot = cache_.Find(ids[i]);
+      if (slot == RowCache::kNone) {
+        slot = Put(ids[i], Fields{}, nullptr);
       } else {
-        row = &one[ids[i]];
-        row->data.assign(floats_, 0.0f);
+        cache_.fields(slot).used = true;
       }
-      std::memcpy(row->data.data(), weights + i * o_.dim, o_.dim * sizeof(float));
-      std::fill(row->data.begin() + static_cast<std::ptrdiff_t>(o_.dim), row->data.end(), 0.0f);
-      row->version = 0;
-      row->initialized = false;
-      row->dirty = true;
-      row->fresh = false;
-      row->spill_current = false;
-      if (it == cache_.end()) Admit(one.extract(ids[i]), &spill);
+      Fields& row = cache_.fields(slot);
+      float* data = cache_.data(slot);
+      std::memcpy(data, weights + i * o_.dim, o_.dim * sizeof(float));
+      std::fill(data + o_.dim, data + floats_, 0.0f);
+      row.version = 0;
+      row.initialized = false;
+      row.dirty = true;
+      row.fresh = false;
+      row.spill_current = false;
+      Evict(&spill);
     }
     return WriteSpill(spill);
   }
@@ -142,15 +141,15 @@ class SparseTableImpl final : public SparseTable {
     const std::vector<uint64_t>& ids = pending_->ids;
 
     // Everything that can fail comes first: the rows not in memory, read from the store.
-    std::vector<Row*> rows(ids.size());
+    std::vector<Slot> rows(ids.size());
     std::vector<uint64_t> missing;
     for (size_t i = 0; i < ids.size(); ++i) {
-      auto it = cache_.find(ids[i]);
-      if (it != cache_.end()) {
-        rows[i] = &it->second;
-        // The loop below touches the row's floats: a random place in memory, fetched while
-        // this loop looks the next rows up.
-        __builtin_prefetch(it->second.data.data(), 1);
+      rows[i] = cache_.Find(ids[i]);
+      if (rows[i] != RowCache::kNone) {
+        // The loop below touches the row: a random place in memory, fetched while this loop
+        // looks the next rows up.
+        __builtin_prefetch(&cache_.fields(rows[i]), 1);
+        __builtin_prefetch(cache_.data(rows[i]) + o_.dim, 1);
       } else {
         missing.push_back(ids[i]);
       }
@@ -162,12 +161,11 @@ class SparseTableImpl final : public SparseTable {
                                " bytes holds " + std::to_string(capacity_) +
                                " and it has no store to spill to");
     }
-    std::unordered_map<uint64_t, Row> loaded;
-    EPS_RETURN_IF_ERROR(Load(missing, &loaded));
+    EPS_RETURN_IF_ERROR(Load(missing, &loaded_));
 
-    // Now nothing fails until the spill write. The rows are stepped where they are: the cached
-    // ones in the cache (marked used), the loaded ones before they are admitted; rows are
-    // evicted only once every row of the step is stepped.
+    // Now nothing fails until the spill write. The loaded rows enter the cache as the rows put
+    // last, the cached ones are marked used (a second chance: server/row_cache.h), and every
+    // row is stepped where it is there; rows are evicted only once every row of the step is.
     const double count = static_cast<double>(version_.value() + 1);
     const SparseRowStepper stepper(o_.optimizer, o_.dim, lr, count);
     const float divisor = static_cast<float>(o_.num_vws);
@@ -178,24 +176,26 @@ class SparseTableImpl final : public SparseTable {
       changed->before.resize(ids.size() * o_.dim);
       changed->after.resize(ids.size() * o_.dim);
     }
-    for (size_t i = 0; i < ids.size(); ++i) {
-      Row* row = rows[i];
-      if (row != nullptr) {
-        row->used = true;
+    for (size_t i = 0, next_loaded = 0; i < ids.size(); ++i) {
+      Slot slot = rows[i];
+      if (slot == RowCache::kNone) {
+        slot = Put(ids[i], loaded_.fields[next_loaded], &loaded_.data[next_loaded * floats_]);
+        ++next_loaded;
       } else {
-        row = &loaded.at(ids[i]);
+        cache_.fields(slot).used = true;
       }
+      Fields& row = cache_.fields(slot);
+      float* data = cache_.data(slot);
       const size_t at = i * o_.dim, bytes = o_.dim * sizeof(float);
-      if (changed != nullptr) std::memcpy(changed->before.data() + at, row->data.data(), bytes);
-      stepper.Step(row->data.data(), pending_->values.data() + at, divisor, row->initialized);
-      if (changed != nullptr) std::memcpy(changed->after.data() + at, row->data.data(), bytes);
-      row->initialized = true;
-      row->version = new_version;
-      row->dirty = true;
-      row->fresh = false;
-      row->spill_current = false;
+      if (changed != nullptr) std::memcpy(changed->before.data() + at, data, bytes);
+      stepper.Step(data, pending_->values.data() + at, divisor, row.initialized);
+      if (changed != nullptr) std::memcpy(changed->after.data() + at, data, bytes);
+      row.initialized = true;
+      row.version = new_version;
+      row.dirty = true;
+      row.fresh = false;
+      row.spill_current = false;
       ++stats_.rows_stepped;
-      if (rows[i] == nullptr) Insert(loaded.extract(ids[i]));
     }
     Evict(&spill);
     version_ = Step(new_version);
@@ -209,25 +209,30 @@ class SparseTableImpl final : public SparseTable {
     EPS_RETURN_IF_ERROR(Usable());
     std::vector<uint64_t> missing;
     for (size_t i = 0; i < num_ids; ++i) {
-      if (cache_.count(ids[i]) == 0) missing.push_back(ids[i]);
+      if (cache_.Find(ids[i]) == RowCache::kNone) missing.push_back(ids[i]);
     }
     std::sort(missing.begin(), missing.end());
     missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
-    std::unordered_map<uint64_t, Row> loaded;
-    EPS_RETURN_IF_ERROR(Load(missing, &loaded));
-    // A read leaves the LRU order as it is: it follows the steps (a pull of the rows a step
-    // changed would only move them again to where the step put them).
+    EPS_RETURN_IF_ERROR(Load(missing, &loaded_));
+    // A read does not mark the rows used: it follows the steps (a pull of the rows a step
+    // changed would only give them a second chance the step gave them already).
     for (size_t i = 0; out != nullptr && i < num_ids; ++i) {
-      auto it = cache_.find(ids[i]);
-      const Row& row = it != cache_.end() ? it->second : loaded.at(ids[i]);
-      std::memcpy(out + i * o_.dim, row.data.data(), o_.dim * sizeof(float));
+      const Slot slot = cache_.Find(ids[i]);
+      const float* row =
+          slot != RowCache::kNone
+              ? cache_.data(slot)
+              : &loaded_.data[(std::lower_bound(missing.begin(), missing.end(), ids[i]) -
+                               missing.begin()) *
+                              floats_];
+      std::memcpy(out + i * o_.dim, row, o_.dim * sizeof(float));
     }
     // The stored rows read come into the cache (a pull of a batch's rows comes before their
     // push); rows never touched stay stored nowhere.
     SpillBatch spill;
-    for (uint64_t id : missing) {
-      auto node = loaded.extract(id);
-      if (!node.mapped().fresh) Admit(std::move(node), &spill);
+    for (size_t i = 0; i < missing.size(); ++i) {
+      if (loaded_.fields[i].fresh) continue;
+      Put(missing[i], loaded_.fields[i], &loaded_.data[i * floats_]);
+      Evict(&spill);
     }
     return WriteSpill(spill);
   }
@@ -240,7 +245,7 @@ class SparseTableImpl final : public SparseTable {
     if (since >= version_ || max_rows == 0) return out;
     if (since < log_base_) {  // beyond the log: every stored row's version says
       EPS_RETURN_IF_ERROR(ScanStored(
-          [&](uint64_t row, const Row& r) {
+          [&](uint64_t row, const RowHeader& r, const float*) {
             if (Step(r.version) > since) out.push_back(row);
             return out.size() < max_rows;
           },
@@ -265,9 +270,9 @@ class SparseTableImpl final : public SparseTable {
     weights->clear();
     if (max_rows == 0) return OkStatus();
     return ScanStored(
-        [&](uint64_t id, const Row& r) {
+        [&](uint64_t id, const RowHeader&, const float* data) {
           ids->push_back(id);
-          weights->insert(weights->end(), r.data.begin(), r.data.begin() + o_.dim);
+          weights->insert(weights->end(), data, data + o_.dim);
           return ids->size() < max_rows;
         },
         from_row);
@@ -275,8 +280,8 @@ class SparseTableImpl final : public SparseTable {
 
   Status ScanRows(
       const std::function<void(uint64_t row, Step version, const float* floats)>& fn) override {
-    return ScanStored([&](uint64_t id, const Row& r) {
-      fn(id, Step(r.version), r.data.data());
+    return ScanStored([&](uint64_t id, const RowHeader& r, const float* data) {
+      fn(id, Step(r.version), data);
       return true;
     });
   }
@@ -284,10 +289,10 @@ class SparseTableImpl final : public SparseTable {
   size_t RecordBytes() const override { return RowRecordBytes(floats_); }
 
   Status ExportRows(const std::function<bool(uint64_t row)>& want, std::string* out) override {
-    return ScanStored([&](uint64_t id, const Row& r) {
+    return ScanStored([&](uint64_t id, const RowHeader& r, const float* data) {
       if (!want(id)) return true;
       out->append(reinterpret_cast<const char*>(&id), sizeof id);
-      out->append(EncodeRow(r));
+      out->append(EncodeRow(r, data, floats_));
       return true;
     });
   }
@@ -308,24 +313,36 @@ class SparseTableImpl final : public SparseTable {
     const size_t each = sizeof(uint64_t) + RecordBytes();
     if (records.size() % each != 0)
       return InvalidArgument(table + ": moved rows are not whole records");
-    std::unordered_map<uint64_t, Row> came;
-    came.reserve(records.size() / each);
-    for (size_t at = 0; at < records.size(); at += each) {
+    const size_t n = records.size() / each;
+    Rows came;
+    came.Resize(n, floats_);
+    std::vector<uint64_t> came_ids;
+    std::vector<size_t> order(n);  // of the records, by id
+    for (size_t i = 0; i < n; ++i) {
+      const size_t at = i * each;
       uint64_t id;
       std::memcpy(&id, records.data() + at, sizeof id);
-      Row row;
-      if (!DecodeRow(records.substr(at + sizeof id, RecordBytes()), floats_, &row) ||
+      Fields& row = came.fields[i];
+      if (!DecodeRow(records.substr(at + sizeof id, RecordBytes()), floats_, &row,
+                     &came.data[i * floats_]) ||
           row.version > version.value())
         return InvalidArgument(table + ": moved row " + std::to_string(id) + " is malformed");
       if (lost(id)) return InvalidArgument(table + ": moved row " + std::to_string(id) + " is one it loses");
       row.dirty = true;
-      if (!came.emplace(id, std::move(row)).second)
-        return InvalidArgument(table + ": moved row " + std::to_string(id) + " comes twice");
+      came_ids.push_back(id);
+      order[i] = i;
+    }
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return came_ids[a] < came_ids[b]; });
+    for (size_t i = 1; i < n; ++i) {
+      if (came_ids[order[i]] == came_ids[order[i - 1]])
+        return InvalidArgument(table + ": moved row " + std::to_string(came_ids[order[i]]) +
+                               " comes twice");
     }
     size_t kept = 0;
-    for (const auto& [id, row] : cache_) kept += lost(id) ? 0 : 1;
-    if (store_ == nullptr && kept + came.size() > capacity_) {
-      return ResourceExhausted(table + " would hold " + std::to_string(kept + came.size()) +
+    cache_.ForEach([&](Slot slot) { kept += lost(cache_.fields(slot).id) ? 0 : 1; });
+    if (store_ == nullptr && kept + n > capacity_) {
+      return ResourceExhausted(table + " would hold " + std::to_string(kept + n) +
                                " rows after the move, its memory budget of " +
                                std::to_string(o_.memory_bytes) + " bytes holds " +
                                std::to_string(capacity_) + " and it has no store to spill to");
@@ -340,38 +357,28 @@ class SparseTableImpl final : public SparseTable {
     // Now the rows that leave go, and those that came come.
     MembershipChanged();
     SpillBatch spill;
-    for (auto it = cache_.begin(); it != cache_.end();) {
-      if (!lost(it->first)) {
-        ++it;
-        continue;
-      }
-      lru_.erase(it->second.lru);
-      it = cache_.erase(it);
-    }
+    cache_.ForEach([&](Slot slot) {
+      if (lost(cache_.fields(slot).id)) cache_.Erase(slot);
+    });
     for (auto it = spilled_.begin(); it != spilled_.end();) {
       if (!lost(*it)) {
         ++it;
         continue;
       }
       spill.deletes.push_back(*it);
-      it = spilled_.erase(it);
+      spilled_.erase(it++);
     }
     dropped_.insert(checkpointed.begin(), checkpointed.end());
-    std::vector<uint64_t> ids;
-    ids.reserve(came.size());
-    for (const auto& [id, row] : came) ids.push_back(id);
-    std::sort(ids.begin(), ids.end());
-    for (uint64_t id : ids) {
+    for (size_t i : order) {
+      const uint64_t id = came_ids[i];
       dropped_.erase(id);
-      if (auto it = cache_.find(id); it != cache_.end()) {  // a stale copy read earlier
-        lru_.erase(it->second.lru);
-        cache_.erase(it);
-      }
-      Insert(came.extract(id));
+      // A stale copy read earlier.
+      if (const Slot stale = cache_.Find(id); stale != RowCache::kNone) cache_.Erase(stale);
+      Put(id, came.fields[i], &came.data[i * floats_]);
     }
     Evict(&spill);
     spilled_cached_ = 0;
-    for (uint64_t id : spilled_) spilled_cached_ += cache_.count(id);
+    for (uint64_t id : spilled_) spilled_cached_ += cache_.Find(id) != RowCache::kNone ? 1 : 0;
     version_ = version;
     log_.clear();
     log_base_ = version;  // the log does not know the rows that came: their versions say
@@ -380,8 +387,7 @@ class SparseTableImpl final : public SparseTable {
 
   // Calls fn(row, its state) for every stored row from `from_row` on, ascending (ScanRows),
   // while fn returns true.
-  Status ScanStored(const std::function<bool(uint64_t row, const Row& state)>& fn,
-                    uint64_t from_row = 0) {
+  Status ScanStored(const ScanFn& fn, uint64_t from_row = 0) {
     EPS_RETURN_IF_ERROR(Usable());
     // The cached and spilled ids sorted: held by this scan (a change of the cache meanwhile
     // cannot free them), and kept for the next one while they hold.
@@ -389,7 +395,7 @@ class SparseTableImpl final : public SparseTable {
     sorted_ids_.membership = UINT64_MAX;  // none while this scan holds them
     if (ids.membership != membership_) {
       ids.cached.clear();
-      for (const auto& [id, row] : cache_) ids.cached.push_back(id);
+      cache_.ForEach([&](Slot slot) { ids.cached.push_back(cache_.fields(slot).id); });
       std::sort(ids.cached.begin(), ids.cached.end());
       ids.spilled = SpilledOnly();
       ids.membership = membership_;
@@ -401,25 +407,24 @@ class SparseTableImpl final : public SparseTable {
 
   // Three sorted streams, disjoint but for the checkpoint's: the cache's rows, the spilled ones
   // (`ids`), the newest checkpoint's; a cached or spilled row is newer than its checkpoint record.
-  Status ScanSorted(const SortedIds& ids,
-                    const std::function<bool(uint64_t row, const Row& state)>& fn,
-                    uint64_t from_row) {
+  Status ScanSorted(const SortedIds& ids, const ScanFn& fn, uint64_t from_row) {
     const std::vector<uint64_t>& cached = ids.cached;
     const std::vector<uint64_t>& spilled = ids.spilled;
     size_t ci = std::lower_bound(cached.begin(), cached.end(), from_row) - cached.begin();
     size_t si = std::lower_bound(spilled.begin(), spilled.end(), from_row) - spilled.begin();
     bool stopped = false;  // fn said so
-    Row row;
+    RowRecord row;
+    row.data.resize(floats_);
     auto emit_cached = [&] {
-      const uint64_t id = cached[ci++];
-      stopped = !fn(id, cache_.at(id));
+      const Slot slot = cache_.Find(cached[ci++]);
+      stopped = !fn(cache_.fields(slot).id, cache_.fields(slot), cache_.data(slot));
     };
     auto emit_spilled = [&]() -> Status {
       std::vector<std::optional<std::string>> record;
       EPS_RETURN_IF_ERROR(store_->ReadSpilled({spilled[si]}, &record));
-      std::unordered_map<uint64_t, Row> one;
-      EPS_RETURN_IF_ERROR(DecodeInto(spilled[si], record[0], "spilled", &one));
-      stopped = !fn(spilled[si], one.begin()->second);
+      Fields fields;
+      EPS_RETURN_IF_ERROR(DecodeInto(spilled[si], record[0], "spilled", &fields, row.data.data()));
+      stopped = !fn(spilled[si], fields, row.data.data());
       ++si;
       return OkStatus();
     };
@@ -453,7 +458,7 @@ class SparseTableImpl final : public SparseTable {
                 return DataLoss("checkpointed row " + std::to_string(id) + " of sparse table " +
                                 std::to_string(o_.table_id) + " is malformed in " + store_->path());
               }
-              stopped = !fn(id, row);
+              stopped = !fn(id, row, row.data.data());
             }
             return stopped ? Aborted("stopped") : OkStatus();
           },
@@ -472,9 +477,10 @@ class SparseTableImpl final : public SparseTable {
     }
     const std::vector<Step> held = store_->Checkpoints();
     std::vector<std::pair<uint64_t, std::string>> rows;
-    for (const auto& [id, row] : cache_) {
-      if (row.dirty) rows.emplace_back(id, EncodeRow(row));
-    }
+    cache_.ForEach([&](Slot slot) {
+      const Fields& row = cache_.fields(slot);
+      if (row.dirty) rows.emplace_back(row.id, EncodeRow(row, cache_.data(slot), floats_));
+    });
     for (uint64_t id : dropped_) rows.emplace_back(id, std::string());  // tombstones
     // Every spilled record is deleted; those of rows not cached are the rows' state.
     std::vector<uint64_t> moved(spilled_.begin(), spilled_.end());
@@ -493,7 +499,8 @@ class SparseTableImpl final : public SparseTable {
     }
     std::sort(rows.begin(), rows.end());
     EPS_RETURN_IF_ERROR(store_->WriteCheckpoint(version_, rows, moved));
-    for (auto& [id, row] : cache_) row.dirty = row.spill_current = false;
+    cache_.ForEach(
+        [&](Slot slot) { cache_.fields(slot).dirty = cache_.fields(slot).spill_current = false; });
     spilled_.clear();
     spilled_cached_ = 0;
     MembershipChanged();
@@ -542,7 +549,7 @@ class SparseTableImpl final : public SparseTable {
     std::vector<uint64_t> out;
     out.reserve(spilled_.size());
     for (uint64_t id : spilled_) {
-      if (cache_.count(id) == 0) out.push_back(id);
+      if (cache_.Find(id) == RowCache::kNone) out.push_back(id);
     }
     std::sort(out.begin(), out.end());
     return out;
@@ -556,8 +563,7 @@ class SparseTableImpl final : public SparseTable {
 
   void Reset(Step version) {
     MembershipChanged();
-    cache_.clear();
-    lru_.clear();
+    cache_.Clear();
     spilled_.clear();
     spilled_cached_ = 0;
     dropped_.clear();
@@ -570,45 +576,51 @@ class SparseTableImpl final : public SparseTable {
     pushed_ = false;
   }
 
-  // The rows `ids` (ascending, none cached) from the spill tier, the newest
-  // checkpoint or the initializer, in that order.
-  Status Load(const std::vector<uint64_t>& ids, std::unordered_map<uint64_t, Row>* out) {
+  // The rows `ids` (ascending, none cached) from the spill tier, the newest checkpoint or the
+  // initializer, in that order, into out's fields[i] and data.
+  Status Load(const std::vector<uint64_t>& ids, Rows* out) {
     std::vector<uint64_t> spilled, rest;
-    for (uint64_t id : ids) (spilled_.count(id) > 0 ? spilled : rest).push_back(id);
+    std::vector<size_t> spilled_at, rest_at;  // their places in `ids`
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const bool s = spilled_.contains(ids[i]);
+      (s ? spilled : rest).push_back(ids[i]);
+      (s ? spilled_at : rest_at).push_back(i);
+    }
     std::vector<std::optional<std::string>> s_records, c_records;
     if (store_ != nullptr) {
       EPS_RETURN_IF_ERROR(store_->ReadSpilled(spilled, &s_records));
       EPS_RETURN_IF_ERROR(store_->ReadCheckpointed(rest, &c_records));
       stats_.store_reads += ids.size();
     }
-    out->reserve(ids.size());
+    out->Resize(ids.size(), floats_);
     for (size_t i = 0; i < spilled.size(); ++i) {
-      EPS_RETURN_IF_ERROR(DecodeInto(spilled[i], s_records[i], "spilled", out));
+      const size_t at = spilled_at[i];
+      EPS_RETURN_IF_ERROR(DecodeInto(spilled[i], s_records[i], "spilled", &out->fields[at],
+                                     &out->data[at * floats_]));
     }
     for (size_t i = 0; i < rest.size(); ++i) {
-      if (store_ != nullptr && c_records[i].has_value() && dropped_.count(rest[i]) == 0) {
-        EPS_RETURN_IF_ERROR(DecodeInto(rest[i], c_records[i], "checkpointed", out));
+      const size_t at = rest_at[i];
+      if (store_ != nullptr && c_records[i].has_value() && !dropped_.contains(rest[i])) {
+        EPS_RETURN_IF_ERROR(DecodeInto(rest[i], c_records[i], "checkpointed", &out->fields[at],
+                                       &out->data[at * floats_]));
         continue;
       }
-      Row row;
-      row.fresh = true;
-      row.data.assign(floats_, 0.0f);
-      InitialRow(o_.init, o_.seed, o_.table_id, rest[i], row.data.data(), o_.dim);
-      (*out)[rest[i]] = std::move(row);
+      out->fields[at].fresh = true;
+      float* data = &out->data[at * floats_];
+      std::fill(data, data + floats_, 0.0f);
+      InitialRow(o_.init, o_.seed, o_.table_id, rest[i], data, o_.dim);
     }
     return OkStatus();
   }
 
   Status DecodeInto(uint64_t id, const std::optional<std::string>& record, const char* tier,
-                    std::unordered_map<uint64_t, Row>* out) const {
-    Row row;
-    if (!record.has_value() || !DecodeRow(*record, floats_, &row)) {
+                    Fields* fields, float* data) const {
+    if (!record.has_value() || !DecodeRow(*record, floats_, fields, data)) {
       return DataLoss(std::string(tier) + " row " + std::to_string(id) + " of sparse table " +
                       std::to_string(o_.table_id) + " is " +
                       (record.has_value() ? "malformed" : "missing") + " in " + store_->path());
     }
-    row.dirty = row.spill_current = std::string(tier) == "spilled";
-    (*out)[id] = std::move(row);
+    fields->dirty = fields->spill_current = std::string(tier) == "spilled";
     return OkStatus();
   }
 
@@ -618,47 +630,42 @@ class SparseTableImpl final : public SparseTable {
     std::vector<uint64_t> deletes;                       // spilled rows that left the table
   };
 
-  // Puts a row (not cached) into the cache as the most recently used, then evicts while over
-  // budget (Evict).
-  void Admit(std::unordered_map<uint64_t, Row>::node_type node, SpillBatch* spill) {
-    Insert(std::move(node));
-    Evict(spill);
-  }
-
-  // Puts a row (not cached) into the cache as the most recently used. A spilled one keeps its
-  // spilled record, stale once the row changes: its eviction overwrites it, and a checkpoint
-  // deletes it (the row comes back at most once between two evictions; deleting its record
-  // then would cost a third write for the one a later eviction makes anyway).
-  void Insert(std::unordered_map<uint64_t, Row>::node_type node) {
-    spilled_cached_ += spilled_.count(node.key());
+  // Puts row `id` (not cached) into the cache with `fields` (all but the cache's own: live, id,
+  // used) and its floats from `data` (nullptr: zeros), and returns its slot. A spilled one keeps
+  // its spilled record, stale once the row changes: its eviction overwrites it, and a
+  // checkpoint deletes it (the row comes back at most once between two evictions; deleting its
+  // record then would cost a third write for the one a later eviction makes anyway).
+  Slot Put(uint64_t id, const Fields& fields, const float* data) {
+    spilled_cached_ += spilled_.contains(id) ? 1 : 0;
     MembershipChanged();
-    lru_.push_front(node.key());
-    node.mapped().lru = lru_.begin();
-    cache_.insert(std::move(node));
+    const Slot slot = cache_.Insert(id);
+    Fields& f = cache_.fields(slot);
+    static_cast<RowHeader&>(f) = fields;
+    f.dirty = fields.dirty;
+    f.fresh = fields.fresh;
+    f.spill_current = fields.spill_current;
+    if (data != nullptr) {
+      std::memcpy(cache_.data(slot), data, floats_ * sizeof(float));
+    } else {
+      std::fill(cache_.data(slot), cache_.data(slot) + floats_, 0.0f);
+    }
+    return slot;
   }
 
-  // Evicts rows from the LRU list's end while the cache is over budget, a changed one to
-  // `spill`; a row used since it was put at the front goes back there instead, unused (the
-  // second-chance approximation of least recently used: each such move clears a flag a step
-  // set, so the moves are at most the steps' rows).
+  // Evicts the clock's victims (server/row_cache.h) while the cache is over budget, a changed
+  // one to `spill`.
   void Evict(SpillBatch* spill) {
     while (cache_.size() > capacity_) {
-      const uint64_t victim = lru_.back();
-      auto it = cache_.find(victim);
-      if (it->second.used) {
-        it->second.used = false;
-        lru_.splice(lru_.begin(), lru_, std::prev(lru_.end()));
-        continue;
-      }
-      lru_.pop_back();
-      if (it->second.dirty) {  // its record goes to (or is already in) the spill tier
-        if (!it->second.spill_current) {
-          spill->puts.emplace_back(victim, EncodeRow(it->second));
+      const Slot slot = cache_.Victim();
+      const Fields& row = cache_.fields(slot);
+      if (row.dirty) {  // its record goes to (or is already in) the spill tier
+        if (!row.spill_current) {
+          spill->puts.emplace_back(row.id, EncodeRow(row, cache_.data(slot), floats_));
           ++stats_.spill_writes;
         }
-        if (!spilled_.insert(victim).second) --spilled_cached_;
+        if (!spilled_.insert(row.id).second) --spilled_cached_;
       }
-      cache_.erase(it);
+      cache_.Erase(slot);
       MembershipChanged();
       ++stats_.evictions;
     }
@@ -695,18 +702,18 @@ class SparseTableImpl final : public SparseTable {
   SparseTreeReducer reducer_;
   std::optional<SparseRows> pending_;  // the step's reduced rows, until stepped
 
-  std::unordered_map<uint64_t, Row> cache_;
-  std::list<uint64_t> lru_;  // most recently put at the front first (Row::used: a second chance)
+  RowCache cache_;
+  Rows loaded_;  // Load's rows, for the call that loaded them (kept: its memory is reused)
   // Rows with a record in the spill tier: changed since the last checkpoint and evicted since.
   // The record is the row's state unless the row is cached (then the cache's is).
-  std::unordered_set<uint64_t> spilled_;
+  absl::flat_hash_set<uint64_t> spilled_;
   size_t spilled_cached_ = 0;  // of them, the cached ones
   // Counts the changes of which rows are cached and which spilled: ScanStored's sorted ids of
   // both hold while it is the same (the pages of an export's final pull scan them once).
   uint64_t membership_ = 0;
   SortedIds sorted_ids_;
   // Rows a move took away that a checkpoint holds: the next one writes their tombstones.
-  std::unordered_set<uint64_t> dropped_;
+  absl::flat_hash_set<uint64_t> dropped_;
   Step version_{0};
   std::deque<std::pair<Step, std::vector<uint64_t>>> log_;  // (version made, rows changed)
   Step log_base_{0};  // ChangedSince answers for versions >= this
@@ -744,7 +751,7 @@ StatusOr<std::unique_ptr<SparseTable>> SparseTable::Open(const SparseTableOption
     return InvalidArgument("a uniform row initializer needs finite low <= high");
   }
   const size_t row_bytes =
-      o.dim * (1 + SparseOptimizerSlots(o.optimizer)) * sizeof(float) + kRowOverhead;
+      o.dim * (1 + SparseOptimizerSlots(o.optimizer)) * sizeof(float) + RowCache::OverheadBytes();
   if (o.memory_bytes < row_bytes) {
     return InvalidArgument("sparse table " + std::to_string(o.table_id) + ": a memory budget of " +
                            std::to_string(o.memory_bytes) + " bytes is smaller than one row (" +
