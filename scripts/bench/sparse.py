@@ -131,9 +131,9 @@ def measure(b, d, steps):
     base = plain["samples_per_s"]
     data = [f"--train_data={d}/ids.npy", f"--train_labels={d}/labels.npy"]
     lazy, compact = f"--model={d}/hashed.pt", f"--model={d}/compact.pt"
-    # The state of the rows a run touches: 3 x 32 floats a row with Adam's moments, and the shard cache's 112 bytes
-    # of bookkeeping (server/sparse_table.cc kRowOverhead).
-    touched_mb = plain["touched_rows"] * (DIM * 3 * 4 + 112) / (1 << 20)
+    # The state of the rows a run touches: 3 x 32 floats a row with Adam's moments, and the shard cache's 86 bytes
+    # of bookkeeping (server/row_cache.cc RowCache::OverheadBytes).
+    touched_mb = plain["touched_rows"] * (DIM * 3 * 4 + 86) / (1 << 20)
     runs = [("1 worker", 1, [lazy, f"--steps={steps}"]), ("2 workers", 2, [lazy, f"--steps={steps}"]),
             ("10x memory", 1, [lazy, f"--steps={steps}", f"--shard_memory_mb={max(1, round(touched_mb / 10))}"]),
             ("looked up", 1, [compact, f"--steps={steps}", "--worker_table_mb=16"]),
