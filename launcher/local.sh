@@ -268,7 +268,7 @@ echo "coordinator at $addr, run dir $run_dir"
 
 for ((s = 0; s < servers; s++)); do
   shard=("${server_pin[@]}" "$bin/shard" --coordinator="$addr" --shard_id=$s --token_file="$run_dir/token" --addr_file="$run_dir/shard$s.addr"
-    "${server_curve[@]}" "${metrics_flags[@]}" "${shard_limits[@]}" --threads="$shard_threads")
+    --report_file="$run_dir/logs/shard$s.json" "${server_curve[@]}" "${metrics_flags[@]}" "${shard_limits[@]}" --threads="$shard_threads")
   if [ "$checkpoint_every" -gt 0 ]; then
     shard+=(--store="$run_dir/store/shard$s" --checkpoint_every="$checkpoint_every")
   else

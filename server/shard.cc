@@ -91,6 +91,7 @@ class ShardImpl final : public Shard {
 
   const std::string& endpoint() const override { return workers_->endpoint(); }
   Step restored_version() const override { return restored_; }
+  std::vector<SparseTable::Stats> TableStats() const override { return state_.TableStats(); }
 
   Status OpenKeys() {
     EPS_ASSIGN_OR_RETURN(

@@ -41,11 +41,13 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 #include <zmq.hpp>
 
 #include "common/ids.h"
 #include "common/status.h"
 #include "schema/curve.h"
+#include "server/sparse_table.h"
 
 namespace eps {
 
@@ -126,6 +128,8 @@ class Shard {
   // handler ends it early (Aborted). Either way it first waits (up to store_wait) for pending
   // checkpoints.
   virtual Status Run(const volatile bool* stop) = 0;
+  // Each sparse table's statistics, by table id (not while Run runs: it owns the state).
+  virtual std::vector<SparseTable::Stats> TableStats() const = 0;
 };
 
 }  // namespace eps

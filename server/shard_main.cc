@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "common/files.h"
@@ -64,10 +65,38 @@ DEFINE_int32(metrics_port, -1,
              "0 any free port");
 DEFINE_string(metrics_host, "127.0.0.1",
               "The address --metrics_port binds (0.0.0.0: every interface)");
+DEFINE_string(report_file, "",
+              "Write the shard's report here when it ends: JSON with its sparse tables' rows "
+              "stepped, read from the store, read ahead and spilled (docs/events.md)");
 
 namespace {
 volatile bool g_stop = false;
 void OnSignal(int) { g_stop = true; }
+
+// --report_file's JSON (docs/events.md, "The shard's report").
+std::string Report(const eps::Shard& shard, const eps::Status& outcome) {
+  nlohmann::json tables = nlohmann::json::array();
+  const std::vector<eps::SparseTable::Stats> stats = shard.TableStats();
+  for (size_t t = 0; t < stats.size(); ++t) {
+    const eps::SparseTable::Stats& s = stats[t];
+    tables.push_back({{"table", t},
+                      {"rows_stepped", s.rows_stepped},
+                      {"store_reads", s.store_reads},
+                      {"warm_reads", s.warm_reads},
+                      {"evictions", s.evictions},
+                      {"spill_writes", s.spill_writes},
+                      {"cached_rows", s.cached_rows},
+                      {"spilled_rows", s.spilled_rows}});
+  }
+  const nlohmann::json report = {
+      {"shard_id", FLAGS_shard_id},
+      {"outcome", outcome.ok()                                  ? "done"
+                  : outcome.code() == eps::StatusCode::kAborted ? "stopped"
+                                                                : "failed"},
+      {"error", outcome.ok() ? "" : outcome.ToString()},
+      {"sparse_tables", tables}};
+  return report.dump() + "\n";
+}
 
 }  // namespace
 
@@ -152,6 +181,10 @@ int main(int argc, char** argv) {
     }
   }
   eps::Status st = (*shard)->Run(&g_stop);
+  if (!FLAGS_report_file.empty()) {
+    const eps::Status written = eps::WriteFileAtomically(FLAGS_report_file, Report(**shard, st));
+    if (!written.ok()) LOG(ERROR) << "--report_file: " << written.ToString();
+  }
   if (!st.ok()) {
     LOG(ERROR) << "shard " << FLAGS_shard_id << ": " << st.ToString();
     return 1;

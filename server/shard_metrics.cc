@@ -24,6 +24,10 @@ void ShardMetrics::PublishTables(const std::vector<SparseTable::Stats>& stats) {
                        "Rows evicted from a sparse table's memory.", l),
         &m->GetCounter("eps_shard_table_store_reads_total",
                        "Rows of a sparse table looked up in its RocksDB store (found or not).", l),
+        &m->GetCounter("eps_shard_table_warm_reads_total",
+                       "Of the rows looked up in a sparse table's store, those read ahead of the "
+                       "pull or step that needs them (the next plan's rows a worker named).",
+                       l),
         &m->GetCounter("eps_shard_table_spill_writes_total",
                        "Rows of a sparse table written to its RocksDB spill tier (evicted "
                        "changed since the last checkpoint and since read back from there).",
@@ -41,6 +45,7 @@ void ShardMetrics::PublishTables(const std::vector<SparseTable::Stats>& stats) {
     grow(series.stepped, series.before.rows_stepped, now.rows_stepped);
     grow(series.evictions, series.before.evictions, now.evictions);
     grow(series.store_reads, series.before.store_reads, now.store_reads);
+    grow(series.warm_reads, series.before.warm_reads, now.warm_reads);
     grow(series.spill_writes, series.before.spill_writes, now.spill_writes);
     series.before = now;
   }

@@ -84,6 +84,7 @@ struct ShardMetrics {
     Counter* stepped;
     Counter* evictions;
     Counter* store_reads;
+    Counter* warm_reads;
     Counter* spill_writes;
   };
   std::vector<TableSeries> tables_;

@@ -237,7 +237,12 @@ class SparseTableImpl final : public SparseTable {
     return WriteSpill(spill);
   }
 
-  Status Warm(const uint64_t* ids, size_t num_ids) override { return Read(ids, num_ids, nullptr); }
+  Status Warm(const uint64_t* ids, size_t num_ids) override {
+    const uint64_t before = stats_.store_reads;
+    const Status st = Read(ids, num_ids, nullptr);
+    stats_.warm_reads += stats_.store_reads - before;
+    return st;
+  }
 
   StatusOr<std::vector<uint64_t>> ChangedSince(Step since, uint64_t from_row = 0,
                                                size_t max_rows = SIZE_MAX) override {

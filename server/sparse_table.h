@@ -248,6 +248,7 @@ class SparseTable {
     uint64_t spill_writes = 0;          // rows written to the spill tier since Open
     uint64_t evictions = 0;             // since Open
     uint64_t store_reads = 0;           // rows looked up in the store since Open (found or not)
+    uint64_t warm_reads = 0;            // of them, by Warm: ahead of the pull or step needing them
     uint64_t rows_stepped = 0;          // since Open
     uint64_t last_checkpoint_rows = 0;  // rows the newest Checkpoint() wrote
   };

@@ -431,10 +431,12 @@ TEST(SparseTable, WarmBringsStoredRowsIntoMemoryAheadOfTheStep) {
     step(t, b, 2.0f, nullptr);  // a leaves memory
   }
   const uint64_t reads = warm->stats().store_reads;
+  EXPECT_EQ(warm->stats().warm_reads, 0u);
   const std::vector<uint64_t> asked = {1, 2, 3, 4, 99};  // 99: never touched
   step(in_memory.get(), a, -1.0f, nullptr);
   step(warm.get(), a, -1.0f, &asked);  // warmed while the step's pushes come
   EXPECT_EQ(warm->stats().store_reads, reads + asked.size());  // all at Warm, none at the step
+  EXPECT_EQ(warm->stats().warm_reads, asked.size());
   EXPECT_EQ(warm->stats().cached_rows, 4u);                    // 99 stays stored nowhere
   std::vector<uint64_t> all = a;
   all.insert(all.end(), b.begin(), b.end());
