@@ -408,6 +408,8 @@ class Criteo(ServeClient, RunDirTest):
         self.assertEqual(result["params_sha256"], one["params_sha256"], logs(d))
         self.assertEqual(result["optimizer_digest"], one["optimizer_digest"])
         assert_looked_up(self, d, "dlrm.emb.weight")
+        tables = [t for r in shard_reports(self, d, 2) for t in r["sparse_tables"]]
+        self.assertGreater(sum(t["spill_writes"] for t in tables), 0, tables)
         table = CRITEO_ROWS * 16 * 4  # --model_dim=16
         self.assertLess((one["push_bytes"] + one["pull_bytes"]) / one["steps"], 0.5 * table, one)
 
