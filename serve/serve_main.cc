@@ -86,6 +86,10 @@ DEFINE_string(
     "A lending agent's give-back file (launcher/lend.sh --give-back-file): the first request "
     "to arrive signals the worker it names, so the node is given back at once "
     "(docs/serving.md)");
+DEFINE_string(events_file, "",
+              "Append JSON lines of what the server does for a lending agent here: a gave_back "
+              "for each lent worker it signals, stamped with the request's arrival "
+              "(docs/serving.md)");
 DEFINE_string(cpu_kernels, "",
               "The CPU kernel set (as predict's; default: the export's, else x86-64-v3)");
 
@@ -256,6 +260,7 @@ int Run() {
     o.name = it != (*model)->metadata.end() && !it->second.empty() ? it->second : "model";
   }
   o.give_back_file = FLAGS_give_back_file;
+  o.events_file = FLAGS_events_file;
   o.batching.max_batch = FLAGS_max_batch;
   o.batching.max_delay = std::chrono::microseconds(static_cast<int64_t>(FLAGS_max_delay_ms * 1000));
   o.batching.max_queue = FLAGS_max_queue < 1 ? 0 : static_cast<size_t>(FLAGS_max_queue);

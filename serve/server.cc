@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/jsonl.h"
 #include "common/threads.h"
 
 namespace eps {
@@ -91,9 +92,11 @@ StatusOr<LentWorker> ReadGiveBack(const std::string& path) {
 class InferenceServerImpl final : public InferenceServer {
  public:
   InferenceServerImpl(const InferenceServerOptions& options,
-                      std::shared_ptr<const LoadedModel> model, Metrics* metrics)
+                      std::shared_ptr<const LoadedModel> model, Metrics* metrics,
+                      std::unique_ptr<JsonLinesFile> events)
       : options_(options),
         metrics_(metrics),
+        events_(std::move(events)),
         queue_(options.batching),
         model_(std::move(model)),
         requests_ok_(Requests("200")),
@@ -333,6 +336,8 @@ class InferenceServerImpl final : public InferenceServer {
   void GiveBack() {
     const std::string& file = options_.give_back_file;
     if (file.empty()) return;
+    const double arrived =  // the request's arrival: nothing was read yet
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     StatusOr<LentWorker> lent = ReadGiveBack(file);
     if (lent.ok()) {
       const std::string taken = file + ".taken";
@@ -353,6 +358,13 @@ class InferenceServerImpl final : public InferenceServer {
     give_backs_.Add();
     LOG(INFO) << "a request arrived: signalled lent worker " << lent->pid << " (signal "
               << lent->signal << ")";
+    if (events_ != nullptr) {
+      const nlohmann::json line = {
+          {"event", "gave_back"}, {"t", arrived}, {"pid", lent->pid}, {"signal", lent->signal}};
+      std::lock_guard<std::mutex> lock(events_mu_);
+      const Status st = events_->Append(line.dump());
+      if (!st.ok()) LOG(ERROR) << "--events_file: " << st.ToString();  // once; serving goes on
+    }
   }
 
   // Wakes the /v1/load waiters; the lock orders the wake-up after their check of the count.
@@ -493,6 +505,8 @@ class InferenceServerImpl final : public InferenceServer {
  private:
   const InferenceServerOptions options_;
   Metrics* const metrics_;
+  const std::unique_ptr<JsonLinesFile> events_;  // options_.events_file (null: none)
+  std::mutex events_mu_;                         // its appends, from the request threads
   BatchQueue queue_;
   mutable std::mutex model_mu_;
   std::shared_ptr<const LoadedModel> model_;  // guarded by model_mu_
@@ -539,7 +553,14 @@ StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     return InvalidArgument("--max_delay_ms must not be negative");
   if (options.max_body_bytes < 1) return InvalidArgument("--max_body_mb must be positive");
   if (options.max_instances < 1) return InvalidArgument("--max_instances must be at least 1");
-  auto server = std::make_unique<InferenceServerImpl>(options, std::move(model), metrics);
+  std::unique_ptr<JsonLinesFile> events;
+  if (!options.events_file.empty()) {
+    auto opened = JsonLinesFile::Open(options.events_file);
+    if (!opened.ok()) return opened.status().WithContext("--events_file");
+    events = std::move(opened).value();
+  }
+  auto server =
+      std::make_unique<InferenceServerImpl>(options, std::move(model), metrics, std::move(events));
   EPS_RETURN_IF_ERROR(server->Bind());
   return std::unique_ptr<InferenceServer>(std::move(server));
 }

@@ -54,6 +54,12 @@ struct InferenceServerOptions {
   // without a hop through the agent. A file that names no worker is left to
   // the probe. Empty: none.
   std::string give_back_file;
+  // JSON lines of what the server did for a lending agent (docs/serving.md,
+  // "The server's events"): one `gave_back` for each worker it signalled,
+  // stamped when the request that did it arrived, so that the time a lent
+  // worker takes to leave is measured from the server's first request. Empty:
+  // none.
+  std::string events_file;
 };
 
 class InferenceServer {

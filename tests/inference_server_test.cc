@@ -80,6 +80,7 @@ class HttpServing : public ::testing::Test {
     o.max_body_bytes = max_body;
     o.request_timeout = std::chrono::milliseconds(30000);
     o.give_back_file = give_back_file_;
+    o.events_file = events_file_;
     auto s = InferenceServer::Start(o, Loaded(model_, "a"), &metrics_);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     server_ = std::move(s).value();
@@ -105,6 +106,7 @@ class HttpServing : public ::testing::Test {
 
   Metrics metrics_;
   std::string give_back_file_;
+  std::string events_file_;
   std::shared_ptr<FakeModel> model_ = std::make_shared<FakeModel>(0.5f);
   std::unique_ptr<InferenceServer> server_;
 };
@@ -256,12 +258,14 @@ int WaitChild(pid_t pid) {
 }
 
 // With a give-back file, the first request to arrive claims it and signals the lent worker it
-// names; later requests find none; a file that names no worker (another process, another
-// signal, other text) is not claimed, and the server serves on.
+// names, and the events file says so, stamped with its arrival; later requests find none; a file
+// that names no worker (another process, another signal, other text) is not claimed, and the
+// server serves on.
 TEST_F(HttpServing, TheFirstRequestSignalsTheLentWorkerOfTheGiveBackFile) {
   char dir[] = "/tmp/eps-give-back-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   give_back_file_ = std::string(dir) + "/give-back";
+  events_file_ = std::string(dir) + "/events.jsonl";
   // Two processes: one whose executable is named worker (a copy of sleep), and a sleep.
   const std::string worker_exe = std::string(dir) + "/worker";
   std::filesystem::copy_file("/bin/sleep", worker_exe);
@@ -292,7 +296,11 @@ TEST_F(HttpServing, TheFirstRequestSignalsTheLentWorkerOfTheGiveBackFile) {
   ASSERT_TRUE(Predict(R"({"instances": [[1, 1]]})"));  // no file: nothing to do
   EXPECT_EQ(give_backs.value(), 0);
   std::ofstream(give_back_file_) << worker << " " << SIGTERM << "\n";
+  const double sent =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   auto first = Predict(R"({"instances": [[1, 1]]})");
+  const double answered =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   ASSERT_TRUE(first);
   EXPECT_EQ(first->status, 200);
   const int status = WaitChild(worker);
@@ -317,9 +325,28 @@ TEST_F(HttpServing, TheFirstRequestSignalsTheLentWorkerOfTheGiveBackFile) {
   }
   EXPECT_EQ(give_backs.value(), 1);
   EXPECT_EQ(waitpid(other, nullptr, WNOHANG), 0);  // not signalled: still there
+  std::ifstream events(events_file_);
+  std::string line;
+  std::vector<nlohmann::json> lines;
+  while (std::getline(events, line)) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 1u);  // the one signal
+  EXPECT_EQ(lines[0]["event"], "gave_back");
+  EXPECT_EQ(lines[0]["pid"], worker);
+  EXPECT_EQ(lines[0]["signal"], SIGTERM);
+  EXPECT_GE(lines[0]["t"].get<double>(), sent);
+  EXPECT_LE(lines[0]["t"].get<double>(), answered);
   kill(other, SIGKILL);
   waitpid(other, nullptr, 0);
   std::filesystem::remove_all(dir);
+}
+
+TEST_F(HttpServing, AnEventsFileThatCannotBeOpenedIsRefusedAtStart) {
+  InferenceServerOptions o;
+  o.name = "m";
+  o.events_file = "/nonexistent-eps-dir/events.jsonl";
+  auto s = InferenceServer::Start(o, Loaded(model_, "a"), &metrics_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("--events_file"), std::string::npos) << s.status().ToString();
 }
 
 TEST_F(HttpServing, AFullQueueAnswers503AndTheDrainAnswersEveryQueuedRequest) {

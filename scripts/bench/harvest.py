@@ -66,12 +66,14 @@ def batch_per_vw(flags):
         return next(int(line.split("=")[1]) for line in f if line.startswith("--batch_per_vw="))
 
 
-def start_server(model, log, give_back_file=""):
-    """elasticps serve pinned to the node (with a lending agent's give-back file, if given); (process, port)."""
+def start_server(model, log, give_back_file="", events_file=""):
+    """elasticps serve pinned to the node (with a lending agent's give-back file and the server's events file, if
+    given); (process, port)."""
     with open(log, "w") as err:
         p = subprocess.Popen(["taskset", "-c", NODE_CPU, os.path.join(common.BIN, "elasticps"), "serve", "--model",
                               model, "--name", "cnn", "--port", "0",
-                              *(["--give_back_file", give_back_file] if give_back_file else [])],
+                              *(["--give_back_file", give_back_file] if give_back_file else []),
+                              *(["--events_file", events_file] if events_file else [])],
                              stdout=subprocess.PIPE, stderr=err, text=True, env=common.ENV)
     ready, _, _ = select.select([p.stdout], [], [], 60)
     line = p.stdout.readline() if ready else ""
@@ -229,8 +231,8 @@ def serve_lending(model, name, keep_warm):
     what it measured."""
     job, d, addr = start_job(name)
     # The bursts' agent (lend.sh's default bands) hands the server the worker to give back at the first request.
-    give_back = os.path.join(d, "give-back")
-    server, port = start_server(model, os.path.join(common.RUNS, f"{name}_serve.log"), give_back)
+    give_back, served = os.path.join(d, "give-back"), os.path.join(d, "serve-events.jsonl")
+    server, port = start_server(model, os.path.join(common.RUNS, f"{name}_serve.log"), give_back, served)
     lender = agent(d, addr, ["--serve-metrics", f"http://127.0.0.1:{port}/metrics", "--every", str(EVERY),
                              "--idle-rate", str(IDLE_RATE), "--busy-rate", str(BUSY_RATE), "--rate-window",
                              str(WINDOW), "--busy-in-flight", str(BUSY_IN_FLIGHT)], f"{d}/agent.log", keep_warm)
@@ -248,7 +250,8 @@ def serve_lending(model, name, keep_warm):
         m = {"cpu_server": common.cpu_seconds(server.pid) - cpu0, "cpu_agent": common.cpu_seconds(lender.pid) - agent0,
              "cpu_workers": sum(c for (_, comm), c in kids.items() if comm in ("worker", "exe", "attach.sh")),
              "cpu_probe": sum(c for (_, comm), c in kids.items() if comm.startswith("python")), "t_end": t_end,
-             "records": read_lines(out), "summary": analysis.read_json(summary), "lags": [], "burst_failed": 0}
+             "records": read_lines(out), "summary": analysis.read_json(summary), "lags": [], "server_lags": [],
+             "burst_failed": 0}
         m["cpu_other"] = sum(kids.values()) - m["cpu_workers"] - m["cpu_probe"]
         # Bursts from quiet, with lend.sh's defaults (any request is busy): a lent worker computing, then BURST_RATE
         # requests/s for BURST_SECONDS.
@@ -280,6 +283,11 @@ def serve_lending(model, name, keep_warm):
             gone = [e for e in analysis.read_events(d, "worker_left") if e["worker"] == w]
             if gone:
                 m["lags"].append(gone[0]["t"] - first)
+                # From the request's arrival at the server, which signalled the worker (docs/serving.md).
+                gave = [e for e in (read_lines(served) if os.path.exists(served) else [])
+                        if e["event"] == "gave_back" and since <= e["t"] <= gone[0]["t"]]
+                if gave:
+                    m["server_lags"].append(gone[0]["t"] - gave[0]["t"])
         m["events"] = analysis.read_events(d)
     finally:
         terminate(lender, 90)
@@ -331,7 +339,7 @@ def run(b):
         return
     model = os.path.join(common.run_dir("harvest_export"), "model.safetensors")
     seconds = TRACE["seconds"]
-    rows, lags, first = [], [], None
+    rows, lags, server_lags, first = [], [], [], None
     for r in range(1, ROUNDS + 1):
         load = common.load1()
         # Alone first in odd rounds, lending first in even ones: the host's drift falls on both.
@@ -350,6 +358,7 @@ def run(b):
                      "lent_s": lent_s, "stints": len(stints), "harvested": harvested,
                      "p99_lent": lent_p99(m["records"], t0, stints), "p99_lent_alone": lent_p99(alone, t0a, stints)})
         lags += m["lags"]
+        server_lags += m["server_lags"]
         if first is None:
             first = (alone, m, t0)
     full_sps, vw_ms = full_time()
@@ -383,7 +392,8 @@ def run(b):
           f"{vw_ms or 0:.1f} ms")
     burst_failed = sum(x["m"]["burst_failed"] for x in rows)
     print(f"bursts from quiet ({BURST_RATE} req/s): the first request to worker_left, ms: "
-          + (", ".join(f"{v * 1000:.0f}" for v in lags) or "-")
+          + (", ".join(f"{v * 1000:.0f}" for v in lags) or "-") + " from the load generator's send, "
+          + (", ".join(f"{v * 1000:.1f}" for v in server_lags) or "-") + " from its arrival at the server"
           + f" (bound: one VW's compute {vw_ms or 0:.1f} ms + the polling period {EVERY * 1000:.0f} ms); "
           f"{burst_failed} burst requests failed")
     print("goals: p99 with lending <= 1.1x alone; 0 failed; node CPU gain >= +62.1 % (EasyScale's deployment); "

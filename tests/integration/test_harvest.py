@@ -81,7 +81,8 @@ class Harvest(RunDirTest):
             # give-back file at the burst's first request.
             give_back = f"{d}/give-back"
             serve = [f"{BIN}/elasticps", "serve", "--model", model, "--host", net.address(serve_host), "--port", "0",
-                     "--port_file", f"{d}/serve.port", "--give_back_file", give_back]
+                     "--port_file", f"{d}/serve.port", "--give_back_file", give_back,
+                     "--events_file", f"{d}/serve-events.jsonl"]
             agent = [LEND, "--coordinator", addr, "--token-file", token,
                      "--serve-metrics", f"http://{net.address(serve_host)}:@PORT@/metrics",
                      "--every", str(EVERY), "--idle-for", str(IDLE_FOR), *(["--keep-warm"] if keep_warm else []),
@@ -136,6 +137,15 @@ class Harvest(RunDirTest):
             metrics = dict(line.rsplit(" ", 1) for line in read_text(f"{d}/logs/scrape.log").splitlines()
                            if line.startswith("eps_serve_give_backs_total"))
             self.assertEqual(float(metrics.get("eps_serve_give_backs_total", 0)), 1, metrics)
+            # Its event names the lent worker, stamped at the burst's first request's arrival (docs/serving.md):
+            # what the leave is measured from.
+            text = read_text(f"{d}/serve-events.jsonl")
+            self.assertTrue(text, "the server wrote no event")
+            gave = [json.loads(line) for line in text.splitlines() if line.strip()]
+            self.assertEqual([(e["event"], e["pid"]) for e in gave], [("gave_back", joined["pid"])], gave)
+            self.assertLessEqual(first, gave[0]["t"])
+            self.assertLessEqual(gave[0]["t"], left["t"])
+            print(f"worker_left {left['t'] - gave[0]['t']:.3f} s after the server's first request")
 
             # Quiet again: a new worker attaches, after the last request and the hysteresis, and is given VWs.
             again = poll_until(lambda: lent_joined(left["t"]), 60, "no second lent worker joined")
