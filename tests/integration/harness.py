@@ -31,6 +31,9 @@ MLP = os.path.join(ROOT, "examples", "fashion_mnist_mlp.flags")
 # module's own, removed when it ends: the suite leaves nothing in the host's /tmp.
 PROCESS_TMP = tempfile.mkdtemp(prefix="eps-tmp-")
 atexit.register(shutil.rmtree, PROCESS_TMP, True)
+# And those a test starts with its own environment (the Python package's Trainer.fit in test_python); this process's
+# own temporary files stay where tempfile already put them.
+os.environ["TMPDIR"] = PROCESS_TMP
 # The environment of the job's processes as a user's shell would give it (test_cpu_kernels starts from this one).
 BARE_ENV = dict(os.environ, OMP_WAIT_POLICY="passive", EPS_BIN=BIN, TMPDIR=PROCESS_TMP)
 DEFAULT_CPU_KERNELS = "x86-64-v3"  # common/cpu_kernels.h, kDefaultCpuKernels
