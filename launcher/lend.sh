@@ -8,7 +8,7 @@
 #   launcher/lend.sh --coordinator tcp://HOST:PORT --token-file FILE
 #                    (--probe CMD | --serve-metrics URL [--busy-in-flight N] [--busy-rate R]
 #                    [--idle-rate R] [--rate-window S]) [--every S] [--idle-for N] [--busy-for M]
-#                    [--probe-timeout S] [--leave-timeout S] [--worker-nice N] [--keep-warm]
+#                    [--probe-timeout S] [--leave-timeout S] [--worker-nice N] [--worker-idle] [--keep-warm]
 #                    [--give-back-file F] [-- attach.sh flags]
 #   launcher/lend.sh --scheduler tcp://HOST:PORT [--pool-token-file FILE] --probe CMD [...]
 #
@@ -36,6 +36,9 @@
 #                    the pool's token (--pool-token-file).
 # --worker-nice N    the worker runs at niceness N (default 0; 19: the server's threads preempt
 #                    it at once when requests arrive on the same cores).
+# --worker-idle      the worker runs in Linux's idle scheduling class (SCHED_IDLE, chrt --idle):
+#                    it gets a core only when nothing else on it is runnable, below any
+#                    niceness, so the server never waits for it between a request and the leave.
 # --keep-warm        the worker is kept between lendings: busy sends it SIGUSR1 instead of
 #                    SIGTERM (it leaves the job as then, and waits parked: no CPU, its memory
 #                    kept), the next idle period SIGUSR2 (it joins again, its process, libraries
@@ -69,7 +72,7 @@ say() {
 
 here=$(cd "$(dirname "$0")" && pwd)
 coordinator="" scheduler="" token_file="" pool_token_file="" probe="" every="" idle_for=3 busy_for=1
-probe_timeout=10 leave_timeout=60 attach_flags=() worker_nice=0 keep_warm=0
+probe_timeout=10 leave_timeout=60 attach_flags=() worker_nice=0 worker_class=() keep_warm=0
 serve_metrics="" busy_in_flight=1 busy_rate=0 idle_rate=0 rate_window=1 give_back_file=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -98,6 +101,7 @@ while [ $# -gt 0 ]; do
       esac
       shift 2 ;;
     --keep-warm) keep_warm=1; shift ;;
+    --worker-idle) worker_class=(chrt --idle 0); shift ;;
     --) shift; attach_flags=("$@"); break ;;
     -h|--help) usage ;;
     *) echo "lend.sh: unknown argument '$1'" >&2; usage ;;
@@ -153,6 +157,8 @@ number='^([0-9]+(\.[0-9]*)?|\.[0-9]+)$'
 [[ "$worker_nice" =~ ^-?[0-9]+$ ]] && [ "$worker_nice" -ge -20 ] && [ "$worker_nice" -le 19 ] ||
   die "--worker-nice must be a whole number from -20 to 19"
 command -v setsid > /dev/null || die "setsid (util-linux) is missing"
+[ ${#worker_class[@]} = 0 ] || chrt --idle 0 true 2> /dev/null ||
+  die "--worker-idle: this host refuses the idle scheduling class (chrt --idle 0)"
 
 every_us=$(awk -v x="$every" 'BEGIN { printf "%d", x * 1e6 }')
 every_ms=$((every_us / 1000))
@@ -344,8 +350,10 @@ while true; do
     say "idle ($idle probes; $why): resumed worker $worker (SIGUSR2)"
   elif [ $idle -ge "$idle_for" ]; then
     # setsid: its own session (no terminal signals); not a group leader, it execs in place, as
-    # nice does, so $! is attach.sh's pid, which execs the worker.
-    setsid nice -n "$worker_nice" "$here/attach.sh" "${target[@]}" "${attach_flags[@]}" < /dev/null &
+    # chrt and nice do, so $! is attach.sh's pid, which execs the worker (the class and niceness
+    # go with every exec and thread).
+    setsid "${worker_class[@]}" nice -n "$worker_nice" "$here/attach.sh" "${target[@]}" "${attach_flags[@]}" \
+      < /dev/null &
     worker=$!
     offer_give_back
     say "idle ($idle probes; $why): attached worker $worker"

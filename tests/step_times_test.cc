@@ -1,12 +1,15 @@
 #include "worker/step_times.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 namespace eps {
 namespace {
@@ -122,7 +125,18 @@ TEST(WorkerReport, IsWrittenWholeOrNotAtAll) {
   const nlohmann::json j = nlohmann::json::parse(in);
   EXPECT_EQ(j["train_plans"], 5);
   EXPECT_GT(j["peak_rss_mb"].get<int64_t>(), 0);  // this test's own process
+  EXPECT_EQ(j["nice"], getpriority(PRIO_PROCESS, 0));
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  // Written from a thread in the idle scheduling class (as lend.sh --worker-idle runs a worker),
+  // the report says so.
+  std::thread idle([&] {
+    const sched_param none{};
+    ASSERT_EQ(sched_setscheduler(0, SCHED_IDLE, &none), 0);
+    ASSERT_TRUE(WriteReport(path, SomeReport()).ok());
+  });
+  idle.join();
+  std::ifstream again(path);
+  EXPECT_EQ(nlohmann::json::parse(again)["scheduling"], "idle");
   EXPECT_EQ(WriteReport(dir + "/missing/worker0.json", SomeReport()).code(), StatusCode::kInternal);
   std::filesystem::remove_all(dir);
 }

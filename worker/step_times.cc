@@ -1,5 +1,6 @@
 #include "worker/step_times.h"
 
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -65,6 +66,8 @@ std::string ReportJson(const WorkerReport& r) {
       {"lookup_rows", r.counts.lookup_rows},
       {"lookup_repulls", r.counts.lookup_repulls},
       {"peak_rss_mb", r.peak_rss_kb / 1024},
+      {"scheduling", r.scheduling},
+      {"nice", r.nice},
   };
   uint64_t fetched = 0;
   nlohmann::json files = nlohmann::json::array();
@@ -105,6 +108,23 @@ Status WriteReport(const std::string& path, const WorkerReport& report) {
   WorkerReport r = report;
   struct rusage usage {};
   if (getrusage(RUSAGE_SELF, &usage) == 0) r.peak_rss_kb = usage.ru_maxrss;
+  switch (sched_getscheduler(0)) {
+    case SCHED_OTHER:
+      r.scheduling = "other";
+      break;
+    case SCHED_BATCH:
+      r.scheduling = "batch";
+      break;
+    case SCHED_IDLE:
+      r.scheduling = "idle";
+      break;
+    default:
+      r.scheduling = "realtime";
+      break;
+  }
+  errno = 0;
+  const int nice = getpriority(PRIO_PROCESS, 0);
+  if (errno == 0) r.nice = nice;
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << ReportJson(r) << "\n";

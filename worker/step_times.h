@@ -82,6 +82,10 @@ struct WorkerReport {
   std::vector<std::string> sparse_tables{};    // the tensors it trains as sparse tables
   std::vector<std::string> lookup_tables{};    // those it looks up by rows (ModelRunner::Lookup)
   int64_t peak_rss_kb = 0;  // the process's peak resident memory (WriteReport fills it in)
+  // What the kernel schedules it as (WriteReport fills them in): "other", "batch" or "idle"
+  // (lend.sh --worker-idle), and its niceness.
+  std::string scheduling{};
+  int nice = 0;
 };
 
 // Fills the report's sparse_tables (TensorSpec::sparse) and lookup_tables, in order.

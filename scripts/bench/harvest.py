@@ -2,7 +2,8 @@
 """harvest: a serving node lent to training by its own load (launcher/lend.sh --serve-metrics), measured.
 
 The node is one core (CPU 1): `elasticps serve` (the cnn's export) and lend.sh with the worker it lends both run
-there (taskset), the worker at nice 19. The job (coordinator and shard, local.sh --workers 0: only lent workers
+there (taskset), the worker in Linux's idle scheduling class (lend.sh --worker-idle; --nice: at nice 19, as
+before 2026-12-07). The job (coordinator and shard, local.sh --workers 0: only lent workers
 train) and scripts/loadgen.py run on CPU 0. The same open-loop trace (Poisson arrivals on a diurnal rate curve,
 TRACE below) is sent to a fresh server in each of two runs, in turn (ROUNDS rounds, alone first in odd ones):
   alone    serving alone;
@@ -11,7 +12,7 @@ TRACE below) is sent to a fresh server in each of two runs, in turn (ROUNDS roun
            as more than BUSY_RATE requests/s arrive or BUSY_IN_FLIGHT requests are inside the server; after the
            trace, a new agent with lend.sh's defaults (any request: busy) and its give-back file (the server
            signals the worker itself at a burst's first request) and BURSTS bursts from quiet;
-then the same worker (CPU 1, nice 19) is lent full time, with no server, for FULL_SECONDS: what the node could train.
+then the same worker (CPU 1, the same class) is lent full time, with no server, for FULL_SECONDS: what the node could train.
 With --keep-warm both agents run lend.sh --keep-warm: a busy node parks its worker (SIGUSR1) instead of ending it, and
 the next idle period makes the same process join again.
 
@@ -37,7 +38,8 @@ import common
 NODE_CPU, OTHER_CPU = "1", "0"
 # One day of 90 s, trough at the start and the end, peak in the middle.
 TRACE = {"curve": "diurnal", "peak": 200, "peak-to-trough": 4, "period": 90, "seconds": 90, "seed": 7}
-EVERY, IDLE_RATE, BUSY_RATE, WINDOW, BUSY_IN_FLIGHT, IDLE_FOR, NICE = 0.2, 90, 120, 1.0, 8, 5, 19
+EVERY, IDLE_RATE, BUSY_RATE, WINDOW, BUSY_IN_FLIGHT, IDLE_FOR = 0.2, 90, 120, 1.0, 8, 5
+WORKER_CLASS = ["--worker-idle"]  # lend.sh's flags for the lent worker's scheduling; run() sets it from --nice
 FULL_SECONDS = 40
 ROUNDS, BURSTS, BURST_RATE, BURST_SECONDS = 3, 2, 150, 1.5
 LEND = os.path.join(common.ROOT, "launcher", "lend.sh")
@@ -125,12 +127,12 @@ def start_job(name):
 
 
 def agent(d, addr, probe, log, keep_warm=False):
-    """lend.sh pinned to the node, its worker at nice NICE; `probe`: its probe flags."""
+    """lend.sh pinned to the node, its worker scheduled as WORKER_CLASS says; `probe`: its probe flags."""
     with open(log, "w") as f:
         return subprocess.Popen(["taskset", "-c", NODE_CPU, LEND, "--coordinator", addr, "--token-file",
                                  os.path.join(d, "token"), *probe, "--idle-for", str(IDLE_FOR),
                                  *(["--keep-warm"] if keep_warm else []),
-                                 "--worker-nice", str(NICE), "--", "--log", os.path.join(d, "logs", "lent.log"),
+                                 *WORKER_CLASS, "--", "--log", os.path.join(d, "logs", "lent.log"),
                                  "--report-file", os.path.join(d, "logs", "lent.json")],
                                 env=common.ENV, stdout=f, stderr=subprocess.STDOUT)
 
@@ -297,7 +299,7 @@ def serve_lending(model, name, keep_warm):
 
 
 def full_time():
-    """The same worker (the node, nice NICE) lent full time with no server: (samples/s, one VW's compute ms)."""
+    """The same worker (the node, WORKER_CLASS) lent full time with no server: (samples/s, one VW's compute ms)."""
     job, d, addr = start_job("harvest_full")
     lender = agent(d, addr, ["--probe", "true", "--every", "0.2"], f"{d}/agent.log")
     try:
@@ -324,9 +326,11 @@ def run(b):
         common.warn("harvest: needs taskset and 2 cores (the node on CPU 1, the rest on CPU 0): skipped")
         return
     b.need_bin("eps_serve")
+    global WORKER_CLASS
+    WORKER_CLASS = ["--worker-nice", "19"] if b.args.nice else ["--worker-idle"]
     per_vw = batch_per_vw(common.CNN)
-    print(f"== harvest: a serving node (CPU 1: elasticps serve of the cnn, lend.sh and its worker at nice {NICE}) "
-          "lent to")
+    print("== harvest: a serving node (CPU 1: elasticps serve of the cnn, lend.sh and its worker "
+          + ("at nice 19" if b.args.nice else "in the idle scheduling class") + ") lent to")
     print(f"   the cnn job (CPU 0, with scripts/loadgen.py) by lend.sh --serve-metrics (every {EVERY} s; idle at <= "
           f"{IDLE_RATE} req/s, busy above {BUSY_RATE} req/s")
     print(f"   over {WINDOW:g} s or {BUSY_IN_FLIGHT} in flight; {IDLE_FOR} idle polls to attach). Trace: "
@@ -388,7 +392,7 @@ def run(b):
               common.fmt_ratio(x["harvested"], full_sps), 0, seconds, x["load"])
         if x["alone"]["failed"] or x["lend"]["failed"]:
             b.failed = True
-    print(f"the worker lent full time (CPU 1, nice {NICE}, no server): {full_sps or 0:.1f} samples/s; one VW's compute "
+    print(f"the worker lent full time (CPU 1, {' '.join(WORKER_CLASS)}, no server): {full_sps or 0:.1f} samples/s; one VW's compute "
           f"{vw_ms or 0:.1f} ms")
     burst_failed = sum(x["m"]["burst_failed"] for x in rows)
     print(f"bursts from quiet ({BURST_RATE} req/s): the first request to worker_left, ms: "
@@ -411,5 +415,7 @@ def run(b):
 
 
 if __name__ == "__main__":
-    common.main(run, lambda p: p.add_argument("--keep-warm", action="store_true",
-                                              help="lend.sh --keep-warm: park the lent worker between stints"))
+    def options(p):
+        p.add_argument("--keep-warm", action="store_true", help="lend.sh --keep-warm: park the lent worker between stints")
+        p.add_argument("--nice", action="store_true", help="lend.sh --worker-nice 19 instead of --worker-idle")
+    common.main(run, options)

@@ -85,7 +85,9 @@ class Harvest(RunDirTest):
                      "--events_file", f"{d}/serve-events.jsonl"]
             agent = [LEND, "--coordinator", addr, "--token-file", token,
                      "--serve-metrics", f"http://{net.address(serve_host)}:@PORT@/metrics",
-                     "--every", str(EVERY), "--idle-for", str(IDLE_FOR), *(["--keep-warm"] if keep_warm else []),
+                     "--every", str(EVERY), "--idle-for", str(IDLE_FOR),
+                     # Kept warm at niceness 0; otherwise in the idle scheduling class.
+                     *(["--keep-warm"] if keep_warm else ["--worker-idle"]),
                      "--give-back-file", give_back, "--", "--slowdown", SLOWDOWN,
                      "--log", f"{d}/logs/lent.log", "--report-file", f"{d}/logs/lent.json"]
             host = net.popen(serve_host, ["bash", "-c", SERVE_THEN_LEND, "bash", f"{d}/logs/serve.log",
@@ -122,6 +124,7 @@ class Harvest(RunDirTest):
             first = min(r["sent"] for r in requests)
             last = max(r["sent"] for r in requests)
             report = read_report(f"{d}/logs/lent.json")
+            self.assertEqual(report["scheduling"], "other" if keep_warm else "idle", report)  # --worker-idle
             vws = [r["hi"] - r["lo"] for e in read_events(d, "assignment") for r in e["ranges"] if r["worker"] == w]
             per_vw = report["ms_per_train_plan"]["compute"] / vws[-1] / 1000
             lag = left["t"] - first
