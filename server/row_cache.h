@@ -9,7 +9,7 @@
 // and fields of a slot stay where they are until the slot is erased, whatever is inserted
 // meanwhile. An erased slot is reused by the next insert.
 //
-// Eviction. The rows wait in a queue in the order they were put (a ring of slot numbers: no
+// Eviction. The rows wait in a queue in the order they were put (a deque of slot numbers: no
 // node a row to chase, as std::list had). Victim() gives the first row in it whose `used` flag
 // is clear; a used row it meets goes to the queue's end with the flag cleared (a second chance:
 // a row a step touched since it last came to the front stays). A step touches a row by setting
