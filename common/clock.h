@@ -19,6 +19,12 @@ class SteadyClock final : public Clock {
   time_point Now() const override { return std::chrono::steady_clock::now(); }
 };
 
+// Seconds since the epoch on the wall clock: the "t" of the JSON lines processes write
+// (events.jsonl, the scheduler's and the server's events).
+inline double WallSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 // A clock that moves only when told to. Not thread-safe: tests drive it from one thread.
 class FakeClock final : public Clock {
  public:

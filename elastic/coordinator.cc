@@ -231,8 +231,7 @@ class CoordinatorImpl final : public Coordinator {
     if (events.empty()) return;
     // The events carry the state machine's (steady) time: mapped to the wall clock here.
     const auto steady_now = clock_.Now();
-    const double wall_now =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const double wall_now = WallSeconds();
     for (const JobEvent& e : events) {
       Print(EventText(e));
       const double wall = wall_now - std::chrono::duration<double>(steady_now - e.at).count();

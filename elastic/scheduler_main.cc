@@ -191,8 +191,7 @@ class SchedulerProcess {
   // One line of --events_file, stamped "t" (seconds since the epoch).
   void AppendEvent(nlohmann::json line) {
     if (events_ == nullptr) return;
-    line["t"] =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    line["t"] = WallSeconds();
     const Status st = events_->Append(line.dump());
     if (!st.ok()) LOG(ERROR) << st.ToString();  // once; scheduling goes on
   }

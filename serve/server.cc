@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/jsonl.h"
 #include "common/threads.h"
 
@@ -336,8 +337,7 @@ class InferenceServerImpl final : public InferenceServer {
   void GiveBack() {
     const std::string& file = options_.give_back_file;
     if (file.empty()) return;
-    const double arrived =  // the request's arrival: nothing was read yet
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const double arrived = WallSeconds();  // the request's arrival: nothing was read yet
     StatusOr<LentWorker> lent = ReadGiveBack(file);
     if (lent.ok()) {
       const std::string taken = file + ".taken";

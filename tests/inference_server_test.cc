@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "serve/server.h"
 
 namespace eps {
@@ -296,11 +297,9 @@ TEST_F(HttpServing, TheFirstRequestSignalsTheLentWorkerOfTheGiveBackFile) {
   ASSERT_TRUE(Predict(R"({"instances": [[1, 1]]})"));  // no file: nothing to do
   EXPECT_EQ(give_backs.value(), 0);
   std::ofstream(give_back_file_) << worker << " " << SIGTERM << "\n";
-  const double sent =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double sent = WallSeconds();
   auto first = Predict(R"({"instances": [[1, 1]]})");
-  const double answered =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double answered = WallSeconds();
   ASSERT_TRUE(first);
   EXPECT_EQ(first->status, 200);
   const int status = WaitChild(worker);
