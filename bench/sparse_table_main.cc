@@ -94,13 +94,14 @@ Status Run(const std::string& dir, size_t memory_bytes, bool skewed, Result* r) 
   double read_s = 0, step_s = 0;
   std::vector<float> out(FLAGS_batch_rows * o.dim);
   grads.assign(FLAGS_batch_rows * o.dim, 0.001f);
+  SparseTable::StepRows changed;  // as a shard steps: the rows' both versions handed over
   for (const std::vector<uint64_t>& ids : steps) {
     const auto t0 = Clock::now();
     EPS_RETURN_IF_ERROR(t->Read(ids.data(), ids.size(), out.data()));
     const auto t1 = Clock::now();
     EPS_RETURN_IF_ERROR(
         t->Push(t->version(), all, ids.data(), ids.size(), grads.data(), ids.size() * o.dim));
-    EPS_RETURN_IF_ERROR(t->ApplyStep(0.01));
+    EPS_RETURN_IF_ERROR(t->ApplyStep(0.01, &changed));
     const auto t2 = Clock::now();
     read_s += Seconds(t0, t1);
     step_s += Seconds(t1, t2);

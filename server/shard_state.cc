@@ -241,9 +241,11 @@ Status ShardState::ValidateSparse(const Push& push) const {
 
 Status ShardState::StepTables() {
   const double lr = LearningRateOf(version_);
-  std::vector<SparseTable::StepRows> changed(tables_.size());
+  std::vector<SparseTable::StepRows> changed = std::move(spare_rows_);
+  changed.resize(tables_.size());
   for (size_t t = 0; t < tables_.size(); ++t)
     EPS_RETURN_IF_ERROR(tables_[t]->ApplyStep(lr, &changed[t]));
+  spare_rows_ = std::move(step_rows_);
   step_rows_ = std::move(changed);
   return OkStatus();
 }

@@ -337,6 +337,9 @@ class ShardState {
   // pull of version_ since the one before reads the rows from here instead of looking each up
   // in its table again.
   std::vector<SparseTable::StepRows> step_rows_;
+  // The step before last's rows, no longer served: their buffers take the next step's rows
+  // (a fresh buffer a step cost an allocation and its zero fill, a tenth of a small step).
+  std::vector<SparseTable::StepRows> spare_rows_;
 };
 
 // Moves `reply`'s bytes into the shared-memory region `pull` names (at the

@@ -20,6 +20,8 @@ namespace {
 
 using Slot = RowCache::Slot;
 using Fields = RowCache::Fields;
+// How many rows ahead a step fetches the row it will step (RowCache::Prefetch).
+constexpr size_t kPrefetchRows = 8;
 
 // Rows read from the store or made by the initializer, or moved in, before they enter the
 // cache: the i-th one's fields and its floats at data[i * floats].
@@ -145,14 +147,7 @@ class SparseTableImpl final : public SparseTable {
     std::vector<uint64_t> missing;
     for (size_t i = 0; i < ids.size(); ++i) {
       rows[i] = cache_.Find(ids[i]);
-      if (rows[i] != RowCache::kNone) {
-        // The loop below touches the row: a random place in memory, fetched while this loop
-        // looks the next rows up.
-        __builtin_prefetch(&cache_.fields(rows[i]), 1);
-        __builtin_prefetch(cache_.data(rows[i]) + o_.dim, 1);
-      } else {
-        missing.push_back(ids[i]);
-      }
+      if (rows[i] == RowCache::kNone) missing.push_back(ids[i]);
     }
     if (store_ == nullptr && cache_.size() + missing.size() > capacity_) {
       return ResourceExhausted("sparse table " + std::to_string(o_.table_id) + " would hold " +
@@ -177,6 +172,9 @@ class SparseTableImpl final : public SparseTable {
       changed->after.resize(ids.size() * o_.dim);
     }
     for (size_t i = 0, next_loaded = 0; i < ids.size(); ++i) {
+      // Each row is a random place in memory: the rows a few places ahead are fetched while this
+      // one steps (all of them at once would overrun the cache's outstanding misses).
+      if (i + kPrefetchRows < ids.size()) cache_.Prefetch(rows[i + kPrefetchRows]);
       Slot slot = rows[i];
       if (slot == RowCache::kNone) {
         slot = Put(ids[i], loaded_.fields[next_loaded], &loaded_.data[next_loaded * floats_]);
@@ -207,9 +205,11 @@ class SparseTableImpl final : public SparseTable {
 
   Status Read(const uint64_t* ids, size_t num_ids, float* out) override {
     EPS_RETURN_IF_ERROR(Usable());
+    std::vector<Slot> rows(num_ids);
     std::vector<uint64_t> missing;
     for (size_t i = 0; i < num_ids; ++i) {
-      if (cache_.Find(ids[i]) == RowCache::kNone) missing.push_back(ids[i]);
+      rows[i] = cache_.Find(ids[i]);
+      if (rows[i] == RowCache::kNone) missing.push_back(ids[i]);
     }
     std::sort(missing.begin(), missing.end());
     missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
@@ -217,7 +217,8 @@ class SparseTableImpl final : public SparseTable {
     // A read does not mark the rows used: it follows the steps (a pull of the rows a step
     // changed would only give them a second chance the step gave them already).
     for (size_t i = 0; out != nullptr && i < num_ids; ++i) {
-      const Slot slot = cache_.Find(ids[i]);
+      if (i + kPrefetchRows < num_ids) cache_.Prefetch(rows[i + kPrefetchRows]);
+      const Slot slot = rows[i];
       const float* row =
           slot != RowCache::kNone
               ? cache_.data(slot)
