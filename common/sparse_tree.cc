@@ -32,21 +32,28 @@ SparseTreeReducer::SparseTreeReducer(Block root, uint32_t num_leaves, size_t dim
 // the side that lacks it (the dense tree's bits), then rounded to the wire dtype as every node is.
 static SparseRows CombineRows(const SparseRows& left, const SparseRows& right, size_t dim,
                               WireDType rounding) {
+  const size_t nl = left.ids.size(), nr = right.ids.size();
+  size_t rows = 0;  // of the merged ids: the values are sized once and written in place
+  for (size_t l = 0, r = 0; l < nl || r < nr; ++rows) {
+    const bool take_l = r == nr || (l < nl && left.ids[l] <= right.ids[r]);
+    const bool take_r = l == nl || (r < nr && right.ids[r] <= left.ids[l]);
+    l += take_l;
+    r += take_r;
+  }
   SparseRows out;
-  out.ids.reserve(left.ids.size() + right.ids.size());
-  out.values.reserve(left.values.size() + right.values.size());
+  out.ids.resize(rows);
+  out.values.resize(rows * dim);
   const std::vector<float> zero(dim, 0.0f);
-  size_t l = 0, r = 0;
-  while (l < left.ids.size() || r < right.ids.size()) {
-    const bool take_l =
-        r == right.ids.size() || (l < left.ids.size() && left.ids[l] <= right.ids[r]);
-    const bool take_r =
-        l == left.ids.size() || (r < right.ids.size() && right.ids[r] <= left.ids[l]);
+  float* o = out.values.data();
+  for (size_t l = 0, r = 0, i = 0; i < rows; ++i, o += dim) {
+    const bool take_l = r == nr || (l < nl && left.ids[l] <= right.ids[r]);
+    const bool take_r = l == nl || (r < nr && right.ids[r] <= left.ids[l]);
     const float* a = take_l ? left.values.data() + l * dim : zero.data();
     const float* b = take_r ? right.values.data() + r * dim : zero.data();
-    out.ids.push_back(take_l ? left.ids[l++] : right.ids[r]);
-    if (take_r) ++r;
-    for (size_t j = 0; j < dim; ++j) out.values.push_back(a[j] + b[j]);
+    out.ids[i] = take_l ? left.ids[l] : right.ids[r];
+    l += take_l;
+    r += take_r;
+    for (size_t j = 0; j < dim; ++j) o[j] = a[j] + b[j];  // + 0 too: -0 becomes 0, as dense
   }
   RoundToWire(rounding, out.values.data(), out.values.size());
   return out;
