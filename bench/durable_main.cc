@@ -63,6 +63,7 @@
 #include <system_error>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/layout.h"
 #include "common/memory.h"
 #include "common/status.h"
@@ -94,10 +95,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr char kJob[] = "durable_bench";
 constexpr char kOwner[] = "shard/0";
-
-double SecondsSince(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 double Median(std::vector<double> xs) {
   if (xs.empty()) return 0;

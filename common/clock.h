@@ -25,6 +25,11 @@ inline double WallSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// Seconds on the steady clock since `start`: the durations reports and metrics give.
+inline double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // A clock that moves only when told to. Not thread-safe: tests drive it from one thread.
 class FakeClock final : public Clock {
  public:

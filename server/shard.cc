@@ -15,6 +15,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/clock.h"
 #include "common/format.h"
 #include "common/metrics.h"
 #include "common/rejections.h"
@@ -33,10 +34,6 @@ using Clock = std::chrono::steady_clock;
 
 // How often a refusal from the coordinator that does not stop the shard is logged, at most.
 constexpr std::chrono::seconds kRefusalLogEvery(60);
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 size_t BytesOf(const std::vector<ChunkBytes>& chunks, const std::vector<ShmChunk>& shm_chunks,
                const std::vector<SparseRowBytes>& sparse) {

@@ -45,18 +45,21 @@ StatusOr<TableRows> RangeRowsRead(ModelRunner& model, const Layout& layout, cons
 StatusOr<TableRows> PlanRows::Of(ModelRunner& model, const Layout& layout, Sampler& sampler,
                                  const Dataset& data, uint32_t lo, uint32_t hi, Step step,
                                  bool held_too) {
-  if (lo == lo_ && hi == hi_ && step == step_) return rows_;
+  for (Kept& k : kept_) {
+    if (k.step == step && k.lo == lo && k.hi == hi && k.held_too == held_too) {
+      std::swap(k, kept_[0]);
+      return kept_[0].rows;
+    }
+  }
   std::vector<int64_t> samples, vw;
   for (uint32_t v = lo; v < hi; ++v) {
     sampler.Indices(VirtualWorkerId(v), step, &vw);
     samples.insert(samples.end(), vw.begin(), vw.end());
   }
-  step_ = Step(-1);  // nothing kept should this fail
-  EPS_ASSIGN_OR_RETURN(rows_, RowsRead(model, layout, data, samples, held_too));
-  lo_ = lo;
-  hi_ = hi;
-  step_ = step;
-  return rows_;
+  EPS_ASSIGN_OR_RETURN(TableRows rows, RowsRead(model, layout, data, samples, held_too));
+  kept_[1] = std::move(kept_[0]);
+  kept_[0] = Kept{lo, hi, step, held_too, std::move(rows)};
+  return kept_[0].rows;
 }
 
 }  // namespace eps

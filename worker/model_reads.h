@@ -30,8 +30,10 @@ BufferCopies SnapshotBuffers(const Layout& layout, const ModelRunner& model);
 [[nodiscard]] StatusOr<TableRows> RangeRowsRead(ModelRunner& model, const Layout& layout,
                                                 const Dataset& data, int64_t lo, int64_t hi);
 // The same for train plans: VWs [lo, hi) at `step` (their samples from
-// `sampler`), the last plan's kept (a prefetch's guess for the next step is
-// most often the plan that comes, and asks for the same rows).
+// `sampler`). The last two plans' rows are kept: a worker asks for the next
+// step's rows while it trains a step (a prefetch's guess, most often the plan
+// that comes), and it can work them out ahead, while the shards step, so that
+// the next step's start finds them (Of of a plan already kept costs a copy).
 class PlanRows {
  public:
   [[nodiscard]] StatusOr<TableRows> Of(ModelRunner& model, const Layout& layout, Sampler& sampler,
@@ -39,9 +41,13 @@ class PlanRows {
                                        bool held_too);
 
  private:
-  uint32_t lo_ = 0, hi_ = 0;
-  Step step_{-1};
-  TableRows rows_;
+  struct Kept {
+    uint32_t lo = 0, hi = 0;
+    Step step{-1};
+    bool held_too = false;
+    TableRows rows;
+  };
+  Kept kept_[2];  // kept_[0] the most recent
 };
 
 }  // namespace eps

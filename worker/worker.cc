@@ -7,6 +7,7 @@
 #include <optional>
 #include <tuple>
 
+#include "common/clock.h"
 #include "common/digest.h"
 #include "common/layout.h"
 #include "common/task_thread.h"
@@ -31,12 +32,7 @@
 namespace eps {
 namespace {
 
-using std::chrono::milliseconds;
 using Duration = std::chrono::steady_clock::duration;
-
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 // The reasons a worker stopped by a signal gives in its Leave: to exit, or to wait parked.
 constexpr char kStopReason[] = "SIGTERM", kParkReason[] = "SIGUSR1";
@@ -60,16 +56,13 @@ bool AbandonsPlan(const Status& st) {
 }
 
 // Adds the time since the last lap to the counter named.
-class Laps {
- public:
+struct Laps {
   void operator()(Duration* into) {
     const auto now = std::chrono::steady_clock::now();
-    *into += now - mark_;
-    mark_ = now;
+    *into += now - mark;
+    mark = now;
   }
-
- private:
-  std::chrono::steady_clock::time_point mark_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point mark = std::chrono::steady_clock::now();
 };
 
 // Times a worker asks for its model files, registering again between tries.
@@ -691,6 +684,11 @@ class WorkerImpl final : public Worker {
       EPS_RETURN_IF_ERROR(TrainBlock(plan, block, step_buffers, &vw0_buffers, lap));
     }
     EPS_RETURN_IF_ERROR(reducing_->Wait());
+    // While the shards step: the rows of the step after next, which the next plan's first VW asks
+    // for (a guess, as the prefetch's: the same VWs; a failure shows there).
+    if (client_->wants_rows())
+      (void)plan_rows_.Of(*model_, layout_, *sampler_, train_, plan.vw_lo, plan.vw_hi,
+                          Step(plan.step.value() + 2), client_->warms());
     lap(&times_.copies);
     const auto push_wait_start = std::chrono::steady_clock::now();
     EPS_RETURN_IF_ERROR(client_->AwaitPushes());
@@ -770,7 +768,7 @@ class WorkerImpl final : public Worker {
   Dataset train_, test_;
   std::string data_fingerprint_;  // of train_'s and test_'s files (data/fingerprint.h)
   std::unique_ptr<Sampler> sampler_;
-  PlanRows plan_rows_;  // the lookup tables' rows of the last train plan asked for
+  PlanRows plan_rows_;  // the lookup tables' rows of the last train plans asked for
   Layout layout_;
   std::unique_ptr<FlatGradientLayout> flat_;
   std::unique_ptr<ParameterClient> client_;  // over layout_ and model_
