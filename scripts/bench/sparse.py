@@ -9,7 +9,11 @@ table. The data is synthetic and Criteo-shaped (documented as such): 65,536 samp
 (128 samples), Adam (the table: lazy, row-wise Adam = torch.optim.SparseAdam's arithmetic).
 
 Rows:
-  plain PyTorch   one process, 1 thread: SparseAdam for the table, Adam for the MLP, batch 128 (the goal's baseline)
+  plain PyTorch   one process, 1 thread: SparseAdam for the table, Adam for the MLP, batch 128 (the goal's baseline);
+                  from a new model (its table's moments untouched, as a job's), before the jobs and again after them
+                  (the mean of both)
+  plain, 8 x 16   the same, its 128 samples as 8 micro-batches of 16 whose gradients accumulate: what 8 VWs of 16
+                  compute (the column "vs 8 x 16": each V = 8 row against it)
   1 worker        local.sh 1 shard x 1 worker (the ratio: the goal is 1.0x)
   2 workers       1 shard x 2 workers (goal 1.6x of 1 worker, on 2 cores: what the cores allow)
   10x memory      1 worker, --shard_memory_mb a tenth of the state of the rows the run touches (its distinct ids
@@ -23,8 +27,9 @@ Rows:
   exact           --sparse_optimizer=exact: the table as a dense tensor (what ElasticPS did before), fewer steps
   1 VW of 128     1 worker, V = 1 of 128 samples: plain PyTorch's batch as one VW, so that the ratio is the parameter
                   server's cost alone (another job: other bits than V = 8's)
-Columns: samples/s (result.json's steady rate), the ratio to plain PyTorch, and the bytes pushed + pulled a step
-against the table's 128 MiB. The digests of every row but exact's must agree (else the section fails).
+Columns: samples/s (result.json's steady rate), the ratio to plain PyTorch, the ratio to plain 8 x 16, and the bytes
+pushed + pulled a step against the table's 128 MiB. The digests of every row but exact's and 1 VW of 128's must agree
+(else the section fails).
 
 Then a table larger than the host's memory: the built-in dlrm (--model=dlrm) on synthetic Criteo-format logs
 (examples/criteo/synth.py, 20,000 rows; documented there as synthetic), 8 x 16, Adam, dim 16, 1 shard x 1 worker:
@@ -75,34 +80,43 @@ class Compact(Hashed):
     def with_table_ids(self, x: torch.Tensor, ids: Dict[str, torch.Tensor]) -> torch.Tensor:
         return ids["emb.weight"]
 
-d, steps = sys.argv[1], int(sys.argv[2])
+d, steps, again = sys.argv[1], int(sys.argv[2]), sys.argv[3:] == ["again"]  # again: measure only
 torch.manual_seed(0)
 torch.set_num_threads(1)
 m = Hashed()
-torch.jit.script(m).save(d + "/hashed.pt")
 c = Compact()
 c.load_state_dict(m.state_dict())
-torch.jit.script(c).save(d + "/compact.pt")
 rng = np.random.default_rng(11)
 n = 65536
 ids = (rng.zipf(1.2, (n, {IDS})) * 2654435761 % {ROWS}).astype(np.int64)
 labels = (np.isin(ids, np.arange(0, 4096, 7)).sum(1) % 2).astype(np.int64)
-np.save(d + "/ids.npy", ids)
-np.save(d + "/labels.npy", labels)
+if not again:
+    torch.jit.script(m).save(d + "/hashed.pt")
+    torch.jit.script(c).save(d + "/compact.pt")
+    np.save(d + "/ids.npy", ids)
+    np.save(d + "/labels.npy", labels)
 # Plain PyTorch, one process: SparseAdam for the table, Adam for the rest, 128 samples a step.
 x, y = torch.from_numpy(ids), torch.from_numpy(labels)
-opt = [torch.optim.SparseAdam([m.emb.weight], lr=1e-3),
-       torch.optim.Adam([p for n_, p in m.named_parameters() if not n_.startswith("emb")], lr=1e-3)]
 loss_fn = nn.CrossEntropyLoss()
-def step(i):
-    lo = (i * 128) % (n - 128)
-    for o in opt: o.zero_grad()
-    loss_fn(m(x[lo:lo + 128]), y[lo:lo + 128]).backward()
-    for o in opt: o.step()
-for i in range(5): step(i)
-t = time.perf_counter()
-for i in range(steps): step(i + 5)
-print(json.dumps({{"program": "plain", "samples_per_s": steps * 128 / (time.perf_counter() - t),
+# k micro-batches of 128 / k a step, their gradients accumulated: k = 8 computes what 8 VWs of 16 do. Each rate starts
+# from a new model and optimizer, its table and moments untouched (as a job's start): neither rate finds the rows the
+# other faulted in.
+def rate(k):
+    torch.manual_seed(0)
+    m = Hashed()
+    opt = [torch.optim.SparseAdam([m.emb.weight], lr=1e-3),
+           torch.optim.Adam([p for n_, p in m.named_parameters() if not n_.startswith("emb")], lr=1e-3)]
+    def step(i):
+        lo, b = (i * 128) % (n - 128), 128 // k
+        for o in opt: o.zero_grad()
+        for j in range(k):
+            (loss_fn(m(x[lo + j * b:lo + (j + 1) * b]), y[lo + j * b:lo + (j + 1) * b]) / k).backward()
+        for o in opt: o.step()
+    for i in range(5): step(i)
+    t = time.perf_counter()
+    for i in range(steps): step(i + 5)
+    return steps * 128 / (time.perf_counter() - t)
+print(json.dumps({{"program": "plain", "samples_per_s": rate(1), "accumulated_samples_per_s": rate(8),
                   "touched_rows": int(np.unique(ids[:min(n, steps * 128)]).size)}}))
 """
 JOB = ["--virtual_workers=8", "--batch_per_vw=16", "--optimizer=adam", "--momentum=0", "--lr=0.001",
@@ -128,7 +142,6 @@ def measure(b, d, steps):
     plain = analysis.find(out or [], program="plain")
     if plain is None:
         return
-    base = plain["samples_per_s"]
     data = [f"--train_data={d}/ids.npy", f"--train_labels={d}/labels.npy"]
     lazy, compact = f"--model={d}/hashed.pt", f"--model={d}/compact.pt"
     # The state of the rows a run touches: 3 x 32 floats a row with Adam's moments, and the shard cache's 86 bytes
@@ -143,17 +156,28 @@ def measure(b, d, steps):
             ("looked up, lazy", 1, [lazy, f"--steps={steps}", "--worker_table_mb=16"]),
             ("exact", 1, [lazy, f"--steps={min(steps, 20)}", "--sparse_optimizer=exact"]),
             ("1 VW of 128", 1, [lazy, f"--steps={steps}", "--virtual_workers=1", "--batch_per_vw=128"])]
-    print(f"{'config':<16s} | {'samples/s':>10s} | vs plain | bytes a step / table")
-    print(f"{'plain PyTorch':<16s} | {base:10.0f} |    1.00x |")
+    results = [(name, b.job(f"sparse_{name.replace(' ', '_')}", workers, common.MLP, *data, *JOB, *extra))
+               for name, workers, extra in runs]
+    # Plain PyTorch again after the jobs (this host's share drifts over the section's minutes): the mean of both.
+    out = b.program("sparse_plain_again", [common.PY, os.path.join(d, "make.py"), d, str(steps), "again"])
+    again = analysis.find(out or [], program="plain") or plain
+    base = (plain["samples_per_s"] + again["samples_per_s"]) / 2
+    accumulated = (plain["accumulated_samples_per_s"] + again["accumulated_samples_per_s"]) / 2
+    print(f"{'config':<16s} | {'samples/s':>10s} | vs plain | vs 8 x 16 | bytes a step / table")
+    print(f"{'plain PyTorch':<16s} | {base:10.0f} |    1.00x |           | "
+          f"(before and after the jobs: {plain['samples_per_s']:.0f}, {again['samples_per_s']:.0f})")
+    print(f"{'plain, 8 x 16':<16s} | {accumulated:10.0f} | {accumulated / base:7.2f}x |     1.00x | "
+          f"({plain['accumulated_samples_per_s']:.0f}, {again['accumulated_samples_per_s']:.0f})")
     b.csv("sparse", "plain PyTorch", f"{base:.1f}", "1.00", steps)
+    b.csv("sparse", "plain, 8 x 16", f"{accumulated:.1f}", f"{accumulated / base:.3f}", steps)
     digests = {}
-    for name, workers, extra in runs:
-        r = b.job(f"sparse_{name.replace(' ', '_')}", workers, common.MLP, *data, *JOB, *extra)
+    for name, r in results:
         if r is None:
             continue
         sps = analysis.samples_per_s(r)
         per_step = (r["push_bytes"] + r["pull_bytes"]) / r["steps"]
-        print(f"{name:<16s} | {sps:10.0f} | {sps / base:7.2f}x | {per_step / 1e3:9.0f} kB = "
+        same = "" if name in ("exact", "1 VW of 128") else f"{sps / accumulated:7.2f}x"
+        print(f"{name:<16s} | {sps:10.0f} | {sps / base:7.2f}x | {same:>9s} | {per_step / 1e3:9.0f} kB = "
               f"{100 * per_step / TABLE_BYTES:.2f} %")
         b.csv("sparse", name, f"{sps:.1f}", f"{sps / base:.3f}", r["steps"])
         if name not in ("exact", "1 VW of 128"):
