@@ -40,14 +40,13 @@ Status CheckLabel(const Dataset& data, int64_t i) {
 // The seed of the dry run's two steps (any fixed value: they are compared with each other).
 constexpr uint64_t kDryRunSeed = 0x5eed;
 
-// Thrown by a gradient hook when ModelOptions::cancel is set: it ends backward.
-struct StepCancelled : std::exception {};
-
 class TorchModelRunner final : public ModelRunner {
  public:
   TorchModelRunner(std::unique_ptr<Net> net, torch::Device device,
                    std::unique_ptr<LookupTables> lookups, const std::atomic<bool>* cancel)
-      : net_(std::move(net)), device_(device), lookups_(std::move(lookups)), cancel_(cancel) {}
+      : net_(std::move(net)), device_(device), lookups_(std::move(lookups)), cancel_(cancel) {
+    net_->SetCancel(cancel_);
+  }
 
   // Call after the model was moved to the device.
   Status Init(const TensorSelection& freeze, bool sparse_tables, uint64_t lookup_bytes) {

@@ -118,9 +118,10 @@ struct ModelOptions {
   // DropTableRows). A table of unbounded keys (the zoo's built with 0 rows) is
   // always looked up.
   uint64_t lookup_table_bytes = 0;
-  // Set: a TrainStep whose backward finds it true stops at the next gradient
-  // (Aborted, no gradient kept), so that a worker asked to leave gives its
-  // cores back within a VW's forward and one layer's backward, not at the end
+  // Set: a TrainStep that finds it true stops (Aborted, no gradient kept) at
+  // the next layer of a built-in model's forward (Net::SetCancel; a TorchScript
+  // module's forward runs to its end) or the next gradient of backward, so that
+  // a worker asked to leave gives its cores back within a layer, not at the end
   // of the VW (docs/serving.md, "Lending"). A block's gradients pushed before
   // are the ones any worker computes: its successor's duplicates are dropped.
   const std::atomic<bool>* cancel = nullptr;

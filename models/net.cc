@@ -53,7 +53,17 @@ class BuiltinNet final : public Net {
   torch::Tensor Input(const torch::Tensor& features) const override {
     return TakesIds(name_) ? features : AsImages(features);  // ids as they are
   }
-  torch::Tensor Forward(const torch::Tensor& x) override { return model_->forward(x); }
+  // Sequential::forward's chain, with the cancel flag looked at before each module.
+  torch::Tensor Forward(const torch::Tensor& x) override {
+    if (cancel_ == nullptr) return model_->forward(x);
+    torch::nn::AnyValue value(x);
+    for (auto& module : *model_) {
+      if (cancel_->load(std::memory_order_relaxed)) throw StepCancelled();
+      value = module.any_forward(std::move(value));
+    }
+    return value.get<torch::Tensor>();
+  }
+  void SetCancel(const std::atomic<bool>* cancel) override { cancel_ = cancel; }
   torch::Tensor Loss(const torch::Tensor& output, const torch::Tensor& target) override {
     return DefaultLoss(output, target);
   }
@@ -62,6 +72,7 @@ class BuiltinNet final : public Net {
 
  private:
   torch::nn::Sequential model_;
+  const std::atomic<bool>* cancel_ = nullptr;  // SetCancel
   const std::string name_;
   const ZooSizes sizes_;
   struct Checked {  // a data set as CheckModelInputFor sees it, but its bytes

@@ -11,6 +11,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <utility>
@@ -67,12 +68,22 @@ class Net {
   // of the sample shape, in the file's dtype).
   virtual torch::Tensor Input(const torch::Tensor& features) const = 0;
   virtual torch::Tensor Forward(const torch::Tensor& x) = 0;
+  // Once `*cancel` is true (null: never), Forward throws StepCancelled between two of the
+  // model's layers where it can (the built-in models: between the modules of their Sequential;
+  // a TorchScript module runs its forward to the end), so that a worker asked to leave gives its
+  // core back within a layer (ModelOptions::cancel).
+  virtual void SetCancel(const std::atomic<bool>* cancel) { (void)cancel; }
   // The training loss of `output` against `target`: what the module defines
   // (a TorchScript module's loss(output, target) method), else DefaultLoss.
   // May be of any shape: the runner checks that it is a scalar.
   virtual torch::Tensor Loss(const torch::Tensor& output, const torch::Tensor& target) = 0;
   virtual void Train(bool on) = 0;
   virtual void To(const torch::Device& device) = 0;
+};
+
+// Thrown by a Net's Forward or the runner's gradient hooks when the cancel flag is set.
+struct StepCancelled : std::exception {
+  const char* what() const noexcept override { return "the step was cancelled"; }
 };
 
 // Cross-entropy averaged over the batch for int64 targets (classes), mean

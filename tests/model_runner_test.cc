@@ -15,6 +15,8 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "models/net.h"
+
 namespace eps {
 namespace {
 
@@ -333,6 +335,36 @@ TEST(ModelRunner, ACancelledStepStopsItsBackwardAndTheNextOneIsWhole) {
   ASSERT_NE(fresh, nullptr);
   ASSERT_TRUE(fresh->TrainStep(data, {0, 1}, 7).ok());
   EXPECT_EQ(GradBytes(**r), GradBytes(*fresh));
+}
+
+// A built-in model's forward looks at the flag before each of its layers: one set while a layer
+// runs (as a leave signal would) stops the forward before the next layer, not at its end.
+TEST(ModelRunner, ABuiltinForwardStopsAtTheNextLayerOnceCancelled) {
+  std::atomic<bool> cancel{false};
+  bool signal = false;  // a signal comes during the first layer
+  int first = 0, second = 0;
+  torch::nn::Sequential layers(torch::nn::Functional([&](torch::Tensor x) {
+                                 ++first;
+                                 if (signal) cancel = true;
+                                 return x;
+                               }),
+                               torch::nn::Functional([&](torch::Tensor x) {
+                                 ++second;
+                                 return x;
+                               }));
+  std::unique_ptr<Net> net = SequentialNet(layers);
+  const torch::Tensor x = torch::ones({2, 3});
+  signal = true;
+  EXPECT_TRUE(net->Forward(x).equal(x));  // no flag given: the whole chain
+  EXPECT_EQ(second, 1);
+  net->SetCancel(&cancel);
+  cancel = false;
+  EXPECT_THROW(net->Forward(x), StepCancelled);
+  EXPECT_EQ(first, 2);
+  EXPECT_EQ(second, 1);  // not run after the flag was set
+  signal = cancel = false;
+  EXPECT_TRUE(net->Forward(x).equal(x));  // cleared: whole again
+  EXPECT_EQ(second, 2);
 }
 
 TEST(ModelRunner, TheResnetIsTheCifarResnetOfItsDepth) {
