@@ -687,8 +687,7 @@ class WorkerImpl final : public Worker {
     // While the shards step: the rows of the step after next, which the next plan's first VW asks
     // for (a guess, as the prefetch's: the same VWs; a failure shows there).
     if (client_->wants_rows())
-      (void)plan_rows_.Of(*model_, layout_, *sampler_, train_, plan.vw_lo, plan.vw_hi,
-                          Step(plan.step.value() + 2), client_->warms());
+      (void)PlanRowsOf(plan.vw_lo, plan.vw_hi, Step(plan.step.value() + 2));
     lap(&times_.copies);
     const auto push_wait_start = std::chrono::steady_clock::now();
     EPS_RETURN_IF_ERROR(client_->AwaitPushes());
@@ -723,9 +722,11 @@ class WorkerImpl final : public Worker {
   }
 
   // The lookup tables' rows of a train plan, and its warm rows, for the next pull (WantRows).
+  StatusOr<TableRows> PlanRowsOf(uint32_t lo, uint32_t hi, Step step) {
+    return plan_rows_.Of(*model_, layout_, *sampler_, train_, lo, hi, step, client_->warms());
+  }
   Status WantPlanRows(uint32_t lo, uint32_t hi, Step step) {
-    EPS_ASSIGN_OR_RETURN(TableRows rows, plan_rows_.Of(*model_, layout_, *sampler_, train_, lo, hi,
-                                                       step, client_->warms()));
+    EPS_ASSIGN_OR_RETURN(TableRows rows, PlanRowsOf(lo, hi, step));
     client_->WantRows(std::move(rows));
     return OkStatus();
   }
