@@ -85,7 +85,11 @@ class SharedMemory(RunDirTest):
         self.assertGreater(shm_replies, 40)
         self.assertEqual(inline_replies, 0)
         self.assertGreaterEqual(shm_pushes, 39)  # every step's pushes
-        self.assertEqual(inline_pushes, 1)       # the initial values: read from the model, not a region
+        # Only the initial values: read from the model, not a region; pushed again if the shard had no layout yet
+        # when they came (the worker gives up that plan, step -1, an abandoned plan, and pushes them again).
+        abandoned = read_report(os.path.join(self.run_dir("ref"), "logs", "worker0.json"))["abandoned_plans"]
+        self.assertGreaterEqual(inline_pushes, 1)
+        self.assertLessEqual(inline_pushes, 1 + abandoned)
         # The same job with shared memory turned off: everything inline, the same digest.
         digest, report = self.run_with_shard("socket", worker_flags=["--shm=false"])
         self.assertEqual(digest, self.ref)
