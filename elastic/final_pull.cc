@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "schema/shm_rows.h"
+
 namespace eps {
 
 FinalPull::FinalPull(const Layout& layout, Step version, std::vector<uint32_t> shards,
@@ -17,6 +19,10 @@ StatusOr<PullReply> FinalPull::Ask(uint32_t shard, const Pull& pull) {
   StatusOr<PullReply> reply = call_(shard, pull);
   if (!reply.ok())
     return reply.status().WithContext("the final pull from shard " + std::to_string(shard));
+  // It names no shared memory: bytes anywhere but in the message are a confused shard's.
+  if (!reply->shm_chunks.empty() || AnyInShm(reply->sparse))
+    return ProtocolError("shard " + std::to_string(shard) +
+                         " answered the final pull into shared memory it did not name");
   ++pages_;
   for (const ChunkBytes& c : reply->chunks) bytes_ += c.size;
   for (const SparseRowBytes& r : reply->sparse) bytes_ += r.ids.size + r.values.size;

@@ -2,7 +2,7 @@
 // ShardState. The shard's loop (server/shard.cc) keeps its sockets and its
 // handling of a message together, so this target does what the loop does with
 // a decoded message, through the same pure entry points: a Push goes through
-// ResolveShmChunks then ShardState::HandlePush, a Pull through
+// ResolveShm then ShardState::HandlePush, a Pull through
 // ShardState::HandlePull and MoveIntoShm. The state is configured with a small
 // job and holds version 0 before the first message.
 //
@@ -47,7 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto envelope = eps::Decode(wire);
     if (!envelope.ok()) continue;
     if (auto* push = std::get_if<eps::Push>(&envelope->body)) {
-      if (!eps::ResolveShmChunks(&shm, push).ok()) continue;
+      if (!eps::ResolveShm(&shm, push).ok()) continue;
       auto outcome = state.HandlePush(*push);
       if (outcome.ok() && outcome->completed && outcome->completed->step != eps::Step(-1) &&
           state.version().value() != outcome->completed->step.value() + 1)

@@ -288,8 +288,11 @@ Status DecodeBody(wire::Envelope::Reader env, Reader& r, Body* body) {
         return ProtocolError("shared-memory offsets in a pull without a region");
       }
       EPS_RETURN_IF_ERROR(r.SparseReads(in.getSparse(), &m.sparse));
-      if (!m.sparse.empty() && (!m.chunks.empty() || m.shm.has_value()))
-        return ProtocolError("a pull of sparse rows names chunks or a region");
+      m.shm_rows_at = in.getShmRowsAt();
+      if (!m.sparse.empty() && !m.chunks.empty())
+        return ProtocolError("a pull of sparse rows names chunks");
+      if ((m.shm_rows_at != 0) != (!m.sparse.empty() && m.shm.has_value()))
+        return ProtocolError("a pull names a region for sparse rows without both");
       m.optimizer_digest = in.getOptimizerDigest();
       m.timeline = in.getTimeline();
       *body = std::move(m);
@@ -605,6 +608,7 @@ StatusOr<std::vector<Frame>> Encode(const Envelope& envelope) {
                    SetSparseReads(o.initSparse(m.sparse.size()), m.sparse, &frames);
                    o.setOptimizerDigest(m.optimizer_digest);
                    o.setTimeline(m.timeline);
+                   o.setShmRowsAt(m.shm_rows_at);
                  },
                  [&](const PullReply& m) {
                    auto o = b.initPullReply();

@@ -135,7 +135,8 @@ class Reader {
   }
 
   // Sparse rows: each names two frames, the ids (8 bytes a row) and the values
-  // (a multiple of 4 bytes a row; the table's dim is checked by the receiver).
+  // (a multiple of 4 bytes a row; the table's dim is checked by the receiver), or
+  // offsets in a shared-memory region (null data: the receiver points them there).
   Status SparseRows(capnp::List<wire::SparseRowsRef>::Reader in,
                     std::vector<SparseRowBytes>* out) {
     EPS_RETURN_IF_ERROR(ListSize(in, "sparse rows"));
@@ -145,8 +146,16 @@ class Reader {
       rows.table = ref.getTable();
       rows.rows = ref.getRows();
       Frame ids, values;
-      EPS_RETURN_IF_ERROR(ByteFrame(ref.getIdsFrame(), &ids));
-      EPS_RETURN_IF_ERROR(ByteFrame(ref.getValuesFrame(), &values));
+      if (ref.getInShm()) {
+        rows.in_shm = true;
+        rows.ids_offset = ref.getIdsOffset();
+        rows.values_offset = ref.getValuesOffset();
+        ids.size = size_t{rows.rows} * sizeof(uint64_t);
+        values.size = ref.getValuesBytes();
+      } else {
+        EPS_RETURN_IF_ERROR(ByteFrame(ref.getIdsFrame(), &ids));
+        EPS_RETURN_IF_ERROR(ByteFrame(ref.getValuesFrame(), &values));
+      }
       if (ids.size != uint64_t{rows.rows} * sizeof(uint64_t))
         return ProtocolError("sparse rows whose ids frame does not hold one id a row");
       if (values.size % sizeof(float) != 0 || (rows.rows == 0) != (values.size == 0) ||

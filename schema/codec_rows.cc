@@ -9,6 +9,13 @@ void SetSparseRows(capnp::List<wire::SparseRowsRef>::Builder out,
   for (size_t i = 0; i < rows.size(); ++i) {
     out[i].setTable(rows[i].table);
     out[i].setRows(rows[i].rows);
+    if (rows[i].in_shm) {
+      out[i].setInShm(true);
+      out[i].setIdsOffset(rows[i].ids_offset);
+      out[i].setValuesOffset(rows[i].values_offset);
+      out[i].setValuesBytes(rows[i].values.size);
+      continue;
+    }
     out[i].setIdsFrame(static_cast<uint32_t>(frames->size() - 1));
     frames->push_back({rows[i].ids.data, rows[i].ids.size, rows[i].ids.owner});
     out[i].setValuesFrame(static_cast<uint32_t>(frames->size() - 1));

@@ -259,6 +259,13 @@ struct SparseRowsRef {
   rows @1 :UInt32;
   idsFrame @2 :UInt32;
   valuesFrame @3 :UInt32;
+  # Or, with inShm, the bytes in a shared-memory region of the worker's (common/shm.h): a push's
+  # own region (Push.shm), or the one its pull named (Pull.shm, from Pull.shmRowsAt on). The
+  # ids at idsOffset, the values (valuesBytes) at valuesOffset; the frames are not named.
+  inShm @4 :Bool;
+  idsOffset @5 :UInt64;
+  valuesOffset @6 :UInt64;
+  valuesBytes @7 :UInt64;
 }
 
 # A pull's request for a sparse table's rows at the pull's version: those
@@ -298,10 +305,13 @@ struct Pull {
                                   # job's weightWireDtype (buffers always travel as fp32)
   shm @3 :ShmRegionRef;           # optional: a region of the worker's (common/shm.h) for the reply's bytes,
   shmOffsets @4 :List(UInt64);    # where each of `chunks` goes in it (same length as chunks)
-  sparse @5 :List(SparseRead);    # sparse tables' rows; a pull naming these names no chunk
+  sparse @5 :List(SparseRead);    # sparse tables' rows; a pull naming these names no chunk (and a
+                                  # region only for the rows: shmRowsAt)
   optimizerDigest @6 :Bool;       # also the digest of the shard's optimizer state (the current version only)
   timeline @7 :UInt64;            # the timeline of the plan it serves (StepPlan.timeline); 0: a reader
                                   # outside any plan (the coordinator's final pull), never refused for it
+  shmRowsAt @8 :UInt64;           # a pull of sparse rows naming a region (shm, no offsets): the rows of
+                                  # the reply may go there from this offset on (0 with no sparse read)
 }
 
 struct ShmRegionRef {

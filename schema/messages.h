@@ -292,6 +292,11 @@ struct SparseRowBytes {
   uint32_t table = 0;  // index among the layout's sparse tensors (Layout::sparse)
   uint32_t rows = 0;
   ChunkBytes ids, values;  // `chunk` unused
+  // The bytes lie in a shared-memory region (schema/shm_rows.h) at these offsets instead of in
+  // the message: a received message's `data` are null until the receiver points them into its
+  // mapping of the region (the sizes are set).
+  bool in_shm = false;
+  uint64_t ids_offset = 0, values_offset = 0;
 };
 
 // A pull's request for a sparse table's rows at the pull's version: those
@@ -344,7 +349,8 @@ struct Pull {
   // and where each of `chunks` goes in it; the shard may answer inline instead.
   std::optional<ShmRegionRef> shm{};
   std::vector<uint64_t> shm_offsets{};
-  // Sparse tables' rows; a pull naming these names no chunk (and no region).
+  // Sparse tables' rows; a pull naming these names no chunk (and a region only for its rows:
+  // shm_rows_at).
   std::vector<SparseRead> sparse{};
   // Also the digest of the shard's optimizer state (ShardState::OptimizerDigest),
   // of the current version only.
@@ -352,6 +358,9 @@ struct Pull {
   // The timeline of the plan the pull serves (StepPlan::timeline); 0: a reader
   // outside any plan, which no timeline refuses.
   uint64_t timeline = 0;
+  // A pull of sparse rows naming `shm` (no offsets): the reply's rows may go into the region from
+  // this offset on (schema/shm_rows.h); 0 without.
+  uint64_t shm_rows_at = 0;
 };
 
 struct PullReply {

@@ -381,7 +381,7 @@ class ShardImpl final : public Shard {
       Status readable =
           options_.refuse_shm_pushes && push->shm.has_value()
               ? Unimplemented("refusing pushes in shared memory (--refuse_shm_pushes)")
-              : ResolveShmChunks(&shm_, push);
+              : ResolveShm(&shm_, push);
       auto outcome =
           readable.ok() ? state_.HandlePush(*push) : StatusOr<ShardState::PushOutcome>(readable);
       if (!outcome.ok()) {
@@ -449,7 +449,7 @@ class ShardImpl final : public Shard {
     return OkStatus();
   }
 
-  // A push read whole (ResolveShmChunks made its shared-memory chunks chunks of it).
+  // A push read whole (ResolveShm made its shared-memory chunks chunks of it).
   void CountPush(const Push& push, const PushReply& reply) {
     const size_t bytes = BytesOf(push.chunks, push.shm_chunks, push.sparse);
     bytes_in_ += bytes;

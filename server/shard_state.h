@@ -343,16 +343,17 @@ class ShardState {
 };
 
 // Moves `reply`'s bytes into the shared-memory region `pull` names (at the
-// offsets it gives per chunk), when the pull names one, `maps` can map it, and
-// every chunk fits in it after the header; then the reply carries only where
+// offsets it gives per chunk; sparse rows from its shm_rows_at on,
+// schema/shm_rows.h), when the pull names one, `maps` can map it, and
+// everything fits in it after the header; then the reply carries only where
 // they are. Otherwise the reply stays inline, and the status says why.
 Status MoveIntoShm(const Pull& pull, ShmMappings* maps, PullReply* reply);
 
-// Makes the chunks `push` has in shared memory chunks of the push, their bytes
-// read in place from the region mapped by `maps` (valid until its next Map).
-// Unimplemented: `maps` cannot map the region (the worker then pushes
-// inline); InvalidArgument: a chunk lies outside the region or in its header.
-// Nothing changes on error.
-Status ResolveShmChunks(ShmMappings* maps, Push* push);
+// Makes the chunks `push` has in shared memory chunks of the push, and points
+// its sparse rows there at their bytes, read in place from the region mapped
+// by `maps` (valid until its next Map). Unimplemented: `maps` cannot map the
+// region (the worker then pushes inline); InvalidArgument: a chunk or rows lie
+// outside the region or in its header. The push is not used on error.
+Status ResolveShm(ShmMappings* maps, Push* push);
 
 }  // namespace eps

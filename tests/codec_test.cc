@@ -996,6 +996,48 @@ TEST(Codec, SparseRowsRoundTripAndMalformedOnesAreProtocolErrors) {
   ExpectInvalid(EncodeOrDie({"t", push}), "whole rows");
 }
 
+// Rows in a shared-memory region travel as offsets and sizes, their data left to the receiver;
+// a pull names a region for its rows only with sparse reads and where the rows may go.
+TEST(Codec, SparseRowsInSharedMemoryTravelAsOffsetsAndAPullNamesTheirRoom) {
+  SparseRowBytes rows;
+  rows.table = 1;
+  rows.rows = 3;
+  rows.in_shm = true;
+  rows.ids = {ChunkId(0), nullptr, 24, nullptr};
+  rows.values = {ChunkId(0), nullptr, 36, nullptr};
+  rows.ids_offset = 4096;
+  rows.values_offset = 4160;
+  PullReply reply{Step(4), {}};
+  reply.sparse = {rows};
+  auto got = Decode(EncodeOrDie({"t", reply}));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  const SparseRowBytes& back = std::get<PullReply>(got->body).sparse.at(0);
+  EXPECT_TRUE(back.in_shm);
+  EXPECT_EQ(back.ids_offset, 4096u);
+  EXPECT_EQ(back.values_offset, 4160u);
+  EXPECT_EQ(back.ids.size, 24u);
+  EXPECT_EQ(back.values.size, 36u);
+  EXPECT_EQ(back.ids.data, nullptr);
+  EXPECT_EQ(back.values.data, nullptr);
+  rows.values.size = 10;  // not whole rows
+  reply.sparse = {rows};
+  ExpectInvalid(EncodeOrDie({"t", reply}), "whole rows");
+
+  const ShmRegionRef region{4242, 17, 99, 1 << 20};
+  Pull pull{Step(4), {}, WireDType::kFP32, region, {}};
+  pull.sparse = {{0, Step(2)}};
+  pull.shm_rows_at = 1024;
+  got = Decode(EncodeOrDie({"t", pull}));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(std::get<Pull>(got->body).shm_rows_at, 1024u);
+  EXPECT_EQ(std::get<Pull>(got->body).shm, region);
+  pull.shm_rows_at = 0;  // a region for rows, but not where they go
+  ExpectInvalid(EncodeOrDie({"t", pull}), "without both");
+  pull.shm_rows_at = 1024;
+  pull.shm.reset();  // where they go, but no region
+  ExpectInvalid(EncodeOrDie({"t", pull}), "without both");
+}
+
 TEST(Codec, ALookupByRowsAndAPageOfRowsRoundTripAndAWrongFrameIsAProtocolError) {
   auto ids = std::make_shared<std::vector<uint64_t>>(std::vector<uint64_t>{3, 70, 1ull << 33});
   Pull pull{Step(5), {}};

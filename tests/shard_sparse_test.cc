@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "schema/shm_rows.h"
 #include "server/shard_state.h"
 #include "tests/temp_dir.h"
 
@@ -439,6 +440,65 @@ TEST(ShardSparse, APullThatWaitsBringsTheRowsItNamesIntoMemory) {
     want.insert(want.end(), four.begin(), four.end());
     EXPECT_TRUE(SameBits(now->values, want));
   }
+}
+
+// A worker on the shard's host: its push's rows in its region (read there by the shard), the
+// rows of its pull written into the region the pull names, from where the pull says on.
+TEST(ShardSparse, RowsComeAndGoThroughAWorkersSharedMemoryAsInTheMessage) {
+  ShardState inline_state = Initialized();
+  ShardState shm_state = Initialized();
+  auto region = ShmRegion::Create(ShmRegion::kHeaderBytes + 4096);
+  ASSERT_TRUE(region.ok()) << region.status().ToString();
+  ShmRegion& r = **region;
+  ShmMappings maps;
+  const Ids ids{3, 9};
+  const Values g{1, 2, 3, 4};
+  WholeStep(inline_state, 0, ids, g);
+
+  Push push = MakePush(0, Block{0, kVws}, {Bytes(0, kHeadGrad), Bytes(1, kLoss)}, {Rows(ids, g)});
+  uint64_t at = 0;
+  ASSERT_TRUE(PlaceRows(r.data(), r.ref(), &at, &push.sparse));
+  // Rows in shared memory, but no region named, or rows outside it: refused.
+  Push no_region = push;
+  EXPECT_EQ(ResolveShm(&maps, &no_region).code(), StatusCode::kInvalidArgument);
+  push.shm = r.ref();
+  Push outside = push;
+  outside.sparse[0].values_offset = r.ref().size - 4;
+  EXPECT_EQ(ResolveShm(&maps, &outside).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(ResolveShm(&maps, &push).ok());
+  EXPECT_NE(push.sparse[0].values.data, r.data() + push.sparse[0].values_offset);  // its mapping
+  auto stepped = shm_state.HandlePush(push);
+  ASSERT_TRUE(stepped.ok() && stepped->completed.has_value()) << stepped.status().ToString();
+
+  Pull pull;
+  pull.version = Step(1);
+  pull.sparse = {SparseRead{0, Step(0)}};
+  pull.shm = r.ref();
+  pull.shm_rows_at = 1024;
+  std::memset(r.data(), 0, r.ref().size);  // the push was answered: the worker may write again
+  auto reply = shm_state.Answer(pull);
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  ASSERT_TRUE(MoveIntoShm(pull, &maps, &*reply).ok());
+  ASSERT_TRUE(AnyInShm(reply->sparse));
+  EXPECT_GE(reply->sparse[0].ids_offset, 1024u);
+  for (SparseRowBytes& rows : reply->sparse) rows.ids.data = rows.values.data = nullptr;
+  ASSERT_TRUE(PointRows(r.data(), r.ref(), 1024, &reply->sparse).ok());
+  auto want = PullRows(inline_state, 1, 0);
+  ASSERT_TRUE(want.ok());
+  const SparseRowBytes& got = reply->sparse[0];
+  ASSERT_EQ(got.rows, 2u);
+  EXPECT_EQ(std::memcmp(got.ids.data, want->ids.data(), got.ids.size), 0);
+  EXPECT_TRUE(SameBits(Values(static_cast<const float*>(got.values.data),
+                              static_cast<const float*>(got.values.data) + 2 * kDim),
+                       want->values));
+
+  // Rows that do not fit in the room the pull gives them come in the message.
+  pull.shm_rows_at = r.ref().size - 64;
+  reply = shm_state.Answer(pull);
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(MoveIntoShm(pull, &maps, &*reply).code(), StatusCode::kResourceExhausted);
+  EXPECT_FALSE(AnyInShm(reply->sparse));
+  EXPECT_EQ(std::memcmp(reply->sparse[0].ids.data, want->ids.data(), 2 * sizeof(uint64_t)), 0);
 }
 
 }  // namespace

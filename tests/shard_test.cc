@@ -1291,11 +1291,11 @@ TEST(ShardStatePush,
           if (bad == 0) refused.shm_chunks.back().offset = (*region)->ref().size - 1;
           if (bad == 1) refused.shm_chunks.front().offset = 8;
           if (bad == 2) refused.shm->token ^= 1;
-          EXPECT_EQ(ResolveShmChunks(&maps, &refused).code(), code) << bad;
+          EXPECT_EQ(ResolveShm(&maps, &refused).code(), code) << bad;
           EXPECT_EQ(refused.chunks.size(), push.chunks.size());
           EXPECT_EQ(refused.shm_chunks.size(), push.shm_chunks.size());
         }
-        ASSERT_TRUE(ResolveShmChunks(&maps, &push).ok());
+        ASSERT_TRUE(ResolveShm(&maps, &push).ok());
         EXPECT_TRUE(push.shm_chunks.empty());
         auto outcome = via_shm->HandlePush(push);
         ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();

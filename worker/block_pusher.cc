@@ -2,12 +2,21 @@
 
 #include <algorithm>
 
+#include "schema/shm_rows.h"
+
 namespace eps {
 namespace {
 
 // Where the partial's encoding starts in a push region.
 size_t EncodedAt(size_t flat_size) {
   return ShmRegion::kHeaderBytes + Aligned(flat_size * sizeof(float));
+}
+
+// Where the room for sparse rows starts in a push region.
+size_t RowsAt(size_t flat_size, WireDType grad_wire) {
+  size_t bytes = EncodedAt(flat_size);
+  if (grad_wire != WireDType::kFP32) bytes += flat_size * WireDTypeSize(grad_wire);
+  return Aligned(bytes);
 }
 
 }  // namespace
@@ -34,10 +43,8 @@ FlatGradientLayout::FlatGradientLayout(const Layout& layout, std::vector<char> f
   pool = VectorPool<float>::Create(static_cast<size_t>(levels) * size * sizeof(float));
 }
 
-size_t BlockPusher::RegionBytes(size_t flat_size, WireDType grad_wire) {
-  size_t bytes = EncodedAt(flat_size);
-  if (grad_wire != WireDType::kFP32) bytes += flat_size * WireDTypeSize(grad_wire);
-  return bytes;
+size_t BlockPusher::RegionBytes(size_t flat_size, WireDType grad_wire, bool rows) {
+  return RowsAt(flat_size, grad_wire) + (rows ? kShmRowsBytes : 0);
 }
 
 BlockPusher::BlockPusher(const Job& job, Epoch epoch, Step step, const Block& block)
@@ -198,10 +205,13 @@ Status BlockPusher::PushReady(const BufferCopies& vw0_buffers,
     pushes[c.shard.value()].chunks.push_back(
         {c.id, b->data() + c.offset * elem, layout.ChunkBytes(c), b});
   }
+  uint64_t rows_at = RowsAt(job_.flat->size, wire);  // the region's room for the rows
   for (size_t s = 0; s < pushes.size(); ++s) {
     Push& push = pushes[s];
-    if (!push.shm_chunks.empty()) push.shm = region_->ref();
     if (s < rows.size()) push.sparse = std::move(rows[s]);
+    if (shm_to_[s] && !push.sparse.empty())
+      (void)PlaceRows(region_->data(), region_->ref(), &rows_at, &push.sparse);  // else inline
+    if (!push.shm_chunks.empty() || AnyInShm(push.sparse)) push.shm = region_->ref();
     EPS_RETURN_IF_ERROR(job_.client->SendPush(s, std::move(push)));
   }
   return OkStatus();

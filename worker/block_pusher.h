@@ -55,7 +55,8 @@ using BufferCopies = std::vector<std::shared_ptr<std::vector<uint8_t>>>;
 // A sparse table's rows (TensorSpec::sparse) go their own way: each VW's
 // touched rows into a SparseTreeReducer of the block, and the block's rows,
 // split by Layout::ShardOfRow, with the block's last push to each shard (one entry a
-// table, also with no row, so that the shard counts the block).
+// table, also with no row, so that the shard counts the block), in the region after
+// the partial when they fit there.
 //
 // Threads: constructed and set_eager() on the main thread; everything else
 // runs on the reducing thread, in the order of the tasks the main thread
@@ -74,8 +75,9 @@ class BlockPusher {
   };
 
   // The bytes of a push region for a partial of `flat_size` elements: the
-  // fp32 sum, then (when compressed) its encoding in the gradient wire dtype.
-  static size_t RegionBytes(size_t flat_size, WireDType grad_wire);
+  // fp32 sum, then (when compressed) its encoding in the gradient wire dtype,
+  // then, with `rows`, room for the block's sparse rows (schema/shm_rows.h).
+  static size_t RegionBytes(size_t flat_size, WireDType grad_wire, bool rows);
 
   // On the main thread: takes a push region from the client when a shard reads them.
   BlockPusher(const Job& job, Epoch epoch, Step step, const Block& block);

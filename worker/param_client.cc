@@ -7,6 +7,7 @@
 #include <iterator>
 
 #include "common/row_init.h"
+#include "schema/shm_rows.h"
 #include "worker/wait.h"
 
 namespace eps {
@@ -97,6 +98,10 @@ Status ParameterClient::WriteInitialRows(bool seeded_too) {
 Pull ParameterClient::MakeRowsPull(size_t s, Step version) const {
   Pull pull{version, {}, WireDType::kFP32, std::nullopt, {}};
   pull.timeline = pulling_->timeline;
+  if (const ShmRegion* region = links_[s].pull_region.get()) {
+    pull.shm = region->ref();
+    pull.shm_rows_at = pull_regions_.rows_at[s];
+  }
   for (size_t t = 0; t < held_.size(); ++t) {
     // From scratch: every stored row (since -1), the seeded ones too.
     const Step from_scratch(seeded_[t] ? -1 : 0);
@@ -146,10 +151,24 @@ Status ParameterClient::WriteLookedUpRows(size_t s, const SparseRowBytes& r) {
 
 // Rows of the sparse tables from shard s: each table once, ids ascending and
 // the shard's own, values of whole rows.
-Status ParameterClient::WritePulledRows(size_t s, const std::vector<SparseRowBytes>& rows) {
+Status ParameterClient::WritePulledRows(size_t s, std::vector<SparseRowBytes>* in) {
   PullInFlight& p = *pulling_;
+  const std::vector<SparseRowBytes>& rows = *in;
   if (p.rows_pulled[s] || rows.size() != held_.size())
     return ProtocolError("sparse rows that no pull asked for");
+  if (AnyInShm(rows)) {  // in the region the pull named, after its chunks' places
+    ShardLink& link = links_[s];
+    if (link.pull_region == nullptr)
+      return ProtocolError("sparse rows in shared memory that no pull named");
+    const ShmRegion& region = *link.pull_region;
+    Status at = PointRows(region.data(), region.ref(), pull_regions_.rows_at[s], in);
+    if (!at.ok()) return ProtocolError(at.message());
+    link.shm_pushes = !link.shm_refused;  // the shard can map this worker's regions
+  }
+  for (const SparseRowBytes& r : rows) {
+    (r.in_shm ? counts_.shm_row_bytes_pulled : counts_.inline_row_bytes_pulled) +=
+        static_cast<int64_t>(r.ids.size + r.values.size);
+  }
   if (p.reset_tables) {  // the first rows of a pull from scratch: the initial rows under them
     EPS_RETURN_IF_ERROR(WriteInitialRows(/*seeded_too=*/true));
     p.reset_tables = false;
@@ -187,12 +206,18 @@ Status ParameterClient::WritePulledRows(size_t s, const std::vector<SparseRowByt
 ParameterClient::PullRegions ParameterClient::PullRegionsOf(const Layout& layout,
                                                             WireDType weight_wire) {
   PullRegions r{std::vector<uint64_t>(layout.chunks.size(), 0),
+                std::vector<uint64_t>(layout.num_shards, 0),
                 std::vector<uint64_t>(layout.num_shards, ShmRegion::kHeaderBytes)};
   for (const Chunk& c : layout.chunks) {
     if (KindIn(layout, c) == TensorKind::kLoss) continue;
     uint64_t& end = r.size[c.shard.value()];
     r.offset[c.id.value()] = end;
     end += Aligned(PulledBytesIn(layout, weight_wire, c));
+  }
+  if (layout.sparse.empty()) return r;
+  for (size_t s = 0; s < r.size.size(); ++s) {
+    r.rows_at[s] = r.size[s];
+    r.size[s] += kShmRowsBytes;
   }
   return r;
 }
@@ -213,11 +238,15 @@ Status ParameterClient::SendPush(size_t s, Push push) {
   if (!links_[s].member() || (push.chunks.empty() && push.shm_chunks.empty() &&
                               push.sparse.empty() && push.step.value() >= 0))
     return OkStatus();
-  ++(push.shm_chunks.empty() ? counts_.inline_pushes : counts_.shm_pushes);
+  ++(push.shm_chunks.empty() && !AnyInShm(push.sparse) ? counts_.inline_pushes
+                                                       : counts_.shm_pushes);
   for (const ChunkBytes& c : push.chunks) counts_.push_bytes += static_cast<int64_t>(c.size);
   for (const ShmChunk& c : push.shm_chunks) counts_.push_bytes += static_cast<int64_t>(c.size);
-  for (const SparseRowBytes& r : push.sparse)
-    counts_.push_bytes += static_cast<int64_t>(r.ids.size + r.values.size);
+  for (const SparseRowBytes& r : push.sparse) {
+    const auto bytes = static_cast<int64_t>(r.ids.size + r.values.size);
+    counts_.push_bytes += bytes;
+    (r.in_shm ? counts_.shm_row_bytes_pushed : counts_.inline_row_bytes_pushed) += bytes;
+  }
   if (links_[s].outstanding == 0) links_[s].push_disconnects = links_[s].pushes->Disconnects();
   EPS_RETURN_IF_ERROR(links_[s].pushes->Send(Envelope{options_.token, std::move(push)}));
   ++links_[s].outstanding;
@@ -438,7 +467,7 @@ Status ParameterClient::TakePullReply(size_t s, Channel::Incoming in) {
     }
     EPS_RETURN_IF_ERROR(WritePulled(s, *reply).WithContext("pull from " + from));
     if (!reply->sparse.empty())
-      EPS_RETURN_IF_ERROR(WritePulledRows(s, reply->sparse).WithContext("pull from " + from));
+      EPS_RETURN_IF_ERROR(WritePulledRows(s, &reply->sparse).WithContext("pull from " + from));
   }
   if (p.answers[s] == 0 && p.expired[s] && !p.pulled_again[s]) {
     LOG(INFO) << "the prefetched pull of version " << p.version << " expired at " << from
@@ -491,7 +520,7 @@ Status ParameterClient::WritePulled(size_t s, const PullReply& reply) {
     counts_.pull_bytes += static_cast<int64_t>(cb.size);
   }
   if (reply.shm_chunks.empty()) {
-    ++counts_.inline_replies;
+    ++(AnyInShm(reply.sparse) ? counts_.shm_replies : counts_.inline_replies);
     return OkStatus();
   }
   ShardLink& link = links_[s];

@@ -169,10 +169,12 @@ class ParameterClient {
   const TransferCounts& counts() const { return counts_; }
 
  private:
-  // Where each chunk goes in its shard's pull region, and each region's size.
+  // Where each chunk goes in its shard's pull region, where its sparse rows may go (after the
+  // chunks, kShmRowsBytes of room; 0: the layout has no sparse table), and each region's size.
   struct PullRegions {
-    std::vector<uint64_t> offset;  // by chunk
-    std::vector<uint64_t> size;    // by shard
+    std::vector<uint64_t> offset;   // by chunk
+    std::vector<uint64_t> rows_at;  // by shard
+    std::vector<uint64_t> size;     // by shard
   };
   // A pull of one version sent to every shard, its replies being taken.
   struct PullInFlight {
@@ -223,7 +225,9 @@ class ParameterClient {
   // Pushes the rows of the seeded tables that are not their initializer's to
   // their shards (step -1, pages of rows alone) and waits for the replies.
   Status PushSeededRows();
-  Status WritePulledRows(size_t s, const std::vector<SparseRowBytes>& rows);
+  // The sparse rows of a pull reply from shard s into the model, from the message or the pull's
+  // region (their data pointed there first).
+  Status WritePulledRows(size_t s, std::vector<SparseRowBytes>* rows);
   Status WritePulled(size_t s, const PullReply& reply);
   Status WritePulledChunk(size_t s, ChunkId id, const void* data, size_t size);
   void ReleasePushRegions();

@@ -49,6 +49,11 @@ struct TransferCounts {
   // rows a prefetch had not asked for (its plan was not the one guessed).
   int64_t lookup_rows = 0;
   int64_t lookup_repulls = 0;
+  // Sparse rows' bytes (ids and values) through shared memory and in the message.
+  int64_t shm_row_bytes_pulled = 0;
+  int64_t inline_row_bytes_pulled = 0;
+  int64_t shm_row_bytes_pushed = 0;
+  int64_t inline_row_bytes_pushed = 0;
 };
 
 // A model file the worker needed (worker/model_fetch.h) and where its bytes came from.

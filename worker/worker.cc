@@ -396,7 +396,8 @@ class WorkerImpl final : public Worker {
     po.curve = options_.curve;
     po.shm = options_.shm;
     po.weight_wire = spec_.weight_wire_dtype;
-    po.push_region_bytes = BlockPusher::RegionBytes(flat_->size, spec_.grad_wire_dtype);
+    po.push_region_bytes =
+        BlockPusher::RegionBytes(flat_->size, spec_.grad_wire_dtype, !layout_.sparse.empty());
     po.frozen = std::move(frozen);
     po.seed = spec_.seed;
     po.lookup_resident_bytes = LookupTableBytes();

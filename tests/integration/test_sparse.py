@@ -105,14 +105,20 @@ def shard_reports(test, run_dir, shards):
     return reports
 
 
-def assert_looked_up(test, run_dir, table):
-    """Every worker report of the run looks `table` up by rows, and the rows came by id (docs/events.md)."""
+def worker_reports(test, run_dir):
+    """The reports (docs/events.md) of the run's workers: at least one."""
     reports = []
     for name in sorted(os.listdir(os.path.join(run_dir, "logs"))):
         if name.startswith("worker") and name.endswith(".json"):
             with open(os.path.join(run_dir, "logs", name)) as f:
                 reports.append(json.load(f))
     test.assertTrue(reports, logs(run_dir))
+    return reports
+
+
+def assert_looked_up(test, run_dir, table):
+    """Every worker report of the run looks `table` up by rows, and the rows came by id (docs/events.md)."""
+    reports = worker_reports(test, run_dir)
     for r in reports:
         test.assertEqual(r["lookup_tables"], [table], r)
     test.assertGreater(sum(r["lookup_rows"] for r in reports), 0, reports)
@@ -154,6 +160,13 @@ class SparseTables(ServeClient, RunDirTest):
         table = ROWS * DIM * 4
         per_step = (reference["push_bytes"] + reference["pull_bytes"]) / reference["steps"]
         self.assertLess(per_step, 0.1 * table, reference)
+        # On the shard's host the rows go through the worker's shared memory both ways (schema/shm_rows.h): every
+        # pulled row; pushed, all but those of a plan a start-up race had the worker push again inline.
+        [rows] = [r["sparse_row_bytes"] for r in worker_reports(self, self.run_dir("1x1"))]
+        self.assertGreater(rows["pulled"]["shm"], 0, rows)
+        self.assertEqual(rows["pulled"]["inline"], 0, rows)
+        self.assertGreater(rows["pushed"]["shm"], 0, rows)
+        self.assertLessEqual(rows["pushed"]["inline"], 2 * rows["pushed"]["shm"] / reference["steps"], rows)
         # Lazy is not exact: the table stepped as a dense tensor (every row's Adam moments decay) ends elsewhere.
         exact = self.train("exact", 1, 1, ["--sparse_optimizer=exact"])
         self.assertNotEqual(exact["params_sha256"], reference["params_sha256"])
