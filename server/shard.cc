@@ -398,6 +398,9 @@ class ShardImpl final : public Shard {
                   << " duplicate chunk contributions for step " << push->step << " block "
                   << push->block.ToString();
       }
+      // A step this push completed answers the pulls waiting for it before the push: the workers
+      // wait for those bytes, the acknowledgement only releases the pusher's region.
+      if (outcome->completed) AnswerWaitingPulls();
       Reply(in.peer, outcome->reply);
       if (outcome->completed) {
         OnStepCompleted(*outcome->completed);
@@ -466,9 +469,9 @@ class ShardImpl final : public Shard {
     }
   }
 
+  // After the waiting pulls of the version are answered (the caller does that first).
   void OnStepCompleted(StepDone done) {
     VLOG(1) << "step " << done.step << " done";
-    AnswerWaitingPulls();  // first: the workers wait for these bytes
     if (done.step.value() >= 0 && done.step == step_started_of_)
       metrics_.step_seconds.Observe(SecondsSince(step_started_));
     metrics_.version.Set(state_.version().value());

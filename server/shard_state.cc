@@ -627,14 +627,19 @@ StatusOr<PullReply> ShardState::HandleSparsePull(const Pull& pull) {
       EPS_RETURN_IF_ERROR(table.ReadStored(read.from_row, max_rows, &ids, &values));
       scanned = true;
     } else if (stepped && !previous && read.since.value() == version_.value() - 1) {
-      // The rows the last step changed, as it left them: no row looked up again.
+      // The rows the last step changed, as it left them: no row looked up again, nor copied here
+      // (lent, header).
       const SparseTable::StepRows& last = step_rows_[read.table];
       const size_t first = static_cast<size_t>(
           std::lower_bound(last.ids.begin(), last.ids.end(), read.from_row) - last.ids.begin());
       const size_t n = std::min(max_rows, last.ids.size() - first);
-      ids.assign(last.ids.begin() + first, last.ids.begin() + first + n);
-      values.assign(last.after.begin() + first * dim, last.after.begin() + (first + n) * dim);
-      scanned = true;
+      SparseRowBytes lent;
+      lent.table = read.table;
+      lent.rows = static_cast<uint32_t>(n);
+      lent.ids = {ChunkId(0), last.ids.data() + first, n * sizeof(uint64_t), nullptr};
+      lent.values = {ChunkId(0), last.after.data() + first * dim, n * dim * sizeof(float), nullptr};
+      reply.sparse.push_back(lent);
+      continue;
     } else if (read.since < pull.version) {
       EPS_ASSIGN_OR_RETURN(ids, table.ChangedSince(read.since, read.from_row, max_rows));
     }

@@ -137,6 +137,11 @@ class ShardState {
   StatusOr<PullReply> HandlePull(const Pull& pull) const;
   // A pull of sparse rows (Pull::sparse not empty), as HandlePull: the rows
   // are of the current version or the previous one; Unavailable for the next.
+  // The rows of the step that made the current version, asked for by a worker
+  // holding the one before (the common pull), are lent: their bytes point into
+  // the state without an owner, valid until the next push; the reply must be
+  // sent or copied into a worker's region before (the channel copies a frame
+  // without an owner as it sends it).
   StatusOr<PullReply> HandleSparsePull(const Pull& pull);
   // Either of the two, as the pull asks, with the optimizer digest when it asks
   // (FailedPrecondition for another version than the current one). Aborted for
