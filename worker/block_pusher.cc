@@ -109,25 +109,37 @@ StatusOr<std::vector<std::vector<SparseRowBytes>>> BlockPusher::TakeRows() {
   const uint32_t shards = static_cast<uint32_t>(job_.client->num_shards());
   std::vector<std::vector<SparseRowBytes>> out(shards);
   for (size_t t = 0; t < rows_.size(); ++t) {
-    EPS_ASSIGN_OR_RETURN(SparseRows rows, rows_[t].TakeResult());
-    const size_t dim = rows_[t].dim();
-    std::vector<std::vector<uint64_t>> ids(shards);
-    std::vector<std::vector<float>> values(shards);
-    for (size_t r = 0; r < rows.ids.size(); ++r) {
-      const uint32_t s = job_.layout->ShardOfRow(rows.ids[r]).value();
-      ids[s].push_back(rows.ids[r]);
-      values[s].insert(values[s].end(), rows.values.begin() + r * dim,
-                       rows.values.begin() + (r + 1) * dim);
+    EPS_ASSIGN_OR_RETURN(SparseRows all, rows_[t].TakeResult());
+    const size_t dim = rows_[t].dim(), n = all.ids.size();
+    std::vector<uint32_t> shard_of(n);
+    std::vector<size_t> count(shards, 0);
+    for (size_t r = 0; r < n; ++r)
+      ++count[shard_of[r] = job_.layout->ShardOfRow(all.ids[r]).value()];
+    // Each shard's rows sized once; the result itself where one shard holds every row.
+    std::vector<std::shared_ptr<SparseRows>> by_shard(shards);
+    for (auto& rows : by_shard) rows = std::make_shared<SparseRows>();
+    const auto whole = std::find(count.begin(), count.end(), n);
+    if (whole != count.end()) {
+      *by_shard[static_cast<size_t>(whole - count.begin())] = std::move(all);
+    } else {
+      for (uint32_t s = 0; s < shards; ++s) {
+        by_shard[s]->ids.reserve(count[s]);
+        by_shard[s]->values.reserve(count[s] * dim);
+      }
+      for (size_t r = 0; r < n; ++r) {
+        SparseRows& to = *by_shard[shard_of[r]];
+        to.ids.push_back(all.ids[r]);
+        to.values.insert(to.values.end(), all.values.begin() + r * dim,
+                         all.values.begin() + (r + 1) * dim);
+      }
     }
     for (uint32_t s = 0; s < shards; ++s) {
+      const std::shared_ptr<SparseRows>& held = by_shard[s];
       SparseRowBytes b;
       b.table = static_cast<uint32_t>(t);
-      b.rows = static_cast<uint32_t>(ids[s].size());
-      auto held_ids = std::make_shared<std::vector<uint64_t>>(std::move(ids[s]));
-      auto held_values = std::make_shared<std::vector<float>>(std::move(values[s]));
-      b.ids = {ChunkId(0), held_ids->data(), held_ids->size() * sizeof(uint64_t), held_ids};
-      b.values = {ChunkId(0), held_values->data(), held_values->size() * sizeof(float),
-                  held_values};
+      b.rows = static_cast<uint32_t>(held->ids.size());
+      b.ids = {ChunkId(0), held->ids.data(), held->ids.size() * sizeof(uint64_t), held};
+      b.values = {ChunkId(0), held->values.data(), held->values.size() * sizeof(float), held};
       out[s].push_back(std::move(b));
     }
   }

@@ -447,10 +447,9 @@ class WorkerImpl final : public Worker {
     return reply;
   }
 
-  // Runs `guess` before the coordinator has answered the step request just
-  // sent, and returns that answer; `*ran` holds the outcome when the answer
-  // is `guess` itself (the plan has run), and stays empty when the guess was
-  // dropped (no push of it was sent).
+  // Runs `guess` before the coordinator has answered the step request just sent, and returns
+  // that answer; `*ran` holds the outcome when the answer is `guess` itself (the plan has run),
+  // and stays empty when the guess was dropped (no push of it was sent).
   StatusOr<Envelope> RunAhead(const StepPlan& guess, std::optional<Status>* ran) {
     session_->RunAhead(&guess);
     Status st = Train(guess);
@@ -623,11 +622,12 @@ class WorkerImpl final : public Worker {
       lap(&times_.plan);
       if (v != plan.vw_lo) EPS_RETURN_IF_ERROR(RestoreBuffers(model_.get(), step_buffers));
       sampler_->Indices(VirtualWorkerId(v), plan.step, &indices);
-      // No chunk of w(t+1) can step before the last VW's backward: the pulls need not wait longer,
-      // unless they name the next plan's rows, which the shards bring into memory meanwhile.
+      // No chunk of w(t+1) can step before the last VW's backward, unless the pulls name the next
+      // plan's rows (the shards bring them into memory meanwhile). The reducing thread sends them
+      // while this VW computes (the acknowledgements, the pull sockets' other use, wait for it).
       if (client_->wants_rows() ? v == plan.vw_lo : is_last && block.hi() == plan.vw_hi) {
         if (client_->wants_rows()) EPS_RETURN_IF_ERROR(WantPlanRows(plan.vw_lo, plan.vw_hi, next));
-        EPS_RETURN_IF_ERROR(client_->Prefetch(next));
+        reducing_->Post([client = client_.get(), next] { return client->Prefetch(next); });
       }
       if (is_last) {  // after the earlier VWs' leaves: the tasks run in order
         pusher->set_eager(!session_->running_ahead());
