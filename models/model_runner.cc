@@ -39,6 +39,8 @@ Status CheckLabel(const Dataset& data, int64_t i) {
 
 // The seed of the dry run's two steps (any fixed value: they are compared with each other).
 constexpr uint64_t kDryRunSeed = 0x5eed;
+// A sparse table held whole of at least this size lives on huge pages (common/huge_pages.h).
+constexpr size_t kHugeTableBytes = size_t{8} << 20;
 
 class TorchModelRunner final : public ModelRunner {
  public:
@@ -81,6 +83,8 @@ class TorchModelRunner final : public ModelRunner {
       EPS_ASSIGN_OR_RETURN(const LookupTables::Kind kind, LookupKind(spec, value, lookup_bytes));
       const int64_t rows = value.dim() == 2 ? value.size(0) : 0;
       lookups_->Add(kind, rows, value);
+      if (spec.sparse && kind == LookupTables::Kind::kHeld && value.nbytes() >= kHugeTableBytes)
+        value.set_data(TableMemory::OnHugePages(value));  // its rows are random places in it
       EPS_RETURN_IF_ERROR(Add(std::move(spec), value));
       grads_.push_back(sparse_.back() ? torch::zeros({0, value.size(1)}) : HostZeros(value));
       sparse_ids_.push_back(torch::zeros({0}, torch::kInt64));

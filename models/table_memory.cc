@@ -1,9 +1,11 @@
 #include "models/table_memory.h"
 
 #include <algorithm>
+#include <cstring>
 #include <new>
 
 #include "common/coalesce.h"
+#include "common/huge_pages.h"
 
 namespace eps {
 
@@ -16,6 +18,16 @@ torch::Tensor TableMemory::New(int64_t rows, int64_t dim) {
   return torch::from_blob(
       memory->data(), {rows, dim}, [memory](void*) mutable { memory.reset(); },
       torch::TensorOptions().dtype(torch::kFloat32));
+}
+
+torch::Tensor TableMemory::OnHugePages(const torch::Tensor& t) {
+  const torch::Tensor from = t.contiguous();
+  std::shared_ptr<HugeBlock> block = HugeBlock::Map(from.nbytes());
+  if (block == nullptr) throw std::bad_alloc();
+  std::memcpy(block->data(), from.data_ptr(), from.nbytes());
+  return torch::from_blob(
+      block->data(), from.sizes(), [block](void*) mutable { block.reset(); },
+      torch::TensorOptions().dtype(from.dtype()));
 }
 
 LazyMemory* TableMemory::Find(const torch::Tensor& t) const {

@@ -26,6 +26,10 @@ class TableMemory {
   // Throws std::bad_alloc when the address space cannot be reserved (the
   // runner's callers turn it into ResourceExhausted).
   torch::Tensor New(int64_t rows, int64_t dim);
+  // A copy of `t` (float32, on the CPU) on huge pages (common/huge_pages.h), for a table held
+  // whole whose rows a step reads and writes at random places. Throws std::bad_alloc when the
+  // memory cannot be mapped.
+  static torch::Tensor OnHugePages(const torch::Tensor& t);
   // Every page of `t` (a tensor New made) back to the host: its rows read
   // zeros until written again. InvalidArgument for a tensor New did not make.
   [[nodiscard]] Status Drop(const torch::Tensor& t);

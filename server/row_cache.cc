@@ -25,16 +25,22 @@ size_t RowCache::OverheadBytes() {
   return sizeof(Fields) + index + sizeof(Entry);
 }
 
+void RowCache::FindAll(const uint64_t* ids, size_t n, Slot* out) const {
+  constexpr size_t kAhead = 8;
+  for (size_t i = 0; i < n && i < kAhead; ++i) index_.prefetch(ids[i]);
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) index_.prefetch(ids[i + kAhead]);
+    out[i] = Find(ids[i]);
+  }
+}
+
 RowCache::Slot RowCache::Insert(uint64_t id) {
   Slot slot;
   if (!free_.empty()) {
     slot = free_.back();
     free_.pop_back();
   } else {
-    if (slots_ % kChunkSlots == 0) {
-      chunks_.push_back(std::make_unique<std::byte[]>(kChunkSlots * stride_));
-      for (size_t i = 0; i < kChunkSlots; ++i) new (chunks_.back().get() + i * stride_) Fields();
-    }
+    if (slots_ % kChunkSlots == 0) chunks_.push_back(NewChunk());
     slot = slots_++;
   }
   Fields& f = fields(slot);
@@ -46,6 +52,26 @@ RowCache::Slot RowCache::Insert(uint64_t id) {
   index_.emplace(id, slot);
   Enqueue(slot);
   return slot;
+}
+
+std::byte* RowCache::NewChunk() {
+  const size_t bytes = kChunkSlots * stride_;
+  std::byte* chunk;
+  if (heap_chunks_.size() < kHeapChunks) {
+    heap_chunks_.push_back(std::make_unique<std::byte[]>(bytes));
+    chunk = heap_chunks_.back().get();
+  } else {
+    if (blocks_.empty() || blocks_.back()->size() - block_used_ < bytes) {
+      std::unique_ptr<HugeBlock> block = HugeBlock::Map(bytes);
+      if (block == nullptr) throw std::bad_alloc();  // as the heap would
+      blocks_.push_back(std::move(block));
+      block_used_ = 0;
+    }
+    chunk = blocks_.back()->data() + block_used_;
+    block_used_ += bytes;
+  }
+  for (size_t i = 0; i < kChunkSlots; ++i) new (chunk + i * stride_) Fields();
+  return chunk;
 }
 
 void RowCache::Enqueue(Slot slot) {
@@ -73,6 +99,9 @@ void RowCache::Erase(Slot slot) {
 void RowCache::Clear() {
   index_.clear();
   chunks_.clear();
+  heap_chunks_.clear();
+  blocks_.clear();
+  block_used_ = 0;
   slots_ = 0;
   free_.clear();
   queue_.clear();

@@ -27,6 +27,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/huge_pages.h"
 #include "server/sparse_record.h"
 
 namespace eps {
@@ -65,6 +66,10 @@ class RowCache {
     const auto it = index_.find(id);
     return it == index_.end() ? kNone : it->second;
   }
+  // The slots of rows ids[0, n) into out[0, n) (kNone: not cached), the index's lines for the
+  // ids a few places ahead fetched meanwhile: a step's rows are random places in a large index,
+  // each lookup a cache miss when done one after another.
+  void FindAll(const uint64_t* ids, size_t n, Slot* out) const;
   // Puts row `id` (not cached) into a slot: its floats unset, its fields default but `live`
   // and `id`. Moves no other slot.
   Slot Insert(uint64_t id);
@@ -110,12 +115,21 @@ class RowCache {
   void Enqueue(Slot slot);
 
   std::byte* At(Slot slot) const {
-    return chunks_[slot / kChunkSlots].get() + (slot % kChunkSlots) * stride_;
+    return chunks_[slot / kChunkSlots] + (slot % kChunkSlots) * stride_;
   }
+  // Memory for kChunkSlots more slots, its Fields constructed.
+  std::byte* NewChunk();
 
   const size_t stride_;  // a slot's bytes: its Fields, then its floats
   absl::flat_hash_map<uint64_t, Slot> index_;
-  std::vector<std::unique_ptr<std::byte[]>> chunks_;  // kChunkSlots slots each
+  std::vector<std::byte*> chunks_;  // kChunkSlots slots each
+  // Where the chunks are carved from: the first kHeapChunks each from the heap (a small table
+  // stays small), the others from huge-page blocks (common/huge_pages.h): a step's rows are
+  // random places in them.
+  static constexpr size_t kHeapChunks = 16;
+  std::vector<std::unique_ptr<std::byte[]>> heap_chunks_;
+  std::vector<std::unique_ptr<HugeBlock>> blocks_;
+  size_t block_used_ = 0;    // bytes of blocks_.back() carved into chunks
   Slot slots_ = 0;           // slots ever handed out: [0, slots_) are live or free
   std::vector<Slot> free_;   // erased slots, the last erased taken first
   std::deque<Entry> queue_;  // the rows in the order they were put or given a second chance

@@ -144,9 +144,9 @@ class SparseTableImpl final : public SparseTable {
 
     // Everything that can fail comes first: the rows not in memory, read from the store.
     std::vector<Slot> rows(ids.size());
+    cache_.FindAll(ids.data(), ids.size(), rows.data());
     std::vector<uint64_t> missing;
     for (size_t i = 0; i < ids.size(); ++i) {
-      rows[i] = cache_.Find(ids[i]);
       if (rows[i] == RowCache::kNone) missing.push_back(ids[i]);
     }
     if (store_ == nullptr && cache_.size() + missing.size() > capacity_) {
@@ -206,9 +206,9 @@ class SparseTableImpl final : public SparseTable {
   Status Read(const uint64_t* ids, size_t num_ids, float* out) override {
     EPS_RETURN_IF_ERROR(Usable());
     std::vector<Slot> rows(num_ids);
+    cache_.FindAll(ids, num_ids, rows.data());
     std::vector<uint64_t> missing;
     for (size_t i = 0; i < num_ids; ++i) {
-      rows[i] = cache_.Find(ids[i]);
       if (rows[i] == RowCache::kNone) missing.push_back(ids[i]);
     }
     std::sort(missing.begin(), missing.end());

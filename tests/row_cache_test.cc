@@ -19,7 +19,7 @@ TEST(RowCache, RowsStayWhereTheyAreWhileOthersComeAndGo) {
   RowCache cache(floats);
   std::vector<RowCache::Slot> slots;
   std::vector<const float*> where;
-  for (uint64_t id = 0; id < 3 * RowCache::kChunkSlots + 7; ++id) {
+  for (uint64_t id = 0; id < 40 * RowCache::kChunkSlots + 7; ++id) {  // heap and huge chunks
     slots.push_back(cache.Insert(id * 977));
     Fill(&cache, slots.back(), id, floats);
     cache.fields(slots.back()).version = static_cast<int64_t>(id);
@@ -38,6 +38,14 @@ TEST(RowCache, RowsStayWhereTheyAreWhileOthersComeAndGo) {
       EXPECT_EQ(cache.data(slot)[i], static_cast<float>(id * 100 + i));
   }
   EXPECT_EQ(cache.Find(0), RowCache::kNone);  // erased
+  // Many at once, as one by one: fewer ids than it fetches ahead, and more.
+  for (size_t n : {size_t{3}, slots.size()}) {
+    std::vector<uint64_t> ids;
+    for (uint64_t id = 0; id < n; ++id) ids.push_back(id * 977);
+    std::vector<RowCache::Slot> found(n, 12345);
+    cache.FindAll(ids.data(), n, found.data());
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(found[i], cache.Find(ids[i])) << i;
+  }
   size_t visited = 0;
   cache.ForEach([&](RowCache::Slot s) { visited += cache.fields(s).live ? 1 : 0; });
   EXPECT_EQ(visited, cache.size());
