@@ -26,6 +26,9 @@
 
 namespace eps {
 
+// `bytes` rounded up to a cache line: where the next thing starts in a shared-memory region.
+inline uint64_t Aligned(uint64_t bytes) { return (bytes + 63) / 64 * 64; }
+
 // What a pull or a push names: a region of `size` bytes, descriptor `fd` of process `pid`.
 struct ShmRegionRef {
   uint32_t pid = 0;

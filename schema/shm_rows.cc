@@ -4,13 +4,6 @@
 #include <cstring>
 
 namespace eps {
-namespace {
-
-constexpr uint64_t kAlign = 64;
-
-uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-}  // namespace
 
 bool PlaceRows(uint8_t* base, const ShmRegionRef& ref, uint64_t* at,
                std::vector<SparseRowBytes>* rows) {
@@ -20,7 +13,7 @@ bool PlaceRows(uint8_t* base, const ShmRegionRef& ref, uint64_t* at,
   uint64_t end = std::max<uint64_t>(*at, ShmRegion::kHeaderBytes);
   for (const SparseRowBytes& r : *rows) {
     for (const ChunkBytes* part : {&r.ids, &r.values}) {
-      const uint64_t offset = AlignUp(end);
+      const uint64_t offset = Aligned(end);
       if (offset < end || !ref.Holds(offset, part->size)) return false;
       offsets.push_back(offset);
       end = offset + part->size;

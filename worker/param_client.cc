@@ -165,10 +165,6 @@ Status ParameterClient::WritePulledRows(size_t s, std::vector<SparseRowBytes>* i
     if (!at.ok()) return ProtocolError(at.message());
     link.shm_pushes = !link.shm_refused;  // the shard can map this worker's regions
   }
-  for (const SparseRowBytes& r : rows) {
-    (r.in_shm ? counts_.shm_row_bytes_pulled : counts_.inline_row_bytes_pulled) +=
-        static_cast<int64_t>(r.ids.size + r.values.size);
-  }
   if (p.reset_tables) {  // the first rows of a pull from scratch: the initial rows under them
     EPS_RETURN_IF_ERROR(WriteInitialRows(/*seeded_too=*/true));
     p.reset_tables = false;
@@ -181,7 +177,9 @@ Status ParameterClient::WritePulledRows(size_t s, std::vector<SparseRowBytes>* i
     const uint64_t dim = static_cast<uint64_t>(spec.shape[1]);
     if (r.table != t || r.values.size != uint64_t{r.rows} * dim * sizeof(float))
       return ProtocolError("sparse rows of table " + spec.name + " do not match the layout");
-    counts_.pull_bytes += static_cast<int64_t>(r.ids.size + r.values.size);
+    const auto bytes = static_cast<int64_t>(r.ids.size + r.values.size);
+    counts_.pull_bytes += bytes;
+    (r.in_shm ? counts_.shm_row_bytes_pulled : counts_.inline_row_bytes_pulled) += bytes;
     if (lookup_[t]) {
       EPS_RETURN_IF_ERROR(WriteLookedUpRows(s, r));
       continue;

@@ -24,9 +24,6 @@
 
 namespace eps {
 
-// `bytes` rounded up to a cache line: where the next thing starts in a shared-memory region.
-inline uint64_t Aligned(uint64_t bytes) { return (bytes + 63) / 64 * 64; }
-
 struct ParameterClientOptions {
   std::string token;                             // the job's secret
   std::chrono::milliseconds rpc_timeout{60000};  // longest wait for one shard's message
