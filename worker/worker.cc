@@ -178,10 +178,9 @@ class WorkerImpl final : public Worker {
       }
       return st;
     }
-    // A set-up failure that is the job's own (an unknown model, a layout it
-    // cannot have: every worker would fail the same) is told to the
-    // coordinator, which fails the job. One of this host's (data it cannot
-    // read, a device that is not there) takes only this worker out: it
+    // A set-up failure that is the job's own (an unknown model, a layout it cannot have: every
+    // worker would fail the same) is told to the coordinator, which fails the job. One of this
+    // host's (data it cannot read, a device that is not there) takes only this worker out: it
     // leaves, and the job goes on without it.
     bool jobs_fault = false;
     try {
@@ -227,10 +226,9 @@ class WorkerImpl final : public Worker {
     return OkStatus();
   }
 
-  // The model files the registration reply names by size (spec_.model_sha256,
-  // spec_.init_sha256), from the host's cache or fetched from the coordinator
-  // in chunks (worker/model_fetch.h). A reply that carries the bytes inline
-  // (a coordinator from before FetchModel) needs nothing.
+  // The model files the registration reply names by size (spec_.model_sha256, spec_.init_sha256),
+  // from the host's cache or fetched from the coordinator in chunks (worker/model_fetch.h). A reply
+  // that carries the bytes inline (a coordinator from before FetchModel) needs nothing.
   Status FetchModelFiles(const RegisterWorkerReply& reply) {
     const bool model = model_script_.empty() && reply.model_size > 0;
     const bool init = init_file_.empty() && reply.init_size > 0;
@@ -586,11 +584,10 @@ class WorkerImpl final : public Worker {
     return client_->PushInitialValues();
   }
 
-  // Runs the block's VWs; the compute thread only computes. On the reducing
-  // thread, each VW's gradients but the last one's go into the block's tree
-  // while the next VW computes, and the last one's finish the tree and go out
-  // tensor by tensor as its backward produces them, while the next block (if
-  // any) computes. Train() waits for the reducing thread once, at the end.
+  // Runs the block's VWs; the compute thread only computes. On the reducing thread, each VW's
+  // gradients but the last one's go into the block's tree while the next VW computes, and the last
+  // one's finish the tree and go out tensor by tensor as its backward produces them, while the next
+  // block (if any) computes. Train() waits for the reducing thread once, at the end.
   Status TrainBlock(const StepPlan& plan, const Block& block, const BufferCopies& step_buffers,
                     BufferCopies* vw0_buffers, Laps& lap) {
     const uint32_t last = block.hi() - 1;
@@ -654,7 +651,11 @@ class WorkerImpl final : public Worker {
       }
     }
     lap(&times_.copies);
-    EPS_RETURN_IF_ERROR(session_->ConfirmPlan(/*wait=*/true));  // before the block's first push
+    if (Status st = session_->ConfirmPlan(/*wait=*/true); !st.ok()) {  // before the first push
+      // The tasks posted from the last VW's backward read its gradients: they stay until then.
+      reducing_->Post([keep = std::move(last_grads.owner)] { return OkStatus(); });
+      return st;
+    }
     lap(&times_.plan);
     // The block's last task: it holds the last VW's gradients until the tasks before it read them.
     reducing_->Post([pusher, grads = std::move(last_grads), last_loss,
@@ -695,9 +696,8 @@ class WorkerImpl final : public Worker {
     lap(&times_.push_wait);
     metrics_.PushWait(SecondsSince(push_wait_start));
     ++times_.steps;
-    // Reported with the next step request: the coordinator sizes VW ranges by
-    // speed. The first plan runs libtorch's one-time initialization and would
-    // make this worker look slow; nor is it a step the report's means describe.
+    // Reported with the next step request (the coordinator sizes VW ranges by speed); not the first
+    // plan, which runs libtorch's one-time initialization and would make this worker look slow.
     if (warmed_up_) {
       const double compute = std::chrono::duration<double>(times_.compute - compute_before).count();
       seconds_per_vw_ = compute / (plan.vw_hi - plan.vw_lo);
