@@ -54,7 +54,7 @@ Status FromErrno(int err, const std::string& path, const std::string& what) {
 void FlushIfOverfull(rocksdb::DB* db, const std::string& path, const std::string& what) {
   uint64_t memtables = 0;
   if (!db->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &memtables) ||
-      memtables < db->GetOptions().write_buffer_size)
+      memtables < db->GetOptions().write_buffer_size / 2)
     return;
   rocksdb::FlushOptions flush;
   flush.wait = true;

@@ -1,27 +1,26 @@
-// SparseRowStore: the RocksDB tier of one sparse table (server/sparse_table.h).
+// SparseRowStore: the stored tier of one sparse table (server/sparse_table.h).
 // The table's in-memory cache sits above it; this class only stores records:
 // opaque byte strings, one per row, each holding the row's weights and
 // optimizer moments together (a record is never split).
 //
-// It is its own RocksDB database in its own directory (a shard gives it a
-// folder beside its StateStore), not a part of the StateStore's: the spill tier
-// writes millions of small unsynced records, wants its own memtable, bloom
-// filters and compactions, and must not slow the StateStore's synced
-// checkpoints or change its format. Keys carry the table id, so that the tables
-// of one shard can later share one database (one batch for all their
-// checkpoints).
+// Its checkpoints are its own RocksDB database in its own directory (a shard
+// gives it a folder beside its StateStore), not a part of the StateStore's:
+// they want their own memtable and bloom filters, and must not slow the
+// StateStore's synced checkpoints or change its format. Keys carry the table
+// id, so that the tables of one shard can later share one database (one batch
+// for all their checkpoints).
 //
-// Two kinds of records, never the same key:
+// Two kinds of records:
 //  * Spilled rows: the record of a row the cache evicted while it had changed
 //    since the last checkpoint (the table's cache may hold a newer copy of a row
-//    it read back, which overrides it). Written unsynced and without the WAL
-//    (WriteSpill), since they are scratch: Open and RollbackTo drop them all,
-//    and a checkpoint moves them into checkpoint records.
+//    it read back, which overrides it). Scratch, in a spill file of the same
+//    directory (storage/spill_file.h), not in the database: Open and RollbackTo
+//    drop them all, and a checkpoint moves them into checkpoint records.
 //  * Checkpoint records: the record of a row as of checkpoint step s, keyed by
 //    (row, s). A checkpoint at step k writes the records of the rows changed
 //    since the previous checkpoint (incremental) and a manifest (k and the ids
-//    it wrote) in ONE synced WriteBatch, which also deletes the spilled records
-//    it moved: a crash leaves the whole checkpoint or none of it. A row's state
+//    it wrote) in ONE synced WriteBatch, then drops the spilled records it
+//    moved: a crash leaves the whole checkpoint or none of it. A row's state
 //    at checkpoint k is its newest record at a step <= k; a row with no such
 //    record was never touched (its initializer's value). An empty record is a
 //    tombstone: the row left this store at that step (a move of shard state
@@ -77,7 +76,8 @@ class SparseRowStore {
 
   // ---- spilled rows ----
 
-  // Writes `puts` and deletes `deletes` (spilled records), unsynced, in one batch.
+  // Deletes `deletes`, then writes `puts` (spilled records). A failure (a full
+  // disk: ResourceExhausted) may leave the puts before the failing one written.
   virtual Status WriteSpill(const std::vector<std::pair<uint64_t, std::string>>& puts,
                             const std::vector<uint64_t>& deletes) = 0;
   // The spilled records of `ids` (nullopt: none).
@@ -94,7 +94,8 @@ class SparseRowStore {
   // Writes checkpoint `step` (greater than every held one): `rows` are the
   // records of the rows changed since the previous checkpoint (ids unique; an
   // empty record is a tombstone), `moved` the spilled rows among them, whose
-  // spilled records are deleted. One synced batch, with retention applied.
+  // spilled records are dropped once the checkpoint is written: one synced
+  // batch, with retention applied.
   // `step` equal to the newest held checkpoint amends it: `rows` replace or
   // join its records (a move of shard state at that step). FailedPrecondition:
   // `step` is older than the newest held checkpoint.
@@ -109,8 +110,8 @@ class SparseRowStore {
   // from the next write on; Step(-1) keeps every checkpoint.
   virtual void RetainFrom(Step step) = 0;
 
-  // Deletes every checkpoint newer than `step` and its records, and every
-  // spilled record (one synced batch): the store then holds checkpoint `step`
+  // Deletes every checkpoint newer than `step` and its records (one synced
+  // batch), then every spilled record: the store then holds checkpoint `step`
   // as its newest. NotFound: `step` is not held (step 0 always is: the table
   // before its first step, where no row is stored unless a checkpoint of step 0
   // holds rows seeded then). Step(-1) deletes every record.
