@@ -179,7 +179,16 @@ StatusOr<std::unique_ptr<Channel>> Channel::Connect(zmq::context_t* context,
 
 Status Channel::Send(const Envelope& envelope) {
   if (router_) return FailedPrecondition("Send on a ROUTER channel needs a peer");
+  EPS_RETURN_IF_ERROR(HandshakeStatus());
   return SendFrames(nullptr, envelope);
+}
+
+Status Channel::AwaitRoom() {
+  EPS_RETURN_IF_ERROR(HandshakeStatus());
+  zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLOUT, 0},
+                             {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
+  zmq::poll(items, monitor_ ? 2 : 1, std::chrono::milliseconds(100));
+  return HandshakeStatus();
 }
 
 Status Channel::SendTo(const std::string& peer, const Envelope& envelope) {
@@ -199,18 +208,25 @@ Status Channel::SendFrames(const std::string* peer, const Envelope& envelope) {
                                " bytes a message of this channel may have");
     }
   }
-  // A ROUTER never waits: a peer whose queue is full (send_hwm) fails its first frame at once
-  // (ZMQ_ROUTER_MANDATORY), and the rest of a message whose first frame went always goes.
-  const auto wait = router_ ? zmq::send_flags::dontwait : zmq::send_flags::none;
+  // No send blocks. A ROUTER fails at once when the peer's queue is full (send_hwm,
+  // ZMQ_ROUTER_MANDATORY); a DEALER waits for room (AwaitRoom), watching its handshake: a blocking
+  // send waited for ever once ZeroMQ had dropped a refused connection and its queue. The rest of
+  // a message whose first frame went always goes.
+  const auto flags = [&](size_t i) {
+    return (i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none) |
+           zmq::send_flags::dontwait;
+  };
   try {
+    size_t i = 0;
     if (peer != nullptr) {
-      if (!socket_.send(zmq::buffer(*peer), zmq::send_flags::sndmore | wait))
+      if (!socket_.send(zmq::buffer(*peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
         return Unavailable("the peer's queue is full (send would block)");
+    } else if (!frames.empty()) {
+      while (!socket_.send(ToMessage(frames[0]), flags(0))) EPS_RETURN_IF_ERROR(AwaitRoom());
+      i = 1;
     }
-    for (size_t i = 0; i < frames.size(); ++i) {
-      auto flags =
-          (i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none) | wait;
-      if (!socket_.send(ToMessage(frames[i]), flags)) return Unavailable("send would block");
+    for (; i < frames.size(); ++i) {
+      if (!socket_.send(ToMessage(frames[i]), flags(i))) return Unavailable("send would block");
     }
   } catch (const zmq::error_t& e) {
     if (e.num() == EHOSTUNREACH) return Unavailable("peer is gone");

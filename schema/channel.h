@@ -90,7 +90,10 @@ class Channel {
   // The endpoint as bound or connected, with the real port.
   const std::string& endpoint() const { return endpoint_; }
 
-  // DEALER: sends to the server.
+  // DEALER: sends to the server, waiting while its queue is full (send_hwm).
+  // PermissionDenied (HandshakeStatus) once the server refused the handshake,
+  // also while it waits: ZeroMQ may drop a refused connection and its queue, and
+  // a send without one would wait for ever.
   Status Send(const Envelope& envelope);
   // ROUTER: sends to the peer with routing id `peer`. Unavailable if it is gone.
   Status SendTo(const std::string& peer, const Envelope& envelope);
@@ -131,6 +134,8 @@ class Channel {
           Options options);
   Status StartConnectionCount(zmq::context_t* context);
   Status SendFrames(const std::string* peer, const Envelope& envelope);
+  // DEALER: waits up to 100 ms for room for a message, reading the handshake's events.
+  Status AwaitRoom();
 
   zmq::socket_t socket_;
   zmq::socket_t monitor_;      // PAIR receiving socket_'s handshake failures (DEALER only)
