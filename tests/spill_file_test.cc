@@ -1,14 +1,12 @@
 #include "storage/spill_file.h"
 
 #include <gtest/gtest.h>
-#include <sys/mount.h>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "tests/small_disk.h"
 #include "tests/temp_dir.h"
 
 namespace eps {
@@ -93,16 +91,9 @@ TEST(SpillFile, AMissingDirectoryIsAnError) {
 // before it stay readable, and freed slots take new rows.
 TEST(SpillFile, AFullDiskIsResourceExhaustedAndKeepsTheRowsItHas) {
   TempDir dir;
-  const std::string mnt = dir.Sub("small");
-  std::filesystem::create_directory(mnt);
-  if (mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=3m") != 0) {
-    GTEST_SKIP() << "cannot mount a small tmpfs here: " << std::strerror(errno);
-  }
-  struct Unmount {
-    std::string at;
-    ~Unmount() { umount2(at.c_str(), MNT_DETACH); }
-  } unmount{mnt};
-  SpillFile f(mnt);
+  SmallDisk disk(dir, "3m");
+  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a small tmpfs here: " << disk.error();
+  SpillFile f(disk.path());
   constexpr size_t kBytes = 64 << 10;
   Status st;
   uint64_t written = 0;

@@ -10,11 +10,9 @@
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 #include <signal.h>
-#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -26,6 +24,7 @@
 #include <vector>
 
 #include "storage/state_store_testing.h"
+#include "tests/small_disk.h"
 #include "tests/temp_dir.h"
 
 namespace eps {
@@ -591,16 +590,9 @@ TEST(StateStore, BlobsThatDisagreeWithTheManifestAreDataLoss) {
 
 TEST(StateStore, AFullDiskIsResourceExhaustedAndKeepsTheOlderCheckpoint) {
   TempDir dir;
-  const std::string mnt = dir.Sub("small");
-  fs::create_directories(mnt);
-  if (mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=6m") != 0) {
-    GTEST_SKIP() << "cannot mount a small tmpfs here: " << std::strerror(errno);
-  }
-  struct Unmount {
-    std::string at;
-    ~Unmount() { umount2(at.c_str(), MNT_DETACH); }
-  } unmount{mnt};
-  const std::string path = mnt + "/s";
+  SmallDisk disk(dir, "6m");
+  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a small tmpfs here: " << disk.error();
+  const std::string path = disk.path() + "/s";
   const Blobs small = MakeBlobs(1, {64 << 10});
   {
     auto store = OpenOrDie(Options(path));

@@ -121,23 +121,9 @@ TEST(ZapHandler, RefusesAClientWithoutAKeyAsADisagreementOnCurve) {
   Status refused = RoundTrip(&server, plain.get());
   EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied) << refused.ToString();
   EXPECT_NE(refused.message().find("disagree on CURVE"), std::string::npos) << refused.ToString();
-}
-
-// Once the server refused the handshake, a send fails as a receive does: ZeroMQ may drop the
-// refused connection and its queue, and a DEALER's blocking send without one waited for ever
-// (the test above, on a busy machine, until ctest killed it).
-TEST(ZapHandler, ASendAfterTheRefusalFailsAndNeverWaitsForEver) {
-  TempDir dir;
-  const CurveKeyPair server_keys = NewKeys();
-  WriteText(dir.path() + "/allowed", "");
-  zmq::context_t ctx;
-  Server server = StartServer(&ctx, server_keys, dir.path() + "/allowed");
-  ASSERT_NE(server.channel, nullptr);
-  auto plain = Client(&ctx, server.channel->endpoint(), nullptr, "");
-  const auto deadline = std::chrono::steady_clock::now() + kWait;
-  while (plain->HandshakeStatus().ok() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(milliseconds(10));
-  ASSERT_EQ(plain->HandshakeStatus().code(), StatusCode::kPermissionDenied);
+  // A send after the refusal fails too. ZeroMQ may drop a refused connection and its queue, and
+  // a DEALER's blocking send without one waited for ever (RoundTrip's, on a busy machine, until
+  // ctest killed the test).
   std::promise<Status> sent;
   std::future<Status> result = sent.get_future();
   std::thread([&] { sent.set_value(plain->Send(Envelope{"t", JobInfo{}})); }).detach();
