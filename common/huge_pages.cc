@@ -8,6 +8,7 @@
 namespace eps {
 
 std::unique_ptr<HugeBlock> HugeBlock::Map(size_t bytes) {
+  if (bytes > SIZE_MAX - 2 * kHugePageBytes) return nullptr;  // the roundings below would wrap
   const size_t size =
       (std::max<size_t>(bytes, 1) + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   // One huge page more than needed, then the unaligned ends given back.

@@ -53,5 +53,11 @@ TEST(HugePages, ABlockIsWholeAlignedHugePagesOfZeros) {
   }
 }
 
+TEST(HugePages, ASizeNoMappingCanHoldIsNull) {
+  // Rounded up to whole pages (and one more to align), these sizes would wrap around to small.
+  for (size_t bytes : {SIZE_MAX, SIZE_MAX - kHugePageBytes, SIZE_MAX / 2 + 1})
+    EXPECT_EQ(HugeBlock::Map(bytes), nullptr) << bytes;
+}
+
 }  // namespace
 }  // namespace eps
