@@ -223,6 +223,7 @@ class Job {
     if (!model_file.empty()) co.spec.model = model_file;
     if (max_message_bytes > 0) co.max_message_bytes = max_message_bytes;
     co.workers = min_workers;
+    co.replan_threshold = replan_threshold;
     EPS_ASSIGN_OR_RETURN(coordinator_, Coordinator::Open(co, &context_));
     endpoint_ = coordinator_->endpoint();
     coordinator_stop_ = false;
@@ -254,6 +255,7 @@ class Job {
   std::string model_file;
   int64_t max_message_bytes = 0;
   uint32_t min_workers = 1;
+  double replan_threshold = 0.25;  // CoordinatorOptions'
   const std::string& endpoint() const { return endpoint_; }
   const std::string& dir() const { return dir_; }
   zmq::context_t* context() { return &context_; }
@@ -589,6 +591,9 @@ TEST(Worker, AWorkerThatLeavesMidJobChangesNoBit) {
   if (!HaveData()) GTEST_SKIP() << "no Fashion-MNIST in " << kDataDir;
   const std::string reference = ReferenceDigest(kSteps);
   Job job(kSteps);
+  // No re-plan by speed: one that found the leaver slow at its first report (a sanitizer build
+  // on a busy machine) gave it no VW for the next 50 of the 60 steps, and it never left mid-job.
+  job.replan_threshold = 0.99;
   ASSERT_TRUE(job.StartCoordinator().ok());
   ASSERT_TRUE(job.StartShards().ok());
   Job::RunningWorker* stays = *job.StartWorker();
