@@ -588,8 +588,10 @@ class WorkerImpl final : public Worker {
   // gradients but the last one's go into the block's tree while the next VW computes, and the last
   // one's finish the tree and go out tensor by tensor as its backward produces them, while the next
   // block (if any) computes. Train() waits for the reducing thread once, at the end.
+  // `last_grads` takes the last VW's gradients, which the reducing thread's tasks read: Train
+  // keeps them until it has drained that thread, whatever returns early.
   Status TrainBlock(const StepPlan& plan, const Block& block, const BufferCopies& step_buffers,
-                    BufferCopies* vw0_buffers, Laps& lap) {
+                    BufferCopies* vw0_buffers, ModelRunner::Gradients* last_grads, Laps& lap) {
     const uint32_t last = block.hi() - 1;
     const Step next(plan.step.value() + 1);
     // Used by the reducing thread only, from the tasks posted below (after a
@@ -605,7 +607,6 @@ class WorkerImpl final : public Worker {
     };
     const ModelRunner::GradReady after_backward;  // VWs before the last: gradients taken after it
     std::vector<int64_t> indices;
-    ModelRunner::Gradients last_grads;
     float last_loss = 0;
     for (uint32_t v = block.lo; v <= last; ++v) {
       if (stopping()) return Stopped();  // abandon the rest: blocks already pushed stay pushed
@@ -644,21 +645,17 @@ class WorkerImpl final : public Worker {
       EPS_ASSIGN_OR_RETURN(ModelRunner::Gradients grads, model_->TakeGradients());
       if (is_last) {
         last_loss = loss;
-        last_grads = std::move(grads);
+        *last_grads = std::move(grads);
       } else {
         reducing_->Post(
             [pusher, v, grads = std::move(grads), loss] { return pusher->AddVW(v, grads, loss); });
       }
     }
     lap(&times_.copies);
-    if (Status st = session_->ConfirmPlan(/*wait=*/true); !st.ok()) {  // before the first push
-      // The tasks posted from the last VW's backward read its gradients: they stay until then.
-      reducing_->Post([keep = std::move(last_grads.owner)] { return OkStatus(); });
-      return st;
-    }
+    EPS_RETURN_IF_ERROR(session_->ConfirmPlan(/*wait=*/true));  // before the block's first push
     lap(&times_.plan);
     // The block's last task: it holds the last VW's gradients until the tasks before it read them.
-    reducing_->Post([pusher, grads = std::move(last_grads), last_loss,
+    reducing_->Post([pusher, grads = std::move(*last_grads), last_loss,
                      buffers = block.lo == 0 ? *vw0_buffers : BufferCopies{}] {
       return pusher->Finish(last_loss, buffers, grads);
     });
@@ -678,12 +675,13 @@ class WorkerImpl final : public Worker {
     const BufferCopies step_buffers = SnapshotBuffers(layout_, *model_);
     BufferCopies vw0_buffers;
     const auto compute_before = times_.compute;
+    ModelRunner::Gradients last_grads;  // outlives the drain below (TrainBlock)
     struct Drain {  // the reducing thread's tasks use the model's gradients: none outlives Train
       TaskThread& reducing;
       ~Drain() { (void)reducing.Wait(); }  // an early return reports its own error
     } drain{*reducing_};
     for (const Block& block : AlignedBlocks(plan.vw_lo, plan.vw_hi)) {
-      EPS_RETURN_IF_ERROR(TrainBlock(plan, block, step_buffers, &vw0_buffers, lap));
+      EPS_RETURN_IF_ERROR(TrainBlock(plan, block, step_buffers, &vw0_buffers, &last_grads, lap));
     }
     EPS_RETURN_IF_ERROR(reducing_->Wait());
     // While the shards step: the rows of the step after next, which the next plan's first VW asks
