@@ -133,7 +133,8 @@ class RocksSparseRowStore final : public SparseRowStore {
         table_(o.table_id),
         keep_(o.keep_checkpoints),
         db_(std::move(db)),
-        spill_(o.read_only ? nullptr : std::make_unique<SpillFile>(o.path)) {}
+        read_only_(o.read_only),
+        spill_(o.path) {}
 
   const std::string& path() const override { return path_; }
 
@@ -168,17 +169,13 @@ class RocksSparseRowStore final : public SparseRowStore {
 
   Status WriteSpill(const std::vector<std::pair<uint64_t, std::string>>& puts,
                     const std::vector<uint64_t>& deletes) override {
-    if (spill_ == nullptr) return FailedPrecondition("sparse store " + path_ + " is read-only");
-    return spill_->Write(puts, deletes);
+    if (read_only_) return FailedPrecondition("sparse store " + path_ + " is read-only");
+    return spill_.Write(puts, deletes);
   }
 
   Status ReadSpilled(const std::vector<uint64_t>& ids,
                      std::vector<std::optional<std::string>>* out) const override {
-    if (spill_ == nullptr) {
-      out->assign(ids.size(), std::nullopt);
-    } else {
-      spill_->Read(ids, out);
-    }
+    spill_.Read(ids, out);  // none when read-only: the writer's rows are its own
     return OkStatus();
   }
 
@@ -226,7 +223,7 @@ class RocksSparseRowStore final : public SparseRowStore {
       wo.sync = true;
       EPS_RETURN_IF_ERROR(Rocks(db_->Write(wo, &batch),
                                 "amending sparse checkpoint " + std::to_string(step.value())));
-      if (spill_ != nullptr) spill_->Erase(moved);
+      spill_.Erase(moved);
       return OkStatus();
     }
 
@@ -277,7 +274,7 @@ class RocksSparseRowStore final : public SparseRowStore {
     EPS_RETURN_IF_ERROR(
         Rocks(db_->Write(wo, &batch), "writing sparse checkpoint " + std::to_string(step.value())));
     FlushIfOverfull(db_.get(), path_, "sparse checkpoint " + std::to_string(step.value()));
-    if (spill_ != nullptr) spill_->Erase(moved);  // their records are the checkpoint's now
+    spill_.Erase(moved);  // their records are the checkpoint's now
     steps_.assign(all.begin() + first_kept, all.end());
     return OkStatus();
   }
@@ -319,7 +316,7 @@ class RocksSparseRowStore final : public SparseRowStore {
     wo.sync = true;
     EPS_RETURN_IF_ERROR(Rocks(db_->Write(wo, &batch),
                               "rolling back to sparse checkpoint " + std::to_string(step.value())));
-    if (spill_ != nullptr) spill_->Clear();
+    spill_.Clear();
     steps_ = std::move(kept);
     return OkStatus();
   }
@@ -362,7 +359,7 @@ class RocksSparseRowStore final : public SparseRowStore {
 
   StatusOr<Counts> CountRecords() const override {
     Counts c;
-    c.spilled = spill_ == nullptr ? 0 : spill_->size();
+    c.spilled = spill_.size();
     const std::string end = RangeEnd('C', table_);
     rocksdb::ReadOptions ro = TotalOrder();
     rocksdb::Slice upper(end);
@@ -401,7 +398,8 @@ class RocksSparseRowStore final : public SparseRowStore {
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<Step> steps_;  // held checkpoints, ascending
   std::optional<Step> retain_from_;
-  const std::unique_ptr<SpillFile> spill_;  // null when read-only
+  const bool read_only_;
+  SpillFile spill_;  // its files are made at the first write
 };
 
 }  // namespace
